@@ -1,0 +1,80 @@
+// Command bub is the bub-bus binary: the bus daemon (bub serve) and the
+// tools that agents and operators use to talk to it.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// stdio is what a subcommand reads from and writes to; tests pass buffers.
+type stdio struct {
+	in  io.Reader
+	out io.Writer
+	err io.Writer
+}
+
+// command is one subcommand of bub. run returns the process exit status:
+// 0 on success, 1 on failure, 2 on a usage error.
+type command struct {
+	summary string
+	run     func(ctx context.Context, io stdio, args []string) int
+}
+
+var commands = map[string]command{}
+
+func register(name, summary string, run func(ctx context.Context, io stdio, args []string) int) {
+	commands[name] = command{summary: summary, run: run}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, io stdio, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(io.err)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(io.err, "bub: unknown command %q\n\n", args[0])
+		usage(io.err)
+		return 2
+	}
+	return cmd.run(ctx, io, args[1:])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "bub: a message bus for AI agents, chat bridges and tools (JSON-RPC 2.0 over WebSocket).")
+	fmt.Fprintln(w, "\nUsage: bub <command> [flags]\n\nCommands:")
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %-14s %s\n", name, commands[name].summary)
+	}
+	fmt.Fprintln(w, "\nEvery flag can also be set from the environment: --foo-bar is BUB_FOO_BAR.")
+	fmt.Fprintln(w, "Run 'bub <command> --help' for a command's flags.")
+}
+
+// errorf prints a one-line error as "bub: ..." and returns exit status 1.
+func errorf(io stdio, format string, args ...any) int {
+	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
+	fmt.Fprintf(io.err, "bub: %s\n", msg)
+	return 1
+}
