@@ -1,0 +1,162 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/bub-bus/bub/internal/rpcstream"
+)
+
+// WebSocket close statuses the bus sends, besides the standard ones.
+const (
+	// StatusTakenOver closes a connection whose clientId a newer
+	// connection initialized with.
+	StatusTakenOver websocket.StatusCode = 4001
+)
+
+// Close reasons, logged and counted.
+const (
+	closeShutdown  = "bus shutting down"
+	closeTakenOver = "clientId taken over by a newer connection"
+	closePingLost  = "ping timed out"
+)
+
+// conn is one peer's WebSocket connection.
+type conn struct {
+	server *Server
+	ws     *websocket.Conn
+	stream *rpcstream.Stream
+	rpc    *jsonrpc2.Conn
+	log    *slog.Logger
+	remote string
+
+	// slots bounds the requests running off the read loop.
+	slots chan struct{}
+
+	// mu guards the fields below. Lock order: Server.mu, conn.mu, router.mu.
+	mu           sync.Mutex
+	initialized  bool
+	closed       bool
+	clientID     string
+	defaultTopic string
+	subs         map[string]*subscription // by pattern string
+}
+
+func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
+	ws.SetReadLimit(s.opts.MaxMessageBytes)
+	c := &conn{
+		server: s,
+		ws:     ws,
+		stream: rpcstream.New(ws, s.opts.WriteTimeout),
+		log:    s.log.With("remote", remote),
+		remote: remote,
+		slots:  make(chan struct{}, s.opts.MaxInFlight),
+		subs:   make(map[string]*subscription),
+	}
+	return c
+}
+
+// serve runs the connection until it ends.
+func (c *conn) serve() {
+	s := c.server
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.metrics.connections.Inc()
+	c.log.Debug("peer connected")
+
+	c.rpc = jsonrpc2.NewConn(s.ctx, c.stream, c, jsonrpc2.SetLogger(slogLogger{c.log}))
+	go c.keepalive()
+	<-c.rpc.DisconnectNotify()
+	c.cleanup()
+}
+
+// keepalive pings the peer and drops it when a ping goes unanswered.
+func (c *conn) keepalive() {
+	interval := c.server.opts.PingInterval
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.rpc.DisconnectNotify():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), interval)
+			err := c.ws.Ping(ctx)
+			cancel()
+			if err != nil {
+				c.log.Info("dropping peer", "client", c.id(), "reason", closePingLost, "err", err)
+				c.close(websocket.StatusPolicyViolation, closePingLost)
+				return
+			}
+		}
+	}
+}
+
+// id returns the clientId, or "" before initialize.
+func (c *conn) id() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clientID
+}
+
+// close closes the connection with a status and reason; the cleanup runs
+// in serve once the JSON-RPC connection notices.
+func (c *conn) close(code websocket.StatusCode, reason string) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.mu.Unlock()
+	go func() {
+		// Close waits for the peer's close frame for a few seconds at
+		// most; jsonrpc2 then notices the dead stream.
+		_ = c.stream.CloseWith(code, reason)
+		_ = c.rpc.Close()
+	}()
+}
+
+// cleanup drops the connection's subscriptions and identity.
+func (c *conn) cleanup() {
+	s := c.server
+	s.mu.Lock()
+	delete(s.conns, c)
+	if s.clients[c.id()] == c {
+		delete(s.clients, c.id())
+	}
+	s.mu.Unlock()
+	subs := c.detach()
+	s.metrics.connections.Dec()
+	_ = c.ws.CloseNow()
+	c.log.Debug("peer disconnected", "client", c.id(), "subscriptions", subs)
+}
+
+// detach marks the connection closed and drops its subscriptions from the
+// router, so it receives no more deliveries; it returns how many it held.
+func (c *conn) detach() int {
+	c.mu.Lock()
+	c.closed = true
+	subs := c.subs
+	c.subs = nil
+	c.mu.Unlock()
+	for _, sub := range subs {
+		c.server.router.remove(sub)
+	}
+	c.server.metrics.subscriptions.Sub(float64(len(subs)))
+	return len(subs)
+}
+
+// slogLogger adapts slog to jsonrpc2's Logger.
+type slogLogger struct{ log *slog.Logger }
+
+func (l slogLogger) Printf(format string, v ...any) {
+	l.log.Debug("jsonrpc2", "detail", fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,135 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// Message is a message the bus accepted from a publisher.
+type Message struct {
+	ID      string
+	Topic   string
+	From    string // the publisher's clientId, as the bus knows it
+	Payload json.RawMessage
+	Meta    json.RawMessage
+}
+
+// Delivery is one attempt to hand a message to one subscriber. The
+// subscriber is named by identity (clientId and pattern) so a later attempt
+// can reach the same client on a new connection.
+type Delivery struct {
+	Message      *Message
+	ClientID     string
+	Subscription string
+	Attempt      int // from 1
+	conn         *conn
+}
+
+// DeliverFunc makes one delivery and returns the subscriber's answer, or a
+// *DeliveryError when there was none.
+type DeliverFunc func(ctx context.Context, d *Delivery) (protocol.ProcessMessageResult, error)
+
+// Layer wraps a DeliverFunc with one delivery concern (metrics, timeout,
+// and in time retry and dead-lettering).
+type Layer func(DeliverFunc) DeliverFunc
+
+// chain builds the delivery pipeline, outermost layer first.
+func (s *Server) chain() DeliverFunc {
+	layers := []Layer{s.measure, s.timeout}
+	deliver := DeliverFunc(s.call)
+	for i := len(layers) - 1; i >= 0; i-- {
+		deliver = layers[i](deliver)
+	}
+	return deliver
+}
+
+// Failure kinds of a delivery, also its metrics outcome.
+const (
+	FailTimeout      = "timeout"
+	FailDisconnected = "disconnected"
+	FailError        = "error"
+	FailBadResult    = "bad_result"
+)
+
+// DeliveryError says why a delivery got no usable answer.
+type DeliveryError struct {
+	Kind   string // one of the Fail… constants
+	Detail string
+}
+
+func (e *DeliveryError) Error() string {
+	return e.Kind + ": " + e.Detail
+}
+
+// call sends processMessage to the subscriber's connection and waits for
+// its answer.
+func (s *Server) call(ctx context.Context, d *Delivery) (protocol.ProcessMessageResult, error) {
+	var raw json.RawMessage
+	params := protocol.ProcessMessageParams{
+		Topic:        d.Message.Topic,
+		Subscription: d.Subscription,
+		Payload:      d.Message.Payload,
+		MessageID:    d.Message.ID,
+		From:         d.Message.From,
+		Meta:         d.Message.Meta,
+		Attempt:      d.Attempt,
+	}
+	err := d.conn.rpc.Call(ctx, protocol.MethodProcessMessage, params, &raw)
+	var result protocol.ProcessMessageResult
+	var rpcErr *jsonrpc2.Error
+	switch {
+	case err == nil:
+		if !protocol.IsObject(raw) {
+			return result, &DeliveryError{FailBadResult, fmt.Sprintf("processMessage result must be an object, got %.64s", raw)}
+		}
+		if err := json.Unmarshal(raw, &result); err != nil {
+			return result, &DeliveryError{FailBadResult, fmt.Sprintf("processMessage result: %v", err)}
+		}
+		return result, nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return result, &DeliveryError{FailTimeout, fmt.Sprintf("no answer within %s", s.opts.DeliveryTimeout)}
+	case errors.As(err, &rpcErr):
+		return result, &DeliveryError{FailError, fmt.Sprintf("subscriber answered error %d: %s", rpcErr.Code, rpcErr.Message)}
+	case errors.Is(err, jsonrpc2.ErrClosed):
+		return result, &DeliveryError{FailDisconnected, "connection closed before the subscriber answered"}
+	default:
+		return result, &DeliveryError{FailDisconnected, err.Error()}
+	}
+}
+
+// timeout bounds each attempt by Options.DeliveryTimeout.
+func (s *Server) timeout(next DeliverFunc) DeliverFunc {
+	return func(ctx context.Context, d *Delivery) (protocol.ProcessMessageResult, error) {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.DeliveryTimeout)
+		defer cancel()
+		return next(ctx, d)
+	}
+}
+
+// measure counts deliveries by outcome and observes their latency.
+func (s *Server) measure(next DeliverFunc) DeliverFunc {
+	return func(ctx context.Context, d *Delivery) (protocol.ProcessMessageResult, error) {
+		start := time.Now()
+		r, err := next(ctx, d)
+		s.metrics.deliveryDuration.Observe(time.Since(start).Seconds())
+		outcome := "not_processed"
+		var derr *DeliveryError
+		switch {
+		case errors.As(err, &derr):
+			outcome = derr.Kind
+		case err != nil:
+			outcome = FailError
+		case r.Handled():
+			outcome = "processed"
+		}
+		s.metrics.deliveries.WithLabelValues(outcome).Inc()
+		return r, err
+	}
+}

@@ -1,0 +1,265 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// Handle implements jsonrpc2.Handler. It runs on the connection's read
+// loop, so it answers the quick methods (initialize, subscribe,
+// unsubscribe, ping) inline, which also keeps a peer's subscriptions in the
+// order it sent them, and runs sendMessage on a goroutine of its own, bounded
+// by Options.MaxInFlight: a peer waiting for its own sendMessage can still
+// answer processMessage calls, and a full connection gets -32006 at once
+// instead of a blocked read loop.
+func (c *conn) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	if req.Notif {
+		// No bus method is a notification, and notifications are never
+		// answered, not even with an error.
+		c.log.Debug("ignoring notification", "method", req.Method)
+		return
+	}
+	switch req.Method {
+	case protocol.MethodSendMessage:
+		select {
+		case c.slots <- struct{}{}:
+		default:
+			c.reply(req, nil, protocol.Errorf(protocol.ErrTooManyRequests, "%d requests already running on this connection; wait for their results", cap(c.slots)))
+			return
+		}
+		go func() {
+			defer func() { <-c.slots }()
+			result, err := c.sendMessage(req)
+			c.reply(req, result, err)
+		}()
+	default:
+		result, err := c.handleInline(req)
+		c.reply(req, result, err)
+	}
+}
+
+func (c *conn) handleInline(req *jsonrpc2.Request) (any, error) {
+	switch req.Method {
+	case protocol.MethodPing:
+		return protocol.PingResult{Timestamp: time.Now().UTC().Format(time.RFC3339)}, nil
+	case protocol.MethodInitialize:
+		return c.initialize(req)
+	case protocol.MethodSubscribe:
+		return c.subscribe(req)
+	case protocol.MethodUnsubscribe:
+		return c.unsubscribe(req)
+	}
+	return nil, protocol.Errorf(protocol.ErrMethodNotFound, "no method %q; the bus serves initialize, subscribe, unsubscribe, sendMessage and ping", req.Method)
+}
+
+func (c *conn) reply(req *jsonrpc2.Request, result any, err error) {
+	c.server.metrics.requests.WithLabelValues(req.Method, outcomeOf(err)).Inc()
+	ctx := context.Background()
+	if err == nil {
+		err = c.rpc.Reply(ctx, req.ID, result)
+	} else {
+		werr := protocol.WireError(err)
+		rerr := &jsonrpc2.Error{Code: werr.Code, Message: werr.Message}
+		if werr.Data != nil {
+			rerr.SetError(werr.Data)
+		}
+		err = c.rpc.ReplyWithError(ctx, req.ID, rerr)
+	}
+	if err != nil && !errors.Is(err, jsonrpc2.ErrClosed) {
+		c.log.Debug("reply failed", "method", req.Method, "err", err)
+	}
+}
+
+func outcomeOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return fmt.Sprint(protocol.CodeOf(err))
+}
+
+// decodeParams decodes a request's params object into v, naming the field
+// at fault when it cannot.
+func decodeParams(req *jsonrpc2.Request, v any) error {
+	if req.Params == nil || string(*req.Params) == "null" {
+		return protocol.Errorf(protocol.ErrInvalidParams, "%s needs a params object", req.Method)
+	}
+	if !protocol.IsObject(*req.Params) {
+		return protocol.Errorf(protocol.ErrInvalidParams, "%s params must be an object, not positional", req.Method)
+	}
+	if err := json.Unmarshal(*req.Params, v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return protocol.Errorf(protocol.ErrInvalidParams, "%s: %q must be a JSON %s, got %s", req.Method, typeErr.Field, typeErr.Type.Kind(), typeErr.Value)
+		}
+		return protocol.Errorf(protocol.ErrInvalidParams, "%s: %v", req.Method, err)
+	}
+	return nil
+}
+
+// requireInitialized refuses every method but initialize and ping before
+// initialize.
+func (c *conn) requireInitialized(method string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.initialized {
+		return "", protocol.Errorf(protocol.ErrNotInitialized, "call initialize before %s", method)
+	}
+	return c.clientID, nil
+}
+
+func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
+	s := c.server
+	c.mu.Lock()
+	already := c.initialized
+	c.mu.Unlock()
+	if already {
+		return nil, protocol.Errorf(protocol.ErrAlreadyInitialized, "this connection initialized as %q", c.id())
+	}
+	var p protocol.InitializeParams
+	if err := decodeParams(req, &p); err != nil {
+		return nil, err
+	}
+	if err := protocol.ValidateClientID(p.ClientID); err != nil {
+		return nil, protocol.Errorf(protocol.ErrInvalidClientInfo, "%v", err)
+	}
+	if p.DefaultTopic != "" {
+		if err := protocol.ValidateTopic(p.DefaultTopic); err != nil {
+			return nil, protocol.Errorf(protocol.ErrInvalidParams, "defaultTopic: %v", err)
+		}
+	}
+
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		return nil, protocol.Errorf(protocol.ErrShuttingDown, "no new clients")
+	}
+	old := s.clients[p.ClientID]
+	s.clients[p.ClientID] = c
+	c.mu.Lock()
+	c.initialized = true
+	c.clientID = p.ClientID
+	c.defaultTopic = p.DefaultTopic
+	c.mu.Unlock()
+	s.mu.Unlock()
+
+	if old != nil && old != c {
+		// The old connection's subscriptions go before this one can
+		// subscribe, so the client is never routed to twice.
+		n := old.detach()
+		old.close(StatusTakenOver, closeTakenOver)
+		s.metrics.closes.WithLabelValues(closeTakenOver).Inc()
+		c.log.Info("client taken over by a new connection", "client", p.ClientID, "old_remote", old.remote, "dropped_subscriptions", n)
+	}
+	info := "-"
+	if p.ClientInfo != nil {
+		info = p.ClientInfo.Name + " " + p.ClientInfo.Version
+	}
+	c.log.Info("client initialized", "client", p.ClientID, "client_info", info, "default_topic", p.DefaultTopic)
+	return protocol.InitializeResult{
+		ServerID:   s.opts.ServerID,
+		ServerInfo: protocol.ServerInfo{Name: buildinfo.Name, Version: buildinfo.Version()},
+		Capabilities: protocol.Capabilities{
+			Subscribe:      true,
+			Publish:        true,
+			ProcessMessage: true,
+			Topics:         []string{"inbound:*", "outbound:*", "agent:*", "system:*"},
+			Policies:       protocol.Policies,
+		},
+	}, nil
+}
+
+func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
+	if _, err := c.requireInitialized(req.Method); err != nil {
+		return nil, err
+	}
+	var p protocol.SubscribeParams
+	if err := decodeParams(req, &p); err != nil {
+		return nil, err
+	}
+	pattern, err := protocol.ParsePattern(p.Topic)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
+	}
+	policy := p.Policy
+	if policy == "" {
+		policy = c.server.opts.DefaultPolicy
+	} else if !policy.Valid() {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "policy %q is not one of %v", p.Policy, protocol.Policies)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, protocol.Errorf(protocol.ErrShuttingDown, "connection is closing")
+	}
+	if _, dup := c.subs[p.Topic]; dup {
+		return nil, protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", p.Topic)
+	}
+	c.subs[p.Topic] = c.server.router.add(c, pattern, policy)
+	c.server.metrics.subscriptions.Inc()
+	c.log.Debug("subscribed", "client", c.clientID, "pattern", p.Topic, "policy", policy)
+	return protocol.SuccessResult{Success: true}, nil
+}
+
+func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
+	if _, err := c.requireInitialized(req.Method); err != nil {
+		return nil, err
+	}
+	var p protocol.UnsubscribeParams
+	if err := decodeParams(req, &p); err != nil {
+		return nil, err
+	}
+	if p.Topic == "" {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "topic is required")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sub, ok := c.subs[p.Topic]
+	if !ok {
+		return nil, protocol.Errorf(protocol.ErrSubscriptionNotFound, "this connection holds no subscription to %q", p.Topic)
+	}
+	delete(c.subs, p.Topic)
+	c.server.router.remove(sub)
+	c.server.metrics.subscriptions.Dec()
+	return protocol.SuccessResult{Success: true}, nil
+}
+
+func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
+	from, err := c.requireInitialized(req.Method)
+	if err != nil {
+		return nil, err
+	}
+	var p protocol.SendMessageParams
+	if err := decodeParams(req, &p); err != nil {
+		return nil, err
+	}
+	if p.Topic == "" {
+		c.mu.Lock()
+		p.Topic = c.defaultTopic
+		c.mu.Unlock()
+		if p.Topic == "" {
+			return nil, protocol.Errorf(protocol.ErrInvalidParams, "topic is required: this connection set no defaultTopic in initialize")
+		}
+	}
+	if err := protocol.ValidateTopic(p.Topic); err != nil {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
+	}
+	if _, err := protocol.PayloadType(p.Payload); err != nil {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
+	}
+	if p.Meta != nil && string(p.Meta) != "null" && !protocol.IsObject(p.Meta) {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "meta must be a JSON object")
+	}
+	if err := c.server.beginPublish(); err != nil {
+		return nil, err
+	}
+	defer c.server.publishes.Done()
+	return c.server.publish(&Message{Topic: p.Topic, From: from, Payload: p.Payload, Meta: p.Meta}), nil
+}

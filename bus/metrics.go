@@ -1,0 +1,58 @@
+package bus
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/bub-bus/bub/internal/buildinfo"
+)
+
+// metrics are the bus's Prometheus collectors, in a registry of the
+// Server's own so that several Servers can run in one process.
+type metrics struct {
+	registry         *prometheus.Registry
+	connections      prometheus.Gauge
+	subscriptions    prometheus.Gauge
+	published        *prometheus.CounterVec
+	deliveries       *prometheus.CounterVec
+	deliveryDuration prometheus.Histogram
+	requests         *prometheus.CounterVec
+	closes           *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bub_connections", Help: "WebSocket peers connected now.",
+		}),
+		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bub_subscriptions", Help: "Subscriptions held now.",
+		}),
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bub_messages_published_total", Help: "Messages accepted by sendMessage, by outcome (routed, no_subscribers).",
+		}, []string{"outcome"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bub_deliveries_total", Help: "processMessage deliveries, by outcome (processed, not_processed, timeout, disconnected, error, bad_result).",
+		}, []string{"outcome"}),
+		deliveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "bub_delivery_duration_seconds", Help: "Time from processMessage sent to answer or failure.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bub_requests_total", Help: "JSON-RPC requests answered, by method and outcome (ok or the error code).",
+		}, []string{"method", "outcome"}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bub_connection_closes_total", Help: "Connections the bus closed, by reason.",
+		}, []string{"reason"}),
+	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "bub_build_info", Help: "The running build; always 1.",
+		ConstLabels: prometheus.Labels{"version": buildinfo.Version()},
+	})
+	build.Set(1)
+	m.registry.MustRegister(m.connections, m.subscriptions, m.published, m.deliveries,
+		m.deliveryDuration, m.requests, m.closes, build,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

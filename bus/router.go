@@ -1,0 +1,161 @@
+package bus
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// subscription is one subscribe call: a pattern held by a connection,
+// with its propagation policy. seq orders subscriptions by age across the
+// whole bus; last match wins means the highest seq comes first.
+type subscription struct {
+	seq     uint64
+	pattern *protocol.Pattern
+	policy  protocol.Policy
+	conn    *conn
+}
+
+// router is the bus's subscription table: every subscription in the order
+// it was made, indexed so that finding a topic's matches does not scan the
+// table. Exact patterns sit in a map by topic; prefix patterns in a map by
+// prefix, probed at each ':' and '-' of the topic; glob patterns in
+// buckets by their literal head, probed once per distinct head length.
+type router struct {
+	// mu guards everything below.
+	mu       sync.RWMutex
+	seq      uint64
+	count    int
+	exact    map[string][]*subscription
+	prefix   map[string][]*subscription
+	globs    map[string][]*subscription
+	globLens map[int]int // literal head length → number of glob subscriptions with it
+}
+
+func newRouter() *router {
+	return &router{
+		exact:    make(map[string][]*subscription),
+		prefix:   make(map[string][]*subscription),
+		globs:    make(map[string][]*subscription),
+		globLens: make(map[int]int),
+	}
+}
+
+// add inserts a subscription as the newest and returns it.
+func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy) *subscription {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	s := &subscription{seq: r.seq, pattern: p, policy: policy, conn: c}
+	switch p.Kind() {
+	case protocol.Exact:
+		r.exact[p.String()] = append(r.exact[p.String()], s)
+	case protocol.Prefix:
+		r.prefix[p.String()] = append(r.prefix[p.String()], s)
+	default:
+		head := p.Literal()
+		r.globs[head] = append(r.globs[head], s)
+		r.globLens[len(head)]++
+	}
+	r.count++
+	return s
+}
+
+// remove deletes a subscription; removing one twice is harmless.
+func (r *router) remove(s *subscription) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ok bool
+	switch s.pattern.Kind() {
+	case protocol.Exact:
+		ok = removeFrom(r.exact, s.pattern.String(), s)
+	case protocol.Prefix:
+		ok = removeFrom(r.prefix, s.pattern.String(), s)
+	default:
+		head := s.pattern.Literal()
+		if ok = removeFrom(r.globs, head, s); ok {
+			if r.globLens[len(head)]--; r.globLens[len(head)] == 0 {
+				delete(r.globLens, len(head))
+			}
+		}
+	}
+	if ok {
+		r.count--
+	}
+}
+
+func removeFrom(index map[string][]*subscription, key string, s *subscription) bool {
+	list := index[key]
+	i := slices.Index(list, s)
+	if i < 0 {
+		return false
+	}
+	list = slices.Delete(list, i, i+1)
+	if len(list) == 0 {
+		delete(index, key)
+	} else {
+		index[key] = list
+	}
+	return true
+}
+
+// size returns the number of subscriptions.
+func (r *router) size() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.count
+}
+
+// route returns the routing chain for topic, first to be called first:
+// the matching subscriptions from newest to oldest, where of several
+// subscriptions with the identical pattern string only the newest counts,
+// and a client appears once, at its newest matching subscription.
+func (r *router) route(topic string) []*subscription {
+	r.mu.RLock()
+	matches := append([]*subscription(nil), r.exact[topic]...)
+	for i := 0; i < len(topic); i++ {
+		if c := topic[i]; c == ':' || c == '-' {
+			matches = append(matches, r.prefix[topic[:i+1]]...)
+		}
+	}
+	for n := range r.globLens {
+		if n > len(topic) {
+			continue
+		}
+		for _, s := range r.globs[topic[:n]] {
+			if s.pattern.Match(topic) {
+				matches = append(matches, s)
+			}
+		}
+	}
+	r.mu.RUnlock()
+
+	if len(matches) <= 1 {
+		return matches
+	}
+	slices.SortFunc(matches, func(a, b *subscription) int {
+		switch {
+		case a.seq > b.seq:
+			return -1
+		case a.seq < b.seq:
+			return 1
+		}
+		return 0
+	})
+	chain := matches[:0]
+	patterns := make(map[string]struct{}, len(matches))
+	clients := make(map[string]struct{}, len(matches))
+	for _, s := range matches {
+		if _, dup := patterns[s.pattern.String()]; dup {
+			continue
+		}
+		patterns[s.pattern.String()] = struct{}{}
+		if _, dup := clients[s.conn.clientID]; dup {
+			continue
+		}
+		clients[s.conn.clientID] = struct{}{}
+		chain = append(chain, s)
+	}
+	return chain
+}

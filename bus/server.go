@@ -1,0 +1,227 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// Options configure a Server. The zero value of each field means its
+// default.
+type Options struct {
+	// ServerID is reported in initialize results. Default: "bub-" and
+	// random hex.
+	ServerID string
+	// DefaultPolicy applies to subscriptions that name none. Default:
+	// stopPropagationOnProcessed.
+	DefaultPolicy protocol.Policy
+	// DeliveryTimeout bounds one processMessage call. Default: 30s.
+	DeliveryTimeout time.Duration
+	// MaxMessageBytes is the largest WebSocket message accepted; a larger
+	// one closes the connection with status 1009. Default: 1 MiB.
+	MaxMessageBytes int64
+	// WriteTimeout bounds the write of one message to a peer; a peer that
+	// does not read within it is disconnected, so it never holds up
+	// others. Default: 10s.
+	WriteTimeout time.Duration
+	// PingInterval is how often the bus sends a WebSocket ping; a peer
+	// that does not answer within the interval is disconnected.
+	// Default: 30s.
+	PingInterval time.Duration
+	// MaxInFlight bounds the requests one connection may have running at
+	// once; beyond it a request is refused at once with -32006.
+	// Default: 256.
+	MaxInFlight int
+	// OriginPatterns lists the browser origins allowed to connect, as
+	// host patterns (see websocket.AcceptOptions). Clients that send no
+	// Origin header, as non-browser clients do, are always allowed.
+	OriginPatterns []string
+	// Logger receives structured logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.ServerID == "" {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		o.ServerID = "bub-" + hex.EncodeToString(b)
+	}
+	if o.DefaultPolicy == "" {
+		o.DefaultPolicy = protocol.PolicyStopOnProcessed
+	}
+	if o.DeliveryTimeout <= 0 {
+		o.DeliveryTimeout = 30 * time.Second
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = 1 << 20
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 30 * time.Second
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 256
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Server is the bus. It serves WebSocket peers at "/" and /healthz,
+// /readyz and /metrics over HTTP; mount it as an http.Handler.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	router  *router
+	metrics *metrics
+	deliver DeliverFunc
+
+	// ctx is the lifetime of accepted work: publishing outlives the
+	// publisher's connection, but not the Server.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	messageSeq atomic.Uint64
+	bootID     string
+
+	// draining is set once, under mu, when Shutdown starts.
+	draining atomic.Bool
+	// publishes counts running sendMessage calls; Add only under mu
+	// while not draining, so Shutdown's Wait never races an Add.
+	publishes sync.WaitGroup
+	// work counts connection goroutines.
+	work sync.WaitGroup
+
+	// mu guards clients and conns. Lock order: Server.mu, then router.mu.
+	mu      sync.Mutex
+	clients map[string]*conn // by clientId, initialized connections only
+	conns   map[*conn]struct{}
+}
+
+// New returns a Server with the given options; nil means all defaults.
+func New(opts *Options) (*Server, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.setDefaults()
+	if !o.DefaultPolicy.Valid() {
+		return nil, fmt.Errorf("new bus: unknown default policy %q (want one of %v)", o.DefaultPolicy, protocol.Policies)
+	}
+	boot := make([]byte, 6)
+	_, _ = rand.Read(boot)
+	s := &Server{
+		opts:    o,
+		log:     o.Logger,
+		router:  newRouter(),
+		metrics: newMetrics(),
+		clients: make(map[string]*conn),
+		conns:   make(map[*conn]struct{}),
+		bootID:  hex.EncodeToString(boot),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.deliver = s.chain()
+	return s, nil
+}
+
+// Registry returns the Prometheus registry holding the bus's metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.registry }
+
+// ServeHTTP upgrades WebSocket requests to bus peers and serves the
+// health and metrics endpoints.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		fmt.Fprintln(w, "ok")
+	case "/readyz":
+		if s.draining.Load() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	case "/metrics":
+		promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	case "/":
+		s.serveWebSocket(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		http.Error(w, "bus is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	if r.Header.Get("Upgrade") == "" {
+		fmt.Fprintln(w, "bub-bus: connect with a WebSocket client and speak JSON-RPC 2.0; see docs/PROTOCOL.md")
+		return
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.opts.OriginPatterns})
+	if err != nil {
+		s.log.Warn("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	s.work.Add(1)
+	defer s.work.Done()
+	c := s.newConn(ws, r.RemoteAddr)
+	c.serve()
+}
+
+// Shutdown drains the bus: /readyz answers 503, new connections and new
+// messages are refused, running deliveries get until ctx ends to finish,
+// then every peer is closed with status 1001 (going away). The caller
+// shuts down the http.Server that serves s.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining.Store(true)
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.publishes.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("drain: %w", ctx.Err())
+	}
+	s.cancel()
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close(websocket.StatusGoingAway, closeShutdown)
+	}
+	s.work.Wait()
+	return err
+}
+
+// beginPublish registers a running publish, or refuses it while draining.
+func (s *Server) beginPublish() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining.Load() {
+		return protocol.ErrShuttingDown
+	}
+	s.publishes.Add(1)
+	return nil
+}

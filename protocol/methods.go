@@ -1,0 +1,206 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Method names.
+const (
+	MethodInitialize     = "initialize"
+	MethodSubscribe      = "subscribe"
+	MethodUnsubscribe    = "unsubscribe"
+	MethodSendMessage    = "sendMessage"
+	MethodProcessMessage = "processMessage" // bus → subscriber
+	MethodPing           = "ping"
+)
+
+// MaxClientIDBytes bounds a clientId.
+const MaxClientIDBytes = 256
+
+// ClientInfo describes the software behind a connection.
+type ClientInfo struct {
+	Name    string `json:"name,omitempty"`
+	Version string `json:"version,omitempty"`
+}
+
+// InitializeParams are the params of initialize, the first call on every
+// connection.
+type InitializeParams struct {
+	ClientID     string      `json:"clientId"`
+	ClientInfo   *ClientInfo `json:"clientInfo,omitempty"`
+	DefaultTopic string      `json:"defaultTopic,omitempty"`
+}
+
+// ServerInfo names the bus software.
+type ServerInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// Capabilities says what the bus offers.
+type Capabilities struct {
+	Subscribe      bool     `json:"subscribe"`
+	Publish        bool     `json:"publish"`
+	ProcessMessage bool     `json:"processMessage"`
+	Topics         []string `json:"topics"`
+	Policies       []Policy `json:"policies"`
+}
+
+// InitializeResult is the result of initialize.
+type InitializeResult struct {
+	ServerID     string       `json:"serverId"`
+	ServerInfo   ServerInfo   `json:"serverInfo"`
+	Capabilities Capabilities `json:"capabilities"`
+}
+
+// SubscribeParams are the params of subscribe. An empty Policy means the
+// bus-wide default.
+type SubscribeParams struct {
+	Topic  string `json:"topic"`
+	Policy Policy `json:"policy,omitempty"`
+}
+
+// UnsubscribeParams are the params of unsubscribe: the exact pattern string
+// given to subscribe.
+type UnsubscribeParams struct {
+	Topic string `json:"topic"`
+}
+
+// SuccessResult is the result of subscribe and unsubscribe.
+type SuccessResult struct {
+	Success bool `json:"success"`
+}
+
+// SendMessageParams are the params of sendMessage. An empty Topic means the
+// connection's defaultTopic.
+type SendMessageParams struct {
+	Topic   string          `json:"topic,omitempty"`
+	Payload json.RawMessage `json:"payload"`
+	Meta    json.RawMessage `json:"meta,omitempty"`
+}
+
+// Ack is one subscriber's answer to one delivery, as the publisher sees it.
+type Ack struct {
+	ClientID        string `json:"client_id"`
+	Subscription    string `json:"subscription"`
+	Processed       bool   `json:"processed"`
+	Message         string `json:"message,omitempty"`
+	StopPropagation bool   `json:"stopPropagation"`
+	// Error says why the delivery failed (timeout, error response,
+	// connection lost); empty when the subscriber answered.
+	Error string `json:"error,omitempty"`
+}
+
+// SendMessageResult is the result of sendMessage, returned once every
+// delivery of the routing pass has answered or failed.
+type SendMessageResult struct {
+	// Success is true when the message was routed to at least one
+	// subscriber.
+	Success   bool   `json:"success"`
+	MessageID string `json:"messageId"`
+	Acks      []Ack  `json:"acks"`
+	// Reason explains a false Success, such as "no_subscribers".
+	Reason string `json:"reason,omitempty"`
+}
+
+// Reasons a sendMessage result can carry.
+const (
+	ReasonNoSubscribers = "no_subscribers"
+)
+
+// ProcessMessageParams are the params of processMessage, the bus's call on
+// a subscriber. Subscription is the pattern whose subscription matched, so
+// a client with several subscriptions knows which handler to run.
+type ProcessMessageParams struct {
+	Topic        string          `json:"topic"`
+	Subscription string          `json:"subscription"`
+	Payload      json.RawMessage `json:"payload"`
+	MessageID    string          `json:"messageId"`
+	From         string          `json:"from"`
+	Meta         json.RawMessage `json:"meta,omitempty"`
+	Attempt      int             `json:"attempt"`
+}
+
+// ProcessMessageResult is a subscriber's answer to processMessage. The base
+// protocol's {success, stopPropagation} is accepted too: Success counts as
+// Processed (see Handled).
+type ProcessMessageResult struct {
+	Processed       bool    `json:"processed"`
+	ShouldRetry     bool    `json:"should_retry"`
+	RetrySeconds    float64 `json:"retry_seconds"`
+	Message         string  `json:"message,omitempty"`
+	StopPropagation bool    `json:"stopPropagation"`
+	Success         bool    `json:"success,omitempty"`
+}
+
+// Handled reports whether the subscriber processed the message, under
+// either the extended or the base protocol's field.
+func (r ProcessMessageResult) Handled() bool {
+	return r.Processed || r.Success
+}
+
+// PingResult is the result of ping: the bus's clock, RFC 3339 in UTC.
+type PingResult struct {
+	Timestamp string `json:"timestamp"`
+}
+
+// ValidateClientID checks a clientId: non-empty, at most MaxClientIDBytes,
+// valid UTF-8, no whitespace or control characters.
+func ValidateClientID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("clientId is required")
+	case len(id) > MaxClientIDBytes:
+		return fmt.Errorf("clientId is %d bytes, more than %d", len(id), MaxClientIDBytes)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("clientId %q is not valid UTF-8", id)
+	}
+	if i := strings.IndexFunc(id, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
+		return fmt.Errorf("clientId %q has whitespace or a control character at byte %d", id, i)
+	}
+	return nil
+}
+
+// PayloadType returns the payload's "type", checking that the payload is a
+// JSON object with a non-empty string type, as every payload must be.
+func PayloadType(payload json.RawMessage) (string, error) {
+	if len(payload) == 0 {
+		return "", fmt.Errorf("payload is required")
+	}
+	if !IsObject(payload) {
+		return "", fmt.Errorf("payload must be a JSON object with a string \"type\"")
+	}
+	var head struct {
+		Type *json.RawMessage `json:"type"`
+	}
+	if err := json.Unmarshal(payload, &head); err != nil {
+		return "", fmt.Errorf("payload must be a JSON object: %v", err)
+	}
+	if head.Type == nil {
+		return "", fmt.Errorf("payload.type is required")
+	}
+	var typ string
+	if err := json.Unmarshal(*head.Type, &typ); err != nil {
+		return "", fmt.Errorf("payload.type must be a string, got %s", *head.Type)
+	}
+	if typ == "" {
+		return "", fmt.Errorf("payload.type must not be empty")
+	}
+	return typ, nil
+}
+
+// IsObject reports whether raw JSON is an object; raw is assumed valid.
+func IsObject(raw json.RawMessage) bool {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c == '{'
+	}
+	return false
+}
