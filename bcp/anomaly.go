@@ -1,0 +1,176 @@
+package bcp
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// AnomalyKind names what made an answer suspicious.
+type AnomalyKind string
+
+// The anomaly kinds; docs/BCP.md lists what each one matches.
+const (
+	AnomalyInstruction AnomalyKind = "instruction"  // instruction-like language
+	AnomalyURL         AnomalyKind = "url"          // a URL, bare domain or IP address
+	AnomalyCode        AnomalyKind = "code"         // backticks, code punctuation, shell prompts
+	AnomalyInvisible   AnomalyKind = "invisible"    // invisible or control characters in the raw answer
+	AnomalyMixedScript AnomalyKind = "mixed_script" // letters of two scripts inside one word
+)
+
+// Anomaly is one suspicious trait of one text answer. Excerpt is taken
+// from the normalized answer the Controller receives anyway (or names code
+// points, for invisible characters), so reporting it adds no channel.
+type Anomaly struct {
+	Question string      `json:"question"`
+	Kind     AnomalyKind `json:"kind"`
+	Excerpt  string      `json:"excerpt"`
+}
+
+// AnomalyPolicy says what happens to a response with anomalies.
+type AnomalyPolicy string
+
+// The anomaly policies. The zero value flags.
+const (
+	// FlagAnomalies delivers the response with its list of anomalies.
+	FlagAnomalies AnomalyPolicy = "flag"
+	// RejectAnomalies rejects the response with code anomaly.
+	RejectAnomalies AnomalyPolicy = "reject"
+)
+
+// The patterns run on the lowercased, NFKC-folded answer, so fullwidth
+// letters and compatibility forms of a keyword are caught too. Go's regexp
+// runs in linear time, so hostile answers cannot make them slow.
+var (
+	instructionPattern = regexp.MustCompile(`\b(?:please|ignor(?:e|ed|es|ing)|instead|forget|disregard|overrid(?:e|es|ing))\b` +
+		`|\byou (?:should|must|need to|have to|are now|will now)\b` +
+		`|\b(?:system|assistant|developer)\s*:` +
+		`|\b(?:previous|prior|above|new) instructions?\b|\bact as\b|\bdo not (?:tell|mention|reveal)\b`)
+	urlPattern = regexp.MustCompile(`[a-z][a-z0-9+.-]*://\S*|\bwww\.\S+|\bmailto:\S+` +
+		`|\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24}\b` +
+		`|\b\d{1,3}(?:\.\d{1,3}){3}\b`)
+	codePattern = regexp.MustCompile("`" +
+		`|\{[^}]*;|;[^{]*\}|\$\(|\$\{|&&|\|\s*(?:sh|bash|zsh)\b` +
+		`|(?:^|\s)(?:\$|>>>)\s+[a-z./~]|\b[a-z]:\\>|\b(?:sudo|wget|curl|chmod)\s|\brm\s+-|<\s*/?\s*script|\beval\s*\(`)
+)
+
+// detectAnomalies lists the anomalies of one answer: raw is the answer as
+// received, text its normalized form. skipURL is set for email answers,
+// whose format is a domain by definition.
+func detectAnomalies(question, raw, text string, skipURL bool) []Anomaly {
+	var out []Anomaly
+	if points := invisiblePoints(raw); points != "" {
+		out = append(out, Anomaly{Question: question, Kind: AnomalyInvisible, Excerpt: points})
+	}
+	folded := strings.ToLower(norm.NFKC.String(text))
+	patterns := []struct {
+		kind AnomalyKind
+		re   *regexp.Regexp
+	}{{AnomalyInstruction, instructionPattern}, {AnomalyURL, urlPattern}, {AnomalyCode, codePattern}}
+	for _, p := range patterns {
+		if p.kind == AnomalyURL && skipURL {
+			continue
+		}
+		if loc := p.re.FindStringIndex(folded); loc != nil {
+			out = append(out, Anomaly{Question: question, Kind: p.kind, Excerpt: excerpt(folded, loc[0], loc[1])})
+		}
+	}
+	if word := mixedScriptWord(text); word != "" {
+		out = append(out, Anomaly{Question: question, Kind: AnomalyMixedScript, Excerpt: truncate(word, 48)})
+	}
+	return out
+}
+
+// excerpt returns the match with a little context, at most about 60 bytes.
+func excerpt(s string, start, end int) string {
+	const context = 16
+	if end-start > 40 {
+		end = start + 40
+	}
+	from, to := max(start-context, 0), min(end+context, len(s))
+	for from > 0 && !utf8RuneStart(s[from]) {
+		from--
+	}
+	for to < len(s) && !utf8RuneStart(s[to]) {
+		to++
+	}
+	out := s[from:to]
+	if from > 0 {
+		out = "…" + out
+	}
+	if to < len(s) {
+		out += "…"
+	}
+	return out
+}
+
+// invisiblePoints names the distinct invisible code points in s, at most
+// four, as "U+200B U+202E"; "" if there are none.
+func invisiblePoints(s string) string {
+	var names []string
+	seen := map[rune]bool{}
+	for _, r := range s {
+		if unicode.IsSpace(r) || !isInvisible(r) || seen[r] {
+			continue
+		}
+		seen[r] = true
+		if len(names) == 4 {
+			names = append(names, "…")
+			break
+		}
+		names = append(names, fmt.Sprintf("U+%04X", r))
+	}
+	return strings.Join(names, " ")
+}
+
+// scripts are the writing systems told apart inside a word. Han, Hiragana,
+// Katakana and Hangul are one group because Japanese and Korean words mix
+// them legitimately. Letters of other scripts count as one "other" script.
+var scripts = []struct {
+	name   string
+	tables []*unicode.RangeTable
+}{
+	{"latin", []*unicode.RangeTable{unicode.Latin}},
+	{"greek", []*unicode.RangeTable{unicode.Greek}},
+	{"cyrillic", []*unicode.RangeTable{unicode.Cyrillic}},
+	{"armenian", []*unicode.RangeTable{unicode.Armenian}},
+	{"hebrew", []*unicode.RangeTable{unicode.Hebrew}},
+	{"arabic", []*unicode.RangeTable{unicode.Arabic}},
+	{"cherokee", []*unicode.RangeTable{unicode.Cherokee}},
+	{"cjk", []*unicode.RangeTable{unicode.Han, unicode.Hiragana, unicode.Katakana, unicode.Hangul}},
+}
+
+// mixedScriptWord returns the first word of s whose letters come from two
+// scripts, the trick behind a Cyrillic "о" inside a Latin "ignоre".
+func mixedScriptWord(s string) string {
+	words := strings.FieldsFunc(s, func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsMark(r)
+	})
+	for _, w := range words {
+		first := ""
+		for _, r := range w {
+			if !unicode.IsLetter(r) {
+				continue
+			}
+			name := scriptOf(r)
+			if first == "" {
+				first = name
+			} else if name != first {
+				return w
+			}
+		}
+	}
+	return ""
+}
+
+func scriptOf(r rune) string {
+	for _, s := range scripts {
+		if unicode.In(r, s.tables...) {
+			return s.name
+		}
+	}
+	return "other"
+}
