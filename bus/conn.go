@@ -38,10 +38,16 @@ type conn struct {
 
 	// slots bounds the requests running off the read loop.
 	slots chan struct{}
+	// ready is closed once rpc is set; the read loop may call Handle
+	// before NewConn returns.
+	ready     chan struct{}
+	closeOnce sync.Once
 
 	// mu guards the fields below. Lock order: Server.mu, conn.mu, router.mu.
-	mu           sync.Mutex
-	initialized  bool
+	mu          sync.Mutex
+	initialized bool
+	// closed is set when the connection stops taking subscriptions:
+	// it is closing, or another connection took its clientId over.
 	closed       bool
 	clientID     string
 	defaultTopic string
@@ -58,6 +64,7 @@ func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
 		remote: remote,
 		slots:  make(chan struct{}, s.opts.MaxInFlight),
 		subs:   make(map[string]*subscription),
+		ready:  make(chan struct{}),
 	}
 	return c
 }
@@ -72,6 +79,7 @@ func (c *conn) serve() {
 	c.log.Debug("peer connected")
 
 	c.rpc = jsonrpc2.NewConn(s.ctx, c.stream, c, jsonrpc2.SetLogger(slogLogger{c.log}))
+	close(c.ready)
 	go c.keepalive()
 	<-c.rpc.DisconnectNotify()
 	c.cleanup()
@@ -109,19 +117,15 @@ func (c *conn) id() string {
 // close closes the connection with a status and reason; the cleanup runs
 // in serve once the JSON-RPC connection notices.
 func (c *conn) close(code websocket.StatusCode, reason string) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.closed = true
-	c.mu.Unlock()
-	go func() {
-		// Close waits for the peer's close frame for a few seconds at
-		// most; jsonrpc2 then notices the dead stream.
-		_ = c.stream.CloseWith(code, reason)
-		_ = c.rpc.Close()
-	}()
+	c.closeOnce.Do(func() {
+		go func() {
+			// Close waits for the peer's close frame for a few seconds
+			// at most; jsonrpc2 then notices the dead stream.
+			_ = c.stream.CloseWith(code, reason)
+			<-c.ready
+			_ = c.rpc.Close()
+		}()
+	})
 }
 
 // cleanup drops the connection's subscriptions and identity.

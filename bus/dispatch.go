@@ -21,6 +21,7 @@ import (
 // answer processMessage calls, and a full connection gets -32006 at once
 // instead of a blocked read loop.
 func (c *conn) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Request) {
+	<-c.ready
 	if req.Notif {
 		// No bus method is a notification, and notifications are never
 		// answered, not even with an error.

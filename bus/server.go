@@ -201,7 +201,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("drain: %w", ctx.Err())
 	}
-	s.cancel()
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -211,7 +210,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.close(websocket.StatusGoingAway, closeShutdown)
 	}
-	s.work.Wait()
+	closed := make(chan struct{})
+	go func() {
+		s.work.Wait()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		// Peers that do not finish the close handshake in time are cut.
+		if err == nil {
+			err = fmt.Errorf("close peers: %w", ctx.Err())
+		}
+	}
+	s.cancel()
+	<-closed
 	return err
 }
 

@@ -1,0 +1,299 @@
+// Package bustest runs a real bus on loopback for tests, and a raw
+// JSON-RPC client that speaks to it frame by frame: tests can send any
+// bytes, read every frame, and answer processMessage calls, with no bus
+// code in between.
+package bustest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// Timeout bounds every wait in this package, so a broken bus fails a test
+// instead of hanging it.
+const Timeout = 10 * time.Second
+
+// Server is a bus served over loopback HTTP.
+type Server struct {
+	*bus.Server
+	HTTP *httptest.Server
+	// URL is the WebSocket URL peers dial.
+	URL string
+}
+
+// Start starts a bus with opts on 127.0.0.1 and stops it when the test
+// ends. Its logs are discarded unless opts names a Logger.
+func Start(t testing.TB, opts *bus.Options) *Server {
+	t.Helper()
+	var o bus.Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	srv, err := bus.New(&o)
+	if err != nil {
+		t.Fatalf("bustest: %v", err)
+	}
+	hs := httptest.NewServer(srv)
+	s := &Server{Server: srv, HTTP: hs, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		hs.Close()
+	})
+	return s
+}
+
+// Response is a JSON-RPC response as read off the wire.
+type Response struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *protocol.Error `json:"error"`
+}
+
+// ProcessFunc answers a processMessage call. It returns the result to
+// send, or a *protocol.Error to answer with an error.
+type ProcessFunc func(p protocol.ProcessMessageParams) any
+
+// Client is a raw WebSocket JSON-RPC client. Calls made with Call get their
+// responses; processMessage requests go to the function set with
+// OnProcess; every other frame is kept for Recv.
+type Client struct {
+	t  testing.TB
+	WS *websocket.Conn
+
+	frames chan []byte
+	done   chan struct{}
+	// CloseErr is the error the read loop ended with, once done is
+	// closed.
+	CloseErr error
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	nextID  int
+	pending map[string]chan Response
+	process ProcessFunc
+}
+
+// Dial connects a raw client to url; it is closed when the test ends.
+func Dial(t testing.TB, url string) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatalf("bustest: dial %s: %v", url, err)
+	}
+	ws.SetReadLimit(-1)
+	c := &Client{t: t, WS: ws, frames: make(chan []byte, 1024), done: make(chan struct{}), pending: make(map[string]chan Response)}
+	go c.readLoop()
+	t.Cleanup(func() { _ = ws.CloseNow() })
+	return c
+}
+
+func (c *Client) readLoop() {
+	defer close(c.done)
+	for {
+		_, data, err := c.WS.Read(context.Background())
+		if err != nil {
+			c.CloseErr = err
+			return
+		}
+		var head struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params json.RawMessage `json:"params"`
+		}
+		if json.Unmarshal(data, &head) == nil {
+			if head.Method == "" && len(head.ID) > 0 {
+				c.mu.Lock()
+				ch := c.pending[string(head.ID)]
+				delete(c.pending, string(head.ID))
+				c.mu.Unlock()
+				if ch != nil {
+					var r Response
+					_ = json.Unmarshal(data, &r)
+					ch <- r
+					continue
+				}
+			}
+			c.mu.Lock()
+			process := c.process
+			c.mu.Unlock()
+			if head.Method == protocol.MethodProcessMessage && process != nil {
+				go c.answer(head.ID, head.Params, process)
+				continue
+			}
+		}
+		c.frames <- data
+	}
+}
+
+func (c *Client) answer(id, params json.RawMessage, process ProcessFunc) {
+	var p protocol.ProcessMessageParams
+	_ = json.Unmarshal(params, &p)
+	out := process(p)
+	msg := map[string]any{"jsonrpc": "2.0", "id": id}
+	if e, ok := out.(*protocol.Error); ok {
+		msg["error"] = e
+	} else {
+		msg["result"] = out
+	}
+	data, _ := json.Marshal(msg)
+	_ = c.WS.Write(context.Background(), websocket.MessageText, data)
+}
+
+// OnProcess sets the function that answers processMessage calls.
+func (c *Client) OnProcess(f ProcessFunc) {
+	c.mu.Lock()
+	c.process = f
+	c.mu.Unlock()
+}
+
+// Send writes one raw text frame.
+func (c *Client) Send(frame string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	if err := c.WS.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
+		c.t.Fatalf("bustest: send %s: %v", frame, err)
+	}
+}
+
+// Recv returns the next frame not taken by Call or OnProcess, failing the
+// test after Timeout.
+func (c *Client) Recv() []byte {
+	c.t.Helper()
+	select {
+	case f := <-c.frames:
+		return f
+	case <-c.done:
+		c.t.Fatalf("bustest: connection closed while waiting for a frame: %v", c.CloseErr)
+	case <-time.After(Timeout):
+		c.t.Fatalf("bustest: no frame within %s", Timeout)
+	}
+	return nil
+}
+
+// NoFrame fails the test if a frame arrives within d.
+func (c *Client) NoFrame(d time.Duration) {
+	c.t.Helper()
+	select {
+	case f := <-c.frames:
+		c.t.Fatalf("bustest: unexpected frame %s", f)
+	case <-time.After(d):
+	}
+}
+
+// Closed waits for the bus to close the connection and returns the close
+// status it sent.
+func (c *Client) Closed() websocket.StatusCode {
+	c.t.Helper()
+	select {
+	case <-c.done:
+		return websocket.CloseStatus(c.CloseErr)
+	case <-time.After(Timeout):
+		c.t.Fatalf("bustest: connection still open after %s", Timeout)
+	}
+	return -1
+}
+
+// Call sends a request and waits for its response. It is safe to use
+// from several goroutines.
+func (c *Client) Call(method string, params any) Response {
+	c.t.Helper()
+	c.mu.Lock()
+	c.nextID++
+	id := fmt.Sprintf(`"bustest-%d"`, c.nextID)
+	ch := make(chan Response, 1)
+	c.pending[id] = ch
+	c.mu.Unlock()
+	msg := map[string]any{"jsonrpc": "2.0", "id": json.RawMessage(id), "method": method}
+	if params != nil {
+		msg["params"] = params
+	}
+	data, _ := json.Marshal(msg)
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	if err := c.WS.Write(ctx, websocket.MessageText, data); err != nil {
+		c.t.Errorf("bustest: %s: %v", method, err)
+		return Response{Error: &protocol.Error{Code: -1, Message: err.Error()}}
+	}
+	select {
+	case r := <-ch:
+		return r
+	case <-c.done:
+		c.t.Errorf("bustest: %s: connection closed: %v", method, c.CloseErr)
+	case <-time.After(Timeout):
+		c.t.Errorf("bustest: %s: no response within %s", method, Timeout)
+	}
+	return Response{Error: &protocol.Error{Code: -1, Message: "no response"}}
+}
+
+// MustCall is Call that fails the test on an error response and decodes
+// the result into out (if not nil).
+func (c *Client) MustCall(method string, params any, out any) {
+	c.t.Helper()
+	r := c.Call(method, params)
+	if r.Error != nil {
+		c.t.Fatalf("bustest: %s %v: error %d: %s", method, params, r.Error.Code, r.Error.Message)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.Result, out); err != nil {
+			c.t.Fatalf("bustest: %s: decode result %s: %v", method, r.Result, err)
+		}
+	}
+}
+
+// Initialize sends initialize as clientID.
+func (c *Client) Initialize(clientID string) protocol.InitializeResult {
+	c.t.Helper()
+	var r protocol.InitializeResult
+	c.MustCall(protocol.MethodInitialize, protocol.InitializeParams{ClientID: clientID}, &r)
+	return r
+}
+
+// Subscribe subscribes to pattern under policy ("" for the default).
+func (c *Client) Subscribe(pattern string, policy protocol.Policy) {
+	c.t.Helper()
+	c.MustCall(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: pattern, Policy: policy}, nil)
+}
+
+// Publish sends a message of the given type to topic and returns the
+// result.
+func (c *Client) Publish(topic, payloadType string) protocol.SendMessageResult {
+	c.t.Helper()
+	var r protocol.SendMessageResult
+	c.MustCall(protocol.MethodSendMessage, map[string]any{"topic": topic, "payload": map[string]any{"type": payloadType}}, &r)
+	return r
+}
+
+// Connect dials url, initializes as clientID, and answers every
+// processMessage with process.
+func Connect(t testing.TB, url, clientID string, process ProcessFunc) *Client {
+	t.Helper()
+	c := Dial(t, url)
+	c.OnProcess(process)
+	c.Initialize(clientID)
+	return c
+}
+
+// Processed answers every delivery with processed: true.
+func Processed(protocol.ProcessMessageParams) any {
+	return protocol.ProcessMessageResult{Processed: true}
+}

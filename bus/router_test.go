@@ -1,0 +1,160 @@
+package bus
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// sub is one subscribe or unsubscribe step of a routing scenario:
+// "A inbound:*" subscribes client A, "-A inbound:*" removes it.
+func applySteps(t *testing.T, r *router, steps []string) {
+	t.Helper()
+	conns := map[string]*conn{}
+	held := map[string]*subscription{}
+	for _, step := range steps {
+		client, pattern, _ := strings.Cut(step, " ")
+		if name, ok := strings.CutPrefix(client, "-"); ok {
+			s := held[name+" "+pattern]
+			if s == nil {
+				t.Fatalf("step %q: not subscribed", step)
+			}
+			r.remove(s)
+			delete(held, name+" "+pattern)
+			continue
+		}
+		c := conns[client]
+		if c == nil {
+			c = &conn{clientID: client}
+			conns[client] = c
+		}
+		p, err := protocol.ParsePattern(pattern)
+		if err != nil {
+			t.Fatalf("step %q: %v", step, err)
+		}
+		held[client+" "+pattern] = r.add(c, p, protocol.PolicyContinueAll)
+	}
+}
+
+func chainOf(r *router, topic string) string {
+	var out []string
+	for _, s := range r.route(topic) {
+		out = append(out, s.conn.clientID)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestRouteLastMatchWins(t *testing.T) {
+	tests := []struct {
+		name  string
+		steps []string
+		topic string
+		want  string // clients in delivery order
+	}{
+		// The spec's example, verbatim.
+		{"spec critical", []string{"A inbound:*", "B inbound:critical", "C inbound:*"}, "inbound:critical", "C,B"},
+		{"spec normal", []string{"A inbound:*", "B inbound:critical", "C inbound:*"}, "inbound:normal", "C"},
+		{"newest first", []string{"A x:a", "B x:*", "C x:?"}, "x:a", "C,B,A"},
+		{"identical pattern: newest only", []string{"A x:*", "B x:*"}, "x:1", "B"},
+		{"newer duplicate gone, older counts again", []string{"A x:*", "B x:*", "-B x:*"}, "x:1", "A"},
+		{"client once at its newest match", []string{"A x:a", "B x:*", "A x:?"}, "x:a", "A,B"},
+		{"client once, older pattern shadowed", []string{"B x:a", "A x:*", "B x:*"}, "x:a", "B"},
+		{"no match", []string{"A x:*"}, "y:1", ""},
+		{"unsubscribe", []string{"A x:a", "-A x:a"}, "x:a", ""},
+		{"exact does not match longer", []string{"A inbound:chat-1"}, "inbound:chat-10", ""},
+		{"prefix with dash", []string{"A inbound:chat-"}, "inbound:chat-1", "A"},
+		{"prefix matches itself", []string{"A inbound:chat-"}, "inbound:chat-", "A"},
+		{"prefix with colon", []string{"A inbound:"}, "inbound:x:y", "A"},
+		{"prefix must be a prefix", []string{"A inbound:"}, "inbound", ""},
+		{"star crosses colons", []string{"A inbound:*"}, "inbound:a:b", "A"},
+		{"star matches empty", []string{"A inbound:*"}, "inbound:", "A"},
+		{"question one char", []string{"A tg:?"}, "tg:12", ""},
+		{"class", []string{"A tg:[0-9]*"}, "tg:123", "A"},
+		{"negated class", []string{"A tg:[!0-9]*"}, "tg:123", ""},
+		{"star in the middle", []string{"A a*z"}, "abcz", "A"},
+		{"star alone", []string{"A *"}, "anything:at-all", "A"},
+		{"x*x needs two x", []string{"A x*x"}, "x", ""},
+		{"mixed kinds ordered by age", []string{"A tg:1", "B tg:", "C tg:*", "D *"}, "tg:1", "D,C,B,A"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRouter()
+			applySteps(t, r, tt.steps)
+			if got := chainOf(r, tt.topic); got != tt.want {
+				t.Errorf("route(%q) = %q, want %q", tt.topic, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRouterCountsAndRemoveTwice(t *testing.T) {
+	r := newRouter()
+	c := &conn{clientID: "A"}
+	var subs []*subscription
+	for _, p := range []string{"a", "a:", "a:*"} {
+		pat, _ := protocol.ParsePattern(p)
+		subs = append(subs, r.add(c, pat, protocol.PolicyContinueAll))
+	}
+	if r.size() != 3 {
+		t.Fatalf("size = %d, want 3", r.size())
+	}
+	for _, s := range subs {
+		r.remove(s)
+		r.remove(s)
+	}
+	if r.size() != 0 || len(r.exact)+len(r.prefix)+len(r.globs)+len(r.globLens) != 0 {
+		t.Fatalf("router not empty after removing all: size %d, %d %d %d %d", r.size(), len(r.exact), len(r.prefix), len(r.globs), len(r.globLens))
+	}
+}
+
+// benchRouter fills a router with n exact subscriptions, plus a few of
+// every other kind, as many agents each on their own topic would.
+func benchRouter(b *testing.B, n int) *router {
+	r := newRouter()
+	for i := range n {
+		p, _ := protocol.ParsePattern(fmt.Sprintf("agent:agent-%d", i))
+		r.add(&conn{clientID: fmt.Sprintf("agent-%d", i)}, p, protocol.PolicyStopOnProcessed)
+	}
+	for _, s := range []string{"inbound:*", "outbound:", "tg:[0-9]*", "system:*"} {
+		p, _ := protocol.ParsePattern(s)
+		r.add(&conn{clientID: "bridge-" + s}, p, protocol.PolicyStopOnProcessed)
+	}
+	return r
+}
+
+func BenchmarkRoute(b *testing.B) {
+	for _, n := range []int{10, 10000} {
+		r := benchRouter(b, n)
+		topic := fmt.Sprintf("agent:agent-%d", n/2)
+		b.Run(fmt.Sprintf("exact/subs=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if len(r.route(topic)) != 1 {
+					b.Fatal("no route")
+				}
+			}
+		})
+	}
+	mixed := newRouter()
+	for i := range 10000 {
+		var s string
+		switch i % 3 {
+		case 0:
+			s = fmt.Sprintf("agent:a%d", i)
+		case 1:
+			s = fmt.Sprintf("tg:%d:", i)
+		default:
+			s = fmt.Sprintf("task:%d:*", i)
+		}
+		p, _ := protocol.ParsePattern(s)
+		mixed.add(&conn{clientID: fmt.Sprintf("c%d", i)}, p, protocol.PolicyStopOnProcessed)
+	}
+	for _, topic := range []string{"agent:a3000", "tg:3001:x", "task:3002:y", "nothing:here"} {
+		b.Run("mixed/subs=10000/"+topic, func(b *testing.B) {
+			for b.Loop() {
+				mixed.route(topic)
+			}
+		})
+	}
+}
