@@ -195,7 +195,9 @@ func TestInFlightBound(t *testing.T) {
 	sub.Subscribe("slow", "")
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	first := make(chan bustest.Response)
-	go func() { first <- pub.Call("sendMessage", map[string]any{"topic": "slow", "payload": map[string]any{"type": "t"}}) }()
+	go func() {
+		first <- pub.Call("sendMessage", map[string]any{"topic": "slow", "payload": map[string]any{"type": "t"}})
+	}()
 	<-delivered // the first send now holds the only slot
 	second := pub.Call("sendMessage", map[string]any{"topic": "slow", "payload": map[string]any{"type": "t"}})
 	require.NotNil(t, second.Error)
