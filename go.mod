@@ -3,21 +3,23 @@ module github.com/bub-bus/bub
 go 1.26.8
 
 require (
+	github.com/coder/websocket v1.8.15
+	github.com/gobwas/glob v1.1.0
+	github.com/gorilla/websocket v1.5.3
+	github.com/prometheus/client_golang v1.25.0
+	github.com/sourcegraph/jsonrpc2 v0.2.3
+	github.com/stretchr/testify v1.12.1
+	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/text v0.43.0
+)
+
+require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/coder/websocket v1.8.15 // indirect
-	github.com/gobwas/glob v1.1.0 // indirect
-	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/sourcegraph/jsonrpc2 v0.2.3 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
-	go.etcd.io/bbolt v1.5.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
