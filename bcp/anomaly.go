@@ -84,27 +84,40 @@ func detectAnomalies(question, raw, text string, skipURL bool) []Anomaly {
 	return out
 }
 
-// excerpt returns the match with a little context, at most about 60 bytes.
+// excerpt returns the match (cut at 40 bytes) with up to two words of
+// context on each side.
 func excerpt(s string, start, end int) string {
-	const context = 16
-	if end-start > 40 {
-		end = start + 40
+	const words, maxMatch = 2, 40
+	match := truncate(s[start:end], maxMatch)
+	before := strings.Fields(s[:start])
+	after := strings.Fields(s[end:])
+	var b strings.Builder
+	if len(before) > words {
+		b.WriteString("…")
+		before = before[len(before)-words:]
 	}
-	from, to := max(start-context, 0), min(end+context, len(s))
-	for from > 0 && !utf8RuneStart(s[from]) {
-		from--
+	for _, w := range before {
+		b.WriteString(truncate(w, 16))
+		b.WriteByte(' ')
 	}
-	for to < len(s) && !utf8RuneStart(s[to]) {
-		to++
+	if start > 0 && !strings.HasSuffix(s[:start], " ") && len(before) > 0 {
+		// the match starts inside a word: undo the separating space
+		out := strings.TrimSuffix(b.String(), " ")
+		b.Reset()
+		b.WriteString(out)
 	}
-	out := s[from:to]
-	if from > 0 {
-		out = "…" + out
+	b.WriteString(match)
+	for i, w := range after {
+		if i == words {
+			b.WriteString(" …")
+			break
+		}
+		if i > 0 || strings.HasPrefix(s[end:], " ") {
+			b.WriteByte(' ')
+		}
+		b.WriteString(truncate(w, 16))
 	}
-	if to < len(s) {
-		out += "…"
-	}
-	return out
+	return b.String()
 }
 
 // invisiblePoints names the distinct invisible code points in s, at most
@@ -152,8 +165,8 @@ func mixedScriptWord(s string) string {
 	for _, w := range words {
 		first := ""
 		for _, r := range w {
-			if !unicode.IsLetter(r) {
-				continue
+			if !unicode.IsLetter(r) || unicode.In(r, unicode.Common, unicode.Inherited) {
+				continue // marks like the katakana "ー" belong to no one script
 			}
 			name := scriptOf(r)
 			if first == "" {

@@ -94,6 +94,16 @@ func (d *decoder) count(n *node, path string) int {
 	return int(v)
 }
 
+// size decodes max_words or max_chars. Zero is refused here because in the
+// typed Spec it means "not declared".
+func (d *decoder) size(n *node, path string, limit int) int {
+	v := d.count(n, path)
+	if v <= 0 && n.kind == kindNumber && isIntegerLiteral(n.text) {
+		d.fail(n, CodeBadMaxWords, path, "must be between 1 and %d, not %s", limit, truncate(n.text, 24))
+	}
+	return v
+}
+
 func (d *decoder) list(n *node, path string) []*node {
 	if n.kind != kindArray {
 		d.fail(n, CodeWrongType, path, "must be a list, not %s", n.kind)

@@ -167,7 +167,7 @@ func (d *decoder) spec(n *node, path string, extra ...string) *Spec {
 		}
 	case QuestionAnswer:
 		if v := n.get("max_words"); v != nil {
-			s.MaxWords = d.count(v, joinPath(path, "max_words"))
+			s.MaxWords = d.size(v, joinPath(path, "max_words"), MaxWordsLimit)
 		}
 		if v := d.require(n, path, "questions"); v != nil {
 			for i, item := range d.list(v, joinPath(path, "questions")) {
@@ -179,7 +179,7 @@ func (d *decoder) spec(n *node, path string, extra ...string) *Spec {
 			s.Directive = d.str(v, joinPath(path, "directive"))
 		}
 		if v := d.require(n, path, "max_words"); v != nil {
-			s.MaxWords = d.count(v, joinPath(path, "max_words"))
+			s.MaxWords = d.size(v, joinPath(path, "max_words"), MaxWordsLimit)
 		}
 		s.RequiresApproval = true
 		if v := n.get("requires_approval"); v != nil {
@@ -246,13 +246,13 @@ func (d *decoder) question(n *node, path string) Question {
 		q.Question = d.str(v, joinPath(path, "question"))
 	}
 	if v := n.get("max_words"); v != nil {
-		q.MaxWords = d.count(v, joinPath(path, "max_words"))
+		q.MaxWords = d.size(v, joinPath(path, "max_words"), MaxWordsLimit)
 	}
 	if v := d.require(n, path, "expected_format"); v != nil {
 		q.ExpectedFormat = Format(d.str(v, joinPath(path, "expected_format")))
 	}
 	if v := n.get("max_chars"); v != nil {
-		q.MaxChars = d.count(v, joinPath(path, "max_chars"))
+		q.MaxChars = d.size(v, joinPath(path, "max_chars"), MaxCharsLimit)
 	}
 	if v := n.get("same_as"); v != nil {
 		q.SameAs = d.str(v, joinPath(path, "same_as"))

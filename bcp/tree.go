@@ -189,6 +189,9 @@ func fromYAML(y *yaml.Node, path string, lineOffset, depth int) (*node, *Error) 
 			if err != nil {
 				return nil, err
 			}
+			// A block value starts on the line after its key, but an error
+			// about the value reads best pointing at the key.
+			v.line = k.Line + lineOffset
 			n.keys = append(n.keys, k.Value)
 			n.vals = append(n.vals, v)
 		}
