@@ -48,8 +48,8 @@ func TestFrames(t *testing.T) {
 		{"initialize clientId missing", `{"jsonrpc":"2.0","method":"initialize","params":{},"id":3}`, `{"id":3,"error":{"code":-32002,"message":"invalid client info: clientId is required"},"jsonrpc":"2.0"}`},
 		{"initialize clientId with space", `{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"a b"},"id":3}`, `{"id":3,"error":{"code":-32002,"message":"invalid client info: clientId \"a b\" has whitespace or a control character at byte 1"},"jsonrpc":"2.0"}`},
 		{"initialize clientId too long", `{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"` + strings.Repeat("x", 257) + `"},"id":3}`, `{"id":3,"error":{"code":-32002,"message":"invalid client info: clientId is 257 bytes, more than 256"},"jsonrpc":"2.0"}`},
-		{"ping", `{"jsonrpc":"2.0","method":"ping","id":"p"}`, `ping`},
-		{"mixed batch", `[{"jsonrpc":"2.0","method":"ping","id":"1"},{"jsonrpc":"2.0","method":"ping"},{"foo":"boo"},{"jsonrpc":"2.0","method":"get_data","id":"9"}]`, `batch`},
+		{"ping before initialize", `{"jsonrpc":"2.0","method":"ping","id":"p"}`, `{"id":"p","error":{"code":-32005,"message":"not initialized: call initialize before ping"},"jsonrpc":"2.0"}`},
+		{"mixed batch", `[{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"batcher"},"id":"1"},{"jsonrpc":"2.0","method":"ping"},{"foo":"boo"},{"jsonrpc":"2.0","method":"get_data","id":"9"}]`, `batch`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,17 +58,6 @@ func TestFrames(t *testing.T) {
 			switch tt.want {
 			case "":
 				c.NoFrame(200 * time.Millisecond)
-			case "ping":
-				var r struct {
-					ID     string              `json:"id"`
-					Result protocol.PingResult `json:"result"`
-				}
-				require.NoError(t, json.Unmarshal(c.Recv(), &r))
-				assert.Equal(t, "p", r.ID)
-				ts, err := time.Parse(time.RFC3339, r.Result.Timestamp)
-				require.NoError(t, err)
-				assert.WithinDuration(t, time.Now(), ts, time.Minute)
-				assert.True(t, strings.HasSuffix(r.Result.Timestamp, "Z"), "timestamp %s is not UTC", r.Result.Timestamp)
 			case "batch":
 				var replies []bustest.Response
 				require.NoError(t, json.Unmarshal(c.Recv(), &replies))
@@ -84,7 +73,9 @@ func TestFrames(t *testing.T) {
 				assert.JSONEq(t, tt.want, string(c.Recv()))
 			}
 			// Whatever came before, the connection is still open.
-			c.MustCall(protocol.MethodPing, nil, nil)
+			if r := c.Call(protocol.MethodPing, nil); r.Error != nil && r.Error.Code == -1 {
+				t.Fatal("connection closed")
+			}
 		})
 	}
 }
@@ -153,7 +144,23 @@ func TestBinaryFrameRefused(t *testing.T) {
 	var r bustest.Response
 	require.NoError(t, json.Unmarshal(c.Recv(), &r))
 	assert.Equal(t, int64(protocol.CodeInvalidRequest), r.Error.Code)
-	c.MustCall(protocol.MethodPing, nil, nil)
+	c.Initialize("binary")
+}
+
+func TestPing(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	c := bustest.Connect(t, srv.URL, "pinger", nil)
+	c.Send(`{"jsonrpc":"2.0","method":"ping","id":"p"}`)
+	var r struct {
+		ID     string              `json:"id"`
+		Result protocol.PingResult `json:"result"`
+	}
+	require.NoError(t, json.Unmarshal(c.Recv(), &r))
+	assert.Equal(t, "p", r.ID)
+	ts, err := time.Parse(time.RFC3339, r.Result.Timestamp)
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now(), ts, time.Minute)
+	assert.True(t, strings.HasSuffix(r.Result.Timestamp, "Z"), "timestamp %s is not UTC", r.Result.Timestamp)
 }
 
 func TestTakeover(t *testing.T) {

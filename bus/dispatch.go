@@ -50,6 +50,9 @@ func (c *conn) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Req
 func (c *conn) handleInline(req *jsonrpc2.Request) (any, error) {
 	switch req.Method {
 	case protocol.MethodPing:
+		if _, err := c.requireInitialized(req.Method); err != nil {
+			return nil, err
+		}
 		return protocol.PingResult{Timestamp: time.Now().UTC().Format(time.RFC3339)}, nil
 	case protocol.MethodInitialize:
 		return c.initialize(req)
@@ -105,7 +108,7 @@ func decodeParams(req *jsonrpc2.Request, v any) error {
 	return nil
 }
 
-// requireInitialized refuses every method but initialize and ping before
+// requireInitialized refuses every method but initialize before
 // initialize.
 func (c *conn) requireInitialized(method string) (string, error) {
 	c.mu.Lock()
