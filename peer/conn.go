@@ -1,0 +1,412 @@
+package peer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/internal/rpcstream"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// Options configure a Conn. A nil *Options, or the zero value of a field,
+// means the default.
+type Options struct {
+	// ClientID is the identity the bus knows the Conn by: the "from" of
+	// every message it sends and the client_id of its acks. A newer
+	// connection that initializes with the same ClientID takes over, and
+	// the bus closes this one (see ErrTakenOver), so two processes must
+	// not share one. Default: "peer-" and random hex, which suits a
+	// throwaway tool but gives an agent no stable identity.
+	ClientID string
+	// ClientInfo describes the software, for the bus's logs.
+	// Default: {Name: "bub-peer", Version: the build's version}.
+	ClientInfo *protocol.ClientInfo
+	// DefaultTopic is where SendMessage sends when given no topic; the
+	// bus resolves it. Default: none, and a send without a topic fails.
+	DefaultTopic string
+	// CallTimeout bounds every call to the bus (initialize, subscribe,
+	// unsubscribe, sendMessage, ping), besides the caller's context.
+	// A sendMessage answers only once every subscriber has, so it must
+	// exceed the bus's delivery timeout times the subscribers in a chain.
+	// Default: 30s.
+	CallTimeout time.Duration
+	// HandlerTimeout is the deadline of the context a Handler gets. The
+	// Conn still waits for the handler to return before it answers, so a
+	// handler must honour its context. Default: 30s, the bus's default
+	// delivery timeout.
+	HandlerTimeout time.Duration
+	// MaxConcurrentHandlers bounds the handlers running at once. A
+	// delivery beyond it is answered at once with ShouldRetry, never
+	// queued, so the read loop never blocks. Default: 64.
+	MaxConcurrentHandlers int
+	// NoReconnect makes the Conn end, rather than reconnect, when the
+	// connection drops; command-line tools that make one call want that.
+	NoReconnect bool
+	// ReconnectMin is the delay before the first reconnect attempt; each
+	// failed attempt doubles it, up to ReconnectMax, with jitter.
+	// Default: 100ms.
+	ReconnectMin time.Duration
+	// ReconnectMax caps the delay between reconnect attempts.
+	// Default: 30s.
+	ReconnectMax time.Duration
+	// WriteTimeout bounds the write of one message to the bus; a
+	// connection that cannot write within it is dropped. Default: 10s.
+	WriteTimeout time.Duration
+	// MaxMessageBytes is the largest message the Conn reads from the bus.
+	// Default: 4 MiB, above the bus's default 1 MiB for a published
+	// message, because a delivery wraps the payload in more fields.
+	MaxMessageBytes int64
+	// Logger receives connection events (reconnects, handler panics) and
+	// JSON-RPC debug output. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.ClientID == "" {
+		o.ClientID = "peer-" + randomHex(6)
+	}
+	if o.ClientInfo == nil {
+		o.ClientInfo = &protocol.ClientInfo{Name: "bub-peer", Version: buildinfo.Version()}
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = 30 * time.Second
+	}
+	if o.HandlerTimeout <= 0 {
+		o.HandlerTimeout = 30 * time.Second
+	}
+	if o.MaxConcurrentHandlers <= 0 {
+		o.MaxConcurrentHandlers = 64
+	}
+	if o.ReconnectMin <= 0 {
+		o.ReconnectMin = 100 * time.Millisecond
+	}
+	if o.ReconnectMax <= 0 {
+		o.ReconnectMax = 30 * time.Second
+	}
+	if o.ReconnectMax < o.ReconnectMin {
+		o.ReconnectMax = o.ReconnectMin
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = 4 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Conn is a connection to the bus, kept up across drops (see the package
+// documentation on reconnecting). Its methods are safe for concurrent use,
+// handlers included, except Close, which waits for running handlers and
+// so must not be called from one.
+type Conn struct {
+	url  string
+	opts Options
+	log  *slog.Logger
+
+	// ctx lives until the Conn ends for good; its cause is the reason
+	// (ErrClosed, ErrTakenOver, the lost connection). Handlers' contexts
+	// derive from it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// slots bounds the handlers running at once.
+	slots chan struct{}
+	// work counts the supervisor and running handlers. Add only under mu
+	// while !ended, so Close's Wait never races an Add.
+	work sync.WaitGroup
+
+	// subMu serializes subscribe, unsubscribe and re-subscription, so the
+	// bus receives patterns in the order subs lists them.
+	subMu sync.Mutex
+
+	// mu guards the fields below. Lock order: subMu, then mu; mu is never
+	// held across network I/O.
+	mu        sync.Mutex
+	session   *session // nil while disconnected
+	ended     bool
+	subs      []*subscription          // in subscribe order
+	byPattern map[string]*subscription // the same, by pattern string
+}
+
+// session is one WebSocket connection and its initialize; a Conn has a new
+// one after every reconnect.
+type session struct {
+	rpc    *jsonrpc2.Conn
+	stream *watchedStream
+}
+
+// close drops the connection at once.
+func (s *session) close() {
+	_ = s.rpc.Close()
+}
+
+// watchedStream remembers why reading stopped, so the Conn can tell a
+// takeover by a newer connection from a dropped network.
+type watchedStream struct {
+	*rpcstream.Stream
+
+	// mu guards err.
+	mu  sync.Mutex
+	err error
+}
+
+func (s *watchedStream) ReadObject(v any) error {
+	err := s.Stream.ReadObject(v)
+	if err != nil {
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = err
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// cause returns the error that ended reading, or a generic one.
+func (s *watchedStream) cause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		return errors.New("connection closed")
+	}
+	return s.err
+}
+
+// Dial connects to the bus at url (ws://host:port/), initializes with
+// opts.ClientID, and returns the Conn. ctx bounds the dial and initialize
+// only; the Conn lives until Close, or until it ends for good (see Done).
+// Dial does not retry: when the bus cannot be reached it returns the error,
+// and reconnecting starts only once a first connection was made.
+func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.setDefaults()
+	if err := protocol.ValidateClientID(o.ClientID); err != nil {
+		return nil, fmt.Errorf("dial %s: %w", url, err)
+	}
+	c := &Conn{
+		url:       url,
+		opts:      o,
+		log:       o.Logger.With("bus", url, "client", o.ClientID),
+		slots:     make(chan struct{}, o.MaxConcurrentHandlers),
+		byPattern: make(map[string]*subscription),
+	}
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithTimeout(ctx, o.CallTimeout)
+	defer cancel()
+	s, err := c.establish(ctx)
+	if err != nil {
+		c.cancel(err)
+		return nil, err
+	}
+	c.work.Add(1)
+	go c.supervise(s)
+	return c, nil
+}
+
+// ClientID returns the clientId the Conn initialized with.
+func (c *Conn) ClientID() string { return c.opts.ClientID }
+
+// Done returns a channel that is closed when the Conn has ended for good:
+// after Close, after a takeover of its clientId, or after a dropped
+// connection with Options.NoReconnect. It stays open while reconnecting.
+func (c *Conn) Done() <-chan struct{} { return c.ctx.Done() }
+
+// Err returns why the Conn ended (ErrClosed, ErrTakenOver, or the error
+// that dropped the connection), or nil while it has not.
+func (c *Conn) Err() error {
+	if c.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(c.ctx)
+}
+
+// Close closes the connection with a normal WebSocket close, cancels the
+// contexts of running handlers and waits for them to return. Calls after
+// Close fail with ErrClosed. Close is idempotent.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	c.ended = true
+	s := c.session
+	c.session = nil
+	c.mu.Unlock()
+	if s != nil {
+		// The close handshake lets the bus tell a goodbye from a crash.
+		_ = s.stream.CloseWith(websocket.StatusNormalClosure, "client closed")
+		s.close()
+	}
+	c.cancel(ErrClosed)
+	c.work.Wait()
+	return nil
+}
+
+// end ends the Conn for good with reason, without waiting for handlers.
+func (c *Conn) end(reason error) {
+	c.mu.Lock()
+	c.ended = true
+	s := c.session
+	c.session = nil
+	c.mu.Unlock()
+	c.cancel(reason)
+	if s != nil {
+		s.close()
+	}
+}
+
+// establish dials, initializes, and re-subscribes every subscription in
+// order, then makes the new session current. On Dial there is nothing to
+// re-subscribe yet.
+func (c *Conn) establish(ctx context.Context) (*session, error) {
+	ws, _, err := websocket.Dial(ctx, c.url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", c.url, err)
+	}
+	ws.SetReadLimit(c.opts.MaxMessageBytes)
+	stream := &watchedStream{Stream: rpcstream.New(ws, c.opts.WriteTimeout)}
+	s := &session{stream: stream}
+	s.rpc = jsonrpc2.NewConn(c.ctx, stream, inbound{c}, jsonrpc2.SetLogger(rpcLogger{c.log}))
+
+	params := protocol.InitializeParams{ClientID: c.opts.ClientID, ClientInfo: c.opts.ClientInfo, DefaultTopic: c.opts.DefaultTopic}
+	var result protocol.InitializeResult
+	if err := c.callOn(ctx, s, protocol.MethodInitialize, params, &result); err != nil {
+		s.close()
+		return nil, fmt.Errorf("initialize %s as %q: %w", c.url, c.opts.ClientID, err)
+	}
+
+	// Held until the patterns are restored, so a Subscribe made meanwhile
+	// lands after them and routing order is what it was.
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		s.close()
+		return nil, ErrClosed
+	}
+	c.session = s
+	subs := append([]*subscription(nil), c.subs...)
+	c.mu.Unlock()
+	for _, sub := range subs {
+		if err := c.callOn(ctx, s, protocol.MethodSubscribe, sub.params(), nil); err != nil {
+			c.drop(s)
+			return nil, fmt.Errorf("re-subscribe %q on %s: %w", sub.pattern, c.url, err)
+		}
+	}
+	return s, nil
+}
+
+// drop closes session s and forgets it if it is current.
+func (c *Conn) drop(s *session) {
+	c.mu.Lock()
+	if c.session == s {
+		c.session = nil
+	}
+	c.mu.Unlock()
+	s.close()
+}
+
+// current returns the session to call on, or why there is none.
+func (c *Conn) current() (*session, error) {
+	c.mu.Lock()
+	s, ended := c.session, c.ended
+	c.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	return nil, c.unavailable(ended)
+}
+
+// unavailable says why no call can be made: closed, ended for another
+// reason, or reconnecting.
+func (c *Conn) unavailable(ended bool) error {
+	if !ended {
+		return ErrDisconnected
+	}
+	cause := context.Cause(c.ctx)
+	if cause == nil || errors.Is(cause, ErrClosed) {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %w", ErrDisconnected, cause)
+}
+
+// call makes one call on the current session.
+func (c *Conn) call(ctx context.Context, method string, params, result any) error {
+	s, err := c.current()
+	if err != nil {
+		return err
+	}
+	return c.callOn(ctx, s, method, params, result)
+}
+
+// errCallTimeout tells Options.CallTimeout from the caller's own deadline.
+var errCallTimeout = errors.New("call timeout")
+
+// callOn calls method on session s, bounded by Options.CallTimeout, and
+// turns what went wrong into the package's errors: the bus's answer as a
+// *protocol.Error, a lost connection as ErrDisconnected or ErrClosed.
+func (c *Conn) callOn(ctx context.Context, s *session, method string, params, result any) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, c.opts.CallTimeout, errCallTimeout)
+	defer cancel()
+	err := s.rpc.Call(ctx, method, params, result)
+	if err == nil {
+		return nil
+	}
+	var rpcErr *jsonrpc2.Error
+	switch {
+	case errors.As(err, &rpcErr):
+		e := &protocol.Error{Code: rpcErr.Code, Message: rpcErr.Message}
+		if rpcErr.Data != nil {
+			e.Data = *rpcErr.Data
+		}
+		return e
+	case ctx.Err() != nil && context.Cause(ctx) == errCallTimeout:
+		return fmt.Errorf("%w: no answer within %s: %w", ErrCallTimeout, c.opts.CallTimeout, context.DeadlineExceeded)
+	case ctx.Err() != nil:
+		return err
+	case errors.Is(err, jsonrpc2.ErrClosed):
+		c.mu.Lock()
+		ended := c.ended
+		c.mu.Unlock()
+		if ended {
+			return c.unavailable(true)
+		}
+		return fmt.Errorf("%w: connection lost before the answer", ErrDisconnected)
+	}
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syntax) || errors.As(err, &typ) {
+		return fmt.Errorf("decode %s result: %w", method, err)
+	}
+	// A failed write: the WebSocket is closing, and the read loop will
+	// notice.
+	return fmt.Errorf("%w: %w", ErrDisconnected, err)
+}
+
+// rpcLogger sends jsonrpc2's own messages to slog at debug level.
+type rpcLogger struct{ log *slog.Logger }
+
+func (l rpcLogger) Printf(format string, v ...any) {
+	l.log.Debug("jsonrpc2", "detail", fmt.Sprintf(format, v...))
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

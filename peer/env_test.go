@@ -1,0 +1,61 @@
+package peer_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/peer"
+)
+
+func TestFromEnv(t *testing.T) {
+	t.Setenv("BUB_BUS_URL", "")
+	t.Setenv("BUB_AGENT_ID", "agent-1")
+	t.Setenv("BUB_DEFAULT_TOPIC", "tg:1")
+	t.Setenv("BUB_WORKSPACE", "/ws")
+	assert.Equal(t, peer.Env{BusURL: peer.DefaultBusURL, AgentID: "agent-1", DefaultTopic: "tg:1", Workspace: "/ws"}, peer.FromEnv())
+}
+
+// An agent started by the spawner dials from its environment, receives its
+// direct messages, and replies to its default topic.
+func TestDialEnv(t *testing.T) {
+	b := startBus(t, nil)
+	t.Setenv("BUB_BUS_URL", b.URL)
+	t.Setenv("BUB_AGENT_ID", "agent-abc")
+	t.Setenv("BUB_DEFAULT_TOPIC", "outbound:42")
+
+	chat := dial(t, b.URL, "bridge", nil)
+	replies := make(chan *peer.Delivery, 1)
+	require.NoError(t, chat.Subscribe(t.Context(), "outbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		replies <- d
+		return peer.Result{Processed: true}, nil
+	}, nil))
+
+	var agent *peer.Conn
+	agent, err := peer.DialEnv(t.Context(), func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+		if _, err := agent.SendMessage(ctx, "", map[string]string{"type": "plaintext_message", "text": "on it"}); err != nil {
+			return peer.Result{}, err
+		}
+		return peer.Result{Processed: true, Message: "accepted"}, nil
+	}, &peer.Options{Logger: quiet})
+	require.NoError(t, err)
+	defer agent.Close()
+	assert.Equal(t, "agent-abc", agent.ClientID())
+
+	r, err := chat.SendMessage(t.Context(), peer.AgentTopic("agent-abc"), msg("task_request"))
+	require.NoError(t, err)
+	require.Len(t, r.Acks, 1)
+	assert.Equal(t, "agent-abc", r.Acks[0].ClientID)
+	assert.Equal(t, "accepted", r.Acks[0].Message)
+	reply := <-replies
+	assert.Equal(t, "outbound:42", reply.Topic)
+	assert.Equal(t, "agent-abc", reply.From)
+}
+
+func TestDialEnvNeedsAgentID(t *testing.T) {
+	t.Setenv("BUB_AGENT_ID", "")
+	_, err := peer.DialEnv(t.Context(), nil, nil)
+	require.ErrorContains(t, err, "BUB_AGENT_ID")
+}

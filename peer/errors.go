@@ -1,0 +1,27 @@
+package peer
+
+import "errors"
+
+// Errors of calls on a Conn (Subscribe, Unsubscribe, SendMessage, Ping).
+// Errors the bus answers are *protocol.Error values instead.
+var (
+	// ErrDisconnected means the Conn has no connection to the bus: the
+	// call was not sent, or the connection dropped before its answer
+	// came, so whether the bus acted on it is unknown. While the Conn is
+	// reconnecting a later call may succeed.
+	ErrDisconnected = errors.New("peer: not connected to the bus")
+	// ErrClosed means Close was called; the Conn cannot be used again.
+	ErrClosed = errors.New("peer: connection closed")
+	// ErrCallTimeout means the bus did not answer within
+	// Options.CallTimeout. The error also matches
+	// context.DeadlineExceeded.
+	ErrCallTimeout = errors.New("peer: call timed out")
+)
+
+// Reasons a Conn ends for good, reported by Conn.Err.
+var (
+	// ErrTakenOver means the bus closed the connection because a newer
+	// connection initialized with the same clientId. The Conn does not
+	// reconnect, which would only take the identity back and forth.
+	ErrTakenOver = errors.New("peer: clientId taken over by a newer connection")
+)

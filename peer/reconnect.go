@@ -1,0 +1,94 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// statusTakenOver is the WebSocket close status the bus sends to a
+// connection whose clientId a newer connection initialized with
+// (bus.StatusTakenOver; peer does not import the server).
+const statusTakenOver websocket.StatusCode = 4001
+
+// supervise watches the current session and replaces it when it drops,
+// until the Conn ends.
+func (c *Conn) supervise(s *session) {
+	defer c.work.Done()
+	for s != nil {
+		select {
+		case <-s.rpc.DisconnectNotify():
+		case <-c.ctx.Done():
+			return
+		}
+		s = c.lost(s)
+	}
+}
+
+// lost handles the end of session s and returns the session that replaces
+// it, or nil when the Conn ends instead.
+func (c *Conn) lost(s *session) *session {
+	c.mu.Lock()
+	if c.session == s {
+		c.session = nil
+	}
+	ended := c.ended
+	c.mu.Unlock()
+	if ended {
+		return nil
+	}
+	cause := s.stream.cause()
+	switch {
+	case websocket.CloseStatus(cause) == statusTakenOver:
+		c.log.Warn("the bus closed this connection: a newer one took over the clientId; not reconnecting")
+		c.end(ErrTakenOver)
+		return nil
+	case c.opts.NoReconnect:
+		c.end(fmt.Errorf("connection to %s lost: %w", c.url, cause))
+		return nil
+	}
+	c.log.Warn("connection to the bus lost; reconnecting", "err", cause)
+	return c.reconnect()
+}
+
+// reconnect tries to establish a new session, waiting longer after each
+// failure, until one succeeds or the Conn ends.
+func (c *Conn) reconnect() *session {
+	for attempt := 0; ; attempt++ {
+		delay := c.backoff(attempt)
+		t := time.NewTimer(delay)
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.CallTimeout)
+		s, err := c.establish(ctx)
+		cancel()
+		if err == nil {
+			c.log.Info("reconnected to the bus", "attempts", attempt+1)
+			return s
+		}
+		if c.ctx.Err() != nil {
+			return nil
+		}
+		c.log.Info("reconnect failed", "attempt", attempt+1, "err", err)
+	}
+}
+
+// backoff returns the wait before reconnect attempt n (from 0): doubling
+// from ReconnectMin up to ReconnectMax, of which a random half, so that
+// peers that lost the bus together do not all return at the same instant.
+func (c *Conn) backoff(n int) time.Duration {
+	d := c.opts.ReconnectMax
+	if n < 32 {
+		if grown := c.opts.ReconnectMin << n; grown > 0 && grown < d {
+			d = grown
+		}
+	}
+	return d/2 + rand.N(d/2+1)
+}

@@ -1,0 +1,127 @@
+package peer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
+)
+
+func TestSendMessageRoundTrip(t *testing.T) {
+	b := startBus(t, nil)
+	sub := dial(t, b.URL, "sub", nil)
+	pub := dial(t, b.URL, "pub", nil)
+
+	got := make(chan *peer.Delivery, 1)
+	require.NoError(t, sub.Subscribe(t.Context(), "inbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		got <- d
+		return peer.Result{Processed: true, Message: "seen " + d.Type()}, nil
+	}, nil))
+
+	result, err := pub.SendMessageWithMeta(t.Context(), "inbound:chat-1",
+		json.RawMessage(` {"type":"plaintext_message","text":"hello"} `),
+		map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+	require.NoError(t, err)
+	assert.True(t, result.Success)
+	assert.NotEmpty(t, result.MessageID)
+	assert.Equal(t, []protocol.Ack{{ClientID: "sub", Subscription: "inbound:*", Processed: true, Message: "seen plaintext_message"}}, result.Acks)
+
+	d := <-got
+	assert.Equal(t, "inbound:chat-1", d.Topic)
+	assert.Equal(t, "inbound:*", d.Subscription)
+	assert.Equal(t, "pub", d.From)
+	assert.Equal(t, result.MessageID, d.MessageID)
+	assert.Equal(t, 1, d.Attempt)
+	assert.JSONEq(t, `{"type":"plaintext_message","text":"hello"}`, string(d.Payload))
+	assert.JSONEq(t, `{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`, string(d.Meta))
+	var body struct{ Text string }
+	require.NoError(t, d.Decode(&body))
+	assert.Equal(t, "hello", body.Text)
+}
+
+func TestSendMessageNoSubscriberIsNotAnError(t *testing.T) {
+	b := startBus(t, nil)
+	pub := dial(t, b.URL, "pub", nil)
+	result, err := pub.SendMessage(t.Context(), "nobody:home", msg("ping"))
+	require.NoError(t, err)
+	assert.False(t, result.Success)
+	assert.Equal(t, protocol.ReasonNoSubscribers, result.Reason)
+	assert.Empty(t, result.Acks)
+}
+
+func TestSendMessageDefaultTopic(t *testing.T) {
+	b := startBus(t, nil)
+	sub := dial(t, b.URL, "sub", nil)
+	require.NoError(t, sub.Subscribe(t.Context(), "tg:42", processed, nil))
+	pub := dial(t, b.URL, "pub", &peer.Options{DefaultTopic: "tg:42"})
+	result, err := pub.SendMessage(t.Context(), "", msg("telegram_message"))
+	require.NoError(t, err)
+	assert.True(t, result.Success)
+}
+
+// The bus's refusals come back as *protocol.Error with their code, and
+// local checks that mirror them carry the same codes.
+func TestErrorsCarryProtocolCodes(t *testing.T) {
+	b := startBus(t, nil)
+	c := dial(t, b.URL, "c", nil)
+	ctx := t.Context()
+	require.NoError(t, c.Subscribe(ctx, "dup", processed, nil))
+
+	_, noType := c.SendMessage(ctx, "t", map[string]string{"text": "no type"})
+	_, noTopic := c.SendMessage(ctx, "", msg("x"))
+	_, patternTopic := c.SendMessage(ctx, "a:*", msg("x"))
+	_, notObject := c.SendMessage(ctx, "t", json.RawMessage(`[1]`))
+	for _, tt := range []struct {
+		name string
+		err  error
+		code int64
+	}{
+		{"payload without type", noType, protocol.CodeInvalidParams},
+		{"no topic and no default", noTopic, protocol.CodeInvalidParams},
+		{"pattern as topic", patternTopic, protocol.CodeInvalidParams},
+		{"payload not an object", notObject, protocol.CodeInvalidParams},
+		{"subscribe twice", c.Subscribe(ctx, "dup", processed, nil), protocol.CodeAlreadySubscribed},
+		{"unsubscribe unknown", c.Unsubscribe(ctx, "never"), protocol.CodeSubscriptionNotFound},
+		{"unknown policy", c.Subscribe(ctx, "p", processed, &peer.SubscribeOptions{Policy: "sometimes"}), protocol.CodeInvalidParams},
+		{"bad pattern", c.Subscribe(ctx, "has space", processed, nil), protocol.CodeInvalidParams},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var perr *protocol.Error
+			require.ErrorAs(t, tt.err, &perr)
+			assert.Equal(t, tt.code, perr.Code, "%v", tt.err)
+			assert.Equal(t, tt.code, protocol.CodeOf(tt.err))
+		})
+	}
+
+	// A refused subscription leaves no handler behind: the pattern can be
+	// subscribed properly afterwards.
+	require.NoError(t, c.Subscribe(ctx, "p", processed, &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll}))
+}
+
+func TestSendMessageRejectsBadJSONLocally(t *testing.T) {
+	b := startBus(t, nil)
+	c := dial(t, b.URL, "c", nil)
+	_, err := c.SendMessage(t.Context(), "t", json.RawMessage(`{"type":`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not valid JSON")
+	_, err = c.SendMessage(t.Context(), "t", nil)
+	require.Error(t, err)
+	_, err = c.SendMessage(t.Context(), "t", func() {})
+	require.Error(t, err)
+	var perr *protocol.Error
+	assert.False(t, errors.As(err, &perr), "a local error is not the bus's")
+}
+
+func TestPing(t *testing.T) {
+	b := startBus(t, nil)
+	c := dial(t, b.URL, "c", nil)
+	now, err := c.Ping(t.Context())
+	require.NoError(t, err)
+	assert.False(t, now.IsZero())
+}

@@ -1,0 +1,123 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// SubscribeOptions configure one subscription. A nil *SubscribeOptions
+// means the defaults.
+type SubscribeOptions struct {
+	// Policy decides, after this subscription's handler answered, whether
+	// the message goes on to older matching subscriptions. Default: the
+	// bus's default policy (stopPropagationOnProcessed unless the bus was
+	// started with another).
+	Policy protocol.Policy
+}
+
+// subscription is one pattern the Conn holds, with its handler.
+type subscription struct {
+	pattern string
+	policy  protocol.Policy
+	handler Handler
+}
+
+func (s *subscription) params() protocol.SubscribeParams {
+	return protocol.SubscribeParams{Topic: s.pattern, Policy: s.policy}
+}
+
+// Subscribe subscribes pattern (an exact topic, a prefix ending in ':' or
+// '-', or an fnmatch-style glob; see docs/PROTOCOL.md) and runs handler for
+// every message delivered through it. A pattern is held once per Conn: a
+// second Subscribe of the same string fails with code -32003 until
+// Unsubscribe. Under last-match-wins routing a newer subscription is asked
+// first, and the Conn restores its subscriptions in this order after a
+// reconnect.
+//
+// While the Conn is disconnected Subscribe fails with ErrDisconnected; it
+// is not queued for the next connection.
+func (c *Conn) Subscribe(ctx context.Context, pattern string, handler Handler, opts *SubscribeOptions) error {
+	if handler == nil {
+		return fmt.Errorf("subscribe %q: handler is nil", pattern)
+	}
+	sub := &subscription{pattern: pattern, handler: handler}
+	if opts != nil {
+		sub.policy = opts.Policy
+	}
+	s, err := c.lockSubscriptions()
+	if err != nil {
+		return fmt.Errorf("subscribe %q: %w", pattern, err)
+	}
+	defer c.subMu.Unlock()
+	// The handler is in place before the bus answers, because the first
+	// delivery may arrive before the answer does.
+	c.mu.Lock()
+	if _, dup := c.byPattern[pattern]; dup {
+		c.mu.Unlock()
+		return fmt.Errorf("subscribe %q: %w", pattern, protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", pattern))
+	}
+	c.subs = append(c.subs, sub)
+	c.byPattern[pattern] = sub
+	c.mu.Unlock()
+	if err := c.callOn(ctx, s, protocol.MethodSubscribe, sub.params(), nil); err != nil {
+		c.forget(sub)
+		return fmt.Errorf("subscribe %q: %w", pattern, err)
+	}
+	return nil
+}
+
+// Unsubscribe ends the subscription to pattern, the exact string given to
+// Subscribe. Deliveries already on their way are still handled. A pattern
+// the Conn does not hold fails with code -32004.
+func (c *Conn) Unsubscribe(ctx context.Context, pattern string) error {
+	s, err := c.lockSubscriptions()
+	if err != nil {
+		return fmt.Errorf("unsubscribe %q: %w", pattern, err)
+	}
+	defer c.subMu.Unlock()
+	sub := c.subscription(pattern)
+	if sub == nil {
+		return fmt.Errorf("unsubscribe %q: %w", pattern, protocol.Errorf(protocol.ErrSubscriptionNotFound, "this connection holds no subscription to %q", pattern))
+	}
+	if err := c.callOn(ctx, s, protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: pattern}, nil); err != nil {
+		return fmt.Errorf("unsubscribe %q: %w", pattern, err)
+	}
+	c.forget(sub)
+	return nil
+}
+
+// lockSubscriptions takes subMu for a change to the subscriptions and
+// returns the session to make it on. While disconnected it fails at once,
+// rather than queue behind a reconnect attempt that holds subMu.
+func (c *Conn) lockSubscriptions() (*session, error) {
+	if _, err := c.current(); err != nil {
+		return nil, err
+	}
+	c.subMu.Lock()
+	s, err := c.current()
+	if err != nil {
+		c.subMu.Unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
+// subscription returns the subscription to pattern, or nil.
+func (c *Conn) subscription(pattern string) *subscription {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byPattern[pattern]
+}
+
+// forget removes sub from the Conn's subscriptions.
+func (c *Conn) forget(sub *subscription) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.subs = slices.DeleteFunc(c.subs, func(s *subscription) bool { return s == sub })
+	if c.byPattern[sub.pattern] == sub {
+		delete(c.byPattern, sub.pattern)
+	}
+}
