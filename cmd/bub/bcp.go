@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/bub-bus/bub/bcp"
+)
+
+func init() {
+	register("bcp", "check agent definitions and try BCP query specs", runBCP)
+}
+
+const bcpSynopsis = `bcp <subcommand>
+
+Subcommands:
+  check DIR
+      Load and check every agent definition (*.md) in DIR; print every
+      problem, or a summary of agents, channels and subscription costs.
+  validate --query Q.json --response R.json [--reject-anomalies]
+      Validate a Reader's response against a query spec and print, as JSON,
+      the normalized response, the declared and measured bits and the
+      anomalies, or the rejection with its code. "-" reads stdin.
+
+The rules and codes are in docs/BCP.md.`
+
+func runBCP(_ context.Context, io stdio, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintf(io.err, "Usage: bub %s\n", bcpSynopsis)
+		return 2
+	}
+	switch args[0] {
+	case "check":
+		return runBCPCheck(io, args[1:])
+	case "validate":
+		return runBCPValidate(io, args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprintf(io.err, "Usage: bub %s\n", bcpSynopsis)
+		return 0
+	}
+	fmt.Fprintf(io.err, "bub: unknown bcp subcommand %q\n\nUsage: bub %s\n", args[0], bcpSynopsis)
+	return 2
+}
+
+func runBCPCheck(io stdio, args []string) int {
+	fs := newFlagSet(io, "bcp check", "bcp check DIR\n\nLoads and checks every agent definition (*.md) in DIR.")
+	if code, ok := parseFlags(fs, io, args); !ok {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	dir := fs.Arg(0)
+	defs, err := bcp.LoadDefinitions(dir)
+	if err != nil {
+		var problems bcp.Errors
+		if !errors.As(err, &problems) {
+			return errorf(io, "%v", err)
+		}
+		for _, p := range problems {
+			fmt.Fprintln(io.err, p)
+		}
+		return errorf(io, "%s: %d problem%s in the agent definitions", dir, len(problems), bcpPlural(len(problems)))
+	}
+	printDefinitions(io.out, dir, defs)
+	return 0
+}
+
+// printDefinitions is the summary an operator reads before deploying: who
+// may ask whom, within which budget, and what each subscription costs.
+func printDefinitions(w io.Writer, dir string, defs []*bcp.Definition) {
+	channels, subs := 0, 0
+	for _, d := range defs {
+		channels += len(d.Channels)
+		for _, c := range d.Channels {
+			subs += len(c.Subscriptions)
+		}
+	}
+	fmt.Fprintf(w, "%s: %d agent%s, %d channel%s, %d subscription%s\n", dir,
+		len(defs), bcpPlural(len(defs)), channels, bcpPlural(channels), subs, bcpPlural(subs))
+	for _, d := range defs {
+		taint := ""
+		if d.BaseTaint != 0 {
+			taint = ", base taint " + d.BaseTaint.String()
+		}
+		fmt.Fprintf(w, "%s (%s%s)\n", d.Name, d.File, taint)
+		for _, c := range d.Channels {
+			limits := ""
+			if c.MaxCat2Queries > 0 {
+				limits += fmt.Sprintf(", %d cat-2 queries", c.MaxCat2Queries)
+			}
+			if c.MaxCat3Queries > 0 {
+				limits += fmt.Sprintf(", %d cat-3 queries", c.MaxCat3Queries)
+			}
+			if c.AnomalyPolicy == bcp.RejectAnomalies {
+				limits += ", anomalies rejected"
+			}
+			fmt.Fprintf(w, "  %s of %s: max category %d, budget %v%s\n", c.Role, c.Peer, c.MaxCategory, c.BudgetBits, limits)
+			for _, s := range c.Subscriptions {
+				fmt.Fprintf(w, "    subscription %s: category %d, %v\n", s.ID, s.Spec.Category, s.Spec.Cost())
+			}
+		}
+	}
+}
+
+// bcpValidateOutput is what bub bcp validate prints: the Result when the
+// response is accepted, the error otherwise, and which input it is about.
+type bcpValidateOutput struct {
+	OK bool `json:"ok"`
+	*bcp.Result
+	Error *bcp.Error `json:"error,omitempty"`
+	// In is "query" or "response": the file the error's path points into.
+	In string `json:"in,omitempty"`
+}
+
+func runBCPValidate(io stdio, args []string) int {
+	fs := newFlagSet(io, "bcp validate", "bcp validate --query Q.json --response R.json [--reject-anomalies]\n\nValidates a response against a query spec and prints the outcome as JSON.")
+	queryPath := fs.String("query", "", "query spec file (JSON); - reads stdin")
+	responsePath := fs.String("response", "", "response file (JSON); - reads stdin")
+	rejectAnomalies := fs.Bool("reject-anomalies", false, "reject responses with anomalies instead of flagging them")
+	if code, ok := parseFlags(fs, io, args); !ok {
+		return code
+	}
+	if fs.NArg() != 0 || *queryPath == "" || *responsePath == "" || (*queryPath == "-" && *responsePath == "-") {
+		fs.Usage()
+		return 2
+	}
+	query, err := readBCPInput(io, *queryPath)
+	if err != nil {
+		return errorf(io, "read query: %v", err)
+	}
+	response, err := readBCPInput(io, *responsePath)
+	if err != nil {
+		return errorf(io, "read response: %v", err)
+	}
+	opts := bcp.ValidateOptions{Anomalies: bcp.FlagAnomalies}
+	if *rejectAnomalies {
+		opts.Anomalies = bcp.RejectAnomalies
+	}
+	out := bcpValidateOutput{In: "query"}
+	spec, err := bcp.ParseSpec(query)
+	if err == nil {
+		out.In = "response"
+		out.Result, err = spec.Validate(response, opts)
+	}
+	if err != nil && !errors.As(err, &out.Error) {
+		return errorf(io, "%v", err)
+	}
+	out.OK = err == nil
+	if out.OK {
+		out.In = ""
+	}
+	enc := json.NewEncoder(io.out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
+		return errorf(io, "write result: %v", err)
+	}
+	if !out.OK {
+		return 1
+	}
+	return 0
+}
+
+func readBCPInput(io stdio, path string) ([]byte, error) {
+	if path == "-" {
+		return readBCPLimited(io.in)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readBCPLimited(f)
+}
+
+// readBCPLimited reads one byte past the validator's limit, so an oversized
+// input is rejected by the validator with its code rather than read whole.
+func readBCPLimited(r io.Reader) ([]byte, error) {
+	return io.ReadAll(io.LimitReader(r, bcp.MaxResponseBytes+1))
+}
+
+func bcpPlural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
