@@ -153,9 +153,14 @@ func LoadDefinitions(dir string) ([]*Definition, error) {
 // in the other role, subscriptions within both channels' max_category.
 func CheckDefinitions(defs []*Definition) error {
 	var errs Errors
-	for _, d := range defs {
+	for i, d := range defs {
+		if d == nil {
+			errs = append(errs, newError(CodeInvalidValue, indexPath("definitions", i), "nil definition"))
+			continue
+		}
 		errs = append(errs, d.check()...)
 	}
+	defs = slices.DeleteFunc(slices.Clone(defs), func(d *Definition) bool { return d == nil })
 	errs = append(errs, crossCheck(defs)...)
 	if len(errs) > 0 {
 		return errs

@@ -320,3 +320,16 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("NewRegistry accepted a dangling channel: %v", err)
 	}
 }
+
+func TestCheckDefinitionsNil(t *testing.T) {
+	if err := CheckDefinitions([]*Definition{nil}); CodeOf(err) != CodeInvalidValue {
+		t.Errorf("got %v", err)
+	}
+	if _, err := NewRegistry([]*Definition{nil}); err == nil {
+		t.Error("NewRegistry accepted a nil definition")
+	}
+	out, err := json.Marshal(ActiveSubscription{Controller: "c", Subscription: Subscription{ID: "s"}})
+	if err != nil || string(out) != `{"subscription_id":"s","controller":"c"}` {
+		t.Errorf("got %s %v", out, err)
+	}
+}

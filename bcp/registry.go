@@ -26,16 +26,19 @@ type ActiveSubscription struct {
 
 // MarshalJSON writes the flat shape of bcp-subscriptions.md.
 func (a ActiveSubscription) MarshalJSON() ([]byte, error) {
-	spec, err := json.Marshal(a.Spec)
-	if err != nil {
-		return nil, err
+	spec := []byte("{}")
+	if a.Spec != nil {
+		var err error
+		if spec, err = json.Marshal(a.Spec); err != nil {
+			return nil, err
+		}
 	}
 	var b bytes.Buffer
 	b.WriteString(`{"subscription_id":`)
 	b.Write(marshalString(a.ID))
 	b.WriteString(`,"controller":`)
 	b.Write(marshalString(a.Controller))
-	if len(spec) > 2 { // spec is "{...}"; "null" or "{}" adds nothing
+	if len(spec) > 2 { // spec is "{...}"; "{}" adds nothing
 		b.WriteByte(',')
 		b.Write(spec[1:])
 	} else {
