@@ -1,0 +1,132 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// storeFormat is the layout version kept under meta/version. Open refuses
+// a file with a newer one.
+const storeFormat = 1
+
+// Open opens the store in dir, creating dir (0o700) and dir/bub.db (0o600)
+// if needed, and locks the file for this process.
+//
+// Open fails, with an error that names the file and the cause, when
+// another process holds the lock (after waiting about a second), when the
+// file is not a bub store or is corrupt, or when dir or the file cannot be
+// created or written. It never falls back to memory.
+func Open(dir string, opts *Options) (*Store, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	path := filepath.Join(dir, FileName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, NoSync: opts.NoSync})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, explainOpen(err))
+	}
+	if err := db.Update(initBuckets); err != nil {
+		return nil, errors.Join(fmt.Errorf("open store %s: %w", path, err), db.Close())
+	}
+	return &Store{db: &boltDB{db: db}, onCommit: opts.OnCommit}, nil
+}
+
+// explainOpen says in words what bbolt's open errors mean for an operator.
+func explainOpen(err error) error {
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return fmt.Errorf("locked by another process (is another bub serve running?)")
+	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
+		errors.Is(err, bolterrors.ErrVersionMismatch),
+		// bbolt has no sentinel for a file shorter than its two meta pages.
+		strings.HasPrefix(err.Error(), "file size too small"):
+		return fmt.Errorf("not a bub store, or corrupt: %w", err)
+	}
+	return err
+}
+
+// initBuckets creates the buckets of a new file and checks the format of
+// an existing one.
+func initBuckets(tx *bolt.Tx) error {
+	for _, name := range []bucket{bucketMeta, bucketPending, bucketDeadLetters} {
+		if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	meta := tx.Bucket([]byte(bucketMeta))
+	v := meta.Get([]byte("version"))
+	if v == nil {
+		return meta.Put([]byte("version"), []byte(strconv.Itoa(storeFormat)))
+	}
+	n, err := strconv.Atoi(string(v))
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a bub store, or corrupt: meta/version is %q", v)
+	case n > storeFormat:
+		return fmt.Errorf("store format %d is newer than this program reads (%d)", n, storeFormat)
+	}
+	return nil
+}
+
+// boltDB is the file store. bbolt commits every Update with an fsync of
+// the file (fdatasync on Linux) unless NoSync is set.
+type boltDB struct {
+	db *bolt.DB
+}
+
+func (b *boltDB) update(fn func(tx) error) error {
+	return closedErr(b.db.Update(func(t *bolt.Tx) error { return fn(boltTx{t}) }))
+}
+
+func (b *boltDB) view(fn func(tx) error) error {
+	return closedErr(b.db.View(func(t *bolt.Tx) error { return fn(boltTx{t}) }))
+}
+
+func (b *boltDB) close() error {
+	return b.db.Close()
+}
+
+func closedErr(err error) error {
+	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+type boltTx struct {
+	tx *bolt.Tx
+}
+
+// bucket returns the named bucket, which Open created.
+func (t boltTx) bucket(b bucket) *bolt.Bucket {
+	return t.tx.Bucket([]byte(b))
+}
+
+func (t boltTx) get(b bucket, k []byte) []byte         { return t.bucket(b).Get(k) }
+func (t boltTx) put(b bucket, k, v []byte) error       { return t.bucket(b).Put(k, v) }
+func (t boltTx) delete(b bucket, k []byte) error       { return t.bucket(b).Delete(k) }
+func (t boltTx) nextSequence(b bucket) (uint64, error) { return t.bucket(b).NextSequence() }
+func (t boltTx) sequence(b bucket) uint64              { return t.bucket(b).Sequence() }
+func (t boltTx) count(b bucket) int                    { return t.bucket(b).Stats().KeyN }
+
+func (t boltTx) each(b bucket, from []byte, fn func(k, v []byte) (bool, error)) error {
+	c := t.bucket(b).Cursor()
+	for k, v := c.Seek(from); k != nil; k, v = c.Next() {
+		if more, err := fn(k, v); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+var _ tx = boltTx{}

@@ -1,0 +1,341 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// Why a message was dead-lettered: DeadLetter.Reason.
+const (
+	// ReasonMaxRetries: the subscriber asked for a retry, or the delivery
+	// failed, on every attempt.
+	ReasonMaxRetries = "max_retries"
+	// ReasonSubscriberGone: at attempt time the subscriber was absent or no
+	// longer subscribed to a matching pattern.
+	ReasonSubscriberGone = "subscriber_gone"
+	// ReasonNoSubscribers: a held message found no subscriber before its
+	// attempts ran out.
+	ReasonNoSubscribers = "no_subscribers"
+	// ReasonRejected: the subscriber refused the message for good.
+	ReasonRejected = "rejected"
+)
+
+func checkReason(reason string) error {
+	switch reason {
+	case ReasonMaxRetries, ReasonSubscriberGone, ReasonNoSubscribers, ReasonRejected:
+		return nil
+	}
+	return fmt.Errorf("%w: reason %q, want %s, %s, %s or %s", ErrInvalid, reason,
+		ReasonMaxRetries, ReasonSubscriberGone, ReasonNoSubscribers, ReasonRejected)
+}
+
+// DefaultListLimit is the page size of ListDeadLetters when limit <= 0.
+const DefaultListLimit = 100
+
+// DeadLetter is a message that could not be delivered, with why and every
+// attempt made.
+type DeadLetter struct {
+	// ID is assigned by the store, as "d-" and a zero-padded number. IDs
+	// sort in the order the entries were added, which is list order.
+	ID      string  `json:"id"`
+	Message Message `json:"message"`
+	// ClientID and Subscription name the subscriber identity, its clientId
+	// and pattern; empty for ReasonNoSubscribers.
+	ClientID     string `json:"clientId,omitempty"`
+	Subscription string `json:"subscription,omitempty"`
+	// Reason is one of the Reason constants.
+	Reason   string    `json:"reason"`
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// FirstAttempt and LastAttempt are the times of the first and last
+	// attempts, zero if none was made. DeadAt is when the message was
+	// dead-lettered.
+	FirstAttempt time.Time `json:"firstAttempt,omitzero"`
+	LastAttempt  time.Time `json:"lastAttempt,omitzero"`
+	DeadAt       time.Time `json:"deadAt"`
+}
+
+// Filter selects dead letters. The zero Filter selects all of them; each
+// field set narrows the selection.
+type Filter struct {
+	// Topic is a subscription pattern (protocol.ParsePattern) that the
+	// message's topic must match.
+	Topic string
+	// Reason is one of the Reason constants.
+	Reason string
+	// Since and Until bound DeadAt: Since <= DeadAt < Until. A zero time
+	// leaves that side open.
+	Since, Until time.Time
+}
+
+// matcher is a checked Filter; a nil *matcher matches everything.
+type matcher struct {
+	pattern      *protocol.Pattern
+	reason       string
+	since, until time.Time
+}
+
+func (f Filter) compile() (*matcher, error) {
+	if f == (Filter{}) {
+		return nil, nil
+	}
+	m := &matcher{reason: f.Reason, since: f.Since, until: f.Until}
+	if f.Topic != "" {
+		p, err := protocol.ParsePattern(f.Topic)
+		if err != nil {
+			return nil, fmt.Errorf("%w: topic: %w", ErrInvalid, err)
+		}
+		m.pattern = p
+	}
+	if f.Reason != "" {
+		if err := checkReason(f.Reason); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *matcher) match(d *DeadLetter) bool {
+	switch {
+	case m == nil:
+		return true
+	case m.pattern != nil && !m.pattern.Match(d.Message.Topic),
+		m.reason != "" && d.Reason != m.reason,
+		!m.since.IsZero() && d.DeadAt.Before(m.since),
+		!m.until.IsZero() && !d.DeadAt.Before(m.until):
+		return false
+	}
+	return true
+}
+
+// DeadLetter adds d to the dead-letter queue and, in the same commit,
+// removes the pending entry pendingID unless it is empty; a pendingID that
+// is not there is not an error. The store sets d.ID, which it returns,
+// DeadAt to now if zero, and FirstAttempt and LastAttempt from Attempts if
+// zero. Any ID d had is replaced. The write is committed, fsync included,
+// before DeadLetter returns.
+func (s *Store) DeadLetter(pendingID string, d *DeadLetter) (string, error) {
+	var pending uint64
+	err := func() (err error) {
+		if d == nil {
+			return fmt.Errorf("%w: nil dead letter", ErrInvalid)
+		}
+		if err := checkReason(d.Reason); err != nil {
+			return err
+		}
+		if err := checkMessage(&d.Message); err != nil {
+			return err
+		}
+		if pendingID != "" {
+			if pending, err = parseID(pendingPrefix, pendingID); err != nil {
+				return err
+			}
+		}
+		r := *d
+		if r.DeadAt.IsZero() {
+			r.DeadAt = time.Now().UTC()
+		}
+		if n := len(r.Attempts); n > 0 {
+			if r.FirstAttempt.IsZero() {
+				r.FirstAttempt = r.Attempts[0].At
+			}
+			if r.LastAttempt.IsZero() {
+				r.LastAttempt = r.Attempts[n-1].At
+			}
+		}
+		err = s.update(func(t tx) error {
+			if pending != 0 {
+				if err := t.delete(bucketPending, key(pending)); err != nil {
+					return err
+				}
+			}
+			seq, err := t.nextSequence(bucketDeadLetters)
+			if err != nil {
+				return err
+			}
+			r.ID = formatID(deadLetterPrefix, seq)
+			v, err := encodeDeadLetter(&r)
+			if err != nil {
+				return err
+			}
+			return t.put(bucketDeadLetters, key(seq), v)
+		})
+		if err == nil {
+			*d = r
+		}
+		return err
+	}()
+	if err != nil {
+		return "", fmt.Errorf("dead-letter %s: %w", deadLetterName(pendingID, d), err)
+	}
+	return d.ID, nil
+}
+
+// deadLetterName names the subject of DeadLetter in an error.
+func deadLetterName(pendingID string, d *DeadLetter) string {
+	name := "message"
+	if d != nil {
+		name += " " + d.Message.ID
+	}
+	if pendingID != "" {
+		name += " (pending " + pendingID + ")"
+	}
+	return name
+}
+
+// GetDeadLetter returns the dead letter id, or an error wrapping
+// ErrNotFound.
+func (s *Store) GetDeadLetter(id string) (*DeadLetter, error) {
+	var d *DeadLetter
+	seq, err := parseID(deadLetterPrefix, id)
+	if err == nil {
+		err = s.view(func(t tx) error {
+			k := key(seq)
+			v := t.get(bucketDeadLetters, k)
+			if v == nil {
+				return ErrNotFound
+			}
+			d, err = decodeDeadLetter(k, v)
+			return err
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get dead letter %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// ListDeadLetters returns up to limit dead letters that match f, oldest
+// first, starting at cursor: "" for the first page, then the next of the
+// previous page. next is "" when there is nothing more. A cursor is opaque
+// and stays valid when entries are removed. limit <= 0 means
+// DefaultListLimit.
+func (s *Store) ListDeadLetters(f Filter, cursor string, limit int) (entries []*DeadLetter, next string, err error) {
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	err = func() error {
+		m, err := f.compile()
+		if err != nil {
+			return err
+		}
+		var from []byte
+		if cursor != "" {
+			seq, err := parseID(deadLetterPrefix, cursor)
+			if err != nil {
+				return fmt.Errorf("%w: cursor %q", ErrInvalid, cursor)
+			}
+			from = key(seq)
+		}
+		return s.view(func(t tx) error {
+			return t.each(bucketDeadLetters, from, func(k, v []byte) (bool, error) {
+				d, err := decodeDeadLetter(k, v)
+				if err != nil || !m.match(d) {
+					return err == nil, err
+				}
+				if len(entries) == limit {
+					next = d.ID
+					return false, nil
+				}
+				entries = append(entries, d)
+				return true, nil
+			})
+		})
+	}()
+	if err != nil {
+		return nil, "", fmt.Errorf("list dead letters: %w", err)
+	}
+	return entries, next, nil
+}
+
+// RemoveDeadLetter removes the dead letter id, or returns an error
+// wrapping ErrNotFound. It does not read the entry, so it also removes
+// one that is corrupt.
+func (s *Store) RemoveDeadLetter(id string) error {
+	seq, err := parseID(deadLetterPrefix, id)
+	if err == nil {
+		err = s.update(func(t tx) error { return removeDeadLetter(t, seq) })
+	}
+	if err != nil {
+		return fmt.Errorf("remove dead letter %s: %w", id, err)
+	}
+	return nil
+}
+
+func removeDeadLetter(t tx, seq uint64) error {
+	k := key(seq)
+	if t.get(bucketDeadLetters, k) == nil {
+		return ErrNotFound
+	}
+	return t.delete(bucketDeadLetters, k)
+}
+
+// Requeue removes the dead letter id and puts p as PutPending does, in one
+// commit: a replay to the same subscriber. If id is not there it returns
+// an error wrapping ErrNotFound and stores nothing.
+func (s *Store) Requeue(id string, p *Pending) error {
+	seq, err := parseID(deadLetterPrefix, id)
+	if err == nil {
+		err = s.update(func(t tx) error {
+			if err := removeDeadLetter(t, seq); err != nil {
+				return err
+			}
+			return putPending(t, p)
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("requeue dead letter %s: %w", id, err)
+	}
+	return nil
+}
+
+// PurgeDeadLetters removes every dead letter that matches f, in one
+// commit, and returns how many. The zero Filter removes all of them
+// without reading them, corrupt ones included.
+func (s *Store) PurgeDeadLetters(f Filter) (int, error) {
+	var n int
+	err := func() error {
+		m, err := f.compile()
+		if err != nil {
+			return err
+		}
+		return s.update(func(t tx) error {
+			var doomed [][]byte
+			err := t.each(bucketDeadLetters, nil, func(k, v []byte) (bool, error) {
+				if m != nil {
+					d, err := decodeDeadLetter(k, v)
+					if err != nil || !m.match(d) {
+						return err == nil, err
+					}
+				}
+				doomed = append(doomed, bytes.Clone(k))
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, k := range doomed {
+				if err := t.delete(bucketDeadLetters, k); err != nil {
+					return err
+				}
+			}
+			n = len(doomed)
+			return nil
+		})
+	}()
+	if err != nil {
+		return 0, fmt.Errorf("purge dead letters: %w", err)
+	}
+	return n, nil
+}
+
+// CountDeadLetters returns the number of dead letters.
+func (s *Store) CountDeadLetters() (int, error) {
+	n, err := s.count(bucketDeadLetters)
+	if err != nil {
+		return 0, fmt.Errorf("count dead letters: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,19 @@
+package store
+
+import "errors"
+
+// Errors returned by Store methods, wrapped with the operation and the id
+// or argument at fault; match them with errors.Is.
+var (
+	// ErrNotFound is returned by GetDeadLetter, RemoveDeadLetter and
+	// Requeue when no dead letter has the id.
+	ErrNotFound = errors.New("not found")
+
+	// ErrInvalid is returned when an argument breaks a rule: a malformed
+	// id or cursor, an unknown Kind or Reason, a Filter.Topic that is not a
+	// valid pattern. It is the caller's fault, never the store's.
+	ErrInvalid = errors.New("invalid argument")
+
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("store closed")
+)

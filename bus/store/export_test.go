@@ -1,0 +1,35 @@
+package store
+
+import "fmt"
+
+// PutRaw stores v as the record with the id ("p-…" or "d-…") without
+// encoding it, as a corrupt or foreign file would hold it.
+func PutRaw(s *Store, id string, v []byte) error {
+	b, prefix := bucketPending, pendingPrefix
+	if id[:2] == deadLetterPrefix {
+		b, prefix = bucketDeadLetters, deadLetterPrefix
+	}
+	seq, err := parseID(prefix, id)
+	if err != nil {
+		return err
+	}
+	return s.update(func(t tx) error {
+		for t.sequence(b) < seq {
+			if _, err := t.nextSequence(b); err != nil {
+				return err
+			}
+		}
+		return t.put(b, key(seq), v)
+	})
+}
+
+// Encode returns the stored form of a *Pending or a *DeadLetter.
+func Encode(record any) ([]byte, error) {
+	switch r := record.(type) {
+	case *Pending:
+		return encodePending(r)
+	case *DeadLetter:
+		return encodeDeadLetter(r)
+	}
+	return nil, fmt.Errorf("encode %T", record)
+}

@@ -1,0 +1,163 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The kinds of Pending.
+const (
+	// KindRetry is a delivery to one subscriber identity that failed or
+	// asked for a retry.
+	KindRetry = "retry"
+	// KindHold is a message that found no subscriber and is routed again
+	// at NextAt.
+	KindHold = "hold"
+)
+
+// Pending is a delivery waiting for its next attempt.
+type Pending struct {
+	// ID is assigned by PutPending when empty, as "p-" and a zero-padded
+	// number, and stays the same afterwards.
+	ID string `json:"id"`
+	// Kind is KindRetry or KindHold.
+	Kind    string  `json:"kind"`
+	Message Message `json:"message"`
+	// ClientID and Subscription name the subscriber identity a retry
+	// targets, its clientId and the pattern it subscribed with; both are
+	// required for KindRetry and empty for KindHold.
+	ClientID     string `json:"clientId,omitempty"`
+	Subscription string `json:"subscription,omitempty"`
+	// Attempts lists every attempt made so far, oldest first.
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// NextAt is when the next attempt is due.
+	NextAt time.Time `json:"nextAt"`
+}
+
+// checkPending checks the rules for the fields of p other than ID.
+func checkPending(p *Pending) error {
+	if err := checkMessage(&p.Message); err != nil {
+		return err
+	}
+	switch p.Kind {
+	case KindRetry:
+		if p.ClientID == "" || p.Subscription == "" {
+			return fmt.Errorf("%w: a retry needs a client id and a subscription", ErrInvalid)
+		}
+	case KindHold:
+		if p.ClientID != "" || p.Subscription != "" {
+			return fmt.Errorf("%w: a hold has no client id or subscription", ErrInvalid)
+		}
+	default:
+		return fmt.Errorf("%w: kind %q, want %q or %q", ErrInvalid, p.Kind, KindRetry, KindHold)
+	}
+	return nil
+}
+
+// PutPending inserts p, or replaces the entry with p's ID. If p.ID is
+// empty it assigns a new one and sets p.ID. An ID must be one this store
+// assigned; it may belong to an entry since deleted. The write is
+// committed, fsync included, before PutPending returns.
+func (s *Store) PutPending(p *Pending) error {
+	if err := s.update(func(t tx) error { return putPending(t, p) }); err != nil {
+		return fmt.Errorf("put pending %s: %w", pendingName(p), err)
+	}
+	return nil
+}
+
+// putPending writes p in t and sets p.ID once nothing else can fail.
+func putPending(t tx, p *Pending) error {
+	if p == nil {
+		return fmt.Errorf("%w: nil pending", ErrInvalid)
+	}
+	if err := checkPending(p); err != nil {
+		return err
+	}
+	var seq uint64
+	if p.ID == "" {
+		var err error
+		if seq, err = t.nextSequence(bucketPending); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if seq, err = parseID(pendingPrefix, p.ID); err != nil {
+			return err
+		}
+		if seq > t.sequence(bucketPending) {
+			return fmt.Errorf("%w: id %s was not assigned by this store", ErrInvalid, p.ID)
+		}
+	}
+	r := *p
+	r.ID = formatID(pendingPrefix, seq)
+	v, err := encodePending(&r)
+	if err != nil {
+		return err
+	}
+	if err := t.put(bucketPending, key(seq), v); err != nil {
+		return err
+	}
+	p.ID = r.ID
+	return nil
+}
+
+// pendingName names p in an error.
+func pendingName(p *Pending) string {
+	if p == nil || p.ID == "" {
+		return "(new)"
+	}
+	return p.ID
+}
+
+// DeletePending removes the pending entry id. Removing an id that is not
+// there is not an error.
+func (s *Store) DeletePending(id string) error {
+	seq, err := parseID(pendingPrefix, id)
+	if err == nil {
+		err = s.update(func(t tx) error { return t.delete(bucketPending, key(seq)) })
+	}
+	if err != nil {
+		return fmt.Errorf("delete pending %s: %w", id, err)
+	}
+	return nil
+}
+
+// Pending returns every pending entry, ordered by NextAt and then by ID:
+// the work to resume after a restart.
+func (s *Store) Pending() ([]*Pending, error) {
+	var all []*Pending
+	err := s.view(func(t tx) error {
+		return t.each(bucketPending, nil, func(k, v []byte) (bool, error) {
+			p, err := decodePending(k, v)
+			if err != nil {
+				return false, err
+			}
+			all = append(all, p)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pending: %w", err)
+	}
+	// The bucket is in ID order, so a stable sort keeps ties in ID order.
+	slices.SortStableFunc(all, func(a, b *Pending) int { return a.NextAt.Compare(b.NextAt) })
+	return all, nil
+}
+
+// CountPending returns the number of pending entries.
+func (s *Store) CountPending() (int, error) {
+	n, err := s.count(bucketPending)
+	if err != nil {
+		return 0, fmt.Errorf("count pending: %w", err)
+	}
+	return n, nil
+}
+
+func (s *Store) count(b bucket) (n int, err error) {
+	err = s.view(func(t tx) error {
+		n = t.count(b)
+		return nil
+	})
+	return n, err
+}

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// recordVersion is the version written into every record as "v". A record
+// without it, or with a newer one, is refused when read.
+const recordVersion = 1
+
+// Message is the published message a pending delivery or a dead letter
+// carries, kept as the publisher sent it.
+type Message struct {
+	ID    string `json:"id"`    // the messageId the bus gave it
+	Topic string `json:"topic"` // the topic it was published to
+	From  string `json:"from,omitempty"`
+	// Payload and Meta are kept byte for byte, except that JSON
+	// whitespace is removed; each must be valid JSON or empty.
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	Meta        json.RawMessage `json:"meta,omitempty"`
+	PublishedAt time.Time       `json:"publishedAt,omitzero"`
+}
+
+// Attempt is one delivery attempt. Error is empty when the subscriber
+// answered and asked for a retry; otherwise it says what went wrong: the
+// subscriber's message or reason, a timeout, a dropped connection.
+type Attempt struct {
+	At    time.Time `json:"at"`
+	Error string    `json:"error,omitempty"`
+}
+
+// checkMessage checks that the payload and the meta, if any, are JSON, so
+// that a record that was written can be read back.
+func checkMessage(m *Message) error {
+	switch {
+	case len(m.Payload) > 0 && !json.Valid(m.Payload):
+		return fmt.Errorf("%w: message %s: payload is not valid JSON", ErrInvalid, m.ID)
+	case len(m.Meta) > 0 && !json.Valid(m.Meta):
+		return fmt.Errorf("%w: message %s: meta is not valid JSON", ErrInvalid, m.ID)
+	}
+	return nil
+}
+
+// bucket names a bbolt bucket, or a map of the memory store.
+type bucket string
+
+const (
+	bucketMeta        bucket = "meta"        // "version" → the store format
+	bucketPending     bucket = "pending"     // big-endian sequence → pending record
+	bucketDeadLetters bucket = "deadletters" // big-endian sequence → dead-letter record
+)
+
+// Ids are a prefix and a sequence number from the bucket's NextSequence,
+// zero-padded to idDigits so that ids sort as strings in the order they
+// were assigned. Parsing accepts any number of digits: "d-42" is
+// "d-000000000042".
+const (
+	idDigits          = 12
+	pendingPrefix     = "p-"
+	deadLetterPrefix  = "d-"
+	maxSequenceDigits = 20 // len("18446744073709551615")
+)
+
+func formatID(prefix string, seq uint64) string {
+	return fmt.Sprintf("%s%0*d", prefix, idDigits, seq)
+}
+
+// parseID returns the sequence number of an id with the prefix.
+func parseID(prefix, id string) (uint64, error) {
+	digits, ok := strings.CutPrefix(id, prefix)
+	if !ok || digits == "" || len(digits) > maxSequenceDigits || strings.Trim(digits, "0123456789") != "" {
+		return 0, fmt.Errorf("%w: malformed id %q, want %s<number>", ErrInvalid, id, prefix)
+	}
+	seq, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil || seq == 0 {
+		return 0, fmt.Errorf("%w: malformed id %q, want %s<number>", ErrInvalid, id, prefix)
+	}
+	return seq, nil
+}
+
+// key is the bucket key of a sequence number: big-endian, so that keys
+// sort in the order they were assigned.
+func key(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(nil, seq)
+}
+
+// keyID returns the id for a bucket key, for naming a record in an error.
+func keyID(prefix string, k []byte) string {
+	if len(k) != 8 {
+		return fmt.Sprintf("%s(key %x)", prefix, k)
+	}
+	return formatID(prefix, binary.BigEndian.Uint64(k))
+}
+
+type pendingRecord struct {
+	Version int `json:"v"`
+	Pending
+}
+
+type deadLetterRecord struct {
+	Version int `json:"v"`
+	DeadLetter
+}
+
+func encodePending(p *Pending) ([]byte, error) {
+	return encode(pendingRecord{Version: recordVersion, Pending: *p})
+}
+
+func encodeDeadLetter(d *DeadLetter) ([]byte, error) {
+	return encode(deadLetterRecord{Version: recordVersion, DeadLetter: *d})
+}
+
+// encode is json.Marshal without its escaping of <, > and &, so that
+// payloads come back as they went in.
+func encode(record any) ([]byte, error) {
+	var buf bytes.Buffer
+	e := json.NewEncoder(&buf)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(record); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// record is a versioned record as stored.
+type record interface {
+	// header returns the record's version and id.
+	header() (version int, id string)
+	// check applies the rules that the fields of a record must meet.
+	check() error
+}
+
+func (r *pendingRecord) header() (int, string)    { return r.Version, r.ID }
+func (r *pendingRecord) check() error             { return checkPending(&r.Pending) }
+func (r *deadLetterRecord) header() (int, string) { return r.Version, r.ID }
+func (r *deadLetterRecord) check() error          { return checkReason(r.Reason) }
+
+// decodePending decodes the value stored under k in the pending bucket.
+func decodePending(k, v []byte) (*Pending, error) {
+	var r pendingRecord
+	if err := decode(bucketPending, pendingPrefix, k, v, &r); err != nil {
+		return nil, err
+	}
+	return &r.Pending, nil
+}
+
+// decodeDeadLetter decodes the value stored under k in the dead-letter
+// bucket.
+func decodeDeadLetter(k, v []byte) (*DeadLetter, error) {
+	var r deadLetterRecord
+	if err := decode(bucketDeadLetters, deadLetterPrefix, k, v, &r); err != nil {
+		return nil, err
+	}
+	return &r.DeadLetter, nil
+}
+
+// decode decodes v, stored under k in bucket b, into r and checks it: its
+// version, that its id is the key's, and its fields. Errors name the
+// bucket and the key.
+func decode(b bucket, prefix string, k, v []byte, r record) error {
+	err := json.Unmarshal(v, r)
+	if err == nil {
+		version, id := r.header()
+		switch want := keyID(prefix, k); {
+		case version < 1:
+			err = fmt.Errorf("record has no version")
+		case version > recordVersion:
+			err = fmt.Errorf("record version %d is newer than this program reads (%d)", version, recordVersion)
+		case id != want:
+			err = fmt.Errorf("record has id %q", id)
+		default:
+			err = r.check()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("decode %s record %s: %w", b, keyID(prefix, k), err)
+	}
+	return nil
+}

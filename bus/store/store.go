@@ -1,0 +1,95 @@
+package store
+
+import (
+	"time"
+)
+
+// FileName is the name of the store's file inside the directory given to
+// Open.
+const FileName = "bub.db"
+
+// lockTimeout bounds how long Open waits for another process to release
+// the file lock before failing.
+const lockTimeout = time.Second
+
+// Options configure Open. A nil *Options means the defaults.
+type Options struct {
+	// OnCommit, if set, is called after every successful write with the
+	// time it took, fsync included: a commit-latency metric. It runs on
+	// the caller's goroutine and must not call the Store.
+	OnCommit func(time.Duration)
+
+	// NoSync skips the fsync at commit. UNSAFE: a crash of the machine
+	// (not only of the process) can then lose committed writes or corrupt
+	// the file. For benchmarks and throwaway data only. Default false.
+	NoSync bool
+}
+
+// Store holds pending deliveries and the dead-letter queue. Open returns
+// one backed by a file, OpenMemory one for tests. A Store is safe for
+// concurrent use; writes are serialized.
+type Store struct {
+	db       backend
+	onCommit func(time.Duration)
+}
+
+// backend is what the file store and the memory store each implement:
+// transactions over ordered buckets of byte keys and values. Everything
+// else, encoding, ids, filters, pagination, sits above it in Store, so
+// both implementations behave alike by construction and the conformance
+// tests check the rest.
+type backend interface {
+	// update runs fn in a read-write transaction and commits it if fn
+	// returns nil; otherwise nothing fn did is kept.
+	update(fn func(tx) error) error
+	// view runs fn in a read-only transaction.
+	view(fn func(tx) error) error
+	close() error
+}
+
+// tx is one transaction. Values returned by get and passed to each are
+// valid only until the transaction ends.
+type tx interface {
+	get(b bucket, k []byte) []byte // nil if absent
+	put(b bucket, k, v []byte) error
+	delete(b bucket, k []byte) error
+	// nextSequence returns the bucket's next sequence number, starting at
+	// 1. Numbers handed out by a committed transaction are never handed
+	// out again.
+	nextSequence(b bucket) (uint64, error)
+	// sequence returns the last number nextSequence handed out.
+	sequence(b bucket) uint64
+	// each calls fn on the keys at or after from, in order, until fn
+	// returns false or an error. fn must not modify the bucket.
+	each(b bucket, from []byte, fn func(k, v []byte) (bool, error)) error
+	count(b bucket) int
+}
+
+// OpenMemory returns a Store that keeps everything in memory and loses it
+// on Close or exit. It is for tests: a bus that must not lose messages
+// uses Open. Records are encoded as in the file, so callers never share
+// memory with the store.
+func OpenMemory() *Store {
+	return &Store{db: newMemory()}
+}
+
+// Close releases the store; for the file store, its lock. Methods called
+// afterwards return ErrClosed. Close waits for running transactions.
+func (s *Store) Close() error {
+	return s.db.close()
+}
+
+func (s *Store) update(fn func(tx) error) error {
+	start := time.Now()
+	if err := s.db.update(fn); err != nil {
+		return err
+	}
+	if s.onCommit != nil {
+		s.onCommit(time.Since(start))
+	}
+	return nil
+}
+
+func (s *Store) view(fn func(tx) error) error {
+	return s.db.view(fn)
+}
