@@ -37,7 +37,7 @@ func TestFrames(t *testing.T) {
 		{"notification gets nothing", `{"jsonrpc":"2.0","method":"ping"}`, ``},
 		{"unknown notification gets nothing", `{"jsonrpc":"2.0","method":"nope","params":[1]}`, ``},
 		{"batch of notifications gets nothing", `[{"jsonrpc":"2.0","method":"ping"},{"jsonrpc":"2.0","method":"ping"}]`, ``},
-		{"unknown method", `{"jsonrpc":"2.0","method":"foobar","id":"1"}`, `{"id":"1","error":{"code":-32601,"message":"method not found: no method \"foobar\"; the bus serves initialize, subscribe, unsubscribe, sendMessage and ping"},"jsonrpc":"2.0"}`},
+		{"unknown method", `{"jsonrpc":"2.0","method":"foobar","id":"1"}`, `{"id":"1","error":{"code":-32601,"message":"method not found: no method \"foobar\" (docs/PROTOCOL.md lists the methods)"},"jsonrpc":"2.0"}`},
 		{"method before initialize", `{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"a"},"id":2}`, `{"id":2,"error":{"code":-32005,"message":"not initialized: call initialize before subscribe"},"jsonrpc":"2.0"}`},
 		{"id echoed exactly: big number", `{"jsonrpc":"2.0","method":"sendMessage","params":{},"id":123456789012345678901234567890}`, `{"id":123456789012345678901234567890,"error":{"code":-32005,"message":"not initialized: call initialize before sendMessage"},"jsonrpc":"2.0"}`},
 		{"id echoed exactly: negative fraction", `{"jsonrpc":"2.0","method":"unsubscribe","params":{},"id":-1.5}`, `{"id":-1.5,"error":{"code":-32005,"message":"not initialized: call initialize before unsubscribe"},"jsonrpc":"2.0"}`},

@@ -9,23 +9,15 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
-
-// Message is a message the bus accepted from a publisher.
-type Message struct {
-	ID      string
-	Topic   string
-	From    string // the publisher's clientId, as the bus knows it
-	Payload json.RawMessage
-	Meta    json.RawMessage
-}
 
 // Delivery is one attempt to hand a message to one subscriber. The
 // subscriber is named by identity (clientId and pattern) so a later attempt
 // can reach the same client on a new connection.
 type Delivery struct {
-	Message      *Message
+	Message      *store.Message
 	ClientID     string
 	Subscription string
 	Attempt      int // from 1

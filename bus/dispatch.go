@@ -9,6 +9,7 @@ import (
 
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/internal/buildinfo"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -16,7 +17,8 @@ import (
 // Handle implements jsonrpc2.Handler. It runs on the connection's read
 // loop, so it answers the quick methods (initialize, subscribe,
 // unsubscribe, ping) inline, which also keeps a peer's subscriptions in the
-// order it sent them, and runs sendMessage on a goroutine of its own, bounded
+// order it sent them, and runs sendMessage and the dlq.* methods on a
+// goroutine of their own, bounded
 // by Options.MaxInFlight: a peer waiting for its own sendMessage can still
 // answer processMessage calls, and a full connection gets -32006 at once
 // instead of a blocked read loop.
@@ -29,7 +31,7 @@ func (c *conn) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Req
 		return
 	}
 	switch req.Method {
-	case protocol.MethodSendMessage:
+	case protocol.MethodSendMessage, protocol.MethodDLQList, protocol.MethodDLQGet, protocol.MethodDLQReplay, protocol.MethodDLQPurge:
 		select {
 		case c.slots <- struct{}{}:
 		default:
@@ -38,13 +40,31 @@ func (c *conn) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Req
 		}
 		go func() {
 			defer func() { <-c.slots }()
-			result, err := c.sendMessage(req)
+			result, err := c.handleQueued(req)
 			c.reply(req, result, err)
 		}()
 	default:
 		result, err := c.handleInline(req)
 		c.reply(req, result, err)
 	}
+}
+
+// handleQueued runs the methods that wait on deliveries or the store.
+func (c *conn) handleQueued(req *jsonrpc2.Request) (any, error) {
+	if _, err := c.requireInitialized(req.Method); err != nil {
+		return nil, err
+	}
+	switch req.Method {
+	case protocol.MethodDLQList:
+		return c.dlqList(req)
+	case protocol.MethodDLQGet:
+		return c.dlqGet(req)
+	case protocol.MethodDLQReplay:
+		return c.dlqReplay(req)
+	case protocol.MethodDLQPurge:
+		return c.dlqPurge(req)
+	}
+	return c.sendMessage(req)
 }
 
 func (c *conn) handleInline(req *jsonrpc2.Request) (any, error) {
@@ -61,7 +81,7 @@ func (c *conn) handleInline(req *jsonrpc2.Request) (any, error) {
 	case protocol.MethodUnsubscribe:
 		return c.unsubscribe(req)
 	}
-	return nil, protocol.Errorf(protocol.ErrMethodNotFound, "no method %q; the bus serves initialize, subscribe, unsubscribe, sendMessage and ping", req.Method)
+	return nil, protocol.Errorf(protocol.ErrMethodNotFound, "no method %q (docs/PROTOCOL.md lists the methods)", req.Method)
 }
 
 func (c *conn) reply(req *jsonrpc2.Request, result any, err error) {
@@ -208,6 +228,7 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	}
 	c.subs[p.Topic] = c.server.router.add(c, pattern, policy)
 	c.server.metrics.subscriptions.Inc()
+	c.server.sched.wakeHolds(pattern)
 	c.log.Debug("subscribed", "client", c.clientID, "pattern", p.Topic, "policy", policy)
 	return protocol.SuccessResult{Success: true}, nil
 }
@@ -265,5 +286,5 @@ func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
 		return nil, err
 	}
 	defer c.server.publishes.Done()
-	return c.server.publish(&Message{Topic: p.Topic, From: from, Payload: p.Payload, Meta: p.Meta}), nil
+	return c.server.publish(context.Background(), &store.Message{Topic: p.Topic, From: from, Payload: p.Payload, Meta: p.Meta}, true)
 }

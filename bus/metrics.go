@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/internal/buildinfo"
 )
 
@@ -18,6 +19,11 @@ type metrics struct {
 	deliveryDuration prometheus.Histogram
 	requests         *prometheus.CounterVec
 	closes           *prometheus.CounterVec
+	retriesScheduled prometheus.Counter
+	retryAttempts    *prometheus.CounterVec
+	held             prometheus.Gauge
+	deadLettered     *prometheus.CounterVec
+	storeCommit      prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -46,6 +52,22 @@ func newMetrics() *metrics {
 			Name: "bub_connection_closes_total", Help: "Connections the bus closed, by reason.",
 		}, []string{"reason"}),
 	}
+	m.retriesScheduled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "bub_retries_scheduled_total", Help: "Retries scheduled after a routing pass.",
+	})
+	m.retryAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bub_retry_attempts_total", Help: "Retry attempts made, by outcome (processed, retry, rejected, subscriber_gone).",
+	}, []string{"outcome"})
+	m.held = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "bub_held_messages", Help: "Messages held for a subscriber to appear.",
+	})
+	m.deadLettered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bub_dead_lettered_total", Help: "Messages dead-lettered, by reason.",
+	}, []string{"reason"})
+	m.storeCommit = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "bub_store_commit_seconds", Help: "Store commit latency, fsync included.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10),
+	})
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "bub_build_info", Help: "The running build; always 1.",
 		ConstLabels: prometheus.Labels{"version": buildinfo.Version()},
@@ -53,6 +75,22 @@ func newMetrics() *metrics {
 	build.Set(1)
 	m.registry.MustRegister(m.connections, m.subscriptions, m.published, m.deliveries,
 		m.deliveryDuration, m.requests, m.closes, build,
+		m.retriesScheduled, m.retryAttempts, m.held, m.deadLettered, m.storeCommit,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// watchStore exposes the store's dead-letter queue depth and pending count,
+// read at scrape time.
+func (m *metrics) watchStore(st *store.Store) {
+	m.registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bub_dead_letters", Help: "Entries in the dead-letter queue."}, func() float64 {
+			n, _ := st.CountDeadLetters()
+			return float64(n)
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bub_pending", Help: "Retries and holds waiting in the store."}, func() float64 {
+			n, _ := st.CountPending()
+			return float64(n)
+		}),
+	)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -48,6 +49,26 @@ type Options struct {
 	// host patterns (see websocket.AcceptOptions). Clients that send no
 	// Origin header, as non-browser clients do, are always allowed.
 	OriginPatterns []string
+	// Store keeps pending retries, held messages and the dead-letter
+	// queue. The caller opens and closes it. Default: an in-memory store,
+	// which loses all of that when the process ends; fine for tests and
+	// embedding, never what bub serve uses.
+	Store *store.Store
+	// MaxAttempts is how many delivery attempts a message gets per
+	// subscriber (or, when held, routing attempts) before it is
+	// dead-lettered. Default: 5.
+	MaxAttempts int
+	// RetryBaseDelay is the first retry's delay when the subscriber
+	// gives no retry_seconds; it doubles per attempt, with jitter.
+	// Default: 1s.
+	RetryBaseDelay time.Duration
+	// RetryDelayCap caps every retry delay, retry_seconds included.
+	// Default: 5m.
+	RetryDelayCap time.Duration
+	// HoldPatterns are the topics whose messages are held when nobody
+	// subscribes, until a subscriber appears or attempts run out.
+	// Default: agent:*.
+	HoldPatterns []string
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -76,6 +97,18 @@ func (o *Options) setDefaults() {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 256
 	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 5
+	}
+	if o.RetryBaseDelay <= 0 {
+		o.RetryBaseDelay = time.Second
+	}
+	if o.RetryDelayCap <= 0 {
+		o.RetryDelayCap = 5 * time.Minute
+	}
+	if o.HoldPatterns == nil {
+		o.HoldPatterns = []string{"agent:*"}
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -84,11 +117,14 @@ func (o *Options) setDefaults() {
 // Server is the bus. It serves WebSocket peers at "/" and /healthz,
 // /readyz and /metrics over HTTP; mount it as an http.Handler.
 type Server struct {
-	opts    Options
-	log     *slog.Logger
-	router  *router
-	metrics *metrics
-	deliver DeliverFunc
+	opts         Options
+	log          *slog.Logger
+	router       *router
+	metrics      *metrics
+	deliver      DeliverFunc
+	store        *store.Store
+	sched        *scheduler
+	holdPatterns []*protocol.Pattern
 
 	// ctx is the lifetime of accepted work: publishing outlives the
 	// publisher's connection, but not the Server.
@@ -112,7 +148,8 @@ type Server struct {
 	conns   map[*conn]struct{}
 }
 
-// New returns a Server with the given options; nil means all defaults.
+// New returns a Server with the given options (nil means all defaults)
+// and resumes the pending retries and holds its store holds.
 func New(opts *Options) (*Server, error) {
 	var o Options
 	if opts != nil {
@@ -121,6 +158,14 @@ func New(opts *Options) (*Server, error) {
 	o.setDefaults()
 	if !o.DefaultPolicy.Valid() {
 		return nil, fmt.Errorf("new bus: unknown default policy %q (want one of %v)", o.DefaultPolicy, protocol.Policies)
+	}
+	var holds []*protocol.Pattern
+	for _, h := range o.HoldPatterns {
+		p, err := protocol.ParsePattern(h)
+		if err != nil {
+			return nil, fmt.Errorf("new bus: hold pattern: %w", err)
+		}
+		holds = append(holds, p)
 	}
 	boot := make([]byte, 6)
 	_, _ = rand.Read(boot)
@@ -132,9 +177,35 @@ func New(opts *Options) (*Server, error) {
 		clients: make(map[string]*conn),
 		conns:   make(map[*conn]struct{}),
 		bootID:  hex.EncodeToString(boot),
+		store:   o.Store,
+
+		holdPatterns: holds,
+	}
+	if s.store == nil {
+		s.store = store.OpenMemory()
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
+	s.sched = newScheduler(s)
+	pending, err := s.store.Pending()
+	if err != nil {
+		return nil, fmt.Errorf("new bus: resume pending work: %w", err)
+	}
+	for _, p := range pending {
+		if p.Kind == kindHold {
+			s.metrics.held.Inc()
+		}
+		s.sched.add(p)
+	}
+	if len(pending) > 0 {
+		o.Logger.Info("resuming pending work", "pending", len(pending))
+	}
+	s.metrics.watchStore(s.store)
+	s.work.Add(1)
+	go func() {
+		defer s.work.Done()
+		s.sched.run(s.ctx)
+	}()
 	return s, nil
 }
 
@@ -183,9 +254,10 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 }
 
 // Shutdown drains the bus: /readyz answers 503, new connections and new
-// messages are refused, running deliveries get until ctx ends to finish,
-// then every peer is closed with status 1001 (going away). The caller
-// shuts down the http.Server that serves s.
+// messages are refused, running deliveries and retry attempts get until
+// ctx ends to finish, what is pending stays in the store for the next
+// start, then every peer is closed with status 1001 (going away). The
+// caller shuts down the http.Server that serves s and closes the store.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining.Store(true)
@@ -193,6 +265,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.publishes.Wait()
+		s.sched.stop()
 		close(done)
 	}()
 	var err error

@@ -22,6 +22,7 @@ const (
 	CodeNotInitialized       = -32005 // a method other than initialize before initialize
 	CodeTooManyRequests      = -32006 // the connection's in-flight request bound is reached
 	CodeShuttingDown         = -32007 // the bus is draining and accepts no new work
+	CodeNotFound             = -32008 // a dead-letter entry that does not exist
 )
 
 // Error is a JSON-RPC error object. Handlers return errors that wrap one
@@ -51,6 +52,7 @@ var (
 	ErrNotInitialized       = &Error{Code: CodeNotInitialized, Message: "not initialized"}
 	ErrTooManyRequests      = &Error{Code: CodeTooManyRequests, Message: "too many requests in flight"}
 	ErrShuttingDown         = &Error{Code: CodeShuttingDown, Message: "bus is shutting down"}
+	ErrNotFound             = &Error{Code: CodeNotFound, Message: "not found"}
 )
 
 // Codes lists every code the bus sends, for documentation checks.
@@ -58,6 +60,7 @@ var Codes = []*Error{
 	ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInvalidParams, ErrInternal,
 	ErrAlreadyInitialized, ErrInvalidClientInfo, ErrAlreadySubscribed,
 	ErrSubscriptionNotFound, ErrNotInitialized, ErrTooManyRequests, ErrShuttingDown,
+	ErrNotFound,
 }
 
 // Errorf wraps sentinel with a detail message: Errorf(ErrInvalidParams,

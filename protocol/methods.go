@@ -93,6 +93,13 @@ type Ack struct {
 	// Error says why the delivery failed (timeout, error response,
 	// connection lost); empty when the subscriber answered.
 	Error string `json:"error,omitempty"`
+	// Retrying is true when the bus scheduled another attempt for this
+	// subscriber: it asked for one or the delivery failed, and no
+	// subscriber of the pass handled the message. Attempt is the number
+	// of that next attempt and NextAttempt when it is due (RFC 3339).
+	Retrying    bool   `json:"retrying,omitempty"`
+	Attempt     int    `json:"attempt,omitempty"`
+	NextAttempt string `json:"next_attempt,omitempty"`
 }
 
 // SendMessageResult is the result of sendMessage, returned once every
@@ -105,11 +112,20 @@ type SendMessageResult struct {
 	Acks      []Ack  `json:"acks"`
 	// Reason explains a false Success, such as "no_subscribers".
 	Reason string `json:"reason,omitempty"`
+	// Held is true when nobody subscribes yet but the topic matches a
+	// hold pattern: the bus keeps the message and routes it again at
+	// NextAttempt (RFC 3339), or as soon as a matching subscription
+	// appears.
+	Held        bool   `json:"held,omitempty"`
+	NextAttempt string `json:"next_attempt,omitempty"`
 }
 
-// Reasons a sendMessage result can carry.
+// Reasons a sendMessage result or a dead letter can carry.
 const (
-	ReasonNoSubscribers = "no_subscribers"
+	ReasonNoSubscribers  = "no_subscribers"  // nobody subscribed (after holding, if the topic is held)
+	ReasonMaxRetries     = "max_retries"     // every attempt asked for a retry or failed
+	ReasonSubscriberGone = "subscriber_gone" // the last attempt found the subscriber absent or unsubscribed
+	ReasonRejected       = "rejected"        // a retry attempt was answered processed: false without should_retry
 )
 
 // ProcessMessageParams are the params of processMessage, the bus's call on

@@ -1,0 +1,191 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sourcegraph/jsonrpc2"
+
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// The dead-letter queue's administration methods. They take no special
+// rights: any initialized peer may call them, which is why bub serve
+// listens on loopback by default.
+
+func (c *conn) dlqList(req *jsonrpc2.Request) (any, error) {
+	var p protocol.DLQListParams
+	if err := decodeParams(req, &p); err != nil {
+		return nil, err
+	}
+	f, err := storeFilter(p.DLQFilter)
+	if err != nil {
+		return nil, err
+	}
+	entries, next, err := c.server.store.ListDeadLetters(f, p.Cursor, p.Limit)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	result := protocol.DLQListResult{Entries: make([]protocol.DeadLetter, 0, len(entries)), NextCursor: next}
+	for _, d := range entries {
+		result.Entries = append(result.Entries, wireDeadLetter(d))
+	}
+	return result, nil
+}
+
+func (c *conn) dlqGet(req *jsonrpc2.Request) (any, error) {
+	var p protocol.DLQGetParams
+	if err := decodeParams(req, &p); err != nil {
+		return nil, err
+	}
+	if p.ID == "" {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "id is required")
+	}
+	d, err := c.server.store.GetDeadLetter(p.ID)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return wireDeadLetter(d), nil
+}
+
+func (c *conn) dlqReplay(req *jsonrpc2.Request) (any, error) {
+	var p protocol.DLQReplayParams
+	if err := decodeParams(req, &p); err != nil {
+		return nil, err
+	}
+	if len(p.IDs) == 0 {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "ids is required: name at least one dead letter")
+	}
+	switch p.To {
+	case "":
+		p.To = protocol.ReplayToTopic
+	case protocol.ReplayToTopic, protocol.ReplayToSubscriber:
+	default:
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "to %q is not %q or %q", p.To, protocol.ReplayToTopic, protocol.ReplayToSubscriber)
+	}
+	result := protocol.DLQReplayResult{Outcomes: []protocol.DLQReplayOutcome{}}
+	for _, id := range p.IDs {
+		out := protocol.DLQReplayOutcome{ID: id}
+		if err := c.server.replay(id, p.To, &out); err != nil {
+			out.Error = err.Error()
+		}
+		result.Outcomes = append(result.Outcomes, out)
+	}
+	return result, nil
+}
+
+// replay sends one dead letter again. The entry leaves the queue only once
+// the replay is accepted: for a topic, once routing found a subscriber or
+// held the message; for a subscriber, once the retry is stored.
+func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
+	d, err := s.store.GetDeadLetter(id)
+	if err != nil {
+		return storeError(err)
+	}
+	if to == protocol.ReplayToSubscriber {
+		if d.ClientID == "" {
+			return fmt.Errorf("dead letter %s was meant for no subscriber (reason %s); replay it to its topic", id, d.Reason)
+		}
+		p := &store.Pending{Kind: kindRetry, Message: d.Message, ClientID: d.ClientID, Subscription: d.Subscription, NextAt: time.Now()}
+		if err := s.store.Requeue(id, p); err != nil {
+			return storeError(err)
+		}
+		s.sched.add(p)
+		out.Accepted = true
+		return nil
+	}
+	if err := s.beginPublish(); err != nil {
+		return err
+	}
+	defer s.publishes.Done()
+	m := d.Message
+	result, err := s.publish(context.Background(), &m, true)
+	if err != nil {
+		return err
+	}
+	out.Result = result
+	if !result.Success && !result.Held {
+		return fmt.Errorf("not replayed: no subscriber for %q; the entry stays", m.Topic)
+	}
+	if err := s.store.RemoveDeadLetter(id); err != nil {
+		return storeError(err)
+	}
+	out.Accepted = true
+	return nil
+}
+
+func (c *conn) dlqPurge(req *jsonrpc2.Request) (any, error) {
+	var p protocol.DLQPurgeParams
+	if err := decodeParams(req, &p); err != nil {
+		return nil, err
+	}
+	st := c.server.store
+	if p.ID != "" {
+		if err := st.RemoveDeadLetter(p.ID); err != nil {
+			return nil, storeError(err)
+		}
+		return protocol.DLQPurgeResult{Purged: 1}, nil
+	}
+	if !p.All && p.DLQFilter == (protocol.DLQFilter{}) {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "say what to purge: an id, a filter (topic, reason, since, until), or all: true")
+	}
+	f, err := storeFilter(p.DLQFilter)
+	if err != nil {
+		return nil, err
+	}
+	n, err := st.PurgeDeadLetters(f)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return protocol.DLQPurgeResult{Purged: n}, nil
+}
+
+func storeFilter(f protocol.DLQFilter) (store.Filter, error) {
+	if f.Topic != "" {
+		if _, err := protocol.ParsePattern(f.Topic); err != nil {
+			return store.Filter{}, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
+		}
+	}
+	switch f.Reason {
+	case "", protocol.ReasonMaxRetries, protocol.ReasonSubscriberGone, protocol.ReasonNoSubscribers, protocol.ReasonRejected:
+	default:
+		return store.Filter{}, protocol.Errorf(protocol.ErrInvalidParams, "reason %q is not one of max_retries, subscriber_gone, no_subscribers, rejected", f.Reason)
+	}
+	return store.Filter{Topic: f.Topic, Reason: f.Reason, Since: f.Since, Until: f.Until}, nil
+}
+
+func storeError(err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return protocol.Errorf(protocol.ErrNotFound, "%v", err)
+	case errors.Is(err, store.ErrInvalid):
+		return protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
+	}
+	return protocol.Errorf(protocol.ErrInternal, "store: %v", err)
+}
+
+func wireDeadLetter(d *store.DeadLetter) protocol.DeadLetter {
+	w := protocol.DeadLetter{
+		ID:           d.ID,
+		MessageID:    d.Message.ID,
+		Topic:        d.Message.Topic,
+		Payload:      d.Message.Payload,
+		From:         d.Message.From,
+		Meta:         d.Message.Meta,
+		ClientID:     d.ClientID,
+		Subscription: d.Subscription,
+		Reason:       d.Reason,
+		Attempts:     make([]protocol.DeliveryAttempt, 0, len(d.Attempts)),
+		PublishedAt:  d.Message.PublishedAt,
+		FirstAttempt: d.FirstAttempt,
+		LastAttempt:  d.LastAttempt,
+		DeadAt:       d.DeadAt,
+	}
+	for _, a := range d.Attempts {
+		w.Attempts = append(w.Attempts, protocol.DeliveryAttempt{At: a.At, Error: a.Error})
+	}
+	return w
+}

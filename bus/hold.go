@@ -1,0 +1,63 @@
+package bus
+
+import (
+	"time"
+
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// holds reports whether a message to topic that nobody subscribes to is
+// held for a subscriber to appear, rather than refused.
+func (s *Server) holds(topic string) bool {
+	for _, p := range s.holdPatterns {
+		if p.Match(topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// hold stores m for another routing attempt and says so in result. It
+// commits before returning, so the publisher never hears of a hold the
+// store does not have.
+func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) error {
+	p := &store.Pending{
+		Kind:     kindHold,
+		Message:  *m,
+		Attempts: []store.Attempt{{At: time.Now(), Error: "no subscribers"}},
+		NextAt:   time.Now().Add(s.backoff(1, 0)),
+	}
+	if err := s.store.PutPending(p); err != nil {
+		return protocol.Errorf(protocol.ErrInternal, "hold message for %q: %v", m.Topic, err)
+	}
+	s.sched.add(p)
+	s.metrics.held.Inc()
+	result.Held = true
+	result.NextAttempt = p.NextAt.UTC().Format(time.RFC3339Nano)
+	return nil
+}
+
+// attemptHold routes a held message again: to its subscribers if any have
+// appeared, with the same per-subscriber retry rules as a fresh publish;
+// else it waits again, or is dead-lettered when attempts are used up.
+func (s *Server) attemptHold(p *store.Pending) {
+	chain := s.router.route(p.Message.Topic)
+	if len(chain) == 0 {
+		p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(), Error: "no subscribers"})
+		if len(p.Attempts) >= s.opts.MaxAttempts {
+			s.metrics.held.Dec()
+			s.deadLetter(p, protocol.ReasonNoSubscribers)
+			return
+		}
+		p.NextAt = time.Now().Add(s.backoff(len(p.Attempts), 0))
+		s.storeOp("reschedule hold", func() error { return s.store.PutPending(p) })
+		s.sched.add(p)
+		return
+	}
+	s.metrics.held.Dec()
+	result := &protocol.SendMessageResult{MessageID: p.Message.ID, Acks: []protocol.Ack{}}
+	s.pass(&p.Message, chain, result, true)
+	// The retries the pass scheduled are stored; only now may the hold go.
+	s.storeOp("release hold", func() error { return s.store.DeletePending(p.ID) })
+}
