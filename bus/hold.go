@@ -31,10 +31,10 @@ func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) erro
 	if err := s.store.PutPending(p); err != nil {
 		return protocol.Errorf(protocol.ErrInternal, "hold message for %q: %v", m.Topic, err)
 	}
-	s.sched.add(p)
-	s.metrics.held.Inc()
 	result.Held = true
 	result.NextAttempt = p.NextAt.UTC().Format(time.RFC3339Nano)
+	s.metrics.held.Inc()
+	s.sched.add(p) // from here on p belongs to the scheduler
 	return nil
 }
 

@@ -15,8 +15,11 @@ import (
 // topic. Every retry and hold is committed to the store before publish
 // returns, so the result never announces one the store lacks.
 func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*protocol.SendMessageResult, error) {
-	m.ID = s.bootID + "-" + strconv.FormatUint(s.messageSeq.Add(1), 10)
-	m.PublishedAt = time.Now()
+	// A replayed message keeps its id, so subscribers can tell it again.
+	if m.ID == "" {
+		m.ID = s.bootID + "-" + strconv.FormatUint(s.messageSeq.Add(1), 10)
+		m.PublishedAt = time.Now()
+	}
 	result := &protocol.SendMessageResult{MessageID: m.ID, Acks: []protocol.Ack{}}
 	chain := s.router.route(m.Topic)
 	if len(chain) == 0 {
@@ -92,9 +95,10 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 			ack.Error = joinErrors(ack.Error, "retry not scheduled: "+err.Error())
 			continue
 		}
+		ack.Retrying, ack.Attempt, ack.NextAttempt = true, 2, p.NextAt.UTC().Format(time.RFC3339Nano)
+		// From here on p belongs to the scheduler.
 		s.sched.add(p)
 		s.metrics.retriesScheduled.Inc()
-		ack.Retrying, ack.Attempt, ack.NextAttempt = true, 2, p.NextAt.UTC().Format(time.RFC3339Nano)
 	}
 }
 

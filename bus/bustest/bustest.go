@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -29,6 +30,9 @@ const Timeout = 10 * time.Second
 type Server struct {
 	*bus.Server
 	HTTP *httptest.Server
+	// Store is the bus's store: the one in the options, else a fresh
+	// in-memory one.
+	Store *store.Store
 	// URL is the WebSocket URL peers dial.
 	URL string
 }
@@ -44,12 +48,15 @@ func Start(t testing.TB, opts *bus.Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Store == nil {
+		o.Store = store.OpenMemory()
+	}
 	srv, err := bus.New(&o)
 	if err != nil {
 		t.Fatalf("bustest: %v", err)
 	}
 	hs := httptest.NewServer(srv)
-	s := &Server{Server: srv, HTTP: hs, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}
+	s := &Server{Server: srv, HTTP: hs, Store: o.Store, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 		defer cancel()

@@ -1,0 +1,415 @@
+package bus_test
+
+import (
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// fastRetries keeps retry delays short enough for tests.
+func fastRetries(maxAttempts int) *bus.Options {
+	return &bus.Options{MaxAttempts: maxAttempts, RetryBaseDelay: 20 * time.Millisecond, RetryDelayCap: 200 * time.Millisecond, DeliveryTimeout: 500 * time.Millisecond}
+}
+
+// attempts answers each delivery with the result for its attempt number
+// (the last one repeats) and sends every delivery's params to seen.
+func attempts(seen chan<- protocol.ProcessMessageParams, results ...any) bustest.ProcessFunc {
+	return func(p protocol.ProcessMessageParams) any {
+		seen <- p
+		return results[min(p.Attempt, len(results))-1]
+	}
+}
+
+func recv[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(bustest.Timeout):
+		t.Fatal("nothing received")
+	}
+	var zero T
+	return zero
+}
+
+func dlqList(t *testing.T, c *bustest.Client, params protocol.DLQListParams) protocol.DLQListResult {
+	t.Helper()
+	var r protocol.DLQListResult
+	c.MustCall(protocol.MethodDLQList, params, &r)
+	return r
+}
+
+func TestRetryPaths(t *testing.T) {
+	retry := protocol.ProcessMessageResult{ShouldRetry: true, Message: "busy"}
+	ok := protocol.ProcessMessageResult{Processed: true}
+	tests := []struct {
+		name    string
+		first   any
+		inError string
+	}{
+		{"should_retry", retry, ""},
+		{"should_retry with retry_seconds", protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 0.05}, ""},
+		{"error response", &protocol.Error{Code: -32000, Message: "kaput"}, "kaput"},
+		{"timeout", nil, "timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := bustest.Start(t, fastRetries(5))
+			seen := make(chan protocol.ProcessMessageParams, 10)
+			sub := bustest.Connect(t, srv.URL, "sub", func(p protocol.ProcessMessageParams) any {
+				seen <- p
+				if p.Attempt > 1 {
+					return ok
+				}
+				if tt.first == nil {
+					time.Sleep(time.Second)
+				}
+				return tt.first
+			})
+			sub.Subscribe("work:*", "")
+			before := time.Now()
+			r := bustest.Connect(t, srv.URL, "pub", nil).Publish("work:1", "job")
+			require.Len(t, r.Acks, 1)
+			ack := r.Acks[0]
+			assert.True(t, ack.Retrying)
+			assert.Equal(t, 2, ack.Attempt)
+			next, err := time.Parse(time.RFC3339Nano, ack.NextAttempt)
+			require.NoError(t, err)
+			assert.True(t, next.After(before) && next.Before(before.Add(2*time.Second)), "next attempt %s", next)
+			assert.Contains(t, ack.Error, tt.inError)
+
+			assert.Equal(t, 1, recv(t, seen).Attempt)
+			second := recv(t, seen)
+			assert.Equal(t, 2, second.Attempt)
+			assert.Equal(t, r.MessageID, second.MessageID)
+			assert.Equal(t, "work:*", second.Subscription)
+			require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
+		})
+	}
+}
+
+func pendingCount(t *testing.T, srv *bustest.Server) int {
+	t.Helper()
+	n, err := srv.Store.CountPending()
+	require.NoError(t, err)
+	return n
+}
+
+func TestRetrySecondsHonouredAndCapped(t *testing.T) {
+	opts := fastRetries(5)
+	srv := bustest.Start(t, opts)
+	sub := bustest.Connect(t, srv.URL, "sub", func(p protocol.ProcessMessageParams) any {
+		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 3600}
+	})
+	sub.Subscribe("a", "")
+	before := time.Now()
+	r := bustest.Connect(t, srv.URL, "pub", nil).Publish("a", "t")
+	next, err := time.Parse(time.RFC3339Nano, r.Acks[0].NextAttempt)
+	require.NoError(t, err)
+	assert.WithinDuration(t, before.Add(opts.RetryDelayCap), next, 150*time.Millisecond, "an hour is capped at RetryDelayCap")
+}
+
+// TestHandledDropsRetries: when a later subscriber handles the message, an
+// earlier one's request for a retry is dropped.
+func TestHandledDropsRetries(t *testing.T) {
+	srv := bustest.Start(t, fastRetries(5))
+	var calls atomic.Int32
+	older := bustest.Connect(t, srv.URL, "older", bustest.Processed)
+	older.Subscribe("x:*", "")
+	newer := bustest.Connect(t, srv.URL, "newer", func(protocol.ProcessMessageParams) any {
+		calls.Add(1)
+		return protocol.ProcessMessageResult{ShouldRetry: true}
+	})
+	newer.Subscribe("x:1", "")
+	r := bustest.Connect(t, srv.URL, "pub", nil).Publish("x:1", "t")
+	require.Len(t, r.Acks, 2)
+	assert.False(t, r.Acks[0].Retrying, "the message was handled by older; no retry for newer")
+	assert.True(t, r.Acks[1].Processed)
+	assert.Equal(t, 0, pendingCount(t, srv))
+	time.Sleep(300 * time.Millisecond)
+	assert.Equal(t, int32(1), calls.Load())
+}
+
+// TestReconnectBeforeRetry: a retry goes to the client identity, so the
+// client gets it on its new connection.
+func TestReconnectBeforeRetry(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{RetryBaseDelay: 300 * time.Millisecond, RetryDelayCap: time.Second})
+	var first *bustest.Client
+	first = bustest.Connect(t, srv.URL, "agent-1", func(protocol.ProcessMessageParams) any {
+		_ = first.WS.CloseNow() // drop mid-delivery
+		return nil
+	})
+	first.Subscribe("agent:1", "")
+	r := bustest.Connect(t, srv.URL, "pub", nil).Publish("agent:1", "t")
+	require.True(t, r.Acks[0].Retrying)
+	assert.Contains(t, r.Acks[0].Error, "disconnected")
+
+	seen := make(chan protocol.ProcessMessageParams, 1)
+	second := bustest.Connect(t, srv.URL, "agent-1", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
+	second.Subscribe("agent:1", "")
+	p := recv(t, seen)
+	assert.Equal(t, r.MessageID, p.MessageID)
+	assert.Equal(t, 2, p.Attempt)
+}
+
+func TestExhaustionDeadLetters(t *testing.T) {
+	tests := []struct {
+		name   string
+		answer func(sub **bustest.Client) bustest.ProcessFunc
+		reason string
+	}{
+		{"max_retries", func(**bustest.Client) bustest.ProcessFunc {
+			return func(protocol.ProcessMessageParams) any { return protocol.ProcessMessageResult{ShouldRetry: true, Message: "later"} }
+		}, protocol.ReasonMaxRetries},
+		{"subscriber_gone", func(sub **bustest.Client) bustest.ProcessFunc {
+			return func(protocol.ProcessMessageParams) any { _ = (*sub).WS.CloseNow(); return nil }
+		}, protocol.ReasonSubscriberGone},
+		{"rejected", func(**bustest.Client) bustest.ProcessFunc {
+			return func(p protocol.ProcessMessageParams) any {
+				if p.Attempt == 1 {
+					return protocol.ProcessMessageResult{ShouldRetry: true}
+				}
+				return protocol.ProcessMessageResult{Processed: false, Message: "not for me"}
+			}
+		}, protocol.ReasonRejected},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := bustest.Start(t, fastRetries(3))
+			events := make(chan protocol.ProcessMessageParams, 4)
+			ops := bustest.Connect(t, srv.URL, "ops", func(p protocol.ProcessMessageParams) any {
+				events <- p
+				return protocol.ProcessMessageResult{Processed: true}
+			})
+			ops.Subscribe("system:*", "")
+			var sub *bustest.Client
+			sub = bustest.Connect(t, srv.URL, "sub", tt.answer(&sub))
+			sub.Subscribe("jobs:*", "")
+			pub := bustest.Connect(t, srv.URL, "pub", nil)
+			var r protocol.SendMessageResult
+			pub.MustCall("sendMessage", map[string]any{"topic": "jobs:7", "payload": map[string]any{"type": "job", "n": 7}, "meta": map[string]any{"traceparent": "t"}}, &r)
+			require.True(t, r.Acks[0].Retrying)
+
+			event := recv(t, events)
+			assert.Equal(t, bus.TopicDeadLettered, event.Topic)
+			var ev map[string]any
+			require.NoError(t, json.Unmarshal(event.Payload, &ev))
+			assert.Equal(t, "dead_letter", ev["type"])
+			assert.Equal(t, tt.reason, ev["reason"])
+
+			list := dlqList(t, pub, protocol.DLQListParams{})
+			require.Len(t, list.Entries, 1)
+			d := list.Entries[0]
+			assert.Equal(t, ev["id"], d.ID)
+			assert.Equal(t, tt.reason, d.Reason)
+			assert.Equal(t, r.MessageID, d.MessageID)
+			assert.Equal(t, "jobs:7", d.Topic)
+			assert.Equal(t, "pub", d.From)
+			assert.Equal(t, "sub", d.ClientID)
+			assert.Equal(t, "jobs:*", d.Subscription)
+			assert.JSONEq(t, `{"type":"job","n":7}`, string(d.Payload))
+			assert.JSONEq(t, `{"traceparent":"t"}`, string(d.Meta))
+			wantAttempts := 3
+			if tt.reason == protocol.ReasonRejected {
+				wantAttempts = 2
+			}
+			require.Len(t, d.Attempts, wantAttempts)
+			for _, a := range d.Attempts {
+				assert.NotEmpty(t, a.Error)
+			}
+			assert.Equal(t, d.Attempts[0].At, d.FirstAttempt)
+			assert.Equal(t, d.Attempts[wantAttempts-1].At, d.LastAttempt)
+			assert.Equal(t, 0, pendingCount(t, srv))
+		})
+	}
+}
+
+func TestHeldUntilSubscriberAppears(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{RetryBaseDelay: time.Minute})
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	r := pub.Publish("agent:late", "task_request")
+	assert.False(t, r.Success)
+	assert.True(t, r.Held)
+	assert.NotEmpty(t, r.NextAttempt)
+	assert.Equal(t, protocol.ReasonNoSubscribers, r.Reason)
+
+	other := pub.Publish("elsewhere:1", "t")
+	assert.False(t, other.Held, "only hold patterns hold")
+
+	seen := make(chan protocol.ProcessMessageParams, 1)
+	late := bustest.Connect(t, srv.URL, "late", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
+	late.Subscribe("agent:late", "")
+	p := recv(t, seen) // long before the minute's backoff: the subscription woke it
+	assert.Equal(t, r.MessageID, p.MessageID)
+	assert.Equal(t, "pub", p.From)
+	require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
+}
+
+func TestHeldExhaustsToNoSubscribers(t *testing.T) {
+	srv := bustest.Start(t, fastRetries(2))
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	r := pub.Publish("agent:never", "t")
+	require.True(t, r.Held)
+	var list protocol.DLQListResult
+	require.Eventually(t, func() bool {
+		list = dlqList(t, pub, protocol.DLQListParams{})
+		return len(list.Entries) == 1
+	}, bustest.Timeout, 20*time.Millisecond)
+	assert.Equal(t, protocol.ReasonNoSubscribers, list.Entries[0].Reason)
+	assert.Empty(t, list.Entries[0].ClientID)
+	assert.Len(t, list.Entries[0].Attempts, 2)
+}
+
+// deadLetters fills the queue with n entries on topic by publishing to a
+// subscriber that always asks for a retry, with one attempt allowed.
+func deadLetters(t *testing.T, srv *bustest.Server, pub *bustest.Client, topic string, n int) {
+	t.Helper()
+	for range n {
+		r := pub.Publish(topic, "t")
+		require.False(t, r.Acks[0].Retrying)
+	}
+}
+
+func TestAdminMethods(t *testing.T) {
+	srv := bustest.Start(t, fastRetries(1))
+	var mode atomic.Value
+	mode.Store("retry")
+	seen := make(chan protocol.ProcessMessageParams, 100)
+	sub := bustest.Connect(t, srv.URL, "sub", func(p protocol.ProcessMessageParams) any {
+		if mode.Load() == "retry" {
+			return protocol.ProcessMessageResult{ShouldRetry: true}
+		}
+		seen <- p
+		return protocol.ProcessMessageResult{Processed: true}
+	})
+	sub.Subscribe("a:*", "")
+	sub.Subscribe("b:*", "")
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	deadLetters(t, srv, pub, "a:1", 5)
+	deadLetters(t, srv, pub, "b:1", 3)
+
+	t.Run("list pages and filters", func(t *testing.T) {
+		page := dlqList(t, pub, protocol.DLQListParams{Limit: 3})
+		require.Len(t, page.Entries, 3)
+		require.NotEmpty(t, page.NextCursor)
+		var all []protocol.DeadLetter
+		all = append(all, page.Entries...)
+		for page.NextCursor != "" {
+			page = dlqList(t, pub, protocol.DLQListParams{Limit: 3, Cursor: page.NextCursor})
+			all = append(all, page.Entries...)
+		}
+		assert.Len(t, all, 8)
+		assert.Len(t, dlqList(t, pub, protocol.DLQListParams{DLQFilter: protocol.DLQFilter{Topic: "b:*"}}).Entries, 3)
+		assert.Len(t, dlqList(t, pub, protocol.DLQListParams{DLQFilter: protocol.DLQFilter{Reason: protocol.ReasonMaxRetries}}).Entries, 8)
+		assert.Empty(t, dlqList(t, pub, protocol.DLQListParams{DLQFilter: protocol.DLQFilter{Since: time.Now().Add(time.Hour)}}).Entries)
+		r := pub.Call(protocol.MethodDLQList, map[string]any{"reason": "bored"})
+		require.NotNil(t, r.Error)
+		assert.Equal(t, int64(protocol.CodeInvalidParams), r.Error.Code)
+	})
+	entries := dlqList(t, pub, protocol.DLQListParams{}).Entries
+
+	t.Run("get", func(t *testing.T) {
+		var d protocol.DeadLetter
+		pub.MustCall(protocol.MethodDLQGet, protocol.DLQGetParams{ID: entries[0].ID}, &d)
+		assert.Equal(t, entries[0].MessageID, d.MessageID)
+		r := pub.Call(protocol.MethodDLQGet, protocol.DLQGetParams{ID: "d-999999"})
+		require.NotNil(t, r.Error)
+		assert.Equal(t, int64(protocol.CodeNotFound), r.Error.Code)
+	})
+
+	mode.Store("ok")
+	t.Run("replay to topic", func(t *testing.T) {
+		var r protocol.DLQReplayResult
+		pub.MustCall(protocol.MethodDLQReplay, protocol.DLQReplayParams{IDs: []string{entries[0].ID, "d-999999"}}, &r)
+		require.Len(t, r.Outcomes, 2)
+		assert.True(t, r.Outcomes[0].Accepted)
+		assert.True(t, r.Outcomes[0].Result.Success)
+		assert.False(t, r.Outcomes[1].Accepted)
+		assert.Contains(t, r.Outcomes[1].Error, "not found")
+		assert.Equal(t, entries[0].MessageID, recv(t, seen).MessageID)
+	})
+	t.Run("replay to subscriber", func(t *testing.T) {
+		var r protocol.DLQReplayResult
+		pub.MustCall(protocol.MethodDLQReplay, protocol.DLQReplayParams{IDs: []string{entries[1].ID}, To: protocol.ReplayToSubscriber}, &r)
+		assert.True(t, r.Outcomes[0].Accepted, r.Outcomes[0].Error)
+		p := recv(t, seen)
+		assert.Equal(t, entries[1].MessageID, p.MessageID)
+		assert.Equal(t, "a:*", p.Subscription)
+	})
+	t.Run("replay with nobody subscribed keeps the entry", func(t *testing.T) {
+		_ = sub.WS.CloseNow()
+		require.Eventually(t, func() bool { return !pub.Publish("a:probe", "t").Success }, bustest.Timeout, 10*time.Millisecond)
+		var r protocol.DLQReplayResult
+		pub.MustCall(protocol.MethodDLQReplay, protocol.DLQReplayParams{IDs: []string{entries[2].ID}}, &r)
+		assert.False(t, r.Outcomes[0].Accepted)
+		assert.Contains(t, r.Outcomes[0].Error, "no subscriber")
+		var d protocol.DeadLetter
+		pub.MustCall(protocol.MethodDLQGet, protocol.DLQGetParams{ID: entries[2].ID}, &d)
+	})
+	t.Run("purge", func(t *testing.T) {
+		r := pub.Call(protocol.MethodDLQPurge, map[string]any{})
+		require.NotNil(t, r.Error, "an empty purge is refused")
+		var res protocol.DLQPurgeResult
+		pub.MustCall(protocol.MethodDLQPurge, protocol.DLQPurgeParams{ID: entries[2].ID}, &res)
+		assert.Equal(t, 1, res.Purged)
+		pub.MustCall(protocol.MethodDLQPurge, protocol.DLQPurgeParams{DLQFilter: protocol.DLQFilter{Topic: "b:*"}}, &res)
+		assert.Equal(t, 3, res.Purged)
+		pub.MustCall(protocol.MethodDLQPurge, protocol.DLQPurgeParams{All: true}, &res)
+		assert.Equal(t, 2, res.Purged)
+		assert.Empty(t, dlqList(t, pub, protocol.DLQListParams{}).Entries)
+	})
+}
+
+// TestRetriesSurviveRestart: pending work committed by one bus is resumed
+// by the next one on the same store.
+func TestRetriesSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir, nil)
+	require.NoError(t, err)
+	opts := &bus.Options{Store: st, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour}
+	first := bustest.Start(t, opts)
+	sub := bustest.Connect(t, first.URL, "worker", func(protocol.ProcessMessageParams) any {
+		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 0.3}
+	})
+	sub.Subscribe("jobs", "")
+	pub := bustest.Connect(t, first.URL, "pub", nil)
+	retried := pub.Publish("jobs", "t")
+	require.True(t, retried.Acks[0].Retrying)
+	held := pub.Publish("agent:absent", "t")
+	require.True(t, held.Held)
+	require.NoError(t, first.Shutdown(t.Context()))
+	require.NoError(t, st.Close())
+
+	st, err = store.Open(dir, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	second := bustest.Start(t, &bus.Options{Store: st, RetryBaseDelay: 20 * time.Millisecond})
+	var mu sync.Mutex
+	got := map[string]int{}
+	done := make(chan struct{}, 2)
+	handler := func(p protocol.ProcessMessageParams) any {
+		mu.Lock()
+		got[p.MessageID] = p.Attempt
+		mu.Unlock()
+		done <- struct{}{}
+		return protocol.ProcessMessageResult{Processed: true}
+	}
+	bustest.Connect(t, second.URL, "worker", handler).Subscribe("jobs", "")
+	bustest.Connect(t, second.URL, "absent", handler).Subscribe("agent:absent", "")
+	recv(t, done)
+	recv(t, done)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 2, got[retried.MessageID])
+	assert.Equal(t, 1, got[held.MessageID])
+}
