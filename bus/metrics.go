@@ -1,6 +1,8 @@
 package bus
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -93,4 +95,10 @@ func (m *metrics) watchStore(st *store.Store) {
 			return float64(n)
 		}),
 	)
+}
+
+// ObserveStoreCommit records one store commit's latency; pass it as the
+// store's OnCommit hook.
+func (s *Server) ObserveStoreCommit(d time.Duration) {
+	s.metrics.storeCommit.Observe(d.Seconds())
 }

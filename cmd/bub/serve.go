@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -30,6 +31,11 @@ type serveConfig struct {
 	pingInterval    time.Duration
 	maxInFlight     int
 	drainTimeout    time.Duration
+	dataDir         string
+	maxAttempts     int
+	retryBaseDelay  time.Duration
+	retryDelayCap   time.Duration
+	holdPatterns    string
 	allowedOrigins  string
 	logLevel        string
 	logFormat       string
@@ -45,6 +51,11 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.pingInterval, "ping-interval", 30*time.Second, "WebSocket keepalive ping interval; a peer silent for one interval is dropped")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 256, "sendMessage calls one connection may have running; more are refused with -32006")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long running deliveries get to finish")
+	fs.StringVar(&c.dataDir, "data-dir", "./data", "directory of the durable store (pending retries, held messages, dead letters); created if missing")
+	fs.IntVar(&c.maxAttempts, "max-attempts", 5, "delivery attempts per subscriber (routing attempts for held messages) before a message is dead-lettered")
+	fs.DurationVar(&c.retryBaseDelay, "retry-base-delay", time.Second, "first retry delay when the subscriber gives no retry_seconds; doubles per attempt, with jitter")
+	fs.DurationVar(&c.retryDelayCap, "retry-delay-cap", 5*time.Minute, "longest retry delay, retry_seconds included")
+	fs.StringVar(&c.holdPatterns, "hold-patterns", "agent:*", "comma-separated topic patterns whose messages are held when nobody subscribes, until a subscriber appears")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated browser origins (host patterns) allowed to connect; clients without an Origin header are always allowed")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
@@ -61,11 +72,24 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return errorf(io, "%v", err)
 	}
-	var origins []string
-	if cfg.allowedOrigins != "" {
-		origins = strings.Split(cfg.allowedOrigins, ",")
+	// The store records commit latency into the bus's metrics, which do
+	// not exist until the bus does.
+	var srv *bus.Server
+	st, err := store.Open(cfg.dataDir, &store.Options{OnCommit: func(d time.Duration) {
+		if srv != nil {
+			srv.ObserveStoreCommit(d)
+		}
+	}})
+	if err != nil {
+		return errorf(io, "serve: %v", err)
 	}
-	srv, err := bus.New(&bus.Options{
+	defer st.Close()
+	srv, err = bus.New(&bus.Options{
+		Store:           st,
+		MaxAttempts:     cfg.maxAttempts,
+		RetryBaseDelay:  cfg.retryBaseDelay,
+		RetryDelayCap:   cfg.retryDelayCap,
+		HoldPatterns:    splitList(cfg.holdPatterns),
 		ServerID:        cfg.serverID,
 		DefaultPolicy:   protocol.Policy(cfg.defaultPolicy),
 		DeliveryTimeout: cfg.deliveryTimeout,
@@ -73,7 +97,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		WriteTimeout:    cfg.writeTimeout,
 		PingInterval:    cfg.pingInterval,
 		MaxInFlight:     cfg.maxInFlight,
-		OriginPatterns:  origins,
+		OriginPatterns:  splitList(cfg.allowedOrigins),
 		Logger:          logger,
 	})
 	if err != nil {
@@ -86,7 +110,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	logger.Info("bus listening", "url", "ws://"+ln.Addr().String()+"/", "default_policy", cfg.defaultPolicy)
+	logger.Info("bus listening", "url", "ws://"+ln.Addr().String()+"/", "data_dir", cfg.dataDir, "default_policy", cfg.defaultPolicy)
 
 	select {
 	case err := <-served:
@@ -107,6 +131,17 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	}
 	logger.Info("bus stopped")
 	return 0
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	list := []string{}
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			list = append(list, item)
+		}
+	}
+	return list
 }
 
 func newLogger(io stdio, level, format string) (*slog.Logger, error) {
