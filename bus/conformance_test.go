@@ -73,7 +73,7 @@ func TestFrames(t *testing.T) {
 				assert.JSONEq(t, tt.want, string(c.Recv()))
 			}
 			// Whatever came before, the connection is still open.
-			if r := c.Call(protocol.MethodPing, nil); r.Error != nil && r.Error.Code == -1 {
+			if r := c.Call(protocol.MethodPing, nil); r.Error != nil && r.Error.Code == bustest.NoResponse {
 				t.Fatal("connection closed")
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bub-bus/bub/bus"
@@ -74,9 +75,9 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	}
 	// The store records commit latency into the bus's metrics, which do
 	// not exist until the bus does.
-	var srv *bus.Server
+	var running atomic.Pointer[bus.Server]
 	st, err := store.Open(cfg.dataDir, &store.Options{OnCommit: func(d time.Duration) {
-		if srv != nil {
+		if srv := running.Load(); srv != nil {
 			srv.ObserveStoreCommit(d)
 		}
 	}})
@@ -84,7 +85,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "serve: %v", err)
 	}
 	defer st.Close()
-	srv, err = bus.New(&bus.Options{
+	srv, err := bus.New(&bus.Options{
 		Store:           st,
 		MaxAttempts:     cfg.maxAttempts,
 		RetryBaseDelay:  cfg.retryBaseDelay,
@@ -103,6 +104,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return errorf(io, "serve: %v", err)
 	}
+	running.Store(srv)
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return errorf(io, "serve: listen on %s: %v", cfg.listen, err)

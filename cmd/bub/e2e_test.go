@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// bubBinary is the bub binary built once for the tests that run it as a
+// user would, as a separate process.
+var bubBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bub-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bubBinary = filepath.Join(dir, "bub")
+	build := exec.Command("go", "build", "-race", "-o", bubBinary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build bub:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// daemon is a bub serve process.
+type daemon struct {
+	cmd    *exec.Cmd
+	url    string
+	http   string
+	stderr *lockedBuffer
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startBus runs bub serve on a free loopback port with its store in
+// dataDir and waits until /readyz answers.
+func startBus(t *testing.T, dataDir string, flags ...string) *daemon {
+	t.Helper()
+	addr := freeAddr(t)
+	args := append([]string{"serve", "--listen", addr, "--data-dir", dataDir}, flags...)
+	d := &daemon{cmd: exec.Command(bubBinary, args...), url: "ws://" + addr + "/", http: "http://" + addr, stderr: &lockedBuffer{}}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.kill()
+		if strings.Contains(d.stderr.String(), "DATA RACE") {
+			t.Errorf("the race detector fired in bub serve:\n%s", d.stderr)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(d.http + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return d
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("bub serve did not become ready: %s", d.stderr)
+	return nil
+}
+
+func (d *daemon) kill() {
+	if d.cmd.ProcessState == nil {
+		_ = d.cmd.Process.Kill()
+		_ = d.cmd.Wait()
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("bub serve exited with %v: %s", err, d.stderr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("bub serve did not stop on SIGTERM: %s", d.stderr)
+	}
+}
+
+// bub runs one bub command to completion.
+func bub(t *testing.T, env []string, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bubBinary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code = 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// TestCLIEndToEnd is the README's walkthrough: serve, listen, send-message.
+func TestCLIEndToEnd(t *testing.T) {
+	d := startBus(t, t.TempDir())
+	env := []string{"BUB_BUS_URL=" + d.url}
+
+	listen := exec.Command(bubBinary, "listen", "--topic", "inbound:*")
+	listen.Env = append(os.Environ(), env...)
+	stdout, err := listen.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listenErr := &lockedBuffer{}
+	listen.Stderr = listenErr
+	if err := listen.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = listen.Process.Kill(); _ = listen.Wait() })
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+
+	// listen has subscribed once a message to its topic is routed.
+	var out string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var code int
+		out, _, code = bub(t, env, "", "send-message", "--topic", "inbound:chat-1", "--payload", `{"type":"plaintext_message","text":"hello"}`)
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("send-message never routed; listen stderr: %s", listenErr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var result struct {
+		Success   bool   `json:"success"`
+		MessageID string `json:"messageId"`
+		Acks      []struct {
+			ClientID  string `json:"client_id"`
+			Processed bool   `json:"processed"`
+		} `json:"acks"`
+	}
+	if err := json.Unmarshal([]byte(out), &result); err != nil {
+		t.Fatalf("send-message printed %q: %v", out, err)
+	}
+	if !result.Success || len(result.Acks) != 1 || !result.Acks[0].Processed {
+		t.Fatalf("result %+v", result)
+	}
+	var delivery struct {
+		Topic     string          `json:"topic"`
+		MessageID string          `json:"messageId"`
+		Payload   json.RawMessage `json:"payload"`
+	}
+	select {
+	case line := <-lines:
+		if err := json.Unmarshal([]byte(line), &delivery); err != nil {
+			t.Fatalf("listen printed %q: %v", line, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("listen printed nothing")
+	}
+	if delivery.Topic != "inbound:chat-1" || delivery.MessageID != result.MessageID || !strings.Contains(string(delivery.Payload), `"hello"`) {
+		t.Errorf("delivery %+v for result %+v", delivery, result)
+	}
+
+	// Payload from stdin and from a file.
+	file := filepath.Join(t.TempDir(), "task.json")
+	if err := os.WriteFile(file, []byte(`{"type":"task_request","task_id":"t-1"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, payload := range []string{"-", "@" + file} {
+		if _, errOut, code := bub(t, env, `{"type":"plaintext_message"}`, "send-message", "--topic", "inbound:x", "--payload", payload); code != 0 {
+			t.Errorf("--payload %s: exit %d: %s", payload, code, errOut)
+		}
+	}
+
+	listen.Process.Signal(syscall.SIGINT)
+	if err := listen.Wait(); err != nil {
+		t.Errorf("listen on SIGINT: %v: %s", err, listenErr)
+	}
+	d.stop(t)
+	if !strings.Contains(d.stderr.String(), "bus stopped") {
+		t.Errorf("serve log lacks a clean stop: %s", d.stderr)
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	d := startBus(t, t.TempDir())
+	env := []string{"BUB_BUS_URL=" + d.url}
+	tests := []struct {
+		name    string
+		env     []string
+		args    []string
+		inError string
+	}{
+		{"no subscriber", env, []string{"send-message", "--topic", "nobody:1", "--payload", `{"type":"t"}`}, "no subscriber"},
+		{"bad JSON", env, []string{"send-message", "--topic", "a", "--payload", `{"type":`}, "JSON"},
+		{"no type", env, []string{"send-message", "--topic", "a", "--payload", `{"text":"hi"}`}, "type"},
+		{"bus unreachable", []string{"BUB_BUS_URL=ws://" + freeAddr(t) + "/"}, []string{"send-message", "--topic", "a", "--payload", `{"type":"t"}`}, "dial"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errOut, code := bub(t, tt.env, "", tt.args...)
+			if code == 0 {
+				t.Fatal("exit status 0")
+			}
+			lines := strings.Split(strings.TrimSpace(errOut), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "bub") || !strings.Contains(last, tt.inError) {
+				t.Errorf("stderr %q: want a one-line error mentioning %q", errOut, tt.inError)
+			}
+		})
+	}
+	// A second daemon on the same data directory stops at start with one
+	// line naming the path.
+	_, errOut, code := bub(t, nil, "", "serve", "--listen", freeAddr(t), "--data-dir", d.cmd.Args[5])
+	if code == 0 || !strings.Contains(errOut, filepath.Join(d.cmd.Args[5], "bub.db")) || !strings.Contains(errOut, "locked") {
+		t.Errorf("second serve on a locked store: exit %d, stderr %q", code, errOut)
+	}
+}
