@@ -1,0 +1,47 @@
+package bus_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// BenchmarkRelay measures one publisher → bus → subscriber → ack →
+// publisher round trip over loopback WebSockets, one message in flight.
+func BenchmarkRelay(b *testing.B) {
+	srv := bustest.Start(b, nil)
+	bustest.Connect(b, srv.URL, "sub", bustest.Processed).Subscribe("bench", "")
+	relay(b, bustest.Connect(b, srv.URL, "pub", nil))
+}
+
+// BenchmarkRelayScheduledRetry is BenchmarkRelay where the subscriber asks
+// for a retry every time, so each publish also commits a retry to a
+// durable store (fsync included) before the ack returns: the cost of a
+// scheduled retry next to a plain delivery.
+func BenchmarkRelayScheduledRetry(b *testing.B) {
+	st, err := store.Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	srv := bustest.Start(b, &bus.Options{Store: st, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour})
+	bustest.Connect(b, srv.URL, "sub", func(protocol.ProcessMessageParams) any {
+		return protocol.ProcessMessageResult{ShouldRetry: true}
+	}).Subscribe("bench", "")
+	relay(b, bustest.Connect(b, srv.URL, "pub", nil))
+}
+
+func relay(b *testing.B, pub *bustest.Client) {
+	params := map[string]any{"topic": "bench", "payload": map[string]any{"type": "bench", "text": "hello"}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if r := pub.Call(protocol.MethodSendMessage, params); r.Error != nil {
+			b.Fatal(r.Error)
+		}
+	}
+}
