@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// startListen runs bub listen until the test cancels it, and returns its
+// output buffers and a channel with its exit status.
+func startListen(t *testing.T, ctx context.Context, args ...string) (stdout, stderr *lockedBuffer, exit <-chan int) {
+	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, stdio{in: strings.NewReader(""), out: stdout, err: stderr}, append([]string{"listen"}, args...))
+	}()
+	return stdout, stderr, done
+}
+
+// sendUntil publishes until the result satisfies done, as a listener
+// subscribes a moment after it starts.
+func sendUntil(t *testing.T, c *peer.Conn, topic string, done func(*protocol.SendMessageResult) bool) *protocol.SendMessageResult {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, err := c.SendMessage(t.Context(), topic, map[string]string{"type": "plaintext_message", "text": "one"})
+		require.NoError(t, err)
+		if done(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no wanted result on %s within 5s; last %+v", topic, r)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func routed(r *protocol.SendMessageResult) bool { return r.Success }
+
+func TestListen(t *testing.T) {
+	url := startCLIBus(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stdout, stderr, exit := startListen(t, ctx, "--bus-url", url, "--topic", "inbound:*", "--client-id", "listener")
+
+	pub, err := peer.Dial(t.Context(), url, &peer.Options{ClientID: "bridge", Logger: quietLogger})
+	require.NoError(t, err)
+	defer pub.Close()
+	first := sendUntil(t, pub, "inbound:1", routed)
+	assert.Equal(t, []protocol.Ack{{ClientID: "listener", Subscription: "inbound:*", Processed: true}}, first.Acks)
+	second, err := pub.SendMessageWithMeta(t.Context(), "inbound:2", map[string]string{"type": "plaintext_message", "text": "two"}, map[string]string{"traceparent": "00-1-2-01"})
+	require.NoError(t, err)
+
+	cancel()
+	select {
+	case code := <-exit:
+		assert.Equal(t, 0, code, "stderr: %s", stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("listen did not stop when its context was cancelled")
+	}
+
+	// Only JSON lines on stdout, one per delivery, ready for jq.
+	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	require.Len(t, lines, 2, "stdout: %q", stdout.String())
+	var got []map[string]any
+	for _, line := range lines {
+		var v map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &v), line)
+		got = append(got, v)
+	}
+	assert.JSONEq(t, `{"topic":"inbound:1","subscription":"inbound:*","messageId":"`+first.MessageID+`","from":"bridge","attempt":1,"payload":{"type":"plaintext_message","text":"one"}}`, lines[0])
+	assert.JSONEq(t, `{"topic":"inbound:2","subscription":"inbound:*","messageId":"`+second.MessageID+`","from":"bridge","attempt":1,"payload":{"type":"plaintext_message","text":"two"},"meta":{"traceparent":"00-1-2-01"}}`, lines[1])
+}
+
+// --policy reaches the bus: under continueAll the message goes on to an
+// older subscriber after the listener processed it.
+func TestListenPolicy(t *testing.T) {
+	url := startCLIBus(t)
+	subscribeRecorder(t, url, "older", "audit:")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	_, _, exit := startListen(t, ctx, "--bus-url", url, "--topic", "audit:*", "--policy", "continueAll", "--client-id", "listener")
+
+	pub, err := peer.Dial(t.Context(), url, &peer.Options{ClientID: "pub", Logger: quietLogger})
+	require.NoError(t, err)
+	defer pub.Close()
+	// Until the listener has subscribed, only the older subscriber answers.
+	r := sendUntil(t, pub, "audit:1", func(r *protocol.SendMessageResult) bool { return len(r.Acks) == 2 })
+	require.Len(t, r.Acks, 2)
+	assert.Equal(t, "listener", r.Acks[0].ClientID)
+	assert.Equal(t, "older", r.Acks[1].ClientID)
+	cancel()
+	assert.Equal(t, 0, <-exit)
+}
+
+func TestListenErrors(t *testing.T) {
+	url := startCLIBus(t)
+	dead := stoppedBusURL(t)
+	runErrorCases(t, "listen", url, []errorCase{
+		{"no pattern", nil, 2, "no pattern"},
+		{"unknown policy", []string{"--topic", "t", "--policy", "sometimes"}, 1, `policy "sometimes"`},
+		{"bad pattern", []string{"--topic", "a b"}, 1, "invalid params"},
+		{"bus unreachable", []string{"--bus-url", dead, "--topic", "t"}, 1, "dial " + dead},
+	})
+}
+
+// A listener whose clientId another connection takes over stops with an
+// error instead of fighting for the identity.
+func TestListenTakenOver(t *testing.T) {
+	url := startCLIBus(t)
+	_, stderr, exit := startListen(t, t.Context(), "--bus-url", url, "--topic", "t", "--client-id", "same")
+	pub, err := peer.Dial(t.Context(), url, &peer.Options{ClientID: "pub", Logger: quietLogger})
+	require.NoError(t, err)
+	defer pub.Close()
+	sendUntil(t, pub, "t", routed)
+
+	newer, err := peer.Dial(t.Context(), url, &peer.Options{ClientID: "same", Logger: quietLogger})
+	require.NoError(t, err)
+	defer newer.Close()
+	select {
+	case code := <-exit:
+		assert.Equal(t, 1, code)
+		assert.Contains(t, stderr.String(), "taken over")
+	case <-time.After(10 * time.Second):
+		t.Fatal("listen kept running after a takeover")
+	}
+}

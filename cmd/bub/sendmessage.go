@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
+)
+
+func init() {
+	register("send-message", "publish one message and print the subscribers' acks as JSON", runSendMessage)
+}
+
+// sendMessageConfig is bub send-message's flags.
+type sendMessageConfig struct {
+	client  clientFlags
+	topic   string
+	payload string
+	timeout time.Duration
+}
+
+func runSendMessage(ctx context.Context, io stdio, args []string) int {
+	var cfg sendMessageConfig
+	fs := newFlagSet(io, "send-message", "send-message --topic TOPIC --payload @FILE|-|JSON [flags]\n\n"+
+		"Publishes one message and prints the bus's result, {success, messageId, acks}, as one JSON line.\n"+
+		"Exits 0 when the message reached a subscriber, 1 otherwise.")
+	cfg.client.addFlags(fs)
+	fs.StringVar(&cfg.topic, "topic", "", "topic to publish to (default: $BUB_DEFAULT_TOPIC)")
+	fs.StringVar(&cfg.payload, "payload", "", `the message, a JSON object with a string "type": @FILE reads a file, - reads stdin, anything else is the JSON itself`)
+	fs.DurationVar(&cfg.timeout, "timeout", 30*time.Second, "how long to wait for the bus and every subscriber to answer")
+	if code, ok := parseFlags(fs, io, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usagef(io, "send-message", "unexpected argument %q; quote the payload and pass it with --payload", fs.Arg(0))
+	}
+	if cfg.topic == "" {
+		cfg.topic = os.Getenv("BUB_DEFAULT_TOPIC")
+	}
+	if cfg.topic == "" {
+		return usagef(io, "send-message", "no topic: pass --topic or set BUB_DEFAULT_TOPIC")
+	}
+	if cfg.payload == "" {
+		return usagef(io, "send-message", "no payload: pass --payload @FILE, - or the JSON itself")
+	}
+	payload, err := readPayload(io, cfg.payload)
+	if err != nil {
+		return errorf(io, "send-message: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	// One call, so a dropped connection is reported rather than retried.
+	conn, err := cfg.client.dial(ctx, io, peer.Options{CallTimeout: cfg.timeout, NoReconnect: true})
+	if err != nil {
+		return errorf(io, "send-message: %v", err)
+	}
+	defer conn.Close()
+	result, err := conn.SendMessage(ctx, cfg.topic, payload)
+	if err != nil {
+		return errorf(io, "send-message: %v", err)
+	}
+	line, err := json.Marshal(result)
+	if err != nil {
+		return errorf(io, "send-message: %v", err)
+	}
+	if _, err := fmt.Fprintf(io.out, "%s\n", line); err != nil {
+		return errorf(io, "send-message: write result: %v", err)
+	}
+	if !result.Success {
+		reason := result.Reason
+		if reason == protocol.ReasonNoSubscribers {
+			reason = "no subscriber"
+		}
+		return errorf(io, "send-message: %s for %q (message %s)", reason, cfg.topic, result.MessageID)
+	}
+	return 0
+}
+
+// readPayload reads the --payload argument and checks that it is a JSON
+// object with a string type, so a bad file is reported before connecting.
+func readPayload(io stdio, arg string) (json.RawMessage, error) {
+	var data []byte
+	var err error
+	source := "--payload"
+	switch {
+	case arg == "-":
+		source = "stdin"
+		data, err = readAll(io.in)
+	case strings.HasPrefix(arg, "@"):
+		source = arg[1:]
+		data, err = os.ReadFile(source)
+	default:
+		data = []byte(arg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read payload from %s: %w", source, err)
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("payload from %s is not valid JSON: %w", source, err)
+	}
+	if _, err := protocol.PayloadType(data); err != nil {
+		return nil, fmt.Errorf("payload from %s: %w", source, err)
+	}
+	return data, nil
+}
+
+func readAll(r io.Reader) ([]byte, error) {
+	if r == nil {
+		return nil, errors.New("no stdin")
+	}
+	return io.ReadAll(r)
+}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
+)
+
+var quietLogger = slog.New(slog.DiscardHandler)
+
+// startCLIBus starts a bus in the process and returns its URL, with the
+// BUB_* variables the client commands read cleared for the test.
+func startCLIBus(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"BUB_BUS_URL", "BUB_TOPIC", "BUB_DEFAULT_TOPIC", "BUB_AGENT_ID", "BUB_CLIENT_ID", "BUB_PAYLOAD", "BUB_TIMEOUT", "BUB_POLICY"} {
+		t.Setenv(name, "") // restores the variable after the test
+		os.Unsetenv(name)
+	}
+	srv, err := bus.New(&bus.Options{Logger: quietLogger})
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		hs.Close()
+	})
+	return "ws://" + strings.TrimPrefix(hs.URL, "http://") + "/"
+}
+
+// subscribeRecorder subscribes pattern as clientID and returns the
+// deliveries it receives, each answered processed.
+func subscribeRecorder(t *testing.T, url, clientID, pattern string) <-chan *peer.Delivery {
+	t.Helper()
+	c, err := peer.Dial(t.Context(), url, &peer.Options{ClientID: clientID, Logger: quietLogger})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	got := make(chan *peer.Delivery, 16)
+	require.NoError(t, c.Subscribe(t.Context(), pattern, func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		got <- d
+		return peer.Result{Processed: true, Message: "ok"}, nil
+	}, nil))
+	return got
+}
+
+// lockedBuffer is a bytes.Buffer that a command may write while the test
+// reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// runCLI runs bub with args in the process.
+func runCLI(ctx context.Context, stdin string, args ...string) (code int, stdout, stderr string) {
+	var out, errOut lockedBuffer
+	code = run(ctx, stdio{in: strings.NewReader(stdin), out: &out, err: &errOut}, args)
+	return code, out.String(), errOut.String()
+}
+
+// oneLine checks that stderr is one line that says want.
+func oneLine(t *testing.T, stderr, want string) {
+	t.Helper()
+	assert.Equal(t, 1, strings.Count(stderr, "\n"), "stderr: %q", stderr)
+	assert.True(t, strings.HasPrefix(stderr, "bub"), "stderr: %q", stderr)
+	assert.Contains(t, stderr, want)
+}
+
+func TestSendMessage(t *testing.T) {
+	url := startCLIBus(t)
+	got := subscribeRecorder(t, url, "agent", "agent:*")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "task.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"type":"task_request","task_id":"t-1"}`), 0o600))
+
+	for _, tt := range []struct {
+		name    string
+		stdin   string
+		payload string
+	}{
+		{"inline", "", `{"type":"task_request","task_id":"t-1"}`},
+		{"from a file", "", "@" + file},
+		{"from stdin", `{"type":"task_request","task_id":"t-1"}`, "-"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t.Context(), tt.stdin, "send-message", "--bus-url", url, "--client-id", "tool", "--topic", "agent:x", "--payload", tt.payload)
+			require.Equal(t, 0, code, "stderr: %s", stderr)
+			assert.Empty(t, stderr)
+			assert.Equal(t, 1, strings.Count(stdout, "\n"), "one JSON line: %q", stdout)
+			var result protocol.SendMessageResult
+			require.NoError(t, json.Unmarshal([]byte(stdout), &result))
+			assert.True(t, result.Success)
+			assert.Equal(t, []protocol.Ack{{ClientID: "agent", Subscription: "agent:*", Processed: true, Message: "ok"}}, result.Acks)
+
+			d := <-got
+			assert.Equal(t, "tool", d.From)
+			assert.Equal(t, result.MessageID, d.MessageID)
+			assert.JSONEq(t, `{"type":"task_request","task_id":"t-1"}`, string(d.Payload))
+		})
+	}
+}
+
+// With no flags but the payload, the agent environment decides: the topic
+// is BUB_DEFAULT_TOPIC, the sender BUB_AGENT_ID, the bus BUB_BUS_URL.
+func TestSendMessageFromAgentEnvironment(t *testing.T) {
+	url := startCLIBus(t)
+	got := subscribeRecorder(t, url, "bridge", "outbound:*")
+	t.Setenv("BUB_BUS_URL", url)
+	t.Setenv("BUB_DEFAULT_TOPIC", "outbound:42")
+	t.Setenv("BUB_AGENT_ID", "agent-abc")
+	code, _, stderr := runCLI(t.Context(), "", "send-message", "--payload", `{"type":"plaintext_message","text":"hi"}`)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	d := <-got
+	assert.Equal(t, "outbound:42", d.Topic)
+	assert.Equal(t, "agent-abc", d.From)
+
+	// Without BUB_AGENT_ID the sender gets a throwaway id.
+	os.Unsetenv("BUB_AGENT_ID")
+	code, _, stderr = runCLI(t.Context(), "", "send-message", "--payload", `{"type":"plaintext_message"}`)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	d = <-got
+	assert.True(t, strings.HasPrefix(d.From, "cli-"), d.From)
+}
+
+func TestSendMessageNoSubscriber(t *testing.T) {
+	url := startCLIBus(t)
+	code, stdout, stderr := runCLI(t.Context(), "", "send-message", "--bus-url", url, "--topic", "agent:nobody", "--payload", `{"type":"x"}`)
+	assert.Equal(t, 1, code)
+	var result protocol.SendMessageResult
+	require.NoError(t, json.Unmarshal([]byte(stdout), &result), "the result is printed even so")
+	assert.False(t, result.Success)
+	assert.Equal(t, protocol.ReasonNoSubscribers, result.Reason)
+	oneLine(t, stderr, `no subscriber for "agent:nobody"`)
+}
+
+func TestSendMessageErrors(t *testing.T) {
+	url := startCLIBus(t)
+	dead := stoppedBusURL(t)
+	runErrorCases(t, "send-message", url, []errorCase{
+		{"bus unreachable", []string{"--bus-url", dead, "--topic", "t", "--payload", `{"type":"x"}`}, 1, "dial " + dead},
+		{"bad JSON", []string{"--topic", "t", "--payload", `{"type":`}, 1, "not valid JSON"},
+		{"no type", []string{"--topic", "t", "--payload", `{"text":"hi"}`}, 1, "payload.type is required"},
+		{"not an object", []string{"--topic", "t", "--payload", `"hi"`}, 1, "JSON object"},
+		{"missing file", []string{"--topic", "t", "--payload", "@/nonexistent/task.json"}, 1, "/nonexistent/task.json"},
+		{"refused by the bus", []string{"--topic", "a:*", "--payload", `{"type":"x"}`}, 1, "invalid params"},
+		{"no topic", []string{"--payload", `{"type":"x"}`}, 2, "no topic"},
+		{"no payload", []string{"--topic", "t"}, 2, "no payload"},
+		{"stray argument", []string{"--topic", "t", `{"type":"x"}`}, 2, "unexpected argument"},
+	})
+}
+
+// errorCase is a command line that must fail with one line on stderr that
+// says want, and nothing on stdout.
+type errorCase struct {
+	name string
+	args []string
+	code int
+	want string
+}
+
+func runErrorCases(t *testing.T, command, url string, cases []errorCase) {
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{command, "--bus-url", url}, tt.args...)
+			code, stdout, stderr := runCLI(t.Context(), "", args...)
+			assert.Equal(t, tt.code, code)
+			assert.Empty(t, stdout)
+			oneLine(t, stderr, tt.want)
+		})
+	}
+}
+
+// stoppedBusURL returns the URL of a bus that has stopped: nothing
+// listens there.
+func stoppedBusURL(t *testing.T) string {
+	hs := httptest.NewServer(nil)
+	url := "ws://" + strings.TrimPrefix(hs.URL, "http://") + "/"
+	hs.Close()
+	return url
+}
