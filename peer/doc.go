@@ -23,10 +23,12 @@
 // When the connection drops, the Conn reconnects with capped exponential
 // backoff and jitter, initializes again with the same clientId, and
 // re-subscribes every pattern in the order it was first subscribed, so
-// last-match-wins routing is unchanged. While it is disconnected, calls fail
-// at once with ErrDisconnected rather than wait; subscriptions are not
-// queued. Messages published to the Conn's patterns while it was away are
-// not delivered to it by this package; redelivery is the bus's business.
+// last-match-wins routing is what it was once the last pattern is back
+// (while they come back one by one, a message may meet an older
+// subscription first). While it is disconnected, calls fail at once with
+// ErrDisconnected rather than wait; subscriptions are not queued. Messages
+// published to the Conn's patterns while it was away are not delivered to
+// it by this package; redelivery is the bus's business.
 //
 // A Conn does not reconnect after Close, after Options.NoReconnect, or
 // after the bus closed it because a newer connection took over its
