@@ -179,6 +179,27 @@ func TestTakeover(t *testing.T) {
 	assert.Equal(t, "agent-x", r.Acks[0].ClientID)
 }
 
+// TestPublishOnly: a tool publishing as an agent does not knock the
+// agent's connection off the bus, and cannot subscribe.
+func TestPublishOnly(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	got := make(chan protocol.ProcessMessageParams, 1)
+	agent := bustest.Connect(t, srv.URL, "agent-1", func(p protocol.ProcessMessageParams) any {
+		got <- p
+		return protocol.ProcessMessageResult{Processed: true}
+	})
+	agent.Subscribe("agent:agent-1", "")
+	tool := bustest.Dial(t, srv.URL)
+	tool.MustCall(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "agent-1", PublishOnly: true}, nil)
+	r := tool.Publish("agent:agent-1", "note")
+	require.True(t, r.Success, "the agent is still connected")
+	assert.Equal(t, "agent-1", (<-got).From)
+	sub := tool.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "x"})
+	require.NotNil(t, sub.Error)
+	assert.Equal(t, int64(protocol.CodeInvalidParams), sub.Error.Code)
+	assert.Contains(t, sub.Error.Message, "publishOnly")
+}
+
 func TestDefaultTopic(t *testing.T) {
 	srv := bustest.Start(t, nil)
 	sub := bustest.Connect(t, srv.URL, "sub", bustest.Processed)

@@ -49,6 +49,8 @@ type conn struct {
 	// closed is set when the connection stops taking subscriptions:
 	// it is closing, or another connection took its clientId over.
 	closed       bool
+	takenOver    bool
+	publishOnly  bool
 	clientID     string
 	defaultTopic string
 	subs         map[string]*subscription // by pattern string
@@ -139,6 +141,16 @@ func (c *conn) cleanup() {
 	s.mu.Unlock()
 	subs := c.detach()
 	s.metrics.connections.Dec()
+	c.mu.Lock()
+	id, takenOver, publishOnly := c.clientID, c.takenOver, c.publishOnly
+	c.mu.Unlock()
+	if id != "" && !publishOnly {
+		reason := ""
+		if takenOver {
+			reason = "taken_over"
+		}
+		s.clientEvent(TopicClientDisconnected, "disconnected", id, "", false, reason)
+	}
 	_ = c.ws.CloseNow()
 	c.log.Debug("peer disconnected", "client", c.id(), "subscriptions", subs)
 }

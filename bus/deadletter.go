@@ -1,16 +1,10 @@
 package bus
 
 import (
-	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
 )
-
-// TopicDeadLettered is the system topic the bus publishes to when it
-// dead-letters a message.
-const TopicDeadLettered = "system:message.dead_lettered"
 
 // deadLetter moves pending work to the dead-letter queue in one store
 // transaction and tells operators on TopicDeadLettered. If the store
@@ -38,7 +32,7 @@ func (s *Server) deadLetter(p *store.Pending, reason string) {
 	s.metrics.deadLettered.WithLabelValues(reason).Inc()
 	s.log.Warn("message dead-lettered", "id", id, "message_id", p.Message.ID, "topic", p.Message.Topic,
 		"client", p.ClientID, "reason", reason, "attempts", len(p.Attempts))
-	event, _ := json.Marshal(map[string]any{
+	s.emit(TopicDeadLettered, map[string]any{
 		"type":         "dead_letter",
 		"id":           id,
 		"messageId":    p.Message.ID,
@@ -49,18 +43,4 @@ func (s *Server) deadLetter(p *store.Pending, reason string) {
 		"attempts":     len(p.Attempts),
 		"timestamp":    d.DeadAt.UTC().Format(time.RFC3339Nano),
 	})
-	s.emit(TopicDeadLettered, event)
-}
-
-// emit publishes a bus event. Events are not retried, held or
-// dead-lettered themselves (that could loop); they go to whoever
-// subscribes now.
-func (s *Server) emit(topic string, payload json.RawMessage) {
-	if s.beginPublish() != nil {
-		return
-	}
-	go func() {
-		defer s.publishes.Done()
-		s.publish(context.Background(), &store.Message{Topic: topic, From: s.opts.ServerID, Payload: payload}, false)
-	}()
 }

@@ -165,10 +165,14 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 		s.mu.Unlock()
 		return nil, protocol.Errorf(protocol.ErrShuttingDown, "no new clients")
 	}
-	old := s.clients[p.ClientID]
-	s.clients[p.ClientID] = c
+	var old *conn
+	if !p.PublishOnly {
+		old = s.clients[p.ClientID]
+		s.clients[p.ClientID] = c
+	}
 	c.mu.Lock()
 	c.initialized = true
+	c.publishOnly = p.PublishOnly
 	c.clientID = p.ClientID
 	c.defaultTopic = p.DefaultTopic
 	c.mu.Unlock()
@@ -177,6 +181,9 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 	if old != nil && old != c {
 		// The old connection's subscriptions go before this one can
 		// subscribe, so the client is never routed to twice.
+		old.mu.Lock()
+		old.takenOver = true
+		old.mu.Unlock()
 		n := old.detach()
 		old.close(StatusTakenOver, closeTakenOver)
 		s.metrics.closes.WithLabelValues(closeTakenOver).Inc()
@@ -186,7 +193,12 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 	if p.ClientInfo != nil {
 		info = p.ClientInfo.Name + " " + p.ClientInfo.Version
 	}
-	c.log.Info("client initialized", "client", p.ClientID, "client_info", info, "default_topic", p.DefaultTopic)
+	if p.PublishOnly {
+		c.log.Debug("publish-only client initialized", "client", p.ClientID, "client_info", info)
+	} else {
+		c.log.Info("client initialized", "client", p.ClientID, "client_info", info, "default_topic", p.DefaultTopic)
+		s.clientEvent(TopicClientConnected, "connected", p.ClientID, "", false, "")
+	}
 	return protocol.InitializeResult{
 		ServerID:   s.opts.ServerID,
 		ServerInfo: protocol.ServerInfo{Name: buildinfo.Name, Version: buildinfo.Version()},
@@ -220,15 +232,19 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.publishOnly {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "this connection initialized with publishOnly and cannot subscribe")
+	}
 	if c.closed {
 		return nil, protocol.Errorf(protocol.ErrShuttingDown, "connection is closing")
 	}
 	if _, dup := c.subs[p.Topic]; dup {
 		return nil, protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", p.Topic)
 	}
-	c.subs[p.Topic] = c.server.router.add(c, pattern, policy)
+	c.subs[p.Topic] = c.server.router.add(c, pattern, policy, p.Fallback)
 	c.server.metrics.subscriptions.Inc()
 	c.server.sched.wakeHolds(pattern)
+	c.server.clientEvent(TopicClientSubscribed, "subscribed", c.clientID, p.Topic, p.Fallback, "")
 	c.log.Debug("subscribed", "client", c.clientID, "pattern", p.Topic, "policy", policy)
 	return protocol.SuccessResult{Success: true}, nil
 }
@@ -253,6 +269,7 @@ func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
 	delete(c.subs, p.Topic)
 	c.server.router.remove(sub)
 	c.server.metrics.subscriptions.Dec()
+	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", c.clientID, p.Topic, sub.fallback, "")
 	return protocol.SuccessResult{Success: true}, nil
 }
 

@@ -57,7 +57,27 @@ func (s *Server) attemptHold(p *store.Pending) {
 	}
 	s.metrics.held.Dec()
 	result := &protocol.SendMessageResult{MessageID: p.Message.ID, Acks: []protocol.Ack{}}
-	s.pass(&p.Message, chain, result, true)
+	s.pass(&p.Message, chain, result, true, p.Attempts)
 	// The retries the pass scheduled are stored; only now may the hold go.
 	s.storeOp("release hold", func() error { return s.store.DeletePending(p.ID) })
+}
+
+// rehold holds m again after a fallback subscriber asked for it to be
+// routed again (say, once the agent it spawned has subscribed), and
+// records that in the fallback's ack. attempts are the routing attempts
+// made so far; when they are used up the message is dead-lettered.
+func (s *Server) rehold(m *store.Message, ack *protocol.Ack, attempts []store.Attempt, delay time.Duration) {
+	p := &store.Pending{Kind: kindHold, Message: *m, Attempts: attempts, NextAt: time.Now().Add(delay)}
+	if len(attempts) >= s.opts.MaxAttempts {
+		s.deadLetter(p, protocol.ReasonNoSubscribers)
+		return
+	}
+	if err := s.store.PutPending(p); err != nil {
+		s.log.Error("could not hold a message for rerouting", "message_id", m.ID, "err", err)
+		ack.Error = joinErrors(ack.Error, "reroute not scheduled: "+err.Error())
+		return
+	}
+	ack.Retrying, ack.Attempt, ack.NextAttempt = true, len(attempts)+1, p.NextAt.UTC().Format(time.RFC3339Nano)
+	s.metrics.held.Inc()
+	s.sched.add(p) // from here on p belongs to the scheduler
 }

@@ -26,6 +26,7 @@ type metrics struct {
 	held             prometheus.Gauge
 	deadLettered     *prometheus.CounterVec
 	storeCommit      prometheus.Histogram
+	eventsDropped    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -70,6 +71,9 @@ func newMetrics() *metrics {
 		Name: "bub_store_commit_seconds", Help: "Store commit latency, fsync included.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10),
 	})
+	m.eventsDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "bub_events_dropped_total", Help: "System events dropped because the event queue was full.",
+	})
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "bub_build_info", Help: "The running build; always 1.",
 		ConstLabels: prometheus.Labels{"version": buildinfo.Version()},
@@ -77,7 +81,7 @@ func newMetrics() *metrics {
 	build.Set(1)
 	m.registry.MustRegister(m.connections, m.subscriptions, m.published, m.deliveries,
 		m.deliveryDuration, m.requests, m.closes, build,
-		m.retriesScheduled, m.retryAttempts, m.held, m.deadLettered, m.storeCommit,
+		m.retriesScheduled, m.retryAttempts, m.held, m.deadLettered, m.storeCommit, m.eventsDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

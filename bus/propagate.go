@@ -35,7 +35,7 @@ func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*p
 		return result, nil
 	}
 	s.metrics.published.WithLabelValues("routed").Inc()
-	s.pass(m, chain, result, reliable)
+	s.pass(m, chain, result, reliable, nil)
 	return result, nil
 }
 
@@ -45,7 +45,11 @@ func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*p
 // walk) and reliable is set, every subscriber that asked for a retry or
 // whose delivery failed gets one, scheduled and stored; the publisher does
 // not wait for it. A handled message's retries are dropped.
-func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.SendMessageResult, reliable bool) {
+//
+// A fallback subscriber asking for a retry asks for the message to be
+// routed again instead: it is held (prior holds the routing attempts made
+// so far) and routed when a subscriber appears or its retry_seconds pass.
+func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
 	result.Success = true
 	type retry struct {
 		ack     int
@@ -53,6 +57,7 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 		delay   time.Duration
 	}
 	var retries []retry
+	var reroute *retry
 	handled := false
 	for _, sub := range chain {
 		d := &Delivery{Message: m, ClientID: sub.conn.clientID, Subscription: sub.pattern.String(), Attempt: 1, conn: sub.conn}
@@ -64,7 +69,13 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 		} else {
 			ack.Processed, ack.Message, ack.StopPropagation = r.Handled(), r.Message, r.StopPropagation
 		}
-		if needsRetry(r, err) {
+		switch {
+		case sub.fallback && err == nil && r.ShouldRetry && !r.Handled():
+			if reroute == nil {
+				delay := min(time.Duration(r.RetrySeconds*float64(time.Second)), s.opts.RetryDelayCap)
+				reroute = &retry{len(result.Acks), store.Attempt{At: at, Error: attemptError(r, err)}, delay}
+			}
+		case needsRetry(r, err):
 			retries = append(retries, retry{len(result.Acks), store.Attempt{At: at, Error: attemptError(r, err)}, s.backoff(1, r.RetrySeconds)})
 		}
 		result.Acks = append(result.Acks, ack)
@@ -75,6 +86,9 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 	}
 	if handled || !reliable {
 		return
+	}
+	if reroute != nil {
+		s.rehold(m, &result.Acks[reroute.ack], append(prior, reroute.attempt), reroute.delay)
 	}
 	for _, rt := range retries {
 		ack := &result.Acks[rt.ack]

@@ -193,7 +193,7 @@ func TestExhaustionDeadLetters(t *testing.T) {
 				events <- p
 				return protocol.ProcessMessageResult{Processed: true}
 			})
-			ops.Subscribe("system:*", "")
+			ops.Subscribe("system:message.*", "")
 			var sub *bustest.Client
 			sub = bustest.Connect(t, srv.URL, "sub", tt.answer(&sub))
 			sub.Subscribe("jobs:*", "")

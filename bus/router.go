@@ -11,10 +11,11 @@ import (
 // with its propagation policy. seq orders subscriptions by age across the
 // whole bus; last match wins means the highest seq comes first.
 type subscription struct {
-	seq     uint64
-	pattern *protocol.Pattern
-	policy  protocol.Policy
-	conn    *conn
+	seq      uint64
+	pattern  *protocol.Pattern
+	policy   protocol.Policy
+	fallback bool
+	conn     *conn
 }
 
 // router is the bus's subscription table: every subscription in the order
@@ -43,11 +44,11 @@ func newRouter() *router {
 }
 
 // add inserts a subscription as the newest and returns it.
-func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy) *subscription {
+func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy, fallback bool) *subscription {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seq++
-	s := &subscription{seq: r.seq, pattern: p, policy: policy, conn: c}
+	s := &subscription{seq: r.seq, pattern: p, policy: policy, fallback: fallback, conn: c}
 	switch p.Kind() {
 	case protocol.Exact:
 		r.exact[p.String()] = append(r.exact[p.String()], s)
@@ -110,7 +111,8 @@ func (r *router) size() int {
 // route returns the routing chain for topic, first to be called first:
 // the matching subscriptions from newest to oldest, where of several
 // subscriptions with the identical pattern string only the newest counts,
-// and a client appears once, at its newest matching subscription.
+// and a client appears once, at its newest matching subscription. Fallback
+// subscriptions make the chain only when no regular one matches.
 func (r *router) route(topic string) []*subscription {
 	r.mu.RLock()
 	matches := append([]*subscription(nil), r.exact[topic]...)
@@ -131,6 +133,16 @@ func (r *router) route(topic string) []*subscription {
 	}
 	r.mu.RUnlock()
 
+	regular := 0
+	for _, s := range matches {
+		if !s.fallback {
+			matches[regular] = s
+			regular++
+		}
+	}
+	if regular > 0 {
+		matches = matches[:regular]
+	}
 	if len(matches) <= 1 {
 		return matches
 	}

@@ -8,8 +8,9 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// sub is one subscribe or unsubscribe step of a routing scenario:
-// "A inbound:*" subscribes client A, "-A inbound:*" removes it.
+// applySteps runs the subscribe and unsubscribe steps of a routing
+// scenario: "A inbound:*" subscribes client A, "A ~inbound:*" subscribes it
+// as a fallback, "-A inbound:*" removes A's subscription.
 func applySteps(t *testing.T, r *router, steps []string) {
 	t.Helper()
 	conns := map[string]*conn{}
@@ -30,11 +31,12 @@ func applySteps(t *testing.T, r *router, steps []string) {
 			c = &conn{clientID: client}
 			conns[client] = c
 		}
-		p, err := protocol.ParsePattern(pattern)
+		raw, fallback := strings.CutPrefix(pattern, "~")
+		p, err := protocol.ParsePattern(raw)
 		if err != nil {
 			t.Fatalf("step %q: %v", step, err)
 		}
-		held[client+" "+pattern] = r.add(c, p, protocol.PolicyContinueAll)
+		held[client+" "+pattern] = r.add(c, p, protocol.PolicyContinueAll, fallback)
 	}
 }
 
@@ -77,6 +79,11 @@ func TestRouteLastMatchWins(t *testing.T) {
 		{"star alone", []string{"A *"}, "anything:at-all", "A"},
 		{"x*x needs two x", []string{"A x*x"}, "x", ""},
 		{"mixed kinds ordered by age", []string{"A tg:1", "B tg:", "C tg:*", "D *"}, "tg:1", "D,C,B,A"},
+		{"fallback only without regular", []string{"S ~tg:*", "A tg:1"}, "tg:2", "S"},
+		{"regular shadows fallback", []string{"S ~tg:*", "A tg:1"}, "tg:1", "A"},
+		{"newer fallback shadowed too", []string{"A tg:1", "S ~tg:*"}, "tg:1", "A"},
+		{"fallbacks last match wins", []string{"S ~tg:*", "T ~tg:?", "U ~x:*"}, "tg:1", "T,S"},
+		{"fallback gone", []string{"S ~tg:*", "-S ~tg:*"}, "tg:1", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,7 +102,7 @@ func TestRouterCountsAndRemoveTwice(t *testing.T) {
 	var subs []*subscription
 	for _, p := range []string{"a", "a:", "a:*"} {
 		pat, _ := protocol.ParsePattern(p)
-		subs = append(subs, r.add(c, pat, protocol.PolicyContinueAll))
+		subs = append(subs, r.add(c, pat, protocol.PolicyContinueAll, false))
 	}
 	if r.size() != 3 {
 		t.Fatalf("size = %d, want 3", r.size())
@@ -115,11 +122,11 @@ func benchRouter(b *testing.B, n int) *router {
 	r := newRouter()
 	for i := range n {
 		p, _ := protocol.ParsePattern(fmt.Sprintf("agent:agent-%d", i))
-		r.add(&conn{clientID: fmt.Sprintf("agent-%d", i)}, p, protocol.PolicyStopOnProcessed)
+		r.add(&conn{clientID: fmt.Sprintf("agent-%d", i)}, p, protocol.PolicyStopOnProcessed, false)
 	}
 	for _, s := range []string{"inbound:*", "outbound:", "tg:[0-9]*", "system:*"} {
 		p, _ := protocol.ParsePattern(s)
-		r.add(&conn{clientID: "bridge-" + s}, p, protocol.PolicyStopOnProcessed)
+		r.add(&conn{clientID: "bridge-" + s}, p, protocol.PolicyStopOnProcessed, false)
 	}
 	return r
 }
@@ -148,7 +155,7 @@ func BenchmarkRoute(b *testing.B) {
 			s = fmt.Sprintf("task:%d:*", i)
 		}
 		p, _ := protocol.ParsePattern(s)
-		mixed.add(&conn{clientID: fmt.Sprintf("c%d", i)}, p, protocol.PolicyStopOnProcessed)
+		mixed.add(&conn{clientID: fmt.Sprintf("c%d", i)}, p, protocol.PolicyStopOnProcessed, false)
 	}
 	for _, topic := range []string{"agent:a3000", "tg:3001:x", "task:3002:y", "nothing:here"} {
 		b.Run("mixed/subs=10000/"+topic, func(b *testing.B) {

@@ -117,14 +117,17 @@ func (o *Options) setDefaults() {
 // Server is the bus. It serves WebSocket peers at "/" and /healthz,
 // /readyz and /metrics over HTTP; mount it as an http.Handler.
 type Server struct {
-	opts         Options
-	log          *slog.Logger
-	router       *router
-	metrics      *metrics
-	deliver      DeliverFunc
-	store        *store.Store
-	sched        *scheduler
-	holdPatterns []*protocol.Pattern
+	opts           Options
+	log            *slog.Logger
+	router         *router
+	metrics        *metrics
+	deliver        DeliverFunc
+	store          *store.Store
+	sched          *scheduler
+	events         chan event
+	stopEvents     chan struct{}
+	stopEventsOnce sync.Once
+	holdPatterns   []*protocol.Pattern
 
 	// ctx is the lifetime of accepted work: publishing outlives the
 	// publisher's connection, but not the Server.
@@ -186,6 +189,8 @@ func New(opts *Options) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
+	s.events = make(chan event, eventQueueSize)
+	s.stopEvents = make(chan struct{})
 	s.sched = newScheduler(s)
 	pending, err := s.store.Pending()
 	if err != nil {
@@ -201,10 +206,14 @@ func New(opts *Options) (*Server, error) {
 		o.Logger.Info("resuming pending work", "pending", len(pending))
 	}
 	s.metrics.watchStore(s.store)
-	s.work.Add(1)
+	s.work.Add(2)
 	go func() {
 		defer s.work.Done()
 		s.sched.run(s.ctx)
+	}()
+	go func() {
+		defer s.work.Done()
+		s.publishEvents(s.stopEvents)
 	}()
 	return s, nil
 }
@@ -280,6 +289,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	s.stopEventsOnce.Do(func() { close(s.stopEvents) })
 	for _, c := range conns {
 		c.close(websocket.StatusGoingAway, closeShutdown)
 	}

@@ -35,6 +35,10 @@ type Options struct {
 	// DefaultTopic is where SendMessage sends when given no topic; the
 	// bus resolves it. Default: none, and a send without a topic fails.
 	DefaultTopic string
+	// PublishOnly makes a Conn that only publishes: it cannot subscribe,
+	// and it does not take over the connection that holds its ClientID,
+	// so a tool can send as an agent while the agent stays connected.
+	PublishOnly bool
 	// CallTimeout bounds every call to the bus (initialize, subscribe,
 	// unsubscribe, sendMessage, ping), besides the caller's context.
 	// A sendMessage answers only once every subscriber has, so it must
@@ -282,7 +286,7 @@ func (c *Conn) establish(ctx context.Context) (*session, error) {
 	s := &session{stream: stream}
 	s.rpc = jsonrpc2.NewConn(c.ctx, stream, inbound{c}, jsonrpc2.SetLogger(rpcLogger{c.log}))
 
-	params := protocol.InitializeParams{ClientID: c.opts.ClientID, ClientInfo: c.opts.ClientInfo, DefaultTopic: c.opts.DefaultTopic}
+	params := protocol.InitializeParams{ClientID: c.opts.ClientID, ClientInfo: c.opts.ClientInfo, DefaultTopic: c.opts.DefaultTopic, PublishOnly: c.opts.PublishOnly}
 	var result protocol.InitializeResult
 	if err := c.callOn(ctx, s, protocol.MethodInitialize, params, &result); err != nil {
 		s.close()

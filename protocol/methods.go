@@ -29,10 +29,17 @@ type ClientInfo struct {
 
 // InitializeParams are the params of initialize, the first call on every
 // connection.
+//
+// A PublishOnly connection only publishes (and calls the dlq.* methods):
+// it cannot subscribe, so it neither takes over nor is taken over by the
+// connection that holds its clientId. Tools an agent runs, such as bub
+// send-message, use it to publish as the agent without knocking the
+// agent's own connection off the bus.
 type InitializeParams struct {
 	ClientID     string      `json:"clientId"`
 	ClientInfo   *ClientInfo `json:"clientInfo,omitempty"`
 	DefaultTopic string      `json:"defaultTopic,omitempty"`
+	PublishOnly  bool        `json:"publishOnly,omitempty"`
 }
 
 // ServerInfo names the bus software.
@@ -58,10 +65,15 @@ type InitializeResult struct {
 }
 
 // SubscribeParams are the params of subscribe. An empty Policy means the
-// bus-wide default.
+// bus-wide default. A Fallback subscription receives a message only when
+// no regular subscription matches it; a fallback that answers
+// should_retry asks the bus to route the message again, which is how a
+// default handler spawns an agent and then has the message delivered to
+// it.
 type SubscribeParams struct {
-	Topic  string `json:"topic"`
-	Policy Policy `json:"policy,omitempty"`
+	Topic    string `json:"topic"`
+	Policy   Policy `json:"policy,omitempty"`
+	Fallback bool   `json:"fallback,omitempty"`
 }
 
 // UnsubscribeParams are the params of unsubscribe: the exact pattern string

@@ -22,14 +22,16 @@ type clientFlags struct {
 
 func (f *clientFlags) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus")
-	fs.StringVar(&f.clientID, "client-id", "", "clientId to connect as (default: $BUB_AGENT_ID, else cli- and random hex); a connection already using it is taken over")
+	fs.StringVar(&f.clientID, "client-id", "", "clientId to connect as (default: cli- and random hex; commands that only publish use $BUB_AGENT_ID when set, without disturbing the agent's own connection)")
 }
 
 // dial connects to the bus. Logs go to stderr, so that stdout carries only
-// the command's output.
+// the command's output. A publish-only command run by an agent publishes
+// as that agent ($BUB_AGENT_ID); a publish-only connection does not take
+// the agent's own connection over.
 func (f *clientFlags) dial(ctx context.Context, io stdio, opts peer.Options) (*peer.Conn, error) {
 	opts.ClientID = f.clientID
-	if opts.ClientID == "" {
+	if opts.ClientID == "" && opts.PublishOnly {
 		opts.ClientID = os.Getenv("BUB_AGENT_ID")
 	}
 	if opts.ClientID == "" {

@@ -101,7 +101,7 @@ func runDLQ(ctx context.Context, std stdio, args []string) int {
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	conn, err := cfg.client.dial(ctx, std, peer.Options{CallTimeout: cfg.timeout, NoReconnect: true})
+	conn, err := cfg.client.dial(ctx, std, peer.Options{CallTimeout: cfg.timeout, NoReconnect: true, PublishOnly: true})
 	if err != nil {
 		return errorf(std, "dlq %s: %v", sub, err)
 	}

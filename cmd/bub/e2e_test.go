@@ -235,6 +235,12 @@ func TestCLIErrors(t *testing.T) {
 		{"no type", env, []string{"send-message", "--topic", "a", "--payload", `{"text":"hi"}`}, "type"},
 		{"bus unreachable", []string{"BUB_BUS_URL=ws://" + freeAddr(t) + "/"}, []string{"send-message", "--topic", "a", "--payload", `{"type":"t"}`}, "dial"},
 	}
+	t.Run("held is accepted", func(t *testing.T) {
+		out, errOut, code := bub(t, env, "", "send-message", "--topic", "agent:absent", "--payload", `{"type":"t"}`)
+		if code != 0 || !strings.Contains(out, `"held":true`) || !strings.Contains(errOut, "held") {
+			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, errOut, code := bub(t, tt.env, "", tt.args...)

@@ -30,7 +30,7 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	var cfg sendMessageConfig
 	fs := newFlagSet(io, "send-message", "send-message --topic TOPIC --payload @FILE|-|JSON [flags]\n\n"+
 		"Publishes one message and prints the bus's result, {success, messageId, acks}, as one JSON line.\n"+
-		"Exits 0 when the message reached a subscriber, 1 otherwise.")
+		"Exits 0 when the message reached a subscriber or the bus holds it for one (agent:* topics), 1 otherwise.")
 	cfg.client.addFlags(fs)
 	fs.StringVar(&cfg.topic, "topic", "", "topic to publish to (default: $BUB_DEFAULT_TOPIC)")
 	fs.StringVar(&cfg.payload, "payload", "", `the message, a JSON object with a string "type": @FILE reads a file, - reads stdin, anything else is the JSON itself`)
@@ -58,7 +58,7 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	// One call, so a dropped connection is reported rather than retried.
-	conn, err := cfg.client.dial(ctx, io, peer.Options{CallTimeout: cfg.timeout, NoReconnect: true})
+	conn, err := cfg.client.dial(ctx, io, peer.Options{CallTimeout: cfg.timeout, NoReconnect: true, PublishOnly: true})
 	if err != nil {
 		return errorf(io, "send-message: %v", err)
 	}
@@ -73,6 +73,12 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	}
 	if _, err := fmt.Fprintf(io.out, "%s\n", line); err != nil {
 		return errorf(io, "send-message: write result: %v", err)
+	}
+	if result.Held {
+		// Accepted: the bus keeps it and delivers it when a subscriber
+		// appears, or dead-letters it.
+		fmt.Fprintf(io.err, "bub: send-message: held: nobody subscribes to %q yet; the bus delivers message %s when a subscriber appears\n", cfg.topic, result.MessageID)
+		return 0
 	}
 	if !result.Success {
 		reason := result.Reason

@@ -150,13 +150,13 @@ func TestSendMessageFromAgentEnvironment(t *testing.T) {
 
 func TestSendMessageNoSubscriber(t *testing.T) {
 	url := startCLIBus(t)
-	code, stdout, stderr := runCLI(t.Context(), "", "send-message", "--bus-url", url, "--topic", "agent:nobody", "--payload", `{"type":"x"}`)
+	code, stdout, stderr := runCLI(t.Context(), "", "send-message", "--bus-url", url, "--topic", "nobody:here", "--payload", `{"type":"x"}`)
 	assert.Equal(t, 1, code)
 	var result protocol.SendMessageResult
 	require.NoError(t, json.Unmarshal([]byte(stdout), &result), "the result is printed even so")
 	assert.False(t, result.Success)
 	assert.Equal(t, protocol.ReasonNoSubscribers, result.Reason)
-	oneLine(t, stderr, `no subscriber for "agent:nobody"`)
+	oneLine(t, stderr, `no subscriber for "nobody:here"`)
 }
 
 func TestSendMessageErrors(t *testing.T) {

@@ -1,0 +1,122 @@
+package bus_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/protocol"
+)
+
+func subscribeFallback(t *testing.T, c *bustest.Client, pattern string) {
+	t.Helper()
+	c.MustCall(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: pattern, Fallback: true}, nil)
+}
+
+// TestFallbackSpawnsThenDelivers plays the default handler: the fallback
+// "spawns" an agent (a new client that subscribes to the topic), then asks
+// for a retry, and the bus routes the original message to the new agent.
+func TestFallbackSpawnsThenDelivers(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	delivered := make(chan protocol.ProcessMessageParams, 1)
+	spawned := 0
+	spawner := bustest.Dial(t, srv.URL)
+	spawner.OnProcess(func(p protocol.ProcessMessageParams) any {
+		spawned++
+		agent := bustest.Connect(t, srv.URL, fmt.Sprint("agent-", spawned), func(p protocol.ProcessMessageParams) any {
+			delivered <- p
+			return protocol.ProcessMessageResult{Processed: true}
+		})
+		agent.Subscribe(p.Topic, "")
+		return protocol.ProcessMessageResult{ShouldRetry: true, Message: "spawned agent-1"}
+	})
+	spawner.Initialize("spawner")
+	subscribeFallback(t, spawner, "tg:*")
+
+	pub := bustest.Connect(t, srv.URL, "bridge", nil)
+	r := pub.Publish("tg:123", "telegram_message")
+	assert.True(t, r.Success, "a message only a fallback received counts as routed")
+	require.Len(t, r.Acks, 1)
+	assert.Equal(t, "spawner", r.Acks[0].ClientID)
+	assert.True(t, r.Acks[0].Retrying)
+
+	p := recv(t, delivered)
+	assert.Equal(t, r.MessageID, p.MessageID)
+	assert.Equal(t, "bridge", p.From)
+	assert.Equal(t, "tg:123", p.Subscription)
+
+	// The next message to the chat goes to the agent, not the fallback.
+	r = pub.Publish("tg:123", "telegram_message")
+	assert.Equal(t, "agent-1", r.Acks[0].ClientID)
+	recv(t, delivered)
+	assert.Equal(t, 1, spawned)
+	require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
+}
+
+func TestFallbackRerouteExhausts(t *testing.T) {
+	srv := bustest.Start(t, fastRetries(3))
+	calls := make(chan int, 10)
+	spawner := bustest.Connect(t, srv.URL, "spawner", func(protocol.ProcessMessageParams) any {
+		calls <- 1
+		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 0.02}
+	})
+	subscribeFallback(t, spawner, "tg:*")
+	pub := bustest.Connect(t, srv.URL, "bridge", nil)
+	pub.Publish("tg:9", "telegram_message")
+	var list protocol.DLQListResult
+	require.Eventually(t, func() bool {
+		list = dlqList(t, pub, protocol.DLQListParams{})
+		return len(list.Entries) == 1
+	}, bustest.Timeout, 20*time.Millisecond)
+	assert.Equal(t, protocol.ReasonNoSubscribers, list.Entries[0].Reason)
+	assert.Len(t, list.Entries[0].Attempts, 3)
+	assert.Len(t, calls, 3, "the fallback was asked once per routing attempt")
+}
+
+func TestLifecycleEvents(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{ServerID: "bus-events"})
+	events := make(chan protocol.ProcessMessageParams, 20)
+	watcher := bustest.Connect(t, srv.URL, "watcher", func(p protocol.ProcessMessageParams) any {
+		events <- p
+		return protocol.ProcessMessageResult{Processed: true}
+	})
+	watcher.Subscribe("system:client.*", "")
+
+	c := bustest.Connect(t, srv.URL, "agent-7", nil)
+	c.Subscribe("tg:7", "")
+	subscribeFallback(t, c, "tg:*")
+	c.MustCall(protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: "tg:7"}, nil)
+	_ = c.WS.CloseNow()
+
+	type ev struct {
+		Type     string `json:"type"`
+		Event    string `json:"event"`
+		ClientID string `json:"client_id"`
+		Pattern  string `json:"pattern"`
+		Fallback bool   `json:"fallback"`
+	}
+	want := []ev{
+		{"client_event", "connected", "agent-7", "", false},
+		{"client_event", "subscribed", "agent-7", "tg:7", false},
+		{"client_event", "subscribed", "agent-7", "tg:*", true},
+		{"client_event", "unsubscribed", "agent-7", "tg:7", false},
+		{"client_event", "disconnected", "agent-7", "", false},
+	}
+	for _, w := range want {
+		var got ev
+		var p protocol.ProcessMessageParams
+		for got.ClientID != "agent-7" { // the watcher hears of its own subscription too
+			p, got = recv(t, events), ev{}
+			require.NoError(t, json.Unmarshal(p.Payload, &got))
+		}
+		assert.Equal(t, "system:client."+w.Event, p.Topic)
+		assert.Equal(t, "bus-events", p.From)
+		assert.Equal(t, w, got)
+	}
+}
