@@ -16,17 +16,25 @@ type SubscribeOptions struct {
 	// bus's default policy (stopPropagationOnProcessed unless the bus was
 	// started with another).
 	Policy protocol.Policy
+	// Fallback makes the subscription a fallback: the bus delivers a
+	// message to it only when no regular subscription matches the topic.
+	// A fallback handler that answers ShouldRetry has the bus route the
+	// message again over the regular subscriptions, which is how a
+	// default handler spawns an agent and then hands it the message.
+	// Default: false, a regular subscription.
+	Fallback bool
 }
 
 // subscription is one pattern the Conn holds, with its handler.
 type subscription struct {
-	pattern string
-	policy  protocol.Policy
-	handler Handler
+	pattern  string
+	policy   protocol.Policy
+	fallback bool
+	handler  Handler
 }
 
 func (s *subscription) params() protocol.SubscribeParams {
-	return protocol.SubscribeParams{Topic: s.pattern, Policy: s.policy}
+	return protocol.SubscribeParams{Topic: s.pattern, Policy: s.policy, Fallback: s.fallback}
 }
 
 // Subscribe subscribes pattern (an exact topic, a prefix ending in ':' or
@@ -46,6 +54,7 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, handler Handler, o
 	sub := &subscription{pattern: pattern, handler: handler}
 	if opts != nil {
 		sub.policy = opts.Policy
+		sub.fallback = opts.Fallback
 	}
 	s, err := c.lockSubscriptions()
 	if err != nil {
