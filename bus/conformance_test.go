@@ -246,3 +246,52 @@ func TestShutdown(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, 503, resp.StatusCode)
 }
+
+// TestKeepaliveDropsSilentPeer: a peer that stops answering pings is
+// dropped, and its subscriptions with it.
+func TestKeepaliveDropsSilentPeer(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{PingInterval: 100 * time.Millisecond})
+	ws, _, err := websocket.Dial(t.Context(), srv.URL, nil)
+	require.NoError(t, err)
+	defer ws.CloseNow()
+	for _, frame := range []string{
+		`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"silent"},"id":1}`,
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"quiet"},"id":2}`,
+	} {
+		require.NoError(t, ws.Write(t.Context(), websocket.MessageText, []byte(frame)))
+		_, _, err := ws.Read(t.Context()) // the answer; after this the peer never reads again
+		require.NoError(t, err)
+	}
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	require.Eventually(t, func() bool {
+		return !pub.Publish("quiet", "t").Success
+	}, bustest.Timeout, 50*time.Millisecond, "the silent peer should be dropped")
+}
+
+// TestShutdownDrainsInFlight: a delivery running when Shutdown starts
+// completes, and its publisher gets the result.
+func TestShutdownDrainsInFlight(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	started := make(chan struct{})
+	sub := bustest.Connect(t, srv.URL, "slow", func(protocol.ProcessMessageParams) any {
+		close(started)
+		time.Sleep(300 * time.Millisecond)
+		return protocol.ProcessMessageResult{Processed: true}
+	})
+	sub.Subscribe("slow", "")
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	result := make(chan bustest.Response, 1)
+	go func() {
+		result <- pub.Call(protocol.MethodSendMessage, map[string]any{"topic": "slow", "payload": map[string]any{"type": "t"}})
+	}()
+	<-started
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(t.Context()) }()
+	r := <-result
+	require.Nil(t, r.Error, "the in-flight publish finishes")
+	var res protocol.SendMessageResult
+	require.NoError(t, json.Unmarshal(r.Result, &res))
+	assert.True(t, res.Acks[0].Processed)
+	require.NoError(t, <-shut)
+	assert.Equal(t, websocket.StatusGoingAway, pub.Closed())
+}

@@ -98,11 +98,23 @@ func (c *conn) keepalive() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), interval)
+			// A failed Ping may itself wait out a close handshake with
+			// the silent peer; its subscriptions go the moment the
+			// deadline passes.
+			stop := context.AfterFunc(ctx, func() {
+				if ctx.Err() == context.DeadlineExceeded {
+					c.detach()
+				}
+			})
 			err := c.ws.Ping(ctx)
+			stop()
 			cancel()
 			if err != nil {
+				// No close handshake: the peer has stopped answering.
 				c.log.Info("dropping peer", "client", c.id(), "reason", closePingLost, "err", err)
-				c.close(websocket.StatusPolicyViolation, closePingLost)
+				c.server.metrics.closes.WithLabelValues(closePingLost).Inc()
+				c.detach()
+				c.closeOnce.Do(func() { _ = c.stream.Close() })
 				return
 			}
 		}
@@ -116,10 +128,13 @@ func (c *conn) id() string {
 	return c.clientID
 }
 
-// close closes the connection with a status and reason; the cleanup runs
-// in serve once the JSON-RPC connection notices.
+// close closes the connection with a status and reason. Its subscriptions
+// go at once, so no delivery waits on a peer that is going away; the rest
+// of the cleanup runs in serve once the JSON-RPC connection notices.
 func (c *conn) close(code websocket.StatusCode, reason string) {
+	c.detach()
 	c.closeOnce.Do(func() {
+		c.server.metrics.closes.WithLabelValues(reason).Inc()
 		go func() {
 			// Close waits for the peer's close frame for a few seconds
 			// at most; jsonrpc2 then notices the dead stream.

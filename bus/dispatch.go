@@ -38,8 +38,15 @@ func (c *conn) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Req
 			c.reply(req, nil, protocol.Errorf(protocol.ErrTooManyRequests, "%d requests already running on this connection; wait for their results", cap(c.slots)))
 			return
 		}
+		// Registered as running work until the answer is written, so
+		// Shutdown's drain covers the reply too.
+		if err := c.server.beginPublish(); err != nil {
+			<-c.slots
+			c.reply(req, nil, err)
+			return
+		}
 		go func() {
-			defer func() { <-c.slots }()
+			defer func() { c.server.publishes.Done(); <-c.slots }()
 			result, err := c.handleQueued(req)
 			c.reply(req, result, err)
 		}()
@@ -186,7 +193,6 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 		old.mu.Unlock()
 		n := old.detach()
 		old.close(StatusTakenOver, closeTakenOver)
-		s.metrics.closes.WithLabelValues(closeTakenOver).Inc()
 		c.log.Info("client taken over by a new connection", "client", p.ClientID, "old_remote", old.remote, "dropped_subscriptions", n)
 	}
 	info := "-"
@@ -299,9 +305,5 @@ func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
 	if p.Meta != nil && string(p.Meta) != "null" && !protocol.IsObject(p.Meta) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "meta must be a JSON object")
 	}
-	if err := c.server.beginPublish(); err != nil {
-		return nil, err
-	}
-	defer c.server.publishes.Done()
 	return c.server.publish(context.Background(), &store.Message{Topic: p.Topic, From: from, Payload: p.Payload, Meta: p.Meta}, true)
 }
