@@ -58,7 +58,7 @@ func (c *conn) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Req
 
 // handleQueued runs the methods that wait on deliveries or the store.
 func (c *conn) handleQueued(req *jsonrpc2.Request) (any, error) {
-	if _, err := c.requireInitialized(req.Method); err != nil {
+	if err := c.requireInitialized(req.Method); err != nil {
 		return nil, err
 	}
 	switch req.Method {
@@ -75,20 +75,29 @@ func (c *conn) handleQueued(req *jsonrpc2.Request) (any, error) {
 }
 
 func (c *conn) handleInline(req *jsonrpc2.Request) (any, error) {
+	if req.Method == protocol.MethodInitialize {
+		return c.initialize(req)
+	}
+	if !knownMethods[req.Method] {
+		return nil, protocol.Errorf(protocol.ErrMethodNotFound, "no method %q (docs/PROTOCOL.md lists the methods)", req.Method)
+	}
+	if err := c.requireInitialized(req.Method); err != nil {
+		return nil, err
+	}
 	switch req.Method {
 	case protocol.MethodPing:
-		if _, err := c.requireInitialized(req.Method); err != nil {
-			return nil, err
-		}
 		return protocol.PingResult{Timestamp: time.Now().UTC().Format(time.RFC3339)}, nil
-	case protocol.MethodInitialize:
-		return c.initialize(req)
 	case protocol.MethodSubscribe:
 		return c.subscribe(req)
-	case protocol.MethodUnsubscribe:
-		return c.unsubscribe(req)
 	}
-	return nil, protocol.Errorf(protocol.ErrMethodNotFound, "no method %q (docs/PROTOCOL.md lists the methods)", req.Method)
+	return c.unsubscribe(req)
+}
+
+// knownMethods are the methods handled inline, besides initialize.
+var knownMethods = map[string]bool{
+	protocol.MethodPing:        true,
+	protocol.MethodSubscribe:   true,
+	protocol.MethodUnsubscribe: true,
 }
 
 func (c *conn) reply(req *jsonrpc2.Request, result any, err error) {
@@ -137,13 +146,13 @@ func decodeParams(req *jsonrpc2.Request, v any) error {
 
 // requireInitialized refuses every method but initialize before
 // initialize.
-func (c *conn) requireInitialized(method string) (string, error) {
+func (c *conn) requireInitialized(method string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.initialized {
-		return "", protocol.Errorf(protocol.ErrNotInitialized, "call initialize before %s", method)
+		return protocol.Errorf(protocol.ErrNotInitialized, "call initialize before %s", method)
 	}
-	return c.clientID, nil
+	return nil
 }
 
 func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
@@ -219,9 +228,6 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 }
 
 func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
-	if _, err := c.requireInitialized(req.Method); err != nil {
-		return nil, err
-	}
 	var p protocol.SubscribeParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
@@ -256,9 +262,6 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 }
 
 func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
-	if _, err := c.requireInitialized(req.Method); err != nil {
-		return nil, err
-	}
 	var p protocol.UnsubscribeParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
@@ -280,10 +283,7 @@ func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
 }
 
 func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
-	from, err := c.requireInitialized(req.Method)
-	if err != nil {
-		return nil, err
-	}
+	from := c.id()
 	var p protocol.SendMessageParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
