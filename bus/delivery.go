@@ -13,10 +13,10 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// Delivery is one attempt to hand a message to one subscriber. The
+// delivery is one attempt to hand a message to one subscriber. The
 // subscriber is named by identity (clientId and pattern) so a later attempt
 // can reach the same client on a new connection.
-type Delivery struct {
+type delivery struct {
 	Message      *store.Message
 	ClientID     string
 	Subscription string
@@ -24,18 +24,19 @@ type Delivery struct {
 	conn         *conn
 }
 
-// DeliverFunc makes one delivery and returns the subscriber's answer, or a
-// *DeliveryError when there was none.
-type DeliverFunc func(ctx context.Context, d *Delivery) (protocol.ProcessMessageResult, error)
+// deliverFunc makes one delivery and returns the subscriber's answer, or a
+// *deliveryError when there was none.
+type deliverFunc func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error)
 
-// Layer wraps a DeliverFunc with one delivery concern (metrics, timeout,
-// and in time retry and dead-lettering).
-type Layer func(DeliverFunc) DeliverFunc
+// layer wraps a deliverFunc with one per-attempt concern. Retries and
+// dead-lettering are decided per routing pass (propagate.go, retry.go),
+// not per attempt, so they are not layers.
+type layer func(deliverFunc) deliverFunc
 
 // chain builds the delivery pipeline, outermost layer first.
-func (s *Server) chain() DeliverFunc {
-	layers := []Layer{s.measure, s.timeout}
-	deliver := DeliverFunc(s.call)
+func (s *Server) chain() deliverFunc {
+	layers := []layer{s.measure, s.timeout}
+	deliver := deliverFunc(s.call)
 	for i := len(layers) - 1; i >= 0; i-- {
 		deliver = layers[i](deliver)
 	}
@@ -44,25 +45,25 @@ func (s *Server) chain() DeliverFunc {
 
 // Failure kinds of a delivery, also its metrics outcome.
 const (
-	FailTimeout      = "timeout"
-	FailDisconnected = "disconnected"
-	FailError        = "error"
-	FailBadResult    = "bad_result"
+	failTimeout      = "timeout"
+	failDisconnected = "disconnected"
+	failError        = "error"
+	failBadResult    = "bad_result"
 )
 
-// DeliveryError says why a delivery got no usable answer.
-type DeliveryError struct {
-	Kind   string // one of the Fail… constants
+// deliveryError says why a delivery got no usable answer.
+type deliveryError struct {
+	Kind   string // one of the fail… constants, or a reason such as subscriber_gone
 	Detail string
 }
 
-func (e *DeliveryError) Error() string {
+func (e *deliveryError) Error() string {
 	return e.Kind + ": " + e.Detail
 }
 
 // call sends processMessage to the subscriber's connection and waits for
 // its answer.
-func (s *Server) call(ctx context.Context, d *Delivery) (protocol.ProcessMessageResult, error) {
+func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 	var raw json.RawMessage
 	params := protocol.ProcessMessageParams{
 		Topic:        d.Message.Topic,
@@ -79,26 +80,26 @@ func (s *Server) call(ctx context.Context, d *Delivery) (protocol.ProcessMessage
 	switch {
 	case err == nil:
 		if !protocol.IsObject(raw) {
-			return result, &DeliveryError{FailBadResult, fmt.Sprintf("processMessage result must be an object, got %.64s", raw)}
+			return result, &deliveryError{failBadResult, fmt.Sprintf("processMessage result must be an object, got %.64s", raw)}
 		}
 		if err := json.Unmarshal(raw, &result); err != nil {
-			return result, &DeliveryError{FailBadResult, fmt.Sprintf("processMessage result: %v", err)}
+			return result, &deliveryError{failBadResult, fmt.Sprintf("processMessage result: %v", err)}
 		}
 		return result, nil
 	case errors.Is(err, context.DeadlineExceeded):
-		return result, &DeliveryError{FailTimeout, fmt.Sprintf("no answer within %s", s.opts.DeliveryTimeout)}
+		return result, &deliveryError{failTimeout, fmt.Sprintf("no answer within %s", s.opts.DeliveryTimeout)}
 	case errors.As(err, &rpcErr):
-		return result, &DeliveryError{FailError, fmt.Sprintf("subscriber answered error %d: %s", rpcErr.Code, rpcErr.Message)}
+		return result, &deliveryError{failError, fmt.Sprintf("subscriber answered error %d: %s", rpcErr.Code, rpcErr.Message)}
 	case errors.Is(err, jsonrpc2.ErrClosed):
-		return result, &DeliveryError{FailDisconnected, "connection closed before the subscriber answered"}
+		return result, &deliveryError{failDisconnected, "connection closed before the subscriber answered"}
 	default:
-		return result, &DeliveryError{FailDisconnected, err.Error()}
+		return result, &deliveryError{failDisconnected, err.Error()}
 	}
 }
 
 // timeout bounds each attempt by Options.DeliveryTimeout.
-func (s *Server) timeout(next DeliverFunc) DeliverFunc {
-	return func(ctx context.Context, d *Delivery) (protocol.ProcessMessageResult, error) {
+func (s *Server) timeout(next deliverFunc) deliverFunc {
+	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.DeliveryTimeout)
 		defer cancel()
 		return next(ctx, d)
@@ -106,18 +107,18 @@ func (s *Server) timeout(next DeliverFunc) DeliverFunc {
 }
 
 // measure counts deliveries by outcome and observes their latency.
-func (s *Server) measure(next DeliverFunc) DeliverFunc {
-	return func(ctx context.Context, d *Delivery) (protocol.ProcessMessageResult, error) {
+func (s *Server) measure(next deliverFunc) deliverFunc {
+	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		start := time.Now()
 		r, err := next(ctx, d)
 		s.metrics.deliveryDuration.Observe(time.Since(start).Seconds())
 		outcome := "not_processed"
-		var derr *DeliveryError
+		var derr *deliveryError
 		switch {
 		case errors.As(err, &derr):
 			outcome = derr.Kind
 		case err != nil:
-			outcome = FailError
+			outcome = failError
 		case r.Handled():
 			outcome = "processed"
 		}

@@ -60,7 +60,7 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 	var reroute *retry
 	handled := false
 	for _, sub := range chain {
-		d := &Delivery{Message: m, ClientID: sub.conn.clientID, Subscription: sub.pattern.String(), Attempt: 1, conn: sub.conn}
+		d := &delivery{Message: m, ClientID: sub.conn.clientID, Subscription: sub.pattern.String(), Attempt: 1, conn: sub.conn}
 		at := time.Now()
 		r, err := s.deliver(s.ctx, d)
 		ack := protocol.Ack{ClientID: d.ClientID, Subscription: d.Subscription}

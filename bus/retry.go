@@ -196,11 +196,11 @@ func (s *Server) attempt(p *store.Pending) {
 	c, pattern := s.findSubscriber(p.ClientID, p.Subscription, p.Message.Topic)
 	if c == nil {
 		s.metrics.retryAttempts.WithLabelValues(protocol.ReasonSubscriberGone).Inc()
-		s.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, &DeliveryError{Kind: protocol.ReasonSubscriberGone,
+		s.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, &deliveryError{Kind: protocol.ReasonSubscriberGone,
 			Detail: fmt.Sprintf("client %q is not connected or no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)})
 		return
 	}
-	d := &Delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: number, conn: c}
+	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: number, conn: c}
 	r, err := s.deliver(s.ctx, d)
 	switch {
 	case !needsRetry(r, err) && r.Handled():
@@ -224,7 +224,7 @@ func (s *Server) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageRe
 	p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(), Error: attemptError(r, err)})
 	if len(p.Attempts) >= s.opts.MaxAttempts {
 		reason := protocol.ReasonMaxRetries
-		var derr *DeliveryError
+		var derr *deliveryError
 		if errors.As(err, &derr) && derr.Kind == protocol.ReasonSubscriberGone {
 			reason = protocol.ReasonSubscriberGone
 		}

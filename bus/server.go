@@ -121,7 +121,7 @@ type Server struct {
 	log            *slog.Logger
 	router         *router
 	metrics        *metrics
-	deliver        DeliverFunc
+	deliver        deliverFunc
 	store          *store.Store
 	sched          *scheduler
 	events         chan event
