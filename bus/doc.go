@@ -6,20 +6,36 @@
 // Start with Server: New builds one from Options, ServeHTTP serves peers
 // and the /healthz, /readyz and /metrics endpoints, Shutdown drains it.
 //
+// # Guarantees
+//
+// Once sendMessage has returned a result, every delivery it reports as
+// retrying and every message it reports as held is delivered or
+// dead-lettered, across crashes: the retry or hold is committed to the
+// store (Options.Store, fsync on every commit) before the result is
+// written. Delivery is at least once per subscriber; order is not
+// guaranteed once retries happen. Subscribers recognise repeats by
+// messageId.
+//
 // # Reading the source
 //
 // Server.ServeHTTP accepts a peer (conn.go); its read loop hands each
 // request to conn.Handle (dispatch.go), which answers the quick methods
-// inline and runs sendMessage off the loop. publish (propagate.go) asks the
-// router (router.go) for the topic's chain, newest matching subscription
-// first, and calls the delivery pipeline (delivery.go) for each subscriber
-// until a policy says stop.
+// inline and runs sendMessage and the dlq.* methods (admin.go) off the
+// loop. publish and pass (propagate.go) ask the router (router.go) for the
+// topic's chain, newest matching subscription first, and call the
+// delivery pipeline (delivery.go) for each subscriber until a policy says
+// stop; after the pass they store the retries it needs. The scheduler
+// (retry.go) runs stored retries and holds (hold.go) when due, and moves
+// exhausted ones to the dead-letter queue (deadletter.go). Bus events go
+// out through one ordered queue (events.go).
 //
 // # Goroutines and locks
 //
 // Each connection has jsonrpc2's read loop, a keepalive pinger, and one
-// goroutine per running sendMessage (at most Options.MaxInFlight). Writes
-// to a peer are serialized by jsonrpc2 and bounded by
-// Options.WriteTimeout. Locks are taken in this order: Server.mu, conn.mu,
-// router.mu; none is held across network I/O.
+// goroutine per running sendMessage or dlq.* call (at most
+// Options.MaxInFlight). Writes to a peer are serialized by jsonrpc2 and
+// bounded by Options.WriteTimeout. The Server has one scheduler goroutine
+// (plus up to 64 running attempts) and one event publisher. Locks are
+// taken in this order: Server.mu, conn.mu, router.mu, scheduler.mu; none
+// is held across network I/O or a store commit.
 package bus
