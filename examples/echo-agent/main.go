@@ -1,0 +1,162 @@
+// Command echo-agent is the smallest useful bub agent, the one the README's
+// spawner walkthrough starts: it answers every chat message with its own
+// text, so you can watch a conversation go from a new chat, through
+// `bub spawner`, to a freshly started agent and back.
+//
+// It reads its bus environment (BUB_BUS_URL, BUB_AGENT_ID,
+// BUB_DEFAULT_TOPIC) with peer.DialEnv, which also subscribes
+// agent:{BUB_AGENT_ID}, then subscribes its default topic (tg:123). For
+// each telegram_message or plaintext_message it sends
+//
+//	{"type":"plaintext_message","text":"echo: <text>","chat_id":<chat_id>,"agent_id":"<its id>"}
+//
+// to outbound:{chat_id}, taking chat_id from the payload, else from its
+// default topic tg:{chat_id}. Other payload types are left unprocessed.
+//
+// A payload may carry "delay_ms" to make the agent wait that long before
+// answering, as a model would: the tests use it to kill an agent while it
+// holds a message.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bub-bus/bub/peer"
+)
+
+// maxDelay bounds delay_ms, so that a message cannot park the agent for
+// longer than the bus waits for an answer.
+const maxDelay = 20 * time.Second
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log); err != nil {
+		fmt.Fprintf(os.Stderr, "echo-agent: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger) error {
+	env := peer.FromEnv()
+	if env.DefaultTopic == "" {
+		return errors.New("BUB_DEFAULT_TOPIC is not set: the agent does not know its conversation")
+	}
+	a := &echoAgent{id: env.AgentID, defaultTopic: env.DefaultTopic, log: log}
+	conn, err := peer.DialEnv(ctx, a.handle, &peer.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	a.conn = conn
+	if err := conn.Subscribe(ctx, env.DefaultTopic, a.handle, nil); err != nil {
+		return err
+	}
+	log.Info("echo-agent ready", "agent_id", env.AgentID, "topic", env.DefaultTopic, "workspace", env.Workspace)
+	select {
+	case <-ctx.Done():
+		log.Info("echo-agent stopping")
+		return nil
+	case <-conn.Done():
+		return conn.Err()
+	}
+}
+
+// echoAgent answers chat messages on its topics.
+type echoAgent struct {
+	id           string
+	defaultTopic string
+	log          *slog.Logger
+	conn         *peer.Conn
+}
+
+// chatMessage is the part of a telegram_message or plaintext_message the
+// agent reads. chat_id is kept as raw JSON, so a number stays a number in
+// the reply.
+type chatMessage struct {
+	Text    string          `json:"text"`
+	ChatID  json.RawMessage `json:"chat_id"`
+	DelayMS int             `json:"delay_ms"`
+}
+
+// reply is what the agent sends to outbound:{chat_id}.
+type reply struct {
+	Type    string          `json:"type"`
+	Text    string          `json:"text"`
+	ChatID  json.RawMessage `json:"chat_id"`
+	AgentID string          `json:"agent_id"`
+}
+
+func (a *echoAgent) handle(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+	switch d.Type() {
+	case "telegram_message", "plaintext_message":
+	default:
+		return peer.Result{Message: fmt.Sprintf("echo-agent does not handle %q", d.Type())}, nil
+	}
+	var msg chatMessage
+	if err := d.Decode(&msg); err != nil {
+		return peer.Result{}, err
+	}
+	a.log.Info("handling message", "message_id", d.MessageID, "topic", d.Topic, "attempt", d.Attempt)
+	chatID, err := a.chatID(msg.ChatID)
+	if err != nil {
+		return peer.Result{Message: err.Error()}, nil
+	}
+	if delay := min(time.Duration(msg.DelayMS)*time.Millisecond, maxDelay); delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return peer.Result{}, ctx.Err()
+		}
+	}
+	out := reply{Type: "plaintext_message", Text: "echo: " + msg.Text, ChatID: chatID, AgentID: a.id}
+	topic := "outbound:" + chatIDString(chatID)
+	res, err := a.conn.SendMessage(ctx, topic, out)
+	if err != nil {
+		// Not processed: the bus delivers the message again, and the
+		// reply gets another chance.
+		return peer.Result{}, fmt.Errorf("reply to %s: %w", topic, err)
+	}
+	if !res.Success {
+		a.log.Warn("nobody took the reply", "topic", topic, "reason", res.Reason)
+	}
+	return peer.Result{Processed: true, Message: "echoed to " + topic}, nil
+}
+
+// chatID returns the chat to answer: the payload's chat_id, else the chat
+// of the agent's default topic tg:{chat_id}.
+func (a *echoAgent) chatID(fromPayload json.RawMessage) (json.RawMessage, error) {
+	if s := chatIDString(fromPayload); s != "" {
+		return fromPayload, nil
+	}
+	chat, ok := strings.CutPrefix(a.defaultTopic, "tg:")
+	if !ok || chat == "" {
+		return nil, fmt.Errorf("no chat_id in the payload, and default topic %q is not tg:{chat_id}", a.defaultTopic)
+	}
+	raw, _ := json.Marshal(chat)
+	return raw, nil
+}
+
+// chatIDString returns a chat_id, a JSON string or number, as the text of
+// a topic; "" when it is neither.
+func chatIDString(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return n.String()
+	}
+	return ""
+}

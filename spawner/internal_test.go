@@ -1,0 +1,71 @@
+package spawner
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAgentEnv(t *testing.T) {
+	base := []string{
+		"PATH=/usr/bin",
+		"OPENAI_API_KEY=sk-secret",
+		"BUB_CLIENT_ID=spawner",
+		"BUB_AGENT_ID=stale",
+		"BUB_BUS_URL=ws://stale/",
+	}
+	env := agentEnv(base, "ws://127.0.0.1:7892/", "agent-1", "tg:1", "/w/tg_1")
+	want := []string{
+		"PATH=/usr/bin",
+		"OPENAI_API_KEY=sk-secret",
+		"BUB_BUS_URL=ws://127.0.0.1:7892/",
+		"BUB_AGENT_ID=agent-1",
+		"BUB_DEFAULT_TOPIC=tg:1",
+		"BUB_WORKSPACE=/w/tg_1",
+	}
+	if !slices.Equal(env, want) {
+		t.Errorf("agentEnv:\n got %q\nwant %q", env, want)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	s := &Spawner{opts: Options{RestartDelay: time.Second, RestartDelayMax: 10 * time.Second}}
+	want := []time.Duration{0, 0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
+	for n, w := range want {
+		if got := s.backoff(n); got != w {
+			t.Errorf("backoff(%d) = %s, want %s", n, got, w)
+		}
+	}
+	if got := s.backoff(1000); got != 10*time.Second {
+		t.Errorf("backoff(1000) = %s", got)
+	}
+}
+
+func TestLineLogger(t *testing.T) {
+	var out bytes.Buffer
+	w := &lineLogger{log: slog.New(slog.NewJSONHandler(&out, nil)).With("agent_id", "agent-1"), stream: "stderr"}
+	w.Write([]byte("one\r\ntw"))
+	w.Write([]byte("o\nthree"))
+	w.Write([]byte(strings.Repeat("x", maxLogLine+5)))
+	w.flush()
+	var lines []string
+	for _, rec := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r struct {
+			AgentID string `json:"agent_id"`
+			Stream  string `json:"stream"`
+			Line    string `json:"line"`
+		}
+		if err := json.Unmarshal([]byte(rec), &r); err != nil || r.AgentID != "agent-1" || r.Stream != "stderr" {
+			t.Fatalf("log record %.100s: %+v, %v", rec, r, err)
+		}
+		lines = append(lines, r.Line)
+	}
+	want := []string{"one", "two", "three" + strings.Repeat("x", maxLogLine-5), "xxxxxxxxxx"}
+	if !slices.Equal(lines, want) {
+		t.Errorf("lines: got %d %q..., want %d", len(lines), lines[0], len(want))
+	}
+}

@@ -1,0 +1,704 @@
+package spawner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// DefaultPatterns returns the fallback patterns of a spawner given none:
+// Telegram chats and direct messages to agents.
+func DefaultPatterns() []string { return []string{"tg:*", "agent:*"} }
+
+// Options configure a Spawner. The zero value of a field means its
+// default; Command is required.
+type Options struct {
+	// BusURL is the bus the spawner connects to, and the BUB_BUS_URL its
+	// agents get. Default: peer.DefaultBusURL.
+	BusURL string
+	// ClientID is the spawner's clientId. A second spawner with the same
+	// id takes over the first, which then stops with its agents; two
+	// spawners with different ids and the same patterns would both be
+	// fallbacks, and only the newer would be asked. Default: "spawner".
+	ClientID string
+	// Patterns are the topic patterns the spawner serves as a fallback:
+	// a message on a topic they match that no agent subscribes to starts
+	// an agent. Default: DefaultPatterns().
+	Patterns []string
+	// Command is the agent's program and arguments, run directly (no
+	// shell; see SplitCommand) in the agent's workspace directory. A
+	// program named without a path separator is looked up in PATH; a
+	// relative path is taken from the spawner's working directory. Put
+	// secrets in the environment (Env), never here: a command line is
+	// visible to every user of the machine. Required.
+	Command []string
+	// WorkspaceRoot is the directory under which each topic gets its
+	// workspace, named by WorkspaceName; created if missing.
+	// Default: "workspaces" in the working directory.
+	WorkspaceRoot string
+	// Env is the environment agents start with, to which the spawner adds
+	// BUB_BUS_URL, BUB_AGENT_ID, BUB_DEFAULT_TOPIC and BUB_WORKSPACE (and
+	// from which it removes BUB_CLIENT_ID). This is where an agent's API
+	// keys go. Default (nil): the spawner's own environment.
+	Env []string
+	// SpawnTimeout is how long a new agent has to subscribe to a pattern
+	// matching its topic before the spawner stops it and reports the
+	// spawn failed. Keep it below the bus's delivery timeout (30s by
+	// default): the message waits, undelivered, for that long.
+	// Default: 20s.
+	SpawnTimeout time.Duration
+	// MaxAgents bounds the agent processes running at once. A message
+	// that needs one more is answered should_retry, so the bus tries it
+	// again later. Default: 64.
+	MaxAgents int
+	// RestartDelay is the crash-loop backoff's first step. After the n-th
+	// failure in a row of a topic's agent (a crash, or a spawn that
+	// failed), no agent is started for that topic for 0 (n = 1), then
+	// RestartDelay, doubling each time, up to RestartDelayMax.
+	// Default: 1s.
+	RestartDelay time.Duration
+	// RestartDelayMax caps the backoff. An agent that ran this long
+	// counts as healthy: its failure starts the backoff afresh.
+	// Default: 1m.
+	RestartDelayMax time.Duration
+	// MaxRestarts is how many crashes in a row an agent that had become
+	// ready is restarted after, by the spawner itself and with the same
+	// id, so that the bus's retry of the message it was handling reaches
+	// the new process. After that, only a new message starts it again.
+	// Default: 5.
+	MaxRestarts int
+	// StopTimeout is how long an agent has to exit after SIGTERM, on
+	// shutdown or a failed spawn, before it gets SIGKILL. Default: 5s.
+	StopTimeout time.Duration
+	// Logger receives the spawner's log, agents' output included, one
+	// record per line with the agent's id. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.BusURL == "" {
+		o.BusURL = peer.DefaultBusURL
+	}
+	if o.ClientID == "" {
+		o.ClientID = "spawner"
+	}
+	if len(o.Patterns) == 0 {
+		o.Patterns = DefaultPatterns()
+	}
+	if o.WorkspaceRoot == "" {
+		o.WorkspaceRoot = "workspaces"
+	}
+	if o.Env == nil {
+		o.Env = os.Environ()
+	}
+	if o.SpawnTimeout <= 0 {
+		o.SpawnTimeout = 20 * time.Second
+	}
+	if o.MaxAgents <= 0 {
+		o.MaxAgents = 64
+	}
+	if o.RestartDelay <= 0 {
+		o.RestartDelay = time.Second
+	}
+	if o.RestartDelayMax <= 0 {
+		o.RestartDelayMax = time.Minute
+	}
+	if o.RestartDelayMax < o.RestartDelay {
+		o.RestartDelayMax = o.RestartDelay
+	}
+	if o.MaxRestarts <= 0 {
+		o.MaxRestarts = 5
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// capacityRetryAfter is the delay a message asks for when MaxAgents agents
+// are running: long enough not to spin, short enough that a freed place is
+// used soon.
+const capacityRetryAfter = 5 * time.Second
+
+// Spawner is the default handler: a peer that serves Options.Patterns as a
+// fallback and starts an agent for each topic that has none. Create it
+// with New and run it with Run.
+type Spawner struct {
+	opts    Options
+	log     *slog.Logger
+	command []string // Options.Command with the program resolved
+	root    string   // absolute WorkspaceRoot
+	events  *publisher
+	running atomic.Bool
+
+	// agentsDone counts agents that have not been reaped. Add only under
+	// mu while !closing, so shutdown's Wait never races an Add.
+	agentsDone sync.WaitGroup
+
+	// mu guards the fields below and the mutable fields of every slot and
+	// agent. It is never held across a process start, a wait or a call
+	// to the bus.
+	mu      sync.Mutex
+	closing bool
+	slots   map[string]*slot  // by topic
+	byAgent map[string]*slot  // by agent:{id} of the slot's agent id
+	agents  map[string]*agent // unreaped agents, by id
+}
+
+// slot is one topic the spawner has served, and the stable agent id it
+// gives that topic's agents: a restarted agent keeps the id, so retries
+// the bus addressed to the old process reach the new one. Its fields are
+// guarded by Spawner.mu.
+type slot struct {
+	topic   string
+	agentID string
+	agent   *agent // the running or starting agent, or nil
+	// failures counts failures in a row (crashes, failed spawns).
+	failures int
+	// notBefore is when the backoff allows the next start.
+	notBefore time.Time
+	// restart is the timer of a pending restart, or nil.
+	restart *time.Timer
+}
+
+// New checks opts and returns a Spawner. It resolves the agent program
+// and creates the workspace root, so that a typo fails here, at start,
+// not at the first message.
+func New(opts *Options) (*Spawner, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.setDefaults()
+	if len(o.Command) == 0 || o.Command[0] == "" {
+		return nil, errors.New("spawner: no agent command")
+	}
+	program, err := exec.LookPath(o.Command[0])
+	if err != nil {
+		return nil, fmt.Errorf("spawner: agent command: %w", err)
+	}
+	// Agents run in their workspace, so a relative program path would
+	// be looked up there.
+	if program, err = filepath.Abs(program); err != nil {
+		return nil, fmt.Errorf("spawner: agent command %q: %w", o.Command[0], err)
+	}
+	for _, p := range o.Patterns {
+		if _, err := protocol.ParsePattern(p); err != nil {
+			return nil, fmt.Errorf("spawner: pattern %q: %w", p, err)
+		}
+	}
+	if err := protocol.ValidateClientID(o.ClientID); err != nil {
+		return nil, fmt.Errorf("spawner: %w", err)
+	}
+	root, err := filepath.Abs(o.WorkspaceRoot)
+	if err != nil {
+		return nil, fmt.Errorf("spawner: workspace root %q: %w", o.WorkspaceRoot, err)
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("spawner: workspace root: %w", err)
+	}
+	return &Spawner{
+		opts:    o,
+		log:     o.Logger,
+		command: append([]string{program}, o.Command[1:]...),
+		root:    root,
+		events:  newPublisher(o.Logger),
+		slots:   make(map[string]*slot),
+		byAgent: make(map[string]*slot),
+		agents:  make(map[string]*agent),
+	}, nil
+}
+
+// Run connects to the bus, subscribes, and serves until ctx is done or
+// the connection ends for good (another spawner took over its clientId),
+// then stops every agent: SIGTERM, and SIGKILL after StopTimeout. It
+// returns nil after ctx ended, else why it stopped. A Spawner runs once.
+//
+// It subscribes system:client.* first, with policy continueAll so that it
+// does not keep the events from older subscribers, and its fallback
+// patterns after, so it never misses the subscription of an agent it
+// started.
+func (s *Spawner) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("spawner: Run called twice")
+	}
+	conn, err := peer.Dial(ctx, s.opts.BusURL, &peer.Options{
+		ClientID:   s.opts.ClientID,
+		ClientInfo: &protocol.ClientInfo{Name: "bub-spawner", Version: buildinfo.Version()},
+		// A fallback handler waits for a spawn, and for a failed one to
+		// be stopped.
+		HandlerTimeout: s.opts.SpawnTimeout + s.opts.StopTimeout + time.Second,
+		// Every waiting message holds a handler, and a client event
+		// refused for want of one would be lost (the bus does not
+		// retry its events).
+		MaxConcurrentHandlers: max(1024, 4*s.opts.MaxAgents),
+		Logger:                s.log,
+	})
+	if err != nil {
+		s.shutdown()
+		return fmt.Errorf("spawner: %w", err)
+	}
+	go s.events.run(conn)
+	defer func() {
+		s.shutdown()
+		s.events.close(5 * time.Second)
+		conn.Close()
+	}()
+	if err := conn.Subscribe(ctx, clientEventsPattern, s.handleClientEvent, &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll}); err != nil {
+		return fmt.Errorf("spawner: %w", err)
+	}
+	for _, p := range s.opts.Patterns {
+		if err := conn.Subscribe(ctx, p, s.handleFallback, &peer.SubscribeOptions{Fallback: true}); err != nil {
+			return fmt.Errorf("spawner: %w", err)
+		}
+	}
+	s.log.Info("spawner serving", "bus", s.opts.BusURL, "client_id", s.opts.ClientID, "patterns", s.opts.Patterns,
+		"command", s.command, "workspace_root", s.root, "max_agents", s.opts.MaxAgents)
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-conn.Done():
+		return fmt.Errorf("spawner: connection to %s ended: %w", s.opts.BusURL, conn.Err())
+	}
+}
+
+// AgentInfo describes one running agent.
+type AgentInfo struct {
+	ID        string
+	Topic     string
+	Workspace string
+	PID       int // 0 while starting
+	Ready     bool
+	Started   time.Time
+}
+
+// Agents returns the agents that are starting or running, by topic.
+func (s *Spawner) Agents() []AgentInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := make([]AgentInfo, 0, len(s.agents))
+	for _, a := range s.agents {
+		info := AgentInfo{ID: a.id, Topic: a.slot.topic, Workspace: a.workspace, Ready: a.ready, Started: a.started}
+		if a.proc != nil {
+			info.PID = a.proc.Pid
+		}
+		list = append(list, info)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Topic < list[j].Topic })
+	return list
+}
+
+// handleFallback handles a message that no agent subscribes to: it finds
+// or starts the topic's agent, waits until the agent subscribes to a
+// pattern matching the topic, and asks the bus to route the message again,
+// so that the agent gets it through its own subscription. It never answers
+// processed: the message is the agent's to process.
+func (s *Spawner) handleFallback(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+	a, launch, err := s.claim(d.Topic)
+	if err != nil {
+		return s.refusal(d.Topic, err), nil
+	}
+	if launch {
+		s.launch(a)
+	}
+	// A starting agent is bounded by its watchdog, and its exit tells the
+	// backoff to ask for; a running one that lacks the subscription gets
+	// SpawnTimeout to (re)make it, say after a reconnect.
+	limit := time.NewTimer(s.opts.SpawnTimeout)
+	defer limit.Stop()
+	for {
+		s.mu.Lock()
+		holds, ready, changed := a.holdsLocked(d.Topic), a.ready, a.changed
+		s.mu.Unlock()
+		if holds {
+			return peer.Result{ShouldRetry: true, Message: fmt.Sprintf("agent %s subscribes to %s; route the message again", a.id, d.Topic)}, nil
+		}
+		select {
+		case <-changed:
+		case <-a.exited:
+			s.mu.Lock()
+			failure, wait := a.failure, time.Until(a.slot.notBefore)
+			s.mu.Unlock()
+			if failure == nil {
+				failure = errors.New("agent exited")
+			}
+			return peer.Result{ShouldRetry: true, RetryAfter: max(wait, 0), Message: fmt.Sprintf("agent %s for %s: %v", a.id, a.slot.topic, failure)}, nil
+		case <-limit.C:
+			if ready {
+				return peer.Result{ShouldRetry: true, RetryAfter: time.Second, Message: fmt.Sprintf("agent %s holds no subscription matching %s after %s", a.id, d.Topic, s.opts.SpawnTimeout)}, nil
+			}
+			limit.Reset(s.opts.SpawnTimeout)
+		case <-ctx.Done():
+			return peer.Result{ShouldRetry: true, RetryAfter: time.Second, Message: fmt.Sprintf("gave up waiting for agent %s for %s: %v", a.id, a.slot.topic, context.Cause(ctx))}, nil
+		}
+	}
+}
+
+// refusal is the answer to a message no agent can be started for now.
+func (s *Spawner) refusal(topic string, err error) peer.Result {
+	r := peer.Result{ShouldRetry: true, Message: fmt.Sprintf("no agent for %s: %v", topic, err)}
+	switch {
+	case errors.Is(err, ErrAtCapacity):
+		r.RetryAfter = capacityRetryAfter
+	case errors.Is(err, ErrBackedOff):
+		s.mu.Lock()
+		if sl := s.slotOfLocked(topic); sl != nil {
+			r.RetryAfter = max(time.Until(sl.notBefore), 0)
+		}
+		s.mu.Unlock()
+	default:
+		r.RetryAfter = time.Second
+	}
+	return r
+}
+
+// claim returns the agent that serves topic, reserving a new one when
+// there is none; launch says the caller must start it. A message on
+// agent:{id} of an agent the spawner knows goes to that agent's slot, so
+// a direct message brings back the agent it was meant for.
+func (s *Spawner) claim(topic string) (a *agent, launch bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.slotOfLocked(topic)
+	if sl == nil {
+		sl = &slot{topic: topic, agentID: s.newAgentIDLocked()}
+		s.slots[topic] = sl
+		s.byAgent[peer.AgentTopic(sl.agentID)] = sl
+	}
+	if sl.agent != nil {
+		return sl.agent, false, nil
+	}
+	a, err = s.reserveLocked(sl)
+	if err != nil {
+		return nil, false, err
+	}
+	return a, true, nil
+}
+
+// slotOfLocked returns the slot that serves topic, or nil.
+func (s *Spawner) slotOfLocked(topic string) *slot {
+	if sl := s.slots[topic]; sl != nil {
+		return sl
+	}
+	return s.byAgent[topic]
+}
+
+// newAgentIDLocked returns an agent id no slot has.
+func (s *Spawner) newAgentIDLocked() string {
+	for {
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		id := "agent-" + hex.EncodeToString(b)
+		if s.byAgent[peer.AgentTopic(id)] == nil {
+			return id
+		}
+	}
+}
+
+// reserveLocked counts a new agent for sl, if the limits allow one; the
+// caller then starts it with launch.
+func (s *Spawner) reserveLocked(sl *slot) (*agent, error) {
+	switch {
+	case s.closing:
+		return nil, ErrClosed
+	case len(s.agents) >= s.opts.MaxAgents:
+		return nil, fmt.Errorf("%w: %d agents running", ErrAtCapacity, len(s.agents))
+	case time.Now().Before(sl.notBefore):
+		return nil, fmt.Errorf("%w: %d in a row, next start at %s", ErrBackedOff, sl.failures, sl.notBefore.UTC().Format(time.RFC3339))
+	}
+	a := newAgent(sl.agentID, sl)
+	sl.agent = a
+	s.agents[a.id] = a
+	s.agentsDone.Add(1)
+	return a, nil
+}
+
+// launch starts the reserved agent a, then watches it: a reaper waits for
+// its exit, and a watchdog stops it if it is not ready in time.
+func (s *Spawner) launch(a *agent) {
+	topic := a.slot.topic
+	dir, err := workspaceDir(s.root, topic)
+	if err != nil {
+		s.finish(a, nil, err)
+		return
+	}
+	log := s.log.With("agent_id", a.id)
+	stdout := &lineLogger{log: log, stream: "stdout"}
+	stderr := &lineLogger{log: log, stream: "stderr"}
+	cmd := exec.Command(s.command[0], s.command[1:]...)
+	cmd.Dir = dir
+	cmd.Env = agentEnv(s.opts.Env, s.opts.BusURL, a.id, topic, dir)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// Something the agent started may keep its output open after it
+	// exits; that must not keep the agent counted for ever.
+	cmd.WaitDelay = 2 * time.Second
+	configureProcess(cmd)
+	if err := cmd.Start(); err != nil {
+		s.finish(a, nil, fmt.Errorf("start %s: %w", s.command[0], err))
+		return
+	}
+
+	s.mu.Lock()
+	a.workspace = dir
+	a.proc = cmd.Process
+	a.started = time.Now()
+	a.watchdog = time.AfterFunc(s.opts.SpawnTimeout, func() { s.expire(a) })
+	stop := s.closing
+	if stop {
+		a.stopping = true
+	}
+	s.mu.Unlock()
+	s.events.publish(Event{Event: EventSpawned, AgentID: a.id, Topic: topic, Workspace: dir, PID: cmd.Process.Pid})
+	if stop {
+		s.terminate(a)
+	}
+	go func() {
+		err := cmd.Wait()
+		stdout.flush()
+		stderr.flush()
+		s.finish(a, cmd, err)
+	}()
+}
+
+// expire stops an agent that did not become ready within SpawnTimeout.
+func (s *Spawner) expire(a *agent) {
+	s.mu.Lock()
+	if a.ready || a.stopping {
+		s.mu.Unlock()
+		return
+	}
+	a.stopping = true
+	a.failure = fmt.Errorf("%w: no subscription matching %s within %s", ErrSpawnTimeout, a.slot.topic, s.opts.SpawnTimeout)
+	s.mu.Unlock()
+	s.terminate(a)
+}
+
+// terminate asks a started agent to stop with SIGTERM, and kills it if it
+// has not exited after StopTimeout.
+func (s *Spawner) terminate(a *agent) {
+	s.mu.Lock()
+	proc := a.proc
+	s.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	_ = signalAgent(proc, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-a.exited:
+		case <-time.After(s.opts.StopTimeout):
+			s.log.Warn("agent ignored SIGTERM; killing it", "agent_id", a.id, "waited", s.opts.StopTimeout)
+			_ = signalAgent(proc, syscall.SIGKILL)
+		}
+	}()
+}
+
+// finish reaps agent a: cmd and waitErr are how its process ended (cmd is
+// nil when it never started, and waitErr why). It counts failures for the
+// backoff, publishes what happened, and schedules a restart after a crash.
+func (s *Spawner) finish(a *agent, cmd *exec.Cmd, waitErr error) {
+	sl := a.slot
+	now := time.Now()
+
+	s.mu.Lock()
+	if a.watchdog != nil {
+		a.watchdog.Stop()
+	}
+	delete(s.agents, a.id)
+	if sl.agent == a {
+		sl.agent = nil
+	}
+	var status string
+	code := 0
+	if cmd != nil {
+		status, code = exitDetail(cmd, waitErr)
+	}
+	healthy := a.ready && !a.started.IsZero() && now.Sub(a.started) >= s.opts.RestartDelayMax
+	failed := !a.ready || (crashed(waitErr) && !a.stopping)
+	switch {
+	case healthy && !failed:
+		sl.failures = 0
+	case healthy:
+		sl.failures = 1
+	case failed:
+		sl.failures++
+	default:
+		// A clean exit, or one the spawner asked for, after being ready.
+		sl.failures = 0
+	}
+	var failure error
+	if !a.ready {
+		failure = a.failure
+		switch {
+		case failure != nil:
+		case cmd == nil:
+			failure = waitErr
+		default:
+			failure = fmt.Errorf("%w to a pattern matching %s: %s", ErrExitedEarly, sl.topic, status)
+		}
+		a.failure = failure
+	}
+	if failed {
+		sl.notBefore = now.Add(s.backoff(sl.failures))
+	}
+	restart := a.ready && failed && !s.closing && sl.failures <= s.opts.MaxRestarts
+	if restart {
+		sl.restart = time.AfterFunc(time.Until(sl.notBefore), func() { s.restart(sl) })
+	}
+	workspace, pid := a.workspace, 0
+	if a.proc != nil {
+		pid = a.proc.Pid
+	}
+	close(a.exited)
+	s.mu.Unlock()
+
+	next := ""
+	if restart {
+		next = sl.notBefore.UTC().Format(time.RFC3339Nano)
+	}
+	if failure != nil {
+		s.events.publish(Event{Event: EventSpawnFailed, AgentID: a.id, Topic: sl.topic, Workspace: workspace, PID: pid, Error: failure.Error()})
+	}
+	if cmd != nil {
+		s.events.publish(Event{Event: EventExited, AgentID: a.id, Topic: sl.topic, Workspace: workspace, PID: pid,
+			Status: status, ExitCode: &code, Restarting: restart, NextStart: next})
+	}
+	s.agentsDone.Done()
+}
+
+// backoff is the wait before the next start after n failures in a row.
+func (s *Spawner) backoff(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := s.opts.RestartDelayMax
+	if n-2 < 32 {
+		if grown := s.opts.RestartDelay << (n - 2); grown > 0 && grown < d {
+			d = grown
+		}
+	}
+	return d
+}
+
+// restart starts sl's agent again after a crash, unless something else
+// (a message) already did, or the spawner is closing.
+func (s *Spawner) restart(sl *slot) {
+	s.mu.Lock()
+	sl.restart = nil
+	if sl.agent != nil || s.closing {
+		s.mu.Unlock()
+		return
+	}
+	a, err := s.reserveLocked(sl)
+	s.mu.Unlock()
+	if err != nil {
+		s.events.publish(Event{Event: EventSpawnFailed, AgentID: sl.agentID, Topic: sl.topic, Error: fmt.Sprintf("restart: %v", err)})
+		return
+	}
+	s.launch(a)
+}
+
+// handleClientEvent follows the bus's reports of subscriptions, to learn
+// when an agent it started is ready. It answers processed: false, so the
+// event goes on to everyone else who listens.
+func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+	var ev clientEvent
+	if err := json.Unmarshal(d.Payload, &ev); err != nil {
+		s.log.Warn("undecodable client event", "topic", d.Topic, "message_id", d.MessageID, "err", err)
+		return peer.Result{}, nil
+	}
+	at, _ := time.Parse(time.RFC3339Nano, ev.Timestamp)
+	s.mu.Lock()
+	a := s.agents[ev.ClientID]
+	if a == nil || ev.Fallback {
+		s.mu.Unlock()
+		return peer.Result{}, nil
+	}
+	var becameReady bool
+	switch ev.Event {
+	case "subscribed":
+		p, err := protocol.ParsePattern(ev.Pattern)
+		if err != nil {
+			break
+		}
+		if at.After(a.lastSubscribed) {
+			a.lastSubscribed = at
+		}
+		a.patterns = append(a.patterns, p)
+		if !a.ready && p.Match(a.slot.topic) {
+			a.ready = true
+			becameReady = true
+			if a.watchdog != nil {
+				a.watchdog.Stop()
+			}
+		}
+		a.notifyLocked()
+	case "unsubscribed":
+		for i, p := range a.patterns {
+			if p.String() == ev.Pattern {
+				a.patterns = append(a.patterns[:i], a.patterns[i+1:]...)
+				break
+			}
+		}
+		a.notifyLocked()
+	case "disconnected":
+		if !at.Before(a.lastSubscribed) {
+			a.patterns = nil
+			a.notifyLocked()
+		}
+	}
+	var pid int
+	if a.proc != nil {
+		pid = a.proc.Pid
+	}
+	info := Event{Event: EventReady, AgentID: a.id, Topic: a.slot.topic, Workspace: a.workspace, PID: pid}
+	s.mu.Unlock()
+	if becameReady {
+		s.events.publish(info)
+	}
+	return peer.Result{}, nil
+}
+
+// shutdown stops taking new agents and stops every running one, waiting
+// until all are reaped.
+func (s *Spawner) shutdown() {
+	s.mu.Lock()
+	s.closing = true
+	var running []*agent
+	for _, a := range s.agents {
+		a.stopping = true
+		running = append(running, a)
+	}
+	for _, sl := range s.slots {
+		if sl.restart != nil {
+			sl.restart.Stop()
+			sl.restart = nil
+		}
+	}
+	s.mu.Unlock()
+	if len(running) > 0 {
+		s.log.Info("stopping agents", "count", len(running), "stop_timeout", s.opts.StopTimeout)
+	}
+	for _, a := range running {
+		s.terminate(a)
+	}
+	s.agentsDone.Wait()
+}
