@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/spawner"
+)
+
+func init() {
+	register("spawner", "start an agent for each new conversation (the default handler)", runSpawner)
+}
+
+// spawnerConfig is bub spawner's flags.
+type spawnerConfig struct {
+	busURL          string
+	clientID        string
+	command         string
+	patterns        string
+	workspaceRoot   string
+	spawnTimeout    time.Duration
+	maxAgents       int
+	restartDelay    time.Duration
+	restartDelayMax time.Duration
+	maxRestarts     int
+	stopTimeout     time.Duration
+	logLevel        string
+	logFormat       string
+}
+
+func runSpawner(ctx context.Context, io stdio, args []string) int {
+	var cfg spawnerConfig
+	fs := newFlagSet(io, "spawner", "spawner --command 'PROGRAM [ARGS]' [flags]\n\n"+
+		"Serves --patterns as the bus's fallback: a message on a topic no agent subscribes to\n"+
+		"starts PROGRAM with BUB_BUS_URL, BUB_AGENT_ID, BUB_DEFAULT_TOPIC (the topic) and\n"+
+		"BUB_WORKSPACE set; once the agent has subscribed to the topic, the bus delivers it the\n"+
+		"message. PROGRAM runs directly, not through a shell: --command is split into words at\n"+
+		"spaces, with '...', \"...\" and \\ quoting as in a shell, and nothing else ($VAR, *, |)\n"+
+		"is special. Pass secrets in the environment, which agents inherit, never in --command.\n"+
+		"Agent lifecycle events go to system:agent.{spawned,ready,exited,spawn_failed}.")
+	fs.StringVar(&cfg.busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus; agents get it as BUB_BUS_URL")
+	fs.StringVar(&cfg.clientID, "client-id", "spawner", "clientId of the spawner; a second spawner with the same id takes over from the first")
+	fs.StringVar(&cfg.command, "command", "", "the agent program and its arguments (required), e.g. 'bin/echo-agent' or 'python3 agent.py --verbose'")
+	fs.StringVar(&cfg.patterns, "patterns", strings.Join(spawner.DefaultPatterns(), ","), "comma-separated topic patterns to serve as the fallback")
+	fs.StringVar(&cfg.workspaceRoot, "workspace-root", "./workspaces", "directory holding one workspace directory per topic; created if missing")
+	fs.DurationVar(&cfg.spawnTimeout, "spawn-timeout", 20*time.Second, "how long a new agent has to subscribe to its topic; keep it below the bus's --delivery-timeout")
+	fs.IntVar(&cfg.maxAgents, "max-agents", 64, "agents running at once; a message needing one more is retried later")
+	fs.DurationVar(&cfg.restartDelay, "restart-delay", time.Second, "crash-loop backoff: the wait after the second failure in a row of a topic's agent, doubling after each further one")
+	fs.DurationVar(&cfg.restartDelayMax, "restart-delay-max", time.Minute, "longest crash-loop backoff; an agent that ran this long counts as healthy")
+	fs.IntVar(&cfg.maxRestarts, "max-restarts", 5, "crashes in a row after which an agent is no longer restarted until a new message")
+	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", 5*time.Second, "how long an agent has to exit after SIGTERM before it gets SIGKILL")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "text or json")
+	if code, ok := parseFlags(fs, io, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usagef(io, "spawner", "unexpected argument %q (put the agent's arguments in --command)", fs.Arg(0))
+	}
+	if cfg.command == "" {
+		return usagef(io, "spawner", "no agent: pass --command")
+	}
+	command, err := spawner.SplitCommand(cfg.command)
+	if err != nil {
+		return usagef(io, "spawner", "--command: %v", err)
+	}
+	patterns := splitList(cfg.patterns)
+	if len(patterns) == 0 {
+		return usagef(io, "spawner", "--patterns is empty")
+	}
+	logger, err := newLogger(io, cfg.logLevel, cfg.logFormat)
+	if err != nil {
+		return usagef(io, "spawner", "%v", err)
+	}
+	// Agents inherit the environment, less the spawner's own settings:
+	// an agent that runs bub must not pick up --patterns or --command.
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		isFlag := false
+		fs.VisitAll(func(f *flag.Flag) { isFlag = isFlag || envName(f.Name) == name })
+		if !isFlag {
+			env = append(env, kv)
+		}
+	}
+	sp, err := spawner.New(&spawner.Options{
+		BusURL:          cfg.busURL,
+		ClientID:        cfg.clientID,
+		Patterns:        patterns,
+		Command:         command,
+		WorkspaceRoot:   cfg.workspaceRoot,
+		Env:             env,
+		SpawnTimeout:    cfg.spawnTimeout,
+		MaxAgents:       cfg.maxAgents,
+		RestartDelay:    cfg.restartDelay,
+		RestartDelayMax: cfg.restartDelayMax,
+		MaxRestarts:     cfg.maxRestarts,
+		StopTimeout:     cfg.stopTimeout,
+		Logger:          logger,
+	})
+	if err != nil {
+		return errorf(io, "%v", err)
+	}
+	if err := sp.Run(ctx); err != nil {
+		return errorf(io, "%v", err)
+	}
+	logger.Info("spawner stopped")
+	return 0
+}
