@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin/bub
 
-.PHONY: all build run test fuzz bench vet clean
+.PHONY: all build run test fuzz bench bench-quick bench-go vet clean
 
 all: build
 
@@ -30,7 +30,18 @@ fuzz:
 		done; \
 	done
 
+# The harness (bench/, a module of its own; docs/BENCHMARKS.md): builds
+# bub, runs it as a separate process next to a raw WebSocket relay and
+# NATS, prints a table and writes bench/results/latest.json. A few minutes.
 bench:
+	cd bench && $(GO) run . -out results/latest.json
+
+# One short round: checks the harness works, numbers not for publishing.
+bench-quick:
+	cd bench && $(GO) run . -quick -out results/quick.json
+
+# The in-package Go benchmarks (router, relay, store).
+bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 clean:

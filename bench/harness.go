@@ -1,0 +1,486 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Scenario parameters, from issue 6.
+var (
+	relaySizes    = []int{100, 1 << 10, 64 << 10}
+	relayInFlight = []int{1, 16, 64}
+	fanoutSizes   = []int{100, 1000}
+)
+
+// The fan-out scenario's payload size, and the messages in flight of its
+// throughput run (its latency run has one).
+const (
+	fanoutPayload  = 1 << 10
+	fanoutInFlight = 4
+)
+
+// harness runs the scenarios and collects the results.
+type harness struct {
+	cfg     config
+	tmp     string
+	bub     string
+	systems []system // bus first: ratios are bus over the others
+	procs   []*process
+	res     results
+}
+
+func newHarness(cfg config) (*harness, error) {
+	tmp, err := os.MkdirTemp("", "bub-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("make a temp dir: %w", err)
+	}
+	return &harness{cfg: cfg, tmp: tmp}, nil
+}
+
+func (h *harness) want(scenario string) bool {
+	return h.cfg.only == "" || slices.Contains(strings.Split(h.cfg.only, ","), scenario)
+}
+
+func (h *harness) run() error {
+	if h.cfg.profile != "" {
+		return h.profileBus()
+	}
+	h.res.Machine = describeMachine(h.cfg)
+	if err := h.buildBub(); err != nil {
+		return err
+	}
+	log.Printf("%s, %d CPUs, %s", h.res.Machine.CPU, h.res.Machine.CPUs, h.res.Machine.Go)
+	if h.want("relay") || h.want("latency") || h.want("fanout") {
+		if err := h.startSystems(); err != nil {
+			return err
+		}
+	}
+	if h.want("relay") {
+		if err := h.relay(); err != nil {
+			return err
+		}
+	}
+	if h.want("latency") {
+		if err := h.latency(); err != nil {
+			return err
+		}
+	}
+	if h.want("fanout") {
+		if err := h.fanout(); err != nil {
+			return err
+		}
+	}
+	h.stopAll()
+	if h.want("idle") {
+		if err := h.idle(); err != nil {
+			return err
+		}
+	}
+	if h.want("route") {
+		if err := h.route(); err != nil {
+			return err
+		}
+	}
+	h.res.Targets = evaluateTargets(&h.res)
+	printReport(os.Stdout, &h.res)
+	return h.writeJSON()
+}
+
+// buildBub builds bub from the repository root into the temp dir, unless
+// -bub names a binary.
+func (h *harness) buildBub() error {
+	if h.cfg.bub != "" {
+		h.bub = h.cfg.bub
+		return nil
+	}
+	h.bub = filepath.Join(h.tmp, "bub")
+	cmd := exec.Command("go", "build", "-o", h.bub, "./cmd/bub")
+	cmd.Dir = h.cfg.root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	log.Printf("building bub from %s", h.cfg.root)
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build bub in %s: %w", h.cfg.root, err)
+	}
+	return nil
+}
+
+// startSystems starts bub serve, the raw relay and NATS.
+func (h *harness) startSystems() error {
+	bus, err := startBub(h.bub, h.tmp)
+	if err != nil {
+		return err
+	}
+	h.procs = append(h.procs, bus)
+	raw, err := startRole("relay")
+	if err != nil {
+		return err
+	}
+	h.procs = append(h.procs, raw)
+	nats, err := startRole("nats")
+	if err != nil {
+		return err
+	}
+	h.procs = append(h.procs, nats)
+	h.systems = []system{&busSystem{bus}, &rawSystem{raw}, &natsSystem{nats}}
+	return nil
+}
+
+func (h *harness) stopAll() {
+	for _, p := range h.procs {
+		p.stop()
+	}
+	h.procs = nil
+	h.systems = nil
+}
+
+// rounds runs measure for every system, h.cfg.rounds times, starting each
+// round with the next system so that no system always runs first, and
+// returns the runs per system in round order.
+func (h *harness) rounds(measure func(system) (stats, error)) (map[string][]stats, error) {
+	runs := make(map[string][]stats)
+	for r := range h.cfg.rounds {
+		for i := range h.systems {
+			sys := h.systems[(i+r)%len(h.systems)]
+			s, err := measure(sys)
+			if err != nil {
+				return nil, err
+			}
+			runs[sys.name()] = append(runs[sys.name()], s)
+		}
+	}
+	return runs, nil
+}
+
+func (h *harness) relay() error {
+	for _, size := range relaySizes {
+		for _, window := range relayInFlight {
+			runs, err := h.rounds(func(sys system) (stats, error) {
+				ss, err := openSession(sys, 1, size)
+				if err != nil {
+					return stats{}, err
+				}
+				defer ss.close()
+				return closedLoop(ss, window, h.cfg.warmup, h.cfg.runFor)
+			})
+			if err != nil {
+				return fmt.Errorf("relay %s, %d in flight: %w", sizeName(size), window, err)
+			}
+			c := newCell(fmt.Sprintf("relay %s ×%d", sizeName(size), window), runs, higherIsBetter)
+			c.Payload, c.InFlight, c.Subscribers = size, window, 1
+			h.res.Relay = append(h.res.Relay, c)
+			log.Print(c.summary())
+		}
+	}
+	return nil
+}
+
+// latencyLoad is the open-loop rate as a share of the bus's closed-loop
+// throughput at 64 in flight.
+const latencyLoad = 0.5
+
+func (h *harness) latency() error {
+	for _, size := range relaySizes {
+		rate := 2000.0
+		for _, c := range h.res.Relay {
+			if c.Payload == size && c.InFlight == 64 {
+				rate = latencyLoad * c.Median["bus"].Throughput
+			}
+		}
+		rate = max(rate, 100)
+		runs, err := h.rounds(func(sys system) (stats, error) {
+			ss, err := openSession(sys, 1, size)
+			if err != nil {
+				return stats{}, err
+			}
+			defer ss.close()
+			return openLoop(ss, rate, h.cfg.warmup, 2*h.cfg.runFor)
+		})
+		if err != nil {
+			return fmt.Errorf("open-loop latency %s at %.0f/s: %w", sizeName(size), rate, err)
+		}
+		c := newCell(fmt.Sprintf("latency %s @%.0f/s", sizeName(size), rate), runs, lowerIsBetter)
+		c.Payload, c.Subscribers, c.Rate = size, 1, rate
+		h.res.Latency = append(h.res.Latency, c)
+		log.Print(c.summary())
+	}
+	return nil
+}
+
+func (h *harness) fanout() error {
+	for _, n := range fanoutSizes {
+		var one, many map[string][]stats
+		one, many = map[string][]stats{}, map[string][]stats{}
+		_, err := h.rounds(func(sys system) (stats, error) {
+			ss, err := openSession(sys, n, fanoutPayload)
+			if err != nil {
+				return stats{}, err
+			}
+			defer ss.close()
+			s1, err := closedLoop(ss, 1, h.cfg.warmup, 2*h.cfg.runFor)
+			if err != nil {
+				return stats{}, err
+			}
+			s16, err := closedLoop(ss, fanoutInFlight, h.cfg.warmup, 2*h.cfg.runFor)
+			if err != nil {
+				return stats{}, err
+			}
+			one[sys.name()] = append(one[sys.name()], s1)
+			many[sys.name()] = append(many[sys.name()], s16)
+			return s1, nil
+		})
+		if err != nil {
+			return fmt.Errorf("fan-out to %d: %w", n, err)
+		}
+		c1 := newCell(fmt.Sprintf("fan-out %d ×1", n), one, lowerIsBetter)
+		c1.Payload, c1.Subscribers, c1.InFlight = fanoutPayload, n, 1
+		c16 := newCell(fmt.Sprintf("fan-out %d ×%d", n, fanoutInFlight), many, higherIsBetter)
+		c16.Payload, c16.Subscribers, c16.InFlight = fanoutPayload, n, fanoutInFlight
+		h.res.Fanout = append(h.res.Fanout, c1, c16)
+		log.Print(c1.summary())
+		log.Print(c16.summary())
+	}
+	return nil
+}
+
+// idle measures each server's resident memory per idle connection, each
+// on a freshly started process.
+func (h *harness) idle() error {
+	starts := []func() (system, error){
+		func() (system, error) { p, err := startBub(h.bub, h.tmp); return &busSystem{p}, err },
+		func() (system, error) { p, err := startRole("relay"); return &rawSystem{p}, err },
+		func() (system, error) { p, err := startRole("nats"); return &natsSystem{p}, err },
+	}
+	for _, start := range starts {
+		sys, err := start()
+		if err != nil {
+			return err
+		}
+		r, err := measureIdle(sys, h.cfg.idleConn)
+		sys.server().stop()
+		if err != nil {
+			return err
+		}
+		h.res.Idle = append(h.res.Idle, r)
+		log.Printf("idle %s: %d connections, %.1f KiB each", r.System, r.Connections, r.PerConnKiB)
+	}
+	return nil
+}
+
+// idleResult is the idle-connection scenario for one system.
+type idleResult struct {
+	System      string  `json:"system"`
+	Wanted      int     `json:"wanted"`
+	Connections int     `json:"connections"`
+	RSSBefore   int64   `json:"rss_before_bytes"`
+	RSSAfter    int64   `json:"rss_after_bytes"`
+	PerConnKiB  float64 `json:"per_conn_kib"`
+	Error       string  `json:"error,omitempty"`
+}
+
+func measureIdle(sys system, n int) (idleResult, error) {
+	r := idleResult{System: sys.name(), Wanted: n}
+	time.Sleep(time.Second)
+	before, err := sys.server().rss()
+	if err != nil {
+		return r, err
+	}
+	conns, err := parallel(n, sys.idle)
+	defer closeAll(conns)
+	if err != nil {
+		r.Error = err.Error()
+		log.Printf("idle %s: stopped opening connections: %v", sys.name(), err)
+	}
+	for _, c := range conns {
+		if c != nil {
+			r.Connections++
+		}
+	}
+	time.Sleep(2 * time.Second)
+	after, err := sys.server().rss()
+	if err != nil {
+		return r, err
+	}
+	r.RSSBefore, r.RSSAfter = before, after
+	if r.Connections > 0 {
+		r.PerConnKiB = float64(after-before) / float64(r.Connections) / 1024
+	}
+	return r, nil
+}
+
+// routeResult is one sub-benchmark of BenchmarkRoute.
+type routeResult struct {
+	Name    string  `json:"name"`
+	NsPerOp float64 `json:"ns_per_op"`
+}
+
+var benchLine = regexp.MustCompile(`^(BenchmarkRoute/\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op`)
+
+// route runs the bus's in-package BenchmarkRoute: matching with 10 and
+// 10,000 exact subscriptions, and 10,000 mixed ones.
+func (h *harness) route() error {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkRoute$", "-benchtime", "300ms", "-count", "1", "./bus")
+	cmd.Dir = h.cfg.root
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("go test -bench BenchmarkRoute ./bus in %s: %w\n%s", h.cfg.root, err, out)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if m := benchLine.FindStringSubmatch(sc.Text()); m != nil {
+			ns, _ := strconv.ParseFloat(m[3], 64)
+			h.res.Route = append(h.res.Route, routeResult{Name: strings.TrimPrefix(m[1], "BenchmarkRoute/"), NsPerOp: ns})
+		}
+	}
+	if len(h.res.Route) == 0 {
+		return fmt.Errorf("BenchmarkRoute printed no results:\n%s", out)
+	}
+	return nil
+}
+
+func (h *harness) writeJSON() error {
+	if h.cfg.out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(h.cfg.out), 0o755); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	data, err := json.MarshalIndent(&h.res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	if err := os.WriteFile(h.cfg.out, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	log.Printf("wrote %s", h.cfg.out)
+	return nil
+}
+
+// profileBus profiles the bus (in a bus-pprof process) under relay load:
+// 1 KiB payloads, 64 in flight, the target scenario.
+func (h *harness) profileBus() error {
+	if err := os.MkdirAll(h.cfg.profile, 0o755); err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	p, err := startRole("bus-pprof")
+	if err != nil {
+		return err
+	}
+	h.procs = append(h.procs, p)
+	sys := &busSystem{p}
+	ss, err := openSession(sys, 1, 1<<10)
+	if err != nil {
+		return err
+	}
+	defer ss.close()
+	const seconds = 8
+	type fetched struct {
+		data []byte
+		err  error
+	}
+	cpu := make(chan fetched, 1)
+	go func() {
+		time.Sleep(time.Second)
+		data, err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.addr, seconds))
+		cpu <- fetched{data, err}
+	}()
+	s, err := closedLoop(ss, 64, time.Second, (seconds+1)*time.Second)
+	if err != nil {
+		return err
+	}
+	log.Printf("under profile: %.0f relays/s, p50 %.0f µs, p99 %.0f µs", s.Throughput, s.P50, s.P99)
+	f := <-cpu
+	if f.err != nil {
+		return f.err
+	}
+	allocs, err := fetch("http://" + p.addr + "/debug/pprof/allocs")
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{"cpu.pprof": f.data, "allocs.pprof": allocs} {
+		if err := os.WriteFile(filepath.Join(h.cfg.profile, name), data, 0o644); err != nil {
+			return fmt.Errorf("profile: %w", err)
+		}
+	}
+	log.Printf("wrote %s/cpu.pprof and allocs.pprof; read them with go tool pprof -top", h.cfg.profile)
+	return nil
+}
+
+func fetch(url string) ([]byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch %s: status %s: %v", url, resp.Status, err)
+	}
+	return data, nil
+}
+
+// machine records where and when the numbers were taken.
+type machine struct {
+	Date   string `json:"date"`
+	CPU    string `json:"cpu"`
+	CPUs   int    `json:"cpus"`
+	Memory string `json:"memory"`
+	Kernel string `json:"kernel"`
+	Go     string `json:"go"`
+	Commit string `json:"commit,omitempty"`
+	Rounds int    `json:"rounds"`
+	RunFor string `json:"run_duration"`
+	Quick  bool   `json:"quick,omitempty"`
+}
+
+func describeMachine(cfg config) machine {
+	m := machine{
+		Date:   time.Now().UTC().Format(time.RFC3339),
+		CPUs:   runtime.NumCPU(),
+		Go:     runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH,
+		Rounds: cfg.rounds,
+		RunFor: cfg.runFor.String(),
+		Quick:  cfg.quick,
+	}
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(data)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		if line, _, ok := strings.Cut(string(data), "\n"); ok {
+			m.Memory = strings.Join(strings.Fields(strings.TrimPrefix(line, "MemTotal:")), " ")
+		}
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(data))
+	}
+	if out, err := exec.Command("git", "-C", cfg.root, "rev-parse", "--short", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+func sizeName(n int) string {
+	if n >= 1<<10 {
+		return strconv.Itoa(n>>10) + " KiB"
+	}
+	return strconv.Itoa(n) + " B"
+}

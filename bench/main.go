@@ -1,0 +1,117 @@
+// Command bench measures the bus side by side with the physical limit and
+// with NATS, on one machine in one run (docs/BENCHMARKS.md).
+//
+// It builds and starts the real `bub serve` binary, a minimal raw
+// WebSocket relay and an embedded nats-server, each as a process of its
+// own, and drives all three from this process over loopback. The relay and
+// the NATS server are this same binary started again with -role.
+//
+// Usage, from bench/ (or `make bench` from the repository root):
+//
+//	go run . [-quick] [-out results/latest.json]
+//	go run . -profile DIR   # CPU and allocation profiles of the bus under relay load
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// config holds the command's flags.
+type config struct {
+	role     string
+	listen   string
+	root     string
+	bub      string
+	out      string
+	quick    bool
+	rounds   int
+	runFor   time.Duration
+	warmup   time.Duration
+	idleConn int
+	profile  string
+	only     string
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.role, "role", "", "internal: run as a server process (relay, nats or bus-pprof) instead of the harness")
+	flag.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "internal: the address a -role process listens on")
+	flag.StringVar(&cfg.root, "root", "..", "the repository root, where ./cmd/bub and ./bus live")
+	flag.StringVar(&cfg.bub, "bub", "", "a prebuilt bub binary (default: build one from -root into a temp dir)")
+	flag.StringVar(&cfg.out, "out", "results/latest.json", "where to write the results as JSON (empty: nowhere)")
+	flag.BoolVar(&cfg.quick, "quick", false, "one round, shorter runs, 2,000 idle connections: a smoke test, not numbers to publish")
+	flag.IntVar(&cfg.rounds, "rounds", 2, "alternating rounds per scenario; ratios are the median of per-round ratios")
+	flag.DurationVar(&cfg.runFor, "duration", time.Second, "measured time of one throughput run")
+	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "unmeasured time before each run")
+	flag.IntVar(&cfg.idleConn, "idle", 10000, "connections in the idle-memory scenario")
+	flag.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of the bus under relay load into this directory, and do nothing else")
+	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, idle, route")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("bench: ")
+
+	if cfg.role != "" {
+		if err := runRole(cfg.role, cfg.listen); err != nil {
+			log.Fatalf("role %s: %v", cfg.role, err)
+		}
+		return
+	}
+	if cfg.quick {
+		cfg.rounds = 1
+		cfg.runFor = 400 * time.Millisecond
+		cfg.warmup = 100 * time.Millisecond
+		cfg.idleConn = 2000
+	}
+	raiseFileLimit()
+
+	h, err := newHarness(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Children die with the harness, even on ^C.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		h.stopAll()
+		os.Exit(130)
+	}()
+	err = h.run()
+	h.stopAll()
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// runRole runs this binary as one of the server processes.
+func runRole(role, listen string) error {
+	switch role {
+	case "relay":
+		return serveRelay(listen)
+	case "nats":
+		return serveNATS(listen)
+	case "bus-pprof":
+		return serveBusWithPprof(listen)
+	}
+	return fmt.Errorf("unknown role %q (want relay, nats or bus-pprof)", role)
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard limit, for
+// the idle-connection scenario; the server processes inherit it.
+func raiseFileLimit() {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		log.Printf("warning: read the open-file limit: %v", err)
+		return
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		log.Printf("warning: raise the open-file limit to %d: %v", lim.Max, err)
+	}
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is a server the harness started and owns.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	addr string // host:port it serves on
+}
+
+// startBub starts `bub serve` on a free loopback port with its data in a
+// fresh directory under tmp.
+func startBub(bin, tmp string) (*process, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, fmt.Errorf("start bub serve: %w", err)
+	}
+	dataDir, err := os.MkdirTemp(tmp, "data-")
+	if err != nil {
+		return nil, fmt.Errorf("start bub serve: %w", err)
+	}
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn")
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s serve: %w", bin, err)
+	}
+	p := &process{name: "bub serve", cmd: cmd, addr: addr}
+	if err := waitReady("http://" + addr + "/readyz"); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("bub serve on %s: %w", addr, err)
+	}
+	return p, nil
+}
+
+// startRole starts this binary again as a server process of the given
+// role, which prints "listening ADDR" once it serves.
+func startRole(role string) (*process, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: find this binary: %w", role, err)
+	}
+	cmd := exec.Command(self, "-role", role, "-listen", "127.0.0.1:0")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	p := &process{name: role, cmd: cmd}
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			line <- sc.Text()
+		}
+		close(line)
+		for sc.Scan() {
+		}
+	}()
+	select {
+	case l, ok := <-line:
+		addr, found := strings.CutPrefix(l, "listening ")
+		if !ok || !found {
+			p.stop()
+			return nil, fmt.Errorf("start %s: expected \"listening ADDR\", got %q", role, l)
+		}
+		p.addr = addr
+	case <-time.After(10 * time.Second):
+		p.stop()
+		return nil, fmt.Errorf("start %s: not listening after 10s", role)
+	}
+	return p, nil
+}
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// rss returns the process's resident memory in bytes (VmRSS).
+func (p *process) rss() (int64, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid()), "status"))
+	if err != nil {
+		return 0, fmt.Errorf("rss of %s: %w", p.name, err)
+	}
+	for line := range bytes.Lines(data) {
+		if rest, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
+			f := strings.Fields(string(rest))
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("rss of %s: unexpected VmRSS line %q", p.name, line)
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("rss of %s: %w", p.name, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("rss of %s: no VmRSS in /proc/%d/status", p.name, p.pid())
+}
+
+// cpuTime returns the user+system CPU time the process has used so far.
+func (p *process) cpuTime() (time.Duration, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid()), "stat"))
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of %s: %w", p.name, err)
+	}
+	// Fields after the command name, which is in parentheses and may
+	// hold spaces: utime and stime are fields 14 and 15 of the line.
+	i := bytes.LastIndexByte(data, ')')
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("cpu time of %s: short /proc stat line", p.name)
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / ticks, nil
+}
+
+// stop kills the process and waits for it.
+func (p *process) stop() {
+	if p == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// freeAddr returns a loopback address with a port free right now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr, nil
+}
+
+// waitReady polls url until it answers 200.
+func waitReady(url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready after 15s: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

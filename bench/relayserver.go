@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/coder/websocket"
+)
+
+// The raw relay is the physical limit of the bus's topology: the same
+// WebSocket library and the same four frames per relay (publish, delivery,
+// ack, result), but no JSON-RPC, no routing and no store. A frame is an
+// 8-byte big-endian message id followed by the body, forwarded untouched.
+//
+// Subscribers connect to /sub?topic=T, the publisher to
+// /pub?topic=T&subs=N once N subscribers are in. Every publish goes to every
+// subscriber of T; when all N have acked, the publisher gets one frame with
+// the id, as the bus answers sendMessage once per message.
+
+// relayTopic is one topic's subscribers and publisher.
+type relayTopic struct {
+	mu      sync.Mutex
+	subs    []*websocket.Conn
+	pub     *websocket.Conn
+	pending map[uint64]int // acks still missing per message, when subs > 1
+}
+
+type relayServer struct {
+	mu     sync.Mutex
+	topics map[string]*relayTopic
+}
+
+func (s *relayServer) topic(name string) *relayTopic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.topics[name]
+	if t == nil {
+		t = &relayTopic{pending: make(map[uint64]int)}
+		s.topics[name] = t
+	}
+	return t
+}
+
+func serveRelay(listen string) error {
+	s := &relayServer{topics: make(map[string]*relayTopic)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/sub", s.serveSub)
+	mux.HandleFunc("/pub", s.servePub)
+	return serveAndAnnounce(listen, mux)
+}
+
+// serveAndAnnounce listens, prints "listening ADDR" for the harness and
+// serves until killed.
+func serveAndAnnounce(listen string, h http.Handler) error {
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("listening %s\n", l.Addr())
+	return http.Serve(l, h)
+}
+
+func (s *relayServer) serveSub(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(8 << 20)
+	t := s.topic(r.URL.Query().Get("topic"))
+	t.mu.Lock()
+	t.subs = append(t.subs, ws)
+	t.mu.Unlock()
+	ctx := context.Background()
+	for {
+		_, ack, err := ws.Read(ctx)
+		if err != nil || len(ack) < 8 {
+			ws.CloseNow()
+			return
+		}
+		t.mu.Lock()
+		pub, n := t.pub, len(t.subs)
+		if n > 1 {
+			id := binary.BigEndian.Uint64(ack)
+			left := t.pending[id] - 1
+			if left > 0 {
+				t.pending[id] = left
+				t.mu.Unlock()
+				continue
+			}
+			delete(t.pending, id)
+			ack = ack[:8]
+		}
+		t.mu.Unlock()
+		if pub != nil {
+			_ = pub.Write(ctx, websocket.MessageBinary, ack)
+		}
+	}
+}
+
+func (s *relayServer) servePub(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(8 << 20)
+	t := s.topic(r.URL.Query().Get("topic"))
+	want, _ := strconv.Atoi(r.URL.Query().Get("subs"))
+	t.mu.Lock()
+	t.pub = ws
+	subs := t.subs
+	t.mu.Unlock()
+	if len(subs) != want {
+		ws.Close(websocket.StatusPolicyViolation, fmt.Sprintf("topic has %d subscribers, not %d", len(subs), want))
+		return
+	}
+	ctx := context.Background()
+	for {
+		_, msg, err := ws.Read(ctx)
+		if err != nil || len(msg) < 8 {
+			ws.CloseNow()
+			return
+		}
+		if len(subs) > 1 {
+			t.mu.Lock()
+			t.pending[binary.BigEndian.Uint64(msg)] = len(subs)
+			t.mu.Unlock()
+		}
+		for _, sub := range subs {
+			_ = sub.Write(ctx, websocket.MessageBinary, msg)
+		}
+	}
+}

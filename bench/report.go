@@ -1,0 +1,248 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// results is everything one run measured; it is also the JSON written.
+type results struct {
+	Machine machine       `json:"machine"`
+	Relay   []cell        `json:"relay,omitempty"`
+	Latency []cell        `json:"latency,omitempty"`
+	Fanout  []cell        `json:"fanout,omitempty"`
+	Idle    []idleResult  `json:"idle,omitempty"`
+	Route   []routeResult `json:"route,omitempty"`
+	Targets []target      `json:"targets,omitempty"`
+}
+
+// better says which way a cell's headline figure points.
+type better int
+
+const (
+	higherIsBetter better = iota // throughput cells
+	lowerIsBetter                // latency cells
+)
+
+// cell is one scenario measured on every system.
+type cell struct {
+	Name        string  `json:"name"`
+	Payload     int     `json:"payload_bytes"`
+	InFlight    int     `json:"in_flight,omitempty"`
+	Subscribers int     `json:"subscribers"`
+	Rate        float64 `json:"rate_per_sec,omitempty"`
+	// Runs holds every run per system, in round order.
+	Runs map[string][]stats `json:"runs"`
+	// Median is the median of each figure over the rounds, per system.
+	Median map[string]stats `json:"median"`
+	// VsRaw and VsNATS are the bus's figures over the baseline's: the
+	// median of the ratios of runs in the same round.
+	VsRaw  ratios `json:"bus_vs_raw"`
+	VsNATS ratios `json:"bus_vs_nats"`
+	better better
+}
+
+// ratios compares the bus with a baseline; above 1 the bus has more
+// throughput or more latency.
+type ratios struct {
+	Throughput float64 `json:"throughput"`
+	P50        float64 `json:"p50"`
+	P99        float64 `json:"p99"`
+}
+
+func newCell(name string, runs map[string][]stats, b better) cell {
+	c := cell{Name: name, Runs: runs, Median: make(map[string]stats), better: b}
+	for sys, rs := range runs {
+		c.Median[sys] = stats{
+			Messages:   int64(median(rs, func(s stats) float64 { return float64(s.Messages) })),
+			Errors:     int64(median(rs, func(s stats) float64 { return float64(s.Errors) })),
+			Throughput: median(rs, func(s stats) float64 { return s.Throughput }),
+			Deliveries: median(rs, func(s stats) float64 { return s.Deliveries }),
+			P50:        median(rs, func(s stats) float64 { return s.P50 }),
+			P99:        median(rs, func(s stats) float64 { return s.P99 }),
+			P999:       median(rs, func(s stats) float64 { return s.P999 }),
+			Max:        median(rs, func(s stats) float64 { return s.Max }),
+			ServerCPU:  median(rs, func(s stats) float64 { return s.ServerCPU }),
+			Lost:       int64(median(rs, func(s stats) float64 { return float64(s.Lost) })),
+		}
+	}
+	c.VsRaw = pairRatios(runs["bus"], runs["raw"])
+	c.VsNATS = pairRatios(runs["bus"], runs["nats"])
+	return c
+}
+
+// pairRatios divides the bus's runs by the baseline's round by round and
+// takes the median.
+func pairRatios(bus, base []stats) ratios {
+	n := min(len(bus), len(base))
+	var tp, p50, p99 []float64
+	for i := range n {
+		tp = append(tp, div(bus[i].Throughput, base[i].Throughput))
+		p50 = append(p50, div(bus[i].P50, base[i].P50))
+		p99 = append(p99, div(bus[i].P99, base[i].P99))
+	}
+	id := func(f float64) float64 { return f }
+	return ratios{Throughput: median(tp, id), P50: median(p50, id), P99: median(p99, id)}
+}
+
+func div(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func median[T any](xs []T, f func(T) float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func (c cell) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-24s", c.Name)
+	for _, sys := range []string{"bus", "raw", "nats"} {
+		m := c.Median[sys]
+		fmt.Fprintf(&b, "  %s %8.0f/s p99 %7s", sys, m.Throughput, us(m.P99))
+	}
+	if c.better == higherIsBetter {
+		fmt.Fprintf(&b, "  bus/raw %.2f bus/nats %.2f", c.VsRaw.Throughput, c.VsNATS.Throughput)
+	} else {
+		fmt.Fprintf(&b, "  p99 bus/raw %.2f bus/nats %.2f", c.VsRaw.P99, c.VsNATS.P99)
+	}
+	return b.String()
+}
+
+// us formats microseconds for a table.
+func us(v float64) string {
+	switch {
+	case v >= 10000:
+		return fmt.Sprintf("%.0fms", v/1000)
+	case v >= 1000:
+		return fmt.Sprintf("%.1fms", v/1000)
+	}
+	return fmt.Sprintf("%.0fµs", v)
+}
+
+func printReport(w io.Writer, r *results) {
+	m := r.Machine
+	fmt.Fprintf(w, "\n%s · %s, %d CPUs, %s · kernel %s · %s · commit %s · %d round(s) of %s\n",
+		m.Date, m.CPU, m.CPUs, m.Memory, m.Kernel, m.Go, m.Commit, m.Rounds, m.RunFor)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(r.Relay) > 0 {
+		fmt.Fprintln(w, "\nRelay (closed loop; msgs/s = acked relays per second; latency of the bus)")
+		fmt.Fprintln(tw, "scenario\tbus msg/s\traw msg/s\tnats msg/s\tbus/raw\tbus/nats\tbus p50\tbus p99\tbus p99.9\traw p99\tnats p99\tbus CPU\t")
+		for _, c := range r.Relay {
+			b, x, n := c.Median["bus"], c.Median["raw"], c.Median["nats"]
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t\n", c.Name, b.Throughput, x.Throughput, n.Throughput,
+				c.VsRaw.Throughput, c.VsNATS.Throughput, us(b.P50), us(b.P99), us(b.P999), us(x.P99), us(n.P99), b.ServerCPU)
+		}
+		tw.Flush()
+	}
+	if len(r.Latency) > 0 {
+		fmt.Fprintln(w, "\nLatency (open loop at a constant rate, timed from when each message was due)")
+		fmt.Fprintln(tw, "scenario\tbus p50\tbus p99\tbus p99.9\traw p50\traw p99\traw p99.9\tnats p50\tnats p99\tnats p99.9\tp99 bus/raw\tp99 bus/nats\t")
+		for _, c := range r.Latency {
+			b, x, n := c.Median["bus"], c.Median["raw"], c.Median["nats"]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t\n", c.Name, us(b.P50), us(b.P99), us(b.P999),
+				us(x.P50), us(x.P99), us(x.P999), us(n.P50), us(n.P99), us(n.P999), c.VsRaw.P99, c.VsNATS.P99)
+		}
+		tw.Flush()
+	}
+	if len(r.Fanout) > 0 {
+		fmt.Fprintln(w, "\nFan-out (1 KiB, continueAll; latency = publish until every ack is back)")
+		fmt.Fprintln(tw, "scenario\tbus deliv/s\traw deliv/s\tnats deliv/s\tbus/raw\tbus/nats\tbus p50\tbus p99\traw p99\tnats p99\t")
+		for _, c := range r.Fanout {
+			b, x, n := c.Median["bus"], c.Median["raw"], c.Median["nats"]
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n", c.Name, b.Deliveries, x.Deliveries, n.Deliveries,
+				c.VsRaw.Throughput, c.VsNATS.Throughput, us(b.P50), us(b.P99), us(x.P99), us(n.P99))
+		}
+		tw.Flush()
+	}
+	if len(r.Idle) > 0 {
+		fmt.Fprintln(w, "\nIdle connections (server RSS growth / connections; one subscription each)")
+		fmt.Fprintln(tw, "system\tconnections\tRSS before\tRSS after\tKiB per conn\t")
+		for _, i := range r.Idle {
+			fmt.Fprintf(tw, "%s\t%d\t%.1f MiB\t%.1f MiB\t%.1f\t\n", i.System, i.Connections, float64(i.RSSBefore)/(1<<20), float64(i.RSSAfter)/(1<<20), i.PerConnKiB)
+		}
+		tw.Flush()
+	}
+	if len(r.Route) > 0 {
+		fmt.Fprintln(w, "\nRouting (in-package BenchmarkRoute)")
+		fmt.Fprintln(tw, "case\tns/op\t")
+		for _, rr := range r.Route {
+			fmt.Fprintf(tw, "%s\t%.1f\t\n", rr.Name, rr.NsPerOp)
+		}
+		tw.Flush()
+	}
+	if len(r.Targets) > 0 {
+		fmt.Fprintln(w, "\nTargets (issue 6)")
+		fmt.Fprintln(tw, "target\tmeasured\tmet\t")
+		for _, t := range r.Targets {
+			met := "no"
+			if t.Met {
+				met = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", t.Target, t.Measured, met)
+		}
+		tw.Flush()
+	}
+}
+
+// target is one of issue 6's targets, judged against this run.
+type target struct {
+	Target   string `json:"target"`
+	Measured string `json:"measured"`
+	Met      bool   `json:"met"`
+}
+
+func evaluateTargets(r *results) []target {
+	var ts []target
+	for _, c := range r.Relay {
+		if c.Payload == 1<<10 && c.InFlight == 64 {
+			ts = append(ts,
+				target{"relay 1 KiB ×64 ≥ 0.5× NATS", fmt.Sprintf("%.2f×", c.VsNATS.Throughput), c.VsNATS.Throughput >= 0.5},
+				target{"relay 1 KiB ×64 ≥ 0.6× raw", fmt.Sprintf("%.2f×", c.VsRaw.Throughput), c.VsRaw.Throughput >= 0.6})
+		}
+		if c.Payload == 1<<10 && c.InFlight == 1 {
+			p99 := c.Median["bus"].P99
+			ts = append(ts, target{"relay 1 KiB ×1 p99 ≤ 1 ms", us(p99), p99 <= 1000})
+		}
+	}
+	for _, c := range r.Fanout {
+		if c.Subscribers == 1000 && c.InFlight == 1 {
+			p99 := c.Median["bus"].P99
+			ts = append(ts, target{"fan-out 1000, all acks p99 ≤ 50 ms", us(p99), p99 <= 50000})
+		}
+	}
+	for _, i := range r.Idle {
+		if i.System == "bus" {
+			ts = append(ts, target{"idle ≤ 16 KiB per connection", fmt.Sprintf("%.1f KiB (%d conns)", i.PerConnKiB, i.Connections), i.PerConnKiB <= 16 && i.Connections > 0})
+		}
+	}
+	var r10, r10k float64
+	for _, rr := range r.Route {
+		switch rr.Name {
+		case "exact/subs=10":
+			r10 = rr.NsPerOp
+		case "exact/subs=10000":
+			r10k = rr.NsPerOp
+		}
+	}
+	if r10 > 0 && r10k > 0 {
+		ts = append(ts, target{"match 10,000 exact ≤ 2× 10", fmt.Sprintf("%.2f× (%.0f vs %.0f ns)", r10k/r10, r10k, r10), r10k <= 2*r10})
+	}
+	return ts
+}
