@@ -3,6 +3,7 @@ package bus_test
 import (
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -294,4 +295,46 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	assert.True(t, res.Acks[0].Processed)
 	require.NoError(t, <-shut)
 	assert.Equal(t, websocket.StatusGoingAway, pub.Closed())
+}
+
+// TestSlowReaderEvicted: a subscriber that stops reading is disconnected
+// once a write to it times out, and never holds up other peers.
+func TestSlowReaderEvicted(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{WriteTimeout: 200 * time.Millisecond, DeliveryTimeout: 100 * time.Millisecond, MaxMessageBytes: 4 << 20, MaxAttempts: 1})
+	ws, _, err := websocket.Dial(t.Context(), srv.URL, nil)
+	require.NoError(t, err)
+	defer ws.CloseNow()
+	for _, frame := range []string{
+		`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"stalled"},"id":1}`,
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"big"},"id":2}`,
+	} {
+		require.NoError(t, ws.Write(t.Context(), websocket.MessageText, []byte(frame)))
+		_, _, err := ws.Read(t.Context()) // after this the peer never reads again
+		require.NoError(t, err)
+	}
+	healthy := bustest.Connect(t, srv.URL, "healthy", bustest.Processed)
+	healthy.Subscribe("small", "")
+
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	pad := strings.Repeat("x", 1<<20)
+	big := map[string]any{"topic": "big", "payload": map[string]any{"type": "t", "pad": pad}}
+	deadline := time.Now().Add(bustest.Timeout)
+	for {
+		// Fill the stalled peer's socket buffers, a few megabytes at a time.
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() { pub.Call(protocol.MethodSendMessage, big) })
+		}
+		start := time.Now()
+		r := pub.Publish("small", "t")
+		require.True(t, r.Success)
+		assert.Less(t, time.Since(start), 2*time.Second, "a stalled peer must not hold up others")
+		wg.Wait()
+		if !pub.Publish("big", "t").Success {
+			return // evicted: its subscription is gone
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled peer was never evicted")
+		}
+	}
 }
