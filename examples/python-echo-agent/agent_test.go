@@ -1,0 +1,146 @@
+// Package pythonechoagent_test runs the Python echo agent under a real
+// spawner and bus, to show that the protocol needs no Go.
+package pythonechoagent_test
+
+import (
+	"context"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/spawner"
+)
+
+// python returns an interpreter that can import websockets: Debian's
+// /usr/bin/python3 first (python3-websockets installs there; .ci/run
+// installs it), then python3 on PATH.
+func python(t *testing.T) string {
+	t.Helper()
+	for _, candidate := range []string{"/usr/bin/python3", "python3"} {
+		path, err := exec.LookPath(candidate)
+		if err != nil {
+			continue
+		}
+		if exec.Command(path, "-c", "import websockets").Run() == nil {
+			return path
+		}
+	}
+	t.Skip("skipping: no python3 that can import websockets (Debian: apt-get install python3-websockets)")
+	return ""
+}
+
+// logBuffer collects the spawner's log, agents' output included.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestPythonEchoAgent(t *testing.T) {
+	py := python(t)
+	script, err := filepath.Abs("echo_agent.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bustest.Start(t, nil)
+	ctx := context.Background()
+
+	client, err := peer.Dial(ctx, b.URL, &peer.Options{ClientID: "tester", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	replies := make(chan *peer.Delivery, 10)
+	if err := client.Subscribe(ctx, "outbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		replies <- d
+		return peer.Result{Processed: true}, nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	var log logBuffer
+	sp, err := spawner.New(&spawner.Options{
+		BusURL:        b.URL,
+		Command:       []string{py, script},
+		WorkspaceRoot: t.TempDir(),
+		Logger:        slog.New(slog.NewTextHandler(&log, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- sp.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-stopped; err != nil {
+			t.Errorf("spawner: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("spawner log:\n%s", &log)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(log.String(), "spawner serving") {
+		if time.Now().After(deadline) {
+			t.Fatal("spawner did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var agentID string
+	for i, msg := range []map[string]any{
+		{"type": "telegram_message", "text": "hi", "chat_id": 77},
+		{"type": "plaintext_message", "text": "again"},
+	} {
+		res, err := client.SendMessage(ctx, "tg:77", msg)
+		if err != nil || !res.Success {
+			t.Fatalf("message %d: %+v, %v", i, res, err)
+		}
+		select {
+		case d := <-replies:
+			var r struct {
+				Type    string `json:"type"`
+				Text    string `json:"text"`
+				ChatID  any    `json:"chat_id"`
+				AgentID string `json:"agent_id"`
+			}
+			if err := d.Decode(&r); err != nil {
+				t.Fatal(err)
+			}
+			if d.Topic != "outbound:77" || r.Type != "plaintext_message" || r.Text != "echo: "+msg["text"].(string) {
+				t.Errorf("reply %d on %s: %+v", i, d.Topic, r)
+			}
+			if i == 0 {
+				agentID = r.AgentID
+			} else if r.AgentID != agentID {
+				t.Errorf("second reply from %s, first from %s: the agent was not reused", r.AgentID, agentID)
+			}
+			if d.From != r.AgentID {
+				t.Errorf("reply from %s claims agent %s", d.From, r.AgentID)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no reply to message %d", i)
+		}
+	}
+	if !strings.Contains(log.String(), "python-echo-agent: ready") {
+		t.Errorf("the agent's stderr is not in the spawner's log")
+	}
+}
