@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -429,5 +430,38 @@ func TestRunEndsWhenTakenOver(t *testing.T) {
 	}
 	if agents := h.sp.Agents(); len(agents) != 0 {
 		t.Errorf("agents left running: %+v", agents)
+	}
+}
+
+// TestCleanExitIsFinalUntilADirectMessage: an agent that exits 0 is not
+// restarted, and a message on its agent:{id} brings it back, with its
+// topic and id, instead of spawning a stranger.
+func TestCleanExitIsFinalUntilADirectMessage(t *testing.T) {
+	h := newHarness(t, spawner.Options{}, nil)
+	h.send(t, "tg:8", chat("hi"))
+	first := h.reply(t)
+	spawned := h.event(t, spawner.EventSpawned)
+	proc, err := os.FindProcess(spawned.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if exited := h.event(t, spawner.EventExited); exited.Restarting || exited.ExitCode == nil || *exited.ExitCode != 0 {
+		t.Errorf("exited %+v: want status 0, no restart", exited)
+	}
+	poll(t, "the agent to be reaped", func() bool { return len(h.sp.Agents()) == 0 })
+
+	res := h.send(t, peer.AgentTopic(first.AgentID), map[string]any{"type": "plaintext_message", "text": "direct"})
+	if !res.Success {
+		t.Fatalf("direct message: %+v", res)
+	}
+	r := h.reply(t)
+	if r.AgentID != first.AgentID || r.topic != "outbound:8" || r.Text != "echo: direct" {
+		t.Errorf("reply %+v: want agent %s answering for tg:8", r, first.AgentID)
+	}
+	if again := h.event(t, spawner.EventSpawned); again.Topic != "tg:8" || again.Workspace != spawned.Workspace {
+		t.Errorf("second spawn %+v: want tg:8 in %s", again, spawned.Workspace)
 	}
 }
