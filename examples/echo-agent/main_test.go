@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/peer"
+)
+
+// TestEchoAgent runs the agent as a spawner would, from its environment,
+// against a real bus.
+func TestEchoAgent(t *testing.T) {
+	b := bustest.Start(t, nil)
+	ctx := context.Background()
+	client, err := peer.Dial(ctx, b.URL, &peer.Options{ClientID: "tester", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	replies := make(chan *peer.Delivery, 10)
+	if err := client.Subscribe(ctx, "outbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		replies <- d
+		return peer.Result{Processed: true}, nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("BUB_BUS_URL", b.URL)
+	t.Setenv("BUB_AGENT_ID", "echo-1")
+	t.Setenv("BUB_DEFAULT_TOPIC", "tg:99")
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, slog.New(slog.DiscardHandler)) }()
+
+	// The agent is up once its topic has a subscriber.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "plaintext_message", "text": "hi"})
+		if err == nil && res.Success {
+			if !res.Acks[0].Processed || res.Acks[0].ClientID != "echo-1" {
+				t.Errorf("acks %+v", res.Acks)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent never subscribed tg:99: %+v, %v", res, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	tests := []struct {
+		name    string
+		topic   string
+		payload string
+		want    string // the reply: topic, then payload
+	}{
+		{"chat from the default topic", "", ``, `outbound:99 {"agent_id":"echo-1","chat_id":"99","text":"echo: hi","type":"plaintext_message"}`},
+		{"numeric chat_id kept a number", "tg:99", `{"type":"telegram_message","text":"n","chat_id":5}`, `outbound:5 {"agent_id":"echo-1","chat_id":5,"text":"echo: n","type":"plaintext_message"}`},
+		{"direct message", "agent:echo-1", `{"type":"telegram_message","text":"d","chat_id":"x"}`, `outbound:x {"agent_id":"echo-1","chat_id":"x","text":"echo: d","type":"plaintext_message"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.payload != "" {
+				if res, err := client.SendMessage(ctx, tt.topic, json.RawMessage(tt.payload)); err != nil || !res.Success {
+					t.Fatalf("send: %+v, %v", res, err)
+				}
+			}
+			select {
+			case d := <-replies:
+				if got := d.Topic + " " + string(d.Payload); got != tt.want {
+					t.Errorf("reply\n got %s\nwant %s", got, tt.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no reply")
+			}
+		})
+	}
+
+	// Other types are left to other subscribers.
+	res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "task_request"})
+	if err != nil || len(res.Acks) != 1 || res.Acks[0].Processed || !strings.Contains(res.Acks[0].Message, "task_request") {
+		t.Errorf("task_request: %+v, %v", res, err)
+	}
+
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("run after cancel: %v", err)
+	}
+}
+
+func TestEchoAgentNeedsItsTopic(t *testing.T) {
+	t.Setenv("BUB_AGENT_ID", "echo-1")
+	t.Setenv("BUB_DEFAULT_TOPIC", "")
+	if err := run(context.Background(), slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "BUB_DEFAULT_TOPIC") {
+		t.Errorf("run without a topic: %v", err)
+	}
+}
