@@ -52,13 +52,14 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if env.DefaultTopic == "" {
 		return errors.New("BUB_DEFAULT_TOPIC is not set: the agent does not know its conversation")
 	}
-	a := &echoAgent{id: env.AgentID, defaultTopic: env.DefaultTopic, log: log}
+	a := &echoAgent{id: env.AgentID, defaultTopic: env.DefaultTopic, log: log, connected: make(chan struct{})}
 	conn, err := peer.DialEnv(ctx, a.handle, &peer.Options{Logger: log})
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	a.conn = conn
+	close(a.connected)
 	if err := conn.Subscribe(ctx, env.DefaultTopic, a.handle, nil); err != nil {
 		return err
 	}
@@ -77,7 +78,11 @@ type echoAgent struct {
 	id           string
 	defaultTopic string
 	log          *slog.Logger
-	conn         *peer.Conn
+	// conn is set, and connected closed, once DialEnv returns. A message
+	// held for agent:{id} can arrive before that, as soon as DialEnv
+	// subscribes, so handlers wait for it.
+	conn      *peer.Conn
+	connected chan struct{}
 }
 
 // chatMessage is the part of a telegram_message or plaintext_message the
@@ -118,6 +123,11 @@ func (a *echoAgent) handle(ctx context.Context, d *peer.Delivery) (peer.Result, 
 		case <-ctx.Done():
 			return peer.Result{}, ctx.Err()
 		}
+	}
+	select {
+	case <-a.connected:
+	case <-ctx.Done():
+		return peer.Result{}, ctx.Err()
 	}
 	out := reply{Type: "plaintext_message", Text: "echo: " + msg.Text, ChatID: chatID, AgentID: a.id}
 	topic := "outbound:" + chatIDString(chatID)
