@@ -80,11 +80,47 @@ func (c *conn) serve() {
 	s.metrics.connections.Inc()
 	c.log.Debug("peer connected")
 
-	c.rpc = jsonrpc2.NewConn(s.ctx, c.stream, c, jsonrpc2.SetLogger(slogLogger{c.log}))
+	// The connection reads requests itself, through the Stream's lean
+	// path (params as sent, no second encoding); jsonrpc2 only writes the
+	// replies, so it gets a stream it cannot read from.
+	c.rpc = jsonrpc2.NewConn(s.ctx, &replyStream{Stream: c.stream, done: make(chan struct{})}, c, jsonrpc2.SetLogger(slogLogger{c.log}))
 	close(c.ready)
 	go c.keepalive()
+	c.readLoop()
+	_ = c.rpc.Close()
 	<-c.rpc.DisconnectNotify()
 	c.cleanup()
+}
+
+// readLoop hands every request to Handle until the connection fails.
+// Answers to processMessage calls go to their callers inside the Stream.
+func (c *conn) readLoop() {
+	for {
+		req, err := c.stream.ReadRequest()
+		if err != nil {
+			return
+		}
+		c.Handle(c.server.ctx, c.rpc, req)
+	}
+}
+
+// replyStream is the jsonrpc2.ObjectStream of a bus connection: writes go
+// to the Stream, and reads block until the connection closes, because
+// conn.readLoop does the reading.
+type replyStream struct {
+	*rpcstream.Stream
+	once sync.Once
+	done chan struct{}
+}
+
+func (r *replyStream) ReadObject(any) error {
+	<-r.done
+	return jsonrpc2.ErrClosed
+}
+
+func (r *replyStream) Close() error {
+	r.once.Do(func() { close(r.done) })
+	return r.Stream.Close()
 }
 
 // keepalive pings the peer and drops it when a ping goes unanswered.

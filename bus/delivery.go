@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
-	"github.com/sourcegraph/jsonrpc2"
-
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -62,21 +63,19 @@ func (e *deliveryError) Error() string {
 }
 
 // call sends processMessage to the subscriber's connection and waits for
-// its answer.
+// its answer. The params are encoded by hand around the payload and meta,
+// which go out byte for byte as the publisher sent them, and the answer
+// comes back through the Stream, not jsonrpc2's codec.
 func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-	var raw json.RawMessage
-	params := protocol.ProcessMessageParams{
-		Topic:        d.Message.Topic,
-		Subscription: d.Subscription,
-		Payload:      d.Message.Payload,
-		MessageID:    d.Message.ID,
-		From:         d.Message.From,
-		Meta:         d.Message.Meta,
-		Attempt:      d.Attempt,
-	}
-	err := d.conn.rpc.Call(ctx, protocol.MethodProcessMessage, params, &raw)
 	var result protocol.ProcessMessageResult
-	var rpcErr *jsonrpc2.Error
+	bp := paramsPool.Get().(*[]byte)
+	params := appendDeliveryParams((*bp)[:0], d)
+	raw, err := d.conn.stream.Call(ctx, protocol.MethodProcessMessage, params)
+	*bp = params
+	if cap(params) <= maxPooledParams {
+		paramsPool.Put(bp)
+	}
+	var rerr *rpcstream.ResponseError
 	switch {
 	case err == nil:
 		if !protocol.IsObject(raw) {
@@ -88,13 +87,63 @@ func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessage
 		return result, nil
 	case errors.Is(err, context.DeadlineExceeded):
 		return result, &deliveryError{failTimeout, fmt.Sprintf("no answer within %s", s.opts.DeliveryTimeout)}
-	case errors.As(err, &rpcErr):
-		return result, &deliveryError{failError, fmt.Sprintf("subscriber answered error %d: %s", rpcErr.Code, rpcErr.Message)}
-	case errors.Is(err, jsonrpc2.ErrClosed):
+	case errors.As(err, &rerr):
+		return result, &deliveryError{failError, fmt.Sprintf("subscriber answered error %d: %s", rerr.Code, rerr.Message)}
+	case errors.Is(err, rpcstream.ErrClosed):
 		return result, &deliveryError{failDisconnected, "connection closed before the subscriber answered"}
 	default:
 		return result, &deliveryError{failDisconnected, err.Error()}
 	}
+}
+
+// paramsPool holds the buffers deliveries encode their params in; Call
+// has written them by the time it returns.
+var paramsPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledParams bounds the buffers paramsPool keeps.
+const maxPooledParams = 256 << 10
+
+// appendDeliveryParams appends d's processMessage params, the bytes
+// json.Marshal(protocol.ProcessMessageParams{...}) gives for a compact
+// payload and meta, without encoding/json's pass over them.
+func appendDeliveryParams(dst []byte, d *delivery) []byte {
+	m := d.Message
+	dst = append(dst, `{"topic":`...)
+	dst = appendJSONString(dst, m.Topic)
+	dst = append(dst, `,"subscription":`...)
+	dst = appendJSONString(dst, d.Subscription)
+	dst = append(dst, `,"payload":`...)
+	if len(m.Payload) == 0 {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, m.Payload...)
+	}
+	dst = append(dst, `,"messageId":`...)
+	dst = appendJSONString(dst, m.ID)
+	dst = append(dst, `,"from":`...)
+	dst = appendJSONString(dst, m.From)
+	if len(m.Meta) > 0 {
+		dst = append(dst, `,"meta":`...)
+		dst = append(dst, m.Meta...)
+	}
+	dst = append(dst, `,"attempt":`...)
+	dst = strconv.AppendInt(dst, int64(d.Attempt), 10)
+	return append(dst, '}')
+}
+
+// appendJSONString appends s as a JSON string, exactly as encoding/json
+// writes it: plain ASCII directly, anything to escape through
+// json.Marshal.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // timeout bounds each attempt by Options.DeliveryTimeout.

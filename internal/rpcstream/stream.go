@@ -15,20 +15,34 @@
 // synthetic id of its own and restores the caller's id when the response
 // is written. A handler must therefore answer each request exactly once,
 // and never answer a notification.
+//
+// The Stream also offers a lean path that bypasses jsonrpc2's codec, which
+// decodes every request into a map and marshals its params again:
+// ReadRequest hands over requests with their params exactly as the peer
+// sent them, and Call sends a request whose params are already encoded and
+// matches its response without jsonrpc2. A connection uses either
+// ReadObject or ReadRequest for reading, never both.
 package rpcstream
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/bub-bus/bub/protocol"
 )
+
+// ErrClosed is returned by Call when the connection ends before the
+// answer arrives, or had ended before the call.
+var ErrClosed = errors.New("rpcstream: connection closed")
 
 // Stream is a jsonrpc2.ObjectStream over a WebSocket connection.
 //
@@ -38,14 +52,33 @@ type Stream struct {
 	ws           *websocket.Conn
 	writeTimeout time.Duration
 
-	// queue holds messages split from a batch, waiting for ReadObject;
-	// only the reading goroutine touches it.
-	queue [][]byte
+	// queue holds messages split from a batch, waiting to be read; only
+	// the reading goroutine touches it.
+	queue []message
 
-	// mu guards pending and nextID.
+	// mu guards the fields below.
 	mu      sync.Mutex
 	pending map[string]*pendingReply
 	nextID  uint64
+	// calls are the Stream's own calls waiting for an answer, by id.
+	calls      map[uint64]chan callResult
+	nextCallID uint64
+	closed     bool
+}
+
+// message is one checked JSON-RPC message: a request (method set) or a
+// response to hand on (raw set).
+type message struct {
+	method    json.RawMessage // the JSON string, quotes included
+	params    json.RawMessage // nil when absent
+	synthetic string          // "" for a notification
+	raw       []byte          // a response, as received
+}
+
+// callResult is the answer to one of the Stream's own calls.
+type callResult struct {
+	result json.RawMessage
+	err    error
 }
 
 // pendingReply remembers a request handed to jsonrpc2 under a synthetic id.
@@ -64,7 +97,7 @@ type batch struct {
 // writeTimeout, else the connection is closed: a peer that does not read
 // is dropped rather than allowed to stall its senders.
 func New(ws *websocket.Conn, writeTimeout time.Duration) *Stream {
-	return &Stream{ws: ws, writeTimeout: writeTimeout, pending: make(map[string]*pendingReply)}
+	return &Stream{ws: ws, writeTimeout: writeTimeout, pending: make(map[string]*pendingReply), calls: make(map[uint64]chan callResult)}
 }
 
 // syntheticPrefix starts every id the Stream hands to jsonrpc2. The
@@ -75,20 +108,61 @@ const syntheticPrefix = "~r"
 // malformed input itself and reading on.
 func (s *Stream) ReadObject(v any) error {
 	for {
-		for len(s.queue) > 0 {
-			msg := s.queue[0]
-			s.queue[0] = nil
-			s.queue = s.queue[1:]
-			// The Stream checked the message's shape, so jsonrpc2 can
-			// only refuse a response whose id it cannot represent; such
-			// a response answers no call of ours and is dropped.
-			if err := json.Unmarshal(msg, v); err == nil {
-				return nil
-			}
-		}
-		typ, data, err := s.ws.Read(context.Background())
+		msg, err := s.next()
 		if err != nil {
 			return err
+		}
+		data := msg.raw
+		if data == nil {
+			data = msg.encode()
+		}
+		// The Stream checked the message's shape, so jsonrpc2 can only
+		// refuse a response whose id it cannot represent; such a
+		// response answers no call of ours and is dropped.
+		if err := json.Unmarshal(data, v); err == nil {
+			return nil
+		}
+	}
+}
+
+// ReadRequest reads the next JSON-RPC request, answering malformed input
+// itself and reading on. Its Params are the bytes the peer sent, and its
+// ID a synthetic one that WriteObject turns back into the peer's. Answers
+// to the Stream's own calls go to their callers; other responses are
+// dropped, as they answer nothing.
+func (s *Stream) ReadRequest() (*jsonrpc2.Request, error) {
+	for {
+		msg, err := s.next()
+		if err != nil {
+			return nil, err
+		}
+		if msg.raw != nil {
+			continue
+		}
+		req := &jsonrpc2.Request{Notif: msg.synthetic == ""}
+		if err := json.Unmarshal(msg.method, &req.Method); err != nil {
+			continue // cannot happen: the method was checked to be a JSON string
+		}
+		if msg.params != nil {
+			params := msg.params
+			req.Params = &params
+		}
+		if !req.Notif {
+			req.ID = jsonrpc2.ID{Str: msg.synthetic, IsString: true}
+		}
+		return req, nil
+	}
+}
+
+// next returns the next message to hand over, reading from the connection
+// when none is queued. When the connection fails, the Stream's calls still
+// waiting fail with ErrClosed.
+func (s *Stream) next() (message, error) {
+	for len(s.queue) == 0 {
+		typ, data, err := s.ws.Read(context.Background())
+		if err != nil {
+			s.failCalls()
+			return message{}, err
 		}
 		if typ != websocket.MessageText {
 			s.reply(errorReply(nil, protocol.CodeInvalidRequest, "invalid request: binary messages are not accepted; send JSON-RPC as text"))
@@ -96,21 +170,56 @@ func (s *Stream) ReadObject(v any) error {
 		}
 		s.accept(data)
 	}
+	msg := s.queue[0]
+	s.queue[0] = message{}
+	s.queue = s.queue[1:]
+	return msg, nil
+}
+
+// encode renders a request for jsonrpc2.
+func (m message) encode() []byte {
+	var out bytes.Buffer
+	out.Grow(len(m.method) + len(m.params) + 48)
+	out.WriteString(`{"jsonrpc":"2.0","method":`)
+	out.Write(m.method)
+	if m.params != nil {
+		out.WriteString(`,"params":`)
+		out.Write(m.params)
+	}
+	if m.synthetic != "" {
+		out.WriteString(`,"id":"`)
+		out.WriteString(m.synthetic)
+		out.WriteByte('"')
+	}
+	out.WriteByte('}')
+	return out.Bytes()
 }
 
 // accept checks one WebSocket message, queueing what jsonrpc2 should see
 // and answering the rest.
 func (s *Stream) accept(data []byte) {
+	first := firstByte(data)
+	if first == '{' {
+		// Decoding the envelope checks the whole message, so a single
+		// object takes one pass, not a check and then a decode.
+		var env envelope
+		if err := json.Unmarshal(data, &env); err != nil {
+			s.reply(errorReply(nil, protocol.CodeParseError, "parse error: the message is not valid JSON"))
+			return
+		}
+		if msg, reply := s.prepare(data, &env, nil); reply != nil {
+			s.reply(reply)
+		} else if msg != nil {
+			s.queue = append(s.queue, *msg)
+		}
+		return
+	}
 	if !json.Valid(data) {
 		s.reply(errorReply(nil, protocol.CodeParseError, "parse error: the message is not valid JSON"))
 		return
 	}
-	if first := firstByte(data); first != '[' {
-		if msg, reply := s.prepare(data, nil); reply != nil {
-			s.reply(reply)
-		} else if msg != nil {
-			s.queue = append(s.queue, msg)
-		}
+	if first != '[' {
+		s.reply(errorReply(nil, protocol.CodeInvalidRequest, "invalid request: a JSON-RPC message must be an object"))
 		return
 	}
 	var elems []json.RawMessage
@@ -125,12 +234,12 @@ func (s *Stream) accept(data []byte) {
 	b := &batch{}
 	s.mu.Lock()
 	for _, elem := range elems {
-		msg, reply := s.prepareLocked(elem, b)
+		msg, reply := s.prepareLocked(elem, nil, b)
 		if reply != nil {
 			b.replies = append(b.replies, reply)
 		}
 		if msg != nil {
-			s.queue = append(s.queue, msg)
+			s.queue = append(s.queue, *msg)
 		}
 	}
 	done := b.waiting == 0
@@ -143,10 +252,10 @@ func (s *Stream) accept(data []byte) {
 	}
 }
 
-func (s *Stream) prepare(raw json.RawMessage, b *batch) (msg, reply []byte) {
+func (s *Stream) prepare(raw json.RawMessage, env *envelope, b *batch) (msg *message, reply []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.prepareLocked(raw, b)
+	return s.prepareLocked(raw, env, b)
 }
 
 // envelope is the shape every JSON-RPC message is checked against. Absent
@@ -160,16 +269,20 @@ type envelope struct {
 	Error   json.RawMessage `json:"error"`
 }
 
-// prepareLocked checks one JSON-RPC message (raw is valid JSON). It returns
-// the bytes jsonrpc2 should read, or the error reply the sender gets, or
-// neither for a response that answers nothing of ours.
-func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg, reply []byte) {
-	if firstByte(raw) != '{' {
-		return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: a JSON-RPC message must be an object")
-	}
-	var env envelope
-	if err := json.Unmarshal(raw, &env); err != nil {
-		return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: "+err.Error())
+// prepareLocked checks one JSON-RPC message (raw is valid JSON; env is its
+// envelope when the caller decoded it already). It returns the message to
+// hand on, or the error reply the sender gets, or neither for a response
+// that answers nothing to hand on (an answer to one of the Stream's own
+// calls goes to its caller here).
+func (s *Stream) prepareLocked(raw json.RawMessage, env *envelope, b *batch) (msg *message, reply []byte) {
+	if env == nil {
+		if firstByte(raw) != '{' {
+			return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: a JSON-RPC message must be an object")
+		}
+		env = new(envelope)
+		if err := json.Unmarshal(raw, env); err != nil {
+			return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: "+err.Error())
+		}
 	}
 	id := env.ID
 	if id != nil && !validID(id) {
@@ -183,7 +296,10 @@ func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg, reply []byte
 			if id == nil || (env.Result != nil && env.Error != nil) {
 				return nil, nil // a malformed response: there is nobody to answer
 			}
-			return raw, nil
+			if s.answerLocked(id, env) {
+				return nil, nil
+			}
+			return &message{raw: raw}, nil
 		}
 		return nil, errorReply(id, protocol.CodeInvalidRequest, `invalid request: a request needs "method", a response "result" or "error"`)
 	}
@@ -198,27 +314,16 @@ func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg, reply []byte
 			return nil, errorReply(id, protocol.CodeInvalidRequest, `invalid request: "params" must be an object or an array`)
 		}
 	}
-	var out bytes.Buffer
-	out.Grow(len(env.Method) + len(env.Params) + 48)
-	out.WriteString(`{"jsonrpc":"2.0","method":`)
-	out.Write(env.Method)
-	if env.Params != nil {
-		out.WriteString(`,"params":`)
-		out.Write(env.Params)
-	}
+	msg = &message{method: env.Method, params: env.Params}
 	if id != nil {
 		s.nextID++
-		synthetic := syntheticPrefix + strconv.FormatUint(s.nextID, 10)
-		s.pending[synthetic] = &pendingReply{id: id, batch: b}
+		msg.synthetic = syntheticPrefix + strconv.FormatUint(s.nextID, 10)
+		s.pending[msg.synthetic] = &pendingReply{id: id, batch: b}
 		if b != nil {
 			b.waiting++
 		}
-		out.WriteString(`,"id":"`)
-		out.WriteString(synthetic)
-		out.WriteByte('"')
 	}
-	out.WriteByte('}')
-	return out.Bytes(), nil
+	return msg, nil
 }
 
 // responsePrefix is how jsonrpc2 marshals a response to a request the
@@ -228,7 +333,7 @@ var responsePrefix = []byte(`{"id":"` + syntheticPrefix)
 // WriteObject writes one JSON-RPC message. A response to a request that
 // came in a batch is held until the whole batch can be answered at once.
 func (s *Stream) WriteObject(v any) error {
-	data, err := json.Marshal(v)
+	data, err := marshal(v)
 	if err != nil {
 		return err
 	}
@@ -265,6 +370,132 @@ func (s *Stream) WriteObject(v any) error {
 		s.mu.Unlock()
 	}
 	return s.write(data)
+}
+
+// marshal encodes v. jsonrpc2's messages marshal themselves with
+// encoding/json, so their output is already compact and escaped; calling
+// MarshalJSON directly spares json.Marshal's second pass over it (which
+// re-validates and copies every payload).
+func marshal(v any) ([]byte, error) {
+	if m, ok := v.(json.Marshaler); ok {
+		return m.MarshalJSON()
+	}
+	return json.Marshal(v)
+}
+
+// Call sends a request for method with params, raw JSON written exactly
+// as given, and waits for the answer: its result, or a *ResponseError
+// when the peer answered with an error. It returns ErrClosed when the
+// connection ends first, and ctx's error when ctx ends first; a late
+// answer is then dropped. The request's id is a number of the Stream's
+// own, so answers reach Call without going through jsonrpc2, and Call
+// must not be mixed with jsonrpc2's own Call on one connection.
+func (s *Stream) Call(ctx context.Context, method string, params []byte) (json.RawMessage, error) {
+	done := make(chan callResult, 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	id := s.nextCallID
+	s.nextCallID++
+	s.calls[id] = done
+	s.mu.Unlock()
+
+	bp := framePool.Get().(*[]byte)
+	frame := append((*bp)[:0], `{"id":`...)
+	frame = strconv.AppendUint(frame, id, 10)
+	frame = append(frame, `,"jsonrpc":"2.0","method":`...)
+	frame = strconv.AppendQuote(frame, method)
+	frame = append(frame, `,"params":`...)
+	frame = append(frame, params...)
+	frame = append(frame, '}')
+	err := s.write(frame)
+	*bp = frame
+	if cap(frame) <= maxPooledFrame {
+		framePool.Put(bp)
+	}
+	if err != nil {
+		s.forget(id)
+		return nil, err
+	}
+	select {
+	case r := <-done:
+		return r.result, r.err
+	case <-ctx.Done():
+		s.forget(id)
+		return nil, ctx.Err()
+	}
+}
+
+// framePool holds the buffers Call builds frames in; a frame is written
+// before Call returns its buffer, so one buffer serves call after call.
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledFrame bounds the buffers framePool keeps, so one huge message
+// does not pin its buffer for good.
+const maxPooledFrame = 256 << 10
+
+func (s *Stream) forget(id uint64) {
+	s.mu.Lock()
+	delete(s.calls, id)
+	s.mu.Unlock()
+}
+
+// ResponseError is a peer's error answer to a Call.
+type ResponseError struct {
+	Code    int64
+	Message string
+}
+
+func (e *ResponseError) Error() string {
+	return fmt.Sprintf("error %d: %s", e.Code, e.Message)
+}
+
+// answerLocked hands a response to the Call waiting for it, reporting
+// whether there was one.
+func (s *Stream) answerLocked(id json.RawMessage, env *envelope) bool {
+	if len(id) == 0 || id[0] < '0' || id[0] > '9' {
+		return false
+	}
+	n, err := strconv.ParseUint(string(id), 10, 64)
+	if err != nil {
+		return false
+	}
+	done, ok := s.calls[n]
+	if !ok {
+		return false
+	}
+	delete(s.calls, n)
+	var r callResult
+	if env.Error != nil {
+		var e ResponseError
+		var wire struct {
+			Code    *int64 `json:"code"`
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(env.Error, &wire) != nil || wire.Code == nil {
+			e = ResponseError{Code: protocol.CodeInvalidRequest, Message: fmt.Sprintf("malformed error object %.64s", env.Error)}
+		} else {
+			e = ResponseError{Code: *wire.Code, Message: wire.Message}
+		}
+		r.err = &e
+	} else {
+		r.result = env.Result
+	}
+	done <- r
+	return true
+}
+
+// failCalls ends every waiting Call with ErrClosed, and every later one.
+func (s *Stream) failCalls() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for id, done := range s.calls {
+		done <- callResult{err: ErrClosed}
+		delete(s.calls, id)
+	}
 }
 
 // Close closes the connection at once. Use CloseWith to say why.

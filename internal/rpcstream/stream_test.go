@@ -24,9 +24,9 @@ func FuzzPrepare(f *testing.F) {
 			return
 		}
 		s := &Stream{pending: make(map[string]*pendingReply)}
-		msg, reply := s.prepare(data, nil)
-		if msg != nil && !json.Valid(msg) {
-			t.Fatalf("handed jsonrpc2 invalid JSON %q for %q", msg, data)
+		msg, reply := s.prepare(data, nil, nil)
+		if msg != nil && msg.raw == nil && !json.Valid(msg.encode()) {
+			t.Fatalf("handed jsonrpc2 invalid JSON %q for %q", msg.encode(), data)
 		}
 		if reply != nil {
 			var r map[string]json.RawMessage
@@ -43,15 +43,47 @@ func FuzzPrepare(f *testing.F) {
 
 func TestPrepareRenamesIDs(t *testing.T) {
 	s := &Stream{pending: make(map[string]*pendingReply)}
-	msg, reply := s.prepare([]byte(`{"jsonrpc":"2.0","method":"ping","params":{},"id":1.0e3}`), nil)
+	msg, reply := s.prepare([]byte(`{"jsonrpc":"2.0","method":"ping","params":{},"id":1.0e3}`), nil, nil)
 	if reply != nil {
 		t.Fatalf("reply %s", reply)
 	}
 	want := `{"jsonrpc":"2.0","method":"ping","params":{},"id":"~r1"}`
-	if string(msg) != want {
-		t.Fatalf("msg = %s, want %s", msg, want)
+	if string(msg.encode()) != want {
+		t.Fatalf("msg = %s, want %s", msg.encode(), want)
 	}
 	if p := s.pending["~r1"]; p == nil || string(p.id) != "1.0e3" {
 		t.Fatalf("pending = %+v", s.pending)
+	}
+}
+
+// The Stream's own calls are answered inside the Stream: a result, an
+// error object, and, once the connection fails, ErrClosed.
+func TestAnswerCalls(t *testing.T) {
+	s := &Stream{pending: make(map[string]*pendingReply), calls: make(map[uint64]chan callResult)}
+	results, errs := make(chan callResult, 1), make(chan callResult, 1)
+	s.calls[7], s.calls[8] = results, errs
+	for _, in := range []string{
+		`{"jsonrpc":"2.0","id":7,"result":{"processed":true}}`,
+		`{"jsonrpc":"2.0","id":8,"error":{"code":-32000,"message":"no"}}`,
+	} {
+		if msg, reply := s.prepare([]byte(in), nil, nil); msg != nil || reply != nil {
+			t.Fatalf("%s: handed on %+v, replied %s", in, msg, reply)
+		}
+	}
+	if r := <-results; r.err != nil || string(r.result) != `{"processed":true}` {
+		t.Fatalf("result = %s, %v", r.result, r.err)
+	}
+	if r := <-errs; r.err == nil || r.err.Error() != "error -32000: no" {
+		t.Fatalf("error = %v", r.err)
+	}
+	// An answer to no call of the Stream's is handed on, for jsonrpc2.
+	if msg, _ := s.prepare([]byte(`{"jsonrpc":"2.0","id":9,"result":{}}`), nil, nil); msg == nil || msg.raw == nil {
+		t.Fatalf("unknown answer not handed on: %+v", msg)
+	}
+	waiting := make(chan callResult, 1)
+	s.calls[10] = waiting
+	s.failCalls()
+	if r := <-waiting; r.err != ErrClosed {
+		t.Fatalf("after failCalls: %v", r.err)
 	}
 }
