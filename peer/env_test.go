@@ -33,9 +33,8 @@ func TestDialEnv(t *testing.T) {
 		return peer.Result{Processed: true}, nil
 	}, nil))
 
-	var agent *peer.Conn
 	agent, err := peer.DialEnv(t.Context(), func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
-		if _, err := agent.SendMessage(ctx, "", map[string]string{"type": "plaintext_message", "text": "on it"}); err != nil {
+		if _, err := d.Conn.SendMessage(ctx, "", map[string]string{"type": "plaintext_message", "text": "on it"}); err != nil {
 			return peer.Result{}, err
 		}
 		return peer.Result{Processed: true, Message: "accepted"}, nil
@@ -52,6 +51,35 @@ func TestDialEnv(t *testing.T) {
 	reply := <-replies
 	assert.Equal(t, "outbound:42", reply.Topic)
 	assert.Equal(t, "agent-abc", reply.From)
+}
+
+// A message the bus held for an agent arrives the moment DialEnv
+// subscribes, before DialEnv returns; the handler replies through
+// d.Conn.
+func TestDialEnvHeldMessage(t *testing.T) {
+	b := startBus(t, nil)
+	t.Setenv("BUB_BUS_URL", b.URL)
+	t.Setenv("BUB_AGENT_ID", "late")
+	t.Setenv("BUB_DEFAULT_TOPIC", "outbound:7")
+	chat := dial(t, b.URL, "bridge", nil)
+	replies := make(chan *peer.Delivery, 1)
+	require.NoError(t, chat.Subscribe(t.Context(), "outbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		replies <- d
+		return peer.Result{Processed: true}, nil
+	}, nil))
+	r, err := chat.SendMessage(t.Context(), peer.AgentTopic("late"), msg("task_request"))
+	require.NoError(t, err)
+	require.True(t, r.Held)
+
+	agent, err := peer.DialEnv(t.Context(), func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+		if _, err := d.Conn.SendMessage(ctx, "", msg("plaintext_message")); err != nil {
+			return peer.Result{}, err
+		}
+		return peer.Result{Processed: true}, nil
+	}, &peer.Options{Logger: quiet})
+	require.NoError(t, err)
+	defer agent.Close()
+	assert.Equal(t, "late", (<-replies).From)
 }
 
 func TestDialEnvNeedsAgentID(t *testing.T) {

@@ -43,6 +43,11 @@ type Delivery struct {
 	// Attempt counts deliveries of this message to this subscriber,
 	// from 1.
 	Attempt int
+	// Conn is the connection the message came on; a handler replies
+	// through it. It is set even when the handler runs before Dial or
+	// DialEnv has returned, as it can for a message the bus held for the
+	// agent and delivers the moment it subscribes.
+	Conn *Conn
 }
 
 // Type returns the payload's "type", or "" when it has none.
@@ -145,6 +150,7 @@ func (h inbound) Handle(_ context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Req
 		Payload:      p.Payload,
 		Meta:         p.Meta,
 		Attempt:      p.Attempt,
+		Conn:         c,
 	}
 	go func() {
 		defer c.work.Done()

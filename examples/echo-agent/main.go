@@ -52,14 +52,12 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if env.DefaultTopic == "" {
 		return errors.New("BUB_DEFAULT_TOPIC is not set: the agent does not know its conversation")
 	}
-	a := &echoAgent{id: env.AgentID, defaultTopic: env.DefaultTopic, log: log, connected: make(chan struct{})}
+	a := &echoAgent{id: env.AgentID, defaultTopic: env.DefaultTopic, log: log}
 	conn, err := peer.DialEnv(ctx, a.handle, &peer.Options{Logger: log})
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	a.conn = conn
-	close(a.connected)
 	if err := conn.Subscribe(ctx, env.DefaultTopic, a.handle, nil); err != nil {
 		return err
 	}
@@ -78,11 +76,6 @@ type echoAgent struct {
 	id           string
 	defaultTopic string
 	log          *slog.Logger
-	// conn is set, and connected closed, once DialEnv returns. A message
-	// held for agent:{id} can arrive before that, as soon as DialEnv
-	// subscribes, so handlers wait for it.
-	conn      *peer.Conn
-	connected chan struct{}
 }
 
 // chatMessage is the part of a telegram_message or plaintext_message the
@@ -124,14 +117,11 @@ func (a *echoAgent) handle(ctx context.Context, d *peer.Delivery) (peer.Result, 
 			return peer.Result{}, ctx.Err()
 		}
 	}
-	select {
-	case <-a.connected:
-	case <-ctx.Done():
-		return peer.Result{}, ctx.Err()
-	}
+	// d.Conn, not the Conn DialEnv returns: a message held for this
+	// agent arrives the moment DialEnv subscribes, before it returns.
 	out := reply{Type: "plaintext_message", Text: "echo: " + msg.Text, ChatID: chatID, AgentID: a.id}
 	topic := "outbound:" + chatIDString(chatID)
-	res, err := a.conn.SendMessage(ctx, topic, out)
+	res, err := d.Conn.SendMessage(ctx, topic, out)
 	if err != nil {
 		// Not processed: the bus delivers the message again, and the
 		// reply gets another chance.
