@@ -16,6 +16,10 @@ import (
 // rights: any initialized peer may call them, which is why bub serve
 // listens on loopback by default.
 
+// maxListLimit bounds a dlq.list page, so one call cannot load the whole
+// queue into memory.
+const maxListLimit = 1000
+
 func (c *conn) dlqList(req *jsonrpc2.Request) (any, error) {
 	var p protocol.DLQListParams
 	if err := decodeParams(req, &p); err != nil {
@@ -24,6 +28,9 @@ func (c *conn) dlqList(req *jsonrpc2.Request) (any, error) {
 	f, err := storeFilter(p.DLQFilter)
 	if err != nil {
 		return nil, err
+	}
+	if p.Limit > maxListLimit {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "limit %d is more than %d; page with the cursor", p.Limit, maxListLimit)
 	}
 	entries, next, err := c.server.store.ListDeadLetters(f, p.Cursor, p.Limit)
 	if err != nil {
