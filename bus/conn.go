@@ -2,13 +2,11 @@ package bus
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/bub-bus/bub/internal/rpcstream"
 )
@@ -32,15 +30,13 @@ type conn struct {
 	server *Server
 	ws     *websocket.Conn
 	stream *rpcstream.Stream
-	rpc    *jsonrpc2.Conn
 	log    *slog.Logger
 	remote string
 
 	// slots bounds the requests running off the read loop.
 	slots chan struct{}
-	// ready is closed once rpc is set; the read loop may call Handle
-	// before NewConn returns.
-	ready     chan struct{}
+	// done is closed when the read loop has ended.
+	done      chan struct{}
 	closeOnce sync.Once
 
 	// mu guards the fields below. Lock order: Server.mu, conn.mu, router.mu.
@@ -66,7 +62,7 @@ func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
 		remote: remote,
 		slots:  make(chan struct{}, s.opts.MaxInFlight),
 		subs:   make(map[string]*subscription),
-		ready:  make(chan struct{}),
+		done:   make(chan struct{}),
 	}
 	return c
 }
@@ -80,19 +76,13 @@ func (c *conn) serve() {
 	s.metrics.connections.Inc()
 	c.log.Debug("peer connected")
 
-	// The connection reads requests itself, through the Stream's lean
-	// path (params as sent, no second encoding); jsonrpc2 only writes the
-	// replies, so it gets a stream it cannot read from.
-	c.rpc = jsonrpc2.NewConn(s.ctx, &replyStream{Stream: c.stream, done: make(chan struct{})}, c, jsonrpc2.SetLogger(slogLogger{c.log}))
-	close(c.ready)
 	go c.keepalive()
 	c.readLoop()
-	_ = c.rpc.Close()
-	<-c.rpc.DisconnectNotify()
+	close(c.done)
 	c.cleanup()
 }
 
-// readLoop hands every request to Handle until the connection fails.
+// readLoop hands every request to handle until the connection fails.
 // Answers to processMessage calls go to their callers inside the Stream.
 func (c *conn) readLoop() {
 	for {
@@ -100,27 +90,8 @@ func (c *conn) readLoop() {
 		if err != nil {
 			return
 		}
-		c.Handle(c.server.ctx, c.rpc, req)
+		c.handle(req)
 	}
-}
-
-// replyStream is the jsonrpc2.ObjectStream of a bus connection: writes go
-// to the Stream, and reads block until the connection closes, because
-// conn.readLoop does the reading.
-type replyStream struct {
-	*rpcstream.Stream
-	once sync.Once
-	done chan struct{}
-}
-
-func (r *replyStream) ReadObject(any) error {
-	<-r.done
-	return jsonrpc2.ErrClosed
-}
-
-func (r *replyStream) Close() error {
-	r.once.Do(func() { close(r.done) })
-	return r.Stream.Close()
 }
 
 // keepalive pings the peer and drops it when a ping goes unanswered.
@@ -130,7 +101,7 @@ func (c *conn) keepalive() {
 	defer t.Stop()
 	for {
 		select {
-		case <-c.rpc.DisconnectNotify():
+		case <-c.done:
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), interval)
@@ -171,13 +142,9 @@ func (c *conn) close(code websocket.StatusCode, reason string) {
 	c.detach()
 	c.closeOnce.Do(func() {
 		c.server.metrics.closes.WithLabelValues(reason).Inc()
-		go func() {
-			// Close waits for the peer's close frame for a few seconds
-			// at most; jsonrpc2 then notices the dead stream.
-			_ = c.stream.CloseWith(code, reason)
-			<-c.ready
-			_ = c.rpc.Close()
-		}()
+		// Close waits for the peer's close frame for a few seconds at
+		// most; the read loop then ends and cleans up.
+		go func() { _ = c.stream.CloseWith(code, reason) }()
 	})
 }
 
@@ -219,11 +186,4 @@ func (c *conn) detach() int {
 	}
 	c.server.metrics.subscriptions.Sub(float64(len(subs)))
 	return len(subs)
-}
-
-// slogLogger adapts slog to jsonrpc2's Logger.
-type slogLogger struct{ log *slog.Logger }
-
-func (l slogLogger) Printf(format string, v ...any) {
-	l.log.Debug("jsonrpc2", "detail", fmt.Sprintf(format, v...))
 }

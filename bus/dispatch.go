@@ -14,16 +14,14 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// Handle implements jsonrpc2.Handler. It runs on the connection's read
-// loop, so it answers the quick methods (initialize, subscribe,
+// handle runs on the connection's read loop, so it answers the quick methods (initialize, subscribe,
 // unsubscribe, ping) inline, which also keeps a peer's subscriptions in the
 // order it sent them, and runs sendMessage and the dlq.* methods on a
 // goroutine of their own, bounded
 // by Options.MaxInFlight: a peer waiting for its own sendMessage can still
 // answer processMessage calls, and a full connection gets -32006 at once
 // instead of a blocked read loop.
-func (c *conn) Handle(ctx context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	<-c.ready
+func (c *conn) handle(req *jsonrpc2.Request) {
 	if req.Notif {
 		// No bus method is a notification, and notifications are never
 		// answered, not even with an error.
@@ -102,18 +100,12 @@ var knownMethods = map[string]bool{
 
 func (c *conn) reply(req *jsonrpc2.Request, result any, err error) {
 	c.server.metrics.requests.WithLabelValues(req.Method, outcomeOf(err)).Inc()
-	ctx := context.Background()
-	if err == nil {
-		err = c.rpc.Reply(ctx, req.ID, result)
-	} else {
-		werr := protocol.WireError(err)
-		rerr := &jsonrpc2.Error{Code: werr.Code, Message: werr.Message}
-		if werr.Data != nil {
-			rerr.SetError(werr.Data)
-		}
-		err = c.rpc.ReplyWithError(ctx, req.ID, rerr)
+	var werr *protocol.Error
+	if err != nil {
+		werr = protocol.WireError(err)
 	}
-	if err != nil && !errors.Is(err, jsonrpc2.ErrClosed) {
+	// A failed write closes the connection, which the read loop notices.
+	if err := c.stream.Reply(req.ID, result, werr); err != nil {
 		c.log.Debug("reply failed", "method", req.Method, "err", err)
 	}
 }

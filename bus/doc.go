@@ -19,7 +19,7 @@
 // # Reading the source
 //
 // Server.ServeHTTP accepts a peer (conn.go); its read loop hands each
-// request to conn.Handle (dispatch.go), which answers the quick methods
+// request to conn.handle (dispatch.go), which answers the quick methods
 // inline and runs sendMessage and the dlq.* methods (admin.go) off the
 // loop. publish and pass (propagate.go) ask the router (router.go) for the
 // topic's chain, newest matching subscription first, and call the
@@ -31,10 +31,11 @@
 //
 // # Goroutines and locks
 //
-// Each connection has jsonrpc2's read loop, a keepalive pinger, and one
+// Each connection has a read loop (the request path of internal/rpcstream,
+// which leaves payloads as the peer sent them), a keepalive pinger, and one
 // goroutine per running sendMessage or dlq.* call (at most
-// Options.MaxInFlight). Writes to a peer are serialized by jsonrpc2 and
-// bounded by Options.WriteTimeout. The Server has one scheduler goroutine
+// Options.MaxInFlight). Writes to a peer are bounded by
+// Options.WriteTimeout. The Server has one scheduler goroutine
 // (plus up to 64 running attempts) and one event publisher. Locks are
 // taken in this order: Server.mu, conn.mu, router.mu, scheduler.mu; none
 // is held across network I/O or a store commit.

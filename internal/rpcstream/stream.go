@@ -19,9 +19,11 @@
 // The Stream also offers a lean path that bypasses jsonrpc2's codec, which
 // decodes every request into a map and marshals its params again:
 // ReadRequest hands over requests with their params exactly as the peer
-// sent them, and Call sends a request whose params are already encoded and
-// matches its response without jsonrpc2. A connection uses either
-// ReadObject or ReadRequest for reading, never both.
+// sent them, Reply answers them, and Call sends a request whose params are
+// already encoded and matches its response without jsonrpc2. The bus uses
+// the lean path alone (docs/BENCHMARKS.md has the numbers that decided
+// it); the peer SDK runs jsonrpc2 over ReadObject and WriteObject. A
+// connection uses one path for reading, never both.
 package rpcstream
 
 import (
@@ -339,36 +341,64 @@ func (s *Stream) WriteObject(v any) error {
 	}
 	if bytes.HasPrefix(data, responsePrefix) {
 		start := len(`{"id":"`)
-		end := bytes.IndexByte(data[start:], '"')
-		if end < 0 {
-			return s.write(data)
+		if end := bytes.IndexByte(data[start:], '"'); end >= 0 {
+			return s.respond(string(data[start:start+end]), data[start+end+1:], data)
 		}
-		synthetic := string(data[start : start+end])
-		rest := data[start+end+1:]
-		s.mu.Lock()
-		p, ok := s.pending[synthetic]
-		delete(s.pending, synthetic)
-		if !ok {
-			s.mu.Unlock()
-			return s.write(data)
-		}
-		restored := make([]byte, 0, len(data)+len(p.id))
-		restored = append(restored, `{"id":`...)
-		restored = append(restored, p.id...)
-		restored = append(restored, rest...)
-		if p.batch == nil {
-			s.mu.Unlock()
-			return s.write(restored)
-		}
-		p.batch.replies = append(p.batch.replies, restored)
-		p.batch.waiting--
-		if p.batch.waiting > 0 {
-			s.mu.Unlock()
-			return nil
-		}
-		data = joinBatch(p.batch.replies)
-		s.mu.Unlock()
 	}
+	return s.write(data)
+}
+
+// Reply answers a request read with ReadRequest: with result (marshalled
+// to JSON) or, when rerr is not nil, with that error. Like WriteObject, it
+// restores the peer's id and holds the answers to a batch until all are in.
+func (s *Stream) Reply(id jsonrpc2.ID, result any, rerr *protocol.Error) error {
+	var body []byte
+	var err error
+	if rerr != nil {
+		body, err = json.Marshal(rerr)
+		body = append([]byte(`,"error":`), body...)
+	} else {
+		body, err = json.Marshal(result)
+		body = append([]byte(`,"result":`), body...)
+	}
+	if err != nil {
+		return fmt.Errorf("encode reply: %w", err)
+	}
+	body = append(body, `,"jsonrpc":"2.0"}`...)
+	return s.respond(id.Str, body, nil)
+}
+
+// respond writes the response whose members after the id are rest, to the
+// request the Stream renamed synthetic: under the peer's own id, and with
+// a batch's other answers once they are all in. An id the Stream does not
+// know is written as fallback, when there is one.
+func (s *Stream) respond(synthetic string, rest, fallback []byte) error {
+	s.mu.Lock()
+	p, ok := s.pending[synthetic]
+	delete(s.pending, synthetic)
+	if !ok {
+		s.mu.Unlock()
+		if fallback == nil {
+			return fmt.Errorf("reply to unknown request %q", synthetic)
+		}
+		return s.write(fallback)
+	}
+	restored := make([]byte, 0, len(rest)+len(p.id)+8)
+	restored = append(restored, `{"id":`...)
+	restored = append(restored, p.id...)
+	restored = append(restored, rest...)
+	if p.batch == nil {
+		s.mu.Unlock()
+		return s.write(restored)
+	}
+	p.batch.replies = append(p.batch.replies, restored)
+	p.batch.waiting--
+	if p.batch.waiting > 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	data := joinBatch(p.batch.replies)
+	s.mu.Unlock()
 	return s.write(data)
 }
 
