@@ -18,27 +18,38 @@ func TestFromEnv(t *testing.T) {
 	assert.Equal(t, peer.Env{BusURL: peer.DefaultBusURL, AgentID: "agent-1", DefaultTopic: "tg:1", Workspace: "/ws"}, peer.FromEnv())
 }
 
-// An agent started by the spawner dials from its environment, receives its
-// direct messages, and replies to its default topic.
-func TestDialEnv(t *testing.T) {
+// agentEnv starts a bus, sets the agent environment for agentID with
+// default topic outbound:42, and returns a chat bridge peer with the
+// replies it receives on outbound:*.
+func agentEnv(t *testing.T, agentID string) (*peer.Conn, <-chan *peer.Delivery) {
+	t.Helper()
 	b := startBus(t, nil)
 	t.Setenv("BUB_BUS_URL", b.URL)
-	t.Setenv("BUB_AGENT_ID", "agent-abc")
+	t.Setenv("BUB_AGENT_ID", agentID)
 	t.Setenv("BUB_DEFAULT_TOPIC", "outbound:42")
-
 	chat := dial(t, b.URL, "bridge", nil)
 	replies := make(chan *peer.Delivery, 1)
 	require.NoError(t, chat.Subscribe(t.Context(), "outbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
 		replies <- d
 		return peer.Result{Processed: true}, nil
 	}, nil))
+	return chat, replies
+}
 
-	agent, err := peer.DialEnv(t.Context(), func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
-		if _, err := d.Conn.SendMessage(ctx, "", map[string]string{"type": "plaintext_message", "text": "on it"}); err != nil {
-			return peer.Result{}, err
-		}
-		return peer.Result{Processed: true, Message: "accepted"}, nil
-	}, &peer.Options{Logger: quiet})
+// replyOnDefaultTopic is an agent's handler: it answers on its default
+// topic, through the delivery's Conn.
+func replyOnDefaultTopic(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+	if _, err := d.Conn.SendMessage(ctx, "", map[string]string{"type": "plaintext_message", "text": "on it"}); err != nil {
+		return peer.Result{}, err
+	}
+	return peer.Result{Processed: true, Message: "accepted"}, nil
+}
+
+// An agent started by the spawner dials from its environment, receives its
+// direct messages, and replies to its default topic.
+func TestDialEnv(t *testing.T) {
+	chat, replies := agentEnv(t, "agent-abc")
+	agent, err := peer.DialEnv(t.Context(), replyOnDefaultTopic, &peer.Options{Logger: quiet})
 	require.NoError(t, err)
 	defer agent.Close()
 	assert.Equal(t, "agent-abc", agent.ClientID())
@@ -57,26 +68,12 @@ func TestDialEnv(t *testing.T) {
 // subscribes, before DialEnv returns; the handler replies through
 // d.Conn.
 func TestDialEnvHeldMessage(t *testing.T) {
-	b := startBus(t, nil)
-	t.Setenv("BUB_BUS_URL", b.URL)
-	t.Setenv("BUB_AGENT_ID", "late")
-	t.Setenv("BUB_DEFAULT_TOPIC", "outbound:7")
-	chat := dial(t, b.URL, "bridge", nil)
-	replies := make(chan *peer.Delivery, 1)
-	require.NoError(t, chat.Subscribe(t.Context(), "outbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
-		replies <- d
-		return peer.Result{Processed: true}, nil
-	}, nil))
+	chat, replies := agentEnv(t, "late")
 	r, err := chat.SendMessage(t.Context(), peer.AgentTopic("late"), msg("task_request"))
 	require.NoError(t, err)
 	require.True(t, r.Held)
 
-	agent, err := peer.DialEnv(t.Context(), func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
-		if _, err := d.Conn.SendMessage(ctx, "", msg("plaintext_message")); err != nil {
-			return peer.Result{}, err
-		}
-		return peer.Result{Processed: true}, nil
-	}, &peer.Options{Logger: quiet})
+	agent, err := peer.DialEnv(t.Context(), replyOnDefaultTopic, &peer.Options{Logger: quiet})
 	require.NoError(t, err)
 	defer agent.Close()
 	assert.Equal(t, "late", (<-replies).From)
