@@ -308,6 +308,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.cancel()
 	<-closed
+	// Retry attempts still running fail fast now that the peers are gone;
+	// wait for them to settle in the store before the caller closes it.
+	s.sched.stop()
 	return err
 }
 
