@@ -67,12 +67,9 @@ func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
 	return c
 }
 
-// serve runs the connection until it ends.
+// serve runs the connection until it ends; the Server registered it.
 func (c *conn) serve() {
 	s := c.server
-	s.mu.Lock()
-	s.conns[c] = struct{}{}
-	s.mu.Unlock()
 	s.metrics.connections.Inc()
 	c.log.Debug("peer connected")
 

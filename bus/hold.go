@@ -34,8 +34,20 @@ func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) erro
 	result.Held = true
 	result.NextAttempt = p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
-	s.sched.add(p) // from here on p belongs to the scheduler
+	s.queueHold(p)
 	return nil
+}
+
+// queueHold hands a stored hold to the scheduler; from here on p belongs
+// to it. A subscriber that appeared between the routing that found nobody
+// and now woke no hold, since this one was not queued yet: route again,
+// and make the hold due at once if that finds someone.
+func (s *Server) queueHold(p *store.Pending) {
+	topic := p.Message.Topic
+	s.sched.add(p)
+	if len(s.router.route(topic)) > 0 {
+		s.sched.wakeHolds(func(t string) bool { return t == topic })
+	}
 }
 
 // attemptHold routes a held message again: to its subscribers if any have
@@ -52,7 +64,7 @@ func (s *Server) attemptHold(p *store.Pending) {
 		}
 		p.NextAt = time.Now().Add(s.backoff(len(p.Attempts), 0))
 		s.storeOp("reschedule hold", func() error { return s.store.PutPending(p) })
-		s.sched.add(p)
+		s.queueHold(p)
 		return
 	}
 	s.metrics.held.Dec()
@@ -79,5 +91,5 @@ func (s *Server) rehold(m *store.Message, ack *protocol.Ack, attempts []store.At
 	}
 	ack.Retrying, ack.Attempt, ack.NextAttempt = true, len(attempts)+1, p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
-	s.sched.add(p) // from here on p belongs to the scheduler
+	s.queueHold(p)
 }

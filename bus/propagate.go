@@ -72,7 +72,7 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 		switch {
 		case sub.fallback && err == nil && r.ShouldRetry && !r.Handled():
 			if reroute == nil {
-				delay := min(time.Duration(r.RetrySeconds*float64(time.Second)), s.opts.RetryDelayCap)
+				delay := s.askedDelay(r.RetrySeconds)
 				reroute = &retry{len(result.Acks), store.Attempt{At: at, Error: attemptError(r, err)}, delay}
 			}
 		case needsRetry(r, err):

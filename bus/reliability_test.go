@@ -106,17 +106,20 @@ func pendingCount(t *testing.T, srv *bustest.Server) int {
 }
 
 func TestRetrySecondsHonouredAndCapped(t *testing.T) {
-	opts := fastRetries(5)
-	srv := bustest.Start(t, opts)
-	sub := bustest.Connect(t, srv.URL, "sub", func(p protocol.ProcessMessageParams) any {
-		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 3600}
-	})
-	sub.Subscribe("a", "")
-	before := time.Now()
-	r := bustest.Connect(t, srv.URL, "pub", nil).Publish("a", "t")
-	next, err := time.Parse(time.RFC3339Nano, r.Acks[0].NextAttempt)
-	require.NoError(t, err)
-	assert.WithinDuration(t, before.Add(opts.RetryDelayCap), next, 150*time.Millisecond, "an hour is capped at RetryDelayCap")
+	// An hour, and a value whose nanoseconds overflow a time.Duration.
+	for _, seconds := range []float64{3600, 1e12} {
+		opts := fastRetries(5)
+		srv := bustest.Start(t, opts)
+		sub := bustest.Connect(t, srv.URL, "sub", func(p protocol.ProcessMessageParams) any {
+			return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: seconds}
+		})
+		sub.Subscribe("a", "")
+		before := time.Now()
+		r := bustest.Connect(t, srv.URL, "pub", nil).Publish("a", "t")
+		next, err := time.Parse(time.RFC3339Nano, r.Acks[0].NextAttempt)
+		require.NoError(t, err)
+		assert.WithinDuration(t, before.Add(opts.RetryDelayCap), next, 150*time.Millisecond, "retry_seconds %g is capped at RetryDelayCap", seconds)
+	}
 }
 
 // TestHandledDropsRetries: when a later subscriber handles the message, an

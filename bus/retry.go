@@ -26,7 +26,7 @@ const (
 func (s *Server) backoff(attempts int, retrySeconds float64) time.Duration {
 	limit := s.opts.RetryDelayCap
 	if retrySeconds > 0 {
-		return min(time.Duration(retrySeconds*float64(time.Second)), limit)
+		return s.askedDelay(retrySeconds)
 	}
 	d := s.opts.RetryBaseDelay
 	for i := 1; i < attempts && d < limit; i++ {
@@ -36,6 +36,19 @@ func (s *Server) backoff(attempts int, retrySeconds float64) time.Duration {
 	// Equal jitter: half fixed, half random, so retries of many messages
 	// that failed together spread out.
 	return d/2 + rand.N(d/2+1)
+}
+
+// askedDelay is the delay a subscriber asked for in retry_seconds, capped
+// by RetryDelayCap. The cap is applied before converting, so a huge value
+// cannot overflow into a negative, uncapped delay.
+func (s *Server) askedDelay(retrySeconds float64) time.Duration {
+	switch {
+	case !(retrySeconds > 0):
+		return 0
+	case retrySeconds >= s.opts.RetryDelayCap.Seconds():
+		return s.opts.RetryDelayCap
+	}
+	return time.Duration(retrySeconds * float64(time.Second))
 }
 
 // needsRetry reports whether an attempt's outcome asks for another one.
@@ -91,14 +104,14 @@ func (q *scheduler) poke() {
 	}
 }
 
-// wakeHolds makes every held message that pattern matches due now: a
+// wakeHolds makes every held message whose topic matches due now: a
 // subscriber for it has just appeared.
-func (q *scheduler) wakeHolds(pattern *protocol.Pattern) {
+func (q *scheduler) wakeHolds(match func(topic string) bool) {
 	now := time.Now()
 	woke := false
 	q.mu.Lock()
 	for _, p := range q.queue {
-		if p.Kind == kindHold && p.NextAt.After(now) && pattern.Match(p.Message.Topic) {
+		if p.Kind == kindHold && p.NextAt.After(now) && match(p.Message.Topic) {
 			p.NextAt = now
 			woke = true
 		}
@@ -202,6 +215,11 @@ func (s *Server) attempt(p *store.Pending) {
 	}
 	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: number, conn: c}
 	r, err := s.deliver(s.ctx, d)
+	if err != nil && s.draining.Load() {
+		// Perhaps cut off by the shutdown itself: not counted. The store
+		// keeps the record as it was, and the next start tries again.
+		return
+	}
 	switch {
 	case !needsRetry(r, err) && r.Handled():
 		s.metrics.retryAttempts.WithLabelValues("processed").Inc()

@@ -256,9 +256,20 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		s.log.Warn("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
-	s.work.Add(1)
-	defer s.work.Done()
 	c := s.newConn(ws, r.RemoteAddr)
+	// Checking draining, counting the connection and registering it for
+	// Shutdown happen as one step, so no connection slips past a
+	// Shutdown that started during its handshake.
+	s.mu.Lock()
+	if s.draining.Load() {
+		s.mu.Unlock()
+		_ = ws.Close(websocket.StatusGoingAway, closeShutdown)
+		return
+	}
+	s.work.Add(1)
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	defer s.work.Done()
 	c.serve()
 }
 
@@ -304,6 +315,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Peers that do not finish the close handshake in time are cut.
 		if err == nil {
 			err = fmt.Errorf("close peers: %w", ctx.Err())
+		}
+		for _, c := range conns {
+			_ = c.stream.Close()
 		}
 	}
 	s.cancel()
