@@ -25,14 +25,10 @@ func (c *conn) dlqList(req *jsonrpc2.Request) (any, error) {
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
 	}
-	f, err := storeFilter(p.DLQFilter)
-	if err != nil {
-		return nil, err
-	}
 	if p.Limit > maxListLimit {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "limit %d is more than %d; page with the cursor", p.Limit, maxListLimit)
 	}
-	entries, next, err := c.server.store.ListDeadLetters(f, p.Cursor, p.Limit)
+	entries, next, err := c.server.store.ListDeadLetters(storeFilter(p.DLQFilter), p.Cursor, p.Limit)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -96,7 +92,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 		if d.ClientID == "" {
 			return fmt.Errorf("dead letter %s was meant for no subscriber (reason %s); replay it to its topic", id, d.Reason)
 		}
-		p := &store.Pending{Kind: kindRetry, Message: d.Message, ClientID: d.ClientID, Subscription: d.Subscription, NextAt: time.Now()}
+		p := &store.Pending{Kind: store.KindRetry, Message: d.Message, ClientID: d.ClientID, Subscription: d.Subscription, NextAt: time.Now()}
 		if err := s.store.Requeue(id, p); err != nil {
 			return storeError(err)
 		}
@@ -139,29 +135,17 @@ func (c *conn) dlqPurge(req *jsonrpc2.Request) (any, error) {
 	if !p.All && p.DLQFilter == (protocol.DLQFilter{}) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "say what to purge: an id, a filter (topic, reason, since, until), or all: true")
 	}
-	f, err := storeFilter(p.DLQFilter)
-	if err != nil {
-		return nil, err
-	}
-	n, err := st.PurgeDeadLetters(f)
+	n, err := st.PurgeDeadLetters(storeFilter(p.DLQFilter))
 	if err != nil {
 		return nil, storeError(err)
 	}
 	return protocol.DLQPurgeResult{Purged: n}, nil
 }
 
-func storeFilter(f protocol.DLQFilter) (store.Filter, error) {
-	if f.Topic != "" {
-		if _, err := protocol.ParsePattern(f.Topic); err != nil {
-			return store.Filter{}, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
-		}
-	}
-	switch f.Reason {
-	case "", protocol.ReasonMaxRetries, protocol.ReasonSubscriberGone, protocol.ReasonNoSubscribers, protocol.ReasonRejected:
-	default:
-		return store.Filter{}, protocol.Errorf(protocol.ErrInvalidParams, "reason %q is not one of max_retries, subscriber_gone, no_subscribers, rejected", f.Reason)
-	}
-	return store.Filter{Topic: f.Topic, Reason: f.Reason, Since: f.Since, Until: f.Until}, nil
+// storeFilter converts a wire filter; the store checks the pattern and
+// the reason, and storeError turns its refusal into -32602.
+func storeFilter(f protocol.DLQFilter) store.Filter {
+	return store.Filter{Topic: f.Topic, Reason: f.Reason, Since: f.Since, Until: f.Until}
 }
 
 func storeError(err error) error {

@@ -23,7 +23,7 @@ func (s *Server) holds(topic string) bool {
 // store does not have.
 func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) error {
 	p := &store.Pending{
-		Kind:     kindHold,
+		Kind:     store.KindHold,
 		Message:  *m,
 		Attempts: []store.Attempt{{At: time.Now(), Error: "no subscribers"}},
 		NextAt:   time.Now().Add(s.backoff(1, 0)),
@@ -79,7 +79,7 @@ func (s *Server) attemptHold(p *store.Pending) {
 // records that in the fallback's ack. attempts are the routing attempts
 // made so far; when they are used up the message is dead-lettered.
 func (s *Server) rehold(m *store.Message, ack *protocol.Ack, attempts []store.Attempt, delay time.Duration) {
-	p := &store.Pending{Kind: kindHold, Message: *m, Attempts: attempts, NextAt: time.Now().Add(delay)}
+	p := &store.Pending{Kind: store.KindHold, Message: *m, Attempts: attempts, NextAt: time.Now().Add(delay)}
 	if len(attempts) >= s.opts.MaxAttempts {
 		s.deadLetter(p, protocol.ReasonNoSubscribers)
 		return

@@ -93,11 +93,11 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 	for _, rt := range retries {
 		ack := &result.Acks[rt.ack]
 		if s.opts.MaxAttempts <= 1 {
-			s.deadLetter(&store.Pending{Kind: kindRetry, Message: *m, ClientID: ack.ClientID, Subscription: ack.Subscription, Attempts: []store.Attempt{rt.attempt}}, protocol.ReasonMaxRetries)
+			s.deadLetter(&store.Pending{Kind: store.KindRetry, Message: *m, ClientID: ack.ClientID, Subscription: ack.Subscription, Attempts: []store.Attempt{rt.attempt}}, protocol.ReasonMaxRetries)
 			continue
 		}
 		p := &store.Pending{
-			Kind:         kindRetry,
+			Kind:         store.KindRetry,
 			Message:      *m,
 			ClientID:     ack.ClientID,
 			Subscription: ack.Subscription,

@@ -13,12 +13,6 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// Kinds of pending work in the store.
-const (
-	kindRetry = "retry" // another attempt for one subscriber identity
-	kindHold  = "hold"  // route the message again; nobody subscribed yet
-)
-
 // backoff returns the delay before the next attempt, after attempts
 // attempts: the subscriber's retry_seconds when it gave one, else
 // exponential from RetryBaseDelay with jitter; both capped by
@@ -111,7 +105,7 @@ func (q *scheduler) wakeHolds(match func(topic string) bool) {
 	woke := false
 	q.mu.Lock()
 	for _, p := range q.queue {
-		if p.Kind == kindHold && p.NextAt.After(now) && match(p.Message.Topic) {
+		if p.Kind == store.KindHold && p.NextAt.After(now) && match(p.Message.Topic) {
 			p.NextAt = now
 			woke = true
 		}
@@ -201,7 +195,7 @@ func (h *pendingHeap) Pop() any {
 
 // attempt runs one due retry or hold and settles its outcome in the store.
 func (s *Server) attempt(p *store.Pending) {
-	if p.Kind == kindHold {
+	if p.Kind == store.KindHold {
 		s.attemptHold(p)
 		return
 	}
@@ -285,10 +279,8 @@ func (s *Server) findSubscriber(clientID, pattern, topic string) (*conn, string)
 
 // storeOp runs a store write and logs its failure; the caller keeps the
 // work in memory so that a refused write does not lose the message.
-func (s *Server) storeOp(what string, op func() error) bool {
-	err := op()
-	if err != nil {
+func (s *Server) storeOp(what string, op func() error) {
+	if err := op(); err != nil {
 		s.log.Error("store write failed", "op", what, "err", err)
 	}
-	return err == nil
 }

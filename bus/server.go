@@ -197,7 +197,7 @@ func New(opts *Options) (*Server, error) {
 		return nil, fmt.Errorf("new bus: resume pending work: %w", err)
 	}
 	for _, p := range pending {
-		if p.Kind == kindHold {
+		if p.Kind == store.KindHold {
 			s.metrics.held.Inc()
 		}
 		s.sched.add(p)

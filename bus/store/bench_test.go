@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // benchStores are the stores the benchmarks compare: the file store as the
@@ -55,7 +56,7 @@ func BenchmarkDeadLetter(b *testing.B) {
 			p := retry(i, at(i))
 			require.NoError(b, s.PutPending(p))
 			b.StartTimer()
-			_, err := s.DeadLetter(p.ID, deadLetter(i, "agent:alice", store.ReasonMaxRetries, at(i)))
+			_, err := s.DeadLetter(p.ID, deadLetter(i, "agent:alice", protocol.ReasonMaxRetries, at(i)))
 			require.NoError(b, err)
 			i++
 		}

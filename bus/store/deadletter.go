@@ -8,28 +8,15 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// Why a message was dead-lettered: DeadLetter.Reason.
-const (
-	// ReasonMaxRetries: the subscriber asked for a retry, or the delivery
-	// failed, on every attempt.
-	ReasonMaxRetries = "max_retries"
-	// ReasonSubscriberGone: at attempt time the subscriber was absent or no
-	// longer subscribed to a matching pattern.
-	ReasonSubscriberGone = "subscriber_gone"
-	// ReasonNoSubscribers: a held message found no subscriber before its
-	// attempts ran out.
-	ReasonNoSubscribers = "no_subscribers"
-	// ReasonRejected: the subscriber refused the message for good.
-	ReasonRejected = "rejected"
-)
-
+// checkReason accepts the reasons of protocol (protocol.ReasonMaxRetries
+// and its siblings), the one list of them.
 func checkReason(reason string) error {
 	switch reason {
-	case ReasonMaxRetries, ReasonSubscriberGone, ReasonNoSubscribers, ReasonRejected:
+	case protocol.ReasonMaxRetries, protocol.ReasonSubscriberGone, protocol.ReasonNoSubscribers, protocol.ReasonRejected:
 		return nil
 	}
 	return fmt.Errorf("%w: reason %q, want %s, %s, %s or %s", ErrInvalid, reason,
-		ReasonMaxRetries, ReasonSubscriberGone, ReasonNoSubscribers, ReasonRejected)
+		protocol.ReasonMaxRetries, protocol.ReasonSubscriberGone, protocol.ReasonNoSubscribers, protocol.ReasonRejected)
 }
 
 // DefaultListLimit is the page size of ListDeadLetters when limit <= 0.

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // These tests are for the file store alone: what survives Close and what
@@ -60,7 +61,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	next := hold(4, at(1))
 	require.NoError(t, s.PutPending(next))
 	assert.Equal(t, "p-000000000004", next.ID)
-	id, err := s.DeadLetter(a.ID, deadLetter(7, "t", store.ReasonMaxRetries, at(70)))
+	id, err := s.DeadLetter(a.ID, deadLetter(7, "t", protocol.ReasonMaxRetries, at(70)))
 	require.NoError(t, err)
 	assert.Equal(t, "d-000000000007", id)
 
@@ -183,7 +184,7 @@ func TestOnCommit(t *testing.T) {
 
 	p := hold(1, at(1))
 	require.NoError(t, s.PutPending(p))
-	_, err = s.DeadLetter(p.ID, deadLetter(1, "t", store.ReasonNoSubscribers, at(2)))
+	_, err = s.DeadLetter(p.ID, deadLetter(1, "t", protocol.ReasonNoSubscribers, at(2)))
 	require.NoError(t, err)
 	_, err = s.Pending()
 	require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // FuzzDecodeRecord stores arbitrary bytes as a dead letter and as a
@@ -15,7 +16,7 @@ import (
 func FuzzDecodeRecord(f *testing.F) {
 	p := retry(1, at(1))
 	p.ID = "p-000000000001"
-	d := deadLetter(1, "agent:alice", store.ReasonMaxRetries, at(9))
+	d := deadLetter(1, "agent:alice", protocol.ReasonMaxRetries, at(9))
 	d.ID = "d-000000000001"
 	for _, r := range []any{p, d} {
 		v, err := store.Encode(r)
@@ -42,7 +43,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		} else {
 			roundTrip(t, s, "d-1", d, func() (any, error) { return s.GetDeadLetter("d-1") })
 		}
-		_, _, err = s.ListDeadLetters(store.Filter{Topic: "agent:*", Reason: store.ReasonRejected}, "", 0)
+		_, _, err = s.ListDeadLetters(store.Filter{Topic: "agent:*", Reason: protocol.ReasonRejected}, "", 0)
 		if err != nil {
 			require.ErrorContains(t, err, "list dead letters: decode deadletters record d-000000000001: ")
 		}

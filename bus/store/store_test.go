@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // This file is the conformance suite: every test runs against the file
@@ -230,7 +231,7 @@ func TestDeadLetter(t *testing.T) {
 		require.NoError(t, s.PutPending(p))
 		require.NoError(t, s.PutPending(other))
 
-		d := deadLetter(1, "agent:alice", store.ReasonMaxRetries, at(30))
+		d := deadLetter(1, "agent:alice", protocol.ReasonMaxRetries, at(30))
 		id, err := s.DeadLetter(p.ID, d)
 		require.NoError(t, err)
 		assert.Equal(t, "d-000000000001", id)
@@ -250,7 +251,7 @@ func TestDeadLetter(t *testing.T) {
 		assert.Equal(t, d, got)
 
 		// No pending entry, no attempts, no DeadAt: held with no subscriber.
-		d2 := &store.DeadLetter{Message: message(2, "agent:bob"), Reason: store.ReasonNoSubscribers}
+		d2 := &store.DeadLetter{Message: message(2, "agent:bob"), Reason: protocol.ReasonNoSubscribers}
 		before := time.Now()
 		id2, err := s.DeadLetter("", d2)
 		require.NoError(t, err)
@@ -262,7 +263,7 @@ func TestDeadLetter(t *testing.T) {
 		assert.Equal(t, d2, got)
 
 		// A pending id that is gone already is not an error.
-		_, err = s.DeadLetter(p.ID, deadLetter(3, "x", store.ReasonRejected, at(40)))
+		_, err = s.DeadLetter(p.ID, deadLetter(3, "x", protocol.ReasonRejected, at(40)))
 		require.NoError(t, err)
 
 		assertCounts(t, s, 1, 3)
@@ -279,7 +280,7 @@ func TestDeadLetterRejects(t *testing.T) {
 		{"nil", "", nil, "nil dead letter"},
 		{"unknown reason", "p-1", deadLetter(1, "t", "bored", at(1)), `reason "bored"`},
 		{"no reason", "p-1", deadLetter(1, "t", "", at(1)), `reason ""`},
-		{"malformed pending id", "x", deadLetter(1, "t", store.ReasonRejected, at(1)), `malformed id "x"`},
+		{"malformed pending id", "x", deadLetter(1, "t", protocol.ReasonRejected, at(1)), `malformed id "x"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -315,12 +316,12 @@ func fill(t *testing.T, s *store.Store) []string {
 		topic, reason string
 		deadAt        int
 	}{
-		{"agent:alice", store.ReasonMaxRetries, 10},     // 0
-		{"agent:bob", store.ReasonNoSubscribers, 20},    // 1
-		{"orders.created", store.ReasonRejected, 30},    // 2
-		{"orders.paid", store.ReasonMaxRetries, 40},     // 3
-		{"agent:alice", store.ReasonSubscriberGone, 50}, // 4
-		{"system:alerts", store.ReasonRejected, 60},     // 5
+		{"agent:alice", protocol.ReasonMaxRetries, 10},     // 0
+		{"agent:bob", protocol.ReasonNoSubscribers, 20},    // 1
+		{"orders.created", protocol.ReasonRejected, 30},    // 2
+		{"orders.paid", protocol.ReasonMaxRetries, 40},     // 3
+		{"agent:alice", protocol.ReasonSubscriberGone, 50}, // 4
+		{"system:alerts", protocol.ReasonRejected, 60},     // 5
 	}
 	var ids []string
 	for i, r := range rows {
@@ -341,11 +342,11 @@ var filterTests = []struct {
 	{"wildcard topic", store.Filter{Topic: "agent:*"}, []int{0, 1, 4}},
 	{"prefix-like topic", store.Filter{Topic: "orders.*"}, []int{2, 3}},
 	{"topic nothing matches", store.Filter{Topic: "nobody"}, nil},
-	{"reason", store.Filter{Reason: store.ReasonRejected}, []int{2, 5}},
+	{"reason", store.Filter{Reason: protocol.ReasonRejected}, []int{2, 5}},
 	{"since inclusive", store.Filter{Since: at(40)}, []int{3, 4, 5}},
 	{"until exclusive", store.Filter{Until: at(30)}, []int{0, 1}},
 	{"time range", store.Filter{Since: at(20), Until: at(50)}, []int{1, 2, 3}},
-	{"all fields", store.Filter{Topic: "agent:*", Reason: store.ReasonMaxRetries, Since: at(0), Until: at(60)}, []int{0}},
+	{"all fields", store.Filter{Topic: "agent:*", Reason: protocol.ReasonMaxRetries, Since: at(0), Until: at(60)}, []int{0}},
 	{"empty range", store.Filter{Since: at(50), Until: at(50)}, nil},
 }
 
@@ -423,7 +424,7 @@ func TestListDeadLettersPages(t *testing.T) {
 			if i%3 == 0 {
 				topic = "orders.created"
 			}
-			id, err := s.DeadLetter("", deadLetter(i, topic, store.ReasonMaxRetries, at(i)))
+			id, err := s.DeadLetter("", deadLetter(i, topic, protocol.ReasonMaxRetries, at(i)))
 			require.NoError(t, err)
 			ids = append(ids, id)
 			if i%3 == 0 {
@@ -561,7 +562,7 @@ func TestCorruptRecords(t *testing.T) {
 
 				_, _, err = s.ListDeadLetters(store.Filter{}, "", 0)
 				assert.ErrorContains(t, err, "list dead letters: "+prefix)
-				_, err = s.PurgeDeadLetters(store.Filter{Reason: store.ReasonRejected})
+				_, err = s.PurgeDeadLetters(store.Filter{Reason: protocol.ReasonRejected})
 				assert.ErrorContains(t, err, "purge dead letters: "+prefix)
 
 				// An operator can still remove it, or purge everything.
@@ -601,7 +602,7 @@ func TestClosed(t *testing.T) {
 				"Pending":       func() error { _, err := s.Pending(); return err },
 				"CountPending":  func() error { _, err := s.CountPending(); return err },
 				"DeadLetter": func() error {
-					_, err := s.DeadLetter("p-1", deadLetter(1, "t", store.ReasonRejected, at(1)))
+					_, err := s.DeadLetter("p-1", deadLetter(1, "t", protocol.ReasonRejected, at(1)))
 					return err
 				},
 				"GetDeadLetter":    func() error { _, err := s.GetDeadLetter("d-1"); return err },
@@ -631,7 +632,7 @@ func TestConcurrentWriters(t *testing.T) {
 					if !assert.NoError(t, s.PutPending(p)) {
 						return
 					}
-					id, err := s.DeadLetter(p.ID, deadLetter(i, "t", store.ReasonMaxRetries, at(i)))
+					id, err := s.DeadLetter(p.ID, deadLetter(i, "t", protocol.ReasonMaxRetries, at(i)))
 					if !assert.NoError(t, err) {
 						return
 					}
