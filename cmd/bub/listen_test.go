@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -84,7 +85,7 @@ func TestListen(t *testing.T) {
 // older subscriber after the listener processed it.
 func TestListenPolicy(t *testing.T) {
 	url := startCLIBus(t)
-	subscribeRecorder(t, url, "older", "audit:")
+	_, _ = bustest.Collect(t, url, "older", "audit:")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	_, _, exit := startListen(t, ctx, "--bus-url", url, "--topic", "audit:*", "--policy", "continueAll", "--client-id", "listener")

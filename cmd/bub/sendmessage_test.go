@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/bus"
-	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -41,21 +41,6 @@ func startCLIBus(t *testing.T) string {
 		hs.Close()
 	})
 	return "ws://" + strings.TrimPrefix(hs.URL, "http://") + "/"
-}
-
-// subscribeRecorder subscribes pattern as clientID and returns the
-// deliveries it receives, each answered processed.
-func subscribeRecorder(t *testing.T, url, clientID, pattern string) <-chan *peer.Delivery {
-	t.Helper()
-	c, err := peer.Dial(t.Context(), url, &peer.Options{ClientID: clientID, Logger: quietLogger})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	got := make(chan *peer.Delivery, 16)
-	require.NoError(t, c.Subscribe(t.Context(), pattern, func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
-		got <- d
-		return peer.Result{Processed: true, Message: "ok"}, nil
-	}, nil))
-	return got
 }
 
 // lockedBuffer is a bytes.Buffer that a command may write while the test
@@ -94,7 +79,7 @@ func oneLine(t *testing.T, stderr, want string) {
 
 func TestSendMessage(t *testing.T) {
 	url := startCLIBus(t)
-	got := subscribeRecorder(t, url, "agent", "agent:*")
+	_, got := bustest.Collect(t, url, "agent", "agent:*")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "task.json")
 	require.NoError(t, os.WriteFile(file, []byte(`{"type":"task_request","task_id":"t-1"}`), 0o600))
@@ -130,7 +115,7 @@ func TestSendMessage(t *testing.T) {
 // is BUB_DEFAULT_TOPIC, the sender BUB_AGENT_ID, the bus BUB_BUS_URL.
 func TestSendMessageFromAgentEnvironment(t *testing.T) {
 	url := startCLIBus(t)
-	got := subscribeRecorder(t, url, "bridge", "outbound:*")
+	_, got := bustest.Collect(t, url, "bridge", "outbound:*")
 	t.Setenv("BUB_BUS_URL", url)
 	t.Setenv("BUB_DEFAULT_TOPIC", "outbound:42")
 	t.Setenv("BUB_AGENT_ID", "agent-abc")

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bus/bustest"
-	"github.com/bub-bus/bub/peer"
 )
 
 // TestEchoAgent runs the agent as a spawner would, from its environment,
@@ -17,18 +16,7 @@ import (
 func TestEchoAgent(t *testing.T) {
 	b := bustest.Start(t, nil)
 	ctx := context.Background()
-	client, err := peer.Dial(ctx, b.URL, &peer.Options{ClientID: "tester", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	replies := make(chan *peer.Delivery, 10)
-	if err := client.Subscribe(ctx, "outbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
-		replies <- d
-		return peer.Result{Processed: true}, nil
-	}, nil); err != nil {
-		t.Fatal(err)
-	}
+	client, replies := bustest.Collect(t, b.URL, "tester", "outbound:*")
 
 	t.Setenv("BUB_BUS_URL", b.URL)
 	t.Setenv("BUB_AGENT_ID", "echo-1")

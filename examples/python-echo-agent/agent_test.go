@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bus/bustest"
-	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/spawner"
 )
 
@@ -62,18 +61,7 @@ func TestPythonEchoAgent(t *testing.T) {
 	b := bustest.Start(t, nil)
 	ctx := context.Background()
 
-	client, err := peer.Dial(ctx, b.URL, &peer.Options{ClientID: "tester", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	replies := make(chan *peer.Delivery, 10)
-	if err := client.Subscribe(ctx, "outbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
-		replies <- d
-		return peer.Result{Processed: true}, nil
-	}, nil); err != nil {
-		t.Fatal(err)
-	}
+	client, replies := bustest.Collect(t, b.URL, "tester", "outbound:*")
 
 	var log logBuffer
 	sp, err := spawner.New(&spawner.Options{
