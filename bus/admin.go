@@ -100,10 +100,6 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 		out.Accepted = true
 		return nil
 	}
-	if err := s.beginPublish(); err != nil {
-		return err
-	}
-	defer s.publishes.Done()
 	m := d.Message
 	result, err := s.publish(context.Background(), &m, true)
 	if err != nil {

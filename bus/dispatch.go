@@ -38,13 +38,13 @@ func (c *conn) handle(req *jsonrpc2.Request) {
 		}
 		// Registered as running work until the answer is written, so
 		// Shutdown's drain covers the reply too.
-		if err := c.server.beginPublish(); err != nil {
+		if err := c.server.beginRequest(); err != nil {
 			<-c.slots
 			c.reply(req, nil, err)
 			return
 		}
 		go func() {
-			defer func() { c.server.publishes.Done(); <-c.slots }()
+			defer func() { c.server.requests.Done(); <-c.slots }()
 			result, err := c.handleQueued(req)
 			c.reply(req, result, err)
 		}()

@@ -139,13 +139,15 @@ type Server struct {
 
 	// draining is set once, under mu, when Shutdown starts.
 	draining atomic.Bool
-	// publishes counts running sendMessage calls; Add only under mu
-	// while not draining, so Shutdown's Wait never races an Add.
-	publishes sync.WaitGroup
+	// requests counts running queued requests (sendMessage, dlq.*) until
+	// their answers are written; Add only under mu while not draining, so
+	// Shutdown's Wait never races an Add.
+	requests sync.WaitGroup
 	// work counts connection goroutines.
 	work sync.WaitGroup
 
-	// mu guards clients and conns. Lock order: Server.mu, then router.mu.
+	// mu guards clients and conns, and orders the draining flag against
+	// requests.Add and conn registration. Lock order: bus/doc.go.
 	mu      sync.Mutex
 	clients map[string]*conn // by clientId, initialized connections only
 	conns   map[*conn]struct{}
@@ -284,7 +286,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
-		s.publishes.Wait()
+		s.requests.Wait()
 		s.sched.stop()
 		close(done)
 	}()
@@ -328,13 +330,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// beginPublish registers a running publish, or refuses it while draining.
-func (s *Server) beginPublish() error {
+// beginRequest registers a running queued request, or refuses it while
+// draining.
+func (s *Server) beginRequest() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining.Load() {
 		return protocol.ErrShuttingDown
 	}
-	s.publishes.Add(1)
+	s.requests.Add(1)
 	return nil
 }
