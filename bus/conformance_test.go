@@ -2,12 +2,14 @@ package bus_test
 
 import (
 	"encoding/json"
+	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -337,4 +339,46 @@ func TestSlowReaderEvicted(t *testing.T) {
 			t.Fatal("the stalled peer was never evicted")
 		}
 	}
+}
+
+// TestHTTPEndpoints: liveness, readiness and metrics on the bus's
+// listener, the metrics counting what happened and passing promlint.
+func TestHTTPEndpoints(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	get := func(path string) (int, string) {
+		resp, err := srv.HTTP.Client().Get(srv.HTTP.URL + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	code, _ := get("/healthz")
+	assert.Equal(t, 200, code)
+	code, _ = get("/readyz")
+	assert.Equal(t, 200, code)
+
+	bustest.Connect(t, srv.URL, "sub", bustest.Processed).Subscribe("m", "")
+	bustest.Connect(t, srv.URL, "pub", nil).Publish("m", "t")
+	_, metrics := get("/metrics")
+	for _, want := range []string{
+		"bub_connections 2",
+		"bub_subscriptions 1",
+		`bub_messages_published_total{outcome="routed"} 1`,
+		`bub_deliveries_total{outcome="processed"} 1`,
+		"bub_delivery_duration_seconds_count 1",
+		`bub_requests_total{method="sendMessage",outcome="ok"} 1`,
+		"bub_dead_letters 0",
+	} {
+		assert.Contains(t, metrics, want+"\n")
+	}
+	problems, err := testutil.GatherAndLint(srv.Registry())
+	require.NoError(t, err)
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "bub_") {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
+	}
+	code, _ = get("/nowhere")
+	assert.Equal(t, 404, code)
 }
