@@ -50,7 +50,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.maxMessageBytes, "max-message-bytes", 1<<20, "largest WebSocket message accepted; larger closes the connection with 1009")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 10*time.Second, "a peer that does not take a message within this is disconnected")
 	fs.DurationVar(&c.pingInterval, "ping-interval", 30*time.Second, "WebSocket keepalive ping interval; a peer silent for one interval is dropped")
-	fs.IntVar(&c.maxInFlight, "max-in-flight", 256, "sendMessage calls one connection may have running; more are refused with -32006")
+	fs.IntVar(&c.maxInFlight, "max-in-flight", 256, "sendMessage and dlq.* calls one connection may have running; more are refused with -32006")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long running deliveries get to finish")
 	fs.StringVar(&c.dataDir, "data-dir", "./data", "directory of the durable store (pending retries, held messages, dead letters); created if missing")
 	fs.IntVar(&c.maxAttempts, "max-attempts", 5, "delivery attempts per subscriber (routing attempts for held messages) before a message is dead-lettered")
