@@ -23,6 +23,10 @@ const (
 	CodeTooManyRequests      = -32006 // the connection's in-flight request bound is reached
 	CodeShuttingDown         = -32007 // the bus is draining and accepts no new work
 	CodeNotFound             = -32008 // a dead-letter entry that does not exist
+	CodeUnauthorized         = -32009 // no credential, or one the bus does not accept
+	CodeForbidden            = -32010 // the credential does not allow this topic, clientId or method
+	CodeLimitReached         = -32011 // a configured limit (pending messages, subscriptions, ...) is full
+	CodeRateLimited          = -32012 // the connection publishes faster than its rate; data.retry_after_ms says how long to wait
 )
 
 // Error is a JSON-RPC error object. Handlers return errors that wrap one
@@ -53,6 +57,10 @@ var (
 	ErrTooManyRequests      = &Error{Code: CodeTooManyRequests, Message: "too many requests in flight"}
 	ErrShuttingDown         = &Error{Code: CodeShuttingDown, Message: "bus is shutting down"}
 	ErrNotFound             = &Error{Code: CodeNotFound, Message: "not found"}
+	ErrUnauthorized         = &Error{Code: CodeUnauthorized, Message: "unauthorized"}
+	ErrForbidden            = &Error{Code: CodeForbidden, Message: "forbidden"}
+	ErrLimitReached         = &Error{Code: CodeLimitReached, Message: "limit reached"}
+	ErrRateLimited          = &Error{Code: CodeRateLimited, Message: "rate limited"}
 )
 
 // Codes lists every code the bus sends, for documentation checks.
@@ -60,7 +68,7 @@ var Codes = []*Error{
 	ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInvalidParams, ErrInternal,
 	ErrAlreadyInitialized, ErrInvalidClientInfo, ErrAlreadySubscribed,
 	ErrSubscriptionNotFound, ErrNotInitialized, ErrTooManyRequests, ErrShuttingDown,
-	ErrNotFound,
+	ErrNotFound, ErrUnauthorized, ErrForbidden, ErrLimitReached, ErrRateLimited,
 }
 
 // Errorf wraps sentinel with a detail message: Errorf(ErrInvalidParams,
