@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -71,6 +72,75 @@ type Options struct {
 	HoldPatterns []string
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger
+
+	// Auth checks credentials and permissions (docs/SECURITY.md). Nil
+	// means an open bus: any peer may be any clientId and do anything
+	// but publish to the bus's own topics. SetAuth replaces it at run
+	// time.
+	Auth *auth.Authenticator
+	// Hosts are the Host header values a WebSocket upgrade may carry
+	// besides the address the bus listens on, so that a web page cannot
+	// reach a loopback bus through DNS rebinding.
+	Hosts []string
+
+	Limits Limits
+}
+
+// Limits bound what peers can make the bus hold. The zero value of each
+// field means its default; a negative value means no limit.
+type Limits struct {
+	// MaxConnections bounds the connections in all. Default: 10000.
+	MaxConnections int
+	// MaxConnectionsPerAddr bounds the connections from one remote IP
+	// address. Default: 256.
+	MaxConnectionsPerAddr int
+	// HandshakeTimeout is how long a connection has to initialize.
+	// Default: 10s.
+	HandshakeTimeout time.Duration
+	// MaxSubscriptions bounds the subscriptions of one connection.
+	// Default: 1000.
+	MaxSubscriptions int
+	// MaxTopicBytes bounds topics and patterns; at most
+	// protocol.MaxTopicBytes. Default: protocol.MaxTopicBytes.
+	MaxTopicBytes int
+	// MaxPatternWildcards bounds the wildcards (* and ?) and classes in
+	// one pattern, so that no subscription makes routing slow.
+	// Default: 8.
+	MaxPatternWildcards int
+	// MaxPending bounds the stored retries and held messages in all.
+	// Default: 100000.
+	MaxPending int
+	// MaxPendingPerIdentity bounds those one identity's publishes
+	// caused (the clientId's when no auth is configured). An identity's
+	// grant may set its own. Default: 10000.
+	MaxPendingPerIdentity int
+	// MaxReplayIDs bounds the ids one dlq.replay takes. Default: 1000.
+	MaxReplayIDs int
+	// SlowSubscriberTimeouts is how many consecutive delivery timeouts
+	// make the bus stop waiting on a subscriber: its deliveries then
+	// fail at once, as for a subscriber that went away, until it answers
+	// one or reconnects. Default: 3.
+	SlowSubscriberTimeouts int
+	// PublishRate limits each connection's sendMessage calls (a token
+	// bucket); an identity's grant may set its own. Default: none.
+	PublishRate float64
+	// PublishBurst is the bucket's size. Default: max(1, PublishRate).
+	PublishBurst int
+}
+
+// SetAuth replaces the credentials and permissions in force (a reload):
+// connections whose credential is no longer accepted are closed with
+// protocol.CloseCredentialRevoked, those whose credential no longer
+// allows one of their subscriptions with protocol.ClosePermissionsChanged;
+// the rest are untouched. Nil opens the bus.
+func (s *Server) SetAuth(a *auth.Authenticator) {
+	panic("bus: SetAuth not yet implemented")
+}
+
+// SetLimits replaces the limits in force; connections beyond a new bound
+// are not closed, new work is refused.
+func (s *Server) SetLimits(l Limits) {
+	panic("bus: SetLimits not yet implemented")
 }
 
 func (o *Options) setDefaults() {
