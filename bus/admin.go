@@ -49,7 +49,7 @@ func (c *conn) dlqGet(req *jsonrpc2.Request) (any, error) {
 	}
 	d, err := c.server.store.GetDeadLetter(p.ID)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, deadLetterError(p.ID, err)
 	}
 	return wireDeadLetter(d), nil
 }
@@ -86,7 +86,7 @@ func (c *conn) dlqReplay(req *jsonrpc2.Request) (any, error) {
 func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 	d, err := s.store.GetDeadLetter(id)
 	if err != nil {
-		return storeError(err)
+		return deadLetterError(id, err)
 	}
 	if to == protocol.ReplayToSubscriber {
 		if d.ClientID == "" {
@@ -94,7 +94,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 		}
 		p := &store.Pending{Kind: store.KindRetry, Message: d.Message, ClientID: d.ClientID, Subscription: d.Subscription, NextAt: time.Now()}
 		if err := s.store.Requeue(id, p); err != nil {
-			return storeError(err)
+			return deadLetterError(id, err)
 		}
 		s.sched.add(p)
 		out.Accepted = true
@@ -110,7 +110,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 		return fmt.Errorf("not replayed: no subscriber for %q; the entry stays", m.Topic)
 	}
 	if err := s.store.RemoveDeadLetter(id); err != nil {
-		return storeError(err)
+		return deadLetterError(id, err)
 	}
 	out.Accepted = true
 	return nil
@@ -124,7 +124,7 @@ func (c *conn) dlqPurge(req *jsonrpc2.Request) (any, error) {
 	st := c.server.store
 	if p.ID != "" {
 		if err := st.RemoveDeadLetter(p.ID); err != nil {
-			return nil, storeError(err)
+			return nil, deadLetterError(p.ID, err)
 		}
 		return protocol.DLQPurgeResult{Purged: 1}, nil
 	}
@@ -152,6 +152,17 @@ func storeError(err error) error {
 		return protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
 	}
 	return protocol.Errorf(protocol.ErrInternal, "store: %v", err)
+}
+
+// deadLetterError is storeError for a call that named the dead letter id.
+// An unknown id is said once, in the caller's words: the store's own text
+// ("get dead letter d-999: not found") behind the code's name "not found"
+// would say it twice.
+func deadLetterError(id string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return protocol.Errorf(protocol.ErrNotFound, "dead letter %s does not exist", id)
+	}
+	return storeError(err)
 }
 
 func wireDeadLetter(d *store.DeadLetter) protocol.DeadLetter {

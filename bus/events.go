@@ -30,20 +30,28 @@ type event struct {
 
 // clientEvent is the payload of the system:client.* events.
 type clientEvent struct {
-	Type      string `json:"type"` // always "client_event"
-	Event     string `json:"event"`
-	ClientID  string `json:"client_id"`
-	Pattern   string `json:"pattern,omitempty"`
-	Fallback  bool   `json:"fallback,omitempty"`
+	Type     string `json:"type"` // always "client_event"
+	Event    string `json:"event"`
+	ClientID string `json:"client_id"`
+	Pattern  string `json:"pattern,omitempty"`
+	// Fallback is set on subscribed and unsubscribed events only, and then
+	// always sent, false included: a reader (the spawner waits for
+	// fallback: false) must not have to know that a missing field means
+	// false. Other events have no subscription, so no fallback.
+	Fallback  *bool  `json:"fallback,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 	Timestamp string `json:"timestamp"`
 }
 
 func (s *Server) clientEvent(topic, name, clientID, pattern string, fallback bool, reason string) {
-	s.emit(topic, clientEvent{
+	ev := clientEvent{
 		Type: "client_event", Event: name, ClientID: clientID, Pattern: pattern,
-		Fallback: fallback, Reason: reason, Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
-	})
+		Reason: reason, Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
+	}
+	if topic == TopicClientSubscribed || topic == TopicClientUnsubscribed {
+		ev.Fallback = &fallback
+	}
+	s.emit(topic, ev)
 }
 
 // emit queues a bus event. Events are published one at a time, in the
