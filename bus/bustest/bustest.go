@@ -197,6 +197,19 @@ func (c *Client) Recv() []byte {
 	return nil
 }
 
+// RecvWithin is Recv that returns an error instead of failing the test,
+// so that the caller can say which step waited in vain.
+func (c *Client) RecvWithin(d time.Duration) ([]byte, error) {
+	select {
+	case f := <-c.frames:
+		return f, nil
+	case <-c.done:
+		return nil, fmt.Errorf("connection closed while waiting for a frame: %v", c.CloseErr)
+	case <-time.After(d):
+		return nil, fmt.Errorf("no frame within %s", d)
+	}
+}
+
 // NoFrame fails the test if a frame arrives within d.
 func (c *Client) NoFrame(d time.Duration) {
 	c.t.Helper()
