@@ -321,8 +321,8 @@ func replaySpawner(t *testing.T, exs []*docExample) {
 			t.Errorf("PROTOCOL.md:%d: no setup for this example; the scenario knows the spawn exchange (two deliveries, then the answers)", ex.line())
 			continue
 		}
-		msg := calls[0].busRequest(t, ex)
-		subscribed := calls[1].busRequest(t, ex)
+		msg := calls[0].busRequest(t)
+		subscribed := calls[1].busRequest(t)
 		var ev struct{ ClientID, Pattern string }
 		decodeInto(t, ex, subscribed.Params.Payload, &ev)
 
@@ -371,7 +371,7 @@ func replaySpawner(t *testing.T, exs []*docExample) {
 func replayDeadLetters(t *testing.T, exs []*docExample) {
 	var ops *docPeer
 	for _, ex := range exs {
-		switch m := ex.method(t); {
+		switch m := ex.method(); {
 		case m == protocol.MethodProcessMessage:
 			replayDeadLetteredEvent(t, ex)
 		case strings.HasPrefix(m, "dlq."):
@@ -494,7 +494,7 @@ func (e *docExample) contains(s string) bool {
 
 // method is the method of the example's first request: the first →
 // line's, or the first ← line's when the bus makes the call.
-func (e *docExample) method(t *testing.T) string {
+func (e *docExample) method() string {
 	var head struct{ Method string }
 	_ = json.Unmarshal([]byte(e.lines[0].json), &head)
 	return head.Method
@@ -519,7 +519,7 @@ func (e *docExample) sentTopic(t *testing.T) string {
 func (e *docExample) busRequest(t *testing.T) *docCall {
 	for _, ln := range e.lines {
 		if !ln.sent && strings.Contains(ln.json, `"method":"processMessage"`) {
-			return ln.busRequest(t, e)
+			return ln.busRequest(t)
 		}
 	}
 	return nil
@@ -544,7 +544,7 @@ type docCall struct {
 	}
 }
 
-func (ln docLine) busRequest(t *testing.T, ex *docExample) *docCall {
+func (ln docLine) busRequest(t *testing.T) *docCall {
 	var c docCall
 	if err := json.Unmarshal([]byte(ln.json), &c); err != nil {
 		t.Fatalf("PROTOCOL.md:%d: %v", ln.line, err)
