@@ -32,28 +32,29 @@ func New(cfg Config, baseDir string) (*Authenticator, error) {
 	hashes := map[[32]byte]string{}
 	for i := range cfg.Identities {
 		id := &cfg.Identities[i]
+		where := fmt.Sprintf("auth: identity %d (%q)", i+1, id.Name)
 		p, err := compileIdentity(id)
 		if err != nil {
-			return nil, fmt.Errorf("auth: identity %d (%q): %w", i+1, id.Name, err)
+			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		if names[id.Name] {
-			return nil, fmt.Errorf("auth: identity %d (%q): name used by another identity", i+1, id.Name)
+			return nil, fmt.Errorf("%s: name used by another identity", where)
 		}
 		names[id.Name] = true
 		if id.TokenSHA256 != "" {
 			h, err := parseTokenHash(id.TokenSHA256)
 			if err != nil {
-				return nil, fmt.Errorf("auth: identity %q: %w", id.Name, err)
+				return nil, fmt.Errorf("%s: %w", where, err)
 			}
 			if other, dup := hashes[h]; dup {
-				return nil, fmt.Errorf("auth: identity %q: token_sha256 is also identity %q's; each identity needs its own token", id.Name, other)
+				return nil, fmt.Errorf("%s: token_sha256 is also identity %q's; each identity needs its own token", where, other)
 			}
 			hashes[h] = id.Name
 			a.identities = append(a.identities, staticIdentity{hash: h, principal: p})
 		}
 		if id.CertSubject != "" {
 			if _, dup := a.bySubject[id.CertSubject]; dup {
-				return nil, fmt.Errorf("auth: identity %q: cert_subject %q is also another identity's", id.Name, id.CertSubject)
+				return nil, fmt.Errorf("%s: cert_subject %q is also another identity's", where, id.CertSubject)
 			}
 			a.bySubject[id.CertSubject] = p
 		}

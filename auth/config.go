@@ -134,30 +134,6 @@ func parseClientIDs(ids []string) ([]*protocol.Pattern, error) {
 	return out, nil
 }
 
-// checkRules reports the first pattern of r that does not compile once
-// {{clientId}} is replaced; what names the list ("publish allow").
-func checkRules(what string, r Rules) error {
-	for _, list := range []struct {
-		name     string
-		patterns []string
-	}{{"allow", r.Allow}, {"deny", r.Deny}} {
-		for _, raw := range list.patterns {
-			if _, err := compileTemplate(raw); err != nil {
-				return fmt.Errorf("%s %s pattern %q: %w", what, list.name, raw, err)
-			}
-		}
-	}
-	return nil
-}
-
-// checkGrantRules checks both rule sets of g.
-func checkGrantRules(g *Grant) error {
-	if err := checkRules("publish", g.Publish); err != nil {
-		return err
-	}
-	return checkRules("subscribe", g.Subscribe)
-}
-
 // checkRate refuses a negative, NaN or infinite rate, a negative burst
 // and a negative max_pending: golang.org/x/time/rate reads such values as
 // "refuse everything" or "allow everything" depending on the field, and

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/bub-bus/bub/protocol"
@@ -59,21 +60,21 @@ type ruleSet struct {
 	allow, deny []template
 }
 
-func compileRules(r Rules) (ruleSet, error) {
+// compileRules compiles r; what names the list in errors ("publish").
+func compileRules(what string, r Rules) (ruleSet, error) {
 	var rs ruleSet
-	for _, raw := range r.Allow {
-		t, err := compileTemplate(raw)
-		if err != nil {
-			return ruleSet{}, err
+	for _, list := range []struct {
+		name     string
+		patterns []string
+		into     *[]template
+	}{{"allow", r.Allow, &rs.allow}, {"deny", r.Deny, &rs.deny}} {
+		for _, raw := range list.patterns {
+			t, err := compileTemplate(raw)
+			if err != nil {
+				return ruleSet{}, fmt.Errorf("%s %s pattern %q: %w", what, list.name, raw, err)
+			}
+			*list.into = append(*list.into, t)
 		}
-		rs.allow = append(rs.allow, t)
-	}
-	for _, raw := range r.Deny {
-		t, err := compileTemplate(raw)
-		if err != nil {
-			return ruleSet{}, err
-		}
-		rs.deny = append(rs.deny, t)
 	}
 	return rs, nil
 }
@@ -156,11 +157,11 @@ type grant struct {
 }
 
 func compileGrant(publish, subscribe Rules, admin, fallback, publishOnly bool) (*grant, error) {
-	pub, err := compileRules(publish)
+	pub, err := compileRules("publish", publish)
 	if err != nil {
 		return nil, err
 	}
-	sub, err := compileRules(subscribe)
+	sub, err := compileRules("subscribe", subscribe)
 	if err != nil {
 		return nil, err
 	}
