@@ -66,6 +66,9 @@ func (p *Principal) AllowsClientID(id string) bool {
 // the id changes the pattern's kind (an id ending in ':' or '-' would
 // turn the exact "agent:{{clientId}}" into a prefix).
 func (p *Principal) Bind(clientID string) *Access {
+	if p == nil {
+		return &Access{publishOnly: true}
+	}
 	a := &Access{
 		admin:      len(p.grants) > 0,
 		fallback:   len(p.grants) > 0,
