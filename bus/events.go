@@ -30,18 +30,21 @@ type event struct {
 
 // clientEvent is the payload of the system:client.* events.
 type clientEvent struct {
-	Type      string `json:"type"` // always "client_event"
-	Event     string `json:"event"`
-	ClientID  string `json:"client_id"`
+	Type     string `json:"type"` // always "client_event"
+	Event    string `json:"event"`
+	ClientID string `json:"client_id"`
+	// Identity is the credential's name (docs/SECURITY.md); absent on
+	// an open bus.
+	Identity  string `json:"identity,omitempty"`
 	Pattern   string `json:"pattern,omitempty"`
 	Fallback  bool   `json:"fallback,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 	Timestamp string `json:"timestamp"`
 }
 
-func (s *Server) clientEvent(topic, name, clientID, pattern string, fallback bool, reason string) {
+func (s *Server) clientEvent(topic, name, clientID, identity, pattern string, fallback bool, reason string) {
 	s.emit(topic, clientEvent{
-		Type: "client_event", Event: name, ClientID: clientID, Pattern: pattern,
+		Type: "client_event", Event: name, ClientID: clientID, Identity: identity, Pattern: pattern,
 		Fallback: fallback, Reason: reason, Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
 	})
 }

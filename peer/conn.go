@@ -3,11 +3,13 @@ package peer
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -71,6 +73,14 @@ type Options struct {
 	// Default: 4 MiB, above the bus's default 1 MiB for a published
 	// message, because a delivery wraps the payload in more fields.
 	MaxMessageBytes int64
+	// Token is the credential presented to the bus, as
+	// "Authorization: Bearer" on the WebSocket upgrade. It is never
+	// logged. Default: none (a bus without auth needs none); DialEnv
+	// reads BUB_TOKEN.
+	Token string
+	// TLSConfig is used for wss:// URLs, e.g. to trust a bus's own CA.
+	// Default: the system's roots.
+	TLSConfig *tls.Config
 	// Logger receives connection events (reconnects, handler panics) and
 	// JSON-RPC debug output. Default: slog.Default().
 	Logger *slog.Logger
@@ -277,7 +287,7 @@ func (c *Conn) end(reason error) {
 // order, then makes the new session current. On Dial there is nothing to
 // re-subscribe yet.
 func (c *Conn) establish(ctx context.Context) (*session, error) {
-	ws, _, err := websocket.Dial(ctx, c.url, nil)
+	ws, _, err := websocket.Dial(ctx, c.url, c.dialOptions())
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", c.url, err)
 	}
@@ -413,4 +423,16 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// dialOptions carries the credential and TLS settings into the upgrade.
+func (c *Conn) dialOptions() *websocket.DialOptions {
+	o := &websocket.DialOptions{}
+	if c.opts.Token != "" {
+		o.HTTPHeader = http.Header{"Authorization": {"Bearer " + c.opts.Token}}
+	}
+	if c.opts.TLSConfig != nil {
+		o.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: c.opts.TLSConfig}}
+	}
+	return o
 }
