@@ -161,6 +161,8 @@ type Conn struct {
 type session struct {
 	rpc    *jsonrpc2.Conn
 	stream *watchedStream
+	// serverID is the bus's, from initialize: the from of its own events.
+	serverID string
 }
 
 // close drops the connection at once.
@@ -302,6 +304,7 @@ func (c *Conn) establish(ctx context.Context) (*session, error) {
 		s.close()
 		return nil, fmt.Errorf("initialize %s as %q: %w", c.url, c.opts.ClientID, err)
 	}
+	s.serverID = result.ServerID
 
 	// Held until the patterns are restored, so a Subscribe made meanwhile
 	// lands after them and routing order is what it was.
@@ -435,4 +438,17 @@ func (c *Conn) dialOptions() *websocket.DialOptions {
 		o.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: c.opts.TLSConfig}}
 	}
 	return o
+}
+
+// ServerID returns the serverId of the bus this Conn is connected to, the
+// from of the bus's own events (system:client.*), or "" while it is not
+// connected. Trust an event on a system: topic only when its from is
+// this.
+func (c *Conn) ServerID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.session == nil {
+		return ""
+	}
+	return c.session.serverID
 }
