@@ -8,14 +8,16 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/internal/rpcstream"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // WebSocket close statuses the bus sends, besides the standard ones.
 const (
 	// StatusTakenOver closes a connection whose clientId a newer
 	// connection initialized with.
-	StatusTakenOver websocket.StatusCode = 4001
+	StatusTakenOver websocket.StatusCode = protocol.CloseTakenOver
 )
 
 // Close reasons, logged and counted.
@@ -49,7 +51,14 @@ type conn struct {
 	publishOnly  bool
 	clientID     string
 	defaultTopic string
-	subs         map[string]*subscription // by pattern string
+	// cred is what the connection presented; principal, access and
+	// identity are what it was found to be at initialize (or the last
+	// reload). access is nil on an open bus: everything is allowed.
+	cred      credential
+	principal *auth.Principal
+	access    *auth.Access
+	identity  string
+	subs      map[string]*subscription // by pattern string
 }
 
 func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
@@ -157,14 +166,14 @@ func (c *conn) cleanup() {
 	subs := c.detach()
 	s.metrics.connections.Dec()
 	c.mu.Lock()
-	id, takenOver, publishOnly := c.clientID, c.takenOver, c.publishOnly
+	id, identity, takenOver, publishOnly := c.clientID, c.identity, c.takenOver, c.publishOnly
 	c.mu.Unlock()
 	if id != "" && !publishOnly {
 		reason := ""
 		if takenOver {
 			reason = "taken_over"
 		}
-		s.clientEvent(TopicClientDisconnected, "disconnected", id, "", false, reason)
+		s.clientEvent(TopicClientDisconnected, "disconnected", id, identity, "", false, reason)
 	}
 	_ = c.ws.CloseNow()
 	c.log.Debug("peer disconnected", "client", c.id(), "subscriptions", subs)

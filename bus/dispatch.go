@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/bub-bus/bub/bus/store"
@@ -51,6 +52,10 @@ func (c *conn) handle(req *jsonrpc2.Request) {
 	default:
 		result, err := c.handleInline(req)
 		c.reply(req, result, err)
+		if req.Method == protocol.MethodInitialize && protocol.CodeOf(err) == protocol.CodeUnauthorized {
+			// The answer says why; the connection has nothing more to do.
+			c.close(websocket.StatusCode(protocol.CloseUnauthorized), closeUnauthorized)
+		}
 	}
 }
 
@@ -58,6 +63,11 @@ func (c *conn) handle(req *jsonrpc2.Request) {
 func (c *conn) handleQueued(req *jsonrpc2.Request) (any, error) {
 	if err := c.requireInitialized(req.Method); err != nil {
 		return nil, err
+	}
+	if req.Method != protocol.MethodSendMessage {
+		if err := c.checkAdmin(req.Method); err != nil {
+			return nil, err
+		}
 	}
 	switch req.Method {
 	case protocol.MethodDLQList:
@@ -168,6 +178,15 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 		}
 	}
 
+	principal, access, err := c.authorizeInitialize(&p)
+	if err != nil {
+		return nil, err
+	}
+	identity := ""
+	if principal != nil {
+		identity = principal.Name()
+	}
+
 	s.mu.Lock()
 	if s.draining.Load() {
 		s.mu.Unlock()
@@ -183,6 +202,7 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 	c.publishOnly = p.PublishOnly
 	c.clientID = p.ClientID
 	c.defaultTopic = p.DefaultTopic
+	c.principal, c.access, c.identity = principal, access, identity
 	c.mu.Unlock()
 	s.mu.Unlock()
 
@@ -194,17 +214,17 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 		old.mu.Unlock()
 		n := old.detach()
 		old.close(StatusTakenOver, closeTakenOver)
-		c.log.Info("client taken over by a new connection", "client", p.ClientID, "old_remote", old.remote, "dropped_subscriptions", n)
+		c.log.Info("client taken over by a new connection", "client", p.ClientID, "identity", identity, "old_remote", old.remote, "dropped_subscriptions", n)
 	}
 	info := "-"
 	if p.ClientInfo != nil {
 		info = p.ClientInfo.Name + " " + p.ClientInfo.Version
 	}
 	if p.PublishOnly {
-		c.log.Debug("publish-only client initialized", "client", p.ClientID, "client_info", info)
+		c.log.Debug("publish-only client initialized", "client", p.ClientID, "identity", identity, "client_info", info)
 	} else {
-		c.log.Info("client initialized", "client", p.ClientID, "client_info", info, "default_topic", p.DefaultTopic)
-		s.clientEvent(TopicClientConnected, "connected", p.ClientID, "", false, "")
+		c.log.Info("client initialized", "client", p.ClientID, "identity", identity, "client_info", info, "default_topic", p.DefaultTopic)
+		s.clientEvent(TopicClientConnected, "connected", p.ClientID, identity, "", false, "")
 	}
 	return protocol.InitializeResult{
 		ServerID:   s.opts.ServerID,
@@ -245,10 +265,13 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	if _, dup := c.subs[p.Topic]; dup {
 		return nil, protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", p.Topic)
 	}
+	if err := c.checkSubscribe(pattern, p.Fallback); err != nil {
+		return nil, err
+	}
 	c.subs[p.Topic] = c.server.router.add(c, pattern, policy, p.Fallback)
 	c.server.metrics.subscriptions.Inc()
 	c.server.sched.wakeHolds(pattern.Match)
-	c.server.clientEvent(TopicClientSubscribed, "subscribed", c.clientID, p.Topic, p.Fallback, "")
+	c.server.clientEvent(TopicClientSubscribed, "subscribed", c.clientID, c.identity, p.Topic, p.Fallback, "")
 	c.log.Debug("subscribed", "client", c.clientID, "pattern", p.Topic, "policy", policy)
 	return protocol.SuccessResult{Success: true}, nil
 }
@@ -270,7 +293,7 @@ func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
 	delete(c.subs, p.Topic)
 	c.server.router.remove(sub)
 	c.server.metrics.subscriptions.Dec()
-	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", c.clientID, p.Topic, sub.fallback, "")
+	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", c.clientID, c.identity, p.Topic, sub.fallback, "")
 	return protocol.SuccessResult{Success: true}, nil
 }
 
@@ -290,6 +313,9 @@ func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
 	}
 	if err := protocol.ValidateTopic(p.Topic); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
+	}
+	if err := c.checkPublish(p.Topic); err != nil {
+		return nil, err
 	}
 	if _, err := protocol.PayloadType(p.Payload); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)

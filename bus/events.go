@@ -33,6 +33,9 @@ type clientEvent struct {
 	Type     string `json:"type"` // always "client_event"
 	Event    string `json:"event"`
 	ClientID string `json:"client_id"`
+	// Identity is the credential's name (docs/SECURITY.md); absent on
+	// an open bus.
+	Identity string `json:"identity,omitempty"`
 	Pattern  string `json:"pattern,omitempty"`
 	// Fallback is set on subscribed and unsubscribed events only, and then
 	// always sent, false included: a reader (the spawner waits for
@@ -43,9 +46,9 @@ type clientEvent struct {
 	Timestamp string `json:"timestamp"`
 }
 
-func (s *Server) clientEvent(topic, name, clientID, pattern string, fallback bool, reason string) {
+func (s *Server) clientEvent(topic, name, clientID, identity, pattern string, fallback bool, reason string) {
 	ev := clientEvent{
-		Type: "client_event", Event: name, ClientID: clientID, Pattern: pattern,
+		Type: "client_event", Event: name, ClientID: clientID, Identity: identity, Pattern: pattern,
 		Reason: reason, Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
 	}
 	if topic == TopicClientSubscribed || topic == TopicClientUnsubscribed {

@@ -27,6 +27,7 @@ type metrics struct {
 	deadLettered     *prometheus.CounterVec
 	storeCommit      prometheus.Histogram
 	eventsDropped    prometheus.Counter
+	authRefusals     *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -71,6 +72,9 @@ func newMetrics() *metrics {
 		Name: "bub_store_commit_seconds", Help: "Store commit latency, fsync included.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10),
 	})
+	m.authRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bub_auth_refusals_total", Help: "Requests and upgrades refused by identity and access control, by reason (host, credential, client_id, publish_only, publish, bus_topic, subscribe, fallback, admin).",
+	}, []string{"reason"})
 	m.eventsDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "bub_events_dropped_total", Help: "System events dropped because the event queue was full.",
 	})
@@ -81,7 +85,7 @@ func newMetrics() *metrics {
 	build.Set(1)
 	m.registry.MustRegister(m.connections, m.subscriptions, m.published, m.deliveries,
 		m.deliveryDuration, m.requests, m.closes, build,
-		m.retriesScheduled, m.retryAttempts, m.held, m.deadLettered, m.storeCommit, m.eventsDropped,
+		m.retriesScheduled, m.retryAttempts, m.held, m.deadLettered, m.storeCommit, m.eventsDropped, m.authRefusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -128,15 +128,6 @@ type Limits struct {
 	PublishBurst int
 }
 
-// SetAuth replaces the credentials and permissions in force (a reload):
-// connections whose credential is no longer accepted are closed with
-// protocol.CloseCredentialRevoked, those whose credential no longer
-// allows one of their subscriptions with protocol.ClosePermissionsChanged;
-// the rest are untouched. Nil opens the bus.
-func (s *Server) SetAuth(a *auth.Authenticator) {
-	panic("bus: SetAuth not yet implemented")
-}
-
 // SetLimits replaces the limits in force; connections beyond a new bound
 // are not closed, new work is refused.
 func (s *Server) SetLimits(l Limits) {
@@ -198,6 +189,8 @@ type Server struct {
 	stopEvents     chan struct{}
 	stopEventsOnce sync.Once
 	holdPatterns   []*protocol.Pattern
+	// auth is the Authenticator in force; nil: an open bus.
+	auth atomic.Pointer[auth.Authenticator]
 
 	// ctx is the lifetime of accepted work: publishing outlives the
 	// publisher's connection, but not the Server.
@@ -259,6 +252,7 @@ func New(opts *Options) (*Server, error) {
 	if s.store == nil {
 		s.store = store.OpenMemory()
 	}
+	s.auth.Store(o.Auth)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
 	s.events = make(chan event, eventQueueSize)
@@ -323,12 +317,17 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "bub-bus: connect with a WebSocket client and speak JSON-RPC 2.0; see docs/PROTOCOL.md")
 		return
 	}
+	cred, ok := s.checkUpgrade(w, r)
+	if !ok {
+		return
+	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.opts.OriginPatterns})
 	if err != nil {
 		s.log.Warn("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
 	c := s.newConn(ws, r.RemoteAddr)
+	c.cred = cred
 	// Checking draining, counting the connection and registering it for
 	// Shutdown happen as one step, so no connection slips past a
 	// Shutdown that started during its handshake.

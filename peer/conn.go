@@ -3,11 +3,13 @@ package peer
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -71,6 +73,14 @@ type Options struct {
 	// Default: 4 MiB, above the bus's default 1 MiB for a published
 	// message, because a delivery wraps the payload in more fields.
 	MaxMessageBytes int64
+	// Token is the credential presented to the bus, as
+	// "Authorization: Bearer" on the WebSocket upgrade. It is never
+	// logged. Default: none (a bus without auth needs none); DialEnv
+	// reads BUB_TOKEN.
+	Token string
+	// TLSConfig is used for wss:// URLs, e.g. to trust a bus's own CA.
+	// Default: the system's roots.
+	TLSConfig *tls.Config
 	// Logger receives connection events (reconnects, handler panics) and
 	// JSON-RPC debug output. Default: slog.Default().
 	Logger *slog.Logger
@@ -151,6 +161,8 @@ type Conn struct {
 type session struct {
 	rpc    *jsonrpc2.Conn
 	stream *watchedStream
+	// serverID is the bus's, from initialize: the from of its own events.
+	serverID string
 }
 
 // close drops the connection at once.
@@ -277,7 +289,7 @@ func (c *Conn) end(reason error) {
 // order, then makes the new session current. On Dial there is nothing to
 // re-subscribe yet.
 func (c *Conn) establish(ctx context.Context) (*session, error) {
-	ws, _, err := websocket.Dial(ctx, c.url, nil)
+	ws, _, err := websocket.Dial(ctx, c.url, c.dialOptions())
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", c.url, err)
 	}
@@ -292,6 +304,7 @@ func (c *Conn) establish(ctx context.Context) (*session, error) {
 		s.close()
 		return nil, fmt.Errorf("initialize %s as %q: %w", c.url, c.opts.ClientID, err)
 	}
+	s.serverID = result.ServerID
 
 	// Held until the patterns are restored, so a Subscribe made meanwhile
 	// lands after them and routing order is what it was.
@@ -413,4 +426,29 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// dialOptions carries the credential and TLS settings into the upgrade.
+func (c *Conn) dialOptions() *websocket.DialOptions {
+	o := &websocket.DialOptions{}
+	if c.opts.Token != "" {
+		o.HTTPHeader = http.Header{"Authorization": {"Bearer " + c.opts.Token}}
+	}
+	if c.opts.TLSConfig != nil {
+		o.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: c.opts.TLSConfig}}
+	}
+	return o
+}
+
+// ServerID returns the serverId of the bus this Conn is connected to, the
+// from of the bus's own events (system:client.*), or "" while it is not
+// connected. Trust an event on a system: topic only when its from is
+// this.
+func (c *Conn) ServerID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.session == nil {
+		return ""
+	}
+	return c.session.serverID
 }

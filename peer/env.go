@@ -22,6 +22,9 @@ type Env struct {
 	DefaultTopic string
 	// Workspace is BUB_WORKSPACE, the agent's working directory.
 	Workspace string
+	// Token is BUB_TOKEN, the agent's credential (the spawner mints one
+	// per agent when the bus has auth).
+	Token string
 }
 
 // FromEnv reads the agent environment from the process environment.
@@ -31,6 +34,7 @@ func FromEnv() Env {
 		AgentID:      os.Getenv("BUB_AGENT_ID"),
 		DefaultTopic: os.Getenv("BUB_DEFAULT_TOPIC"),
 		Workspace:    os.Getenv("BUB_WORKSPACE"),
+		Token:        os.Getenv("BUB_TOKEN"),
 	}
 	if env.BusURL == "" {
 		env.BusURL = DefaultBusURL
@@ -60,6 +64,9 @@ func DialEnv(ctx context.Context, handler Handler, opts *Options) (*Conn, error)
 	}
 	if o.DefaultTopic == "" {
 		o.DefaultTopic = env.DefaultTopic
+	}
+	if o.Token == "" {
+		o.Token = env.Token
 	}
 	c, err := Dial(ctx, env.BusURL, &o)
 	if err != nil {

@@ -24,4 +24,9 @@ var (
 	// connection initialized with the same clientId. The Conn does not
 	// reconnect, which would only take the identity back and forth.
 	ErrTakenOver = errors.New("peer: clientId taken over by a newer connection")
+	// ErrRevoked means the bus closed the connection because, after a
+	// reload of its configuration, the credential is no longer accepted
+	// or no longer allows the clientId or a subscription. Reconnecting
+	// with the same credential would be refused, so the Conn does not.
+	ErrRevoked = errors.New("peer: credential revoked or narrowed by the bus's operator")
 )

@@ -7,12 +7,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-)
 
-// statusTakenOver is the WebSocket close status the bus sends to a
-// connection whose clientId a newer connection initialized with
-// (bus.StatusTakenOver; peer does not import the server).
-const statusTakenOver websocket.StatusCode = 4001
+	"github.com/bub-bus/bub/protocol"
+)
 
 // supervise watches the current session and replaces it when it drops,
 // until the Conn ends.
@@ -42,9 +39,13 @@ func (c *Conn) lost(s *session) *session {
 	}
 	cause := s.stream.cause()
 	switch {
-	case websocket.CloseStatus(cause) == statusTakenOver:
+	case websocket.CloseStatus(cause) == protocol.CloseTakenOver:
 		c.log.Warn("the bus closed this connection: a newer one took over the clientId; not reconnecting")
 		c.end(ErrTakenOver)
+		return nil
+	case websocket.CloseStatus(cause) == protocol.CloseCredentialRevoked, websocket.CloseStatus(cause) == protocol.ClosePermissionsChanged:
+		c.log.Warn("the bus closed this connection: its credential was revoked or narrowed; not reconnecting", "err", cause)
+		c.end(fmt.Errorf("%w: %v", ErrRevoked, cause))
 		return nil
 	case c.opts.NoReconnect:
 		c.end(fmt.Errorf("connection to %s lost: %w", c.url, cause))

@@ -40,6 +40,10 @@ type InitializeParams struct {
 	ClientInfo   *ClientInfo `json:"clientInfo,omitempty"`
 	DefaultTopic string      `json:"defaultTopic,omitempty"`
 	PublishOnly  bool        `json:"publishOnly,omitempty"`
+	// Token is a credential for clients that cannot set the
+	// Authorization header of the WebSocket upgrade (browsers). Either
+	// place works; a token in both must be the same credential's.
+	Token string `json:"token,omitempty"`
 }
 
 // ServerInfo names the bus software.

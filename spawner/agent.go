@@ -71,27 +71,32 @@ func (a *agent) notifyLocked() {
 }
 
 // agentEnv returns the environment of an agent: base, less the variables
-// the spawner sets and BUB_CLIENT_ID, plus the agent's own. BUB_CLIENT_ID
-// goes because bub's client commands prefer it to BUB_AGENT_ID: an agent
-// that runs `bub send-message` with the spawner's BUB_CLIENT_ID would take
-// over the spawner's connection.
-func agentEnv(base []string, busURL, id, topic, workspace string) []string {
+// the spawner sets and those that are the spawner's own, plus the
+// agent's. BUB_CLIENT_ID goes because bub's client commands prefer it to
+// BUB_AGENT_ID: an agent that runs `bub send-message` with the spawner's
+// BUB_CLIENT_ID would take over the spawner's connection; BUB_TOKEN and
+// BUB_TOKEN_FILE go because an agent must never act with the spawner's
+// credential. token, when not empty, is the agent's own BUB_TOKEN.
+func agentEnv(base []string, busURL, id, topic, workspace, token string) []string {
 	set := map[string]string{
 		"BUB_BUS_URL":       busURL,
 		"BUB_AGENT_ID":      id,
 		"BUB_DEFAULT_TOPIC": topic,
 		"BUB_WORKSPACE":     workspace,
 	}
-	env := make([]string, 0, len(base)+len(set))
+	env := make([]string, 0, len(base)+len(set)+1)
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
-		if _, ours := set[name]; ours || name == "BUB_CLIENT_ID" {
+		if _, ours := set[name]; ours || name == "BUB_CLIENT_ID" || name == "BUB_TOKEN" || name == "BUB_TOKEN_FILE" {
 			continue
 		}
 		env = append(env, kv)
 	}
 	for _, name := range []string{"BUB_BUS_URL", "BUB_AGENT_ID", "BUB_DEFAULT_TOPIC", "BUB_WORKSPACE"} {
 		env = append(env, name+"="+set[name])
+	}
+	if token != "" {
+		env = append(env, "BUB_TOKEN="+token)
 	}
 	return env
 }

@@ -17,8 +17,10 @@ func TestAgentEnv(t *testing.T) {
 		"BUB_CLIENT_ID=spawner",
 		"BUB_AGENT_ID=stale",
 		"BUB_BUS_URL=ws://stale/",
+		"BUB_TOKEN=the-spawners-own",
+		"BUB_TOKEN_FILE=/etc/bub/spawner.token",
 	}
-	env := agentEnv(base, "ws://127.0.0.1:7892/", "agent-1", "tg:1", "/w/tg_1")
+	env := agentEnv(base, "ws://127.0.0.1:7892/", "agent-1", "tg:1", "/w/tg_1", "")
 	want := []string{
 		"PATH=/usr/bin",
 		"OPENAI_API_KEY=sk-secret",
@@ -29,6 +31,10 @@ func TestAgentEnv(t *testing.T) {
 	}
 	if !slices.Equal(env, want) {
 		t.Errorf("agentEnv:\n got %q\nwant %q", env, want)
+	}
+	env = agentEnv(base, "ws://127.0.0.1:7892/", "agent-1", "tg:1", "/w/tg_1", "agents-own")
+	if want := append(want, "BUB_TOKEN=agents-own"); !slices.Equal(env, want) {
+		t.Errorf("agentEnv with a minted token:\n got %q\nwant %q", env, want)
 	}
 }
 

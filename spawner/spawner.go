@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -12,11 +13,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/internal/buildinfo"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
@@ -89,6 +92,69 @@ type Options struct {
 	// Logger receives the spawner's log, agents' output included, one
 	// record per line with the agent's id. Default: slog.Default().
 	Logger *slog.Logger
+	// Token is the spawner's own credential on a bus with auth. Agents
+	// never inherit it: BUB_TOKEN and BUB_TOKEN_FILE are removed from
+	// their environment.
+	Token string
+	// Issuer, when set, makes the spawner mint each agent a credential
+	// of its own, passed in BUB_TOKEN. Default: agents get none.
+	Issuer *Issuer
+}
+
+// Issuer mints agents' credentials: a JWT signed with Key, from the
+// issuer Name the bus's configuration lists (docs/SECURITY.md), for the
+// agent's id, allowing what the templates say. In the templates
+// {{clientId}} stands for the agent's id, {{topic}} for the topic it was
+// spawned for and {{chat}} for that topic after its first ':' (123 for
+// tg:123). The bus caps what the token allows at the issuer's ceiling.
+type Issuer struct {
+	Name string
+	Key  ed25519.PrivateKey
+	// TTL is how long a token is valid: an agent connects (and
+	// reconnects) with it, so it should outlive the agent. A restarted
+	// agent gets a fresh one. Default: 24h.
+	TTL time.Duration
+	// Publish is the publish template. Default: outbound:{{chat}}.
+	Publish auth.Rules
+	// Subscribe is the subscribe template. Default: agent:{{clientId}}
+	// and {{topic}}.
+	Subscribe auth.Rules
+}
+
+// DefaultAgentPublish and DefaultAgentSubscribe are an agent's grants
+// when the Issuer's templates are empty: its replies to its chat, and
+// its own two topics.
+var (
+	DefaultAgentPublish   = auth.Rules{Allow: []string{"outbound:{{chat}}"}}
+	DefaultAgentSubscribe = auth.Rules{Allow: []string{"agent:{{clientId}}", "{{topic}}"}}
+)
+
+// mint returns agent id's token for topic.
+func (i *Issuer) mint(id, topic string, now time.Time) (string, error) {
+	_, chat, _ := strings.Cut(topic, ":")
+	expand := func(r auth.Rules) auth.Rules {
+		sub := strings.NewReplacer("{{clientId}}", id, "{{topic}}", topic, "{{chat}}", chat)
+		out := auth.Rules{}
+		for _, p := range r.Allow {
+			out.Allow = append(out.Allow, sub.Replace(p))
+		}
+		for _, p := range r.Deny {
+			out.Deny = append(out.Deny, sub.Replace(p))
+		}
+		return out
+	}
+	pub, subs := i.Publish, i.Subscribe
+	if len(pub.Allow) == 0 {
+		pub = DefaultAgentPublish
+	}
+	if len(subs.Allow) == 0 {
+		subs = DefaultAgentSubscribe
+	}
+	ttl := i.TTL
+	if ttl <= 0 {
+		ttl = 24 * time.Hour
+	}
+	return auth.Mint(i.Key, i.Name, id, auth.Claims{Publish: expand(pub), Subscribe: expand(subs)}, ttl, now)
 }
 
 func (o *Options) setDefaults() {
@@ -251,6 +317,7 @@ func (s *Spawner) Run(ctx context.Context) error {
 		// retry its events).
 		MaxConcurrentHandlers: max(1024, 4*s.opts.MaxAgents),
 		Logger:                s.log,
+		Token:                 s.opts.Token,
 	})
 	if err != nil {
 		s.shutdown()
@@ -445,7 +512,14 @@ func (s *Spawner) launch(a *agent) {
 	stderr := &lineLogger{log: log, stream: "stderr"}
 	cmd := exec.Command(s.command[0], s.command[1:]...)
 	cmd.Dir = dir
-	cmd.Env = agentEnv(s.opts.Env, s.opts.BusURL, a.id, topic, dir)
+	token := ""
+	if s.opts.Issuer != nil {
+		if token, err = s.opts.Issuer.mint(a.id, topic, time.Now()); err != nil {
+			s.finish(a, nil, fmt.Errorf("mint a credential for %s: %w", a.id, err))
+			return
+		}
+	}
+	cmd.Env = agentEnv(s.opts.Env, s.opts.BusURL, a.id, topic, dir, token)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Something the agent started may keep its output open after it
 	// exits; that must not keep the agent counted for ever.
@@ -620,6 +694,13 @@ func (s *Spawner) restart(sl *slot) {
 // when an agent it started is ready. It answers processed: false, so the
 // event goes on to everyone else who listens.
 func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+	if d.From != d.Conn.ServerID() {
+		// Only the bus speaks on system:client.*; a peer that publishes
+		// there (an open bus refuses it too) must not make the spawner
+		// believe an agent is ready.
+		s.log.Warn("ignoring a client event not from the bus", "from", d.From, "topic", d.Topic, "message_id", d.MessageID)
+		return peer.Result{}, nil
+	}
 	var ev clientEvent
 	if err := json.Unmarshal(d.Payload, &ev); err != nil {
 		s.log.Warn("undecodable client event", "topic", d.Topic, "message_id", d.MessageID, "err", err)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -97,14 +98,38 @@ type Client struct {
 	process ProcessFunc
 }
 
+// DialWS opens a WebSocket to url presenting token (none when empty); a
+// refused upgrade's error names the HTTP status.
+func DialWS(url, token string) (*websocket.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	var opts *websocket.DialOptions
+	if token != "" {
+		opts = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}}
+	}
+	ws, resp, err := websocket.Dial(ctx, url, opts)
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("dial %s: HTTP %d: %w", url, resp.StatusCode, err)
+		}
+		return nil, fmt.Errorf("dial %s: %w", url, err)
+	}
+	return ws, nil
+}
+
 // Dial connects a raw client to url; it is closed when the test ends.
 func Dial(t testing.TB, url string) *Client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
-	ws, _, err := websocket.Dial(ctx, url, nil)
+	return DialToken(t, url, "")
+}
+
+// DialToken is Dial presenting token as "Authorization: Bearer" (none
+// when empty).
+func DialToken(t testing.TB, url, token string) *Client {
+	t.Helper()
+	ws, err := DialWS(url, token)
 	if err != nil {
-		t.Fatalf("bustest: dial %s: %v", url, err)
+		t.Fatalf("bustest: %v", err)
 	}
 	ws.SetReadLimit(-1)
 	c := &Client{t: t, WS: ws, frames: make(chan []byte, 1024), done: make(chan struct{}), pending: make(map[string]chan Response)}

@@ -1,0 +1,300 @@
+package bus
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// Identity and access control (docs/SECURITY.md). A credential arrives
+// with the WebSocket upgrade (Authorization: Bearer, or a verified TLS
+// client certificate) or, for clients that cannot set headers, in
+// initialize's token. It is checked once, at initialize, against the
+// Authenticator in force; the Access it yields is what every later
+// subscribe, sendMessage and dlq.* call is checked against. A reload
+// (SetAuth) checks every connection again.
+
+// Refusal reasons, the values of bub_auth_refusals_total's label.
+const (
+	refuseHost         = "host"
+	refuseCredential   = "credential"
+	refuseClientID     = "client_id"
+	refusePublishOnly  = "publish_only"
+	refusePublish      = "publish"
+	refuseBusTopic     = "bus_topic"
+	refuseSubscribe    = "subscribe"
+	refuseFallback     = "fallback"
+	refuseAdmin        = "admin"
+	closeRevoked       = "credential revoked"
+	closePermsChanged  = "permissions no longer allow a subscription"
+	closeUnauthorized  = "credential not accepted"
+	unauthorizedDetail = "present a token the bus accepts: Authorization: Bearer TOKEN on the upgrade, or token in initialize (docs/SECURITY.md)"
+)
+
+// credential is what a connection presented, kept so that a reload can
+// check it again. The token is never logged.
+type credential struct {
+	token  string
+	certCN string
+}
+
+// checkUpgrade runs before the WebSocket handshake: it refuses a browser
+// request whose Host is not an address this bus serves (DNS rebinding)
+// and a bearer token the bus does not accept, each with an HTTP error,
+// and returns what the request presented.
+func (s *Server) checkUpgrade(w http.ResponseWriter, r *http.Request) (credential, bool) {
+	var cred credential
+	if r.Header.Get("Origin") != "" && !s.hostAllowed(r) {
+		s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
+		s.log.Warn("upgrade refused: Host is not an address of this bus", "remote", r.RemoteAddr, "host", r.Host, "origin", r.Header.Get("Origin"))
+		http.Error(w, fmt.Sprintf("bub-bus: Host %q is not an address this bus serves; an operator adds it with --hosts", r.Host), http.StatusForbidden)
+		return cred, false
+	}
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		cred.certCN = r.TLS.VerifiedChains[0][0].Subject.CommonName
+	}
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, token, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+			s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
+			s.log.Warn("upgrade refused: Authorization is not a bearer token", "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="bub"`)
+			http.Error(w, "bub-bus: the Authorization header must be \"Bearer TOKEN\"", http.StatusUnauthorized)
+			return cred, false
+		}
+		cred.token = strings.TrimSpace(token)
+	}
+	a := s.auth.Load()
+	if a == nil || (cred.token == "" && cred.certCN == "") {
+		// An open bus ignores credentials; a credential-less request
+		// may still present a token in initialize.
+		return cred, true
+	}
+	if _, err := s.authenticate(a, cred); err != nil {
+		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
+		s.log.Warn("upgrade refused: credential not accepted", "remote", r.RemoteAddr, "reason", err)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="bub", error="invalid_token"`)
+		http.Error(w, "bub-bus: credential not accepted", http.StatusUnauthorized)
+		return cred, false
+	}
+	return cred, true
+}
+
+// authenticate checks a credential: a token wins over a certificate, and
+// no credential at all means the anonymous grant, if any.
+func (s *Server) authenticate(a *auth.Authenticator, cred credential) (*auth.Principal, error) {
+	if cred.token == "" && cred.certCN != "" {
+		return a.AuthenticateCert(cred.certCN)
+	}
+	return a.Authenticate(cred.token, time.Now())
+}
+
+// hostAllowed reports whether r's Host names this bus: the address it
+// was reached on, localhost on that port when that address is loopback,
+// or a name the operator configured.
+func (s *Server) hostAllowed(r *http.Request) bool {
+	host := r.Host
+	for _, h := range s.opts.Hosts {
+		if strings.EqualFold(host, h) {
+			return true
+		}
+		if name, _, err := net.SplitHostPort(host); err == nil && strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return false
+	}
+	if host == local.String() {
+		return true
+	}
+	lhost, lport, err := net.SplitHostPort(local.String())
+	if err != nil {
+		return false
+	}
+	name, port, err := net.SplitHostPort(host)
+	if err != nil || port != lport {
+		return false
+	}
+	ip := net.ParseIP(lhost)
+	if ip != nil && ip.IsLoopback() {
+		return strings.EqualFold(name, "localhost") || net.ParseIP(strings.Trim(name, "[]")).IsLoopback()
+	}
+	return false
+}
+
+// authorizeInitialize decides who an initializing connection is: it
+// returns the principal and its access for clientID, or the refusal.
+// With no auth in force both are nil and everything is allowed.
+func (c *conn) authorizeInitialize(p *protocol.InitializeParams) (*auth.Principal, *auth.Access, error) {
+	a := c.server.auth.Load()
+	if a == nil {
+		return nil, nil, nil
+	}
+	if p.Token != "" {
+		if c.cred.token != "" && subtle.ConstantTimeCompare([]byte(c.cred.token), []byte(p.Token)) != 1 {
+			return nil, nil, c.refuse(refuseCredential, "", p.ClientID, "two different credentials",
+				protocol.Errorf(protocol.ErrUnauthorized, "the upgrade and initialize carry different tokens; present one"))
+		}
+		c.cred.token = p.Token
+	}
+	principal, err := c.server.authenticate(a, c.cred)
+	if err != nil {
+		if errors.Is(err, auth.ErrNoCredential) {
+			return nil, nil, c.refuse(refuseCredential, "", p.ClientID, err.Error(),
+				protocol.Errorf(protocol.ErrUnauthorized, "no credential presented; %s", unauthorizedDetail))
+		}
+		return nil, nil, c.refuse(refuseCredential, "", p.ClientID, err.Error(),
+			protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted; %s", unauthorizedDetail))
+	}
+	if !principal.AllowsClientID(p.ClientID) {
+		return nil, nil, c.refuse(refuseClientID, principal.Name(), p.ClientID, "clientId not granted",
+			protocol.Errorf(protocol.ErrForbidden, "credential %q may not initialize as clientId %q", principal.Name(), p.ClientID))
+	}
+	access := principal.Bind(p.ClientID)
+	if access.PublishOnly() && !p.PublishOnly {
+		return nil, nil, c.refuse(refusePublishOnly, principal.Name(), p.ClientID, "publish-only credential",
+			protocol.Errorf(protocol.ErrForbidden, "credential %q allows only publishOnly connections; initialize with publishOnly: true", principal.Name()))
+	}
+	return principal, access, nil
+}
+
+// refuse counts and logs a refusal and returns err, the answer to the
+// peer. why is for the log only: it may say more than the peer is told.
+func (c *conn) refuse(reason, identity, clientID, why string, err error) error {
+	c.server.metrics.authRefusals.WithLabelValues(reason).Inc()
+	c.log.Warn("refused", "reason", reason, "identity", identity, "client", clientID, "detail", why, "answer", err)
+	return err
+}
+
+// checkPublish refuses a publish the connection's credential does not
+// allow. The bus's own topics are refused with no auth configured too:
+// observers, the spawner among them, trust what arrives there.
+func (c *conn) checkPublish(topic string) error {
+	c.mu.Lock()
+	access, identity, id := c.access, c.identity, c.clientID
+	c.mu.Unlock()
+	if protocol.BusOwnedTopic(topic) {
+		return c.refuse(refuseBusTopic, identity, id, topic,
+			protocol.Errorf(protocol.ErrForbidden, "%q is one of the bus's own topics; only the bus publishes there", topic))
+	}
+	if access != nil && !access.CanPublish(topic) {
+		return c.refuse(refusePublish, identity, id, topic,
+			protocol.Errorf(protocol.ErrForbidden, "credential %q may not publish to %q", identity, topic))
+	}
+	return nil
+}
+
+// checkSubscribe refuses a subscription the credential does not allow.
+// The caller holds c.mu.
+func (c *conn) checkSubscribe(p *protocol.Pattern, fallback bool) error {
+	if c.access == nil {
+		return nil
+	}
+	if !c.access.CanSubscribe(p) {
+		return c.refuse(refuseSubscribe, c.identity, c.clientID, p.String(),
+			protocol.Errorf(protocol.ErrForbidden, "credential %q may not subscribe to %q: its grants do not cover every topic the pattern matches", c.identity, p.String()))
+	}
+	if fallback && !c.access.Fallback() {
+		return c.refuse(refuseFallback, c.identity, c.clientID, p.String(),
+			protocol.Errorf(protocol.ErrForbidden, "credential %q may not hold a fallback subscription", c.identity))
+	}
+	return nil
+}
+
+// checkAdmin refuses the dlq.* methods to a credential without admin.
+func (c *conn) checkAdmin(method string) error {
+	c.mu.Lock()
+	access, identity, id := c.access, c.identity, c.clientID
+	c.mu.Unlock()
+	if access != nil && !access.Admin() {
+		return c.refuse(refuseAdmin, identity, id, method,
+			protocol.Errorf(protocol.ErrForbidden, "credential %q may not call %s: it needs admin", identity, method))
+	}
+	return nil
+}
+
+// SetAuth replaces the credentials and permissions in force (a reload):
+// connections whose credential is no longer accepted are closed with
+// protocol.CloseCredentialRevoked, those whose credential no longer
+// allows their clientId or one of their subscriptions with
+// protocol.ClosePermissionsChanged; the rest go on with their new
+// permissions. Nil opens the bus.
+func (s *Server) SetAuth(a *auth.Authenticator) {
+	s.mu.Lock()
+	s.auth.Store(a)
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	revoked, changed := 0, 0
+	for _, c := range conns {
+		switch c.recheck(a) {
+		case closeRevoked:
+			revoked++
+		case closePermsChanged:
+			changed++
+		}
+	}
+	s.log.Info("credentials reloaded", "auth", a != nil, "connections", len(conns), "closed_revoked", revoked, "closed_permissions", changed)
+}
+
+// recheck applies a new Authenticator to the connection and returns the
+// close reason, or "" when it goes on.
+func (c *conn) recheck(a *auth.Authenticator) string {
+	c.mu.Lock()
+	if a == nil || !c.initialized {
+		// Not initialized yet: initialize checks against what is in
+		// force by then.
+		c.access, c.identity = nil, ""
+		c.mu.Unlock()
+		return ""
+	}
+	cred, id, oldIdentity := c.cred, c.clientID, c.identity
+	c.mu.Unlock()
+
+	principal, err := c.server.authenticate(a, cred)
+	if err != nil {
+		c.log.Warn("closing connection: credential no longer accepted", "client", id, "identity", oldIdentity, "reason", err)
+		c.close(websocket.StatusCode(protocol.CloseCredentialRevoked), closeRevoked)
+		return closeRevoked
+	}
+	access := principal.Bind(id)
+	c.mu.Lock()
+	why := ""
+	switch {
+	case !principal.AllowsClientID(id):
+		why = "clientId " + id
+	case access.PublishOnly() && !c.publishOnly:
+		why = "publish-only credential"
+	}
+	for pattern, sub := range c.subs {
+		if why != "" {
+			break
+		}
+		if !access.CanSubscribe(sub.pattern) || (sub.fallback && !access.Fallback()) {
+			why = "subscription " + pattern
+		}
+	}
+	if why == "" {
+		c.principal, c.access, c.identity = principal, access, principal.Name()
+	}
+	c.mu.Unlock()
+	if why != "" {
+		c.log.Warn("closing connection: permissions changed", "client", id, "identity", principal.Name(), "no_longer_allowed", why)
+		c.close(websocket.StatusCode(protocol.ClosePermissionsChanged), closePermsChanged)
+		return closePermsChanged
+	}
+	return ""
+}

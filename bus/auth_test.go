@@ -1,0 +1,523 @@
+package bus_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/protocol"
+)
+
+func sha(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+// authFixture is a bus with auth on: static identities for a BCP
+// Controller (main), a Reader (researcher), an operator (ops-*) and the
+// spawner, and the spawner as an issuer of agent-* tokens.
+type authFixture struct {
+	srv    *bustest.Server
+	key    ed25519.PrivateKey
+	dir    string
+	config auth.Config
+}
+
+func authConfig(t *testing.T, dir string) (auth.Config, ed25519.PrivateKey) {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "spawner.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return auth.Config{
+		Identities: []auth.Identity{
+			{Name: "main", TokenSHA256: sha("main-token"), Grant: auth.Grant{
+				ClientIDs: []string{"main"},
+				Publish:   auth.Rules{Allow: []string{"bcp:*", "outbound:*", "agent:*"}},
+				Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}", "inbound:*"}},
+			}},
+			{Name: "researcher", TokenSHA256: sha("reader-token"), Grant: auth.Grant{
+				ClientIDs: []string{"researcher"},
+				Publish:   auth.Rules{Allow: []string{"bcp:*"}},
+				Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}"}},
+			}},
+			{Name: "ops", TokenSHA256: sha("ops-token"), Grant: auth.Grant{
+				ClientIDs: []string{"ops-*"},
+				Publish:   auth.Rules{Allow: []string{"inbound:*", "jobs:"}, Deny: []string{"inbound:secret-*"}},
+				Subscribe: auth.Rules{Allow: []string{"inbound:", "jobs:?", "jobs:[ab]x"}, Deny: []string{"inbound:secret-*"}},
+				Admin:     true,
+			}},
+			{Name: "tool", TokenSHA256: sha("tool-token"), Grant: auth.Grant{
+				ClientIDs:   []string{"tool"},
+				Publish:     auth.Rules{Allow: []string{"inbound:*"}},
+				PublishOnly: true,
+			}},
+			{Name: "spawner", TokenSHA256: sha("spawner-token"), Grant: auth.Grant{
+				ClientIDs: []string{"spawner"},
+				Publish:   auth.Rules{Allow: []string{"system:agent.*"}},
+				Subscribe: auth.Rules{Allow: []string{"system:client.*", "tg:*", "agent:*"}},
+				Fallback:  true,
+			}},
+		},
+		Issuers: []auth.Issuer{{
+			Name: "spawner", PublicKeyFile: "spawner.pub", ClientIDs: []string{"agent-*"},
+			Ceiling: auth.Grant{
+				Publish:   auth.Rules{Allow: []string{"outbound:*"}},
+				Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}", "tg:*"}},
+			},
+		}},
+	}, key
+}
+
+func startAuth(t *testing.T) *authFixture {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, key := authConfig(t, dir)
+	a, err := auth.New(cfg, dir)
+	if err != nil {
+		t.Fatalf("auth.New: %v", err)
+	}
+	return &authFixture{srv: bustest.Start(t, &bus.Options{Auth: a}), key: key, dir: dir, config: cfg}
+}
+
+// mint signs a token for clientID valid for ttl; a negative ttl gives one
+// that expired that long ago.
+func (f *authFixture) mint(t *testing.T, clientID string, claims auth.Claims, ttl time.Duration) string {
+	t.Helper()
+	now := time.Now()
+	if ttl < 0 {
+		now, ttl = now.Add(2*ttl), -ttl
+	}
+	tok, err := auth.Mint(f.key, "spawner", clientID, claims, ttl, now)
+	if err != nil {
+		t.Fatalf("mint: %v", err)
+	}
+	return tok
+}
+
+// initialize dials with token and initializes as clientID, returning the
+// client and the error code of initialize (0 for success).
+func initialize(t *testing.T, url, token, clientID string, publishOnly bool) (*bustest.Client, int64) {
+	t.Helper()
+	c := bustest.DialToken(t, url, token)
+	c.OnProcess(bustest.Processed)
+	r := c.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: clientID, PublishOnly: publishOnly})
+	if r.Error != nil {
+		return c, r.Error.Code
+	}
+	return c, 0
+}
+
+func code(r bustest.Response) int64 {
+	if r.Error != nil {
+		return r.Error.Code
+	}
+	return 0
+}
+
+// TestPermissionMatrix checks every permission, allowed and denied, over
+// real connections: clientIds, publish, subscribe (containment edges
+// included), fallback, admin and publish-only, deny over allow, and
+// {{clientId}}.
+func TestPermissionMatrix(t *testing.T) {
+	f := startAuth(t)
+	const ok, forbidden = 0, protocol.CodeForbidden
+	type row struct {
+		token, clientID, op, arg string
+		want                     int64
+	}
+	rows := []row{
+		// clientIds
+		{"main-token", "main", "init", "", ok},
+		{"main-token", "researcher", "init", "", forbidden},
+		{"ops-token", "ops-1", "init", "", ok},
+		{"ops-token", "ops-*", "init", "", forbidden}, // a pattern is never a clientId
+		{"ops-token", "opsx", "init", "", forbidden},
+		{"tool-token", "tool", "init", "", forbidden}, // publish-only credential, full connection
+		{"tool-token", "tool", "init-publish-only", "", ok},
+		// publish
+		{"main-token", "main", "publish", "bcp:query", ok},
+		{"main-token", "main", "publish", "agent:researcher", ok},
+		{"main-token", "main", "publish", "jobs:1", forbidden},
+		{"ops-token", "ops-1", "publish", "inbound:chat", ok},
+		{"ops-token", "ops-1", "publish", "inbound:secret-1", forbidden}, // deny wins
+		{"ops-token", "ops-1", "publish", "jobs:x", ok},                  // prefix grant
+		{"ops-token", "ops-1", "publish", "system:agent.spawned", forbidden},
+		{"spawner-token", "spawner", "publish", "system:agent.spawned", ok},
+		{"spawner-token", "spawner", "publish", "system:client.subscribed", forbidden}, // the bus's own
+		{"tool-token", "tool", "publish", "inbound:x", ok},
+		{"tool-token", "tool", "publish", "outbound:x", forbidden},
+		// subscribe, {{clientId}} and containment
+		{"main-token", "main", "subscribe", "agent:main", ok},
+		{"main-token", "main", "subscribe", "agent:researcher", forbidden},
+		{"main-token", "main", "subscribe", "agent:*", forbidden},
+		{"main-token", "main", "subscribe", "inbound:*", ok},
+		{"main-token", "main", "subscribe", "inbound:a", ok},
+		{"main-token", "main", "subscribe", "inbound:", ok},
+		{"main-token", "main", "subscribe", "inbound:a*", ok},
+		{"main-token", "main", "subscribe", "inbound*", forbidden}, // matches inboundx too
+		{"main-token", "main", "subscribe", "*", forbidden},
+		{"ops-token", "ops-1", "subscribe", "inbound:x", ok},
+		{"ops-token", "ops-1", "subscribe", "inbound:secret-1", forbidden}, // deny wins
+		{"ops-token", "ops-1", "subscribe", "inbound:*", forbidden},        // overlaps the deny
+		{"ops-token", "ops-1", "subscribe", "inbound:s*", forbidden},       // overlaps the deny
+		{"ops-token", "ops-1", "subscribe", "jobs:a", ok},                  // ? covers one character
+		{"ops-token", "ops-1", "subscribe", "jobs:ab", forbidden},
+		{"ops-token", "ops-1", "subscribe", "jobs:?", ok},           // the grant itself
+		{"ops-token", "ops-1", "subscribe", "jobs:[ab]", forbidden}, // undecided simply: refused
+		{"ops-token", "ops-1", "subscribe", "jobs:ax", ok},
+		{"ops-token", "ops-1", "subscribe", "jobs:cx", forbidden},
+		{"ops-token", "ops-1", "subscribe", "jobs:[ab]x", ok},
+		{"main-token", "main", "subscribe", "system:*", forbidden},
+		{"spawner-token", "spawner", "subscribe", "system:client.*", ok},
+		{"spawner-token", "spawner", "subscribe", "system:*", forbidden},
+		// fallback
+		{"spawner-token", "spawner", "fallback", "tg:*", ok},
+		{"main-token", "main", "fallback", "inbound:*", forbidden},
+		// admin
+		{"ops-token", "ops-1", "dlq", protocol.MethodDLQList, ok},
+		{"main-token", "main", "dlq", protocol.MethodDLQList, forbidden},
+		{"main-token", "main", "dlq", protocol.MethodDLQPurge, forbidden},
+	}
+	for _, r := range rows {
+		t.Run(strings.Join([]string{r.token, r.clientID, r.op, r.arg}, " "), func(t *testing.T) {
+			initOnly := r.op == "init" || r.op == "init-publish-only"
+			publishOnly := r.op == "init-publish-only" || (r.token == "tool-token" && r.op != "init")
+			c, got := initialize(t, f.srv.URL, r.token, r.clientID, publishOnly)
+			if initOnly {
+				if got != r.want {
+					t.Fatalf("initialize as %q: code %d, want %d", r.clientID, got, r.want)
+				}
+				return
+			}
+			if got != 0 {
+				t.Fatalf("initialize as %q: code %d", r.clientID, got)
+			}
+			var resp bustest.Response
+			switch r.op {
+			case "publish":
+				resp = c.Call(protocol.MethodSendMessage, map[string]any{"topic": r.arg, "payload": map[string]any{"type": "t"}})
+			case "subscribe":
+				resp = c.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: r.arg, Policy: protocol.PolicyContinueAll})
+			case "fallback":
+				resp = c.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: r.arg, Fallback: true})
+			case "dlq":
+				params := map[string]any{}
+				if r.arg == protocol.MethodDLQPurge {
+					params["all"] = true
+				}
+				resp = c.Call(r.arg, params)
+			}
+			if got := code(resp); got != r.want {
+				t.Fatalf("%s %q: code %d (%v), want %d", r.op, r.arg, got, resp.Error, r.want)
+			}
+			if r.want == forbidden && !strings.Contains(resp.Error.Message, r.arg) && r.op != "fallback" {
+				t.Errorf("refusal %q does not name %q", resp.Error.Message, r.arg)
+			}
+		})
+	}
+}
+
+// TestReaderCannotReachController is BCP's shape: a Reader allowed to
+// publish only bcp:* and subscribe only agent:researcher can neither
+// reach its Controller directly, nor listen beyond its own topic, nor
+// become the Controller, nor touch the dead-letter queue.
+func TestReaderCannotReachController(t *testing.T) {
+	f := startAuth(t)
+	main, _ := initialize(t, f.srv.URL, "main-token", "main", false)
+	main.Subscribe("agent:main", "")
+
+	reader, got := initialize(t, f.srv.URL, "reader-token", "researcher", false)
+	if got != 0 {
+		t.Fatalf("reader initialize: %d", got)
+	}
+	for _, tc := range []struct {
+		method string
+		params any
+	}{
+		{protocol.MethodSendMessage, map[string]any{"topic": "agent:main", "payload": map[string]any{"type": "task_request"}}},
+		{protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:*"}},
+		{protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "system:*"}},
+		{protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:main"}},
+		{protocol.MethodDLQList, map[string]any{}},
+		{protocol.MethodDLQPurge, map[string]any{"all": true}},
+	} {
+		if r := reader.Call(tc.method, tc.params); code(r) != protocol.CodeForbidden {
+			t.Errorf("reader %s %v: %v, want forbidden", tc.method, tc.params, r.Error)
+		}
+	}
+	reader.Subscribe("agent:researcher", "")
+	if r := reader.Publish("bcp:response", "bcp_response"); !r.Success && r.Reason != "no_subscribers" {
+		t.Errorf("reader publish to bcp:response: %+v", r)
+	}
+
+	// The reader's credential cannot initialize as main, so it cannot
+	// take main's connection over.
+	_, got = initialize(t, f.srv.URL, "reader-token", "main", false)
+	if got != protocol.CodeForbidden {
+		t.Fatalf("reader initialize as main: %d, want forbidden", got)
+	}
+	if r := main.Publish("agent:main", "t"); len(r.Acks) != 1 || r.Acks[0].ClientID != "main" {
+		t.Fatalf("main lost its subscription: %+v", r)
+	}
+}
+
+// TestCredentialRefused: a bad bearer token is refused with 401 before any
+// WebSocket; no credential, or a bad one in initialize, gets -32009 and
+// the connection closes with 4006; a good token in initialize works.
+func TestCredentialRefused(t *testing.T) {
+	f := startAuth(t)
+	for _, bad := range []string{"wrong-token", "Basic main-token", f.mint(t, "agent-1", auth.Claims{}, -time.Minute)} {
+		if _, err := bustest.DialWS(f.srv.URL, bad); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			t.Errorf("upgrade with a bad token: %v, want HTTP 401", err)
+		}
+	}
+	for _, token := range []string{"", "wrong-token"} {
+		c := bustest.Dial(t, f.srv.URL)
+		r := c.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "main", Token: token})
+		if code(r) != protocol.CodeUnauthorized {
+			t.Fatalf("initialize with token %q: %v, want unauthorized", token, r.Error)
+		}
+		if strings.Contains(r.Error.Message, "wrong-token") {
+			t.Errorf("refusal repeats the token: %q", r.Error.Message)
+		}
+		if st := c.Closed(); st != protocol.CloseUnauthorized {
+			t.Errorf("close status %d, want %d", st, protocol.CloseUnauthorized)
+		}
+	}
+	c := bustest.Dial(t, f.srv.URL)
+	if r := c.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "main", Token: "main-token"}); r.Error != nil {
+		t.Fatalf("initialize with the token in params: %v", r.Error)
+	}
+	c.Subscribe("agent:main", "")
+}
+
+// TestAnonymousGrant: with an anonymous entry, a connection without a
+// credential gets exactly that grant.
+func TestAnonymousGrant(t *testing.T) {
+	dir := t.TempDir()
+	cfg, _ := authConfig(t, dir)
+	cfg.Anonymous = &auth.Grant{ClientIDs: []string{"web-*"}, Publish: auth.Rules{Allow: []string{"inbound:web-{{clientId}}"}}}
+	a, err := auth.New(cfg, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := bustest.Start(t, &bus.Options{Auth: a})
+	c, got := initialize(t, srv.URL, "", "web-1", false)
+	if got != 0 {
+		t.Fatalf("anonymous initialize: %d", got)
+	}
+	if r := c.Call(protocol.MethodSendMessage, map[string]any{"topic": "inbound:web-web-1", "payload": map[string]any{"type": "t"}}); r.Error != nil {
+		t.Errorf("anonymous publish to its own topic: %v", r.Error)
+	}
+	if r := c.Call(protocol.MethodSendMessage, map[string]any{"topic": "inbound:web-web-2", "payload": map[string]any{"type": "t"}}); code(r) != protocol.CodeForbidden {
+		t.Errorf("anonymous publish to another's topic: %v", r.Error)
+	}
+	if _, got := initialize(t, srv.URL, "", "main", false); got != protocol.CodeForbidden {
+		t.Errorf("anonymous initialize as main: %d, want forbidden", got)
+	}
+}
+
+// TestSpawnerMintedTokens: an agent's token works for that agent only,
+// within the issuer's ceiling, and tokens that are expired, from an
+// unknown issuer or signed some other way are refused.
+func TestSpawnerMintedTokens(t *testing.T) {
+	f := startAuth(t)
+	claims := auth.Claims{
+		Publish:   auth.Rules{Allow: []string{"outbound:123", "inbound:*"}}, // inbound:* is above the ceiling
+		Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}", "tg:123"}},
+	}
+	tokA := f.mint(t, "agent-a", claims, time.Hour)
+	a, got := initialize(t, f.srv.URL, tokA, "agent-a", false)
+	if got != 0 {
+		t.Fatalf("agent-a with its own token: %d", got)
+	}
+	a.Subscribe("agent:agent-a", "")
+	a.Subscribe("tg:123", "")
+	if r := a.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:agent-b"}); code(r) != protocol.CodeForbidden {
+		t.Errorf("agent-a subscribing agent:agent-b: %v", r.Error)
+	}
+	if r := a.Call(protocol.MethodSendMessage, map[string]any{"topic": "outbound:123", "payload": map[string]any{"type": "t"}}); r.Error != nil {
+		t.Errorf("agent-a publishing its reply: %v", r.Error)
+	}
+	if r := a.Call(protocol.MethodSendMessage, map[string]any{"topic": "inbound:x", "payload": map[string]any{"type": "t"}}); code(r) != protocol.CodeForbidden {
+		t.Errorf("agent-a publishing above the issuer's ceiling: %v", r.Error)
+	}
+	if _, got := initialize(t, f.srv.URL, tokA, "agent-b", false); got != protocol.CodeForbidden {
+		t.Errorf("agent-a's token used as agent-b: %d, want forbidden", got)
+	}
+
+	other, err := auth.Mint(ed25519.NewKeyFromSeed(make([]byte, 32)), "spawner", "agent-a", claims, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown, err := auth.Mint(f.key, "elsewhere", "agent-a", claims, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tok := range map[string]string{
+		"expired":         f.mint(t, "agent-a", claims, -time.Second),
+		"wrong key":       other,
+		"unknown issuer":  unknown,
+		"alg none":        jwtNone("spawner", "agent-a"),
+		"not for agent-*": f.mint(t, "main", claims, time.Hour),
+	} {
+		if _, err := bustest.DialWS(f.srv.URL, tok); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+			t.Errorf("%s token: %v, want HTTP 401", name, err)
+		}
+	}
+}
+
+// jwtNone is an unsigned token, alg "none".
+func jwtNone(iss, sub string) string {
+	enc := func(s string) string { return strings.TrimRight(b64(s), "=") }
+	exp := time.Now().Add(time.Hour).Unix()
+	return enc(`{"alg":"none","typ":"JWT"}`) + "." + enc(`{"iss":"`+iss+`","sub":"`+sub+`","exp":`+itoa(exp)+`}`) + "."
+}
+
+// TestReloadRevokes: after a reload, a connection whose token was removed
+// is closed with 4003, one whose subscription is no longer allowed with
+// 4004; the others go on.
+func TestReloadRevokes(t *testing.T) {
+	f := startAuth(t)
+	main, _ := initialize(t, f.srv.URL, "main-token", "main", false)
+	main.Subscribe("agent:main", "")
+	reader, _ := initialize(t, f.srv.URL, "reader-token", "researcher", false)
+	reader.Subscribe("agent:researcher", "")
+	ops, _ := initialize(t, f.srv.URL, "ops-token", "ops-1", false)
+	ops.Subscribe("inbound:x", "")
+
+	cfg := f.config
+	cfg.Identities = append([]auth.Identity(nil), cfg.Identities...)
+	var kept []auth.Identity
+	for _, id := range cfg.Identities {
+		switch id.Name {
+		case "researcher":
+			continue // revoked
+		case "ops":
+			id.Subscribe.Allow = []string{"jobs:"} // narrowed
+		}
+		kept = append(kept, id)
+	}
+	cfg.Identities = kept
+	a, err := auth.New(cfg, f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv.SetAuth(a)
+	if st := reader.Closed(); st != protocol.CloseCredentialRevoked {
+		t.Errorf("revoked reader closed with %d, want %d", st, protocol.CloseCredentialRevoked)
+	}
+	if st := ops.Closed(); st != protocol.ClosePermissionsChanged {
+		t.Errorf("narrowed ops closed with %d, want %d", st, protocol.ClosePermissionsChanged)
+	}
+	if r := main.Publish("agent:main", "t"); len(r.Acks) != 1 || !r.Acks[0].Processed {
+		t.Errorf("main after the reload: %+v", r)
+	}
+	if _, err := bustest.DialWS(f.srv.URL, "reader-token"); err == nil {
+		t.Error("the revoked token still upgrades")
+	}
+}
+
+// TestBusOwnedTopicsOpenBus: with no auth at all, no peer may publish to
+// the bus's own lifecycle topics, which the spawner trusts.
+func TestBusOwnedTopicsOpenBus(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	c := bustest.Connect(t, srv.URL, "anyone", bustest.Processed)
+	for _, topic := range []string{bus.TopicClientSubscribed, bus.TopicClientConnected, bus.TopicDeadLettered} {
+		r := c.Call(protocol.MethodSendMessage, map[string]any{"topic": topic, "payload": map[string]any{"type": "client_event"}})
+		if code(r) != protocol.CodeForbidden {
+			t.Errorf("publish to %s on an open bus: %v, want forbidden", topic, r.Error)
+		}
+	}
+	if r := c.Call(protocol.MethodSendMessage, map[string]any{"topic": "system:agent.spawned", "payload": map[string]any{"type": "agent_event"}}); r.Error != nil {
+		t.Errorf("publish to system:agent.spawned on an open bus: %v", r.Error)
+	}
+}
+
+// TestHostCheck: a browser upgrade (it has an Origin) whose Host is not
+// this bus is refused, so a web page cannot reach a loopback bus by DNS
+// rebinding; the bus's own address and configured names pass.
+func TestHostCheck(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{Hosts: []string{"bus.example"}})
+	addr := strings.TrimSuffix(strings.TrimPrefix(srv.URL, "ws://"), "/")
+	_, port, _ := strings.Cut(addr, ":")
+	for host, want := range map[string]bool{
+		"attacker.example:" + port: false,
+		"attacker.example":         false,
+		addr:                       true,
+		"localhost:" + port:        true,
+		"localhost:1":              false,
+		"bus.example":              true,
+		"bus.example:" + port:      true,
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+		ws, resp, err := websocket.Dial(ctx, srv.URL, &websocket.DialOptions{Host: host, HTTPHeader: http.Header{"Origin": {"http://" + host}}})
+		cancel()
+		if ws != nil {
+			ws.CloseNow()
+		}
+		if got := err == nil; got != want {
+			status := 0
+			if resp != nil {
+				status = resp.StatusCode
+			}
+			t.Errorf("Host %s: upgraded %v (HTTP %d, %v), want %v", host, got, status, err, want)
+		}
+	}
+}
+
+// TestClientEventsNameIdentity: lifecycle events carry the identity.
+func TestClientEventsNameIdentity(t *testing.T) {
+	f := startAuth(t)
+	events := make(chan protocol.ProcessMessageParams, 16)
+	sp := bustest.DialToken(t, f.srv.URL, "spawner-token")
+	sp.OnProcess(func(p protocol.ProcessMessageParams) any {
+		events <- p
+		return protocol.ProcessMessageResult{}
+	})
+	sp.Initialize("spawner")
+	sp.Subscribe("system:client.*", protocol.PolicyContinueAll)
+	initialize(t, f.srv.URL, "main-token", "main", false)
+	for {
+		select {
+		case p := <-events:
+			if !strings.Contains(string(p.Payload), `"client_id":"main"`) {
+				continue
+			}
+			if !strings.Contains(string(p.Payload), `"identity":"main"`) {
+				t.Fatalf("event without the identity: %s", p.Payload)
+			}
+			return
+		case <-time.After(bustest.Timeout):
+			t.Fatal("no connected event for main")
+		}
+	}
+}
+
+func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
