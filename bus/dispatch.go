@@ -46,11 +46,11 @@ func (c *conn) handle(req *jsonrpc2.Request) {
 		}
 		go func() {
 			defer func() { c.server.requests.Done(); <-c.slots }()
-			result, err := c.handleQueued(req)
+			result, err := c.guard(req, c.handleQueued)
 			c.reply(req, result, err)
 		}()
 	default:
-		result, err := c.handleInline(req)
+		result, err := c.guard(req, c.handleInline)
 		c.reply(req, result, err)
 		if req.Method == protocol.MethodInitialize && protocol.CodeOf(err) == protocol.CodeUnauthorized {
 			// The answer says why; the connection has nothing more to do.
@@ -109,7 +109,7 @@ var knownMethods = map[string]bool{
 }
 
 func (c *conn) reply(req *jsonrpc2.Request, result any, err error) {
-	c.server.metrics.requests.WithLabelValues(req.Method, outcomeOf(err)).Inc()
+	c.server.metrics.requests.WithLabelValues(methodLabel(req.Method), outcomeOf(err)).Inc()
 	var werr *protocol.Error
 	if err != nil {
 		werr = protocol.WireError(err)

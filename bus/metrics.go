@@ -8,6 +8,7 @@ import (
 
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // metrics are the bus's Prometheus collectors, in a registry of the
@@ -28,6 +29,37 @@ type metrics struct {
 	storeCommit      prometheus.Histogram
 	eventsDropped    prometheus.Counter
 	authRefusals     *prometheus.CounterVec
+	panics           *prometheus.CounterVec
+}
+
+// Every label value comes from a closed set the bus defines, never from
+// what a peer sends: a label per peer-chosen string would let any client,
+// even before initialize, grow the registry without bound. Method names
+// go through methodLabel; outcomes, reasons and close reasons are the
+// bus's own constants; error codes are the bus's own.
+
+// labelledMethods are the method names bub_requests_total counts by name.
+var labelledMethods = map[string]bool{
+	protocol.MethodInitialize:  true,
+	protocol.MethodSubscribe:   true,
+	protocol.MethodUnsubscribe: true,
+	protocol.MethodSendMessage: true,
+	protocol.MethodPing:        true,
+	protocol.MethodDLQList:     true,
+	protocol.MethodDLQGet:      true,
+	protocol.MethodDLQReplay:   true,
+	protocol.MethodDLQPurge:    true,
+}
+
+// unknownMethod is the label every method the bus does not serve shares.
+const unknownMethod = "unknown"
+
+// methodLabel returns method if the bus serves it, else "unknown".
+func methodLabel(method string) string {
+	if labelledMethods[method] {
+		return method
+	}
+	return unknownMethod
 }
 
 func newMetrics() *metrics {
@@ -50,7 +82,7 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bub_requests_total", Help: "JSON-RPC requests answered, by method and outcome (ok or the error code).",
+			Name: "bub_requests_total", Help: "JSON-RPC requests answered, by method (unknown for any method the bus does not serve) and outcome (ok or the error code).",
 		}, []string{"method", "outcome"}),
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bub_connection_closes_total", Help: "Connections the bus closed, by reason.",
@@ -78,6 +110,9 @@ func newMetrics() *metrics {
 	m.eventsDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "bub_events_dropped_total", Help: "System events dropped because the event queue was full.",
 	})
+	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bub_panics_total", Help: "Panics recovered instead of crashing the bus, by where (request, retry_attempt, metrics_scrape); each is logged with its stack.",
+	}, []string{"where"})
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "bub_build_info", Help: "The running build; always 1.",
 		ConstLabels: prometheus.Labels{"version": buildinfo.Version()},
@@ -85,7 +120,7 @@ func newMetrics() *metrics {
 	build.Set(1)
 	m.registry.MustRegister(m.connections, m.subscriptions, m.published, m.deliveries,
 		m.deliveryDuration, m.requests, m.closes, build,
-		m.retriesScheduled, m.retryAttempts, m.held, m.deadLettered, m.storeCommit, m.eventsDropped, m.authRefusals,
+		m.retriesScheduled, m.retryAttempts, m.held, m.deadLettered, m.storeCommit, m.eventsDropped, m.authRefusals, m.panics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -94,13 +129,11 @@ func newMetrics() *metrics {
 // read at scrape time.
 func (m *metrics) watchStore(st *store.Store) {
 	m.registry.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bub_dead_letters", Help: "Entries in the dead-letter queue."}, func() float64 {
-			n, _ := st.CountDeadLetters()
-			return float64(n)
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bub_dead_letters", Help: "Entries in the dead-letter queue; -1 if the store cannot be read."}, func() float64 {
+			return m.guardScrape(st.CountDeadLetters)
 		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bub_pending", Help: "Retries and holds waiting in the store."}, func() float64 {
-			n, _ := st.CountPending()
-			return float64(n)
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bub_pending", Help: "Retries and holds waiting in the store; -1 if the store cannot be read."}, func() float64 {
+			return m.guardScrape(st.CountPending)
 		}),
 	)
 }

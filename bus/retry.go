@@ -164,7 +164,7 @@ func (q *scheduler) run(ctx context.Context) {
 			q.mu.Unlock()
 			go func() {
 				defer func() { <-q.running; q.inflight.Done() }()
-				q.s.attempt(due)
+				q.s.guardAttempt(due)
 			}()
 			continue
 		}

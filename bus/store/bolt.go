@@ -21,8 +21,10 @@ const storeFormat = 1
 //
 // Open fails, with an error that names the file and the cause, when
 // another process holds the lock (after waiting about a second), when the
-// file is not a bub store or is corrupt, or when dir or the file cannot be
-// created or written. It never falls back to memory.
+// file is not a bub store or is damaged (ErrCorrupt; see integrity.go for
+// what is checked), or when dir or the file cannot be created or written.
+// A missing file is a fresh store; an empty one is damage. Open never
+// falls back to memory, and never to an older state of the file.
 func Open(dir string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -31,26 +33,50 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, NoSync: opts.NoSync})
+	exists, err := checkHeader(path)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", path, explainOpen(err))
+		return nil, openError(path, err)
+	}
+	db, err := openBolt(path, &bolt.Options{Timeout: lockTimeout, NoSync: opts.NoSync})
+	if err != nil {
+		return nil, openError(path, explainOpen(err))
+	}
+	if exists {
+		if err := checkTree(db); err != nil {
+			return nil, errors.Join(openError(path, err), db.Close())
+		}
 	}
 	if err := db.Update(initBuckets); err != nil {
-		return nil, errors.Join(fmt.Errorf("open store %s: %w", path, err), db.Close())
+		return nil, errors.Join(openError(path, err), db.Close())
 	}
 	return &Store{db: &boltDB{db: db}, onCommit: opts.OnCommit}, nil
 }
+
+// restoreHint tells an operator what to do with a store the bus refused.
+const restoreHint = "stop here and restore " + FileName + " from a backup copied while the bus was stopped, " +
+	"or move the damaged file aside (keep it for analysis) to start with an empty store"
+
+// openError names the file, and for a damaged file says how to recover.
+func openError(path string, err error) error {
+	if errors.Is(err, ErrCorrupt) {
+		return fmt.Errorf("open store %s: %w; %s", path, err, restoreHint)
+	}
+	return fmt.Errorf("open store %s: %w", path, err)
+}
+
+// errLocked is Open's error for a file another process holds.
+var errLocked = errors.New("locked by another process (is another bub serve running?)")
 
 // explainOpen says in words what bbolt's open errors mean for an operator.
 func explainOpen(err error) error {
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
-		return fmt.Errorf("locked by another process (is another bub serve running?)")
+		return errLocked
 	case errors.Is(err, bolterrors.ErrInvalid), errors.Is(err, bolterrors.ErrChecksum),
 		errors.Is(err, bolterrors.ErrVersionMismatch),
 		// bbolt has no sentinel for a file shorter than its two meta pages.
 		strings.HasPrefix(err.Error(), "file size too small"):
-		return fmt.Errorf("not a bub store, or corrupt: %w", err)
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return err
 }
@@ -71,7 +97,7 @@ func initBuckets(tx *bolt.Tx) error {
 	n, err := strconv.Atoi(string(v))
 	switch {
 	case err != nil:
-		return fmt.Errorf("not a bub store, or corrupt: meta/version is %q", v)
+		return fmt.Errorf("%w: meta/version is %q", ErrCorrupt, v)
 	case n > storeFormat:
 		return fmt.Errorf("store format %d is newer than this program reads (%d)", n, storeFormat)
 	}

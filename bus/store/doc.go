@@ -50,6 +50,12 @@
 //     the queue while the bus runs must ask the bus.
 //   - The file never shrinks: space freed by removals is reused, not given
 //     back. `bbolt compact` rewrites the file while the bus is stopped.
+//   - Open refuses a damaged file (ErrCorrupt), and a missing file is a
+//     fresh store but an empty one is damage; integrity.go says what is
+//     checked and why. Open reads every page of the file to check it, so
+//     opening a large store takes time. If bbolt panics inside Open on a
+//     file that passed the header checks, the file stays mapped, and so
+//     locked, until the process exits.
 //   - Pending and ListDeadLetters read records into memory; Pending reads
 //     all of them, which suits resuming after a restart, not a hot path.
 package store

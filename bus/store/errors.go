@@ -14,6 +14,12 @@ var (
 	// valid pattern. It is the caller's fault, never the store's.
 	ErrInvalid = errors.New("invalid argument")
 
+	// ErrCorrupt is returned by Open when the file is not a bub store or
+	// is damaged: cut short, emptied, overwritten in places, or with a
+	// meta page that does not check out. The bus refuses such a file
+	// rather than start on part of its data.
+	ErrCorrupt = errors.New("not a bub store, or corrupt")
+
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("store closed")
 )
