@@ -140,7 +140,8 @@ type Conn struct {
 	// mu guards the fields below. Lock order: subMu, then mu; mu is never
 	// held across network I/O.
 	mu        sync.Mutex
-	session   *session // nil while disconnected
+	session   *session        // nil while disconnected
+	limits    protocol.Limits // from the latest initialize
 	ended     bool
 	subs      []*subscription          // in subscribe order
 	byPattern map[string]*subscription // the same, by pattern string
@@ -227,6 +228,15 @@ func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
 // ClientID returns the clientId the Conn initialized with.
 func (c *Conn) ClientID() string { return c.opts.ClientID }
 
+// Limits returns the bounds the bus announced at the latest initialize:
+// the largest message it reads and how long it waits for a subscriber.
+// Zero fields mean the bus did not say (one older than the field).
+func (c *Conn) Limits() protocol.Limits {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.limits
+}
+
 // Done returns a channel that is closed when the Conn has ended for good:
 // after Close, after a takeover of its clientId, or after a dropped
 // connection with Options.NoReconnect. It stays open while reconnecting.
@@ -304,6 +314,9 @@ func (c *Conn) establish(ctx context.Context) (*session, error) {
 		return nil, ErrClosed
 	}
 	c.session = s
+	if result.Limits != nil {
+		c.limits = *result.Limits
+	}
 	subs := append([]*subscription(nil), c.subs...)
 	c.mu.Unlock()
 	for _, sub := range subs {
