@@ -42,8 +42,8 @@ type Options struct {
 	// CallTimeout bounds every call to the bus (initialize, subscribe,
 	// unsubscribe, sendMessage, ping), besides the caller's context.
 	// A sendMessage answers only once every subscriber has, so it must
-	// exceed the bus's delivery timeout times the subscribers in a chain.
-	// Default: 30s.
+	// exceed the bus's delivery timeout times the subscribers in a chain;
+	// Conn.Limits reports that timeout once connected. Default: 30s.
 	CallTimeout time.Duration
 	// HandlerTimeout is the deadline of the context a Handler gets. The
 	// Conn still waits for the handler to return before it answers, so a
