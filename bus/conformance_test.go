@@ -3,6 +3,7 @@ package bus_test
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -123,8 +124,10 @@ func TestErrorCodes(t *testing.T) {
 }
 
 func TestInitializeResult(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{ServerID: "bus-test"})
+	srv := bustest.Start(t, &bus.Options{ServerID: "bus-test", MaxMessageBytes: 2048, DeliveryTimeout: 1500 * time.Millisecond})
 	r := bustest.Dial(t, srv.URL).Initialize("agent-1")
+	// The peer learns the limits it would otherwise find out by a close.
+	assert.Equal(t, &protocol.Limits{MaxMessageBytes: 2048, DeliveryTimeoutMs: 1500}, r.Limits)
 	assert.Equal(t, "bus-test", r.ServerID)
 	assert.Equal(t, "bub-bus", r.ServerInfo.Name)
 	assert.NotEmpty(t, r.ServerInfo.Version)
@@ -132,12 +135,46 @@ func TestInitializeResult(t *testing.T) {
 	assert.Equal(t, protocol.Policies, r.Capabilities.Policies)
 }
 
+// An oversized message closes with 1009, and the bus says so in its log
+// and its metrics: the close used to leave no trace at all.
 func TestOversizeFrameCloses1009(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{MaxMessageBytes: 1024})
+	var log lockedLog
+	srv := bustest.Start(t, &bus.Options{MaxMessageBytes: 1024, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	c := bustest.Dial(t, srv.URL)
 	c.Initialize("big")
 	c.Send(`{"jsonrpc":"2.0","method":"ping","id":1,"params":{"pad":"` + strings.Repeat("x", 2048) + `"}}`)
 	assert.Equal(t, websocket.StatusMessageTooBig, c.Closed())
+	require.Eventually(t, func() bool {
+		n, err := testutil.GatherAndCount(srv.Registry(), "bub_connection_closes_total")
+		return err == nil && n == 1 && strings.Contains(log.String(), "message too big")
+	}, bustest.Timeout, 10*time.Millisecond, "log: %s", &log)
+	line := log.String()
+	for _, want := range []string{"client=big", "remote=", "max_message_bytes=1024"} {
+		assert.Contains(t, line, want)
+	}
+	assert.NoError(t, testutil.GatherAndCompare(srv.Registry(), strings.NewReader(`
+# HELP bub_connection_closes_total Connections the bus closed, by reason.
+# TYPE bub_connection_closes_total counter
+bub_connection_closes_total{reason="message too big"} 1
+`), "bub_connection_closes_total"))
+}
+
+// lockedLog is a log destination the bus writes while the test reads.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestBinaryFrameRefused(t *testing.T) {

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ const (
 	closeShutdown  = "bus shutting down"
 	closeTakenOver = "clientId taken over by a newer connection"
 	closePingLost  = "ping timed out"
+	closeTooBig    = "message too big"
 )
 
 // conn is one peer's WebSocket connection.
@@ -94,6 +96,12 @@ func (c *conn) readLoop() {
 	for {
 		req, err := c.stream.ReadRequest()
 		if err != nil {
+			// websocket has already closed with 1009; without this the
+			// peer's only clue is a dropped connection.
+			if errors.Is(err, websocket.ErrMessageTooBig) {
+				c.log.Info("closing peer", "client", c.id(), "reason", closeTooBig, "max_message_bytes", c.server.opts.MaxMessageBytes)
+				c.server.metrics.closes.WithLabelValues(closeTooBig).Inc()
+			}
 			return
 		}
 		c.handle(req)

@@ -236,6 +236,10 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 			Topics:         []string{"inbound:*", "outbound:*", "agent:*", "system:*"},
 			Policies:       protocol.Policies,
 		},
+		Limits: &protocol.Limits{
+			MaxMessageBytes:   s.opts.MaxMessageBytes,
+			DeliveryTimeoutMs: s.opts.DeliveryTimeout.Milliseconds(),
+		},
 	}, nil
 }
 

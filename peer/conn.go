@@ -44,8 +44,8 @@ type Options struct {
 	// CallTimeout bounds every call to the bus (initialize, subscribe,
 	// unsubscribe, sendMessage, ping), besides the caller's context.
 	// A sendMessage answers only once every subscriber has, so it must
-	// exceed the bus's delivery timeout times the subscribers in a chain.
-	// Default: 30s.
+	// exceed the bus's delivery timeout times the subscribers in a chain;
+	// Conn.Limits reports that timeout once connected. Default: 30s.
 	CallTimeout time.Duration
 	// HandlerTimeout is the deadline of the context a Handler gets. The
 	// Conn still waits for the handler to return before it answers, so a
@@ -150,7 +150,8 @@ type Conn struct {
 	// mu guards the fields below. Lock order: subMu, then mu; mu is never
 	// held across network I/O.
 	mu        sync.Mutex
-	session   *session // nil while disconnected
+	session   *session        // nil while disconnected
+	limits    protocol.Limits // from the latest initialize
 	ended     bool
 	subs      []*subscription          // in subscribe order
 	byPattern map[string]*subscription // the same, by pattern string
@@ -239,6 +240,15 @@ func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
 // ClientID returns the clientId the Conn initialized with.
 func (c *Conn) ClientID() string { return c.opts.ClientID }
 
+// Limits returns the bounds the bus announced at the latest initialize:
+// the largest message it reads and how long it waits for a subscriber.
+// Zero fields mean the bus did not say (one older than the field).
+func (c *Conn) Limits() protocol.Limits {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.limits
+}
+
 // Done returns a channel that is closed when the Conn has ended for good:
 // after Close, after a takeover of its clientId, or after a dropped
 // connection with Options.NoReconnect. It stays open while reconnecting.
@@ -317,6 +327,9 @@ func (c *Conn) establish(ctx context.Context) (*session, error) {
 		return nil, ErrClosed
 	}
 	c.session = s
+	if result.Limits != nil {
+		c.limits = *result.Limits
+	}
 	subs := append([]*subscription(nil), c.subs...)
 	c.mu.Unlock()
 	for _, sub := range subs {

@@ -16,6 +16,10 @@ var (
 	// Options.CallTimeout. The error also matches
 	// context.DeadlineExceeded.
 	ErrCallTimeout = errors.New("peer: call timed out")
+	// ErrMessageTooBig means SendMessage refused a message larger than
+	// the bus's maxMessageBytes (Conn.Limits) without sending it: the bus
+	// would have closed the connection with 1009 and no answer.
+	ErrMessageTooBig = errors.New("peer: message too big for the bus")
 )
 
 // Reasons a Conn ends for good, reported by Conn.Err.

@@ -22,7 +22,9 @@ import (
 //
 // SendMessage may be called from a handler; it does not block the Conn's
 // other deliveries. It is not retried: after ErrDisconnected or
-// ErrCallTimeout the message may or may not have been delivered.
+// ErrCallTimeout the message may or may not have been delivered. A
+// message larger than the bus accepts (Conn.Limits) is refused before
+// sending with ErrMessageTooBig.
 func (c *Conn) SendMessage(ctx context.Context, topic string, payload any) (*protocol.SendMessageResult, error) {
 	return c.SendMessageWithMeta(ctx, topic, payload, nil)
 }
@@ -45,12 +47,28 @@ func (c *Conn) SendMessageWithMeta(ctx context.Context, topic string, payload, m
 			return nil, fmt.Errorf("sendMessage %q: meta: %w", name, err)
 		}
 	}
+	// Marshalled here, once, to measure what the bus will read.
+	raw, err := json.Marshal(params)
+	if err != nil {
+		return nil, fmt.Errorf("sendMessage %q: %w", name, err)
+	}
+	if limit := c.Limits().MaxMessageBytes; limit > 0 {
+		if size := int64(len(raw) + requestOverhead); size > limit {
+			return nil, fmt.Errorf("sendMessage %q: %w: the request is %d bytes, over the bus's limit of %d bytes (maxMessageBytes; bub serve --max-message-bytes)", name, ErrMessageTooBig, size, limit)
+		}
+	}
 	var result protocol.SendMessageResult
-	if err := c.call(ctx, protocol.MethodSendMessage, params, &result); err != nil {
+	if err := c.call(ctx, protocol.MethodSendMessage, json.RawMessage(raw), &result); err != nil {
 		return nil, fmt.Errorf("sendMessage %q: %w", name, err)
 	}
 	return &result, nil
 }
+
+// requestOverhead bounds what the JSON-RPC envelope adds to sendMessage's
+// params: {"method":"sendMessage","params":,"id":N,"jsonrpc":"2.0"} with
+// a 20-digit id is 70 bytes. Erring high only refuses a message within a
+// few bytes of the limit, which the bus would refuse anyway next time.
+const requestOverhead = 72
 
 // marshalJSON returns v as JSON, taking raw JSON as it is once checked.
 func marshalJSON(v any) (json.RawMessage, error) {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -124,4 +127,42 @@ func TestPing(t *testing.T) {
 	now, err := c.Ping(t.Context())
 	require.NoError(t, err)
 	assert.False(t, now.IsZero())
+}
+
+// A message over the bus's limit is refused before it is sent, with the
+// size and the limit named; it used to cost the connection (a 1009 close)
+// and say only "connection lost". The largest message the check lets
+// through must be one the bus accepts.
+func TestSendMessageRefusesOversized(t *testing.T) {
+	b := startBus(t, &bus.Options{MaxMessageBytes: 1024, DeliveryTimeout: 2 * time.Second})
+	sub := dial(t, b.URL, "sub", nil)
+	require.NoError(t, sub.Subscribe(t.Context(), "big", func(context.Context, *peer.Delivery) (peer.Result, error) {
+		return peer.Result{Processed: true}, nil
+	}, nil))
+	pub := dial(t, b.URL, "pub", &peer.Options{NoReconnect: true})
+	assert.Equal(t, protocol.Limits{MaxMessageBytes: 1024, DeliveryTimeoutMs: 2000}, pub.Limits())
+
+	payload := func(n int) json.RawMessage {
+		return json.RawMessage(`{"type":"t","pad":"` + strings.Repeat("x", n) + `"}`)
+	}
+	// Grow the payload to the largest that passes the check.
+	n := 0
+	for {
+		_, err := pub.SendMessage(t.Context(), "big", payload(n+1))
+		if errors.Is(err, peer.ErrMessageTooBig) {
+			break
+		}
+		require.NoError(t, err, "a message the check passes must reach the bus (pad %d)", n+1)
+		n++
+		if n > 1024 {
+			t.Fatal("no message was refused")
+		}
+	}
+	_, err := pub.SendMessage(t.Context(), "big", payload(n+1))
+	require.ErrorIs(t, err, peer.ErrMessageTooBig)
+	assert.Contains(t, err.Error(), "1025 bytes")
+	assert.Contains(t, err.Error(), "limit of 1024 bytes")
+	// Refused locally: the connection is still up.
+	_, err = pub.Ping(t.Context())
+	assert.NoError(t, err)
 }

@@ -66,6 +66,23 @@ type InitializeResult struct {
 	ServerID     string       `json:"serverId"`
 	ServerInfo   ServerInfo   `json:"serverInfo"`
 	Capabilities Capabilities `json:"capabilities"`
+	// Limits tells the peer the bounds it must stay within, so that it
+	// can refuse an oversized message itself, with the limit named,
+	// instead of losing the connection to a 1009 close. A bus that
+	// predates it sends none.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits are the bus's bounds that a peer can act on.
+type Limits struct {
+	// MaxMessageBytes is the largest WebSocket message the bus reads: a
+	// whole JSON-RPC request, envelope included. A larger one closes
+	// the connection with 1009.
+	MaxMessageBytes int64 `json:"maxMessageBytes"`
+	// DeliveryTimeoutMs is how long the bus waits for a subscriber's
+	// answer to one processMessage, in milliseconds. A publisher waiting
+	// for sendMessage's answer should wait longer than this.
+	DeliveryTimeoutMs int64 `json:"deliveryTimeoutMs"`
 }
 
 // SubscribeParams are the params of subscribe. An empty Policy means the

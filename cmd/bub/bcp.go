@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/bub-bus/bub/bcp"
 )
@@ -18,9 +19,10 @@ func init() {
 const bcpSynopsis = `bcp <subcommand>
 
 Subcommands:
-  check DIR
-      Load and check every agent definition (*.md) in DIR; print every
-      problem, or a summary of agents, channels and subscription costs.
+  check DIR|FILE
+      Load and check every agent definition (*.md) in DIR, or the one in
+      FILE; print every problem, or a summary of agents, channels and
+      subscription costs.
   validate --query Q.json --response R.json [--reject-anomalies]
       Validate a Reader's response against a query spec and print, as JSON,
       the normalized response, the declared and measured bits and the
@@ -35,8 +37,10 @@ func runBCP(_ context.Context, io stdio, args []string) int {
 	}
 	switch args[0] {
 	case "check":
+		io.cmd = "bcp check"
 		return runBCPCheck(io, args[1:])
 	case "validate":
+		io.cmd = "bcp validate"
 		return runBCPValidate(io, args[1:])
 	case "-h", "--help", "help":
 		fmt.Fprintf(io.err, "Usage: bub %s\n", bcpSynopsis)
@@ -47,16 +51,15 @@ func runBCP(_ context.Context, io stdio, args []string) int {
 }
 
 func runBCPCheck(io stdio, args []string) int {
-	fs := newFlagSet(io, "bcp check", "bcp check DIR\n\nLoads and checks every agent definition (*.md) in DIR.")
+	fs := newFlagSet(io, "bcp check", "bcp check DIR|FILE\n\nLoads and checks every agent definition (*.md) in DIR, each on its own and together,\nor the one in FILE on its own.")
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
+		return usagef(io, "bcp check", "name one directory of agent definitions, or one definition file (see bub bcp check --help)")
 	}
-	dir := fs.Arg(0)
-	defs, err := bcp.LoadDefinitions(dir)
+	path := fs.Arg(0)
+	defs, err := loadDefinitions(path)
 	if err != nil {
 		var problems bcp.Errors
 		if !errors.As(err, &problems) {
@@ -65,10 +68,40 @@ func runBCPCheck(io stdio, args []string) int {
 		for _, p := range problems {
 			fmt.Fprintln(io.err, p)
 		}
-		return errorf(io, "%s: %d problem%s in the agent definitions", dir, len(problems), bcpPlural(len(problems)))
+		return errorf(io, "%s: %d problem%s in the agent definitions", path, len(problems), bcpPlural(len(problems)))
 	}
-	printDefinitions(io.out, dir, defs)
+	if len(defs) == 0 {
+		// "0 agents" and exit 0 hid a wrong directory.
+		return errorf(io, "%s: no agent definitions (*.md files) in this directory", path)
+	}
+	printDefinitions(io.out, path, defs)
+	if info, err := os.Stat(path); err == nil && !info.IsDir() {
+		fmt.Fprintf(io.out, "checked on its own; bub bcp check %s also matches each channel with its peer's\n", filepath.Dir(path))
+	}
 	return 0
+}
+
+// loadDefinitions loads the definitions of a directory, or the one
+// definition of a file, checked on its own.
+func loadDefinitions(path string) ([]*bcp.Definition, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if info.IsDir() {
+		return bcp.LoadDefinitions(path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	// The file's own checks only: its peers are in other files, so
+	// matching channels needs the directory.
+	def, err := bcp.ParseDefinition(path, data)
+	if err != nil {
+		return nil, err
+	}
+	return []*bcp.Definition{def}, nil
 }
 
 // printDefinitions is the summary an operator reads before deploying: who
@@ -126,9 +159,17 @@ func runBCPValidate(io stdio, args []string) int {
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
 	}
-	if fs.NArg() != 0 || *queryPath == "" || *responsePath == "" || (*queryPath == "-" && *responsePath == "-") {
-		fs.Usage()
-		return 2
+	switch {
+	case fs.NArg() != 0:
+		return usagef(io, "bcp validate", "unexpected argument %q; name the files with --query and --response", fs.Arg(0))
+	case *queryPath == "" && *responsePath == "":
+		return usagef(io, "bcp validate", "no --query and no --response: pass --query Q.json --response R.json")
+	case *queryPath == "":
+		return usagef(io, "bcp validate", "no --query: pass the query spec file with --query Q.json")
+	case *responsePath == "":
+		return usagef(io, "bcp validate", "no --response: pass the Reader's response file with --response R.json (- reads stdin)")
+	case *queryPath == "-" && *responsePath == "-":
+		return usagef(io, "bcp validate", "--query and --response cannot both read stdin (-)")
 	}
 	query, err := readBCPInput(io, *queryPath)
 	if err != nil {

@@ -26,31 +26,60 @@ func writeFile(t *testing.T, dir, name, body string) string {
 	return path
 }
 
+// TestBCPUsage: help prints the usage; a usage error says in one line
+// what was missing or wrong.
 func TestBCPUsage(t *testing.T) {
 	tests := []struct {
 		args []string
 		code int
+		want string
 	}{
-		{[]string{"bcp"}, 2},
-		{[]string{"bcp", "help"}, 0},
-		{[]string{"bcp", "frobnicate"}, 2},
-		{[]string{"bcp", "check"}, 2},
-		{[]string{"bcp", "check", "a", "b"}, 2},
-		{[]string{"bcp", "check", "--help"}, 0},
-		{[]string{"bcp", "validate"}, 2},
-		{[]string{"bcp", "validate", "--query", "q.json"}, 2},
-		{[]string{"bcp", "validate", "--query", "-", "--response", "-"}, 2},
-		{[]string{"bcp", "validate", "--query", "q", "--response", "r", "extra"}, 2},
-		{[]string{"bcp", "validate", "--bogus"}, 2},
+		{[]string{"bcp"}, 2, "Usage: bub bcp"},
+		{[]string{"bcp", "help"}, 0, "Usage: bub bcp"},
+		{[]string{"bcp", "frobnicate"}, 2, "Usage: bub bcp"},
+		{[]string{"bcp", "check"}, 2, "bub bcp check: name one directory"},
+		{[]string{"bcp", "check", "a", "b"}, 2, "bub bcp check: name one directory"},
+		{[]string{"bcp", "check", "--help"}, 0, "Usage: bub bcp check"},
+		{[]string{"bcp", "validate"}, 2, "no --query and no --response"},
+		{[]string{"bcp", "validate", "--query", "q.json"}, 2, "bub bcp validate: no --response: pass"},
+		{[]string{"bcp", "validate", "--response", "r.json"}, 2, "bub bcp validate: no --query: pass"},
+		{[]string{"bcp", "validate", "--query", "-", "--response", "-"}, 2, "cannot both read stdin"},
+		{[]string{"bcp", "validate", "--query", "q", "--response", "r", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"bcp", "validate", "--bogus"}, 2, "unknown flag --bogus"},
+		{[]string{"bcp", "validate", "--help"}, 0, "Usage: bub bcp validate"},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runBub(t, "", tt.args...)
 		if code != tt.code {
 			t.Errorf("bub %s: exit %d, want %d", strings.Join(tt.args, " "), code, tt.code)
 		}
-		if !strings.Contains(stderr, "Usage: bub bcp") {
-			t.Errorf("bub %s: no usage in %q", strings.Join(tt.args, " "), stderr)
+		if !strings.Contains(stderr, tt.want) {
+			t.Errorf("bub %s: stderr %q does not say %q", strings.Join(tt.args, " "), stderr, tt.want)
 		}
+		if !strings.Contains(tt.want, "Usage") && strings.Count(stderr, "\n") != 1 {
+			t.Errorf("bub %s: want one line, got %q", strings.Join(tt.args, " "), stderr)
+		}
+	}
+}
+
+// TestBCPCheckPaths: a directory without definitions is an error naming
+// it, not "0 agents" and success; a file is checked on its own.
+func TestBCPCheckPaths(t *testing.T) {
+	empty := t.TempDir()
+	writeFile(t, empty, "notes.txt", "not a definition")
+	code, stdout, stderr := runBub(t, "", "bcp", "check", empty)
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "bub bcp check: "+empty+": no agent definitions") {
+		t.Errorf("empty directory: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	file := "../../examples/agents/main.md"
+	code, stdout, stderr = runBub(t, "", "bcp", "check", file)
+	if code != 0 || !strings.HasPrefix(stdout, file+": 1 agent,") || !strings.Contains(stdout, "checked on its own") {
+		t.Errorf("one file: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	bad := writeFile(t, t.TempDir(), "bad.md", "---\nname: a\ncolour: red\n---\n")
+	code, _, stderr = runBub(t, "", "bcp", "check", bad)
+	if code != 1 || !strings.Contains(stderr, bad+":3: colour") {
+		t.Errorf("a broken file: exit %d, stderr %q", code, stderr)
 	}
 }
 
@@ -84,13 +113,13 @@ func TestBCPCheckReportsEveryError(t *testing.T) {
 	for _, want := range []string{
 		filepath.Join(dir, "a.md") + ":3: colour: unknown key \"colour\" (unknown_key)",
 		filepath.Join(dir, "b.md") + ":4: bcp_channels[0].peer: no agent named \"nobody\" (no_peer_channel)",
-		"bub: " + dir + ": 2 problems in the agent definitions",
+		"bub bcp check: " + dir + ": 2 problems in the agent definitions",
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
 	}
-	if code, _, stderr := runBub(t, "", "bcp", "check", filepath.Join(dir, "missing")); code != 1 || !strings.Contains(stderr, "read definitions") {
+	if code, _, stderr := runBub(t, "", "bcp", "check", filepath.Join(dir, "missing")); code != 1 || !strings.Contains(stderr, filepath.Join(dir, "missing")+": no such file") {
 		t.Errorf("missing directory: exit %d, %q", code, stderr)
 	}
 }
@@ -176,7 +205,7 @@ func TestBCPValidate(t *testing.T) {
 	})
 	t.Run("unreadable file", func(t *testing.T) {
 		code, _, stderr := runBub(t, "", "bcp", "validate", "--query", filepath.Join(dir, "none.json"), "--response", query)
-		if code != 1 || !strings.HasPrefix(stderr, "bub: read query: ") {
+		if code != 1 || !strings.HasPrefix(stderr, "bub bcp validate: read query: ") {
 			t.Errorf("exit %d: %s", code, stderr)
 		}
 	})

@@ -31,6 +31,25 @@ Reasons: max_retries, subscriber_gone, no_subscribers, rejected.
 Times (T) are RFC 3339 (2026-11-21T20:00:00Z) or a duration ago (1h, 30m).
 Every subcommand takes --json for machine-readable output.`
 
+// dlqSynopses are each subcommand's own help, so that
+// "bub dlq show --help" says what show does rather than repeat the list.
+var dlqSynopses = map[string]string{
+	"list": "dlq list [--topic PATTERN] [--reason R] [--since T] [--until T] [--limit N] [--cursor C] [--json]\n\n" +
+		"Lists the dead letters, oldest first, a page at a time; the filters combine.\n" +
+		"Reasons: max_retries, subscriber_gone, no_subscribers, rejected.\n" +
+		"Times (T) are RFC 3339 (2026-11-21T20:00:00Z) or a duration ago (1h, 30m).",
+	"show": "dlq show ID [--json]\n\n" +
+		"Prints one dead letter: its topic, subscriber, every attempt with its error, and the payload.",
+	"replay": "dlq replay ID... [--to topic|subscriber] [--json]\n\n" +
+		"Publishes dead letters again and removes them from the queue once accepted.\n" +
+		"--to topic routes each again as a new publish; --to subscriber delivers it to the\n" +
+		"subscriber it was meant for.",
+	"purge": "dlq purge ID | --topic PATTERN | --reason R | --since T | --until T | --all [--json]\n\n" +
+		"Deletes one dead letter, those matching the filters, or with --all every one.\n" +
+		"Nothing is purged unless an ID, a filter or --all is given.\n" +
+		"Times (T) are RFC 3339 (2026-11-21T20:00:00Z) or a duration ago (1h, 30m).",
+}
+
 // dlqConfig is the flags every dlq subcommand shares.
 type dlqConfig struct {
 	client  clientFlags
@@ -55,8 +74,14 @@ func runDLQ(ctx context.Context, std stdio, args []string) int {
 		return 2
 	}
 	sub, args := args[0], args[1:]
+	synopsis, ok := dlqSynopses[sub]
+	if !ok {
+		fmt.Fprintf(std.err, "bub dlq: unknown subcommand %q\n\nUsage: bub %s\n", sub, dlqUsage)
+		return 2
+	}
+	std.cmd = "dlq " + sub
 	var cfg dlqConfig
-	fs := newFlagSet(std, "dlq "+sub, dlqUsage)
+	fs := newFlagSet(std, "dlq "+sub, synopsis)
 	cfg.client.addFlags(fs)
 	fs.BoolVar(&cfg.json, "json", false, "print JSON instead of a table")
 	fs.DurationVar(&cfg.timeout, "timeout", 30*time.Second, "how long to wait for the bus")
@@ -74,10 +99,6 @@ func runDLQ(ctx context.Context, std stdio, args []string) int {
 		}
 	case "replay":
 		fs.StringVar(&cfg.to, "to", protocol.ReplayToTopic, "topic: publish again through routing; subscriber: deliver again to the subscriber it was meant for")
-	case "show":
-	default:
-		fmt.Fprintf(std.err, "bub dlq: unknown subcommand %q\n\nUsage: bub %s\n", sub, dlqUsage)
-		return 2
 	}
 	ids, code, ok := parseInterleaved(fs, std, args)
 	if !ok {
@@ -96,6 +117,11 @@ func runDLQ(ctx context.Context, std stdio, args []string) int {
 		return 2
 	case sub == "list" && len(ids) > 0, sub == "purge" && len(ids) > 1:
 		fmt.Fprintf(std.err, "bub dlq %s: unexpected argument %q\n", sub, ids[len(ids)-1])
+		return 2
+	case sub == "purge" && len(ids) == 0 && !cfg.all && filter == (protocol.DLQFilter{}):
+		// Said here in the CLI's words; the bus would name its wire
+		// field (all: true).
+		fmt.Fprintln(std.err, "bub dlq purge: say what to purge: an ID, a filter (--topic, --reason, --since, --until), or --all for every entry")
 		return 2
 	}
 

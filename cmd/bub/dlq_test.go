@@ -89,7 +89,8 @@ func TestDLQCommands(t *testing.T) {
 		t.Errorf("replay of a missing id: %s", out)
 	}
 
-	if _, errOut, code := bub(t, env, "", "dlq", "purge"); code != 1 || !strings.Contains(errOut, "say what to purge") {
+	// In the CLI's words: --all, not the wire's "all: true".
+	if _, errOut, code := bub(t, env, "", "dlq", "purge"); code != 2 || !strings.Contains(errOut, "--all") || strings.Contains(errOut, "all: true") {
 		t.Errorf("empty purge: exit %d: %s", code, errOut)
 	}
 	if out := run(0, "purge", ids[2]); out != "purged 1\n" {

@@ -2,76 +2,170 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/protocol"
 )
 
-// TestEnvBinding: a BUB_* variable sets its flag, the command line wins
-// over it, and a bad value names the variable.
+// TestEnvBinding: a bound flag's variable sets it, the command line wins
+// over it, a bad value names the variable, the flag and the form wanted,
+// and an unbound flag ignores its would-be variable.
 func TestEnvBinding(t *testing.T) {
 	tests := []struct {
 		name    string
-		env     string
+		env     map[string]string
 		args    []string
 		want    time.Duration
-		wantErr string
+		wantErr []string
 	}{
-		{"default", "", nil, time.Second, ""},
-		{"from the environment", "5s", nil, 5 * time.Second, ""},
-		{"command line wins", "5s", []string{"--delivery-timeout", "7s"}, 7 * time.Second, ""},
-		{"bad value names the variable", "soon", nil, 0, "BUB_DELIVERY_TIMEOUT"},
+		{"default", nil, nil, time.Second, nil},
+		{"from the environment", map[string]string{"BUB_DELIVERY_TIMEOUT": "5s"}, nil, 5 * time.Second, nil},
+		{"command line wins", map[string]string{"BUB_DELIVERY_TIMEOUT": "5s"}, []string{"--delivery-timeout", "7s"}, 7 * time.Second, nil},
+		{"bad variable", map[string]string{"BUB_DELIVERY_TIMEOUT": "soon"}, nil, 0, []string{"BUB_DELIVERY_TIMEOUT", "--delivery-timeout", "5s"}},
+		{"bad flag", nil, []string{"--delivery-timeout", "5"}, 0, []string{`--delivery-timeout "5"`, "duration", "5s"}},
+		{"unbound flag ignores the environment", map[string]string{"BUB_TOPIC": "x:*", "BUB_ALL": "true"}, nil, time.Second, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.env != "" {
-				t.Setenv("BUB_DELIVERY_TIMEOUT", tt.env)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
 			}
 			var errOut bytes.Buffer
 			std := stdio{out: &bytes.Buffer{}, err: &errOut}
 			fs := newFlagSet(std, "test", "test")
 			d := fs.Duration("delivery-timeout", time.Second, "")
+			bindEnv(fs, "delivery-timeout")
+			topic := fs.String("topic", "", "")
+			all := fs.Bool("all", false, "")
 			code, ok := parseFlags(fs, std, tt.args)
-			if tt.wantErr != "" {
-				if ok || code == 0 || !strings.Contains(errOut.String(), tt.wantErr) {
+			if tt.wantErr != nil {
+				if ok || code != 2 || strings.Count(errOut.String(), "\n") != 1 {
 					t.Fatalf("ok %v, code %d, stderr %q", ok, code, errOut.String())
+				}
+				for _, want := range tt.wantErr {
+					if !strings.Contains(errOut.String(), want) {
+						t.Errorf("stderr %q does not say %q", errOut.String(), want)
+					}
 				}
 				return
 			}
-			if !ok || *d != tt.want {
-				t.Fatalf("ok %v, value %s, want %s (stderr %q)", ok, *d, tt.want, errOut.String())
+			if !ok || *d != tt.want || *topic != "" || *all {
+				t.Fatalf("ok %v, value %s (want %s), topic %q, all %v (stderr %q)", ok, *d, tt.want, *topic, *all, errOut.String())
 			}
 		})
 	}
 }
 
-// TestHelpNamesEveryVariable: every command's --help lists each flag with
-// its BUB_* variable.
-func TestHelpNamesEveryVariable(t *testing.T) {
-	for name := range commands {
-		args := []string{name, "--help"}
-		if name == "dlq" {
-			args = []string{name, "list", "--help"}
-		}
-		if name == "bcp" {
-			args = []string{name, "validate", "--help"}
-		}
+// boundVariables are the only environment variables bub's flags read:
+// where the bus is, and the daemons' settings. Anything else is a flag
+// of one invocation. A new entry here is a decision, not a side effect.
+var boundVariables = map[string][]string{
+	"send-message": {"BUB_BUS_URL"},
+	"listen":       {"BUB_BUS_URL"},
+	"dlq list":     {"BUB_BUS_URL"},
+	"dlq show":     {"BUB_BUS_URL"},
+	"dlq replay":   {"BUB_BUS_URL"},
+	"dlq purge":    {"BUB_BUS_URL"},
+	"bcp check":    {},
+	"bcp validate": {},
+	"version":      {},
+	"spawner": {"BUB_BUS_URL", "BUB_SPAWNER_CLIENT_ID", "BUB_SPAWNER_COMMAND", "BUB_SPAWNER_PATTERNS",
+		"BUB_WORKSPACE_ROOT", "BUB_SPAWN_TIMEOUT", "BUB_MAX_AGENTS", "BUB_RESTART_DELAY", "BUB_RESTART_DELAY_MAX",
+		"BUB_MAX_RESTARTS", "BUB_STOP_TIMEOUT", "BUB_LOG_LEVEL", "BUB_LOG_FORMAT"},
+	"serve": nil, // every flag: checked below
+}
+
+// TestHelpNamesBoundVariables: each command's --help names the variable
+// of exactly the bound flags, and those are the ones listed above.
+func TestHelpNamesBoundVariables(t *testing.T) {
+	seen := map[string]bool{}
+	for command, want := range boundVariables {
+		seen[strings.Fields(command)[0]] = true
 		var out, errOut bytes.Buffer
-		run(t.Context(), stdio{in: strings.NewReader(""), out: &out, err: &errOut}, args)
+		run(t.Context(), stdio{in: strings.NewReader(""), out: &out, err: &errOut}, append(strings.Fields(command), "--help"))
+		var got []string
 		flags := 0
-		for _, line := range strings.Split(errOut.String()+out.String(), "\n") {
+		for _, line := range strings.Split(errOut.String(), "\n") {
 			line = strings.TrimSpace(line)
 			if !strings.HasPrefix(line, "--") {
 				continue
 			}
 			flags++
-			flag, _, _ := strings.Cut(strings.TrimPrefix(line, "--"), " ")
-			if !strings.Contains(line, "(env "+envName(flag)) {
-				t.Errorf("bub %s --help: %q does not name %s", name, line, envName(flag))
+			name, _, _ := strings.Cut(strings.TrimPrefix(line, "--"), " ")
+			_, env, bound := strings.Cut(line, "(env ")
+			if !bound {
+				if want == nil {
+					t.Errorf("bub %s --help: --%s is a daemon's setting but names no variable", command, name)
+				}
+				continue
+			}
+			env, _, _ = strings.Cut(env, ",")
+			env = strings.TrimSuffix(env, ")")
+			got = append(got, env)
+			if want == nil && env != envName(name) {
+				t.Errorf("bub %s --help: --%s is bound to %s, want %s", command, name, env, envName(name))
 			}
 		}
-		if flags == 0 && name != "version" {
-			t.Errorf("bub %s --help lists no flags:\n%s", name, errOut.String())
+		if flags == 0 && command != "version" && command != "bcp check" {
+			t.Errorf("bub %s --help lists no flags:\n%s", command, errOut.String())
 		}
+		if want != nil {
+			slices.Sort(got)
+			want = slices.Sorted(slices.Values(want))
+			if !slices.Equal(got, want) {
+				t.Errorf("bub %s binds %v, want %v", command, got, want)
+			}
+		}
+	}
+	for name := range commands {
+		if !seen[name] {
+			t.Errorf("bub %s: not in boundVariables; decide which of its flags a deployment sets", name)
+		}
+	}
+}
+
+// TestPerInvocationFlagsIgnoreTheEnvironment, with the real binary: the
+// variables that once made dlq list filter by a stale topic and dlq purge
+// purge everything no longer do anything.
+func TestPerInvocationFlagsIgnoreTheEnvironment(t *testing.T) {
+	d := startBus(t, t.TempDir(), "--max-attempts", "1")
+	deadLetter(t, d.url, "jobs:1")
+	env := []string{"BUB_BUS_URL=" + d.url, "BUB_TOPIC=inbound:*", "BUB_ALL=true", "BUB_JSON=true", "BUB_LIMIT=0"}
+	out, errOut, code := bub(t, env, "", "dlq", "list")
+	if code != 0 || !strings.Contains(out, "jobs:1") {
+		t.Errorf("dlq list with BUB_TOPIC set: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, errOut, code = bub(t, env, "", "dlq", "purge")
+	if code != 2 || strings.Contains(out, "purged") || !strings.Contains(errOut, "--all") {
+		t.Errorf("dlq purge with BUB_ALL=true: exit %d, stdout %q, stderr %q; want a refusal naming --all", code, out, errOut)
+	}
+	if out, _, _ := bub(t, env, "", "dlq", "list"); !strings.Contains(out, "jobs:1") {
+		t.Errorf("the dead letter is gone after a refused purge: %q", out)
+	}
+}
+
+// deadLetter has a subscriber on url refuse a message to topic, so that
+// a bus with --max-attempts 1 dead-letters it.
+func deadLetter(t *testing.T, url, topic string) {
+	t.Helper()
+	worker := bustest.Connect(t, url, "refuser", func(protocol.ProcessMessageParams) any {
+		return protocol.ProcessMessageResult{ShouldRetry: true, Message: "busy"}
+	})
+	worker.Subscribe(topic, "")
+	bustest.Connect(t, url, "pub", nil).Publish(topic, "job")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _, _ := bub(t, []string{"BUB_BUS_URL=" + url}, "", "dlq", "list")
+		if strings.Contains(out, topic) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead letter for %s: %s", topic, out)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

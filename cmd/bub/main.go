@@ -18,6 +18,9 @@ type stdio struct {
 	in  io.Reader
 	out io.Writer
 	err io.Writer
+	// cmd is the command running ("send-message", "dlq list"), which
+	// errorf puts after "bub" so that every error reads the same way.
+	cmd string
 }
 
 // command is one subcommand of bub. run returns the process exit status:
@@ -48,12 +51,17 @@ func run(ctx context.Context, io stdio, args []string) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" {
+		// What a newcomer types first; "bub version" is the command.
+		args[0] = "version"
+	}
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(io.err, "bub: unknown command %q\n\n", args[0])
 		usage(io.err)
 		return 2
 	}
+	io.cmd = args[0]
 	return cmd.run(ctx, io, args[1:])
 }
 
@@ -68,13 +76,23 @@ func usage(w io.Writer) {
 	for _, name := range names {
 		fmt.Fprintf(w, "  %-14s %s\n", name, commands[name].summary)
 	}
-	fmt.Fprintln(w, "\nEvery flag can also be set from the environment: --foo-bar is BUB_FOO_BAR.")
-	fmt.Fprintln(w, "Run 'bub <command> --help' for a command's flags.")
+	fmt.Fprintln(w, "\nThe environment sets what a deployment sets: BUB_BUS_URL for every command, and")
+	fmt.Fprintln(w, "every flag of serve and spawner; a command's --help names each flag's variable.")
+	fmt.Fprintln(w, "Run 'bub <command> --help' for a command's flags; 'bub --version' for the build.")
 }
 
-// errorf prints a one-line error as "bub: ..." and returns exit status 1.
+// errorf prints a one-line error as "bub COMMAND: ..." and returns exit
+// status 1. A message that already starts with the command's name
+// ("dlq list: ...") gets it once.
 func errorf(io stdio, format string, args ...any) int {
 	msg := strings.TrimSpace(fmt.Sprintf(format, args...))
-	fmt.Fprintf(io.err, "bub: %s\n", msg)
+	switch {
+	case io.cmd == "":
+		fmt.Fprintf(io.err, "bub: %s\n", msg)
+	case strings.HasPrefix(msg, io.cmd+": "), strings.HasPrefix(msg, io.cmd+" "):
+		fmt.Fprintf(io.err, "bub %s\n", msg)
+	default:
+		fmt.Fprintf(io.err, "bub %s: %s\n", io.cmd, msg)
+	}
 	return 1
 }

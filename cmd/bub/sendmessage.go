@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,11 +31,11 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	var cfg sendMessageConfig
 	fs := newFlagSet(io, "send-message", "send-message --topic TOPIC --payload @FILE|-|JSON [flags]\n\n"+
 		"Publishes one message and prints the bus's result, {success, messageId, acks}, as one JSON line.\n"+
-		"Exits 0 when the message reached a subscriber or the bus holds it for one (agent:* topics), 1 otherwise.")
+		"Exits 0 when the message reached a subscriber, or the bus holds it for one (agent:* topics) or retries it, 1 otherwise.")
 	cfg.client.addFlags(fs)
 	fs.StringVar(&cfg.topic, "topic", "", "topic to publish to (default: $BUB_DEFAULT_TOPIC)")
 	fs.StringVar(&cfg.payload, "payload", "", `the message, a JSON object with a string "type": @FILE reads a file, - reads stdin, anything else is the JSON itself`)
-	fs.DurationVar(&cfg.timeout, "timeout", 30*time.Second, "how long to wait for the bus and every subscriber to answer")
+	fs.DurationVar(&cfg.timeout, "timeout", 0, fmt.Sprintf("how long to wait for the bus and every subscriber to answer (default: the bus's delivery timeout plus %s, so that a slow subscriber's timeout reaches us as an ack with retrying: true; add one delivery timeout per further subscriber of a continueAll chain)", answerMargin))
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
 	}
@@ -55,15 +56,31 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "send-message: %v", err)
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-	defer cancel()
+	// The connection and initialize get --timeout, or dialTimeout; the
+	// wait for the answer is only known once the bus has said how long
+	// it waits for a subscriber.
+	dialCtx, cancelDial := context.WithTimeout(ctx, cmp.Or(cfg.timeout, dialTimeout))
+	defer cancelDial()
 	// One call, so a dropped connection is reported rather than retried.
-	conn, err := cfg.client.dial(ctx, io, peer.Options{CallTimeout: cfg.timeout, NoReconnect: true, PublishOnly: true})
+	// The call is bounded by the context below, not by CallTimeout.
+	conn, err := cfg.client.dial(dialCtx, io, peer.Options{CallTimeout: 24 * time.Hour, NoReconnect: true, PublishOnly: true})
 	if err != nil {
 		return errorf(io, "send-message: %v", err)
 	}
 	defer conn.Close()
-	result, err := conn.SendMessage(ctx, cfg.topic, payload)
+	wait := cfg.timeout
+	if wait == 0 {
+		wait = answerTimeout(conn.Limits())
+	}
+	sendCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	result, err := conn.SendMessage(sendCtx, cfg.topic, payload)
+	if err != nil && sendCtx.Err() != nil && ctx.Err() == nil {
+		// The bus may have routed the message, may be retrying it or
+		// may dead-letter it: say so rather than report a failure.
+		return errorf(io, "send-message: no answer from the bus within %s, so the outcome is unknown: the message to %q may have been delivered, may be being retried, or may end in the dead-letter queue. "+
+			"Look for it with 'bub dlq list --topic %s' and at the subscriber (e.g. 'bub listen --topic %s'); wait longer with --timeout", wait, cfg.topic, cfg.topic, cfg.topic)
+	}
 	if err != nil {
 		return errorf(io, "send-message: %v", err)
 	}
@@ -77,8 +94,17 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	if result.Held {
 		// Accepted: the bus keeps it and delivers it when a subscriber
 		// appears, or dead-letters it.
-		fmt.Fprintf(io.err, "bub: send-message: held: nobody subscribes to %q yet; the bus delivers message %s when a subscriber appears\n", cfg.topic, result.MessageID)
+		fmt.Fprintf(io.err, "bub send-message: held: nobody subscribes to %q yet; the bus delivers message %s when a subscriber appears\n", cfg.topic, result.MessageID)
 		return 0
+	}
+	if result.Success {
+		// Accepted, and the bus owns the rest: say who it is retrying.
+		for _, a := range result.Acks {
+			if a.Retrying {
+				why := cmp.Or(a.Error, a.Message, "asked for a retry")
+				fmt.Fprintf(io.err, "bub send-message: retrying: %s did not process message %s (%s); the bus tries again (attempt %d) at %s\n", a.ClientID, result.MessageID, why, a.Attempt, a.NextAttempt)
+			}
+		}
 	}
 	if !result.Success {
 		reason := result.Reason
@@ -88,6 +114,24 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "send-message: %s for %q (message %s)", reason, cfg.topic, result.MessageID)
 	}
 	return 0
+}
+
+// answerMargin is how much longer than the bus send-message waits, so
+// that the bus's own timeout, and the ack that reports it, comes first.
+const answerMargin = 5 * time.Second
+
+// dialTimeout bounds connecting and initialize when --timeout is unset.
+const dialTimeout = 30 * time.Second
+
+// answerTimeout is the default wait for sendMessage's answer: the bus's
+// delivery timeout plus answerMargin; for a bus that does not announce
+// its limits, its default delivery timeout (30s) plus answerMargin.
+func answerTimeout(l protocol.Limits) time.Duration {
+	d := time.Duration(l.DeliveryTimeoutMs) * time.Millisecond
+	if d <= 0 {
+		d = 30 * time.Second
+	}
+	return d + answerMargin
 }
 
 // readPayload reads the --payload argument and checks that it is a JSON

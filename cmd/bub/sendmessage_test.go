@@ -18,6 +18,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -188,4 +189,64 @@ func stoppedBusURL(t *testing.T) string {
 	url := "ws://" + strings.TrimPrefix(hs.URL, "http://") + "/"
 	hs.Close()
 	return url
+}
+
+// The default wait must outlast the bus's own delivery timeout: it used
+// to equal it, so a slow subscriber made send-message fail while the bus
+// was still delivering.
+func TestAnswerTimeoutOutlastsTheBus(t *testing.T) {
+	for _, ms := range []int64{0, 1000, 30000, 120000} {
+		bus := time.Duration(ms) * time.Millisecond
+		if ms == 0 {
+			bus = 30 * time.Second // a bus that does not say: its default
+		}
+		if got := answerTimeout(protocol.Limits{DeliveryTimeoutMs: ms}); got <= bus {
+			t.Errorf("delivery timeout %s: send-message waits %s", bus, got)
+		}
+	}
+}
+
+// TestSendMessageSlowSubscriber runs the real binary against bub serve
+// with a subscriber slower than the bus's delivery timeout: by default
+// send-message waits for the bus's answer and prints it (the ack with
+// retrying: true); with a --timeout shorter than the bus's, it says the
+// outcome is unknown and where to look, instead of "deadline exceeded".
+func TestSendMessageSlowSubscriber(t *testing.T) {
+	d := startBus(t, t.TempDir(), "--delivery-timeout", "1s", "--retry-base-delay", "1m")
+	slow, err := peer.Dial(t.Context(), d.url, &peer.Options{ClientID: "slow", Logger: quietLogger, HandlerTimeout: 3 * time.Second})
+	require.NoError(t, err)
+	defer slow.Close()
+	require.NoError(t, slow.Subscribe(t.Context(), "work:*", func(ctx context.Context, _ *peer.Delivery) (peer.Result, error) {
+		<-ctx.Done()
+		return peer.Result{Processed: true}, nil
+	}, nil))
+	env := []string{"BUB_BUS_URL=" + d.url}
+
+	out, errOut, code := bub(t, env, "", "send-message", "--topic", "work:1", "--payload", `{"type":"job"}`)
+	assert.Equal(t, 0, code, "stderr: %s", errOut)
+	var result protocol.SendMessageResult
+	require.NoError(t, json.Unmarshal([]byte(out), &result), "stdout: %q", out)
+	require.Len(t, result.Acks, 1)
+	assert.True(t, result.Acks[0].Retrying, "ack %+v", result.Acks[0])
+	assert.Contains(t, errOut, "bub send-message: retrying: slow did not process message "+result.MessageID)
+
+	_, errOut, code = bub(t, env, "", "send-message", "--topic", "work:2", "--payload", `{"type":"job"}`, "--timeout", "300ms")
+	assert.Equal(t, 1, code)
+	oneLine(t, errOut, "outcome is unknown")
+	for _, want := range []string{"300ms", `"work:2"`, "bub dlq list --topic work:2", "bub listen"} {
+		assert.Contains(t, errOut, want)
+	}
+	assert.NotContains(t, errOut, "deadline exceeded")
+}
+
+// An oversized payload is refused before it is sent, with the limit
+// named; it used to say only "connection lost before the answer".
+func TestSendMessageTooBig(t *testing.T) {
+	d := startBus(t, t.TempDir(), "--max-message-bytes", "2048")
+	payload := `{"type":"x","pad":"` + strings.Repeat("x", 4096) + `"}`
+	_, errOut, code := bub(t, []string{"BUB_BUS_URL=" + d.url}, "", "send-message", "--topic", "t", "--payload", payload)
+	assert.Equal(t, 1, code)
+	oneLine(t, errOut, "over the bus's limit of 2048 bytes")
+	assert.Contains(t, errOut, "--max-message-bytes")
+	assert.NotContains(t, errOut, "connection lost")
 }

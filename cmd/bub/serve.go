@@ -66,6 +66,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	var cfg serveConfig
 	fs := newFlagSet(io, "serve [flags]", "serve [flags]\n\nRuns the bus: peers connect to ws://LISTEN/ and speak JSON-RPC 2.0 (docs/PROTOCOL.md).")
 	cfg.addFlags(fs)
+	bindAllEnv(fs) // every flag of the daemon is a deployment's setting
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
 	}

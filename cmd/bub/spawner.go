@@ -41,10 +41,13 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 		"message. PROGRAM runs directly, not through a shell: --command is split into words at\n"+
 		"spaces, with '...', \"...\" and \\ quoting as in a shell, and nothing else ($VAR, *, |)\n"+
 		"is special. Pass secrets in the environment, which agents inherit, never in --command.\n"+
+		"Agents run in their workspace, so a relative path in an argument is looked up there and\n"+
+		"fails: write --command \"python3 $PWD/agent.py\", not \"python3 agent.py\" (the program\n"+
+		"itself is resolved when the spawner starts, so bin/echo-agent works).\n"+
 		"Agent lifecycle events go to system:agent.{spawned,ready,exited,spawn_failed}.")
 	fs.StringVar(&cfg.busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus; agents get it as BUB_BUS_URL")
 	fs.StringVar(&cfg.clientID, "client-id", "spawner", "clientId of the spawner; a second spawner with the same id takes over from the first")
-	fs.StringVar(&cfg.command, "command", "", "the agent program and its arguments (required), e.g. 'bin/echo-agent' or 'python3 agent.py --verbose'")
+	fs.StringVar(&cfg.command, "command", "", "the agent program and its arguments (required), e.g. 'bin/echo-agent' or \"python3 $PWD/agent.py --verbose\"; paths in arguments in full (see above)")
 	fs.StringVar(&cfg.patterns, "patterns", strings.Join(spawner.DefaultPatterns(), ","), "comma-separated topic patterns to serve as the fallback")
 	fs.StringVar(&cfg.workspaceRoot, "workspace-root", "./workspaces", "directory holding one workspace directory per topic; created if missing")
 	fs.DurationVar(&cfg.spawnTimeout, "spawn-timeout", 20*time.Second, "how long a new agent has to subscribe to its topic; keep it below the bus's --delivery-timeout")
@@ -55,6 +58,13 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", 5*time.Second, "how long an agent has to exit after SIGTERM before it gets SIGKILL")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "text or json")
+	// Every flag of the daemon is a deployment's setting. Those whose
+	// BUB_<FLAG> would not say whose setting it is are named for the
+	// spawner: BUB_CLIENT_ID or BUB_COMMAND could be anybody's.
+	bindEnvAs(fs, "client-id", "BUB_SPAWNER_CLIENT_ID")
+	bindEnvAs(fs, "command", "BUB_SPAWNER_COMMAND")
+	bindEnvAs(fs, "patterns", "BUB_SPAWNER_PATTERNS")
+	bindAllEnv(fs)
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
 	}
@@ -63,6 +73,9 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	}
 	if cfg.command == "" {
 		return usagef(io, "spawner", "no agent: pass --command")
+	}
+	if err := checkBusURL(cfg.busURL); err != nil {
+		return usagef(io, "spawner", "%v", err)
 	}
 	command, err := spawner.SplitCommand(cfg.command)
 	if err != nil {
@@ -82,7 +95,7 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		isFlag := false
-		fs.VisitAll(func(f *flag.Flag) { isFlag = isFlag || envName(f.Name) == name })
+		fs.VisitAll(func(f *flag.Flag) { isFlag = isFlag || envOf(f) == name })
 		if !isFlag {
 			env = append(env, kv)
 		}

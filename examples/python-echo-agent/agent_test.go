@@ -5,6 +5,7 @@ package pythonechoagent_test
 import (
 	"context"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -130,5 +131,35 @@ func TestPythonEchoAgent(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "python-echo-agent: ready") {
 		t.Errorf("the agent's stderr is not in the spawner's log")
+	}
+}
+
+// TestDocstringCommandWorksFromAWorkspace: the docstring's spawner command
+// must name the script in full, because agents start in their workspace;
+// a relative path there sent newcomers to "can't open file".
+func TestDocstringCommandWorksFromAWorkspace(t *testing.T) {
+	src, err := os.ReadFile("echo_agent.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	commands := 0
+	for _, line := range strings.Split(string(src), "\n") {
+		_, command, ok := strings.Cut(line, `--command "`)
+		if !ok {
+			continue
+		}
+		commands++
+		words := strings.Fields(strings.TrimSuffix(strings.TrimSpace(command), `"`))
+		for _, w := range words[1:] {
+			if strings.HasSuffix(w, ".py") && !strings.HasPrefix(w, "/") && !strings.HasPrefix(w, "$PWD/") {
+				t.Errorf("docstring: %q names the script by a relative path, which agents (started in their workspace) cannot open", strings.TrimSpace(line))
+			}
+		}
+	}
+	if commands == 0 {
+		t.Error("the docstring shows no bub spawner --command line")
+	}
+	if !strings.Contains(string(src), "workspace") {
+		t.Error("the docstring does not say why the path must be absolute")
 	}
 }

@@ -3,10 +3,16 @@
 against the wire protocol (docs/PROTOCOL.md) with nothing but the
 `websockets` package, to show that an agent needs no Go and no SDK.
 
-Run it as `bub spawner --command "python3 examples/python-echo-agent/echo_agent.py"`
-(Debian: apt-get install python3-websockets). It reads BUB_BUS_URL,
-BUB_AGENT_ID and BUB_DEFAULT_TOPIC, subscribes agent:{BUB_AGENT_ID} and its
-default topic, and answers each telegram_message or plaintext_message with
+Run it from the repository's root as
+
+    bub spawner --command "python3 $PWD/examples/python-echo-agent/echo_agent.py"
+
+with the script's path in full: the spawner starts each agent in its own
+workspace directory, where a relative path names no file (python3 would
+exit with "can't open file"). Debian: apt-get install python3-websockets.
+
+It reads BUB_BUS_URL, BUB_AGENT_ID and BUB_DEFAULT_TOPIC, subscribes
+agent:{BUB_AGENT_ID} and its default topic, and answers each telegram_message or plaintext_message with
 
     {"type": "plaintext_message", "text": "echo: <text>", "chat_id": <chat_id>, "agent_id": "<id>"}
 

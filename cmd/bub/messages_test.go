@@ -1,0 +1,110 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestMessagesSayWhatWasWrong runs the real binary as a newcomer would,
+// with the mistakes a newcomer makes, and checks that the one line on
+// stderr says what was wrong, where, and what to do.
+func TestMessagesSayWhatWasWrong(t *testing.T) {
+	t.Setenv("BUB_BUS_URL", "")
+	dead := "ws://" + freeAddr(t) + "/"
+	tests := []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want []string
+	}{
+		{"duration without a unit", nil, []string{"send-message", "--topic", "t", "--payload", `{"type":"x"}`, "--timeout", "5"},
+			2, []string{"bub send-message: ", `--timeout "5"`, "5s"}},
+		{"bad number in the environment", []string{"BUB_MAX_ATTEMPTS=abc"}, []string{"serve", "--data-dir", t.TempDir()},
+			2, []string{"bub serve: ", `BUB_MAX_ATTEMPTS="abc"`, "--max-attempts", "whole number"}},
+		{"bus URL without a scheme", nil, []string{"send-message", "--bus-url", "127.0.0.1:7892", "--topic", "t", "--payload", `{"type":"x"}`},
+			1, []string{"bub send-message: ", "ws://127.0.0.1:7892/"}},
+		{"nothing listens", nil, []string{"send-message", "--bus-url", dead, "--topic", "t", "--payload", `{"type":"x"}`},
+			1, []string{"bub send-message: ", "connection refused", "check that bub serve runs at " + dead}},
+		{"unknown flag", nil, []string{"listen", "--pattern", "x"},
+			2, []string{"bub listen: unknown flag --pattern", "bub listen --help"}},
+		{"flag without its value", nil, []string{"listen", "--topic"},
+			2, []string{"bub listen: --topic needs a value"}},
+		{"bcp validate without --response", nil, []string{"bcp", "validate", "--query", "q.json"},
+			2, []string{"bub bcp validate: no --response"}},
+		{"dlq purge without arguments", []string{"BUB_BUS_URL=" + dead}, []string{"dlq", "purge"},
+			2, []string{"bub dlq purge: ", "--all"}},
+		{"dlq error", nil, []string{"dlq", "list", "--bus-url", dead},
+			1, []string{"bub dlq list: "}},
+		{"listen error", nil, []string{"listen", "--bus-url", dead, "--topic", "t"},
+			1, []string{"bub listen: "}},
+	}
+	// One form everywhere: "bub COMMAND: ...", never "bub: COMMAND: ...".
+	prefix := regexp.MustCompile(`^bub [a-z-]+( [a-z]+)?: `)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stderr, code := bub(t, tt.env, "", tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d: %s", code, tt.code, stderr)
+			}
+			if strings.Count(stderr, "\n") != 1 || !prefix.MatchString(stderr) || strings.HasPrefix(stderr, "bub: ") {
+				t.Errorf("want one line starting bub COMMAND: , got %q", stderr)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr %q does not say %q", stderr, want)
+				}
+			}
+			if strings.Contains(stderr, "parse error") {
+				t.Errorf("stderr %q says only parse error", stderr)
+			}
+		})
+	}
+}
+
+// TestVersionFlag: bub --version is what people type; it must not be an
+// unknown command.
+func TestVersionFlag(t *testing.T) {
+	out, stderr, code := bub(t, nil, "", "--version")
+	want, _, _ := bub(t, nil, "", "version")
+	if code != 0 || out == "" || out != want {
+		t.Errorf("bub --version: exit %d, stdout %q (bub version: %q), stderr %q", code, out, want, stderr)
+	}
+}
+
+// TestSubcommandHelp: each dlq subcommand's --help is its own, not the
+// general text repeated.
+func TestSubcommandHelp(t *testing.T) {
+	seen := map[string]string{}
+	for _, sub := range []string{"list", "show", "replay", "purge"} {
+		_, stderr, code := bub(t, nil, "", "dlq", sub, "--help")
+		if code != 0 || !strings.HasPrefix(stderr, "Usage: bub dlq "+sub) {
+			t.Errorf("bub dlq %s --help: exit %d, %q", sub, code, stderr)
+		}
+		for other, text := range seen {
+			if text == stderr {
+				t.Errorf("bub dlq %s --help repeats bub dlq %s --help", sub, other)
+			}
+		}
+		seen[sub] = stderr
+	}
+	if _, stderr, _ := bub(t, nil, "", "dlq", "show", "--help"); strings.Contains(stderr, "purge") {
+		t.Errorf("bub dlq show --help talks about purge:\n%s", stderr)
+	}
+}
+
+// TestSpawnerHelpShowsFullPaths: agents start in their workspace, so the
+// help's examples must give script paths in full and say why.
+func TestSpawnerHelpShowsFullPaths(t *testing.T) {
+	_, stderr, _ := bub(t, nil, "", "spawner", "--help")
+	for _, m := range regexp.MustCompile(`python3 (\S+\.py)`).FindAllStringSubmatch(stderr, -1) {
+		path := m[1]
+		if !strings.HasPrefix(path, "/") && !strings.HasPrefix(path, "$PWD/") && !strings.Contains(stderr, "not \"python3 "+path) {
+			t.Errorf("spawner --help shows %q with a relative script path", m[0])
+		}
+	}
+	if !strings.Contains(stderr, "workspace, so a relative path") {
+		t.Errorf("spawner --help does not say why paths must be in full:\n%s", stderr)
+	}
+}
