@@ -22,6 +22,7 @@ import (
 type clientFlags struct {
 	busURL   string
 	clientID string
+	cred     credentialFlags
 }
 
 func (f *clientFlags) addFlags(fs *flag.FlagSet) {
@@ -30,6 +31,7 @@ func (f *clientFlags) addFlags(fs *flag.FlagSet) {
 	// Where the bus is, a deployment sets once; the clientId is this
 	// invocation's own, and BUB_AGENT_ID already covers the agent case.
 	bindEnv(fs, "bus-url")
+	f.cred.addFlags(fs)
 }
 
 // dial connects to the bus. Logs go to stderr, so that stdout carries only
@@ -51,6 +53,11 @@ func (f *clientFlags) dial(ctx context.Context, io stdio, opts peer.Options) (*p
 	if err := checkBusURL(f.busURL); err != nil {
 		return nil, err
 	}
+	token, err := f.cred.resolve()
+	if err != nil {
+		return nil, err
+	}
+	opts.Token = token
 	conn, err := peer.Dial(ctx, f.busURL, &opts)
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return nil, fmt.Errorf("%w: nothing listens there; check that bub serve runs at %s, or point --bus-url (BUB_BUS_URL) at it", err, f.busURL)

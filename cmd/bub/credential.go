@@ -20,6 +20,8 @@ func (f *credentialFlags) addFlags(fs *flag.FlagSet) {
 	// not appear in --help.
 	fs.StringVar(&f.token, "token", "", "credential to present to the bus (prefer --token-file or BUB_TOKEN: a command line is visible to every user of the machine)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding the credential, e.g. a mounted secret; surrounding white space is ignored")
+	bindEnv(fs, "token")
+	bindEnv(fs, "token-file")
 }
 
 // resolve returns the credential: --token, else the file's contents,

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/spawner"
 )
@@ -30,6 +31,12 @@ type spawnerConfig struct {
 	stopTimeout     time.Duration
 	logLevel        string
 	logFormat       string
+	cred            credentialFlags
+	issuerKey       string
+	issuerName      string
+	agentTokenTTL   time.Duration
+	agentPublish    string
+	agentSubscribe  string
 }
 
 func runSpawner(ctx context.Context, io stdio, args []string) int {
@@ -58,6 +65,12 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", 5*time.Second, "how long an agent has to exit after SIGTERM before it gets SIGKILL")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "text or json")
+	cfg.cred.addFlags(fs)
+	fs.StringVar(&cfg.issuerKey, "issuer-key", "", "Ed25519 private key (bub auth keygen) to mint each agent a credential of its own, passed as BUB_TOKEN; the bus's config lists the matching public key as an issuer")
+	fs.StringVar(&cfg.issuerName, "issuer-name", "spawner", "the issuer name the bus's config gives that key")
+	fs.DurationVar(&cfg.agentTokenTTL, "agent-token-ttl", 24*time.Hour, "how long an agent's credential is valid; it must outlive the agent, which reconnects with it")
+	fs.StringVar(&cfg.agentPublish, "agent-publish", strings.Join(spawner.DefaultAgentPublish.Allow, ","), "comma-separated topics an agent may publish to; {{clientId}} is the agent's id, {{topic}} the topic it was started for, {{chat}} that topic after its first ':'")
+	fs.StringVar(&cfg.agentSubscribe, "agent-subscribe", strings.Join(spawner.DefaultAgentSubscribe.Allow, ","), "comma-separated patterns an agent may subscribe to, with the same placeholders")
 	// Every flag of the daemon is a deployment's setting. Those whose
 	// BUB_<FLAG> would not say whose setting it is are named for the
 	// spawner: BUB_CLIENT_ID or BUB_COMMAND could be anybody's.
@@ -100,7 +113,25 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 			env = append(env, kv)
 		}
 	}
+	token, err := cfg.cred.resolve()
+	if err != nil {
+		return usagef(io, "spawner", "%v", err)
+	}
+	var issuer *spawner.Issuer
+	if cfg.issuerKey != "" {
+		key, err := auth.LoadPrivateKey(cfg.issuerKey)
+		if err != nil {
+			return usagef(io, "spawner", "--issuer-key: %v", err)
+		}
+		issuer = &spawner.Issuer{
+			Name: cfg.issuerName, Key: key, TTL: cfg.agentTokenTTL,
+			Publish:   auth.Rules{Allow: splitList(cfg.agentPublish)},
+			Subscribe: auth.Rules{Allow: splitList(cfg.agentSubscribe)},
+		}
+	}
 	sp, err := spawner.New(&spawner.Options{
+		Token:           token,
+		Issuer:          issuer,
 		BusURL:          cfg.busURL,
 		ClientID:        cfg.clientID,
 		Patterns:        patterns,
