@@ -185,6 +185,7 @@ func TestPermissionMatrix(t *testing.T) {
 		{"ops-token", "ops-1", "subscribe", "inbound:secret-1", forbidden}, // deny wins
 		{"ops-token", "ops-1", "subscribe", "inbound:*", forbidden},        // overlaps the deny
 		{"ops-token", "ops-1", "subscribe", "inbound:s*", forbidden},       // overlaps the deny
+		{"ops-token", "ops-1", "subscribe", "inbound:public-*", ok},        // cannot meet the deny
 		{"ops-token", "ops-1", "subscribe", "jobs:a", ok},                  // ? covers one character
 		{"ops-token", "ops-1", "subscribe", "jobs:ab", forbidden},
 		{"ops-token", "ops-1", "subscribe", "jobs:?", ok},           // the grant itself
