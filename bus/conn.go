@@ -44,12 +44,17 @@ type conn struct {
 	initialized bool
 	// closed is set when the connection stops taking subscriptions:
 	// it is closing, or another connection took its clientId over.
-	closed       bool
-	takenOver    bool
-	publishOnly  bool
-	clientID     string
+	closed      bool
+	takenOver   bool
+	publishOnly bool
+	clientID    string
+	// identity is whom the connection's publishes count against
+	// (Limits.MaxPendingPerIdentity); set at initialize.
+	identity     string
 	defaultTopic string
 	subs         map[string]*subscription // by pattern string
+
+	connLimits
 }
 
 func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
@@ -64,6 +69,9 @@ func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
 		subs:   make(map[string]*subscription),
 		done:   make(chan struct{}),
 	}
+	// An answer that comes after its call timed out still shows the peer
+	// is there (Limits.SlowSubscriberTimeouts).
+	c.stream.OnLateAnswer(c.noteLateAnswer)
 	return c
 }
 

@@ -182,6 +182,7 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 	c.initialized = true
 	c.publishOnly = p.PublishOnly
 	c.clientID = p.ClientID
+	c.identity = p.ClientID // auth replaces this
 	c.defaultTopic = p.DefaultTopic
 	c.mu.Unlock()
 	s.mu.Unlock()
@@ -228,6 +229,9 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	if err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
 	}
+	if err := c.server.checkPattern(p.Topic); err != nil {
+		return nil, err
+	}
 	policy := p.Policy
 	if policy == "" {
 		policy = c.server.opts.DefaultPolicy
@@ -244,6 +248,9 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	}
 	if _, dup := c.subs[p.Topic]; dup {
 		return nil, protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", p.Topic)
+	}
+	if err := c.checkSubscriptions(len(c.subs)); err != nil {
+		return nil, err
 	}
 	c.subs[p.Topic] = c.server.router.add(c, pattern, policy, p.Fallback)
 	c.server.metrics.subscriptions.Inc()
@@ -291,11 +298,18 @@ func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
 	if err := protocol.ValidateTopic(p.Topic); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
 	}
+	if err := c.server.checkTopic(p.Topic); err != nil {
+		return nil, err
+	}
 	if _, err := protocol.PayloadType(p.Payload); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
 	}
 	if p.Meta != nil && string(p.Meta) != "null" && !protocol.IsObject(p.Meta) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "meta must be a JSON object")
 	}
-	return c.server.publish(context.Background(), &store.Message{Topic: p.Topic, From: from, Payload: p.Payload, Meta: p.Meta}, true)
+	identity, err := c.admitPublish()
+	if err != nil {
+		return nil, err
+	}
+	return c.server.publish(context.Background(), &store.Message{Topic: p.Topic, From: from, Publisher: identity, Payload: p.Payload, Meta: p.Meta}, true)
 }

@@ -137,12 +137,6 @@ func (s *Server) SetAuth(a *auth.Authenticator) {
 	panic("bus: SetAuth not yet implemented")
 }
 
-// SetLimits replaces the limits in force; connections beyond a new bound
-// are not closed, new work is refused.
-func (s *Server) SetLimits(l Limits) {
-	panic("bus: SetLimits not yet implemented")
-}
-
 func (o *Options) setDefaults() {
 	if o.ServerID == "" {
 		b := make([]byte, 4)
@@ -198,6 +192,7 @@ type Server struct {
 	stopEvents     chan struct{}
 	stopEventsOnce sync.Once
 	holdPatterns   []*protocol.Pattern
+	limitState     *limitState
 
 	// ctx is the lifetime of accepted work: publishing outlives the
 	// publisher's connection, but not the Server.
@@ -259,6 +254,7 @@ func New(opts *Options) (*Server, error) {
 	if s.store == nil {
 		s.store = store.OpenMemory()
 	}
+	s.limitState = newLimitState(o.Limits, s.metrics.registry)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
 	s.events = make(chan event, eventQueueSize)
@@ -323,6 +319,11 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "bub-bus: connect with a WebSocket client and speak JSON-RPC 2.0; see docs/PROTOCOL.md")
 		return
 	}
+	release, ok := s.admitConnection(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.opts.OriginPatterns})
 	if err != nil {
 		s.log.Warn("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
@@ -342,6 +343,9 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	defer s.work.Done()
+	c.startHandshakeTimer()
+	defer c.forgetSlow()
+	defer c.stopHandshakeTimer()
 	c.serve()
 }
 
