@@ -452,11 +452,12 @@ func (s *Server) skipSlow(next deliverFunc) deliverFunc {
 				fmt.Sprintf("not sent: client %q left its last %d deliveries unanswered; the bus waits on it again once it answers one", d.ClientID, c.timeouts.Load())}
 		}
 		r, err := next(ctx, d)
-		var derr *deliveryError
-		switch {
-		case err == nil:
+		if err == nil {
 			c.noteAnswer(d.ClientID)
-		case errors.As(err, &derr) && derr.Kind == failTimeout:
+			return r, err
+		}
+		switch failKind(err) {
+		case failTimeout:
 			n := c.timeouts.Add(1)
 			max := s.limits().SlowSubscriberTimeouts
 			if max > 0 && int(n) >= max && c.slow.CompareAndSwap(false, true) {
@@ -464,11 +465,22 @@ func (s *Server) skipSlow(next deliverFunc) deliverFunc {
 				c.log.Warn("not waiting on subscriber any more: deliveries to it fail at once until it answers",
 					"client", d.ClientID, "limit", limitSlowSubscriber, "timeouts", n)
 			}
-		case errors.As(err, &derr) && (derr.Kind == failError || derr.Kind == failBadResult):
+		case failError, failBadResult:
 			c.noteAnswer(d.ClientID) // an answer, if not a useful one: the peer is there
 		}
 		return r, err
 	}
+}
+
+// failKind is the Kind of a *deliveryError, or "". It is a function of its
+// own because errors.As moves its target to the heap: called only for a
+// failed delivery, it costs a successful one nothing.
+func failKind(err error) string {
+	var derr *deliveryError
+	if errors.As(err, &derr) {
+		return derr.Kind
+	}
+	return ""
 }
 
 // noteAnswer records that c, clientID's connection, answered a
