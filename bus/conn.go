@@ -44,15 +44,16 @@ type conn struct {
 	initialized bool
 	// closed is set when the connection stops taking subscriptions:
 	// it is closing, or another connection took its clientId over.
-	closed      bool
-	takenOver   bool
-	publishOnly bool
-	clientID    string
-	// identity is whom the connection's publishes count against
-	// (Limits.MaxPendingPerIdentity); set at initialize.
-	identity     string
+	closed       bool
+	takenOver    bool
+	publishOnly  bool
+	clientID     string
 	defaultTopic string
 	subs         map[string]*subscription // by pattern string
+
+	// identity is whom the connection's publishes count against
+	// (Limits.MaxPendingPerIdentity); set at initialize.
+	identity string
 
 	connLimits
 }

@@ -255,6 +255,11 @@ func New(opts *Options) (*Server, error) {
 		s.store = store.OpenMemory()
 	}
 	s.limitState = newLimitState(o.Limits, s.metrics.registry)
+	// The pending caps count what the store holds; counting now spares
+	// the first publish the scan.
+	if _, _, err := s.store.PendingCounts(""); err != nil {
+		return nil, fmt.Errorf("new bus: count pending work: %w", err)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
 	s.events = make(chan event, eventQueueSize)
