@@ -16,6 +16,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -282,4 +283,31 @@ func TestLimitsDefaults(t *testing.T) {
 	}
 	c := bustest.Connect(t, srv.URL, "c", nil)
 	requireCode(t, c.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: strings.Repeat("*?", 5)}), protocol.CodeInvalidParams, "max_pattern_wildcards 8")
+}
+
+// TestLimitPendingSurvivesRestart: the counts are rebuilt from the store,
+// so a restart does not reset an identity's cap.
+func TestLimitPendingSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	opts := func(st *store.Store) *bus.Options {
+		return &bus.Options{Store: st, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour, Limits: bus.Limits{MaxPendingPerIdentity: 1}}
+	}
+	st, err := store.Open(dir, nil)
+	require.NoError(t, err)
+	first := bustest.Start(t, opts(st))
+	require.True(t, bustest.Connect(t, first.URL, "p1", nil).Publish("agent:away", "t").Held)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	require.NoError(t, first.Shutdown(ctx))
+	first.HTTP.Close()
+	require.NoError(t, st.Close())
+
+	st, err = store.Open(dir, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	second := bustest.Start(t, opts(st))
+	p1 := bustest.Connect(t, second.URL, "p1", nil)
+	requireCode(t, p1.Call(protocol.MethodSendMessage, map[string]any{"topic": "agent:away", "payload": map[string]any{"type": "t"}}),
+		protocol.CodeLimitReached, "max_pending_per_identity")
+	requireServes(t, second, "others")
 }
