@@ -229,7 +229,7 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	if err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
 	}
-	if err := c.server.checkPattern(p.Topic); err != nil {
+	if err := c.checkPattern(p.Topic); err != nil {
 		return nil, err
 	}
 	policy := p.Policy
@@ -298,7 +298,7 @@ func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
 	if err := protocol.ValidateTopic(p.Topic); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
 	}
-	if err := c.server.checkTopic(p.Topic); err != nil {
+	if err := c.checkTopic(p.Topic); err != nil {
 		return nil, err
 	}
 	if _, err := protocol.PayloadType(p.Payload); err != nil {

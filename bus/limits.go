@@ -267,27 +267,32 @@ func (c *conn) stopHandshakeTimer() {
 
 // checkPattern applies the configured pattern rules; a pattern breaking
 // one is invalid params, naming the rule and its limit.
-func (s *Server) checkPattern(pattern string) error {
-	l := s.limits()
+func (c *conn) checkPattern(pattern string) error {
+	l := c.server.limits()
 	if !under(len(pattern)-1, l.MaxTopicBytes) {
-		s.limitState.refused[limitTopicBytes].Inc()
-		return protocol.Errorf(protocol.ErrInvalidParams, "topic pattern is %d bytes, more than %s %d", len(pattern), limitTopicBytes, l.MaxTopicBytes)
+		return c.refusePattern("subscribe", limitTopicBytes, l.MaxTopicBytes, "topic pattern is %d bytes, more than %s %d", len(pattern), limitTopicBytes, l.MaxTopicBytes)
 	}
 	if n := countWildcards(pattern); !under(n-1, l.MaxPatternWildcards) {
-		s.limitState.refused[limitPatternWildcards].Inc()
-		return protocol.Errorf(protocol.ErrInvalidParams, "topic pattern %q has %d wildcards and classes, more than %s %d", pattern, n, limitPatternWildcards, l.MaxPatternWildcards)
+		return c.refusePattern("subscribe", limitPatternWildcards, l.MaxPatternWildcards, "topic pattern %q has %d wildcards and classes, more than %s %d", pattern, n, limitPatternWildcards, l.MaxPatternWildcards)
 	}
 	return nil
 }
 
 // checkTopic applies MaxTopicBytes to a topic published to.
-func (s *Server) checkTopic(topic string) error {
-	l := s.limits()
+func (c *conn) checkTopic(topic string) error {
+	l := c.server.limits()
 	if !under(len(topic)-1, l.MaxTopicBytes) {
-		s.limitState.refused[limitTopicBytes].Inc()
-		return protocol.Errorf(protocol.ErrInvalidParams, "topic is %d bytes, more than %s %d", len(topic), limitTopicBytes, l.MaxTopicBytes)
+		return c.refusePattern("sendMessage", limitTopicBytes, l.MaxTopicBytes, "topic is %d bytes, more than %s %d", len(topic), limitTopicBytes, l.MaxTopicBytes)
 	}
 	return nil
+}
+
+// refusePattern counts, logs and returns the -32602 for a topic or pattern
+// beyond a configured rule.
+func (c *conn) refusePattern(method, limit string, max int, format string, args ...any) error {
+	c.server.limitState.refused[limit].Inc()
+	c.log.Info(method+" refused: limit reached", "client", c.id(), "limit", limit, "max", max)
+	return protocol.Errorf(protocol.ErrInvalidParams, format, args...)
 }
 
 // countWildcards counts what makes a pattern costly to match: each '?',
