@@ -83,9 +83,9 @@ func burstFor(r float64) int {
 	return max(1, int(math.Ceil(r)))
 }
 
-// under reports whether n is below the limit max; a negative max is no
+// under reports whether n is below the limit bound; a negative bound is no
 // limit.
-func under(n, max int) bool { return max < 0 || n < max }
+func under(n, bound int) bool { return bound < 0 || n < bound }
 
 // limitState is the Server's side of the limits: the limits in force,
 // swapped whole by SetLimits and read with one atomic load on the hot
@@ -153,12 +153,12 @@ func (s *Server) admitConnection(w http.ResponseWriter, r *http.Request) (releas
 	addr := remoteIP(r.RemoteAddr)
 	st := s.limitState
 	st.mu.Lock()
-	limit, max := "", 0
+	limit, bound := "", 0
 	switch {
 	case !under(st.conns, l.MaxConnections):
-		limit, max = limitConnections, l.MaxConnections
+		limit, bound = limitConnections, l.MaxConnections
 	case !under(st.byAddr[addr], l.MaxConnectionsPerAddr):
-		limit, max = limitConnectionsPerAddr, l.MaxConnectionsPerAddr
+		limit, bound = limitConnectionsPerAddr, l.MaxConnectionsPerAddr
 	default:
 		st.conns++
 		st.byAddr[addr]++
@@ -166,8 +166,8 @@ func (s *Server) admitConnection(w http.ResponseWriter, r *http.Request) (releas
 	st.mu.Unlock()
 	if limit != "" {
 		st.refused[limit].Inc()
-		s.log.Warn("connection refused: limit reached", "limit", limit, "max", max, "remote", r.RemoteAddr)
-		http.Error(w, fmt.Sprintf("bub-bus: limit reached: %s %d; try again later", limit, max), http.StatusServiceUnavailable)
+		s.log.Warn("connection refused: limit reached", "limit", limit, "max", bound, "remote", r.RemoteAddr)
+		http.Error(w, fmt.Sprintf("bub-bus: limit reached: %s %d; try again later", limit, bound), http.StatusServiceUnavailable)
 		return nil, false
 	}
 	var once sync.Once
@@ -289,9 +289,9 @@ func (c *conn) checkTopic(topic string) error {
 
 // refusePattern counts, logs and returns the -32602 for a topic or pattern
 // beyond a configured rule.
-func (c *conn) refusePattern(method, limit string, max int, format string, args ...any) error {
+func (c *conn) refusePattern(method, limit string, bound int, format string, args ...any) error {
 	c.server.limitState.refused[limit].Inc()
-	c.log.Info(method+" refused: limit reached", "client", c.id(), "limit", limit, "max", max)
+	c.log.Info(method+" refused: limit reached", "client", c.id(), "limit", limit, "max", bound)
 	return protocol.Errorf(protocol.ErrInvalidParams, format, args...)
 }
 
@@ -321,20 +321,20 @@ func countWildcards(pattern string) int {
 // checkSubscriptions refuses a subscription beyond MaxSubscriptions; held
 // is how many c holds. The caller holds c.mu.
 func (c *conn) checkSubscriptions(held int) error {
-	max := c.server.limits().MaxSubscriptions
-	if under(held, max) {
+	bound := c.server.limits().MaxSubscriptions
+	if under(held, bound) {
 		return nil
 	}
-	c.log.Info("subscribe refused: limit reached", "client", c.clientID, "limit", limitSubscriptions, "max", max)
+	c.log.Info("subscribe refused: limit reached", "client", c.clientID, "limit", limitSubscriptions, "max", bound)
 	return c.server.limitReached(limitSubscriptions, "this connection holds %d subscriptions; unsubscribe first", held)
 }
 
 // checkReplayIDs refuses a dlq.replay with more than MaxReplayIDs ids.
 func (c *conn) checkReplayIDs(n int) error {
-	max := c.server.limits().MaxReplayIDs
-	if !under(n-1, max) {
-		c.log.Info("dlq.replay refused: limit reached", "client", c.id(), "limit", limitReplayIDs, "max", max, "ids", n)
-		return c.server.limitReached(limitReplayIDs, "%d ids, more than %d; replay them in batches", n, max)
+	bound := c.server.limits().MaxReplayIDs
+	if !under(n-1, bound) {
+		c.log.Info("dlq.replay refused: limit reached", "client", c.id(), "limit", limitReplayIDs, "max", bound, "ids", n)
+		return c.server.limitReached(limitReplayIDs, "%d ids, more than %d; replay them in batches", n, bound)
 	}
 	return nil
 }
@@ -381,12 +381,12 @@ func (c *conn) admitPublish() (identity string, err error) {
 	if err != nil {
 		return identity, protocol.Errorf(protocol.ErrInternal, "count pending messages: %v", err)
 	}
-	limit, max, n := "", 0, 0
+	limit, bound, n := "", 0, 0
 	switch {
 	case !under(mine, perIdentity):
-		limit, max, n = limitPendingPerIdentity, perIdentity, mine
+		limit, bound, n = limitPendingPerIdentity, perIdentity, mine
 	case !under(total, l.MaxPending):
-		limit, max, n = limitPending, l.MaxPending, total
+		limit, bound, n = limitPending, l.MaxPending, total
 	default:
 		c.mu.Lock()
 		c.logged &^= loggedPending
@@ -398,7 +398,7 @@ func (c *conn) admitPublish() (identity string, err error) {
 	c.logged |= loggedPending
 	c.mu.Unlock()
 	if first {
-		c.log.Warn("publishes refused: limit reached", "client", c.id(), "identity", identity, "limit", limit, "max", max, "pending", n)
+		c.log.Warn("publishes refused: limit reached", "client", c.id(), "identity", identity, "limit", limit, "max", bound, "pending", n)
 	}
 	if limit == limitPending {
 		return identity, s.limitReached(limit, "the bus holds %d retries and held messages, its limit; try again once they drain", n)
@@ -464,8 +464,8 @@ func (s *Server) skipSlow(next deliverFunc) deliverFunc {
 		switch failKind(err) {
 		case failTimeout:
 			n := c.timeouts.Add(1)
-			max := s.limits().SlowSubscriberTimeouts
-			if max > 0 && int(n) >= max && c.slow.CompareAndSwap(false, true) {
+			bound := s.limits().SlowSubscriberTimeouts
+			if bound > 0 && int(n) >= bound && c.slow.CompareAndSwap(false, true) {
 				s.limitState.slow.Inc()
 				c.log.Warn("not waiting on subscriber any more: deliveries to it fail at once until it answers",
 					"client", d.ClientID, "limit", limitSlowSubscriber, "timeouts", n)
