@@ -13,6 +13,7 @@ require (
 	go.etcd.io/bbolt v1.5.0
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/text v0.43.0
+	golang.org/x/time v0.16.0
 )
 
 require (

@@ -62,6 +62,9 @@ func (c *conn) dlqReplay(req *jsonrpc2.Request) (any, error) {
 	if len(p.IDs) == 0 {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "ids is required: name at least one dead letter")
 	}
+	if err := c.checkReplayIDs(len(p.IDs)); err != nil {
+		return nil, err
+	}
 	switch p.To {
 	case "":
 		p.To = protocol.ReplayToTopic

@@ -169,6 +169,31 @@ func (c *conn) authorizeInitialize(p *protocol.InitializeParams) (*auth.Principa
 	return principal, access, nil
 }
 
+// setAccessLocked records what the connection's credential is and
+// allows, its own limits included (zero: the bus's). The caller holds
+// c.mu.
+func (c *conn) setAccessLocked(principal *auth.Principal, access *auth.Access) {
+	c.principal, c.access, c.identity = principal, access, ""
+	c.maxPending, c.rate, c.rateBurst = 0, 0, 0
+	if principal == nil {
+		return
+	}
+	c.identity = principal.Name()
+	c.maxPending = access.MaxPending()
+	r := access.Rate()
+	c.rate, c.rateBurst = r.PerSecond, r.Burst
+}
+
+// limitKeyLocked is whom the connection's publishes count against for
+// the pending caps: its credential's name, or on an open bus its
+// clientId. The caller holds c.mu.
+func (c *conn) limitKeyLocked() string {
+	if c.identity != "" {
+		return c.identity
+	}
+	return c.clientID
+}
+
 // refuse counts and logs a refusal and returns err, the answer to the
 // peer. why is for the log only: it may say more than the peer is told.
 func (c *conn) refuse(reason, identity, clientID, why string, err error) error {
@@ -257,7 +282,7 @@ func (c *conn) recheck(a *auth.Authenticator) string {
 	if a == nil || !c.initialized {
 		// Not initialized yet: initialize checks against what is in
 		// force by then.
-		c.access, c.identity = nil, ""
+		c.setAccessLocked(nil, nil)
 		c.mu.Unlock()
 		return ""
 	}
@@ -288,7 +313,7 @@ func (c *conn) recheck(a *auth.Authenticator) string {
 		}
 	}
 	if why == "" {
-		c.principal, c.access, c.identity = principal, access, principal.Name()
+		c.setAccessLocked(principal, access)
 	}
 	c.mu.Unlock()
 	if why != "" {

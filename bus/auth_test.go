@@ -522,3 +522,47 @@ func TestClientEventsNameIdentity(t *testing.T) {
 
 func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestGrantLimits: an identity's own rate and pending cap apply to its
+// connections, in place of the bus's defaults.
+func TestGrantLimits(t *testing.T) {
+	dir := t.TempDir()
+	cfg, _ := authConfig(t, dir)
+	cfg.Identities = append(cfg.Identities,
+		auth.Identity{Name: "chatty", TokenSHA256: sha("chatty-token"), Grant: auth.Grant{
+			ClientIDs: []string{"chatty"}, Publish: auth.Rules{Allow: []string{"inbound:*"}},
+			Rate: auth.Rate{PerSecond: 1.0 / 60, Burst: 1},
+		}},
+		auth.Identity{Name: "hoarder", TokenSHA256: sha("hoarder-token"), Grant: auth.Grant{
+			ClientIDs: []string{"hoarder"}, Publish: auth.Rules{Allow: []string{"agent:*"}},
+			MaxPending: 1,
+		}},
+	)
+	a, err := auth.New(cfg, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := bustest.Start(t, &bus.Options{Auth: a})
+	send := func(c *bustest.Client, topic string) bustest.Response {
+		return c.Call(protocol.MethodSendMessage, map[string]any{"topic": topic, "payload": map[string]any{"type": "t"}})
+	}
+	chatty, _ := initialize(t, srv.URL, "chatty-token", "chatty", false)
+	if r := send(chatty, "inbound:1"); r.Error != nil {
+		t.Fatalf("first publish: %v", r.Error)
+	}
+	if r := send(chatty, "inbound:2"); code(r) != protocol.CodeRateLimited {
+		t.Errorf("second publish within the identity's rate: %v, want rate limited", r.Error)
+	}
+	hoarder, _ := initialize(t, srv.URL, "hoarder-token", "hoarder", false)
+	if r := send(hoarder, "agent:ghost-1"); r.Error != nil {
+		t.Fatalf("first held message: %v", r.Error)
+	}
+	if r := send(hoarder, "agent:ghost-2"); code(r) != protocol.CodeLimitReached {
+		t.Errorf("second held message past the identity's max_pending 1: %v, want limit reached", r.Error)
+	}
+	// Others are not affected.
+	main, _ := initialize(t, srv.URL, "main-token", "main", false)
+	if r := send(main, "agent:ghost-3"); r.Error != nil {
+		t.Errorf("main after hoarder's cap: %v", r.Error)
+	}
+}

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -43,5 +44,28 @@ func relay(b *testing.B, pub *bustest.Client) {
 		if r := pub.Call(protocol.MethodSendMessage, params); r.Error != nil {
 			b.Fatal(r.Error)
 		}
+	}
+}
+
+// BenchmarkManyGlobs subscribes n patterns shaped like the ones issue 10
+// measured (`*?*?*?*?*?*?Z<id>*`: no literal head, many wildcards) and
+// then relays on an unrelated topic. subscribe-ms is the wall time of the
+// n subscribe calls, made one after another over one connection; the
+// ns/op is the relay. The pattern limits are lifted so the router itself
+// is measured.
+func BenchmarkManyGlobs(b *testing.B) {
+	for _, n := range []int{2000, 20000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			srv := bustest.Start(b, &bus.Options{Limits: bus.Limits{MaxSubscriptions: -1, MaxPatternWildcards: -1}})
+			globs := bustest.Connect(b, srv.URL, "globs", bustest.Processed)
+			start := time.Now()
+			for i := range n {
+				globs.Subscribe(fmt.Sprintf("*?*?*?*?*?*?Z%d*", i), "")
+			}
+			subscribe := time.Since(start)
+			bustest.Connect(b, srv.URL, "sub", bustest.Processed).Subscribe("bench", "")
+			relay(b, bustest.Connect(b, srv.URL, "pub", nil))
+			b.ReportMetric(float64(subscribe.Milliseconds()), "subscribe-ms")
+		})
 	}
 }

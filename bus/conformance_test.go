@@ -339,7 +339,10 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 // TestSlowReaderEvicted: a subscriber that stops reading is disconnected
 // once a write to it times out, and never holds up other peers.
 func TestSlowReaderEvicted(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{WriteTimeout: 200 * time.Millisecond, DeliveryTimeout: 100 * time.Millisecond, MaxMessageBytes: 4 << 20, MaxAttempts: 1})
+	// The slow-subscriber limit would stop writing to the stalled peer
+	// after a few timeouts, before the write timeout this test is about.
+	srv := bustest.Start(t, &bus.Options{WriteTimeout: 200 * time.Millisecond, DeliveryTimeout: 100 * time.Millisecond, MaxMessageBytes: 4 << 20, MaxAttempts: 1,
+		Limits: bus.Limits{SlowSubscriberTimeouts: -1}})
 	ws, _, err := websocket.Dial(t.Context(), srv.URL, nil)
 	require.NoError(t, err)
 	defer ws.CloseNow()

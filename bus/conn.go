@@ -59,8 +59,12 @@ type conn struct {
 	cred      credential
 	principal *auth.Principal
 	access    *auth.Access
-	identity  string
-	subs      map[string]*subscription // by pattern string
+	// identity is the credential's name, "" on an open bus; whom the
+	// connection's publishes count against is limitKey.
+	identity string
+	subs     map[string]*subscription // by pattern string
+
+	connLimits
 }
 
 func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
@@ -75,6 +79,9 @@ func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
 		subs:   make(map[string]*subscription),
 		done:   make(chan struct{}),
 	}
+	// An answer that comes after its call timed out still shows the peer
+	// is there (Limits.SlowSubscriberTimeouts).
+	c.stream.OnLateAnswer(c.noteLateAnswer)
 	return c
 }
 

@@ -36,7 +36,7 @@ type layer func(deliverFunc) deliverFunc
 
 // chain builds the delivery pipeline, outermost layer first.
 func (s *Server) chain() deliverFunc {
-	layers := []layer{s.measure, s.timeout}
+	layers := []layer{s.measure, s.skipSlow, s.timeout}
 	deliver := deliverFunc(s.call)
 	for i := len(layers) - 1; i >= 0; i-- {
 		deliver = layers[i](deliver)

@@ -202,7 +202,7 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 	c.publishOnly = p.PublishOnly
 	c.clientID = p.ClientID
 	c.defaultTopic = p.DefaultTopic
-	c.principal, c.access, c.identity = principal, access, identity
+	c.setAccessLocked(principal, access)
 	c.mu.Unlock()
 	s.mu.Unlock()
 
@@ -252,6 +252,9 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	if err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
 	}
+	if err := c.checkPattern(p.Topic); err != nil {
+		return nil, err
+	}
 	policy := p.Policy
 	if policy == "" {
 		policy = c.server.opts.DefaultPolicy
@@ -268,6 +271,9 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	}
 	if _, dup := c.subs[p.Topic]; dup {
 		return nil, protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", p.Topic)
+	}
+	if err := c.checkSubscriptions(len(c.subs)); err != nil {
+		return nil, err
 	}
 	if err := c.checkSubscribe(pattern, p.Fallback); err != nil {
 		return nil, err
@@ -318,6 +324,9 @@ func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
 	if err := protocol.ValidateTopic(p.Topic); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
 	}
+	if err := c.checkTopic(p.Topic); err != nil {
+		return nil, err
+	}
 	if err := c.checkPublish(p.Topic); err != nil {
 		return nil, err
 	}
@@ -327,5 +336,9 @@ func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
 	if p.Meta != nil && string(p.Meta) != "null" && !protocol.IsObject(p.Meta) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "meta must be a JSON object")
 	}
-	return c.server.publish(context.Background(), &store.Message{Topic: p.Topic, From: from, Payload: p.Payload, Meta: p.Meta}, true)
+	identity, err := c.admitPublish()
+	if err != nil {
+		return nil, err
+	}
+	return c.server.publish(context.Background(), &store.Message{Topic: p.Topic, From: from, Publisher: identity, Payload: p.Payload, Meta: p.Meta}, true)
 }

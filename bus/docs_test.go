@@ -251,6 +251,25 @@ func replayErrorCodes(t *testing.T, exs []*docExample) {
 			newDocPeer(t, pub).play(ex)
 			close(release)
 			require.NoError(t, <-shut)
+		case "1001st subscription":
+			srv := startDocBus(t, nil)
+			c := bustest.Dial(t, srv.URL)
+			c.Initialize("many")
+			for i := range 1000 {
+				c.Send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"s-%d"},"id":"fill-%d"}`, i, i))
+			}
+			for range 1000 {
+				c.Recv()
+			}
+			newDocPeer(t, c).play(ex)
+		case "beyond --publish-rate":
+			// One publish a minute: the first takes the bucket's only
+			// token, so the example, right after it, is refused.
+			srv := startDocBus(t, &bus.Options{Limits: bus.Limits{PublishRate: 1.0 / 60, PublishBurst: 1}})
+			c := bustest.Dial(t, srv.URL)
+			c.Initialize("fast")
+			c.MustCall(protocol.MethodSendMessage, map[string]any{"topic": ex.sentTopic(t), "payload": map[string]any{"type": "t"}}, nil)
+			newDocPeer(t, c).play(ex)
 		default:
 			t.Errorf("PROTOCOL.md:%d: no setup for the annotation (%s); teach replayErrorCodes", ex.line(), note)
 		}
@@ -781,15 +800,21 @@ func decodeDocJSON(s string) (any, error) {
 // volatileKeys are the members whose values differ from run to run; only
 // their shape is compared, with the check given.
 var volatileKeys = map[string]func(any) bool{
-	"messageId":     nonEmptyString,
-	"timestamp":     isTime,
-	"next_attempt":  isTime,
-	"published_at":  isTime,
-	"first_attempt": isTime,
-	"last_attempt":  isTime,
-	"dead_at":       isTime,
-	"at":            isTime,
-	"version":       nonEmptyString, // serverInfo.version: the build's
+	"messageId":      nonEmptyString,
+	"timestamp":      isTime,
+	"next_attempt":   isTime,
+	"published_at":   isTime,
+	"first_attempt":  isTime,
+	"last_attempt":   isTime,
+	"dead_at":        isTime,
+	"at":             isTime,
+	"version":        nonEmptyString, // serverInfo.version: the build's
+	"retry_after_ms": isPositive,
+}
+
+func isPositive(v any) bool {
+	n, err := strconv.ParseFloat(fmt.Sprint(v), 64)
+	return err == nil && n > 0
 }
 
 func nonEmptyString(v any) bool { s, ok := v.(string); return ok && s != "" }

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/bub-bus/bub/protocol"
@@ -23,6 +24,15 @@ type subscription struct {
 // table. Exact patterns sit in a map by topic; prefix patterns in a map by
 // prefix, probed at each ':' and '-' of the topic; glob patterns in
 // buckets by their literal head, probed once per distinct head length.
+//
+// A glob whose head is short or empty (`*?x123*`) would land in a bucket
+// probed on every publish and matched against every topic, so one
+// connection with many such patterns made every publish, and every
+// subscribe (whose lifecycle event is a publish), cost as much as all of
+// them: subscribing n of them was quadratic. Such a glob is indexed
+// instead by a gram, the first bytes of the longest literal run it
+// requires, probed at each position of the topic (see gramOf). Only globs
+// with no literal at all are scanned on every publish.
 type router struct {
 	// mu guards everything below.
 	mu       sync.RWMutex
@@ -32,6 +42,8 @@ type router struct {
 	prefix   map[string][]*subscription
 	globs    map[string][]*subscription
 	globLens map[int]int // literal head length → number of glob subscriptions with it
+	grams    map[string][]*subscription
+	gramLens map[int]int // gram length → number of glob subscriptions with it
 }
 
 func newRouter() *router {
@@ -40,7 +52,41 @@ func newRouter() *router {
 		prefix:   make(map[string][]*subscription),
 		globs:    make(map[string][]*subscription),
 		globLens: make(map[int]int),
+		grams:    make(map[string][]*subscription),
+		gramLens: make(map[int]int),
 	}
+}
+
+// maxGram bounds the gram a glob is indexed by: long enough to be
+// selective, short enough that probing every position of a topic stays
+// a few map lookups per byte.
+const maxGram = 4
+
+// gramOf returns the gram to index a glob under, or "" to index it by its
+// literal head: the first maxGram bytes of the longest run of literal
+// bytes the pattern has before any class, when that is longer than its
+// head. Every topic the pattern matches contains such a run, since '*'
+// and '?' stand for whole characters and the reserved characters rule out
+// escapes and alternatives. Runs after a '[' are not used: where a class
+// ends is the glob engine's business.
+func gramOf(p *protocol.Pattern) string {
+	raw, head := p.String(), len(p.Literal())
+	if i := strings.IndexByte(raw, '['); i >= 0 {
+		raw = raw[:i]
+	}
+	best := ""
+	for run := range strings.FieldsFuncSeq(raw, func(r rune) bool { return r == '*' || r == '?' }) {
+		if len(run) > len(best) {
+			best = run
+		}
+	}
+	if len(best) > maxGram {
+		best = best[:maxGram]
+	}
+	if len(best) <= head {
+		return ""
+	}
+	return best
 }
 
 // add inserts a subscription as the newest and returns it.
@@ -55,6 +101,11 @@ func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy, fallb
 	case protocol.Prefix:
 		r.prefix[p.String()] = append(r.prefix[p.String()], s)
 	default:
+		if gram := gramOf(p); gram != "" {
+			r.grams[gram] = append(r.grams[gram], s)
+			r.gramLens[len(gram)]++
+			break
+		}
 		head := p.Literal()
 		r.globs[head] = append(r.globs[head], s)
 		r.globLens[len(head)]++
@@ -74,6 +125,14 @@ func (r *router) remove(s *subscription) {
 	case protocol.Prefix:
 		ok = removeFrom(r.prefix, s.pattern.String(), s)
 	default:
+		if gram := gramOf(s.pattern); gram != "" {
+			if ok = removeFrom(r.grams, gram, s); ok {
+				if r.gramLens[len(gram)]--; r.gramLens[len(gram)] == 0 {
+					delete(r.gramLens, len(gram))
+				}
+			}
+			break
+		}
 		head := s.pattern.Literal()
 		if ok = removeFrom(r.globs, head, s); ok {
 			if r.globLens[len(head)]--; r.globLens[len(head)] == 0 {
@@ -128,6 +187,22 @@ func (r *router) route(topic string) []*subscription {
 		for _, s := range r.globs[topic[:n]] {
 			if s.pattern.Match(topic) {
 				matches = append(matches, s)
+			}
+		}
+	}
+	for n := range r.gramLens {
+		for i := 0; i+n <= len(topic); i++ {
+			gram := topic[i : i+n]
+			list := r.grams[gram]
+			// A gram that occurs twice in the topic is probed at its
+			// first occurrence only, so no subscription is matched twice.
+			if len(list) == 0 || strings.Index(topic, gram) < i {
+				continue
+			}
+			for _, s := range list {
+				if s.pattern.Match(topic) {
+					matches = append(matches, s)
+				}
 			}
 		}
 	}

@@ -165,3 +165,68 @@ func BenchmarkRoute(b *testing.B) {
 		})
 	}
 }
+
+// TestRouteIndexMatchesScan checks the index against the definition: a
+// topic's matches are exactly the patterns that match it, whichever
+// bucket (exact, prefix, head, gram or scan) each pattern sits in.
+func TestRouteIndexMatchesScan(t *testing.T) {
+	patterns := []string{
+		"*", "?", "*?*", "a*", "ab*", "agent:*", "*Z12*", "*?*?Z12*", "?Z1*", "*Z1", "*Z12", "Z12*x",
+		"*abcdef*", "*cde*", "ag?nt:*", "*:x-1", "*x-1*", "[ab]*", "*[xz]12*", "*Z[0-9]*", "x*y*Z12*",
+		"*aaaa*", "*aa*aa*", "a*a", "agent:x", "agent:", "agent-", "*ZZ*",
+	}
+	topics := []string{
+		"a", "ab", "abcdefg", "agent:x", "agent:x-1", "Z12", "Z1", "xZ12y", "aZ12Z12", "aaaa", "aaaaa",
+		"system:client.subscribed", "aZ1", "bZ99", "xyZ12", "ZZ", "agent:aaaa", "Z12Z12Z12", "az1",
+	}
+	r := newRouter()
+	var subs []*subscription
+	for _, raw := range patterns {
+		p, err := protocol.ParsePattern(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, r.add(&conn{clientID: raw}, p, protocol.PolicyContinueAll, false))
+	}
+	check := func() {
+		t.Helper()
+		for _, topic := range topics {
+			want := map[string]bool{}
+			for _, s := range subs {
+				if s.pattern.Match(topic) {
+					want[s.pattern.String()] = true
+				}
+			}
+			got := map[string]bool{}
+			for _, s := range r.route(topic) {
+				if got[s.pattern.String()] {
+					t.Errorf("topic %q: %q routed twice", topic, s.pattern)
+				}
+				got[s.pattern.String()] = true
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("topic %q: routed to %v, want %v", topic, got, want)
+			}
+		}
+	}
+	check()
+	// Removal leaves the index consistent.
+	for i := 0; i < len(subs); i += 2 {
+		r.remove(subs[i])
+	}
+	subs = slicesDeleteEven(subs)
+	check()
+	if r.size() != len(subs) || len(r.grams) == 0 {
+		t.Errorf("size %d, want %d; %d grams", r.size(), len(subs), len(r.grams))
+	}
+}
+
+func slicesDeleteEven(subs []*subscription) []*subscription {
+	var out []*subscription
+	for i, s := range subs {
+		if i%2 == 1 {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -128,12 +128,6 @@ type Limits struct {
 	PublishBurst int
 }
 
-// SetLimits replaces the limits in force; connections beyond a new bound
-// are not closed, new work is refused.
-func (s *Server) SetLimits(l Limits) {
-	panic("bus: SetLimits not yet implemented")
-}
-
 func (o *Options) setDefaults() {
 	if o.ServerID == "" {
 		b := make([]byte, 4)
@@ -190,7 +184,8 @@ type Server struct {
 	stopEventsOnce sync.Once
 	holdPatterns   []*protocol.Pattern
 	// auth is the Authenticator in force; nil: an open bus.
-	auth atomic.Pointer[auth.Authenticator]
+	auth       atomic.Pointer[auth.Authenticator]
+	limitState *limitState
 
 	// ctx is the lifetime of accepted work: publishing outlives the
 	// publisher's connection, but not the Server.
@@ -253,6 +248,12 @@ func New(opts *Options) (*Server, error) {
 		s.store = store.OpenMemory()
 	}
 	s.auth.Store(o.Auth)
+	s.limitState = newLimitState(o.Limits, s.metrics.registry)
+	// The pending caps count what the store holds; counting now spares
+	// the first publish the scan.
+	if _, _, err := s.store.PendingCounts(""); err != nil {
+		return nil, fmt.Errorf("new bus: count pending work: %w", err)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
 	s.events = make(chan event, eventQueueSize)
@@ -317,6 +318,11 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "bub-bus: connect with a WebSocket client and speak JSON-RPC 2.0; see docs/PROTOCOL.md")
 		return
 	}
+	release, ok := s.admitConnection(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	cred, ok := s.checkUpgrade(w, r)
 	if !ok {
 		return
@@ -341,6 +347,9 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	defer s.work.Done()
+	c.startHandshakeTimer()
+	defer c.forgetSlow()
+	defer c.stopHandshakeTimer()
 	c.serve()
 }
 

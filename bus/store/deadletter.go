@@ -132,7 +132,7 @@ func (s *Store) DeadLetter(pendingID string, d *DeadLetter) (string, error) {
 				r.LastAttempt = r.Attempts[n-1].At
 			}
 		}
-		err = s.update(func(t tx) error {
+		err = s.updatePending(func(t tx) error {
 			if pending != 0 {
 				if err := t.delete(bucketPending, key(pending)); err != nil {
 					return err
@@ -148,7 +148,7 @@ func (s *Store) DeadLetter(pendingID string, d *DeadLetter) (string, error) {
 				return err
 			}
 			return t.put(bucketDeadLetters, key(seq), v)
-		})
+		}, func(ix *pendingIndex) { ix.remove(pending) })
 		if err == nil {
 			*d = r
 		}
@@ -265,12 +265,12 @@ func removeDeadLetter(t tx, seq uint64) error {
 func (s *Store) Requeue(id string, p *Pending) error {
 	seq, err := parseID(deadLetterPrefix, id)
 	if err == nil {
-		err = s.update(func(t tx) error {
+		err = s.updatePending(func(t tx) error {
 			if err := removeDeadLetter(t, seq); err != nil {
 				return err
 			}
 			return putPending(t, p)
-		})
+		}, func(ix *pendingIndex) { ix.set(mustSeq(p.ID), p.Message.publisher()) })
 	}
 	if err != nil {
 		return fmt.Errorf("requeue dead letter %s: %w", id, err)

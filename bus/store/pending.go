@@ -60,7 +60,7 @@ func checkPending(p *Pending) error {
 // assigned; it may belong to an entry since deleted. The write is
 // committed, fsync included, before PutPending returns.
 func (s *Store) PutPending(p *Pending) error {
-	if err := s.update(func(t tx) error { return putPending(t, p) }); err != nil {
+	if err := s.updatePending(func(t tx) error { return putPending(t, p) }, func(ix *pendingIndex) { ix.set(mustSeq(p.ID), p.Message.publisher()) }); err != nil {
 		return fmt.Errorf("put pending %s: %w", pendingName(p), err)
 	}
 	return nil
@@ -115,7 +115,7 @@ func pendingName(p *Pending) string {
 func (s *Store) DeletePending(id string) error {
 	seq, err := parseID(pendingPrefix, id)
 	if err == nil {
-		err = s.update(func(t tx) error { return t.delete(bucketPending, key(seq)) })
+		err = s.updatePending(func(t tx) error { return t.delete(bucketPending, key(seq)) }, func(ix *pendingIndex) { ix.remove(seq) })
 	}
 	if err != nil {
 		return fmt.Errorf("delete pending %s: %w", id, err)

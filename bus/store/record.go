@@ -20,6 +20,10 @@ type Message struct {
 	ID    string `json:"id"`    // the messageId the bus gave it
 	Topic string `json:"topic"` // the topic it was published to
 	From  string `json:"from,omitempty"`
+	// Publisher is the identity whose publish the message is: whom its
+	// pending entries count against (the bus's per-identity cap). Records
+	// written before it existed lack it; From stands in for them.
+	Publisher string `json:"publisher,omitempty"`
 	// Payload and Meta are kept byte for byte, except that JSON
 	// whitespace is removed; each must be valid JSON or empty.
 	Payload     json.RawMessage `json:"payload,omitempty"`

@@ -31,6 +31,7 @@ type Options struct {
 type Store struct {
 	db       backend
 	onCommit func(time.Duration)
+	pending  pendingIndex
 }
 
 // backend is what the file store and the memory store each implement:

@@ -66,6 +66,9 @@ type Stream struct {
 	calls      map[uint64]chan callResult
 	nextCallID uint64
 	closed     bool
+	// onLate is called for an answer to one of the Stream's calls that
+	// came after the call gave up; set before reading starts.
+	onLate func()
 }
 
 // message is one checked JSON-RPC message: a request (method set) or a
@@ -472,6 +475,16 @@ func (s *Stream) forget(id uint64) {
 	s.mu.Unlock()
 }
 
+// OnLateAnswer sets fn to be called, on the reading goroutine, for each
+// answer to a Call that arrives after that Call returned (its context
+// ended): the answer itself is dropped, but it shows that the peer
+// answers. Set it before reading starts; fn must not call the Stream.
+func (s *Stream) OnLateAnswer(fn func()) {
+	s.mu.Lock()
+	s.onLate = fn
+	s.mu.Unlock()
+}
+
 // ResponseError is a peer's error answer to a Call.
 type ResponseError struct {
 	Code    int64
@@ -494,6 +507,9 @@ func (s *Stream) answerLocked(id json.RawMessage, env *envelope) bool {
 	}
 	done, ok := s.calls[n]
 	if !ok {
+		if n < s.nextCallID && s.onLate != nil {
+			s.onLate()
+		}
 		return false
 	}
 	delete(s.calls, n)

@@ -1,0 +1,511 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// The limits, as named in refusals, logs and the limit label of
+// bub_limit_refusals_total: the snake_case config keys of Limits' fields.
+const (
+	limitConnections        = "max_connections"
+	limitConnectionsPerAddr = "max_connections_per_addr"
+	limitHandshakeTimeout   = "handshake_timeout"
+	limitSubscriptions      = "max_subscriptions"
+	limitTopicBytes         = "max_topic_bytes"
+	limitPatternWildcards   = "max_pattern_wildcards"
+	limitPending            = "max_pending"
+	limitPendingPerIdentity = "max_pending_per_identity"
+	limitReplayIDs          = "max_replay_ids"
+	limitSlowSubscriber     = "slow_subscriber_timeouts"
+	limitPublishRate        = "publish_rate"
+)
+
+// limitNames is the closed label set of bub_limit_refusals_total.
+var limitNames = []string{
+	limitConnections, limitConnectionsPerAddr, limitHandshakeTimeout, limitSubscriptions,
+	limitTopicBytes, limitPatternWildcards, limitPending, limitPendingPerIdentity,
+	limitReplayIDs, limitSlowSubscriber, limitPublishRate,
+}
+
+// closeHandshakeTimeout is the close reason (and closes metric label) of a
+// connection that did not initialize in time.
+const closeHandshakeTimeout = "no initialize within the handshake deadline"
+
+// failSlowSubscriber is the delivery failure, and deliveries outcome, of a
+// delivery not attempted because its subscriber stopped answering.
+const failSlowSubscriber = "slow_subscriber"
+
+func (l *Limits) setDefaults() {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&l.MaxConnections, 10000)
+	def(&l.MaxConnectionsPerAddr, 256)
+	def(&l.MaxSubscriptions, 1000)
+	def(&l.MaxPatternWildcards, 8)
+	def(&l.MaxPending, 100000)
+	def(&l.MaxPendingPerIdentity, 10000)
+	def(&l.MaxReplayIDs, 1000)
+	def(&l.SlowSubscriberTimeouts, 3)
+	if l.HandshakeTimeout == 0 {
+		l.HandshakeTimeout = 10 * time.Second
+	}
+	// The protocol's bound holds whatever is configured: a longer topic is
+	// refused by ParsePattern and ValidateTopic anyway.
+	if l.MaxTopicBytes == 0 || l.MaxTopicBytes > protocol.MaxTopicBytes {
+		l.MaxTopicBytes = protocol.MaxTopicBytes
+	}
+	if l.PublishBurst <= 0 {
+		l.PublishBurst = burstFor(l.PublishRate)
+	}
+}
+
+// burstFor is the default bucket size for a rate: max(1, rate).
+func burstFor(r float64) int {
+	if r >= math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return max(1, int(math.Ceil(r)))
+}
+
+// under reports whether n is below the limit bound; a negative bound is no
+// limit.
+func under(n, bound int) bool { return bound < 0 || n < bound }
+
+// limitState is the Server's side of the limits: the limits in force,
+// swapped whole by SetLimits and read with one atomic load on the hot
+// path, the connection counts, and the metrics.
+type limitState struct {
+	current atomic.Pointer[Limits]
+
+	// mu guards the connection counts.
+	mu     sync.Mutex
+	conns  int
+	byAddr map[string]int
+
+	refusals *prometheus.CounterVec
+	// refused holds refusals' counter for each limit, resolved once so
+	// that counting a refusal allocates nothing.
+	refused map[string]prometheus.Counter
+	slow    prometheus.Gauge
+}
+
+func newLimitState(l Limits, reg *prometheus.Registry) *limitState {
+	st := &limitState{
+		byAddr: make(map[string]int),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bub_limit_refusals_total", Help: "Work refused, or connections closed, because a limit was reached, by limit.",
+		}, []string{"limit"}),
+		refused: make(map[string]prometheus.Counter, len(limitNames)),
+		slow: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bub_slow_subscribers", Help: "Connections the bus stopped waiting on after slow_subscriber_timeouts consecutive delivery timeouts.",
+		}),
+	}
+	for _, name := range limitNames {
+		st.refused[name] = st.refusals.WithLabelValues(name)
+	}
+	reg.MustRegister(st.refusals, st.slow)
+	l.setDefaults()
+	st.current.Store(&l)
+	return st
+}
+
+// limits returns the limits in force; never modify them.
+func (s *Server) limits() *Limits { return s.limitState.current.Load() }
+
+// SetLimits replaces the limits in force; connections beyond a new bound
+// are not closed, new work is refused.
+func (s *Server) SetLimits(l Limits) {
+	l.setDefaults()
+	s.limitState.current.Store(&l)
+	s.log.Info("limits replaced", "max_connections", l.MaxConnections, "max_connections_per_addr", l.MaxConnectionsPerAddr,
+		"max_subscriptions", l.MaxSubscriptions, "max_pending", l.MaxPending, "max_pending_per_identity", l.MaxPendingPerIdentity,
+		"publish_rate", l.PublishRate, "publish_burst", l.PublishBurst)
+}
+
+// limitReached counts a refusal under limit and returns the -32011 error
+// naming it.
+func (s *Server) limitReached(limit string, format string, args ...any) error {
+	s.limitState.refused[limit].Inc()
+	return protocol.Errorf(protocol.ErrLimitReached, "%s: %s", limit, fmt.Sprintf(format, args...))
+}
+
+// admitConnection counts a WebSocket upgrade against the connection limits
+// before it is accepted. It returns the release to call when the
+// connection ends, or false after answering 503 itself.
+func (s *Server) admitConnection(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	l := s.limits()
+	addr := remoteIP(r.RemoteAddr)
+	st := s.limitState
+	st.mu.Lock()
+	limit, bound := "", 0
+	switch {
+	case !under(st.conns, l.MaxConnections):
+		limit, bound = limitConnections, l.MaxConnections
+	case !under(st.byAddr[addr], l.MaxConnectionsPerAddr):
+		limit, bound = limitConnectionsPerAddr, l.MaxConnectionsPerAddr
+	default:
+		st.conns++
+		st.byAddr[addr]++
+	}
+	st.mu.Unlock()
+	if limit != "" {
+		st.refused[limit].Inc()
+		s.log.Warn("connection refused: limit reached", "limit", limit, "max", bound, "remote", r.RemoteAddr)
+		http.Error(w, fmt.Sprintf("bub-bus: limit reached: %s %d; try again later", limit, bound), http.StatusServiceUnavailable)
+		return nil, false
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			st.mu.Lock()
+			st.conns--
+			if st.byAddr[addr]--; st.byAddr[addr] <= 0 {
+				delete(st.byAddr, addr)
+			}
+			st.mu.Unlock()
+		})
+	}, true
+}
+
+// remoteIP is the IP address of a request's RemoteAddr, the key of the
+// per-address limit: the port differs from one connection to the next.
+func remoteIP(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return remote
+	}
+	return host
+}
+
+// connLimits is a connection's share of the limits.
+type connLimits struct {
+	// handshake closes the connection if it has not initialized in time;
+	// nil when there is no deadline.
+	handshake *time.Timer
+
+	// maxPending overrides Limits.MaxPendingPerIdentity for this
+	// connection's identity when > 0; rate and rateBurst override
+	// PublishRate and PublishBurst when rate > 0. Auth sets them from
+	// the credential at initialize, under conn.mu.
+	maxPending int
+	rate       float64
+	rateBurst  int
+
+	// limiter is the publish token bucket, made on first use; its rate
+	// and burst are limiterRate and limiterBurst. Guarded by conn.mu.
+	limiter      *rate.Limiter
+	limiterRate  float64
+	limiterBurst int
+	// logged has a bit per publish-path limit already logged as reached,
+	// so a peer hammering at a limit gets one log line per streak, not
+	// one per refusal. Guarded by conn.mu.
+	logged uint8
+
+	// timeouts counts consecutive delivery timeouts; slow is set once
+	// they reach SlowSubscriberTimeouts, until the peer answers again.
+	timeouts atomic.Int32
+	slow     atomic.Bool
+	// answeredLate is set by the Stream when an answer comes after its
+	// call timed out; the next delivery takes it as an answer. (The
+	// Stream calls under its lock, so the flag is all it sets.)
+	answeredLate atomic.Bool
+}
+
+// Bits of connLimits.logged.
+const (
+	loggedRate = 1 << iota
+	loggedPending
+)
+
+// startHandshakeTimer closes c with CloseHandshakeTimeout if it has not
+// initialized within the handshake deadline.
+func (c *conn) startHandshakeTimer() {
+	d := c.server.limits().HandshakeTimeout
+	if d <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handshake = time.AfterFunc(d, func() {
+		c.mu.Lock()
+		late := !c.initialized && !c.closed
+		c.mu.Unlock()
+		if !late {
+			return
+		}
+		c.server.limitState.refused[limitHandshakeTimeout].Inc()
+		c.log.Info("closing connection: no initialize in time", "limit", limitHandshakeTimeout, "timeout", d)
+		c.close(protocol.CloseHandshakeTimeout, closeHandshakeTimeout)
+	})
+}
+
+// stopHandshakeTimer stops the handshake deadline: the connection
+// initialized or ended.
+func (c *conn) stopHandshakeTimer() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.handshake != nil {
+		c.handshake.Stop()
+	}
+}
+
+// checkPattern applies the configured pattern rules; a pattern breaking
+// one is invalid params, naming the rule and its limit.
+func (c *conn) checkPattern(pattern string) error {
+	l := c.server.limits()
+	if !under(len(pattern)-1, l.MaxTopicBytes) {
+		return c.refusePattern("subscribe", limitTopicBytes, l.MaxTopicBytes, "topic pattern is %d bytes, more than %s %d", len(pattern), limitTopicBytes, l.MaxTopicBytes)
+	}
+	if n := countWildcards(pattern); !under(n-1, l.MaxPatternWildcards) {
+		return c.refusePattern("subscribe", limitPatternWildcards, l.MaxPatternWildcards, "topic pattern %q has %d wildcards and classes, more than %s %d", pattern, n, limitPatternWildcards, l.MaxPatternWildcards)
+	}
+	return nil
+}
+
+// checkTopic applies MaxTopicBytes to a topic published to.
+func (c *conn) checkTopic(topic string) error {
+	l := c.server.limits()
+	if !under(len(topic)-1, l.MaxTopicBytes) {
+		return c.refusePattern("sendMessage", limitTopicBytes, l.MaxTopicBytes, "topic is %d bytes, more than %s %d", len(topic), limitTopicBytes, l.MaxTopicBytes)
+	}
+	return nil
+}
+
+// refusePattern counts, logs and returns the -32602 for a topic or pattern
+// beyond a configured rule.
+func (c *conn) refusePattern(method, limit string, bound int, format string, args ...any) error {
+	c.server.limitState.refused[limit].Inc()
+	c.log.Info(method+" refused: limit reached", "client", c.id(), "limit", limit, "max", bound)
+	return protocol.Errorf(protocol.ErrInvalidParams, format, args...)
+}
+
+// countWildcards counts what makes a pattern costly to match: each '?',
+// each class ('[' to ']'), and each run of '*' once, since '**' matches
+// as '*' does.
+func countWildcards(pattern string) int {
+	n := 0
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '*':
+			if i == 0 || pattern[i-1] != '*' {
+				n++
+			}
+		case '?':
+			n++
+		case '[':
+			n++
+			for i < len(pattern) && pattern[i] != ']' {
+				i++
+			}
+		}
+	}
+	return n
+}
+
+// checkSubscriptions refuses a subscription beyond MaxSubscriptions; held
+// is how many c holds. The caller holds c.mu.
+func (c *conn) checkSubscriptions(held int) error {
+	bound := c.server.limits().MaxSubscriptions
+	if under(held, bound) {
+		return nil
+	}
+	c.log.Info("subscribe refused: limit reached", "client", c.clientID, "limit", limitSubscriptions, "max", bound)
+	return c.server.limitReached(limitSubscriptions, "this connection holds %d subscriptions; unsubscribe first", held)
+}
+
+// checkReplayIDs refuses a dlq.replay with more than MaxReplayIDs ids.
+func (c *conn) checkReplayIDs(n int) error {
+	bound := c.server.limits().MaxReplayIDs
+	if !under(n-1, bound) {
+		c.log.Info("dlq.replay refused: limit reached", "client", c.id(), "limit", limitReplayIDs, "max", bound, "ids", n)
+		return c.server.limitReached(limitReplayIDs, "%d ids, more than %d; replay them in batches", n, bound)
+	}
+	return nil
+}
+
+// admitPublish applies the publish-path limits to a sendMessage before it
+// is routed, and returns the identity the message is published as: the connection's rate, then the pending caps. The caps are
+// checked up front, for every publish, because once a message has been
+// delivered to some subscribers the retries the others need must be
+// stored, never dropped; so an admitted publish may take the counts a
+// little past a cap (by the retries of the publishes in flight), and an
+// identity at its cap publishes nothing until its pending work drains.
+func (c *conn) admitPublish() (identity string, err error) {
+	s := c.server
+	l := s.limits()
+	now := time.Now()
+	c.mu.Lock()
+	identity = c.limitKeyLocked()
+	if wait, ok := c.allowPublishLocked(l, now); !ok {
+		first := c.logged&loggedRate == 0
+		c.logged |= loggedRate
+		c.mu.Unlock()
+		s.limitState.refused[limitPublishRate].Inc()
+		if first {
+			c.log.Info("publishes refused: rate limit reached", "client", c.id(), "identity", identity, "limit", limitPublishRate, "retry_after", wait)
+		}
+		ms := max(1, (wait+time.Millisecond-1)/time.Millisecond)
+		return identity, &protocol.Error{
+			Code:    protocol.CodeRateLimited,
+			Message: fmt.Sprintf("%s: %s: publishing faster than this connection's rate; retry after %d ms", protocol.ErrRateLimited.Message, limitPublishRate, ms),
+			Data:    rateLimitedData{RetryAfterMS: int64(ms)},
+		}
+	}
+	perIdentity := l.MaxPendingPerIdentity
+	if c.maxPending > 0 {
+		perIdentity = c.maxPending
+	}
+	c.logged &^= loggedRate
+	c.mu.Unlock()
+
+	if l.MaxPending < 0 && perIdentity < 0 {
+		return identity, nil
+	}
+	total, mine, err := s.store.PendingCounts(identity)
+	if err != nil {
+		return identity, protocol.Errorf(protocol.ErrInternal, "count pending messages: %v", err)
+	}
+	limit, bound, n := "", 0, 0
+	switch {
+	case !under(mine, perIdentity):
+		limit, bound, n = limitPendingPerIdentity, perIdentity, mine
+	case !under(total, l.MaxPending):
+		limit, bound, n = limitPending, l.MaxPending, total
+	default:
+		c.mu.Lock()
+		c.logged &^= loggedPending
+		c.mu.Unlock()
+		return identity, nil
+	}
+	c.mu.Lock()
+	first := c.logged&loggedPending == 0
+	c.logged |= loggedPending
+	c.mu.Unlock()
+	if first {
+		c.log.Warn("publishes refused: limit reached", "client", c.id(), "identity", identity, "limit", limit, "max", bound, "pending", n)
+	}
+	if limit == limitPending {
+		return identity, s.limitReached(limit, "the bus holds %d retries and held messages, its limit; try again once they drain", n)
+	}
+	return identity, s.limitReached(limit, "identity %q has %d retries and held messages waiting, its limit; try again once they drain", identity, n)
+}
+
+// rateLimitedData is the data of a -32012 error.
+type rateLimitedData struct {
+	RetryAfterMS int64 `json:"retry_after_ms"`
+}
+
+// allowPublishLocked takes a token from c's publish bucket, or says how
+// long until one is there. The bucket follows the rate in force: the
+// connection's own, else the Limits'. The caller holds c.mu.
+func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool) {
+	r, burst := c.rate, c.rateBurst
+	if r <= 0 {
+		r, burst = l.PublishRate, l.PublishBurst
+	}
+	if r <= 0 {
+		return 0, true
+	}
+	if burst <= 0 {
+		burst = burstFor(r)
+	}
+	switch {
+	case c.limiter == nil:
+		c.limiter = rate.NewLimiter(rate.Limit(r), burst)
+	case c.limiterRate != r || c.limiterBurst != burst:
+		c.limiter.SetLimitAt(now, rate.Limit(r))
+		c.limiter.SetBurstAt(now, burst)
+	}
+	c.limiterRate, c.limiterBurst = r, burst
+	if c.limiter.AllowN(now, 1) {
+		return 0, true
+	}
+	// AllowN took nothing; the wait is for the missing part of a token.
+	missing := 1 - c.limiter.TokensAt(now)
+	return time.Duration(missing / r * float64(time.Second)), false
+}
+
+// skipSlow is the delivery layer for SlowSubscriberTimeouts: it counts a
+// subscriber's consecutive timeouts, and once they reach the limit fails
+// its deliveries at once, as for a subscriber that went away, until it
+// answers again (a late answer counts: see noteAnswer) or reconnects.
+func (s *Server) skipSlow(next deliverFunc) deliverFunc {
+	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+		c := d.conn
+		if c.answeredLate.Swap(false) {
+			c.noteAnswer(d.ClientID)
+		}
+		if c.slow.Load() {
+			s.limitState.refused[limitSlowSubscriber].Inc()
+			return protocol.ProcessMessageResult{}, &deliveryError{failSlowSubscriber,
+				fmt.Sprintf("not sent: client %q left its last %d deliveries unanswered; the bus waits on it again once it answers one", d.ClientID, c.timeouts.Load())}
+		}
+		r, err := next(ctx, d)
+		if err == nil {
+			c.noteAnswer(d.ClientID)
+			return r, err
+		}
+		switch failKind(err) {
+		case failTimeout:
+			n := c.timeouts.Add(1)
+			bound := s.limits().SlowSubscriberTimeouts
+			if bound > 0 && int(n) >= bound && c.slow.CompareAndSwap(false, true) {
+				s.limitState.slow.Inc()
+				c.log.Warn("not waiting on subscriber any more: deliveries to it fail at once until it answers",
+					"client", d.ClientID, "limit", limitSlowSubscriber, "timeouts", n)
+			}
+		case failError, failBadResult:
+			c.noteAnswer(d.ClientID) // an answer, if not a useful one: the peer is there
+		}
+		return r, err
+	}
+}
+
+// failKind is the Kind of a *deliveryError, or "". It is a function of its
+// own because errors.As moves its target to the heap: called only for a
+// failed delivery, it costs a successful one nothing.
+func failKind(err error) string {
+	var derr *deliveryError
+	if errors.As(err, &derr) {
+		return derr.Kind
+	}
+	return ""
+}
+
+// noteAnswer records that c, clientID's connection, answered a
+// processMessage call, in time or late: the bus waits on it again.
+func (c *conn) noteAnswer(clientID string) {
+	if c.timeouts.Load() != 0 {
+		c.timeouts.Store(0)
+	}
+	if c.slow.CompareAndSwap(true, false) {
+		c.server.limitState.slow.Dec()
+		c.log.Info("subscriber answers again; delivering to it", "client", clientID, "limit", limitSlowSubscriber)
+	}
+}
+
+// noteLateAnswer is the Stream's OnLateAnswer hook.
+func (c *conn) noteLateAnswer() { c.answeredLate.Store(true) }
+
+// forgetSlow drops c from bub_slow_subscribers when it ends.
+func (c *conn) forgetSlow() {
+	if c.slow.CompareAndSwap(true, false) {
+		c.server.limitState.slow.Dec()
+	}
+}
