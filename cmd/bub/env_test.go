@@ -64,16 +64,19 @@ func TestEnvBinding(t *testing.T) {
 // where the bus is, and the daemons' settings. Anything else is a flag
 // of one invocation. A new entry here is a decision, not a side effect.
 var boundVariables = map[string][]string{
-	"send-message": {"BUB_BUS_URL"},
-	"listen":       {"BUB_BUS_URL"},
-	"dlq list":     {"BUB_BUS_URL"},
-	"dlq show":     {"BUB_BUS_URL"},
-	"dlq replay":   {"BUB_BUS_URL"},
-	"dlq purge":    {"BUB_BUS_URL"},
+	"send-message": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"listen":       {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"dlq list":     {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"dlq show":     {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"dlq replay":   {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"dlq purge":    {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"bcp check":    {},
 	"bcp validate": {},
 	"version":      {},
-	"spawner": {"BUB_BUS_URL", "BUB_SPAWNER_CLIENT_ID", "BUB_SPAWNER_COMMAND", "BUB_SPAWNER_PATTERNS",
+	"auth keygen":  {},
+	"auth issue":   {},
+	"spawner": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_ISSUER_KEY", "BUB_ISSUER_NAME", "BUB_AGENT_TOKEN_TTL",
+		"BUB_AGENT_PUBLISH", "BUB_AGENT_SUBSCRIBE", "BUB_SPAWNER_CLIENT_ID", "BUB_SPAWNER_COMMAND", "BUB_SPAWNER_PATTERNS",
 		"BUB_WORKSPACE_ROOT", "BUB_SPAWN_TIMEOUT", "BUB_MAX_AGENTS", "BUB_RESTART_DELAY", "BUB_RESTART_DELAY_MAX",
 		"BUB_MAX_RESTARTS", "BUB_STOP_TIMEOUT", "BUB_LOG_LEVEL", "BUB_LOG_FORMAT"},
 	"serve": nil, // every flag: checked below
