@@ -240,7 +240,7 @@ func TestExhaustionDeadLetters(t *testing.T) {
 }
 
 func TestHeldUntilSubscriberAppears(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{RetryBaseDelay: time.Minute})
+	srv := bustest.Start(t, &bus.Options{HoldLifetime: time.Minute})
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	r := pub.Publish("agent:late", "task_request")
 	assert.False(t, r.Success)
@@ -254,7 +254,7 @@ func TestHeldUntilSubscriberAppears(t *testing.T) {
 	seen := make(chan protocol.ProcessMessageParams, 1)
 	late := bustest.Connect(t, srv.URL, "late", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
 	late.Subscribe("agent:late", "")
-	p := recv(t, seen) // long before the minute's backoff: the subscription woke it
+	p := recv(t, seen) // long before the minute's lifetime: the subscription woke it
 	assert.Equal(t, r.MessageID, p.MessageID)
 	assert.Equal(t, "pub", p.From)
 	require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
