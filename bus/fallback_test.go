@@ -103,6 +103,41 @@ func TestFallbackRerouteWaitsAsAsked(t *testing.T) {
 	assert.Len(t, d.Attempts, len(times)+1, "one attempt per routing, and the end of the lifetime")
 }
 
+// TestTwoFallbacksWaitAsAsked: with two fallbacks on a topic, both asked
+// in each pass, neither one's presence brings forward the wait the other
+// asked for.
+func TestTwoFallbacksWaitAsAsked(t *testing.T) {
+	const asked = 100 * time.Millisecond
+	opts := fastRetries(2)
+	opts.HoldLifetime = 350 * time.Millisecond
+	srv := bustest.Start(t, opts)
+	var mu sync.Mutex
+	calls := map[string][]time.Time{}
+	// Different patterns: of identical ones only the newest is routed to.
+	for id, pattern := range map[string]string{"spawner-a": "tg:*", "spawner-b": "tg:2"} {
+		fb := bustest.Connect(t, srv.URL, id, func(protocol.ProcessMessageParams) any {
+			mu.Lock()
+			calls[id] = append(calls[id], time.Now())
+			mu.Unlock()
+			return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: asked.Seconds()}
+		})
+		subscribeFallback(t, fb, pattern)
+	}
+	pub := bustest.Connect(t, srv.URL, "bridge", nil)
+	pub.Publish("tg:2", "telegram_message")
+	require.Eventually(t, func() bool { return len(dlqList(t, pub, protocol.DLQListParams{}).Entries) == 1 },
+		bustest.Timeout, 20*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 2, "both fallbacks are asked")
+	for id, times := range calls {
+		assert.LessOrEqual(t, len(times), 4, "%s asked %d times within 350 ms", id, len(times))
+		for i := 1; i < len(times); i++ {
+			assert.GreaterOrEqual(t, times[i].Sub(times[i-1]), asked, "%s: routing %d came sooner than asked", id, i+1)
+		}
+	}
+}
+
 // TestOnlyAnotherSubscriberWakesAReroute: the fallback that asked to wait
 // subscribing again (as a reconnecting spawner does) does not bring the
 // message forward; another client's subscription does, at once.

@@ -62,9 +62,9 @@ func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) erro
 
 // queueHold hands a stored hold to the scheduler; from here on p belongs
 // to it. A subscriber that appeared between the routing that found nobody
-// (or only the fallback that asked to wait) and now woke no hold, since
-// this one was not queued yet: route again, and make this hold due at
-// once if that finds a subscriber other than the one that asked to wait.
+// (or only fallbacks, one of which asked to wait) and now woke no hold,
+// since this one was not queued yet: route again, and make this hold due
+// at once if that finds a subscriber that could take it (hasTaker).
 func (s *Server) queueHold(p *store.Pending) {
 	topic, askedBy := p.Message.Topic, p.AskedBy
 	s.sched.add(p)
@@ -74,11 +74,14 @@ func (s *Server) queueHold(p *store.Pending) {
 }
 
 // hasTaker reports whether a message on topic would now reach a
-// subscriber other than askedBy, the fallback that asked it to wait
-// (empty for a hold nobody asked for).
+// subscriber that could take it. For a hold nobody asked for (askedBy
+// empty) that is anyone. For one that askedBy, a fallback, asked to wait,
+// it is a regular subscriber: the fallbacks routing finds now were most
+// likely asked in the same pass, and counting them would undo the wait
+// (two fallbacks would wake each other's holds for ever).
 func (s *Server) hasTaker(topic, askedBy string) bool {
 	for _, sub := range s.router.route(topic) {
-		if sub.conn.clientID != askedBy {
+		if askedBy == "" || !sub.fallback {
 			return true
 		}
 	}
@@ -141,7 +144,8 @@ func hasRegular(chain []*subscription) bool {
 // records that in the ack. attempts are the routing attempts made so far,
 // the first being the publish. The hold is due after delay, the
 // fallback's retry_seconds, or sooner when another subscriber appears;
-// a delay of 0 means at once if one already has, else the retry backoff,
+// a delay of 0 means at once if a regular subscriber already has (the
+// agent the fallback started), else the retry backoff,
 // so that a fallback answering 0 cannot spin the bus. Either way it is
 // due no later than the end of its lifetime, when it is dead-lettered.
 func (s *Server) rehold(m *store.Message, ack *protocol.Ack, attempts []store.Attempt, delay time.Duration) {
