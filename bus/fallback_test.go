@@ -3,6 +3,7 @@ package bus_test
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,24 +60,119 @@ func TestFallbackSpawnsThenDelivers(t *testing.T) {
 	require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
 }
 
-func TestFallbackRerouteExhausts(t *testing.T) {
-	srv := bustest.Start(t, fastRetries(3))
-	calls := make(chan int, 10)
+// TestFallbackRerouteWaitsAsAsked: a fallback that asks for the message
+// to be routed again after retry_seconds is asked again no sooner, however
+// often, until the hold lifetime ends; the routings do not use up
+// MaxAttempts. (Its own fallback subscription once made every re-hold due
+// at once: all attempts within milliseconds.)
+func TestFallbackRerouteWaitsAsAsked(t *testing.T) {
+	const asked = 100 * time.Millisecond
+	const lifetime = 450 * time.Millisecond
+	opts := fastRetries(2)
+	opts.HoldLifetime = lifetime
+	srv := bustest.Start(t, opts)
+	var mu sync.Mutex
+	var times []time.Time
 	spawner := bustest.Connect(t, srv.URL, "spawner", func(protocol.ProcessMessageParams) any {
-		calls <- 1
-		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 0.02}
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: asked.Seconds(), Message: "at capacity"}
 	})
 	subscribeFallback(t, spawner, "tg:*")
 	pub := bustest.Connect(t, srv.URL, "bridge", nil)
-	pub.Publish("tg:9", "telegram_message")
+	r := pub.Publish("tg:9", "telegram_message")
+	require.Len(t, r.Acks, 1)
+	require.True(t, r.Acks[0].Retrying, "the fallback's ack says the message is kept: %+v", r.Acks[0])
 	var list protocol.DLQListResult
 	require.Eventually(t, func() bool {
 		list = dlqList(t, pub, protocol.DLQListParams{})
 		return len(list.Entries) == 1
 	}, bustest.Timeout, 20*time.Millisecond)
-	assert.Equal(t, protocol.ReasonNoSubscribers, list.Entries[0].Reason)
-	assert.Len(t, list.Entries[0].Attempts, 3)
-	assert.Len(t, calls, 3, "the fallback was asked once per routing attempt")
+	d := list.Entries[0]
+	assert.Equal(t, protocol.ReasonNoSubscribers, d.Reason)
+	assert.GreaterOrEqual(t, d.DeadAt.Sub(d.FirstAttempt), lifetime, "dead-lettered before the hold lifetime ended")
+
+	mu.Lock()
+	defer mu.Unlock()
+	// 0, 100, 200, 300, 400 ms; the lifetime ends before the sixth.
+	assert.Greater(t, len(times), opts.MaxAttempts, "rerouting is bounded by the lifetime, not by MaxAttempts")
+	for i := 1; i < len(times); i++ {
+		assert.GreaterOrEqual(t, times[i].Sub(times[i-1]), asked, "routing %d came sooner than the fallback asked", i+1)
+	}
+	assert.Len(t, d.Attempts, len(times)+1, "one attempt per routing, and the end of the lifetime")
+}
+
+// TestTwoFallbacksWaitAsAsked: with two fallbacks on a topic, both asked
+// in each pass, neither one's presence brings forward the wait the other
+// asked for.
+func TestTwoFallbacksWaitAsAsked(t *testing.T) {
+	const asked = 100 * time.Millisecond
+	opts := fastRetries(2)
+	opts.HoldLifetime = 350 * time.Millisecond
+	srv := bustest.Start(t, opts)
+	var mu sync.Mutex
+	calls := map[string][]time.Time{}
+	// Different patterns: of identical ones only the newest is routed to.
+	for id, pattern := range map[string]string{"spawner-a": "tg:*", "spawner-b": "tg:2"} {
+		fb := bustest.Connect(t, srv.URL, id, func(protocol.ProcessMessageParams) any {
+			mu.Lock()
+			calls[id] = append(calls[id], time.Now())
+			mu.Unlock()
+			return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: asked.Seconds()}
+		})
+		subscribeFallback(t, fb, pattern)
+	}
+	pub := bustest.Connect(t, srv.URL, "bridge", nil)
+	pub.Publish("tg:2", "telegram_message")
+	require.Eventually(t, func() bool { return len(dlqList(t, pub, protocol.DLQListParams{}).Entries) == 1 },
+		bustest.Timeout, 20*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 2, "both fallbacks are asked")
+	for id, times := range calls {
+		assert.LessOrEqual(t, len(times), 4, "%s asked %d times within 350 ms", id, len(times))
+		for i := 1; i < len(times); i++ {
+			assert.GreaterOrEqual(t, times[i].Sub(times[i-1]), asked, "%s: routing %d came sooner than asked", id, i+1)
+		}
+	}
+}
+
+// TestOnlyAnotherSubscriberWakesAReroute: the fallback that asked to wait
+// subscribing again (as a reconnecting spawner does) does not bring the
+// message forward; another client's subscription does, at once.
+func TestOnlyAnotherSubscriberWakesAReroute(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	calls := make(chan struct{}, 10)
+	spawner := bustest.Connect(t, srv.URL, "spawner", func(protocol.ProcessMessageParams) any {
+		calls <- struct{}{}
+		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 60}
+	})
+	subscribeFallback(t, spawner, "tg:*")
+	pub := bustest.Connect(t, srv.URL, "bridge", nil)
+	r := pub.Publish("tg:5", "telegram_message")
+	require.True(t, r.Acks[0].Retrying)
+	recv(t, calls)
+
+	subscribeFallback(t, spawner, "tg:5")
+	again := bustest.Connect(t, srv.URL, "spawner", nil) // a takeover, as after a reconnect
+	subscribeFallback(t, again, "tg:*")
+	// Nothing to wait on for something that must not happen: give a
+	// wrongly woken hold ample time to reach the fallback.
+	time.Sleep(200 * time.Millisecond)
+	assert.Empty(t, calls, "the fallback's own subscriptions woke the message it asked to wait")
+
+	delivered := make(chan protocol.ProcessMessageParams, 1)
+	start := time.Now()
+	agent := bustest.Connect(t, srv.URL, "agent-5", func(p protocol.ProcessMessageParams) any {
+		delivered <- p
+		return protocol.ProcessMessageResult{Processed: true}
+	})
+	agent.Subscribe("tg:5", "")
+	p := recv(t, delivered)
+	assert.Equal(t, r.MessageID, p.MessageID)
+	assert.Less(t, time.Since(start), 10*time.Second, "the agent's subscription did not wake the message")
+	require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
 }
 
 func TestLifecycleEvents(t *testing.T) {

@@ -1,11 +1,20 @@
 package bus
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
+
+// A held message waits for a subscriber on the time scale agents live on,
+// not on the retry schedule: it is routed again when a subscriber that
+// could take it appears (wakeHolds), when a fallback's retry_seconds have
+// passed, and once more when its lifetime ends, and only then is it
+// dead-lettered. Routings that found nobody, or only a fallback asking to
+// wait, do not use up MaxAttempts; that budget is for subscribers that
+// answered and failed.
 
 // holds reports whether a message to topic that nobody subscribes to is
 // held for a subscriber to appear, rather than refused.
@@ -18,20 +27,33 @@ func (s *Server) holds(topic string) bool {
 	return false
 }
 
-// hold stores m for another routing attempt and says so in result. It
-// commits before returning, so the publisher never hears of a hold the
-// store does not have.
+// holdEnds is when a hold with these routing attempts ends: HoldLifetime
+// after the first, which is the publish (or the replay). The store keeps
+// the attempts, so a restart neither renews nor shortens the lifetime.
+func (s *Server) holdEnds(attempts []store.Attempt) time.Time {
+	if len(attempts) == 0 {
+		return time.Now().Add(s.opts.HoldLifetime)
+	}
+	return attempts[0].At.Add(s.opts.HoldLifetime)
+}
+
+// hold stores m until a subscriber appears or its lifetime ends, and says
+// so in result. It commits before returning, so the publisher never hears
+// of a hold the store does not have.
 func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) error {
+	now := time.Now()
 	p := &store.Pending{
 		Kind:     store.KindHold,
 		Message:  *m,
-		Attempts: []store.Attempt{{At: time.Now(), Error: "no subscribers"}},
-		NextAt:   time.Now().Add(s.backoff(1, 0)),
+		Attempts: []store.Attempt{{At: now, Error: "no subscribers"}},
+		NextAt:   now.Add(s.opts.HoldLifetime),
 	}
 	if err := s.store.PutPending(p); err != nil {
 		return protocol.Errorf(protocol.ErrInternal, "hold message for %q: %v", m.Topic, err)
 	}
 	result.Held = true
+	// Unless a subscriber appears first, the next routing is the last
+	// one, when the lifetime ends.
 	result.NextAttempt = p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
 	s.queueHold(p)
@@ -40,29 +62,51 @@ func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) erro
 
 // queueHold hands a stored hold to the scheduler; from here on p belongs
 // to it. A subscriber that appeared between the routing that found nobody
-// and now woke no hold, since this one was not queued yet: route again,
-// and make the hold due at once if that finds someone.
+// (or only fallbacks, one of which asked to wait) and now woke no hold,
+// since this one was not queued yet: route again, and make this hold due
+// at once if that finds a subscriber that could take it (hasTaker).
 func (s *Server) queueHold(p *store.Pending) {
-	topic := p.Message.Topic
+	topic, askedBy := p.Message.Topic, p.AskedBy
 	s.sched.add(p)
-	if len(s.router.route(topic)) > 0 {
-		s.sched.wakeHolds(func(t string) bool { return t == topic })
+	if s.hasTaker(topic, askedBy) {
+		s.sched.wakeHold(p)
 	}
+}
+
+// hasTaker reports whether a message on topic would now reach a
+// subscriber that could take it. For a hold nobody asked for (askedBy
+// empty) that is anyone. For one that askedBy, a fallback, asked to wait,
+// it is a regular subscriber: the fallbacks routing finds now were most
+// likely asked in the same pass, and counting them would undo the wait
+// (two fallbacks would wake each other's holds for ever).
+func (s *Server) hasTaker(topic, askedBy string) bool {
+	for _, sub := range s.router.route(topic) {
+		if askedBy == "" || !sub.fallback {
+			return true
+		}
+	}
+	return false
 }
 
 // attemptHold routes a held message again: to its subscribers if any have
 // appeared, with the same per-subscriber retry rules as a fresh publish;
-// else it waits again, or is dead-lettered when attempts are used up.
+// else it waits on until its lifetime ends, and is then dead-lettered.
 func (s *Server) attemptHold(p *store.Pending) {
 	chain := s.router.route(p.Message.Topic)
+	now := time.Now()
+	ends := s.holdEnds(p.Attempts)
+	if !now.Before(ends) && !hasRegular(chain) {
+		// The fallbacks have had their say during the lifetime; asking
+		// them again now would only bring forward what they asked to wait.
+		s.metrics.held.Dec()
+		p.Attempts = append(p.Attempts, store.Attempt{At: now,
+			Error: fmt.Sprintf("hold lifetime of %s ended with no subscriber for %q", s.opts.HoldLifetime, p.Message.Topic)})
+		s.deadLetter(p, protocol.ReasonNoSubscribers)
+		return
+	}
 	if len(chain) == 0 {
-		p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(), Error: "no subscribers"})
-		if len(p.Attempts) >= s.opts.MaxAttempts {
-			s.metrics.held.Dec()
-			s.deadLetter(p, protocol.ReasonNoSubscribers)
-			return
-		}
-		p.NextAt = time.Now().Add(s.backoff(len(p.Attempts), 0))
+		// Woken by a subscriber that has gone again: wait on.
+		p.NextAt = ends
 		s.storeOp("reschedule hold", func() error { return s.store.PutPending(p) })
 		s.queueHold(p)
 		return
@@ -74,15 +118,50 @@ func (s *Server) attemptHold(p *store.Pending) {
 	s.storeOp("release hold", func() error { return s.store.DeletePending(p.ID) })
 }
 
-// rehold holds m again after a fallback subscriber asked for it to be
-// routed again (say, once the agent it spawned has subscribed), and
-// records that in the fallback's ack. attempts are the routing attempts
-// made so far; when they are used up the message is dead-lettered.
+// resumeHold prepares a hold read back from the store on start: it falls
+// due no later than the end of its lifetime as this bus counts it, so that
+// a HoldLifetime shortened since it was stored applies to it too (a
+// lengthened one does through attemptHold, which waits on).
+func (s *Server) resumeHold(p *store.Pending) {
+	if ends := s.holdEnds(p.Attempts); p.NextAt.After(ends) {
+		p.NextAt = ends
+	}
+}
+
+// hasRegular reports whether chain has a subscriber that is not a
+// fallback.
+func hasRegular(chain []*subscription) bool {
+	for _, sub := range chain {
+		if !sub.fallback {
+			return true
+		}
+	}
+	return false
+}
+
+// rehold holds m again after the fallback subscriber of ack asked for it
+// to be routed again (say, once the agent it spawned has subscribed), and
+// records that in the ack. attempts are the routing attempts made so far,
+// the first being the publish. The hold is due after delay, the
+// fallback's retry_seconds, or sooner when another subscriber appears;
+// a delay of 0 means at once if a regular subscriber already has (the
+// agent the fallback started), else the retry backoff,
+// so that a fallback answering 0 cannot spin the bus. Either way it is
+// due no later than the end of its lifetime, when it is dead-lettered.
 func (s *Server) rehold(m *store.Message, ack *protocol.Ack, attempts []store.Attempt, delay time.Duration) {
-	p := &store.Pending{Kind: store.KindHold, Message: *m, Attempts: attempts, NextAt: time.Now().Add(delay)}
-	if len(attempts) >= s.opts.MaxAttempts {
+	now := time.Now()
+	ends := s.holdEnds(attempts)
+	p := &store.Pending{Kind: store.KindHold, Message: *m, Attempts: attempts, AskedBy: ack.ClientID}
+	if !now.Before(ends) {
 		s.deadLetter(p, protocol.ReasonNoSubscribers)
 		return
+	}
+	if delay <= 0 && !s.hasTaker(m.Topic, ack.ClientID) {
+		delay = s.backoff(len(attempts), 0)
+	}
+	p.NextAt = now.Add(delay)
+	if p.NextAt.After(ends) {
+		p.NextAt = ends
 	}
 	if err := s.store.PutPending(p); err != nil {
 		s.log.Error("could not hold a message for rerouting", "message_id", m.ID, "err", err)

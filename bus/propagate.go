@@ -48,7 +48,8 @@ func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*p
 //
 // A fallback subscriber asking for a retry asks for the message to be
 // routed again instead: it is held (prior holds the routing attempts made
-// so far) and routed when a subscriber appears or its retry_seconds pass.
+// so far) and routed when another client subscribes or its retry_seconds
+// pass (see rehold).
 func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
 	result.Success = true
 	type retry struct {

@@ -240,7 +240,7 @@ func TestExhaustionDeadLetters(t *testing.T) {
 }
 
 func TestHeldUntilSubscriberAppears(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{RetryBaseDelay: time.Minute})
+	srv := bustest.Start(t, &bus.Options{HoldLifetime: time.Minute})
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	r := pub.Publish("agent:late", "task_request")
 	assert.False(t, r.Success)
@@ -254,25 +254,90 @@ func TestHeldUntilSubscriberAppears(t *testing.T) {
 	seen := make(chan protocol.ProcessMessageParams, 1)
 	late := bustest.Connect(t, srv.URL, "late", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
 	late.Subscribe("agent:late", "")
-	p := recv(t, seen) // long before the minute's backoff: the subscription woke it
+	p := recv(t, seen) // long before the minute's lifetime: the subscription woke it
 	assert.Equal(t, r.MessageID, p.MessageID)
 	assert.Equal(t, "pub", p.From)
 	require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
 }
 
-func TestHeldExhaustsToNoSubscribers(t *testing.T) {
-	srv := bustest.Start(t, fastRetries(2))
+// TestHeldWaitsForItsLifetime: a held message is not tried on the retry
+// schedule, which would use up its attempts in milliseconds here; it waits
+// for its own lifetime, then is dead-lettered.
+func TestHeldWaitsForItsLifetime(t *testing.T) {
+	const lifetime = 300 * time.Millisecond
+	opts := fastRetries(2)
+	opts.HoldLifetime = lifetime
+	srv := bustest.Start(t, opts)
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	before := time.Now()
 	r := pub.Publish("agent:never", "t")
 	require.True(t, r.Held)
+	next, err := time.Parse(time.RFC3339Nano, r.NextAttempt)
+	require.NoError(t, err)
+	assert.WithinDuration(t, before.Add(lifetime), next, 100*time.Millisecond, "next_attempt is the end of the lifetime")
 	var list protocol.DLQListResult
 	require.Eventually(t, func() bool {
 		list = dlqList(t, pub, protocol.DLQListParams{})
 		return len(list.Entries) == 1
 	}, bustest.Timeout, 20*time.Millisecond)
+	d := list.Entries[0]
+	assert.Equal(t, protocol.ReasonNoSubscribers, d.Reason)
+	assert.Empty(t, d.ClientID)
+	assert.GreaterOrEqual(t, d.DeadAt.Sub(before), lifetime)
+	require.Len(t, d.Attempts, 2, "the publish, and the end of the lifetime")
+	assert.Contains(t, d.Attempts[1].Error, "hold lifetime")
+}
+
+// TestHeldOutlastsTheRetrySchedule: long after the retry schedule would
+// have run out, a held message still reaches the subscriber that appears.
+func TestHeldOutlastsTheRetrySchedule(t *testing.T) {
+	srv := bustest.Start(t, fastRetries(2))
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	r := pub.Publish("agent:late", "t")
+	require.True(t, r.Held)
+	// fastRetries(2) would have dead-lettered it after one 20 ms backoff.
+	time.Sleep(300 * time.Millisecond)
+	assert.Empty(t, dlqList(t, pub, protocol.DLQListParams{}).Entries)
+	seen := make(chan protocol.ProcessMessageParams, 1)
+	bustest.Connect(t, srv.URL, "late", attempts(seen, protocol.ProcessMessageResult{Processed: true})).Subscribe("agent:late", "")
+	assert.Equal(t, r.MessageID, recv(t, seen).MessageID)
+}
+
+// TestHoldLifetimeCountsFromThePublish: the lifetime runs from the first
+// routing, which the store keeps, not from the bus's start: a hold
+// published two hours ago, stored by a bus with a longer lifetime, is
+// dead-lettered as soon as a bus with a one-hour lifetime resumes it.
+func TestHoldLifetimeCountsFromThePublish(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	published := time.Now().Add(-2 * time.Hour)
+	old := &store.Pending{
+		Kind:     store.KindHold,
+		Message:  store.Message{ID: "old-1", Topic: "agent:gone", Payload: json.RawMessage(`{"type":"t"}`), PublishedAt: published},
+		Attempts: []store.Attempt{{At: published, Error: "no subscribers"}},
+		NextAt:   published.Add(24 * time.Hour),
+	}
+	require.NoError(t, st.PutPending(old))
+	fresh := &store.Pending{
+		Kind:     store.KindHold,
+		Message:  store.Message{ID: "fresh-1", Topic: "agent:soon", Payload: json.RawMessage(`{"type":"t"}`)},
+		Attempts: []store.Attempt{{At: time.Now(), Error: "no subscribers"}},
+		NextAt:   time.Now().Add(time.Hour),
+	}
+	require.NoError(t, st.PutPending(fresh))
+
+	srv := bustest.Start(t, &bus.Options{Store: st, HoldLifetime: time.Hour})
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	var list protocol.DLQListResult
+	require.Eventually(t, func() bool {
+		list = dlqList(t, pub, protocol.DLQListParams{})
+		return len(list.Entries) == 1
+	}, bustest.Timeout, 20*time.Millisecond)
+	assert.Equal(t, "old-1", list.Entries[0].MessageID)
 	assert.Equal(t, protocol.ReasonNoSubscribers, list.Entries[0].Reason)
-	assert.Empty(t, list.Entries[0].ClientID)
-	assert.Len(t, list.Entries[0].Attempts, 2)
+	assert.Equal(t, 1, pendingCount(t, srv), "the hold within its lifetime waits on")
 }
 
 // deadLetters fills the queue with n entries on topic by publishing to a

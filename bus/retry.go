@@ -98,20 +98,43 @@ func (q *scheduler) poke() {
 	}
 }
 
-// wakeHolds makes every held message whose topic matches due now: a
-// subscriber for it has just appeared.
-func (q *scheduler) wakeHolds(match func(topic string) bool) {
+// wakeHolds makes every held message whose topic matches due now: client
+// has just subscribed with a pattern that match reports on. A hold that
+// client asked to wait is left alone: its own subscribing again (a
+// reconnect, say) is no reason to ask it sooner than it said.
+func (q *scheduler) wakeHolds(match func(topic string) bool, client string) {
 	now := time.Now()
 	woke := false
 	q.mu.Lock()
 	for _, p := range q.queue {
-		if p.Kind == store.KindHold && p.NextAt.After(now) && match(p.Message.Topic) {
+		if p.Kind == store.KindHold && p.NextAt.After(now) && p.AskedBy != client && match(p.Message.Topic) {
 			p.NextAt = now
 			woke = true
 		}
 	}
 	if woke {
 		heap.Init(&q.queue)
+	}
+	q.mu.Unlock()
+	if woke {
+		q.poke()
+	}
+}
+
+// wakeHold makes the hold p due now, if it is still queued.
+func (q *scheduler) wakeHold(p *store.Pending) {
+	now := time.Now()
+	woke := false
+	q.mu.Lock()
+	for i, queued := range q.queue {
+		if queued == p {
+			if p.NextAt.After(now) {
+				p.NextAt = now
+				heap.Fix(&q.queue, i)
+				woke = true
+			}
+			break
+		}
 	}
 	q.mu.Unlock()
 	if woke {

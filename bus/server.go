@@ -56,8 +56,7 @@ type Options struct {
 	// embedding, never what bub serve uses.
 	Store *store.Store
 	// MaxAttempts is how many delivery attempts a message gets per
-	// subscriber (or, when held, routing attempts) before it is
-	// dead-lettered. Default: 5.
+	// subscriber before it is dead-lettered. Default: 5.
 	MaxAttempts int
 	// RetryBaseDelay is the first retry's delay when the subscriber
 	// gives no retry_seconds; it doubles per attempt, with jitter.
@@ -67,9 +66,16 @@ type Options struct {
 	// Default: 5m.
 	RetryDelayCap time.Duration
 	// HoldPatterns are the topics whose messages are held when nobody
-	// subscribes, until a subscriber appears or attempts run out.
+	// subscribes, until a subscriber appears or HoldLifetime ends.
 	// Default: agent:*.
 	HoldPatterns []string
+	// HoldLifetime is how long a held message waits for a subscriber,
+	// measured from its first routing (its publish, or its replay), and
+	// kept across restarts; then it is dead-lettered with reason
+	// no_subscribers. A message a fallback asked to route again later
+	// waits as long. It is not the retry schedule: a hold does not
+	// use up MaxAttempts. Default: 1h.
+	HoldLifetime time.Duration
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger
 
@@ -160,6 +166,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.RetryDelayCap <= 0 {
 		o.RetryDelayCap = 5 * time.Minute
+	}
+	if o.HoldLifetime <= 0 {
+		o.HoldLifetime = time.Hour
 	}
 	if o.HoldPatterns == nil {
 		o.HoldPatterns = []string{"agent:*"}
@@ -266,6 +275,7 @@ func New(opts *Options) (*Server, error) {
 	for _, p := range pending {
 		if p.Kind == store.KindHold {
 			s.metrics.held.Inc()
+			s.resumeHold(p)
 		}
 		s.sched.add(p)
 	}

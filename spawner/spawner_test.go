@@ -335,8 +335,9 @@ func TestExitBeforeReadyBacksOff(t *testing.T) {
 	if !strings.Contains(h.log.String(), "no bus here") {
 		t.Errorf("the agent's stderr is not in the log:\n%s", h.log)
 	}
-	// The bus routes it again at once (the first failure has no
-	// backoff): the second try fails too, and the third waits.
+	// The bus routes it again soon (the spawner asks for no delay after
+	// a first failure, so the bus's own retry backoff applies): the
+	// second try fails too, and the third waits.
 	poll(t, "a backed-off answer", func() bool {
 		return strings.Contains(h.log.String(), "next_start") || strings.Count(h.log.String(), "agent spawn_failed") >= 2
 	})

@@ -33,6 +33,11 @@ type Pending struct {
 	Attempts []Attempt `json:"attempts,omitempty"`
 	// NextAt is when the next attempt is due.
 	NextAt time.Time `json:"nextAt"`
+	// AskedBy is, for a hold, the clientId of the fallback subscriber
+	// that asked for the message to be routed again later. It is stored
+	// so that, after a restart too, that client's own subscriptions do
+	// not bring the hold forward: it is the one that asked to wait.
+	AskedBy string `json:"askedBy,omitempty"`
 }
 
 // checkPending checks the rules for the fields of p other than ID.
@@ -44,6 +49,9 @@ func checkPending(p *Pending) error {
 	case KindRetry:
 		if p.ClientID == "" || p.Subscription == "" {
 			return fmt.Errorf("%w: a retry needs a client id and a subscription", ErrInvalid)
+		}
+		if p.AskedBy != "" {
+			return fmt.Errorf("%w: only a hold names the client that asked it to wait", ErrInvalid)
 		}
 	case KindHold:
 		if p.ClientID != "" || p.Subscription != "" {

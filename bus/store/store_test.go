@@ -140,6 +140,7 @@ func TestPutPendingRejects(t *testing.T) {
 		{"retry without client", func(p *store.Pending) { p.ClientID = "" }, true, "needs a client id"},
 		{"retry without subscription", func(p *store.Pending) { p.Subscription = "" }, true, "needs a client id and a subscription"},
 		{"hold with client", func(p *store.Pending) { p.Kind = store.KindHold }, true, "a hold has no client id"},
+		{"retry asked by", func(p *store.Pending) { p.AskedBy = "spawner" }, true, "only a hold names the client"},
 		{"malformed id", func(p *store.Pending) { p.ID = "d-1" }, true, `malformed id "d-1"`},
 		{"zero id", func(p *store.Pending) { p.ID = "p-0" }, true, `malformed id "p-0"`},
 		{"id not assigned", func(p *store.Pending) { p.ID = "p-99" }, true, "p-99 was not assigned"},
@@ -165,6 +166,20 @@ func TestPutPendingRejects(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s *store.Store) {
 		assert.ErrorIs(t, s.PutPending(nil), store.ErrInvalid)
 	})
+}
+
+// TestHoldAskedByKept: the fallback that asked a hold to wait survives a
+// reopen, so its own reconnect does not wake the hold after a restart.
+func TestHoldAskedByKept(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	p := hold(1, at(1))
+	p.AskedBy = "spawner"
+	require.NoError(t, s.PutPending(p))
+	s = reopen(t, s, dir)
+	all, err := s.Pending()
+	require.NoError(t, err)
+	assert.Equal(t, []*store.Pending{p}, all)
 }
 
 func TestPayloadKept(t *testing.T) {

@@ -37,6 +37,7 @@ type serveConfig struct {
 	retryBaseDelay  time.Duration
 	retryDelayCap   time.Duration
 	holdPatterns    string
+	holdLifetime    time.Duration
 	allowedOrigins  string
 	logLevel        string
 	logFormat       string
@@ -53,9 +54,10 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 256, "sendMessage and dlq.* calls one connection may have running; more are refused with -32006")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long running deliveries get to finish")
 	fs.StringVar(&c.dataDir, "data-dir", "./data", "directory of the durable store (pending retries, held messages, dead letters); created if missing")
-	fs.IntVar(&c.maxAttempts, "max-attempts", 5, "delivery attempts per subscriber (routing attempts for held messages) before a message is dead-lettered")
+	fs.IntVar(&c.maxAttempts, "max-attempts", 5, "delivery attempts per subscriber before a message is dead-lettered")
 	fs.DurationVar(&c.retryBaseDelay, "retry-base-delay", time.Second, "first retry delay when the subscriber gives no retry_seconds; doubles per attempt, with jitter")
 	fs.DurationVar(&c.retryDelayCap, "retry-delay-cap", 5*time.Minute, "longest retry delay, retry_seconds included")
+	fs.DurationVar(&c.holdLifetime, "hold-lifetime", time.Hour, "how long a held message waits for a subscriber, from its publish, before it is dead-lettered (no_subscribers); survives restarts")
 	fs.StringVar(&c.holdPatterns, "hold-patterns", "agent:*", "comma-separated topic patterns whose messages are held when nobody subscribes, until a subscriber appears")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated browser origins (host patterns) allowed to connect; clients without an Origin header are always allowed")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -92,6 +94,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		RetryBaseDelay:  cfg.retryBaseDelay,
 		RetryDelayCap:   cfg.retryDelayCap,
 		HoldPatterns:    splitList(cfg.holdPatterns),
+		HoldLifetime:    cfg.holdLifetime,
 		ServerID:        cfg.serverID,
 		DefaultPolicy:   protocol.Policy(cfg.defaultPolicy),
 		DeliveryTimeout: cfg.deliveryTimeout,
