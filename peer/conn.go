@@ -299,8 +299,11 @@ func (c *Conn) end(reason error) {
 // order, then makes the new session current. On Dial there is nothing to
 // re-subscribe yet.
 func (c *Conn) establish(ctx context.Context) (*session, error) {
-	ws, _, err := websocket.Dial(ctx, c.url, c.dialOptions())
+	ws, resp, err := websocket.Dial(ctx, c.url, c.dialOptions())
 	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
+			err = ErrUnauthorized
+		}
 		return nil, fmt.Errorf("dial %s: %w", c.url, err)
 	}
 	ws.SetReadLimit(c.opts.MaxMessageBytes)

@@ -20,6 +20,10 @@ var (
 	// the bus's maxMessageBytes (Conn.Limits) without sending it: the bus
 	// would have closed the connection with 1009 and no answer.
 	ErrMessageTooBig = errors.New("peer: message too big for the bus")
+	// ErrUnauthorized means the bus refused the WebSocket upgrade (HTTP
+	// 401): the credential (Options.Token) is missing, unknown, expired
+	// or revoked. The bus's log says which; the peer is not told.
+	ErrUnauthorized = errors.New("peer: the bus did not accept the credential (HTTP 401)")
 )
 
 // Reasons a Conn ends for good, reported by Conn.Err.

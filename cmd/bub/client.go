@@ -59,6 +59,9 @@ func (f *clientFlags) dial(ctx context.Context, io stdio, opts peer.Options) (*p
 	}
 	opts.Token = token
 	conn, err := peer.Dial(ctx, f.busURL, &opts)
+	if errors.Is(err, peer.ErrUnauthorized) {
+		return nil, fmt.Errorf("%w; check --token, --token-file or BUB_TOKEN (the bus's log says why it refused)", err)
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return nil, fmt.Errorf("%w: nothing listens there; check that bub serve runs at %s, or point --bus-url (BUB_BUS_URL) at it", err, f.busURL)
 	}
