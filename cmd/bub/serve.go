@@ -181,6 +181,12 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	var certs *certStore
+	if cfg.tlsFiles().enabled() {
+		if certs, err = newCertStore(cfg.tlsFiles()); err != nil {
+			return errorf(io, "serve: %v", err)
+		}
+	}
 	authn, err := loadAuth(cfg.file)
 	if err != nil {
 		return errorf(io, "serve: %v", err)
@@ -189,12 +195,6 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		logger.Warn(noAuthWarning)
 	} else {
 		logger.Info("auth configured", "file", cfg.file.path, "identities", len(cfg.file.auth.Identities), "issuers", len(cfg.file.auth.Issuers), "anonymous", cfg.file.auth.Anonymous != nil)
-	}
-	var certs *certStore
-	if cfg.tlsFiles().enabled() {
-		if certs, err = newCertStore(cfg.tlsFiles()); err != nil {
-			return errorf(io, "serve: %v", err)
-		}
 	}
 	// The store records commit latency into the bus's metrics, which do
 	// not exist until the bus does.
