@@ -385,3 +385,23 @@ func FuzzLoadConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestSecurityDocExample: the full example in docs/SECURITY.md is a file
+// the loader accepts, with every key it shows.
+func TestSecurityDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/SECURITY.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "### A full example")
+	require.True(t, ok, "docs/SECURITY.md has no full example")
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	require.True(t, ok)
+	block, _, ok = strings.Cut(block, "```")
+	require.True(t, ok)
+	cfg, err := loadServe(t, block)
+	require.NoError(t, err)
+	assert.Equal(t, "0.0.0.0:7892", cfg.listen)
+	assert.Equal(t, 200, cfg.limits.PublishBurst)
+	require.NotNil(t, cfg.file.auth)
+	assert.Len(t, cfg.file.auth.Identities, 2)
+	assert.Len(t, cfg.file.auth.Issuers, 1)
+}
