@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // The configuration file of bub serve (docs/SECURITY.md, "Configuration
@@ -54,6 +56,31 @@ var listFlags = map[string]bool{
 var notFileKeys = map[string]bool{
 	"config":       true,
 	"print-config": true,
+}
+
+// valueChecks check the values whose flag type (a string) accepts more
+// than serve does, so that the file's mistakes carry their line rather
+// than surfacing later without one.
+var valueChecks = map[string]func(string) error{
+	"log-level": func(v string) error {
+		var lvl slog.Level
+		if lvl.UnmarshalText([]byte(v)) != nil {
+			return errors.New("want debug, info, warn or error")
+		}
+		return nil
+	},
+	"log-format": func(v string) error {
+		if v != "text" && v != "json" {
+			return errors.New("want text or json")
+		}
+		return nil
+	},
+	"default-policy": func(v string) error {
+		if !protocol.Policy(v).Valid() {
+			return fmt.Errorf("want one of %v", protocol.Policies)
+		}
+		return nil
+	},
 }
 
 // maxConfigNodes bounds the YAML nodes the strict key check visits, so
@@ -240,7 +267,11 @@ func (l *configLoader) flagKey(k, v *yaml.Node, where string, inLimits bool) {
 	if !ok {
 		return
 	}
-	if err := l.scratch.Set(name, value); err != nil {
+	err := l.scratch.Set(name, value)
+	if check := valueChecks[name]; err == nil && check != nil {
+		err = check(value)
+	}
+	if err != nil {
 		l.errorAt(v, "%s: invalid value %q: %v", path, value, err)
 		return
 	}
