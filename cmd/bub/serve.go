@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/bub-bus/bub/bus"
@@ -21,7 +27,7 @@ func init() {
 	register("serve", "run the bus daemon", runServe)
 }
 
-// serveConfig is bub serve's flags.
+// serveConfig is bub serve's flags, and the file they may come from.
 type serveConfig struct {
 	listen          string
 	serverID        string
@@ -41,6 +47,18 @@ type serveConfig struct {
 	allowedOrigins  string
 	logLevel        string
 	logFormat       string
+
+	configPath     string
+	printConfig    bool
+	tlsCert        string
+	tlsKey         string
+	tlsClientCA    string
+	hosts          string
+	allowAnonymous bool
+	limits         bus.Limits
+
+	// file is the loaded configuration file; nil without --config.
+	file *configFile
 }
 
 func (c *serveConfig) addFlags(fs *flag.FlagSet) {
@@ -62,19 +80,124 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated browser origins (host patterns) allowed to connect; clients without an Origin header are always allowed")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+
+	fs.StringVar(&c.configPath, "config", "", "YAML configuration file: serve's settings in snake_case, limits: and auth: (docs/SECURITY.md); flags and BUB_* variables win over it; SIGHUP reloads its auth and limits")
+	fs.BoolVar(&c.printConfig, "print-config", false, "print the effective configuration as YAML, secrets redacted, and exit")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM certificate (chain) file: serve wss:// and HTTPS instead of ws:// and HTTP; SIGHUP reloads it")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key file of --tls-cert")
+	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA file: peers may present a client certificate signed by it, whose subject CN names an auth identity (mutual TLS)")
+	fs.StringVar(&c.hosts, "hosts", "", "comma-separated Host header values an upgrade may carry besides the listen address (the names the bus is reached by), against DNS rebinding")
+	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "allow an open bus (no auth: section) on a non-loopback --listen address")
+
+	l := &c.limits
+	fs.IntVar(&l.MaxConnections, "max-connections", 0, "connections in all (0: 10000; negative: no limit)")
+	fs.IntVar(&l.MaxConnectionsPerAddr, "max-connections-per-addr", 0, "connections from one remote IP address (0: 256; negative: no limit)")
+	fs.DurationVar(&l.HandshakeTimeout, "handshake-timeout", 0, "time a connection has to initialize before it is closed (0: 10s)")
+	fs.IntVar(&l.MaxSubscriptions, "max-subscriptions", 0, "subscriptions per connection (0: 1000; negative: no limit)")
+	fs.IntVar(&l.MaxTopicBytes, "max-topic-bytes", 0, "longest topic or pattern, in bytes (0: the protocol's maximum)")
+	fs.IntVar(&l.MaxPatternWildcards, "max-pattern-wildcards", 0, "wildcards (* and ?) and classes in one pattern, so no subscription makes routing slow (0: 8)")
+	fs.IntVar(&l.MaxPending, "max-pending", 0, "stored retries and held messages in all (0: 100000; negative: no limit)")
+	fs.IntVar(&l.MaxPendingPerIdentity, "max-pending-per-identity", 0, "stored retries and held messages one identity's publishes caused (0: 10000; negative: no limit)")
+	fs.IntVar(&l.MaxReplayIDs, "max-replay-ids", 0, "ids one dlq.replay takes (0: 1000)")
+	fs.IntVar(&l.SlowSubscriberTimeouts, "slow-subscriber-timeouts", 0, "consecutive delivery timeouts after which the bus stops waiting on a subscriber (0: 3)")
+	fs.Float64Var(&l.PublishRate, "publish-rate", 0, "sendMessage calls per second per connection, a token bucket; an identity may set its own (0: no limit)")
+	fs.IntVar(&l.PublishBurst, "publish-burst", 0, "size of the publish token bucket (0: max(1, --publish-rate))")
 }
 
-func runServe(ctx context.Context, io stdio, args []string) int {
+// tlsFiles are the TLS settings.
+func (c *serveConfig) tlsFiles() tlsFiles {
+	return tlsFiles{cert: c.tlsCert, key: c.tlsKey, clientCA: c.tlsClientCA}
+}
+
+// hasAuth reports whether the configuration has an auth: section.
+func (c *serveConfig) hasAuth() bool { return c.file != nil && c.file.auth != nil }
+
+// newServeFlags returns a serveConfig bound to a new FlagSet.
+func newServeFlags(io stdio) (*serveConfig, *flag.FlagSet) {
 	var cfg serveConfig
-	fs := newFlagSet(io, "serve [flags]", "serve [flags]\n\nRuns the bus: peers connect to ws://LISTEN/ and speak JSON-RPC 2.0 (docs/PROTOCOL.md).")
+	fs := newFlagSet(io, "serve [flags]", "serve [flags]\n\nRuns the bus: peers connect to ws://LISTEN/ (wss:// with --tls-cert) and speak JSON-RPC 2.0 (docs/PROTOCOL.md).\nSettings come from flags, then BUB_* variables, then the --config file, then the defaults below.")
 	cfg.addFlags(fs)
 	bindAllEnv(fs) // every flag of the daemon is a deployment's setting
+	return &cfg, fs
+}
+
+// applyFile loads the --config file (or BUB_CONFIG) under the settings
+// fs already holds. The flags set so far, on the command line or from
+// the environment, keep their values; the defaults fs shows in --help
+// are untouched, as the file is applied with Set.
+func (c *serveConfig) applyFile(fs *flag.FlagSet) error {
+	if c.configPath == "" {
+		return nil
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	_, scratch := newServeFlags(stdio{err: io.Discard})
+	cf, err := readConfigFile(c.configPath, fs, scratch, explicit)
+	if err != nil {
+		return err
+	}
+	c.file = cf
+	return nil
+}
+
+// loadServeConfig builds the configuration from args, the environment
+// and the file again, quietly, as a SIGHUP does.
+func loadServeConfig(args []string) (*serveConfig, *flag.FlagSet, error) {
+	quiet := stdio{err: io.Discard}
+	cfg, fs := newServeFlags(quiet)
+	if _, ok := parseFlags(fs, quiet, args); !ok {
+		return nil, nil, errors.New("the command line or BUB_* environment no longer parses")
+	}
+	if err := cfg.applyFile(fs); err != nil {
+		return nil, nil, err
+	}
+	return cfg, fs, nil
+}
+
+// noAuthWarning is logged whenever the bus runs without an auth section.
+const noAuthWarning = "no auth configured: any peer may act as any clientId; see docs/SECURITY.md"
+
+func runServe(ctx context.Context, io stdio, args []string) int {
+	cfg, fs := newServeFlags(io)
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
+	}
+	if err := cfg.applyFile(fs); err != nil {
+		return errorf(io, "serve: %v", err)
+	}
+	if cfg.printConfig {
+		if err := printConfig(io.out, fs, cfg.file); err != nil {
+			return errorf(io, "serve: %v", err)
+		}
+		return 0
 	}
 	logger, err := newLogger(io, cfg.logLevel, cfg.logFormat)
 	if err != nil {
 		return errorf(io, "%v", err)
+	}
+	if err := checkOpenBus(cfg.listen, cfg.hasAuth(), cfg.allowAnonymous); err != nil {
+		return errorf(io, "serve: %v", err)
+	}
+	// SIGHUP's default action ends the process; take it over before
+	// anything could send one.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	var certs *certStore
+	if cfg.tlsFiles().enabled() {
+		if certs, err = newCertStore(cfg.tlsFiles()); err != nil {
+			return errorf(io, "serve: %v", err)
+		}
+	}
+	authn, err := loadAuth(cfg.file)
+	if err != nil {
+		return errorf(io, "serve: %v", err)
+	}
+	if authn == nil {
+		logger.Warn(noAuthWarning)
+	} else {
+		logger.Info("auth configured", "file", cfg.file.path, "identities", len(cfg.file.auth.Identities), "issuers", len(cfg.file.auth.Issuers), "anonymous", cfg.file.auth.Anonymous != nil)
 	}
 	// The store records commit latency into the bus's metrics, which do
 	// not exist until the bus does.
@@ -104,6 +227,9 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		MaxInFlight:     cfg.maxInFlight,
 		OriginPatterns:  splitList(cfg.allowedOrigins),
 		Logger:          logger,
+		Auth:            authn,
+		Hosts:           splitList(cfg.hosts),
+		Limits:          cfg.limits,
 	})
 	if err != nil {
 		return errorf(io, "serve: %v", err)
@@ -113,22 +239,37 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return errorf(io, "serve: listen on %s: %v", cfg.listen, err)
 	}
+	scheme := "ws://"
+	var serveLn net.Listener = ln
+	if certs != nil {
+		// One listener for wss:// and HTTPS: the handler sees r.TLS, and
+		// with it a verified client certificate.
+		serveLn = tls.NewListener(ln, certs.listenerConfig())
+		scheme = "wss://"
+	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	logger.Info("bus listening", "url", "ws://"+ln.Addr().String()+"/", "data_dir", cfg.dataDir, "default_policy", cfg.defaultPolicy)
+	go func() { served <- hs.Serve(serveLn) }()
+	logger.Info("bus listening", "url", scheme+ln.Addr().String()+"/", "data_dir", cfg.dataDir, "default_policy", cfg.defaultPolicy)
 
-	select {
-	case err := <-served:
-		return errorf(io, "serve: %v", err)
-	case <-ctx.Done():
+	rl := &reloader{args: args, log: logger, srv: srv, certs: certs, started: fs, limits: cfg.limits, hasAuth: authn != nil, listen: cfg.listen, allowAnonymous: cfg.allowAnonymous}
+serving:
+	for {
+		select {
+		case err := <-served:
+			return errorf(io, "serve: %v", err)
+		case <-hup:
+			rl.reload()
+		case <-ctx.Done():
+			break serving
+		}
 	}
 	logger.Info("shutting down", "drain_timeout", cfg.drainTimeout)
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
 	defer cancel()
 	// Stop accepting first; the bus then drains and closes its peers,
 	// which http.Server.Shutdown does not do for hijacked connections.
-	_ = ln.Close()
+	_ = serveLn.Close()
 	if err := srv.Shutdown(drainCtx); err != nil {
 		logger.Warn("shutdown incomplete", "err", err)
 	}
@@ -137,6 +278,32 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	}
 	logger.Info("bus stopped")
 	return 0
+}
+
+// checkOpenBus refuses an open bus (no auth: section) on an address other
+// hosts can reach, unless the operator says so, as Mosquitto 2 does: an
+// open bus lets any peer act as any clientId.
+func checkOpenBus(listen string, hasAuth, allowAnonymous bool) error {
+	if hasAuth || allowAnonymous || isLoopback(listen) {
+		return nil
+	}
+	return fmt.Errorf("refusing to listen on %s without auth: any peer that reaches it could act as any clientId; "+
+		"add an auth: section to the --config file (docs/SECURITY.md), or pass --allow-anonymous to run an open bus on purpose", listen)
+}
+
+// isLoopback reports whether a listen address only accepts connections
+// from this host: 127.0.0.0/8, ::1 or localhost. An empty host, 0.0.0.0
+// and :: listen everywhere; any other name may resolve anywhere.
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		host = listen
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.
