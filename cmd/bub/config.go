@@ -447,7 +447,7 @@ func loadAuth(cf *configFile) (*auth.Authenticator, error) {
 	}
 	a, err := auth.New(*cf.auth, filepath.Dir(cf.path))
 	if err != nil {
-		return nil, fmt.Errorf("%s:%d: auth: %w", cf.path, cf.authLine, err)
+		return nil, fmt.Errorf("%s:%d: %w", cf.path, cf.authLine, err)
 	}
 	return a, nil
 }

@@ -83,7 +83,7 @@ func TestServeRefusesDamagedStore(t *testing.T) {
 			if strings.Contains(out, "\n") {
 				t.Errorf("want one line, got:\n%s", out)
 			}
-			for _, want := range []string{"bub: serve: open store " + path + ": not a bub store, or corrupt: ", "restore bub.db from a backup"} {
+			for _, want := range []string{"bub serve: open store " + path + ": not a bub store, or corrupt: ", "restore bub.db from a backup"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("want %q in: %s", want, out)
 				}

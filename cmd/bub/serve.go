@@ -194,11 +194,6 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return errorf(io, "serve: %v", err)
 	}
-	if authn == nil {
-		logger.Warn(noAuthWarning)
-	} else {
-		logger.Info("auth configured", "file", cfg.file.path, "identities", len(cfg.file.auth.Identities), "issuers", len(cfg.file.auth.Issuers), "anonymous", cfg.file.auth.Anonymous != nil)
-	}
 	// The store records commit latency into the bus's metrics, which do
 	// not exist until the bus does.
 	var running atomic.Pointer[bus.Server]
@@ -235,6 +230,13 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "serve: %v", err)
 	}
 	running.Store(srv)
+	// Said once the store is open, so that a store refused at start
+	// leaves one line, not a warning about something else first.
+	if authn == nil {
+		logger.Warn(noAuthWarning)
+	} else {
+		logger.Info("auth configured", "file", cfg.file.path, "identities", len(cfg.file.auth.Identities), "issuers", len(cfg.file.auth.Issuers), "anonymous", cfg.file.auth.Anonymous != nil)
+	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return errorf(io, "serve: listen on %s: %v", cfg.listen, err)

@@ -290,6 +290,11 @@ func TestServeReloadInvalidFile(t *testing.T) {
 	// Settings a reload cannot apply are named, and the rest is applied.
 	writeFile(t, filepath.Dir(path), "bub.yaml", "delivery_timeout: 3s\nlimits:\n  max_subscriptions: 100\n")
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("bub serve logged:\n%s", d.stderr.String())
+		}
+	})
 	pollFor(t, "the reload to be logged", func() bool {
 		return strings.Contains(d.stderr.String(), `"msg":"configuration reloaded"`)
 	})
@@ -348,8 +353,8 @@ func TestServeReloadAuthAndLimits(t *testing.T) {
 	}
 
 	token := "reload-test-token"
-	sum := sha256.Sum256([]byte(token))
 	identity := func(name string) string {
+		sum := sha256.Sum256([]byte(token + "-" + name))
 		return "    - name: " + name + "\n      token_sha256: " + hex.EncodeToString(sum[:]) + "\n      client_ids: [\"" + name + "\"]\n      publish: {allow: [\"x:*\"]}\n"
 	}
 	dir := t.TempDir()
@@ -361,6 +366,11 @@ func TestServeReloadAuthAndLimits(t *testing.T) {
 
 	writeFile(t, dir, "bub.yaml", "limits: {max_subscriptions: 5}\nauth:\n  identities:\n"+identity("one")+identity("two"))
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("bub serve logged:\n%s", d.stderr.String())
+		}
+	})
 	pollFor(t, "the reload to be logged", func() bool {
 		return strings.Contains(d.stderr.String(), `msg="configuration reloaded"`)
 	})
