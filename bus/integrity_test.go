@@ -136,7 +136,10 @@ func TestStoreDamagedWhileRunning(t *testing.T) {
 			c.MustCall(protocol.MethodPing, map[string]any{}, nil)
 			bustest.Connect(t, srv.URL, "late", nil).MustCall(protocol.MethodPing, map[string]any{}, nil)
 
-			assert.Equal(t, map[string]float64{"where=request,": 3}, series(t, srv.Registry(), "bub_panics_total"))
+			// The same scrape may already count the store gauges' own
+			// recovered faults (where=metrics_scrape): only the requests'
+			// count is fixed.
+			assert.Equal(t, 3.0, series(t, srv.Registry(), "bub_panics_total")["where=request,"])
 			assert.Equal(t, 3.0, series(t, srv.Registry(), "bub_requests_total")[fmt.Sprintf("method=dlq.list,outcome=%d,", protocol.CodeInternalError)])
 			// The store gauges read the damaged file too, at scrape time.
 			assert.Equal(t, map[string]float64{"": -1}, series(t, srv.Registry(), "bub_dead_letters"))

@@ -59,7 +59,7 @@ func (f *clientFlags) dial(ctx context.Context, io stdio, opts peer.Options) (*p
 	}
 	opts.Token = token
 	conn, err := peer.Dial(ctx, f.busURL, &opts)
-	if errors.Is(err, peer.ErrUnauthorized) {
+	if errors.Is(err, peer.ErrUnauthorized) || protocol.CodeOf(err) == protocol.CodeUnauthorized {
 		return nil, fmt.Errorf("%w; check --token, --token-file or BUB_TOKEN (the bus's log says why it refused)", err)
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
