@@ -2,12 +2,19 @@ package spawner
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/protocol"
 )
 
 func TestAgentEnv(t *testing.T) {
@@ -73,5 +80,55 @@ func TestLineLogger(t *testing.T) {
 	want := []string{"one", "two", "three" + strings.Repeat("x", maxLogLine-5), "xxxxxxxxxx"}
 	if !slices.Equal(lines, want) {
 		t.Errorf("lines: got %d %q..., want %d", len(lines), lines[0], len(want))
+	}
+}
+
+// TestIssuerMintsScopedTokens: a minted token lets the agent do what the
+// template says, for its own id and topic, and nothing else.
+func TestIssuerMintsScopedTokens(t *testing.T) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pemBytes, err := auth.EncodePublicKeyPEM(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "k.pub"), pemBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := auth.New(auth.Config{Issuers: []auth.Issuer{{
+		Name: "spawner", PublicKeyFile: "k.pub", ClientIDs: []string{"agent-*"},
+		Ceiling: auth.Grant{Publish: auth.Rules{Allow: []string{"outbound:*"}}, Subscribe: auth.Rules{Allow: []string{"agent:*", "tg:*"}}},
+	}}}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := (&Issuer{Name: "spawner", Key: key}).mint("agent-1", "tg:42", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.Authenticate(tok, time.Now())
+	if err != nil {
+		t.Fatalf("the bus refuses the minted token: %v", err)
+	}
+	if !p.AllowsClientID("agent-1") || p.AllowsClientID("agent-2") {
+		t.Error("the token is not bound to agent-1 alone")
+	}
+	access := p.Bind("agent-1")
+	for topic, want := range map[string]bool{"outbound:42": true, "outbound:43": false, "tg:42": false} {
+		if got := access.CanPublish(topic); got != want {
+			t.Errorf("publish %s: %v, want %v", topic, got, want)
+		}
+	}
+	for pattern, want := range map[string]bool{"agent:agent-1": true, "tg:42": true, "agent:agent-2": false, "tg:*": false} {
+		pp, err := protocol.ParsePattern(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := access.CanSubscribe(pp); got != want {
+			t.Errorf("subscribe %s: %v, want %v", pattern, got, want)
+		}
 	}
 }

@@ -84,6 +84,12 @@ func (b *syncBuffer) String() string {
 
 func newHarness(t *testing.T, opts spawner.Options, busOpts *bus.Options) *harness {
 	t.Helper()
+	return newHarnessAs(t, opts, busOpts, "")
+}
+
+// newHarnessAs is newHarness whose test peer presents token.
+func newHarnessAs(t *testing.T, opts spawner.Options, busOpts *bus.Options, token string) *harness {
+	t.Helper()
 	h := &harness{
 		bus:     bustest.Start(t, busOpts),
 		replies: make(chan reply, 100),
@@ -92,7 +98,7 @@ func newHarness(t *testing.T, opts spawner.Options, busOpts *bus.Options) *harne
 		stopped: make(chan error, 1),
 	}
 	var err error
-	h.client, err = peer.Dial(context.Background(), h.bus.URL, &peer.Options{ClientID: "tester", Logger: slog.New(slog.DiscardHandler)})
+	h.client, err = peer.Dial(context.Background(), h.bus.URL, &peer.Options{ClientID: "tester", Token: token, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

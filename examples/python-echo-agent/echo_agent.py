@@ -134,11 +134,17 @@ async def main():
     async with websockets.connect(url, max_size=4 << 20) as ws:
         peer = Peer(ws, handle)
         reader = asyncio.create_task(peer.read_loop())
-        await peer.call("initialize", {
+        params = {
             "clientId": agent_id,
             "clientInfo": {"name": "python-echo-agent", "version": "1"},
             "defaultTopic": default_topic,
-        })
+        }
+        # On a bus with auth the spawner gives each agent its own token.
+        # It goes in initialize, which works with every version of the
+        # websockets package (the upgrade header's keyword has changed).
+        if os.environ.get("BUB_TOKEN"):
+            params["token"] = os.environ["BUB_TOKEN"]
+        await peer.call("initialize", params)
         for pattern in ("agent:" + agent_id, default_topic):
             await peer.call("subscribe", {"topic": pattern})
         log("ready", agent_id, "on", default_topic)
