@@ -5,10 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/pem"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -46,11 +44,11 @@ func authConfig(t *testing.T, dir string) (auth.Config, ed25519.PrivateKey) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	der, err := x509.MarshalPKIXPublicKey(pub)
+	pubPEM, err := auth.EncodePublicKeyPEM(pub)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "spawner.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "spawner.pub"), pubPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return auth.Config{

@@ -4,9 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,11 +28,11 @@ func TestAgentsGetTheirOwnCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	der, err := x509.MarshalPKIXPublicKey(pub)
+	pubPEM, err := auth.EncodePublicKeyPEM(pub)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "spawner.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "spawner.pub"), pubPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	a, err := auth.New(auth.Config{

@@ -137,12 +137,11 @@ func bub(t *testing.T, env []string, stdin string, args ...string) (stdout, stde
 	return out.String(), errOut.String(), code
 }
 
-// TestCLIEndToEnd is the README's walkthrough: serve, listen, send-message.
-func TestCLIEndToEnd(t *testing.T) {
-	d := startBus(t, t.TempDir())
-	env := []string{"BUB_BUS_URL=" + d.url}
-
-	listen := exec.Command(bubBinary, "listen", "--topic", "inbound:*")
+// startListenProcess runs the bub binary's listen --topic pattern with env in the
+// background; it returns the process, its stdout lines and its stderr.
+func startListenProcess(t *testing.T, env []string, pattern string) (*exec.Cmd, <-chan string, *lockedBuffer) {
+	t.Helper()
+	listen := exec.Command(bubBinary, "listen", "--topic", pattern)
 	listen.Env = append(os.Environ(), env...)
 	stdout, err := listen.StdoutPipe()
 	if err != nil {
@@ -162,6 +161,15 @@ func TestCLIEndToEnd(t *testing.T) {
 		}
 		close(lines)
 	}()
+	return listen, lines, listenErr
+}
+
+// TestCLIEndToEnd is the README's walkthrough: serve, listen, send-message.
+func TestCLIEndToEnd(t *testing.T) {
+	d := startBus(t, t.TempDir())
+	env := []string{"BUB_BUS_URL=" + d.url}
+
+	listen, lines, listenErr := startListenProcess(t, env, "inbound:*")
 
 	// listen has subscribed once a message to its topic is routed.
 	var out string

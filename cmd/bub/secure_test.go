@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,25 +45,7 @@ func TestSecuringTheBus(t *testing.T) {
 	d := startBus(t, filepath.Join(dir, "data"), "--config", config)
 	env := []string{"BUB_BUS_URL=" + d.url, "BUB_TOKEN=" + token}
 
-	listen := exec.Command(bubBinary, "listen", "--topic", "inbound:*")
-	listen.Env = append(os.Environ(), env...)
-	stdout, err := listen.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	listenErr := &lockedBuffer{}
-	listen.Stderr = listenErr
-	if err := listen.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = listen.Process.Kill(); _ = listen.Wait() })
-	lines := make(chan string, 10)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	_, lines, listenErr := startListenProcess(t, env, "inbound:*")
 	payload := `{"type":"plaintext_message","text":"hello"}`
 	pollFor(t, "send-message with BUB_TOKEN to reach the listener", func() bool {
 		_, _, code := bub(t, env, "", "send-message", "--topic", "inbound:chat-1", "--payload", payload)
