@@ -141,14 +141,19 @@ func (c *conn) authorizeInitialize(p *protocol.InitializeParams) (*auth.Principa
 	if a == nil {
 		return nil, nil, nil
 	}
+	// cred is read under c.mu: a reload (SetAuth) reads it concurrently.
+	c.mu.Lock()
+	if p.Token != "" && c.cred.token != "" && subtle.ConstantTimeCompare([]byte(c.cred.token), []byte(p.Token)) != 1 {
+		c.mu.Unlock()
+		return nil, nil, c.refuse(refuseCredential, "", p.ClientID, "two different credentials",
+			protocol.Errorf(protocol.ErrUnauthorized, "the upgrade and initialize carry different tokens; present one"))
+	}
 	if p.Token != "" {
-		if c.cred.token != "" && subtle.ConstantTimeCompare([]byte(c.cred.token), []byte(p.Token)) != 1 {
-			return nil, nil, c.refuse(refuseCredential, "", p.ClientID, "two different credentials",
-				protocol.Errorf(protocol.ErrUnauthorized, "the upgrade and initialize carry different tokens; present one"))
-		}
 		c.cred.token = p.Token
 	}
-	principal, err := c.server.authenticate(a, c.cred)
+	cred := c.cred
+	c.mu.Unlock()
+	principal, err := c.server.authenticate(a, cred)
 	if err != nil {
 		if errors.Is(err, auth.ErrNoCredential) {
 			return nil, nil, c.refuse(refuseCredential, "", p.ClientID, err.Error(),
