@@ -94,7 +94,7 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	if result.Held {
 		// Accepted: the bus keeps it and delivers it when a subscriber
 		// appears, or dead-letters it.
-		fmt.Fprintf(io.err, "bub send-message: held: nobody subscribes to %q yet; the bus delivers message %s when a subscriber appears\n", cfg.topic, result.MessageID)
+		fmt.Fprintf(io.err, "bub send-message: held: nobody subscribes to %q yet; the bus delivers message %s when a subscriber appears, or dead-letters it at %s (its hold lifetime)\n", cfg.topic, result.MessageID, result.NextAttempt)
 		return 0
 	}
 	if result.Success {
