@@ -74,9 +74,10 @@ func (s *Server) checkUpgrade(w http.ResponseWriter, r *http.Request) (credentia
 		cred.token = strings.TrimSpace(token)
 	}
 	a := s.auth.Load()
-	if a == nil || (cred.token == "" && cred.certCN == "") {
-		// An open bus ignores credentials; a credential-less request
-		// may still present a token in initialize.
+	if a == nil || cred.token == "" {
+		// An open bus ignores credentials; a request without a token
+		// may still present one in initialize, or be its certificate's
+		// identity, or anonymous: initialize decides.
 		return cred, true
 	}
 	if _, err := s.authenticate(a, cred); err != nil {
@@ -89,11 +90,14 @@ func (s *Server) checkUpgrade(w http.ResponseWriter, r *http.Request) (credentia
 	return cred, true
 }
 
-// authenticate checks a credential: a token wins over a certificate, and
-// no credential at all means the anonymous grant, if any.
+// authenticate checks a credential: a token wins over a certificate, a
+// verified certificate that names no identity is no credential, and no
+// credential at all means the anonymous grant, if any.
 func (s *Server) authenticate(a *auth.Authenticator, cred credential) (*auth.Principal, error) {
 	if cred.token == "" && cred.certCN != "" {
-		return a.AuthenticateCert(cred.certCN)
+		if p, err := a.AuthenticateCert(cred.certCN); err == nil {
+			return p, nil
+		}
 	}
 	return a.Authenticate(cred.token, time.Now())
 }
