@@ -181,9 +181,11 @@ func New(opts *Options) (*Bridge, error) {
 		// bridge logs what matters itself, redacted.
 		telego.WithDiscardLogger(),
 	)
+	if errors.Is(err, telego.ErrInvalidToken) {
+		return nil, errors.New("telegram: the bot token is not in @BotFather's format (digits, a colon, 35 letters, digits, _ or -)")
+	}
 	if err != nil {
-		// telego's errors here name the problem ("invalid token
-		// format"), never the token.
+		// telego's errors here name the problem, never the token.
 		return nil, fmt.Errorf("telegram: %w", err)
 	}
 	st, err := openState(o.DataDir)
