@@ -151,7 +151,7 @@ type Bridge struct {
 	// progress maps an outbound messageId to the pieces of its text
 	// already sent, so a retry after a failure midway (429 on piece 3)
 	// sends the rest rather than the whole text again.
-	progress map[string]int
+	progress map[string]progress
 	// threads remembers each chat's forum thread of its latest message,
 	// so that a reply without message_thread_id lands in the thread the
 	// conversation is in.
@@ -201,12 +201,23 @@ func New(opts *Options) (*Bridge, error) {
 		allowChats: set(o.AllowChats),
 		allowUsers: set(o.AllowUsers),
 		ready:      make(chan struct{}),
-		progress:   map[string]int{},
+		progress:   map[string]progress{},
 		threads:    map[int64]int{},
 	}
 	b.typing = newTyping(b)
 	return b, nil
 }
+
+// progress is how far a reply got: pieces sent, and when last touched.
+type progress struct {
+	sent int
+	at   time.Time
+}
+
+// progressTTL bounds how long a partly sent reply is remembered. The bus
+// gives up on a message within its retries (minutes at the defaults), and
+// a message it dead-letters never comes back to clear its entry.
+const progressTTL = time.Hour
 
 func set(ids []int64) map[int64]bool {
 	m := make(map[int64]bool, len(ids))

@@ -11,6 +11,8 @@ import (
 
 	"github.com/bub-bus/bub/bridges/telegram"
 	"github.com/bub-bus/bub/bridges/telegram/telegramtest"
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -207,5 +209,55 @@ func TestWebhook(t *testing.T) {
 	case d := <-a.ch:
 		t.Fatalf("repeat forwarded: %s", d.Payload)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// A long reply whose second piece meets a 5xx is resumed, not re-sent
+// from the start.
+func TestOutboundResumesSplitReply(t *testing.T) {
+	h := newHarness(t)
+	h.start(telegram.Options{})
+	text := strings.Repeat("a", 4096) + "\n\n" + strings.Repeat("b", 4096) + "\n\n" + strings.Repeat("c", 100)
+	go func() {
+		h.tg.Wait(wait, func() bool { return len(h.tg.Sent()) == 1 })
+		h.tg.Fail("sendMessage", telegramtest.Fault{Status: 502, Description: "Bad Gateway"})
+	}()
+	h.send("outbound:42", map[string]any{"type": "plaintext_message", "text": text})
+	if !h.tg.Wait(wait, func() bool { return len(h.tg.Sent()) >= 3 }) {
+		t.Fatalf("sent %d pieces", len(h.tg.Sent()))
+	}
+	time.Sleep(200 * time.Millisecond)
+	var firsts []string
+	for _, m := range h.tg.Sent() {
+		firsts = append(firsts, m.Text[:1])
+	}
+	if strings.Join(firsts, "") != "abc" {
+		t.Fatalf("pieces sent: %v", firsts)
+	}
+}
+
+// A reply made while the bridge is away, held by the bus (outbound:* in
+// its hold patterns), reaches the chat once the bridge is back, once.
+func TestReplyHeldWhileBridgeDown(t *testing.T) {
+	bs := bustest.Start(t, &bus.Options{RetryBaseDelay: 50 * time.Millisecond, HoldPatterns: []string{"outbound:*"}})
+	h := &harness{t: t, bus: bs, tg: telegramtest.Start(t), logs: &syncBuffer{}}
+	_, stop := h.start(telegram.Options{ClientID: "tg-bridge"})
+	stop()
+	conn, err := peer.Dial(context.Background(), bs.URL, &peer.Options{NoReconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	res, err := conn.SendMessage(context.Background(), "outbound:42", map[string]any{"type": "plaintext_message", "text": "made while away"})
+	if err != nil || !res.Held {
+		t.Fatalf("%+v %v", res, err)
+	}
+	h.start(telegram.Options{ClientID: "tg-bridge"})
+	if !h.tg.Wait(wait, func() bool { return len(h.tg.SentTo(42)) == 1 }) {
+		t.Fatal("held reply not sent")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := len(h.tg.Sent()); n != 1 {
+		t.Fatalf("sent %d times", n)
 	}
 }

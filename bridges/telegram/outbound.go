@@ -87,13 +87,18 @@ func (b *Bridge) deliver(ctx context.Context, d *peer.Delivery) (peer.Result, er
 	}
 	pieces := split(r.Text, maxMessageLength)
 	b.mu.Lock()
-	from := b.progress[d.MessageID]
+	from := b.progress[d.MessageID].sent
+	for id, p := range b.progress {
+		if time.Since(p.at) > progressTTL {
+			delete(b.progress, id)
+		}
+	}
 	b.mu.Unlock()
 	for i := from; i < len(pieces); i++ {
 		err := b.sendPiece(ctx, chatID, &r, pieces[i], i == 0, i == len(pieces)-1)
 		if err == nil {
 			b.mu.Lock()
-			b.progress[d.MessageID] = i + 1
+			b.progress[d.MessageID] = progress{sent: i + 1, at: time.Now()}
 			b.mu.Unlock()
 			continue
 		}

@@ -30,6 +30,12 @@ func split(text string, limit int) []string {
 		head := prefixOfLength(text, limit)
 		cut, skip := -1, 0
 		for _, sep := range []string{"\n\n", "\n", " "} {
+			// A separator right after the longest piece that fits is
+			// the best cut of all.
+			if strings.HasPrefix(text[len(head):], sep) {
+				cut, skip = len(head), len(sep)
+				break
+			}
 			// A cut at 0 would make an empty piece.
 			if i := strings.LastIndex(head, sep); i > 0 {
 				cut, skip = i, len(sep)

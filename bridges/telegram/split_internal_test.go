@@ -16,6 +16,8 @@ func TestSplit(t *testing.T) {
 		{"para one\n\npara two", 12, []string{"para one", "para two"}},
 		{"line one\nline two", 12, []string{"line one", "line two"}},
 		{"some words here", 9, []string{"some", "words", "here"}},
+		{"12345\n\n67", 5, []string{"12345", "67"}},
+		{"12345 67 8", 5, []string{"12345", "67 8"}},
 		{"unbrokenword", 5, []string{"unbro", "kenwo", "rd"}},
 		{"😀😀😀", 4, []string{"😀😀", "😀"}}, // two UTF-16 units each
 	} {
