@@ -1,0 +1,28 @@
+package telegram
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSplit(t *testing.T) {
+	for _, tc := range []struct {
+		text  string
+		limit int
+		want  []string
+	}{
+		{"short", 10, []string{"short"}},
+		{"", 10, []string{""}},
+		{"para one\n\npara two", 12, []string{"para one", "para two"}},
+		{"line one\nline two", 12, []string{"line one", "line two"}},
+		{"some words here", 9, []string{"some", "words", "here"}},
+		{"12345\n\n67", 5, []string{"12345", "67"}},
+		{"12345 67 8", 5, []string{"12345", "67 8"}},
+		{"unbrokenword", 5, []string{"unbro", "kenwo", "rd"}},
+		{"😀😀😀", 4, []string{"😀😀", "😀"}}, // two UTF-16 units each
+	} {
+		if got := split(tc.text, tc.limit); strings.Join(got, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("split(%q, %d) = %q, want %q", tc.text, tc.limit, got, tc.want)
+		}
+	}
+}
