@@ -14,17 +14,6 @@ import (
 	"github.com/bub-bus/bub/spawner"
 )
 
-// bub telegram's flags are a deployment's settings, bound to
-// BUB_TELEGRAM_* where BUB_<FLAG> would be another daemon's (BUB_LISTEN,
-// BUB_DATA_DIR are bub serve's). Registered here, with the command's
-// tests, rather than in env_test.go's table.
-func init() {
-	boundVariables["telegram"] = []string{"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_LOG_LEVEL", "BUB_LOG_FORMAT",
-		"BUB_TELEGRAM_CLIENT_ID", "BUB_TELEGRAM_BOT_TOKEN_FILE", "BUB_TELEGRAM_API_URL", "BUB_TELEGRAM_DATA_DIR",
-		"BUB_TELEGRAM_ALLOW_CHATS", "BUB_TELEGRAM_ALLOW_USERS", "BUB_TELEGRAM_GROUP_MODE", "BUB_TELEGRAM_POLL_TIMEOUT",
-		"BUB_TELEGRAM_WEBHOOK_URL", "BUB_TELEGRAM_WEBHOOK_SECRET_FILE", "BUB_TELEGRAM_LISTEN", "BUB_TELEGRAM_TYPING_MAX"}
-}
-
 // telegramStack is bub serve and bub spawner with the echo agent, as
 // separate processes, and a fake Bot API in the test.
 type telegramStack struct {
