@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/bub-bus/bub/bcp"
+	"github.com/bub-bus/bub/peer"
+)
+
+// onQuery handles bcp:query: Controllers' requests and session starts.
+func (g *Gateway) onQuery(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+	return g.handle(d, func(t *txn) (ack, error) {
+		switch d.Type() {
+		case TypeQueryRequest:
+			return g.queryRequest(t, d)
+		case TypeSessionStart:
+			return g.sessionStart(t, d.From, t.now)
+		}
+		return refuse(t, AuditRecord{From: d.From}, CodeMalformed, fmt.Sprintf("bcp:query carries %s and %s, not %q", TypeQueryRequest, TypeSessionStart, truncate(d.Type())))
+	})
+}
+
+// queryRequest checks, charges and forwards a Controller's query. The
+// query id is the bus messageId of the request, which the Controller has
+// from its sendMessage result.
+func (g *Gateway) queryRequest(t *txn, d *peer.Delivery) (ack, error) {
+	controller := d.From
+	rec := AuditRecord{Event: "query", From: controller, Controller: controller, QueryID: d.MessageID}
+	req, err := DecodeQueryRequest(d.Payload)
+	if err != nil {
+		return refuse(t, rec, codeOf(err), detailOf(err))
+	}
+	rec.Reader = req.Target
+	rec.Category, rec.DeclaredBits = req.Spec.Category, req.Spec.Cost()
+	ch := g.controllerChannel(controller, req.Target)
+	if ch == nil {
+		return refuse(t, rec, CodeNoChannel, fmt.Sprintf("%s has no BCP channel to %s in the agent definitions", controller, truncate(req.Target)))
+	}
+	if req.Spec.Category > ch.MaxCategory {
+		return refuse(t, rec, string(bcp.CodeCategoryNotAllowed), fmt.Sprintf("category %d is above the channel's max_category %d", req.Spec.Category, ch.MaxCategory))
+	}
+	if req.Spec.Category == bcp.Summary {
+		return refuse(t, rec, CodeApprovalUnavailable, "Category 3 needs human approval, which this gateway does not offer yet; ask in Category 1 or 2")
+	}
+	usage, err := t.charge(controller, req.Target, limitsOf(ch), req.Spec.Category, req.Spec.Cost())
+	left := usage.RemainingBits
+	rec.BudgetLeft = &left
+	if err != nil {
+		return refuse(t, rec, codeOf(err), detailOf(err))
+	}
+	q := &queryRecord{
+		ID: d.MessageID, Controller: controller, Reader: req.Target, Spec: req.Spec, Cost: req.Spec.Cost(),
+		State: statePending, CreatedAt: t.now, ExpiresAt: t.now.Add(g.opts.QueryTTL),
+	}
+	if err := t.putQuery(q); err != nil {
+		return ack{}, err
+	}
+	msg := QueryMessage{
+		Type: TypeQuery, QueryID: q.ID, Controller: controller, Category: int(q.Spec.Category),
+		Spec: q.Spec, ExpiresAt: q.ExpiresAt.UTC().Format(time.RFC3339),
+	}
+	if err := t.send(peer.AgentTopic(q.Reader), msg); err != nil {
+		return ack{}, err
+	}
+	rec.Outcome = "ok"
+	if err := t.audit(rec); err != nil {
+		return ack{}, err
+	}
+	return accepted("queued: query_id=%s, %.1f bits charged, %.1f left", q.ID, float64(q.Cost), float64(left)), nil
+}
+
+// sessionStart resets the budgets of controller's channels: a new
+// Controller session gets fresh budgets (bcp-subscriptions.md), keeping
+// any charge made at or after since. Only a Controller's own message or
+// connect does this; nothing a Reader sends reaches here with a
+// Controller's from.
+func (g *Gateway) sessionStart(t *txn, controller string, since time.Time) (ack, error) {
+	def := g.registry.Definition(controller)
+	rec := AuditRecord{Event: "reset", From: controller, Controller: controller}
+	if def == nil || !hasRole(def, bcp.Controller) {
+		return refuse(t, rec, CodeNoChannel, fmt.Sprintf("%s is not a Controller in the agent definitions", truncate(controller)))
+	}
+	if err := t.reset(controller, def.Channels, since); err != nil {
+		return ack{}, err
+	}
+	rec.Outcome = "ok"
+	return accepted("budgets of %s reset", controller), t.audit(rec)
+}
+
+func hasRole(def *bcp.Definition, role bcp.Role) bool {
+	for _, ch := range def.Channels {
+		if ch.Role == role {
+			return true
+		}
+	}
+	return false
+}
+
+// detailOf is an error's text without its code prefix.
+func detailOf(err error) string {
+	if we, ok := err.(*wireError); ok {
+		return we.detail
+	}
+	return err.Error()
+}
