@@ -26,16 +26,26 @@ func FuzzHandlers(f *testing.F) {
 		`{"type":"bcp_response","query_id":"m-1","subscription_id":"x","response":[]}`,
 		`{"type":"bcp_response","query_id":1}`,
 		`[]`, `null`, `{"type":"bcp_query_request","target":"researcher","category":1e400}`,
+		`{"type":"bcp_query_request","target":"scraper","category":3,"directive":"x","max_words":5,"justification":"j"}`,
+		`{"type":"bcp_approval_decision","approval_id":"escalation-m-1","decision":"approve"}`,
+		`{"type":"bcp_approval_decision","approval_id":"summary-m-1","decision":"edit","summary":"s"}`,
+		`{"type":"bcp_approval_list"}`,
 	} {
-		f.Add(seed, true)
-		f.Add(seed, false)
+		for who := range uint8(3) {
+			f.Add(seed, who)
+		}
 	}
 	g := fuzzGateway(f)
 	ids := 0
-	f.Fuzz(func(t *testing.T, payload string, fromController bool) {
+	f.Fuzz(func(t *testing.T, payload string, who uint8) {
+		// The Controller queries, the Reader answers, the approver
+		// decides; each may send anything.
 		from, handler := "researcher", g.onResponse
-		if fromController {
+		switch who % 3 {
+		case 1:
 			from, handler = "main", g.onQuery
+		case 2:
+			from, handler = "alice", g.onApproval
 		}
 		ids++
 		// The first message id is reused, so responses find a query.
@@ -76,9 +86,11 @@ func fuzzGateway(f *testing.F) *Gateway {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { st.close() })
-	opts := Options{Definitions: defs, DataDir: dir, Logger: slog.New(slog.DiscardHandler)}
+	st.db.NoSync = true // durability is not under test; speed is
+	opts := Options{Definitions: defs, DataDir: dir, Logger: slog.New(slog.DiscardHandler), Approvers: []string{"alice"}}
 	opts.setDefaults()
-	return &Gateway{opts: opts, log: opts.Logger, registry: reg, state: st, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	return &Gateway{opts: opts, log: opts.Logger, registry: reg, state: st, approvers: map[string]bool{"alice": true},
+		kick: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 // FuzzDecode checks the decoders alone: no panic, and what they accept

@@ -47,6 +47,15 @@ type Options struct {
 	// SweepInterval is how often expired queries are looked for.
 	// Default: 1s.
 	SweepInterval time.Duration
+	// Approvers are the clientIds whose bcp_approval_decision the gateway
+	// accepts on bcp:approval. Default: none, and then Category 3 is
+	// refused (approval_unavailable): a summary is never delivered
+	// without a human. An approver must not be an agent of the
+	// definitions.
+	Approvers []string
+	// ApprovalTTL is how long an approval waits for a decision.
+	// Default: 1 hour.
+	ApprovalTTL time.Duration
 	// Logger receives the gateway's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -67,6 +76,9 @@ func (o *Options) setDefaults() {
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = time.Second
 	}
+	if o.ApprovalTTL <= 0 {
+		o.ApprovalTTL = time.Hour
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -79,7 +91,9 @@ type Gateway struct {
 	log      *slog.Logger
 	registry *bcp.Registry
 	state    *state
-	conn     *peer.Conn
+	// approvers is Options.Approvers as a set.
+	approvers map[string]bool
+	conn      *peer.Conn
 
 	kick   chan struct{} // wakes the sender
 	stop   chan struct{}
@@ -102,12 +116,21 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bcp gateway: agent definitions: %w", err)
 	}
+	approvers := make(map[string]bool, len(opts.Approvers))
+	for _, a := range opts.Approvers {
+		if registry.Definition(a) != nil {
+			return nil, fmt.Errorf("bcp gateway: approver %q is an agent of the definitions; an agent must not approve what agents send", a)
+		}
+		if a != "" {
+			approvers[a] = true
+		}
+	}
 	st, err := openState(opts.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
-		opts: opts, log: opts.Logger, registry: registry, state: st,
+		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers,
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	conn, err := peer.Dial(ctx, opts.BusURL, &peer.Options{
@@ -129,6 +152,12 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 		{topicClientSubscribed, g.onClientSubscribed},
 		{TopicQuery, g.onQuery},
 		{TopicResponse, g.onResponse},
+	}
+	if len(approvers) > 0 {
+		subs = append(subs, struct {
+			pattern string
+			handler peer.Handler
+		}{TopicApproval, g.onApproval})
 	}
 	for _, s := range subs {
 		if err := conn.Subscribe(ctx, s.pattern, s.handler, nil); err != nil {
@@ -345,6 +374,22 @@ func (g *Gateway) sweeper() {
 			})
 			if err != nil {
 				g.log.Error("bcp gateway: expire query", "query_id", q.ID, "err", err)
+			}
+		}
+		expired, err := g.state.expiredApprovals(now)
+		if err != nil {
+			g.log.Error("bcp gateway: list expired approvals", "err", err)
+		}
+		for _, id := range expired {
+			err := g.state.update(now, func(t *txn) error {
+				a, err := t.approval(id)
+				if err != nil || a == nil || a.State != approvalPending {
+					return err
+				}
+				return g.expireApproval(t, a)
+			})
+			if err != nil {
+				g.log.Error("bcp gateway: expire approval", "approval_id", id, "err", err)
 			}
 		}
 		g.wake()

@@ -82,6 +82,7 @@ Reader.
 // tokens are the static credentials of the test identities.
 var tokens = map[string]string{
 	"main": "main-token", "researcher": "researcher-token", "scraper": "scraper-token", "bcp-gateway": "gateway-token",
+	"alice": "alice-token",
 }
 
 func sha(token string) string {
@@ -100,6 +101,12 @@ func authConfig() auth.Config {
 	}
 	return auth.Config{Identities: []auth.Identity{
 		agent("main"), agent("researcher"), agent("scraper"),
+		// A human's client: decides on bcp:approval, watches requests.
+		{Name: "alice", TokenSHA256: sha(tokens["alice"]), Grant: auth.Grant{
+			ClientIDs: []string{"alice"},
+			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
+			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested"}},
+		}},
 		{Name: "bcp-gateway", TokenSHA256: sha(tokens["bcp-gateway"]), Grant: auth.Grant{
 			ClientIDs: []string{"bcp-gateway"},
 			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested"}},
@@ -184,6 +191,12 @@ func (a *agent) lastResponse() string {
 
 func (f *fixture) agent(name string) *agent {
 	f.t.Helper()
+	return f.dial(name, peer.AgentTopic(name))
+}
+
+// dial connects name and collects what arrives on pattern.
+func (f *fixture) dial(name, pattern string) *agent {
+	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
 	conn, err := peer.Dial(ctx, f.srv.URL, &peer.Options{ClientID: name, Token: tokens[name], Logger: slog.New(slog.DiscardHandler)})
@@ -192,7 +205,7 @@ func (f *fixture) agent(name string) *agent {
 	}
 	a := &agent{t: f.t, name: name, conn: conn, inbox: make(chan *peer.Delivery, 64)}
 	f.t.Cleanup(func() { conn.Close() })
-	err = conn.Subscribe(ctx, peer.AgentTopic(name), func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+	err = conn.Subscribe(ctx, pattern, func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
 		a.inbox <- d
 		return peer.Result{Processed: true}, nil
 	}, nil)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bub-bus/bub/bcp"
@@ -41,8 +42,12 @@ func (g *Gateway) queryRequest(t *txn, d *peer.Delivery) (ack, error) {
 	if req.Spec.Category > ch.MaxCategory {
 		return refuse(t, rec, string(bcp.CodeCategoryNotAllowed), fmt.Sprintf("category %d is above the channel's max_category %d", req.Spec.Category, ch.MaxCategory))
 	}
-	if req.Spec.Category == bcp.Summary {
-		return refuse(t, rec, CodeApprovalUnavailable, "Category 3 needs human approval, which this gateway does not offer yet; ask in Category 1 or 2")
+	cat3 := req.Spec.Category == bcp.Summary
+	if cat3 && len(g.approvers) == 0 {
+		return refuse(t, rec, CodeApprovalUnavailable, "Category 3 needs human approval, and this gateway has no approvers configured; ask in Category 1 or 2")
+	}
+	if cat3 && strings.TrimSpace(req.Justification) == "" {
+		return refuse(t, rec, CodeJustificationRequired, "a Category-3 query needs a justification: why Categories 1 and 2 will not do")
 	}
 	usage, err := t.charge(controller, req.Target, limitsOf(ch), req.Spec.Category, req.Spec.Cost())
 	left := usage.RemainingBits
@@ -53,6 +58,24 @@ func (g *Gateway) queryRequest(t *txn, d *peer.Delivery) (ack, error) {
 	q := &queryRecord{
 		ID: d.MessageID, Controller: controller, Reader: req.Target, Spec: req.Spec, Cost: req.Spec.Cost(),
 		State: statePending, CreatedAt: t.now, ExpiresAt: t.now.Add(g.opts.QueryTTL),
+	}
+	if cat3 {
+		// The escalation itself needs a human before the Reader sees the
+		// directive; the query waits without a deadline of its own.
+		q.State = stateAwaitingEscalation
+		if err := t.putQuery(q); err != nil {
+			return ack{}, err
+		}
+		a := &Approval{ID: KindEscalation + "-" + q.ID, Kind: KindEscalation, QueryID: q.ID, Controller: controller,
+			Reader: q.Reader, Directive: q.Spec.Directive, Justification: req.Justification}
+		if err := g.requestApproval(t, a); err != nil {
+			return ack{}, err
+		}
+		rec.Outcome = "ok"
+		if err := t.audit(rec); err != nil {
+			return ack{}, err
+		}
+		return accepted("awaiting approval %s: query_id=%s, %.1f bits charged, %.1f left", a.ID, q.ID, float64(q.Cost), float64(left)), nil
 	}
 	if err := t.putQuery(q); err != nil {
 		return ack{}, err

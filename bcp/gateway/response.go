@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/bub-bus/bub/bcp"
@@ -20,7 +21,7 @@ func (g *Gateway) onResponse(_ context.Context, d *peer.Delivery) (peer.Result, 
 			return refuse(t, rec, codeOf(err), detailOf(err))
 		}
 		if r.SubscriptionID != "" {
-			return g.publish(t, d.From, r)
+			return g.publish(t, d.From, d.MessageID, r)
 		}
 		return g.answer(t, d.From, r)
 	})
@@ -78,6 +79,22 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 		rec.Event = "validation"
 		return refuse(t, rec, code, detail)
 	}
+	if res.RequiresApproval {
+		q.State = stateAwaitingSummary
+		if err := t.putQuery(q); err != nil {
+			return ack{}, err
+		}
+		a, err := g.summaryApproval(t, q.Controller, q.Reader, q.Spec, res)
+		if err != nil {
+			return ack{}, err
+		}
+		a.ID, a.QueryID = KindSummary+"-"+q.ID, q.ID
+		if err := g.requestApproval(t, a); err != nil {
+			return ack{}, err
+		}
+		rec.Event, rec.Outcome, rec.MeasuredBits = "response", "ok", res.MeasuredBits
+		return accepted("valid; awaiting a reviewer's approval (%s) before delivery", a.ID), t.audit(rec)
+	}
 	q.State = stateDelivered
 	if err := t.putQuery(q); err != nil {
 		return ack{}, err
@@ -104,6 +121,19 @@ func (g *Gateway) deliver(t *txn, controller, reader string, base ResponseDelive
 	base.Taint = g.stepDownTaint(reader)
 	base.Anomalies = res.Anomalies
 	return t.send(peer.AgentTopic(controller), base)
+}
+
+// summaryApproval builds the approval of a validated summary; the caller
+// sets its id and what it answers.
+func (g *Gateway) summaryApproval(t *txn, controller, reader string, spec *bcp.Spec, res *bcp.Result) (*Approval, error) {
+	var summary struct {
+		Summary string `json:"summary"`
+	}
+	if err := json.Unmarshal(res.Response, &summary); err != nil {
+		return nil, fmt.Errorf("bcp gateway: decode validated summary: %w", err)
+	}
+	return &Approval{Kind: KindSummary, Controller: controller, Reader: reader, Directive: spec.Directive,
+		Summary: summary.Summary, Anomalies: res.Anomalies, Result: res}, nil
 }
 
 func plural(n int) string {

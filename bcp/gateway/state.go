@@ -23,7 +23,7 @@ var (
 	bucketOutbox  = []byte("outbox")  // sequence → outMessage, sent in order
 	bucketAudit   = []byte("audit")   // sequence → AuditRecord, append-only
 	bucketSeen    = []byte("seen")    // bus messageId → seenRecord
-	allBuckets    = [][]byte{bucketQueries, bucketBudgets, bucketOutbox, bucketAudit, bucketSeen}
+	allBuckets    = [][]byte{bucketQueries, bucketBudgets, bucketOutbox, bucketAudit, bucketSeen, bucketApprovals}
 )
 
 // Query states.

@@ -25,7 +25,7 @@ type SubscriptionsActive struct {
 // publish handles a Reader's publish against a Controller's subscription:
 // validated exactly as an answer, charged to the same channel budget, and
 // delivered with the subscription's id.
-func (g *Gateway) publish(t *txn, reader string, r *Response) (ack, error) {
+func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, error) {
 	rec := AuditRecord{Event: "publish", From: reader, Reader: reader, Controller: r.Controller, SubscriptionID: r.SubscriptionID}
 	result := func(success bool, code, detail string) error {
 		return t.send(peer.AgentTopic(reader), ValidationResult{
@@ -46,8 +46,8 @@ func (g *Gateway) publish(t *txn, reader string, r *Response) (ack, error) {
 	}
 	ch := g.controllerChannel(r.Controller, reader)
 	rec.Category, rec.DeclaredBits = sub.Spec.Category, sub.Spec.Cost()
-	if sub.Spec.Category == bcp.Summary {
-		return refusePublish(CodeApprovalUnavailable, "a Category-3 publish needs human approval, which this gateway does not offer yet")
+	if sub.Spec.Category == bcp.Summary && len(g.approvers) == 0 {
+		return refusePublish(CodeApprovalUnavailable, "a Category-3 publish needs human approval, and this gateway has no approvers configured")
 	}
 	res, verr := sub.Spec.Validate(r.Response, ch.ValidateOptions())
 	if verr != nil {
@@ -67,6 +67,18 @@ func (g *Gateway) publish(t *txn, reader string, r *Response) (ack, error) {
 			detail = fmt.Sprintf("bandwidth budget exhausted for channel to %q: %s", r.Controller, detail)
 		}
 		return refusePublish(code, detail)
+	}
+	if res.RequiresApproval {
+		a, err := g.summaryApproval(t, r.Controller, reader, sub.Spec, res)
+		if err != nil {
+			return ack{}, err
+		}
+		a.ID, a.SubscriptionID = KindSummary+"-"+messageID, r.SubscriptionID
+		if err := g.requestApproval(t, a); err != nil {
+			return ack{}, err
+		}
+		rec.Outcome, rec.MeasuredBits = "ok", res.MeasuredBits
+		return accepted("valid; awaiting a reviewer's approval (%s) before delivery", a.ID), t.audit(rec)
 	}
 	if err := g.deliver(t, r.Controller, reader, ResponseDelivery{SubscriptionID: r.SubscriptionID}, res); err != nil {
 		return ack{}, err

@@ -18,10 +18,11 @@ import (
 // gateway daemon and the shell tools agents call (bcp-subscriptions.md's
 // recommended pattern for LLM agents). bcp.go dispatches to them.
 var bcpRuntimeCommands = map[string]func(ctx context.Context, io stdio, args []string) int{
-	"gateway": runBCPGateway,
-	"query":   runBCPQuery,
-	"respond": runBCPRespond,
-	"publish": runBCPPublish,
+	"gateway":   runBCPGateway,
+	"query":     runBCPQuery,
+	"respond":   runBCPRespond,
+	"publish":   runBCPPublish,
+	"approvals": runBCPApprovals,
 }
 
 const bcpRuntimeSynopsis = `  gateway --agents DIR --data-dir DIR [flags]
@@ -32,14 +33,17 @@ const bcpRuntimeSynopsis = `  gateway --agents DIR --data-dir DIR [flags]
   respond --query-id ID --response FILE
       As a Reader, answer a query; prints the gateway's verdict.
   publish --subscription ID --controller NAME --response FILE
-      As a Reader, publish against a Controller's subscription.`
+      As a Reader, publish against a Controller's subscription.
+  approvals list | show ID | approve ID | reject ID --reason R | edit ID --summary S
+      As an approver, decide Category-3 escalations and summaries.`
 
 // runBCPGateway is bub bcp gateway, a daemon: every flag is also an
 // environment variable.
 func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	var (
 		agents, dataDir, busURL, clientID string
-		logLevel, logFormat               string
+		logLevel, logFormat, approvers    string
+		approvalTTL                       time.Duration
 		maxAttempts                       int
 		queryTTL                          time.Duration
 		cred                              credentialFlags
@@ -48,16 +52,20 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 		"Loads and checks the agent definitions in DIR (as bub bcp check does; any problem stops it),\n"+
 		"connects to the bus as --client-id and serves bcp:query and bcp:response until stopped.\n"+
 		"Its credential must allow publishing to agent:* and subscribing to bcp:*,\n"+
-		"system:client.connected and system:client.subscribed. The wire contract is in docs/BCP.md.")
+		"system:client.connected and system:client.subscribed (and, with --approvers, publishing\nto bcp:approval.requested). The wire contract is in docs/BCP.md.")
 	fs.StringVar(&agents, "agents", "", "directory of agent definitions (*.md); an agent's name is its clientId (required)")
 	fs.StringVar(&dataDir, "data-dir", "", "directory of the gateway's state: pending queries, budgets, audit log (required)")
 	fs.StringVar(&busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus")
 	fs.StringVar(&clientID, "client-id", "bcp-gateway", "clientId of the gateway")
 	fs.IntVar(&maxAttempts, "max-attempts", 3, "answers a query may get before invalid ones fail it (validation_failed)")
 	fs.DurationVar(&queryTTL, "query-ttl", 10*time.Minute, "how long a query waits for a valid answer before it fails (expired)")
+	fs.StringVar(&approvers, "approvers", "", "comma-separated clientIds whose decisions on bcp:approval count; without any, Category 3 is refused")
+	fs.DurationVar(&approvalTTL, "approval-ttl", time.Hour, "how long an approval waits for a decision before the query fails (expired)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&logFormat, "log-format", "text", "text or json")
 	cred.addFlags(fs)
+	bindEnvAs(fs, "approvers", "BUB_BCP_APPROVERS")
+	bindEnvAs(fs, "approval-ttl", "BUB_BCP_APPROVAL_TTL")
 	// Named for the gateway where BUB_<FLAG> could be another daemon's
 	// setting (bub serve has a --data-dir too).
 	bindEnvAs(fs, "agents", "BUB_BCP_AGENTS")
@@ -78,6 +86,8 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 		return usagef(io, "bcp gateway", "no state directory: pass --data-dir DIR (budgets and pending queries must survive a restart)")
 	case maxAttempts < 1:
 		return usagef(io, "bcp gateway", "--max-attempts %d: want at least 1", maxAttempts)
+	case approvalTTL <= 0:
+		return usagef(io, "bcp gateway", "--approval-ttl %v: want a positive duration", approvalTTL)
 	case queryTTL <= 0:
 		return usagef(io, "bcp gateway", "--query-ttl %v: want a positive duration", queryTTL)
 	}
@@ -113,6 +123,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	g, err := gateway.Start(dialCtx, gateway.Options{
 		BusURL: busURL, ClientID: clientID, Token: token, Definitions: defs, DataDir: dataDir,
 		MaxAttempts: maxAttempts, QueryTTL: queryTTL, Logger: logger,
+		Approvers: splitList(approvers), ApprovalTTL: approvalTTL,
 	})
 	cancel()
 	if err != nil {
