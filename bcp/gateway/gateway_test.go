@@ -238,7 +238,8 @@ func TestSubscriptionPublish(t *testing.T) {
 	if len(subs) != 2 {
 		t.Fatalf("bcp_subscriptions_active = %v, want alerts and findings", subs)
 	}
-	if a := subs[0].(map[string]any); a["subscription_id"] != "alerts" || a["controller"] != "main" || a["category"] != 1.0 || len(a["fields"].([]any)) != 2 {
+	if a := subs[0].(map[string]any); a["subscription_id"] != "alerts" || a["controller"] != "main" || a["category"] != 1.0 ||
+		len(a["fields"].([]any)) != 2 || a["max_pushes_per_hour"] != 2.0 {
 		t.Fatalf("first active subscription = %v, want main's alerts with its fields", a)
 	}
 	publish := func(id string, response any) map[string]any {
@@ -264,13 +265,23 @@ func TestSubscriptionPublish(t *testing.T) {
 	if vr := researcher.expect(TypeValidationResult); vr["code"] != CodeValidationFailed || !strings.Contains(vr["detail"].(string), "wrong_type") {
 		t.Fatalf("validation result = %v", vr)
 	}
+	// max_pushes_per_hour is 2: an invalid publish did not count, a
+	// second valid one does, a third is refused.
+	researcher.send(TopicResponse, publish("alerts", map[string]any{"urgent": false, "priority": "low"}))
+	researcher.expect(TypeValidationResult)
+	main.expect(TypeResponseDelivery)
+	researcher.refused(TopicResponse, publish("alerts", map[string]any{"urgent": false, "priority": "low"}), CodePushRateExceeded)
+	if vr := researcher.expect(TypeValidationResult); vr["code"] != CodePushRateExceeded {
+		t.Fatalf("validation result = %v", vr)
+	}
 	researcher.refused(TopicResponse, publish("nope", map[string]any{"urgent": true}), CodeSubscriptionNotFound)
 	researcher.expect(TypeValidationResult)
 	// scraper has no subscription from main named alerts.
 	scraper := f.reader("scraper")
 	scraper.refused(TopicResponse, publish("alerts", map[string]any{"urgent": true, "priority": "low"}), CodeSubscriptionNotFound)
-	// findings costs 55 bits and counts as a Category-2 query: two fit,
-	// then max_cat2_queries refuses.
+	// findings costs 55 bits (194 of 200 left after two alerts)
+	// and counts as a Category-2 query: two fit, then max_cat2_queries
+	// refuses.
 	for i := 0; i < 2; i++ {
 		if _, ack := researcher.send(TopicResponse, publish("findings", map[string]any{"topic": "quantum computing"})); !ack.Processed {
 			t.Fatalf("publish %d refused: %s", i+1, ack.Message)

@@ -34,6 +34,7 @@ bcp_channels:
     max_cat2_queries: 2
     subscriptions:
       - id: alerts
+        max_pushes_per_hour: 2
         category: 1
         fields:
           - name: urgent

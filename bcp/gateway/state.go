@@ -23,7 +23,8 @@ var (
 	bucketOutbox  = []byte("outbox")  // sequence → outMessage, sent in order
 	bucketAudit   = []byte("audit")   // sequence → AuditRecord, append-only
 	bucketSeen    = []byte("seen")    // bus messageId → seenRecord
-	allBuckets    = [][]byte{bucketQueries, bucketBudgets, bucketOutbox, bucketAudit, bucketSeen, bucketApprovals}
+	bucketPushes  = []byte("pushes")  // reader "/" controller "/" subscription → []time.Time of the last hour
+	allBuckets    = [][]byte{bucketQueries, bucketBudgets, bucketOutbox, bucketAudit, bucketSeen, bucketApprovals, bucketPushes}
 )
 
 // Query states.
@@ -371,4 +372,32 @@ func (s *state) pruneSeen(now time.Time) error {
 
 func limitsOf(ch *bcp.Channel) bcp.BudgetLimits {
 	return bcp.BudgetLimits{MaxCategory: ch.MaxCategory, Bits: ch.BudgetBits, MaxCat2Queries: ch.MaxCat2Queries, MaxCat3Queries: ch.MaxCat3Queries}
+}
+
+// pushWindow is the sliding window of max_pushes_per_hour.
+const pushWindow = time.Hour
+
+// recentPushes returns the accepted publishes of a subscription within
+// the last hour.
+func (t *txn) recentPushes(reader, controller, id string) ([]time.Time, error) {
+	var all []time.Time
+	if _, err := t.getJSON(bucketPushes, reader+"/"+controller+"/"+id, &all); err != nil {
+		return nil, err
+	}
+	recent := all[:0]
+	for _, at := range all {
+		if t.now.Sub(at) < pushWindow {
+			recent = append(recent, at)
+		}
+	}
+	return recent, nil
+}
+
+// recordPush counts an accepted publish against its subscription's rate.
+func (t *txn) recordPush(reader, controller, id string) error {
+	recent, err := t.recentPushes(reader, controller, id)
+	if err != nil {
+		return err
+	}
+	return t.putJSON(bucketPushes, reader+"/"+controller+"/"+id, append(recent, t.now))
 }

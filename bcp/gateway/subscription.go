@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/bub-bus/bub/bcp"
 	"github.com/bub-bus/bub/peer"
@@ -10,6 +11,9 @@ import (
 // Codes of subscription publishes, as bcp-subscriptions.md names them.
 const (
 	CodeSubscriptionNotFound = string(bcp.CodeSubscriptionNotFound)
+	// CodePushRateExceeded: the subscription's max_pushes_per_hour
+	// publishes were accepted within the last hour.
+	CodePushRateExceeded = "push_rate_exceeded"
 )
 
 // TypeSubscriptionsActive is the message that tells a Reader what it may
@@ -49,6 +53,16 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 	if sub.Spec.Category == bcp.Summary && len(g.approvers) == 0 {
 		return refusePublish(CodeApprovalUnavailable, "a Category-3 publish needs human approval, and this gateway has no approvers configured")
 	}
+	if sub.MaxPushesPerHour > 0 {
+		recent, err := t.recentPushes(reader, r.Controller, r.SubscriptionID)
+		if err != nil {
+			return ack{}, err
+		}
+		if len(recent) >= sub.MaxPushesPerHour {
+			next := recent[0].Add(pushWindow).UTC().Format(time.RFC3339)
+			return refusePublish(CodePushRateExceeded, fmt.Sprintf("subscription %q allows %d publishes per hour; the next is allowed at %s", r.SubscriptionID, sub.MaxPushesPerHour, next))
+		}
+	}
 	res, verr := sub.Spec.Validate(r.Response, ch.ValidateOptions())
 	if verr != nil {
 		rec.Event = "validation"
@@ -67,6 +81,9 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 			detail = fmt.Sprintf("bandwidth budget exhausted for channel to %q: %s", r.Controller, detail)
 		}
 		return refusePublish(code, detail)
+	}
+	if err := t.recordPush(reader, r.Controller, r.SubscriptionID); err != nil {
+		return ack{}, err
 	}
 	if res.RequiresApproval {
 		a, err := g.summaryApproval(t, r.Controller, reader, sub.Spec, res)
