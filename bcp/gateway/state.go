@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -108,6 +109,11 @@ type AuditRecord struct {
 // state is the gateway's bbolt file.
 type state struct {
 	db *bolt.DB
+
+	// mu makes a commit and the append of its audit records to the
+	// mirror one step, so the mirror keeps the log's order.
+	mu     sync.Mutex
+	mirror *auditMirror
 }
 
 func openState(dir string) (*state, error) {
@@ -131,20 +137,45 @@ func openState(dir string) (*state, error) {
 		db.Close()
 		return nil, fmt.Errorf("bcp gateway: init %s: %w", path, err)
 	}
-	return &state{db: db}, nil
+	st := &state{db: db}
+	if st.mirror, err = openAuditMirror(filepath.Join(dir, AuditFileName), st); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return st, nil
 }
 
-func (s *state) close() error { return s.db.Close() }
+func (s *state) close() error {
+	err := s.db.Close()
+	if merr := s.mirror.close(); err == nil {
+		err = merr
+	}
+	return err
+}
 
 // txn is one transaction of a handler: reads, writes, the messages to
 // send and the audit records, committed together.
 type txn struct {
 	tx  *bolt.Tx
 	now time.Time
+	// audited are the records appended, for the mirror once committed.
+	audited []AuditRecord
 }
 
 func (s *state) update(now time.Time, f func(t *txn) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return f(&txn{tx: tx, now: now}) })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t *txn
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		t = &txn{tx: tx, now: now}
+		return f(t)
+	})
+	if err == nil && len(t.audited) > 0 {
+		// The log in the database is the record; a failed mirror write
+		// is caught up at the next start.
+		s.mirror.append(t.audited)
+	}
+	return err
 }
 
 func (t *txn) getJSON(bucket []byte, key string, v any) (bool, error) {
@@ -265,6 +296,7 @@ func (t *txn) audit(r AuditRecord) error {
 		return err
 	}
 	r.Seq, r.Time = seq, t.now
+	t.audited = append(t.audited, r)
 	return t.putJSON(bucketAudit, seqKey(seq), r)
 }
 

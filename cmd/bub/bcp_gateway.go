@@ -23,6 +23,7 @@ var bcpRuntimeCommands = map[string]func(ctx context.Context, io stdio, args []s
 	"respond":   runBCPRespond,
 	"publish":   runBCPPublish,
 	"approvals": runBCPApprovals,
+	"audit":     runBCPAudit,
 }
 
 const bcpRuntimeSynopsis = `  gateway --agents DIR --data-dir DIR [flags]
@@ -35,7 +36,9 @@ const bcpRuntimeSynopsis = `  gateway --agents DIR --data-dir DIR [flags]
   publish --subscription ID --controller NAME --response FILE
       As a Reader, publish against a Controller's subscription.
   approvals list | show ID | approve ID | reject ID --reason R | edit ID --summary S
-      As an approver, decide Category-3 escalations and summaries.`
+      As an approver, decide Category-3 escalations and summaries.
+  audit --data-dir DIR [--channel CONTROLLER/READER] [--since 1h] [--json]
+      Print the gateway's audit log; works while the gateway runs.`
 
 // runBCPGateway is bub bcp gateway, a daemon: every flag is also an
 // environment variable.

@@ -242,6 +242,35 @@ func TestBCPGatewayCommandRestart(t *testing.T) {
 	if code != 1 || bad.Code != gateway.CodeQueryClosed {
 		t.Fatalf("second answer: exit %d, %+v", code, bad)
 	}
+
+	// The audit log, read while the gateway runs: one charged query for
+	// the channel, across the restart.
+	code, out, stderr := runCLI(context.Background(), "", "bcp", "audit", "--data-dir", data, "--channel", "main/researcher", "--json")
+	if code != 0 {
+		t.Fatalf("bcp audit: exit %d, %s", code, stderr)
+	}
+	var charged, refusals, deliveries int
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r gateway.AuditRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		switch {
+		case r.Event == "query" && r.Outcome == "ok":
+			charged++
+		case r.Outcome == "budget_exhausted", r.Outcome == gateway.CodeQueryClosed:
+			refusals++
+		case r.Event == "delivery":
+			deliveries++
+		}
+	}
+	if charged != 1 || refusals != 2 || deliveries != 1 {
+		t.Fatalf("audit: %d charged queries, %d refusals, %d deliveries; want 1, 2, 1:\n%s", charged, refusals, deliveries, out)
+	}
+	code, out, _ = runCLI(context.Background(), "", "bcp", "audit", "--data-dir", data, "--since", "1h")
+	if code != 0 || !strings.Contains(out, "budget_exhausted") || !strings.Contains(out, "main/researcher") {
+		t.Fatalf("bcp audit table: exit %d\n%s", code, out)
+	}
 }
 
 // The gateway does not start on definitions bub bcp check rejects, and
