@@ -360,6 +360,8 @@ func (g *Gateway) summaryApproved(t *txn, a *Approval) error {
 		if err := t.putQuery(q); err != nil {
 			return err
 		}
+		created, now := q.CreatedAt, t.now
+		t.onCommit(func(m *metrics) { m.observeLatency(created, now) })
 	}
 	return t.send(peer.AgentTopic(a.Reader), ValidationResult{
 		Type: TypeValidationResult, QueryID: a.QueryID, SubscriptionID: a.SubscriptionID, Success: true,
@@ -414,4 +416,21 @@ func (s *state) expiredApprovals(now time.Time) ([]string, error) {
 		})
 	})
 	return ids, err
+}
+
+// countPendingApprovals counts the approvals awaiting a decision.
+func (s *state) countPendingApprovals() (int, error) {
+	n := 0
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketApprovals).ForEach(func(_, v []byte) error {
+			var a struct {
+				State string `json:"state"`
+			}
+			if json.Unmarshal(v, &a) == nil && a.State == approvalPending {
+				n++
+			}
+			return nil
+		})
+	})
+	return n, err
 }

@@ -56,6 +56,13 @@ type Options struct {
 	// ApprovalTTL is how long an approval waits for a decision.
 	// Default: 1 hour.
 	ApprovalTTL time.Duration
+	// AlertShare is the share of a channel's budget whose spending, in
+	// one session, publishes a bcp_budget_alert and moves
+	// bub_bcp_budget_alerts_total. Default: 0.8.
+	AlertShare float64
+	// AlertTopic is where budget alerts go. It is outside bcp:* so that
+	// no agent can publish a forged one. Default: "alert:bcp.budget".
+	AlertTopic string
 	// Logger receives the gateway's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -76,6 +83,12 @@ func (o *Options) setDefaults() {
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = time.Second
 	}
+	if o.AlertShare <= 0 || o.AlertShare > 1 {
+		o.AlertShare = 0.8
+	}
+	if o.AlertTopic == "" {
+		o.AlertTopic = "alert:bcp.budget"
+	}
 	if o.ApprovalTTL <= 0 {
 		o.ApprovalTTL = time.Hour
 	}
@@ -93,6 +106,7 @@ type Gateway struct {
 	state    *state
 	// approvers is Options.Approvers as a set.
 	approvers map[string]bool
+	metrics   *metrics
 	conn      *peer.Conn
 
 	kick   chan struct{} // wakes the sender
@@ -130,9 +144,10 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{
-		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers,
+		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, metrics: newMetrics(st),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
+	st.metrics = g.metrics
 	conn, err := peer.Dial(ctx, opts.BusURL, &peer.Options{
 		ClientID:   opts.ClientID,
 		ClientInfo: &protocol.ClientInfo{Name: "bub-bcp-gateway"},
@@ -248,6 +263,7 @@ func (g *Gateway) handle(d *peer.Delivery, f func(t *txn) (ack, error)) (peer.Re
 // refuse audits a refusal and returns its ack.
 func refuse(t *txn, rec AuditRecord, code, detail string) (ack, error) {
 	rec.Outcome, rec.Detail = code, detail
+	t.onCommit(func(m *metrics) { m.refusals.WithLabelValues(code).Inc() })
 	if rec.Event == "" {
 		rec.Event = "refusal"
 	}
@@ -325,6 +341,14 @@ func (g *Gateway) sendOne() bool {
 		}
 	}()
 	res, err := g.conn.SendMessage(ctx, m.Topic, m.Payload)
+	var perr *protocol.Error
+	if errors.As(err, &perr) {
+		// The bus refused the message (the gateway's grant lacks the
+		// topic, say): it will refuse it again, and retrying would block
+		// every later message. The audit log keeps it.
+		g.log.Error("bcp gateway: the bus refused a message, dropped", "topic", m.Topic, "err", err)
+		res, err = &protocol.SendMessageResult{Reason: perr.Error()}, nil
+	}
 	if err != nil {
 		g.log.Warn("bcp gateway: send failed; will retry", "topic", m.Topic, "err", err)
 		return false

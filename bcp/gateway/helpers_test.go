@@ -84,6 +84,7 @@ Reader.
 var tokens = map[string]string{
 	"main": "main-token", "researcher": "researcher-token", "scraper": "scraper-token", "bcp-gateway": "gateway-token",
 	"alice": "alice-token",
+	"ops":   "ops-token",
 }
 
 func sha(token string) string {
@@ -102,6 +103,11 @@ func authConfig() auth.Config {
 	}
 	return auth.Config{Identities: []auth.Identity{
 		agent("main"), agent("researcher"), agent("scraper"),
+		// An operator's monitor of budget alerts.
+		{Name: "ops", TokenSHA256: sha(tokens["ops"]), Grant: auth.Grant{
+			ClientIDs: []string{"ops"},
+			Subscribe: auth.Rules{Allow: []string{"alert:bcp.budget"}},
+		}},
 		// A human's client: decides on bcp:approval, watches requests.
 		{Name: "alice", TokenSHA256: sha(tokens["alice"]), Grant: auth.Grant{
 			ClientIDs: []string{"alice"},
@@ -110,7 +116,7 @@ func authConfig() auth.Config {
 		}},
 		{Name: "bcp-gateway", TokenSHA256: sha(tokens["bcp-gateway"]), Grant: auth.Grant{
 			ClientIDs: []string{"bcp-gateway"},
-			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested"}},
+			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested", "alert:bcp.budget"}},
 			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.connected", "system:client.subscribed"}},
 		}},
 	}}

@@ -49,7 +49,7 @@ func (g *Gateway) queryRequest(t *txn, d *peer.Delivery) (ack, error) {
 	if cat3 && strings.TrimSpace(req.Justification) == "" {
 		return refuse(t, rec, CodeJustificationRequired, "a Category-3 query needs a justification: why Categories 1 and 2 will not do")
 	}
-	usage, err := t.charge(controller, req.Target, limitsOf(ch), req.Spec.Category, req.Spec.Cost())
+	usage, err := g.charge(t, controller, req.Target, ch, req.Spec.Category, req.Spec.Cost())
 	left := usage.RemainingBits
 	rec.BudgetLeft = &left
 	if err != nil {
@@ -108,6 +108,17 @@ func (g *Gateway) sessionStart(t *txn, controller string, since time.Time) (ack,
 	if err := t.reset(controller, def.Channels, since); err != nil {
 		return ack{}, err
 	}
+	for _, ch := range def.Channels {
+		if ch.Role != bcp.Controller {
+			continue
+		}
+		rec, err := t.budget(controller, ch.Peer)
+		if err != nil {
+			return ack{}, err
+		}
+		left, reader := bcp.RestoreBudget(limitsOf(&ch), rec.Usage).Usage().RemainingBits, ch.Peer
+		t.onCommit(func(m *metrics) { m.budgetRemaining.WithLabelValues(controller, reader).Set(float64(left)) })
+	}
 	rec.Outcome = "ok"
 	return accepted("budgets of %s reset", controller), t.audit(rec)
 }
@@ -127,4 +138,37 @@ func detailOf(err error) string {
 		return we.detail
 	}
 	return err.Error()
+}
+
+// charge charges a channel, and once the charge commits counts it; the
+// first charge of a session that crosses Options.AlertShare of the budget
+// publishes a bcp_budget_alert.
+func (g *Gateway) charge(t *txn, controller, reader string, ch *bcp.Channel, c bcp.Category, bits bcp.Bits) (bcp.Usage, error) {
+	before, err := t.budget(controller, reader)
+	if err != nil {
+		return bcp.Usage{}, err
+	}
+	usage, err := t.charge(controller, reader, limitsOf(ch), c, bits)
+	if err != nil {
+		return usage, err
+	}
+	t.onCommit(func(m *metrics) {
+		m.bitsSpent.WithLabelValues(controller, reader).Add(float64(bits))
+		m.budgetRemaining.WithLabelValues(controller, reader).Set(float64(usage.RemainingBits))
+	})
+	threshold := g.opts.AlertShare * float64(ch.BudgetBits)
+	if float64(before.Usage.SpentBits) < threshold && float64(usage.SpentBits) >= threshold && ch.BudgetBits > 0 {
+		alert := BudgetAlert{Type: TypeBudgetAlert, Controller: controller, Reader: reader,
+			SpentBits: float64(usage.SpentBits), BudgetBits: float64(ch.BudgetBits), Share: float64(usage.SpentBits) / float64(ch.BudgetBits)}
+		if err := t.send(g.opts.AlertTopic, alert); err != nil {
+			return usage, err
+		}
+		left := usage.RemainingBits
+		if err := t.audit(AuditRecord{Event: "budget_alert", Controller: controller, Reader: reader, BudgetLeft: &left, Outcome: "ok",
+			Detail: fmt.Sprintf("%.1f of %.1f bits spent", float64(usage.SpentBits), float64(ch.BudgetBits))}); err != nil {
+			return usage, err
+		}
+		t.onCommit(func(m *metrics) { m.budgetAlerts.WithLabelValues(controller, reader).Inc() })
+	}
+	return usage, nil
 }

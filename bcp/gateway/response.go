@@ -60,6 +60,7 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 	res, verr := q.Spec.Validate(r.Response, opts)
 	if verr != nil {
 		code := codeOf(verr)
+		t.onCommit(func(m *metrics) { m.validations.WithLabelValues("rejected", code).Inc() })
 		left := g.opts.MaxAttempts - q.Attempts
 		detail := fmt.Sprintf("%s (%d attempt%s left)", detailOf(verr), left, plural(left))
 		if left <= 0 {
@@ -79,6 +80,7 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 		rec.Event = "validation"
 		return refuse(t, rec, code, detail)
 	}
+	t.onCommit(func(m *metrics) { m.validations.WithLabelValues("accepted", "").Inc() })
 	if res.RequiresApproval {
 		q.State = stateAwaitingSummary
 		if err := t.putQuery(q); err != nil {
@@ -99,6 +101,8 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 	if err := t.putQuery(q); err != nil {
 		return ack{}, err
 	}
+	created, now := q.CreatedAt, t.now
+	t.onCommit(func(m *metrics) { m.observeLatency(created, now) })
 	detail := fmt.Sprintf("delivered to controller %s (Cat-%d, %.1f bits)", q.Controller, q.Spec.Category, float64(res.DeclaredBits))
 	if err := g.deliver(t, q.Controller, q.Reader, ResponseDelivery{QueryID: q.ID}, res); err != nil {
 		return ack{}, err

@@ -114,6 +114,8 @@ type state struct {
 	// mirror one step, so the mirror keeps the log's order.
 	mu     sync.Mutex
 	mirror *auditMirror
+	// metrics, when set, is what transactions report to once committed.
+	metrics *metrics
 }
 
 func openState(dir string) (*state, error) {
@@ -160,7 +162,13 @@ type txn struct {
 	now time.Time
 	// audited are the records appended, for the mirror once committed.
 	audited []AuditRecord
+	// after runs once the transaction committed: metrics must not count
+	// a step that was rolled back.
+	after []func(*metrics)
 }
+
+// onCommit runs f with the metrics after the commit, if there are metrics.
+func (t *txn) onCommit(f func(*metrics)) { t.after = append(t.after, f) }
 
 func (s *state) update(now time.Time, f func(t *txn) error) error {
 	s.mu.Lock()
@@ -174,6 +182,11 @@ func (s *state) update(now time.Time, f func(t *txn) error) error {
 		// The log in the database is the record; a failed mirror write
 		// is caught up at the next start.
 		s.mirror.append(t.audited)
+	}
+	if err == nil && s.metrics != nil {
+		for _, f := range t.after {
+			f(s.metrics)
+		}
 	}
 	return err
 }

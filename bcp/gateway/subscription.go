@@ -66,12 +66,14 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 	res, verr := sub.Spec.Validate(r.Response, ch.ValidateOptions())
 	if verr != nil {
 		rec.Event = "validation"
+		code := codeOf(verr)
+		t.onCommit(func(m *metrics) { m.validations.WithLabelValues("rejected", code).Inc() })
 		return refusePublish(CodeValidationFailed, fmt.Sprintf("%s: %s", codeOf(verr), detailOf(verr)))
 	}
 	// Charged after validation: an invalid publish delivers nothing, so
 	// it costs the channel nothing (a query is charged up front because
 	// its cost is committed once the Reader has the question).
-	usage, err := t.charge(r.Controller, reader, limitsOf(ch), sub.Spec.Category, sub.Spec.Cost())
+	usage, err := g.charge(t, r.Controller, reader, ch, sub.Spec.Category, sub.Spec.Cost())
 	left := usage.RemainingBits
 	rec.BudgetLeft = &left
 	if err != nil {
@@ -85,6 +87,7 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 	if err := t.recordPush(reader, r.Controller, r.SubscriptionID); err != nil {
 		return ack{}, err
 	}
+	t.onCommit(func(m *metrics) { m.validations.WithLabelValues("accepted", "").Inc() })
 	if res.RequiresApproval {
 		a, err := g.summaryApproval(t, r.Controller, reader, sub.Spec, res)
 		if err != nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -46,6 +48,8 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	var (
 		agents, dataDir, busURL, clientID string
 		logLevel, logFormat, approvers    string
+		metricsListen, alertTopic         string
+		alertShare                        float64
 		approvalTTL                       time.Duration
 		maxAttempts                       int
 		queryTTL                          time.Duration
@@ -64,10 +68,16 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	fs.DurationVar(&queryTTL, "query-ttl", 10*time.Minute, "how long a query waits for a valid answer before it fails (expired)")
 	fs.StringVar(&approvers, "approvers", "", "comma-separated clientIds whose decisions on bcp:approval count; without any, Category 3 is refused")
 	fs.DurationVar(&approvalTTL, "approval-ttl", time.Hour, "how long an approval waits for a decision before the query fails (expired)")
+	fs.Float64Var(&alertShare, "alert-share", 0.8, "share of a channel's budget whose spending in one session publishes a bcp_budget_alert")
+	fs.StringVar(&alertTopic, "alert-topic", "alert:bcp.budget", "topic of budget alerts; keep it outside bcp:*, where agents may publish")
+	fs.StringVar(&metricsListen, "metrics-listen", "", "address to serve Prometheus /metrics on, e.g. 127.0.0.1:9464 (default: none)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&logFormat, "log-format", "text", "text or json")
 	cred.addFlags(fs)
 	bindEnvAs(fs, "approvers", "BUB_BCP_APPROVERS")
+	bindEnvAs(fs, "alert-share", "BUB_BCP_ALERT_SHARE")
+	bindEnvAs(fs, "alert-topic", "BUB_BCP_ALERT_TOPIC")
+	bindEnvAs(fs, "metrics-listen", "BUB_BCP_METRICS_LISTEN")
 	bindEnvAs(fs, "approval-ttl", "BUB_BCP_APPROVAL_TTL")
 	// Named for the gateway where BUB_<FLAG> could be another daemon's
 	// setting (bub serve has a --data-dir too).
@@ -89,6 +99,8 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 		return usagef(io, "bcp gateway", "no state directory: pass --data-dir DIR (budgets and pending queries must survive a restart)")
 	case maxAttempts < 1:
 		return usagef(io, "bcp gateway", "--max-attempts %d: want at least 1", maxAttempts)
+	case alertShare <= 0 || alertShare > 1:
+		return usagef(io, "bcp gateway", "--alert-share %v: want a share in (0, 1]", alertShare)
 	case approvalTTL <= 0:
 		return usagef(io, "bcp gateway", "--approval-ttl %v: want a positive duration", approvalTTL)
 	case queryTTL <= 0:
@@ -126,11 +138,24 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	g, err := gateway.Start(dialCtx, gateway.Options{
 		BusURL: busURL, ClientID: clientID, Token: token, Definitions: defs, DataDir: dataDir,
 		MaxAttempts: maxAttempts, QueryTTL: queryTTL, Logger: logger,
-		Approvers: splitList(approvers), ApprovalTTL: approvalTTL,
+		Approvers: splitList(approvers), ApprovalTTL: approvalTTL, AlertShare: alertShare, AlertTopic: alertTopic,
 	})
 	cancel()
 	if err != nil {
 		return errorf(io, "%v", err)
+	}
+	if metricsListen != "" {
+		ln, err := net.Listen("tcp", metricsListen)
+		if err != nil {
+			g.Close()
+			return errorf(io, "--metrics-listen %s: %v", metricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", g.MetricsHandler())
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		logger.Info("bcp gateway metrics", "addr", ln.Addr().String())
 	}
 	logger.Info("bcp gateway serving", "bus", busURL, "client_id", clientID, "agents", len(defs), "data_dir", dataDir)
 	<-ctx.Done()

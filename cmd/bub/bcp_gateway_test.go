@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -186,7 +188,8 @@ func TestBCPGatewayCommandRestart(t *testing.T) {
 	writeFile(t, dir, "main.md", gatewayMain)
 	writeFile(t, dir, "researcher.md", gatewayResearcher)
 	data := t.TempDir()
-	stop := runGateway(t, url, "--agents", dir, "--data-dir", data)
+	metricsAddr := freeAddr(t)
+	stop := runGateway(t, url, "--agents", dir, "--data-dir", data, "--metrics-listen", metricsAddr)
 	_, mainInbox := dialAgent(t, url, "main")
 	_, readerInbox := dialAgent(t, url, "researcher")
 	nextOf(t, readerInbox, gateway.TypeSubscriptionsActive)
@@ -197,6 +200,15 @@ func TestBCPGatewayCommandRestart(t *testing.T) {
 		t.Fatalf("bcp query: exit %d, %+v", code, v)
 	}
 	q := nextOf(t, readerInbox, gateway.TypeQuery)
+	if resp, err := http.Get("http://" + metricsAddr + "/metrics"); err != nil {
+		t.Fatalf("metrics: %v", err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `bub_bcp_bits_spent_total{controller="main",reader="researcher"} 55`) {
+			t.Fatalf("metrics lack the query's 55 bits:\n%s", body)
+		}
+	}
 	var query gateway.QueryMessage
 	if err := q.Decode(&query); err != nil || query.QueryID != v.QueryID {
 		t.Fatalf("bcp_query %s, want query_id %s", q.Payload, v.QueryID)
