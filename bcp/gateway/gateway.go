@@ -373,6 +373,7 @@ func (g *Gateway) sweeper() {
 	defer g.wg.Done()
 	tick := time.NewTicker(g.opts.SweepInterval)
 	defer tick.Stop()
+	server := g.conn.ServerID()
 	for {
 		select {
 		case <-g.stop:
@@ -380,6 +381,15 @@ func (g *Gateway) sweeper() {
 		case <-tick.C:
 		}
 		now := time.Now()
+		// Back on the bus after a drop: a Reader that re-subscribed
+		// before the gateway did had its system:client.subscribed event
+		// published to nobody, so every Reader hears its subscriptions
+		// again (the bus holds it for one that is away).
+		if id := g.conn.ServerID(); id != server {
+			if server = id; id != "" {
+				g.announceSubscriptions(now)
+			}
+		}
 		pending, err := g.state.pendingQueries()
 		if err != nil {
 			g.log.Error("bcp gateway: list pending queries", "err", err)

@@ -270,24 +270,35 @@ func (a *agent) refused(topic string, payload any, code string) protocol.Ack {
 // into a map.
 func (a *agent) expect(typ string) map[string]any {
 	a.t.Helper()
-	select {
-	case d := <-a.inbox:
-		if d.Type() != typ {
-			a.t.Fatalf("%s got %s (%s), want %s", a.name, d.Type(), d.Payload, typ)
+	return a.expectAfter("", typ)
+}
+
+// expectAfter is expect that first skips any number of deliveries of
+// type skip (repeated announcements, say).
+func (a *agent) expectAfter(skip, typ string) map[string]any {
+	a.t.Helper()
+	for {
+		select {
+		case d := <-a.inbox:
+			if skip != "" && d.Type() == skip && skip != typ {
+				continue
+			}
+			if d.Type() != typ {
+				a.t.Fatalf("%s got %s (%s), want %s", a.name, d.Type(), d.Payload, typ)
+			}
+			if d.From != "bcp-gateway" {
+				a.t.Fatalf("%s got %s from %q, want from the gateway", a.name, typ, d.From)
+			}
+			a.last = d.Payload
+			var m map[string]any
+			if err := json.Unmarshal(d.Payload, &m); err != nil {
+				a.t.Fatal(err)
+			}
+			return m
+		case <-time.After(bustest.Timeout):
+			a.t.Fatalf("%s: no %s within %v", a.name, typ, bustest.Timeout)
 		}
-		if d.From != "bcp-gateway" {
-			a.t.Fatalf("%s got %s from %q, want from the gateway", a.name, typ, d.From)
-		}
-		a.last = d.Payload
-		var m map[string]any
-		if err := json.Unmarshal(d.Payload, &m); err != nil {
-			a.t.Fatal(err)
-		}
-		return m
-	case <-time.After(bustest.Timeout):
-		a.t.Fatalf("%s: no %s within %v", a.name, typ, bustest.Timeout)
 	}
-	return nil
 }
 
 // quiet requires that nothing arrives within d.

@@ -66,13 +66,41 @@ func (g *Gateway) onClientSubscribed(_ context.Context, d *peer.Delivery) (peer.
 		if def == nil || !hasRole(def, bcp.Reader) || ev.Pattern != peer.AgentTopic(ev.ClientID) {
 			return accepted("not a reader's agent topic"), nil
 		}
-		subs := g.registry.ForReader(ev.ClientID)
-		if subs == nil {
-			subs = []bcp.ActiveSubscription{}
-		}
-		if err := t.send(peer.AgentTopic(ev.ClientID), SubscriptionsActive{Type: TypeSubscriptionsActive, Subscriptions: subs}); err != nil {
+		n, err := g.sendSubscriptions(t, ev.ClientID)
+		if err != nil {
 			return ack{}, err
 		}
-		return accepted("sent %d subscriptions to %s", len(subs), ev.ClientID), t.audit(AuditRecord{Event: "subscriptions_active", Reader: ev.ClientID, Outcome: "ok"})
+		return accepted("sent %d subscriptions to %s", n, ev.ClientID), nil
 	})
+}
+
+// sendSubscriptions queues bcp_subscriptions_active for reader.
+func (g *Gateway) sendSubscriptions(t *txn, reader string) (int, error) {
+	subs := g.registry.ForReader(reader)
+	if subs == nil {
+		subs = []bcp.ActiveSubscription{}
+	}
+	if err := t.send(peer.AgentTopic(reader), SubscriptionsActive{Type: TypeSubscriptionsActive, Subscriptions: subs}); err != nil {
+		return 0, err
+	}
+	return len(subs), t.audit(AuditRecord{Event: "subscriptions_active", Reader: reader, Outcome: "ok"})
+}
+
+// announceSubscriptions sends every Reader its subscriptions, after the
+// gateway reconnected to the bus.
+func (g *Gateway) announceSubscriptions(now time.Time) {
+	err := g.state.update(now, func(t *txn) error {
+		for _, def := range g.opts.Definitions {
+			if hasRole(def, bcp.Reader) {
+				if _, err := g.sendSubscriptions(t, def.Name); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		g.log.Error("bcp gateway: announce subscriptions after reconnect", "err", err)
+	}
+	g.wake()
 }
