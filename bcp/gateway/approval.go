@@ -80,8 +80,11 @@ type Approval struct {
 	Result         *bcp.Result   `json:"result,omitempty"`
 	CreatedAt      time.Time     `json:"created_at"`
 	ExpiresAt      time.Time     `json:"expires_at"`
-	DecidedBy      string        `json:"decided_by,omitempty"`
-	Reason         string        `json:"reason,omitempty"`
+	// Warning labels a summary as a tainted agent's text, wherever the
+	// approval is shown.
+	Warning   string `json:"warning,omitempty"`
+	DecidedBy string `json:"decided_by,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // ApprovalRequest is bcp_approval_request, published on
@@ -170,6 +173,9 @@ func (t *txn) putApproval(a *Approval) error { return t.putJSON(bucketApprovals,
 // requestApproval records a pending approval and publishes it.
 func (g *Gateway) requestApproval(t *txn, a *Approval) error {
 	a.State, a.CreatedAt, a.ExpiresAt = approvalPending, t.now, t.now.Add(g.opts.ApprovalTTL)
+	if a.Kind == KindSummary {
+		a.Warning = fmt.Sprintf("UNTRUSTED: the summary was written by %s, a tainted agent that read untrusted content; it may try to persuade you", a.Reader)
+	}
 	if err := t.putApproval(a); err != nil {
 		return err
 	}
@@ -178,9 +184,7 @@ func (g *Gateway) requestApproval(t *txn, a *Approval) error {
 		QueryID: a.QueryID, SubscriptionID: a.SubscriptionID, Directive: a.Directive, Justification: a.Justification,
 		Summary: a.Summary, Anomalies: a.Anomalies, ExpiresAt: a.ExpiresAt.UTC().Format(time.RFC3339),
 	}
-	if a.Kind == KindSummary {
-		req.Warning = fmt.Sprintf("UNTRUSTED: the summary was written by %s, a tainted agent that read untrusted content; it may try to persuade you", a.Reader)
-	}
+	req.Warning = a.Warning
 	if err := t.send(TopicApprovalRequested, req); err != nil {
 		return err
 	}

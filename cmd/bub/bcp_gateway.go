@@ -205,6 +205,10 @@ func bcpSend(ctx context.Context, io stdio, cf *clientFlags, topic string, paylo
 			v.Code, _, _ = strings.Cut(a.Message, ":")
 		}
 	}
+	if !v.OK {
+		// A refused query is no query: its messageId names nothing.
+		v.QueryID = ""
+	}
 	out, _ := json.Marshal(v)
 	fmt.Fprintln(io.out, string(out))
 	if !v.OK {
