@@ -104,3 +104,13 @@ func (b *Budget) Reset() {
 	defer b.mu.Unlock()
 	b.spent, b.cat2, b.cat3 = 0, 0, 0
 }
+
+// RestoreBudget returns an account with the given limits that has already
+// charged used, as read back from durable storage: a gateway that restarts
+// must go on from what it spent, not from zero. used.RemainingBits is
+// ignored; it follows from the limits.
+func RestoreBudget(limits BudgetLimits, used Usage) *Budget {
+	b := NewBudget(limits)
+	b.spent, b.cat2, b.cat3 = used.SpentBits, used.Cat2Queries, used.Cat3Queries
+	return b
+}

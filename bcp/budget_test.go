@@ -120,3 +120,22 @@ func TestTaint(t *testing.T) {
 		t.Error("the zero Taint marshals")
 	}
 }
+
+// A restored account enforces its limits from where the stored usage left
+// off: a gateway restart must not hand a channel its budget back.
+func TestRestoreBudget(t *testing.T) {
+	limits := BudgetLimits{MaxCategory: QuestionAnswer, Bits: 100, MaxCat2Queries: 2}
+	b := RestoreBudget(limits, Usage{SpentBits: 90, Cat2Queries: 1, RemainingBits: 1e9})
+	if got := b.Usage(); got.SpentBits != 90 || got.RemainingBits != 10 || got.Cat2Queries != 1 {
+		t.Fatalf("restored usage = %+v, want spent 90, remaining 10, cat2 1", got)
+	}
+	if err := b.Charge(Structured, 11); CodeOf(err) != CodeBudgetExhausted {
+		t.Fatalf("charge of 11 bits with 10 left: err = %v, want budget_exhausted", err)
+	}
+	if err := b.Charge(QuestionAnswer, 5); err != nil {
+		t.Fatalf("second Category-2 charge: %v", err)
+	}
+	if err := b.Charge(QuestionAnswer, 1); CodeOf(err) != CodeCat2QueriesExhausted {
+		t.Fatalf("third Category-2 charge: err = %v, want cat2_queries_exhausted", err)
+	}
+}

@@ -63,6 +63,10 @@ type Channel struct {
 type Subscription struct {
 	ID   string `json:"id"`
 	Spec *Spec  `json:"spec"`
+	// MaxPushesPerHour caps the publishes a gateway accepts in any
+	// sliding hour; 0 means no cap. An extension of the seed, from its
+	// "future work".
+	MaxPushesPerHour int `json:"max_pushes_per_hour,omitempty"`
 }
 
 // CronSchedule is a cron line that prompts the agent with a message.
@@ -315,7 +319,16 @@ func (dec *decoder) channel(n *node, path string) Channel {
 					sub.ID = dec.str(id, joinPath(p, "id"))
 				}
 			}
-			sub.Spec = dec.spec(item, p, "id")
+			if item.kind == kindObject {
+				if v := item.get("max_pushes_per_hour"); v != nil {
+					mp := joinPath(p, "max_pushes_per_hour")
+					sub.MaxPushesPerHour = dec.count(v, mp)
+					if sub.MaxPushesPerHour <= 0 && v.kind == kindNumber && isIntegerLiteral(v.text) {
+						dec.fail(v, CodeInvalidValue, mp, "max_pushes_per_hour must be positive; remove the subscription to forbid pushes")
+					}
+				}
+			}
+			sub.Spec = dec.spec(item, p, "id", "max_pushes_per_hour")
 			c.Subscriptions = append(c.Subscriptions, sub)
 		}
 	}

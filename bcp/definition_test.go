@@ -115,6 +115,10 @@ func TestParseDefinitionErrors(t *testing.T) {
 			"    subscriptions:", "      - id: s", "        category: 1", "        questions: []"), CodeUnknownKey, 11, "bcp_channels[0].subscriptions[0].questions"},
 		{"subscription without id", definitionFile("name: x", controllerChannel,
 			"    subscriptions:", "      - category: 1", "        fields: [{name: a, type: boolean}]"), CodeMissingKey, 9, "bcp_channels[0].subscriptions[0].id"},
+		{"zero max_pushes_per_hour", definitionFile("name: x", controllerChannel,
+			"    subscriptions:", "      - id: s", "        max_pushes_per_hour: 0", "        category: 1", "        fields: [{name: a, type: boolean}]"), CodeInvalidValue, 10, "bcp_channels[0].subscriptions[0].max_pushes_per_hour"},
+		{"max_pushes_per_hour not a number", definitionFile("name: x", controllerChannel,
+			"    subscriptions:", "      - id: s", "        max_pushes_per_hour: often", "        category: 1", "        fields: [{name: a, type: boolean}]"), CodeWrongType, 10, "bcp_channels[0].subscriptions[0].max_pushes_per_hour"},
 		{"invalid UTF-8", "---\nname: \xff\n---\n", CodeSyntax, 0, ""},
 	}
 	for _, tt := range tests {

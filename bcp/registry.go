@@ -38,6 +38,9 @@ func (a ActiveSubscription) MarshalJSON() ([]byte, error) {
 	b.Write(marshalString(a.ID))
 	b.WriteString(`,"controller":`)
 	b.Write(marshalString(a.Controller))
+	if a.MaxPushesPerHour > 0 {
+		fmt.Fprintf(&b, `,"max_pushes_per_hour":%d`, a.MaxPushesPerHour)
+	}
 	if len(spec) > 2 { // spec is "{...}"; "{}" adds nothing
 		b.WriteByte(',')
 		b.Write(spec[1:])

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register("bcp", "check agent definitions and try BCP query specs", runBCP)
+	register("bcp", "check agent definitions, try specs, run the BCP gateway and its agent tools", runBCP)
 }
 
 const bcpSynopsis = `bcp <subcommand>
@@ -27,10 +27,11 @@ Subcommands:
       Validate a Reader's response against a query spec and print, as JSON,
       the normalized response, the declared and measured bits and the
       anomalies, or the rejection with its code. "-" reads stdin.
+` + bcpRuntimeSynopsis + `
 
 The rules and codes are in docs/BCP.md.`
 
-func runBCP(_ context.Context, io stdio, args []string) int {
+func runBCP(ctx context.Context, io stdio, args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintf(io.err, "Usage: bub %s\n", bcpSynopsis)
 		return 2
@@ -45,6 +46,10 @@ func runBCP(_ context.Context, io stdio, args []string) int {
 	case "-h", "--help", "help":
 		fmt.Fprintf(io.err, "Usage: bub %s\n", bcpSynopsis)
 		return 0
+	}
+	if run, ok := bcpRuntimeCommands[args[0]]; ok {
+		io.cmd = "bcp " + args[0]
+		return run(ctx, io, args[1:])
 	}
 	fmt.Fprintf(io.err, "bub: unknown bcp subcommand %q\n\nUsage: bub %s\n", args[0], bcpSynopsis)
 	return 2

@@ -1,0 +1,446 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bub-bus/bub/bcp"
+	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// System topics the gateway watches; the bus publishes them from its
+// serverId, which is the only from the gateway believes there.
+const (
+	topicClientConnected  = "system:client.connected"
+	topicClientSubscribed = "system:client.subscribed"
+)
+
+// Options configure a Gateway. The zero value of a field means its
+// default.
+type Options struct {
+	// BusURL is the bus's WebSocket URL. Default: peer.DefaultBusURL.
+	BusURL string
+	// ClientID is the gateway's clientId. Default: "bcp-gateway".
+	ClientID string
+	// Token is the gateway's credential. Its grant must allow publishing
+	// to agent:* and subscribing to bcp:query, bcp:response,
+	// system:client.connected and system:client.subscribed
+	// (docs/BCP.md, "Running the gateway").
+	Token string
+	// Definitions are the agents, as bcp.LoadDefinitions returns them.
+	// An agent's name is its clientId on the bus. Required.
+	Definitions []*bcp.Definition
+	// DataDir holds the state file (FileName). Required: without it a
+	// restart would forget budgets and pending queries.
+	DataDir string
+	// MaxAttempts is how many answers a query may get before invalid
+	// ones fail it with validation_failed. Default: 3.
+	MaxAttempts int
+	// QueryTTL is how long a query waits for a valid answer before it
+	// fails with expired. Default: 10 minutes.
+	QueryTTL time.Duration
+	// SweepInterval is how often expired queries are looked for.
+	// Default: 1s.
+	SweepInterval time.Duration
+	// Approvers are the clientIds whose bcp_approval_decision the gateway
+	// accepts on bcp:approval. Default: none, and then Category 3 is
+	// refused (approval_unavailable): a summary is never delivered
+	// without a human. An approver must not be an agent of the
+	// definitions.
+	Approvers []string
+	// ApprovalTTL is how long an approval waits for a decision.
+	// Default: 1 hour.
+	ApprovalTTL time.Duration
+	// AlertShare is the share of a channel's budget whose spending, in
+	// one session, publishes a bcp_budget_alert and moves
+	// bub_bcp_budget_alerts_total. Default: 0.8.
+	AlertShare float64
+	// AlertTopic is where budget alerts go. It is outside bcp:* so that
+	// no agent can publish a forged one. Default: "alert:bcp.budget".
+	AlertTopic string
+	// Logger receives the gateway's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.BusURL == "" {
+		o.BusURL = peer.DefaultBusURL
+	}
+	if o.ClientID == "" {
+		o.ClientID = "bcp-gateway"
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 3
+	}
+	if o.QueryTTL <= 0 {
+		o.QueryTTL = 10 * time.Minute
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = time.Second
+	}
+	if o.AlertShare <= 0 || o.AlertShare > 1 {
+		o.AlertShare = 0.8
+	}
+	if o.AlertTopic == "" {
+		o.AlertTopic = "alert:bcp.budget"
+	}
+	if o.ApprovalTTL <= 0 {
+		o.ApprovalTTL = time.Hour
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Gateway is a running BCP gateway. Start it with Start; stop it with
+// Close.
+type Gateway struct {
+	opts     Options
+	log      *slog.Logger
+	registry *bcp.Registry
+	state    *state
+	// approvers is Options.Approvers as a set.
+	approvers map[string]bool
+	metrics   *metrics
+	conn      *peer.Conn
+
+	kick   chan struct{} // wakes the sender
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed sync.Once
+}
+
+// Start checks the definitions, opens the state file, connects to the bus
+// and subscribes. It returns once the gateway serves; queued messages from
+// before a restart are sent from then on.
+func Start(ctx context.Context, opts Options) (*Gateway, error) {
+	opts.setDefaults()
+	if opts.DataDir == "" {
+		return nil, errors.New("bcp gateway: no data dir: the gateway's budgets and pending queries must survive a restart")
+	}
+	if len(opts.Definitions) == 0 {
+		return nil, errors.New("bcp gateway: no agent definitions")
+	}
+	registry, err := bcp.NewRegistry(opts.Definitions)
+	if err != nil {
+		return nil, fmt.Errorf("bcp gateway: agent definitions: %w", err)
+	}
+	approvers := make(map[string]bool, len(opts.Approvers))
+	for _, a := range opts.Approvers {
+		if registry.Definition(a) != nil {
+			return nil, fmt.Errorf("bcp gateway: approver %q is an agent of the definitions; an agent must not approve what agents send", a)
+		}
+		if a != "" {
+			approvers[a] = true
+		}
+	}
+	st, err := openState(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{
+		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, metrics: newMetrics(st),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	st.metrics = g.metrics
+	conn, err := peer.Dial(ctx, opts.BusURL, &peer.Options{
+		ClientID:   opts.ClientID,
+		ClientInfo: &protocol.ClientInfo{Name: "bub-bcp-gateway"},
+		Token:      opts.Token,
+		Logger:     opts.Logger,
+	})
+	if err != nil {
+		st.close()
+		return nil, fmt.Errorf("bcp gateway: connect to %s as %s: %w", opts.BusURL, opts.ClientID, err)
+	}
+	g.conn = conn
+	subs := []struct {
+		pattern string
+		handler peer.Handler
+	}{
+		{topicClientConnected, g.onClientConnected},
+		{topicClientSubscribed, g.onClientSubscribed},
+		{TopicQuery, g.onQuery},
+		{TopicResponse, g.onResponse},
+	}
+	if len(approvers) > 0 {
+		subs = append(subs, struct {
+			pattern string
+			handler peer.Handler
+		}{TopicApproval, g.onApproval})
+	}
+	for _, s := range subs {
+		if err := conn.Subscribe(ctx, s.pattern, s.handler, nil); err != nil {
+			conn.Close()
+			st.close()
+			return nil, fmt.Errorf("bcp gateway: subscribe %s: %w (the gateway's credential must allow it)", s.pattern, err)
+		}
+	}
+	g.wg.Add(2)
+	go g.sender()
+	go g.sweeper()
+	g.wake()
+	return g, nil
+}
+
+// Close disconnects from the bus and closes the state file. Messages not
+// yet handed to the bus stay queued for the next Start.
+func (g *Gateway) Close() error {
+	var err error
+	g.closed.Do(func() {
+		close(g.stop)
+		err = g.conn.Close()
+		g.wg.Wait()
+		if cerr := g.state.close(); err == nil {
+			err = cerr
+		}
+	})
+	return err
+}
+
+// Audit returns the audit log after sequence number after, oldest first.
+func (g *Gateway) Audit(after uint64) ([]AuditRecord, error) { return g.state.auditLog(after) }
+
+// Usage returns the account of the channel controller → reader.
+func (g *Gateway) Usage(controller, reader string) (bcp.Usage, error) {
+	var u bcp.Usage
+	err := g.state.update(time.Now(), func(t *txn) error {
+		rec, err := t.budget(controller, reader)
+		if err != nil {
+			return err
+		}
+		u = rec.Usage
+		if ch := g.controllerChannel(controller, reader); ch != nil {
+			u = bcp.RestoreBudget(limitsOf(ch), rec.Usage).Usage()
+		}
+		return nil
+	})
+	return u, err
+}
+
+// ack is a handler's answer, recorded so that a redelivery gets it again.
+type ack struct {
+	processed bool
+	message   string
+}
+
+func accepted(format string, args ...any) ack { return ack{true, fmt.Sprintf(format, args...)} }
+
+// refused builds the ack of a refusal: the code, a colon, the detail.
+func refused(code, detail string) ack { return ack{false, code + ": " + detail} }
+
+// handle runs f for a delivery in one transaction, unless the delivery's
+// message was handled before, in which case it answers as it did then.
+// A storage error is answered with ShouldRetry, so the bus tries again.
+func (g *Gateway) handle(d *peer.Delivery, f func(t *txn) (ack, error)) (peer.Result, error) {
+	var a ack
+	err := g.state.update(time.Now(), func(t *txn) error {
+		if prev, err := t.seen(d.MessageID); err != nil || prev != nil {
+			if prev != nil {
+				a = ack{prev.Processed, prev.Message}
+			}
+			return err
+		}
+		var err error
+		if a, err = f(t); err != nil {
+			return err
+		}
+		return t.markSeen(d.MessageID, a.processed, a.message)
+	})
+	if err != nil {
+		g.log.Error("bcp gateway: handle message", "topic", d.Topic, "from", d.From, "message_id", d.MessageID, "err", err)
+		return peer.Result{ShouldRetry: true, RetryAfter: time.Second, Message: CodeInternal + ": the gateway could not record this step; retrying"}, nil
+	}
+	g.wake()
+	return peer.Result{Processed: a.processed, Message: a.message}, nil
+}
+
+// refuse audits a refusal and returns its ack.
+func refuse(t *txn, rec AuditRecord, code, detail string) (ack, error) {
+	rec.Outcome, rec.Detail = code, detail
+	t.onCommit(func(m *metrics) { m.refusals.WithLabelValues(code).Inc() })
+	if rec.Event == "" {
+		rec.Event = "refusal"
+	}
+	return refused(code, detail), t.audit(rec)
+}
+
+// controllerChannel returns controller's channel to reader, or nil.
+func (g *Gateway) controllerChannel(controller, reader string) *bcp.Channel {
+	def := g.registry.Definition(controller)
+	if def == nil {
+		return nil
+	}
+	return def.Channel(reader, bcp.Controller)
+}
+
+// stepDownTaint is the taint of what the Reader says once validated: its
+// definition's base taint (unknown reads as high), one level down.
+func (g *Gateway) stepDownTaint(reader string) string {
+	var t bcp.Taint
+	if def := g.registry.Definition(reader); def != nil {
+		t = def.BaseTaint
+	}
+	return t.StepDown().String()
+}
+
+func (g *Gateway) wake() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// sender hands queued messages to the bus in order. A message leaves the
+// queue once the bus has it: routed, or held for an absent agent. When
+// the bus cannot be reached it waits and tries again, so nothing the
+// gateway decided is lost.
+func (g *Gateway) sender() {
+	defer g.wg.Done()
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	for {
+		for g.sendOne() {
+		}
+		select {
+		case <-g.stop:
+			return
+		case <-g.kick:
+		case <-retry.C:
+		}
+	}
+}
+
+// sendOne sends the oldest queued message; false means stop for now.
+func (g *Gateway) sendOne() bool {
+	select {
+	case <-g.stop:
+		return false
+	default:
+	}
+	key, m, ok, err := g.state.nextOutbox()
+	if err != nil {
+		g.log.Error("bcp gateway: read outbox", "err", err)
+		return false
+	}
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() {
+		select {
+		case <-g.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	res, err := g.conn.SendMessage(ctx, m.Topic, m.Payload)
+	var perr *protocol.Error
+	if errors.As(err, &perr) {
+		// The bus refused the message (the gateway's grant lacks the
+		// topic, say): it will refuse it again, and retrying would block
+		// every later message. The audit log keeps it.
+		g.log.Error("bcp gateway: the bus refused a message, dropped", "topic", m.Topic, "err", err)
+		res, err = &protocol.SendMessageResult{Reason: perr.Error()}, nil
+	}
+	if err != nil {
+		g.log.Warn("bcp gateway: send failed; will retry", "topic", m.Topic, "err", err)
+		return false
+	}
+	if !res.Success && !res.Held {
+		// Nobody subscribes and the bus does not hold the topic: retrying
+		// would block every later message. The audit log keeps it.
+		g.log.Warn("bcp gateway: message undeliverable, dropped", "topic", m.Topic, "reason", res.Reason)
+		_ = g.state.update(time.Now(), func(t *txn) error {
+			return t.audit(AuditRecord{Event: "undeliverable", Outcome: res.Reason, Detail: m.Topic})
+		})
+	}
+	if err := g.state.deleteOutbox(key); err != nil {
+		g.log.Error("bcp gateway: dequeue sent message", "topic", m.Topic, "err", err)
+		return false
+	}
+	return true
+}
+
+// sweeper fails queries whose time ran out, and forgets old message ids.
+func (g *Gateway) sweeper() {
+	defer g.wg.Done()
+	tick := time.NewTicker(g.opts.SweepInterval)
+	defer tick.Stop()
+	server := g.conn.ServerID()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		// Back on the bus after a drop: a Reader that re-subscribed
+		// before the gateway did had its system:client.subscribed event
+		// published to nobody, so every Reader hears its subscriptions
+		// again (the bus holds it for one that is away).
+		if id := g.conn.ServerID(); id != server {
+			if server = id; id != "" {
+				g.announceSubscriptions(now)
+			}
+		}
+		pending, err := g.state.pendingQueries()
+		if err != nil {
+			g.log.Error("bcp gateway: list pending queries", "err", err)
+			continue
+		}
+		for _, q := range pending {
+			if now.Before(q.ExpiresAt) {
+				continue
+			}
+			err := g.state.update(now, func(t *txn) error {
+				q, err := t.query(q.ID)
+				if err != nil || q == nil || q.State != statePending {
+					return err
+				}
+				return g.fail(t, q, CodeExpired)
+			})
+			if err != nil {
+				g.log.Error("bcp gateway: expire query", "query_id", q.ID, "err", err)
+			}
+		}
+		expired, err := g.state.expiredApprovals(now)
+		if err != nil {
+			g.log.Error("bcp gateway: list expired approvals", "err", err)
+		}
+		for _, id := range expired {
+			err := g.state.update(now, func(t *txn) error {
+				a, err := t.approval(id)
+				if err != nil || a == nil || a.State != approvalPending {
+					return err
+				}
+				return g.expireApproval(t, a)
+			})
+			if err != nil {
+				g.log.Error("bcp gateway: expire approval", "approval_id", id, "err", err)
+			}
+		}
+		g.wake()
+		if err := g.state.pruneSeen(now); err != nil {
+			g.log.Error("bcp gateway: prune handled message ids", "err", err)
+		}
+	}
+}
+
+// fail closes a pending query with code and tells the Controller.
+func (g *Gateway) fail(t *txn, q *queryRecord, code string) error {
+	q.State, q.Code = stateFailed, code
+	if err := t.putQuery(q); err != nil {
+		return err
+	}
+	if err := t.send(peer.AgentTopic(q.Controller), QueryFailed{Type: TypeQueryFailed, QueryID: q.ID, Code: code}); err != nil {
+		return err
+	}
+	return t.audit(AuditRecord{Event: "failure", Controller: q.Controller, Reader: q.Reader, QueryID: q.ID, Category: q.Spec.Category, DeclaredBits: q.Cost, Outcome: code})
+}

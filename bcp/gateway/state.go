@@ -1,0 +1,448 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/bub-bus/bub/bcp"
+)
+
+// FileName is the gateway's state file in its data directory.
+const FileName = "bcp-gateway.db"
+
+// Buckets of the state file.
+var (
+	bucketQueries = []byte("queries") // query id → queryRecord
+	bucketBudgets = []byte("budgets") // controller "/" reader → budgetRecord
+	bucketOutbox  = []byte("outbox")  // sequence → outMessage, sent in order
+	bucketAudit   = []byte("audit")   // sequence → AuditRecord, append-only
+	bucketSeen    = []byte("seen")    // bus messageId → seenRecord
+	bucketPushes  = []byte("pushes")  // reader "/" controller "/" subscription → []time.Time of the last hour
+	allBuckets    = [][]byte{bucketQueries, bucketBudgets, bucketOutbox, bucketAudit, bucketSeen, bucketApprovals, bucketPushes}
+)
+
+// Query states.
+const (
+	statePending   = "pending"
+	stateDelivered = "delivered"
+	stateFailed    = "failed"
+)
+
+// queryRecord is a query the gateway accepted.
+type queryRecord struct {
+	ID         string    `json:"id"`
+	Controller string    `json:"controller"`
+	Reader     string    `json:"reader"`
+	Spec       *bcp.Spec `json:"spec"`
+	Cost       bcp.Bits  `json:"cost"`
+	Attempts   int       `json:"attempts"`
+	State      string    `json:"state"`
+	Code       string    `json:"code,omitempty"` // why it failed
+	CreatedAt  time.Time `json:"created_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// budgetRecord is a channel's account. Charges keeps the recent charges
+// with their times, so that a session reset signalled by a bus event,
+// which can arrive after the new session's first query, spares the
+// charges made after the reset's moment.
+type budgetRecord struct {
+	Usage   bcp.Usage `json:"usage"`
+	Charges []charge  `json:"charges,omitempty"`
+}
+
+type charge struct {
+	At       time.Time    `json:"at"`
+	Category bcp.Category `json:"category"`
+	Bits     bcp.Bits     `json:"bits"`
+}
+
+// chargeMemory is how long a charge is remembered for a late reset: the
+// delay between a Controller's connect and the bus's event about it.
+const chargeMemory = 5 * time.Minute
+
+// outMessage is a message the gateway has decided to send and not yet
+// handed to the bus.
+type outMessage struct {
+	Topic   string          `json:"topic"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// seenRecord is the ack a handled bus message got, kept so that a
+// redelivery of the same message (the gateway stopped before its ack
+// reached the bus) gets the same ack and changes nothing.
+type seenRecord struct {
+	At        time.Time `json:"at"`
+	Processed bool      `json:"processed"`
+	Message   string    `json:"message"`
+}
+
+// seenMemory is how long a handled message id is remembered; the bus
+// redelivers within its retry schedule (minutes).
+const seenMemory = 24 * time.Hour
+
+// AuditRecord is one entry of the audit log.
+type AuditRecord struct {
+	Seq            uint64       `json:"seq"`
+	Time           time.Time    `json:"time"`
+	Event          string       `json:"event"` // query, response, delivery, refusal, failure, reset, ...
+	From           string       `json:"from,omitempty"`
+	Controller     string       `json:"controller,omitempty"`
+	Reader         string       `json:"reader,omitempty"`
+	QueryID        string       `json:"query_id,omitempty"`
+	SubscriptionID string       `json:"subscription_id,omitempty"`
+	Category       bcp.Category `json:"category,omitempty"`
+	DeclaredBits   bcp.Bits     `json:"declared_bits,omitempty"`
+	MeasuredBits   bcp.Bits     `json:"measured_bits,omitempty"`
+	BudgetLeft     *bcp.Bits    `json:"budget_left,omitempty"`
+	Outcome        string       `json:"outcome"` // ok, or a code
+	Detail         string       `json:"detail,omitempty"`
+}
+
+// state is the gateway's bbolt file.
+type state struct {
+	db *bolt.DB
+
+	// mu makes a commit and the append of its audit records to the
+	// mirror one step, so the mirror keeps the log's order.
+	mu     sync.Mutex
+	mirror *auditMirror
+	// metrics, when set, is what transactions report to once committed.
+	metrics *metrics
+}
+
+func openState(dir string) (*state, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("bcp gateway: data dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("bcp gateway: open %s: %w (is another gateway using this data dir?)", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("bcp gateway: init %s: %w", path, err)
+	}
+	st := &state{db: db}
+	if st.mirror, err = openAuditMirror(filepath.Join(dir, AuditFileName), st); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+func (s *state) close() error {
+	err := s.db.Close()
+	if merr := s.mirror.close(); err == nil {
+		err = merr
+	}
+	return err
+}
+
+// txn is one transaction of a handler: reads, writes, the messages to
+// send and the audit records, committed together.
+type txn struct {
+	tx  *bolt.Tx
+	now time.Time
+	// audited are the records appended, for the mirror once committed.
+	audited []AuditRecord
+	// after runs once the transaction committed: metrics must not count
+	// a step that was rolled back.
+	after []func(*metrics)
+}
+
+// onCommit runs f with the metrics after the commit, if there are metrics.
+func (t *txn) onCommit(f func(*metrics)) { t.after = append(t.after, f) }
+
+func (s *state) update(now time.Time, f func(t *txn) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var t *txn
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		t = &txn{tx: tx, now: now}
+		return f(t)
+	})
+	if err == nil && len(t.audited) > 0 {
+		// The log in the database is the record; a failed mirror write
+		// is caught up at the next start.
+		s.mirror.append(t.audited)
+	}
+	if err == nil && s.metrics != nil {
+		for _, f := range t.after {
+			f(s.metrics)
+		}
+	}
+	return err
+}
+
+func (t *txn) getJSON(bucket []byte, key string, v any) (bool, error) {
+	data := t.tx.Bucket(bucket).Get([]byte(key))
+	if data == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("bcp gateway: decode %s/%s: %w", bucket, key, err)
+	}
+	return true, nil
+}
+
+func (t *txn) putJSON(bucket []byte, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("bcp gateway: encode %s/%s: %w", bucket, key, err)
+	}
+	return t.tx.Bucket(bucket).Put([]byte(key), data)
+}
+
+func (t *txn) query(id string) (*queryRecord, error) {
+	var q queryRecord
+	ok, err := t.getJSON(bucketQueries, id, &q)
+	if !ok || err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
+func (t *txn) putQuery(q *queryRecord) error { return t.putJSON(bucketQueries, q.ID, q) }
+
+func channelKey(controller, reader string) string { return controller + "/" + reader }
+
+func (t *txn) budget(controller, reader string) (*budgetRecord, error) {
+	var b budgetRecord
+	if _, err := t.getJSON(bucketBudgets, channelKey(controller, reader), &b); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// charge charges the channel's durable account, or returns the bcp
+// error that refuses it; the usage after the charge is returned either
+// way.
+func (t *txn) charge(controller, reader string, limits bcp.BudgetLimits, c bcp.Category, bits bcp.Bits) (bcp.Usage, error) {
+	rec, err := t.budget(controller, reader)
+	if err != nil {
+		return bcp.Usage{}, err
+	}
+	b := bcp.RestoreBudget(limits, rec.Usage)
+	if err := b.Charge(c, bits); err != nil {
+		return b.Usage(), err
+	}
+	rec.Usage = b.Usage()
+	rec.Charges = append(pruneCharges(rec.Charges, t.now), charge{At: t.now, Category: c, Bits: bits})
+	return rec.Usage, t.putJSON(bucketBudgets, channelKey(controller, reader), rec)
+}
+
+// reset empties the controller's accounts, except for charges made at or
+// after since, which belong to the new session.
+func (t *txn) reset(controller string, channels []bcp.Channel, since time.Time) error {
+	for _, ch := range channels {
+		if ch.Role != bcp.Controller {
+			continue
+		}
+		rec, err := t.budget(controller, ch.Peer)
+		if err != nil {
+			return err
+		}
+		b := bcp.NewBudget(limitsOf(&ch))
+		var kept []charge
+		for _, c := range rec.Charges {
+			if !c.At.Before(since) {
+				// Re-charged without checks: it was allowed when made.
+				_ = b.Charge(c.Category, c.Bits)
+				kept = append(kept, c)
+			}
+		}
+		rec.Usage, rec.Charges = b.Usage(), kept
+		if err := t.putJSON(bucketBudgets, channelKey(controller, ch.Peer), rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pruneCharges(cs []charge, now time.Time) []charge {
+	kept := cs[:0]
+	for _, c := range cs {
+		if now.Sub(c.At) < chargeMemory {
+			kept = append(kept, c)
+		}
+	}
+	return kept
+}
+
+// send queues a message for the bus; the sender hands it over after the
+// transaction commits.
+func (t *txn) send(topic string, payload any) error {
+	data, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("bcp gateway: encode message to %s: %w", topic, err)
+	}
+	b := t.tx.Bucket(bucketOutbox)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	return t.putJSON(bucketOutbox, seqKey(seq), outMessage{Topic: topic, Payload: data})
+}
+
+// audit appends a record to the audit log.
+func (t *txn) audit(r AuditRecord) error {
+	b := t.tx.Bucket(bucketAudit)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	r.Seq, r.Time = seq, t.now
+	t.audited = append(t.audited, r)
+	return t.putJSON(bucketAudit, seqKey(seq), r)
+}
+
+func (t *txn) seen(messageID string) (*seenRecord, error) {
+	if messageID == "" {
+		return nil, nil
+	}
+	var r seenRecord
+	ok, err := t.getJSON(bucketSeen, messageID, &r)
+	if !ok || err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (t *txn) markSeen(messageID string, processed bool, message string) error {
+	if messageID == "" {
+		return nil
+	}
+	return t.putJSON(bucketSeen, messageID, seenRecord{At: t.now, Processed: processed, Message: message})
+}
+
+// seqKey is a sequence as a big-endian key, so that keys sort in order.
+func seqKey(seq uint64) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seq)
+	return string(b[:])
+}
+
+// nextOutbox returns the oldest queued message and its key, or ok false.
+func (s *state) nextOutbox() (key []byte, m outMessage, ok bool, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		k, v := tx.Bucket(bucketOutbox).Cursor().First()
+		if k == nil {
+			return nil
+		}
+		key, ok = append([]byte(nil), k...), true
+		return json.Unmarshal(v, &m)
+	})
+	return key, m, ok, err
+}
+
+func (s *state) deleteOutbox(key []byte) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketOutbox).Delete(key) })
+}
+
+// Audit returns the audit log from sequence after (exclusive), in order.
+func (s *state) auditLog(after uint64) ([]AuditRecord, error) {
+	var out []AuditRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketAudit).Cursor()
+		for k, v := c.Seek([]byte(seqKey(after + 1))); k != nil; k, v = c.Next() {
+			var r AuditRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("bcp gateway: audit record %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// pendingQueries returns the queries still waiting for an answer.
+func (s *state) pendingQueries() ([]*queryRecord, error) {
+	var out []*queryRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketQueries).ForEach(func(k, v []byte) error {
+			var q queryRecord
+			if err := json.Unmarshal(v, &q); err != nil {
+				return fmt.Errorf("bcp gateway: query %q: %w", k, err)
+			}
+			if q.State == statePending {
+				out = append(out, &q)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// pruneSeen forgets handled message ids older than seenMemory.
+func (s *state) pruneSeen(now time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSeen)
+		var old [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var r seenRecord
+			if json.Unmarshal(v, &r) != nil || now.Sub(r.At) > seenMemory {
+				old = append(old, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range old {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func limitsOf(ch *bcp.Channel) bcp.BudgetLimits {
+	return bcp.BudgetLimits{MaxCategory: ch.MaxCategory, Bits: ch.BudgetBits, MaxCat2Queries: ch.MaxCat2Queries, MaxCat3Queries: ch.MaxCat3Queries}
+}
+
+// pushWindow is the sliding window of max_pushes_per_hour.
+const pushWindow = time.Hour
+
+// recentPushes returns the accepted publishes of a subscription within
+// the last hour.
+func (t *txn) recentPushes(reader, controller, id string) ([]time.Time, error) {
+	var all []time.Time
+	if _, err := t.getJSON(bucketPushes, reader+"/"+controller+"/"+id, &all); err != nil {
+		return nil, err
+	}
+	recent := all[:0]
+	for _, at := range all {
+		if t.now.Sub(at) < pushWindow {
+			recent = append(recent, at)
+		}
+	}
+	return recent, nil
+}
+
+// recordPush counts an accepted publish against its subscription's rate.
+func (t *txn) recordPush(reader, controller, id string) error {
+	recent, err := t.recentPushes(reader, controller, id)
+	if err != nil {
+		return err
+	}
+	return t.putJSON(bucketPushes, reader+"/"+controller+"/"+id, append(recent, t.now))
+}
