@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -89,4 +92,73 @@ func (m *metaOrder) Write(p []byte) (int, error) {
 		return take + n, err
 	}
 	return len(p), nil
+}
+
+// Restore puts a copy made by Backup in place as dir's store, for a bus
+// that is stopped: it writes r to a temporary file in dir, opens that
+// with every check Open makes (so a damaged or foreign file is refused
+// before anything changes), and renames it to dir/bub.db. A store already
+// there is kept beside it, renamed to bub.db.replaced-TIME, and that name
+// is returned. Restore refuses while a bus holds the store's lock; it
+// cannot stop a bus from starting meanwhile.
+func Restore(dir string, r io.Reader) (replaced string, err error) {
+	path := filepath.Join(dir, FileName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("restore %s: %w", path, err)
+	}
+	if f, err := os.Open(path); err == nil {
+		busy := lockedByOther(f)
+		f.Close()
+		if busy {
+			return "", fmt.Errorf("restore %s: %w: stop the bus first", path, errLocked)
+		}
+	}
+	tmp, err := os.MkdirTemp(dir, ".restore-")
+	if err != nil {
+		return "", fmt.Errorf("restore %s: %w", path, err)
+	}
+	defer os.RemoveAll(tmp)
+	copyPath := filepath.Join(tmp, FileName)
+	if err := writeFileSync(copyPath, r); err != nil {
+		return "", fmt.Errorf("restore %s: write the copy: %w", path, err)
+	}
+	s, err := Open(tmp, nil)
+	if err != nil {
+		return "", fmt.Errorf("restore %s: the copy is not a usable store, nothing changed: %w", path, err)
+	}
+	if err := s.Close(); err != nil {
+		return "", fmt.Errorf("restore %s: %w", path, err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		replaced = path + ".replaced-" + time.Now().UTC().Format("20060102T150405Z")
+		if err := os.Rename(path, replaced); err != nil {
+			return "", fmt.Errorf("restore %s: keep the current store: %w", path, err)
+		}
+	}
+	if err := os.Rename(copyPath, path); err != nil {
+		return replaced, fmt.Errorf("restore %s: %w", path, err)
+	}
+	// The renames survive a crash only once the directory is synced.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return replaced, nil
+}
+
+// writeFileSync writes r to a new file at path (0600) and syncs it.
+func writeFileSync(path string, r io.Reader) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

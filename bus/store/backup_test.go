@@ -81,3 +81,45 @@ func TestBackupEitherMetaPage(t *testing.T) {
 		require.NoError(t, r.Close())
 	}
 }
+
+// TestRestore: a backup goes in place as the store, keeping the one it
+// replaces; a file that is not a store changes nothing; a store in use
+// is not replaced.
+func TestRestore(t *testing.T) {
+	src := mustOpen(t, t.TempDir())
+	require.NoError(t, src.PutPending(hold(1, at(1))))
+	var copied bytes.Buffer
+	require.NoError(t, src.Backup(func(snap store.Snapshot) error {
+		_, err := snap.WriteTo(&copied)
+		return err
+	}))
+
+	dir := t.TempDir()
+	old, err := store.Open(dir, nil)
+	require.NoError(t, err)
+	require.NoError(t, old.PutPending(hold(2, at(2))))
+	require.NoError(t, old.PutPending(hold(3, at(3))))
+	// In use: refused.
+	_, err = store.Restore(dir, bytes.NewReader(copied.Bytes()))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "stop the bus first")
+	require.NoError(t, old.Close())
+
+	// Not a store: refused, and the store in place is untouched.
+	_, err = store.Restore(dir, bytes.NewReader([]byte("not a store at all, but long enough to look like one")))
+	require.ErrorIs(t, err, store.ErrCorrupt)
+	assert.Contains(t, err.Error(), "nothing changed")
+	s := mustOpen(t, dir)
+	assertCounts(t, s, 2, 0)
+	require.NoError(t, s.Close())
+
+	replaced, err := store.Restore(dir, bytes.NewReader(copied.Bytes()))
+	require.NoError(t, err)
+	assert.FileExists(t, replaced)
+	s = mustOpen(t, dir)
+	assertCounts(t, s, 1, 0)
+	require.NoError(t, s.Close())
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Len(t, entries, 2, "the store and the one it replaced, no temporary files: %v", entries)
+}

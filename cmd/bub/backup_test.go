@@ -20,7 +20,8 @@ import (
 // TestBackupRestore: bub backup copies a running bus's store, and a bus
 // started on the copy delivers what the original held.
 func TestBackupRestore(t *testing.T) {
-	d := startBus(t, t.TempDir())
+	dataDir := t.TempDir()
+	d := startBus(t, dataDir)
 	env := []string{"BUB_BUS_URL=" + d.url}
 	out, errOut, code := bub(t, env, "", "send-message", "--topic", "agent:ghost-b", "--payload", `{"type":"task_request","task_id":"t-9"}`)
 	require.Equal(t, 0, code, "send-message: %s%s", out, errOut)
@@ -40,11 +41,18 @@ func TestBackupRestore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, left, "temporary files left behind")
 
-	// Restore: the copy is a data directory's bub.db.
+	// Restore into a data directory, from standard input as in a
+	// container; a bus started on it has what the original held.
 	restored := t.TempDir()
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(restored, store.FileName), data, 0o600))
+	out, errOut, code = bub(t, []string{"BUB_DATA_DIR=" + restored}, string(data), "restore", "-")
+	require.Equal(t, 0, code, "restore: %s", errOut)
+	assert.Contains(t, out, "restored - into "+filepath.Join(restored, store.FileName))
+	// The running original's store is not replaced under it.
+	_, errOut, code = bub(t, nil, "", "restore", "--data-dir", dataDir, file)
+	assert.Equal(t, 1, code)
+	oneLine(t, errOut, "stop the bus first")
 	r := startBus(t, restored)
 	got := make(chan string, 1)
 	conn, err := peer.Dial(t.Context(), r.url, &peer.Options{ClientID: "ghost-b", Logger: quietLogger})
