@@ -66,6 +66,9 @@ IMAGE_DIR := build/image
 IMAGE_LDFLAGS := -s -w -X github.com/bub-bus/bub/internal/buildinfo.stamped=$(VERSION)
 # Credentials of the stack `make up` runs: generated once, never committed.
 SECRETS_DIR ?= build/compose
+# A fixed project name, so that make down finds what make up started
+# whatever the checkout's directory is called.
+PROJECT ?= bub
 BUB_PORT ?= 7892
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
@@ -89,13 +92,13 @@ compose-secrets: image-binaries
 # which it does only once the bus is healthy (depends_on). bin/bub is for the commands you run from
 # here, with the credentials in $(SECRETS_DIR)/operator.env.
 up: build image compose-secrets
-	BUB_IMAGE=$(IMAGE) BUB_PORT=$(BUB_PORT) BUB_SECRETS_DIR=./$(SECRETS_DIR) $(COMPOSE) up -d
+	BUB_IMAGE=$(IMAGE) BUB_PORT=$(BUB_PORT) BUB_SECRETS_DIR=./$(SECRETS_DIR) $(COMPOSE) -p $(PROJECT) up -d
 	@echo "stack up; for the bub commands on this host: . $(SECRETS_DIR)/operator.env"
 
 # Stops the stack and keeps its volumes (the store); `make down
 # VOLUMES=1` deletes them too.
 down:
-	BUB_IMAGE=$(IMAGE) BUB_SECRETS_DIR=./$(SECRETS_DIR) $(COMPOSE) down $(if $(VOLUMES),--volumes)
+	BUB_IMAGE=$(IMAGE) BUB_SECRETS_DIR=./$(SECRETS_DIR) $(COMPOSE) -p $(PROJECT) down $(if $(VOLUMES),--volumes)
 
 # Both compose tools must accept the file; each that is installed checks it.
 compose-config:
