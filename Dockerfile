@@ -25,11 +25,14 @@ WORKDIR /data
 VOLUME ["/data"]
 EXPOSE 7892
 
-# /readyz answers 503 while the bus drains, so an orchestrator stops
-# sending peers to a bus that is shutting down. Other services from this
-# image (bub spawner) serve no health endpoint and disable this check.
+# bub healthcheck asks http://127.0.0.1:7892/readyz, or BUB_HEALTHCHECK_URL
+# for a bus on another port or with TLS (hence no --url here: the flag
+# would win over the variable). /readyz answers 503 while the bus drains,
+# so an orchestrator stops sending peers to a bus that is shutting down.
+# Other services from this image (bub spawner) serve no health endpoint
+# and disable this check.
 HEALTHCHECK --interval=5s --timeout=3s --start-period=10s --retries=3 \
-  CMD ["bub", "healthcheck", "--url", "http://127.0.0.1:7892/readyz"]
+  CMD ["bub", "healthcheck"]
 
 ENTRYPOINT ["bub"]
 # Listening on every address needs auth (a --config with an auth:

@@ -89,8 +89,8 @@ compose-secrets: image-binaries
 
 # The stack on this host: the bus on 127.0.0.1:$(BUB_PORT) and the
 # spawner with the echo agent. up returns once the spawner has started,
-# which it does only once the bus is healthy (depends_on). bin/bub is for the commands you run from
-# here, with the credentials in $(SECRETS_DIR)/operator.env.
+# which it does only once the bus is healthy (depends_on). bin/bub is for
+# the commands run from here, with $(SECRETS_DIR)/operator.env.
 up: build image compose-secrets
 	BUB_IMAGE=$(IMAGE) BUB_PORT=$(BUB_PORT) BUB_SECRETS_DIR=./$(SECRETS_DIR) $(COMPOSE) -p $(PROJECT) up -d
 	@echo "stack up; for the bub commands on this host: . $(SECRETS_DIR)/operator.env"
@@ -100,15 +100,21 @@ up: build image compose-secrets
 down:
 	BUB_IMAGE=$(IMAGE) BUB_SECRETS_DIR=./$(SECRETS_DIR) $(COMPOSE) -p $(PROJECT) down $(if $(VOLUMES),--volumes)
 
-# Both compose tools must accept the file; each that is installed checks it.
+# Both compose tools must accept the file; each that is installed checks
+# it. Neither needs a Docker Engine for this, nor the generated secrets.
 compose-config:
-	@if command -v docker-compose >/dev/null; then docker-compose config -q && echo "docker-compose config: ok"; fi
-	@if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker compose config: ok"; fi
+	@checked=; \
+	if command -v docker-compose >/dev/null; then docker-compose config -q && echo "docker-compose config: ok" && checked=1 || exit 1; fi; \
+	if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker compose config: ok" && checked=1 || exit 1; fi; \
+	if [ -z "$$checked" ]; then echo "compose-config skipped: neither docker-compose nor docker compose is installed"; fi
 
-# The real stack, end to end (deploy/compose-test.sh).
+# The real stack, end to end (deploy/compose-test.sh). An image tag of its
+# own, so that it never replaces the image a `make up` stack runs.
+compose-test: IMAGE = bub-bus:compose-test
 compose-test: image
 	BUB_IMAGE=$(IMAGE) COMPOSE="$(COMPOSE)" deploy/compose-test.sh $(IMAGE_DIR)/bub
 
 compose-test-if-docker:
-	@if docker info >/dev/null 2>&1; then $(MAKE) compose-test; \
-	else echo "compose-test skipped: no Docker Engine answers (docker info failed)"; fi
+	@if ! docker info >/dev/null 2>&1; then echo "compose-test skipped: no Docker Engine answers (docker info failed)"; \
+	elif ! $(COMPOSE) version >/dev/null 2>&1; then echo "compose-test skipped: no compose tool (docker compose or docker-compose)"; \
+	else $(MAKE) compose-test; fi

@@ -61,7 +61,7 @@ deploy/compose-secrets.sh "$bub" "$BUB_SECRETS_DIR" "$port"
 . "$BUB_SECRETS_DIR/operator.env"
 
 step "starting project $project on 127.0.0.1:$port"
-dc up -d --quiet-pull 2>/dev/null || dc up -d
+dc up -d
 wait_for 60 "the bus to be healthy" healthy
 step "bus healthy"
 

@@ -79,7 +79,10 @@ var boundVariables = map[string][]string{
 		"BUB_AGENT_PUBLISH", "BUB_AGENT_SUBSCRIBE", "BUB_SPAWNER_CLIENT_ID", "BUB_SPAWNER_COMMAND", "BUB_SPAWNER_PATTERNS",
 		"BUB_WORKSPACE_ROOT", "BUB_SPAWN_TIMEOUT", "BUB_MAX_AGENTS", "BUB_RESTART_DELAY", "BUB_RESTART_DELAY_MAX",
 		"BUB_MAX_RESTARTS", "BUB_STOP_TIMEOUT", "BUB_LOG_LEVEL", "BUB_LOG_FORMAT"},
-	"serve": nil, // every flag: checked below
+	"backup":      {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"restore":     {"BUB_DATA_DIR"},        // the bus's own, for the same directory
+	"healthcheck": {"BUB_HEALTHCHECK_URL"}, // set once per deployment; the image's HEALTHCHECK stays the same
+	"serve":       nil,                     // every flag: checked below
 }
 
 // TestHelpNamesBoundVariables: each command's --help names the variable
