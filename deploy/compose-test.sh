@@ -23,21 +23,27 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 export BUB_IMAGE=$image BUB_PORT=$port BUB_SECRETS_DIR=$work/secrets
 dc() { "${compose[@]}" -p "$project" -f docker-compose.yml "$@"; }
 
+# finish runs on every exit. A signal can arrive while a command's output
+# is redirected (wait_for silences what it polls), and the trap then runs
+# with those redirections: fds 3 and 4 keep the script's own.
+exec 3>&1 4>&2
 pids=()
 finish() {
 	local code=$?
+	trap - EXIT INT TERM
 	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 	if [ "$code" != 0 ]; then
-		echo "compose-test: FAILED; the stack's logs:" >&2
-		dc logs --no-color --tail 60 >&2 || true
+		echo "compose-test: FAILED (exit $code); the stack's logs:" >&4
+		dc logs --no-color --tail 60 >&4 2>&1 || true
 	fi
-	dc down --volumes --remove-orphans --timeout 10 >/dev/null 2>&1 || echo "compose-test: could not tear down project $project" >&2
+	dc down --volumes --remove-orphans --timeout 10 >/dev/null 2>&1 || echo "compose-test: could not tear down project $project" >&4
 	rm -rf "$work"
-	echo "compose-test: torn down after $(($(date +%s) - started))s"
+	echo "compose-test: torn down after $(($(date +%s) - started))s" >&3
 	exit "$code"
 }
 trap finish EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 step() { echo "compose-test: $* ($(($(date +%s) - started))s)"; }
 fail() { echo "compose-test: $*" >&2; exit 1; }
