@@ -1,7 +1,8 @@
 GO ?= go
 BIN := bin/bub
 
-.PHONY: all build run test fuzz bench bench-quick bench-go vet clean
+.PHONY: all build run test fuzz bench bench-quick bench-go vet clean \
+	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker
 
 all: build
 
@@ -16,9 +17,10 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 
-test: vet
+test: vet compose-config
 	$(GO) test -race -count=1 -timeout 8m ./...
 	$(MAKE) fuzz
+	$(MAKE) compose-test-if-docker
 
 # A short run of every fuzz target; `go test -fuzz` takes one target at a
 # time. The budget is a count of executions, not a duration: Go 1.26's
@@ -49,4 +51,70 @@ bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 clean:
-	rm -rf bin
+	rm -rf bin build/image
+
+# --- The image and the compose stack (docs/OPERATIONS.md) ---------------
+#
+# No base image can be pulled, so the image is FROM scratch and holds
+# binaries built here: static (CGO_ENABLED=0), without local paths
+# (-trimpath), stripped (-s -w; panics still name functions and lines),
+# with the version stamped in, since the toolchain records no revision
+# (GOFLAGS=-buildvcs=false, and no work tree in the image).
+IMAGE ?= bub-bus:dev
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_DIR := build/image
+IMAGE_LDFLAGS := -s -w -X github.com/bub-bus/bub/internal/buildinfo.stamped=$(VERSION)
+# Credentials of the stack `make up` runs: generated once, never committed.
+SECRETS_DIR ?= build/compose
+# A fixed project name, so that make down finds what make up started
+# whatever the checkout's directory is called.
+PROJECT ?= bub
+BUB_PORT ?= 7892
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
+image-binaries:
+	rm -rf $(IMAGE_DIR)
+	mkdir -p $(IMAGE_DIR)/data $(IMAGE_DIR)/tmp
+	chmod 0700 $(IMAGE_DIR)/data
+	chmod 1777 $(IMAGE_DIR)/tmp
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/bub ./cmd/bub
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/echo-agent ./examples/echo-agent
+
+image: image-binaries
+	docker build -q -t $(IMAGE) .
+	@docker image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' $(IMAGE)
+
+compose-secrets: image-binaries
+	deploy/compose-secrets.sh $(IMAGE_DIR)/bub $(SECRETS_DIR) $(BUB_PORT)
+
+# The stack on this host: the bus on 127.0.0.1:$(BUB_PORT) and the
+# spawner with the echo agent. up returns once the spawner has started,
+# which it does only once the bus is healthy (depends_on). bin/bub is for
+# the commands run from here, with $(SECRETS_DIR)/operator.env.
+up: build image compose-secrets
+	BUB_IMAGE=$(IMAGE) BUB_PORT=$(BUB_PORT) BUB_SECRETS_DIR=./$(SECRETS_DIR) $(COMPOSE) -p $(PROJECT) up -d
+	@echo "stack up; for the bub commands on this host: . $(SECRETS_DIR)/operator.env"
+
+# Stops the stack and keeps its volumes (the store); `make down
+# VOLUMES=1` deletes them too.
+down:
+	BUB_IMAGE=$(IMAGE) BUB_SECRETS_DIR=./$(SECRETS_DIR) $(COMPOSE) -p $(PROJECT) down $(if $(VOLUMES),--volumes)
+
+# Both compose tools must accept the file; each that is installed checks
+# it. Neither needs a Docker Engine for this, nor the generated secrets.
+compose-config:
+	@checked=; \
+	if command -v docker-compose >/dev/null; then docker-compose config -q && echo "docker-compose config: ok" && checked=1 || exit 1; fi; \
+	if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker compose config: ok" && checked=1 || exit 1; fi; \
+	if [ -z "$$checked" ]; then echo "compose-config skipped: neither docker-compose nor docker compose is installed"; fi
+
+# The real stack, end to end (deploy/compose-test.sh). An image tag of its
+# own, so that it never replaces the image a `make up` stack runs.
+compose-test: IMAGE = bub-bus:compose-test
+compose-test: image
+	BUB_IMAGE=$(IMAGE) COMPOSE="$(COMPOSE)" deploy/compose-test.sh $(IMAGE_DIR)/bub
+
+compose-test-if-docker:
+	@if ! docker info >/dev/null 2>&1; then echo "compose-test skipped: no Docker Engine answers (docker info failed)"; \
+	elif ! $(COMPOSE) version >/dev/null 2>&1; then echo "compose-test skipped: no compose tool (docker compose or docker-compose)"; \
+	else $(MAKE) compose-test; fi

@@ -22,4 +22,8 @@ var (
 
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("store closed")
+
+	// ErrNoFile is returned by Backup on a store from OpenMemory, which
+	// keeps nothing on disk to copy.
+	ErrNoFile = errors.New("the store is in memory and has no file to copy")
 )

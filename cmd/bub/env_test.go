@@ -85,7 +85,10 @@ var boundVariables = map[string][]string{
 		"BUB_TELEGRAM_CLIENT_ID", "BUB_TELEGRAM_BOT_TOKEN_FILE", "BUB_TELEGRAM_API_URL", "BUB_TELEGRAM_DATA_DIR",
 		"BUB_TELEGRAM_ALLOW_CHATS", "BUB_TELEGRAM_ALLOW_USERS", "BUB_TELEGRAM_GROUP_MODE", "BUB_TELEGRAM_POLL_TIMEOUT",
 		"BUB_TELEGRAM_WEBHOOK_URL", "BUB_TELEGRAM_WEBHOOK_SECRET_FILE", "BUB_TELEGRAM_LISTEN", "BUB_TELEGRAM_TYPING_MAX"},
-	"serve": nil, // every flag: checked below
+	"backup":      {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"restore":     {"BUB_DATA_DIR"},        // the bus's own, for the same directory
+	"healthcheck": {"BUB_HEALTHCHECK_URL"}, // set once per deployment; the image's HEALTHCHECK stays the same
+	"serve":       nil,                     // every flag: checked below
 }
 
 // TestHelpNamesBoundVariables: each command's --help names the variable

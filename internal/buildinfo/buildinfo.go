@@ -10,7 +10,20 @@ import (
 // Name is the software name the bus reports in serverInfo.
 const Name = "bub-bus"
 
+// stamped is set at link time by release builds (make image):
+//
+//	-ldflags "-X github.com/bub-bus/bub/internal/buildinfo.stamped=v1.2.3"
+//
+// It wins over what the toolchain recorded, because those builds run
+// with -trimpath and, here, GOFLAGS=-buildvcs=false, so the toolchain
+// records no revision; and a binary copied into an image has no work
+// tree to ask.
+var stamped string
+
 var version = sync.OnceValue(func() string {
+	if stamped != "" {
+		return stamped
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "dev"
