@@ -16,6 +16,9 @@ FROM scratch
 COPY build/image/tmp /tmp
 COPY --chown=65532:65532 build/image/data /data
 COPY build/image/bub build/image/echo-agent /usr/local/bin/
+# The example BCP agent definitions (examples/agents), which the
+# compose stack's gateway serves; mount your own over /etc/bub/agents.
+COPY build/image/agents /etc/bub/agents
 
 ENV PATH=/usr/local/bin
 # A numeric user (the conventional "nonroot" id), since there is no

@@ -79,6 +79,7 @@ image-binaries:
 	chmod 1777 $(IMAGE_DIR)/tmp
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/bub ./cmd/bub
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/echo-agent ./examples/echo-agent
+	cp -R examples/agents $(IMAGE_DIR)/agents
 
 image: image-binaries
 	docker build -q -t $(IMAGE) .

@@ -33,6 +33,10 @@ token() {
 }
 operator_hash=$(token operator)
 spawner_hash=$(token spawner)
+gateway_hash=$(token bcp-gateway)
+telegram_hash=$(token telegram)
+main_hash=$(token main)
+researcher_hash=$(token researcher)
 "$bub" auth keygen --out "$tmp/spawner" >/dev/null
 mv "$tmp/spawner" "$tmp/spawner.key"
 
@@ -54,6 +58,29 @@ auth:
       publish:   {allow: ["system:agent.*"]}
       subscribe: {allow: ["system:client.*", "tg:*", "agent:*"]}
       fallback: true
+    - name: bcp-gateway                 # docs/BCP.md: the gateway's grant
+      token_sha256: "$gateway_hash"
+      client_ids: ["bcp-gateway"]
+      publish:   {allow: ["agent:*", "bcp:approval.requested", "alert:bcp.budget"]}
+      subscribe: {allow: ["bcp:*", "system:client.connected", "system:client.subscribed"]}
+    - name: telegram                    # bub telegram (the telegram profile)
+      token_sha256: "$telegram_hash"
+      client_ids: ["telegram"]
+      publish:   {allow: ["tg:*"]}
+      subscribe: {allow: ["outbound:*"]}
+    # The example BCP agents (examples/agents): main.token and
+    # researcher.token are theirs. The Reader may reach the Controller
+    # only through the gateway (docs/SECURITY.md, "The BCP shape").
+    - name: main
+      token_sha256: "$main_hash"
+      client_ids: ["main"]
+      publish:   {allow: ["bcp:query"]}
+      subscribe: {allow: ["agent:{{clientId}}"]}
+    - name: researcher
+      token_sha256: "$researcher_hash"
+      client_ids: ["researcher"]
+      publish:   {allow: ["bcp:response"]}
+      subscribe: {allow: ["agent:{{clientId}}"]}
   issuers:
     - name: spawner                     # bub spawner --issuer-key: each agent's own token
       public_key_file: spawner.pub      # next to this file in the container
@@ -73,5 +100,5 @@ YAML
 # containers run as uid 65532, not as this user: the files the services
 # read must be readable by others. The directory (0700) keeps them from
 # this host's other users; operator.env and operator.token stay 0600.
-chmod 644 "$tmp/bus.yaml" "$tmp/spawner.pub" "$tmp/spawner.token" "$tmp/spawner.key"
+chmod 644 "$tmp/bus.yaml" "$tmp/spawner.pub" "$tmp/spawner.token" "$tmp/spawner.key" "$tmp/bcp-gateway.token" "$tmp/telegram.token"
 mv "$tmp"/* "$dir"/

@@ -70,6 +70,9 @@ step "starting project $project on 127.0.0.1:$port"
 dc up -d
 wait_for 60 "the bus to be healthy" healthy
 step "bus healthy"
+gateway_serving() { dc logs --no-color bcp-gateway 2>/dev/null | grep -q "bcp gateway serving"; }
+wait_for 60 "the BCP gateway to connect with its own credential" gateway_serving
+step "bcp gateway serving"
 
 # A listener for the replies, subscribed before the first message: replies
 # to nobody are not kept. It is in place once a probe reaches it.

@@ -159,23 +159,29 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("bcp gateway: connect to %s as %s: %w", opts.BusURL, opts.ClientID, err)
 	}
 	g.conn = conn
+	// The bus's client events go on to everyone else who listens (the
+	// spawner waits for them): continueAll, or the gateway, as the newest
+	// subscriber, would stop them at itself.
+	observe := &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll}
 	subs := []struct {
 		pattern string
 		handler peer.Handler
+		opts    *peer.SubscribeOptions
 	}{
-		{topicClientConnected, g.onClientConnected},
-		{topicClientSubscribed, g.onClientSubscribed},
-		{TopicQuery, g.onQuery},
-		{TopicResponse, g.onResponse},
+		{topicClientConnected, g.onClientConnected, observe},
+		{topicClientSubscribed, g.onClientSubscribed, observe},
+		{TopicQuery, g.onQuery, nil},
+		{TopicResponse, g.onResponse, nil},
 	}
 	if len(approvers) > 0 {
 		subs = append(subs, struct {
 			pattern string
 			handler peer.Handler
-		}{TopicApproval, g.onApproval})
+			opts    *peer.SubscribeOptions
+		}{TopicApproval, g.onApproval, nil})
 	}
 	for _, s := range subs {
-		if err := conn.Subscribe(ctx, s.pattern, s.handler, nil); err != nil {
+		if err := conn.Subscribe(ctx, s.pattern, s.handler, s.opts); err != nil {
 			conn.Close()
 			st.close()
 			return nil, fmt.Errorf("bcp gateway: subscribe %s: %w (the gateway's credential must allow it)", s.pattern, err)

@@ -84,7 +84,7 @@ Reader.
 var tokens = map[string]string{
 	"main": "main-token", "researcher": "researcher-token", "scraper": "scraper-token", "bcp-gateway": "gateway-token",
 	"alice": "alice-token",
-	"ops":   "ops-token",
+	"ops":   "ops-token", "observer": "observer-token",
 }
 
 func sha(token string) string {
@@ -107,6 +107,11 @@ func authConfig() auth.Config {
 		{Name: "ops", TokenSHA256: sha(tokens["ops"]), Grant: auth.Grant{
 			ClientIDs: []string{"ops"},
 			Subscribe: auth.Rules{Allow: []string{"alert:bcp.budget"}},
+		}},
+		// Another observer of the bus's client events, as the spawner is.
+		{Name: "observer", TokenSHA256: sha(tokens["observer"]), Grant: auth.Grant{
+			ClientIDs: []string{"observer"},
+			Subscribe: auth.Rules{Allow: []string{"system:client.*"}},
 		}},
 		// A human's client: decides on bcp:approval, watches requests.
 		{Name: "alice", TokenSHA256: sha(tokens["alice"]), Grant: auth.Grant{
