@@ -3,13 +3,8 @@ package bus_test
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,15 +13,11 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/auth/authtest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/protocol"
 )
-
-func sha(token string) string {
-	h := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(h[:])
-}
 
 // authFixture is a bus with auth on: static identities for a BCP
 // Controller (main), a Reader (researcher), an operator (ops-*) and the
@@ -40,41 +31,31 @@ type authFixture struct {
 
 func authConfig(t *testing.T, dir string) (auth.Config, ed25519.PrivateKey) {
 	t.Helper()
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubPEM, err := auth.EncodePublicKeyPEM(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "spawner.pub"), pubPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	key := authtest.Issuer(t, dir, "spawner.pub")
 	return auth.Config{
 		Identities: []auth.Identity{
-			{Name: "main", TokenSHA256: sha("main-token"), Grant: auth.Grant{
+			{Name: "main", TokenSHA256: authtest.SHA256("main-token"), Grant: auth.Grant{
 				ClientIDs: []string{"main"},
 				Publish:   auth.Rules{Allow: []string{"bcp:*", "outbound:*", "agent:*"}},
 				Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}", "inbound:*"}},
 			}},
-			{Name: "researcher", TokenSHA256: sha("reader-token"), Grant: auth.Grant{
+			{Name: "researcher", TokenSHA256: authtest.SHA256("reader-token"), Grant: auth.Grant{
 				ClientIDs: []string{"researcher"},
 				Publish:   auth.Rules{Allow: []string{"bcp:*"}},
 				Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}"}},
 			}},
-			{Name: "ops", TokenSHA256: sha("ops-token"), Grant: auth.Grant{
+			{Name: "ops", TokenSHA256: authtest.SHA256("ops-token"), Grant: auth.Grant{
 				ClientIDs: []string{"ops-*"},
 				Publish:   auth.Rules{Allow: []string{"inbound:*", "jobs:"}, Deny: []string{"inbound:secret-*"}},
 				Subscribe: auth.Rules{Allow: []string{"inbound:", "jobs:?", "jobs:[ab]x"}, Deny: []string{"inbound:secret-*"}},
 				Admin:     true,
 			}},
-			{Name: "tool", TokenSHA256: sha("tool-token"), Grant: auth.Grant{
+			{Name: "tool", TokenSHA256: authtest.SHA256("tool-token"), Grant: auth.Grant{
 				ClientIDs:   []string{"tool"},
 				Publish:     auth.Rules{Allow: []string{"inbound:*"}},
 				PublishOnly: true,
 			}},
-			{Name: "spawner", TokenSHA256: sha("spawner-token"), Grant: auth.Grant{
+			{Name: "spawner", TokenSHA256: authtest.SHA256("spawner-token"), Grant: auth.Grant{
 				ClientIDs: []string{"spawner"},
 				Publish:   auth.Rules{Allow: []string{"system:agent.*"}},
 				Subscribe: auth.Rules{Allow: []string{"system:client.*", "tg:*", "agent:*"}},
@@ -527,11 +508,11 @@ func TestGrantLimits(t *testing.T) {
 	dir := t.TempDir()
 	cfg, _ := authConfig(t, dir)
 	cfg.Identities = append(cfg.Identities,
-		auth.Identity{Name: "chatty", TokenSHA256: sha("chatty-token"), Grant: auth.Grant{
+		auth.Identity{Name: "chatty", TokenSHA256: authtest.SHA256("chatty-token"), Grant: auth.Grant{
 			ClientIDs: []string{"chatty"}, Publish: auth.Rules{Allow: []string{"inbound:*"}},
 			Rate: auth.Rate{PerSecond: 1.0 / 60, Burst: 1},
 		}},
-		auth.Identity{Name: "hoarder", TokenSHA256: sha("hoarder-token"), Grant: auth.Grant{
+		auth.Identity{Name: "hoarder", TokenSHA256: authtest.SHA256("hoarder-token"), Grant: auth.Grant{
 			ClientIDs: []string{"hoarder"}, Publish: auth.Rules{Allow: []string{"agent:*"}},
 			MaxPending: 1,
 		}},

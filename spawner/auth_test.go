@@ -1,49 +1,30 @@
 package spawner_test
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/auth/authtest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/spawner"
 )
-
-func hashOf(token string) string {
-	h := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(h[:])
-}
 
 // TestAgentsGetTheirOwnCredential runs the spawner as an issuer on a bus
 // with auth: the agent it starts connects with the token it minted, may
 // answer its chat, and may not act beyond its template.
 func TestAgentsGetTheirOwnCredential(t *testing.T) {
 	dir := t.TempDir()
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubPEM, err := auth.EncodePublicKeyPEM(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "spawner.pub"), pubPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	key := authtest.Issuer(t, dir, "spawner.pub")
 	a, err := auth.New(auth.Config{
 		Identities: []auth.Identity{
-			{Name: "spawner", TokenSHA256: hashOf("spawner-token"), Grant: auth.Grant{
+			{Name: "spawner", TokenSHA256: authtest.SHA256("spawner-token"), Grant: auth.Grant{
 				ClientIDs: []string{"spawner"},
 				Publish:   auth.Rules{Allow: []string{"system:agent.*"}},
 				Subscribe: auth.Rules{Allow: []string{"system:client.*", "tg:*", "agent:*"}},
 				Fallback:  true,
 			}},
-			{Name: "tester", TokenSHA256: hashOf("tester-token"), Grant: auth.Grant{
+			{Name: "tester", TokenSHA256: authtest.SHA256("tester-token"), Grant: auth.Grant{
 				ClientIDs: []string{"tester"},
 				Publish:   auth.Rules{Allow: []string{"tg:*"}},
 				Subscribe: auth.Rules{Allow: []string{"outbound:*", "system:agent.*"}},
