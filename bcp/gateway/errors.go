@@ -31,6 +31,12 @@ const (
 	CodeExpired = "expired"
 	// CodeValidationFailed: every allowed answer was invalid.
 	CodeValidationFailed = "validation_failed"
+	// CodeControllerUnavailable: the bus could neither route nor hold a
+	// push's delivery to agent:{controller} (bcp-subscriptions.md: "the
+	// Controller session could not be started"). An absent Controller is
+	// not unavailable: the bus holds agent:* for it. Sent to the Reader
+	// as its bcp_validation_result, after the publish's ack.
+	CodeControllerUnavailable = "controller_unavailable"
 	// CodeInternal: the gateway could not record the step (a storage
 	// error); the sender may retry.
 	CodeInternal = "internal"

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -359,19 +360,43 @@ func (g *Gateway) sendOne() bool {
 		g.log.Warn("bcp gateway: send failed; will retry", "topic", m.Topic, "err", err)
 		return false
 	}
-	if !res.Success && !res.Held {
+	delivered := res.Success || res.Held
+	if !delivered {
 		// Nobody subscribes and the bus does not hold the topic: retrying
 		// would block every later message. The audit log keeps it.
 		g.log.Warn("bcp gateway: message undeliverable, dropped", "topic", m.Topic, "reason", res.Reason)
 		_ = g.state.update(time.Now(), func(t *txn) error {
 			return t.audit(AuditRecord{Event: "undeliverable", Outcome: res.Reason, Detail: m.Topic})
 		})
+		if m.Outcome != nil && m.Outcome.Undeliverable != nil {
+			// The follow-up says why; its detail is filled in here, as
+			// only the bus's answer knows the reason.
+			m.Outcome.Undeliverable.Payload = withReason(m.Outcome.Undeliverable.Payload, res.Reason)
+		}
+		if m.Outcome != nil && m.Outcome.Audit != nil {
+			m.Outcome.Audit.Detail += ": " + res.Reason
+		}
 	}
-	if err := g.state.deleteOutbox(key); err != nil {
+	if err := g.state.finishOutbox(time.Now(), key, &m, delivered); err != nil {
 		g.log.Error("bcp gateway: dequeue sent message", "topic", m.Topic, "err", err)
 		return false
 	}
 	return true
+}
+
+// withReason appends the bus's reason to the detail of a queued
+// bcp_validation_result; any other payload is returned as is.
+func withReason(payload json.RawMessage, reason string) json.RawMessage {
+	var vr ValidationResult
+	if reason == "" || json.Unmarshal(payload, &vr) != nil || vr.Type != TypeValidationResult {
+		return payload
+	}
+	vr.Detail += ": " + reason
+	data, err := json.Marshal(vr)
+	if err != nil {
+		return payload
+	}
+	return data
 }
 
 // sweeper fails queries whose time ran out, and forgets old message ids.

@@ -136,7 +136,10 @@ type fixture struct {
 	dataDir string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
+
+// newFixtureWith is newFixture with the bus's options tuned.
+func newFixtureWith(t *testing.T, tune func(*bus.Options)) *fixture {
 	t.Helper()
 	authn, err := auth.New(authConfig(), t.TempDir())
 	if err != nil {
@@ -152,7 +155,11 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatalf("test definitions: %v", err)
 	}
-	srv := bustest.Start(t, &bus.Options{Auth: authn})
+	opts := &bus.Options{Auth: authn}
+	if tune != nil {
+		tune(opts)
+	}
+	srv := bustest.Start(t, opts)
 	return &fixture{t: t, srv: srv, defs: defs, dataDir: t.TempDir()}
 }
 

@@ -117,6 +117,11 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 // deliver queues the bcp_response_delivery of a validated result: the
 // normalized response only, and the Reader's taint stepped down.
 func (g *Gateway) deliver(t *txn, controller, reader string, base ResponseDelivery, res *bcp.Result) error {
+	return t.send(peer.AgentTopic(controller), g.delivery(controller, reader, base, res))
+}
+
+// delivery builds the bcp_response_delivery of a validated result.
+func (g *Gateway) delivery(controller, reader string, base ResponseDelivery, res *bcp.Result) ResponseDelivery {
 	base.Type = TypeResponseDelivery
 	base.Category = int(res.Category)
 	base.FromAgent = reader
@@ -124,7 +129,7 @@ func (g *Gateway) deliver(t *txn, controller, reader string, base ResponseDelive
 	base.BandwidthBits = float64(res.DeclaredBits)
 	base.Taint = g.stepDownTaint(reader)
 	base.Anomalies = res.Anomalies
-	return t.send(peer.AgentTopic(controller), base)
+	return base
 }
 
 // summaryApproval builds the approval of a validated summary; the caller

@@ -73,6 +73,20 @@ const chargeMemory = 5 * time.Minute
 type outMessage struct {
 	Topic   string          `json:"topic"`
 	Payload json.RawMessage `json:"payload"`
+	// Outcome, when set, is what the sender queues once the bus has
+	// answered for this message: Delivered when the bus routed or held
+	// it, Undeliverable (with its audit record) when it could do neither.
+	// A subscription push uses it to give the Reader one true
+	// bcp_validation_result: success, or controller_unavailable.
+	Outcome *outcome `json:"outcome,omitempty"`
+}
+
+// outcome holds the follow-ups of an outMessage.
+type outcome struct {
+	Delivered     *outMessage `json:"delivered,omitempty"`
+	Undeliverable *outMessage `json:"undeliverable,omitempty"`
+	// Audit is appended when the message is undeliverable.
+	Audit *AuditRecord `json:"audit,omitempty"`
 }
 
 // seenRecord is the ack a handled bus message got, kept so that a
@@ -289,16 +303,30 @@ func pruneCharges(cs []charge, now time.Time) []charge {
 // send queues a message for the bus; the sender hands it over after the
 // transaction commits.
 func (t *txn) send(topic string, payload any) error {
+	m, err := newOutMessage(topic, payload)
+	if err != nil {
+		return err
+	}
+	return t.queue(m)
+}
+
+// newOutMessage encodes payload as a message to topic.
+func newOutMessage(topic string, payload any) (*outMessage, error) {
 	data, err := json.Marshal(payload)
 	if err != nil {
-		return fmt.Errorf("bcp gateway: encode message to %s: %w", topic, err)
+		return nil, fmt.Errorf("bcp gateway: encode message to %s: %w", topic, err)
 	}
+	return &outMessage{Topic: topic, Payload: data}, nil
+}
+
+// queue appends m to the outbox.
+func (t *txn) queue(m *outMessage) error {
 	b := t.tx.Bucket(bucketOutbox)
 	seq, err := b.NextSequence()
 	if err != nil {
 		return err
 	}
-	return t.putJSON(bucketOutbox, seqKey(seq), outMessage{Topic: topic, Payload: data})
+	return t.putJSON(bucketOutbox, seqKey(seq), m)
 }
 
 // audit appends a record to the audit log.
@@ -354,6 +382,35 @@ func (s *state) nextOutbox() (key []byte, m outMessage, ok bool, err error) {
 
 func (s *state) deleteOutbox(key []byte) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketOutbox).Delete(key) })
+}
+
+// finishOutbox dequeues the message at key and, in the same transaction,
+// queues its follow-up for the bus's answer (outMessage.Outcome): a crash
+// between the two can neither lose the follow-up nor send it twice.
+func (s *state) finishOutbox(now time.Time, key []byte, m *outMessage, delivered bool) error {
+	return s.update(now, func(t *txn) error {
+		if err := t.tx.Bucket(bucketOutbox).Delete(key); err != nil {
+			return err
+		}
+		if m.Outcome == nil {
+			return nil
+		}
+		if delivered {
+			if m.Outcome.Delivered != nil {
+				return t.queue(m.Outcome.Delivered)
+			}
+			return nil
+		}
+		if m.Outcome.Audit != nil {
+			if err := t.audit(*m.Outcome.Audit); err != nil {
+				return err
+			}
+		}
+		if m.Outcome.Undeliverable != nil {
+			return t.queue(m.Outcome.Undeliverable)
+		}
+		return nil
+	})
 }
 
 // Audit returns the audit log from sequence after (exclusive), in order.

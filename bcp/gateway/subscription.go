@@ -100,13 +100,47 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 		rec.Outcome, rec.MeasuredBits = "ok", res.MeasuredBits
 		return accepted("valid; awaiting a reviewer's approval (%s) before delivery", a.ID), t.audit(rec)
 	}
-	if err := g.deliver(t, r.Controller, reader, ResponseDelivery{SubscriptionID: r.SubscriptionID}, res); err != nil {
-		return ack{}, err
-	}
 	detail := fmt.Sprintf("published to controller %s (Cat-%d, %.1f bits)", r.Controller, sub.Spec.Category, float64(res.DeclaredBits))
-	if err := result(true, "", detail); err != nil {
+	if err := g.deliverPush(t, r.Controller, reader, r.SubscriptionID, res, detail); err != nil {
 		return ack{}, err
 	}
 	rec.Outcome, rec.MeasuredBits = "ok", res.MeasuredBits
 	return accepted("%s", detail), t.audit(rec)
+}
+
+// deliverPush queues the bcp_response_delivery of a validated push and,
+// as its outcome, the Reader's bcp_validation_result: success once the
+// bus has routed or held the delivery, controller_unavailable (and an
+// audit record) when the bus could do neither. On this bus an absent
+// Controller is not unavailable: agent:* is held until it connects (the
+// spawner may start it), which is bcp-subscriptions.md's "starting a new
+// session". Unavailable is the case the seed names, a session that could
+// not be started: the bus refuses agent:{controller} to the gateway, or
+// does not hold it and nobody subscribes (docs/BCP.md,
+// "controller_unavailable").
+func (g *Gateway) deliverPush(t *txn, controller, reader, subscriptionID string, res *bcp.Result, detail string) error {
+	d := g.delivery(controller, reader, ResponseDelivery{SubscriptionID: subscriptionID}, res)
+	m, err := newOutMessage(peer.AgentTopic(controller), d)
+	if err != nil {
+		return err
+	}
+	ok, err := newOutMessage(peer.AgentTopic(reader), ValidationResult{
+		Type: TypeValidationResult, SubscriptionID: subscriptionID, Success: true, Detail: detail,
+	})
+	if err != nil {
+		return err
+	}
+	failed, err := newOutMessage(peer.AgentTopic(reader), ValidationResult{
+		Type: TypeValidationResult, SubscriptionID: subscriptionID, Code: CodeControllerUnavailable,
+		Detail: fmt.Sprintf("controller %q is unavailable", controller),
+	})
+	if err != nil {
+		return err
+	}
+	m.Outcome = &outcome{Delivered: ok, Undeliverable: failed, Audit: &AuditRecord{
+		Event: "publish", From: reader, Reader: reader, Controller: controller, SubscriptionID: subscriptionID,
+		Category: res.Category, DeclaredBits: res.DeclaredBits, MeasuredBits: res.MeasuredBits,
+		Outcome: CodeControllerUnavailable, Detail: "delivery to " + peer.AgentTopic(controller),
+	}}
+	return t.queue(m)
 }

@@ -23,8 +23,11 @@ const (
 type Reply struct {
 	Type string `json:"type"`
 	Text string `json:"text"`
-	// ParseMode is Telegram's: "MarkdownV2", "HTML" or "Markdown". The
-	// text must be escaped for it by the agent; text Telegram cannot
+	// ParseMode is Telegram's: "MarkdownV2", "HTML" or "Markdown". Text
+	// is then markup, sent as is: text the agent did not write goes
+	// through EscapeMarkdownV2, EscapeHTML (or Escape) first; literal
+	// text alone needs no parse_mode. A long text is split only where
+	// its markup is complete (splitMarkup), and a piece Telegram cannot
 	// parse is sent again as plain text.
 	ParseMode string `json:"parse_mode,omitempty"`
 	// ReplyToMessageID quotes a message of the chat; if it is gone, the
@@ -85,7 +88,7 @@ func (b *Bridge) deliver(ctx context.Context, d *peer.Delivery) (peer.Result, er
 	if r.MessageThreadID == 0 {
 		r.MessageThreadID = b.thread(chatID)
 	}
-	pieces := split(r.Text, maxMessageLength)
+	pieces := splitMarkup(r.Text, r.ParseMode, maxMessageLength)
 	b.mu.Lock()
 	from := b.progress[d.MessageID].sent
 	for id, p := range b.progress {
