@@ -114,8 +114,8 @@ type Gateway struct {
 	approvers map[string]bool
 	// relays is Options.Relays as sets; each relay is in approvers too.
 	relays  map[string]relayUsers
-	metrics   *metrics
-	conn      *peer.Conn
+	metrics *metrics
+	conn    *peer.Conn
 
 	kick   chan struct{} // wakes the sender
 	stop   chan struct{}

@@ -84,7 +84,7 @@ Reader.
 var tokens = map[string]string{
 	"main": "main-token", "researcher": "researcher-token", "scraper": "scraper-token", "bcp-gateway": "gateway-token",
 	"alice": "alice-token", "telegram": "telegram-token",
-	"ops":   "ops-token", "observer": "observer-token",
+	"ops": "ops-token", "observer": "observer-token",
 }
 
 func sha(token string) string {
