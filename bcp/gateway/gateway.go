@@ -112,10 +112,9 @@ type Gateway struct {
 	state    *state
 	// approvers is Options.Approvers as a set.
 	approvers map[string]bool
-	// relays is Options.Relays as sets; each relay is in approvers too.
-	relays  map[string]relayUsers
-	metrics *metrics
-	conn    *peer.Conn
+	relays    map[string]relayUsers // Options.Relays as sets; each relay is in approvers too
+	metrics   *metrics
+	conn      *peer.Conn
 
 	kick   chan struct{} // wakes the sender
 	stop   chan struct{}

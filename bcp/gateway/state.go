@@ -90,12 +90,11 @@ const seenMemory = 24 * time.Hour
 
 // AuditRecord is one entry of the audit log.
 type AuditRecord struct {
-	Seq   uint64    `json:"seq"`
-	Time  time.Time `json:"time"`
-	Event string    `json:"event"` // query, response, delivery, refusal, failure, reset, ...
-	From  string    `json:"from,omitempty"`
-	// OnBehalfOf is the human a relay (From) acted for.
-	OnBehalfOf     string       `json:"on_behalf_of,omitempty"`
+	Seq            uint64       `json:"seq"`
+	Time           time.Time    `json:"time"`
+	Event          string       `json:"event"` // query, response, delivery, refusal, failure, reset, ...
+	From           string       `json:"from,omitempty"`
+	OnBehalfOf     string       `json:"on_behalf_of,omitempty"` // the human a relay (From) acted for
 	Controller     string       `json:"controller,omitempty"`
 	Reader         string       `json:"reader,omitempty"`
 	QueryID        string       `json:"query_id,omitempty"`
