@@ -66,8 +66,10 @@ auth:
     - name: telegram                    # bub telegram (the telegram profile)
       token_sha256: "$telegram_hash"
       client_ids: ["telegram"]
-      publish:   {allow: ["tg:*"]}
-      subscribe: {allow: ["outbound:*"]}
+      # bcp:approval*: relaying BCP approvals (--approver-chat) for the
+      # gateway's --relays telegram=IDS; unused otherwise.
+      publish:   {allow: ["tg:*", "bcp:approval"]}
+      subscribe: {allow: ["outbound:*", "bcp:approval.requested"]}
     # The example BCP agents (examples/agents): main.token and
     # researcher.token are theirs. The Reader may reach the Controller
     # only through the gateway (docs/SECURITY.md, "The BCP shape").

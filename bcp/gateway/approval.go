@@ -112,6 +112,9 @@ type Decision struct {
 	Decision   string `json:"decision"` // approve, reject or edit
 	Summary    string `json:"summary,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+	// OnBehalfOf is the human a relay decides for ("tg:42"); only a
+	// relay may set it, and must.
+	OnBehalfOf string `json:"on_behalf_of,omitempty"`
 }
 
 // DecodeDecision decodes a bcp_approval_decision strictly. It never
@@ -127,7 +130,7 @@ func DecodeDecision(payload []byte) (*Decision, error) {
 	var d Decision
 	for k := range raw {
 		switch k {
-		case "type", "approval_id", "decision", "summary", "reason":
+		case "type", "approval_id", "decision", "summary", "reason", "on_behalf_of":
 		default:
 			return nil, &wireError{CodeMalformed, fmt.Sprintf("unknown key %q in bcp_approval_decision", truncate(k))}
 		}
@@ -143,6 +146,14 @@ func DecodeDecision(payload []byte) (*Decision, error) {
 	}
 	if err := decodeString(raw, "reason", &d.Reason, false); err != nil {
 		return nil, err
+	}
+	if _, ok := raw["on_behalf_of"]; ok {
+		if err := decodeString(raw, "on_behalf_of", &d.OnBehalfOf, true); err != nil {
+			return nil, err
+		}
+		if err := checkOnBehalfOf(d.OnBehalfOf); err != nil {
+			return nil, err
+		}
 	}
 	switch d.Decision {
 	case "approve", "reject":
@@ -218,7 +229,11 @@ func (g *Gateway) onApproval(_ context.Context, d *peer.Delivery) (peer.Result, 
 		if err != nil {
 			return refuse(t, rec, codeOf(err), detailOf(err))
 		}
-		return g.decide(t, d.From, dec)
+		rec.OnBehalfOf = dec.OnBehalfOf
+		if code, detail := g.checkDecider(d.From, dec); code != "" {
+			return refuse(t, rec, code, detail)
+		}
+		return g.decide(t, decider{d.From, dec.OnBehalfOf}, dec)
 	})
 }
 
@@ -241,8 +256,8 @@ func (t *txn) pendingApprovals() ([]*Approval, error) {
 }
 
 // decide applies an approver's decision.
-func (g *Gateway) decide(t *txn, approver string, dec *Decision) (ack, error) {
-	rec := AuditRecord{Event: "approval", From: approver}
+func (g *Gateway) decide(t *txn, approver decider, dec *Decision) (ack, error) {
+	rec := AuditRecord{Event: "approval", From: approver.from, OnBehalfOf: approver.onBehalfOf}
 	a, err := t.approval(dec.ApprovalID)
 	if err != nil {
 		return ack{}, err
@@ -280,7 +295,7 @@ func (g *Gateway) decide(t *txn, approver string, dec *Decision) (ack, error) {
 		}
 		a.Result = res
 	}
-	a.DecidedBy, a.Reason = approver, dec.Reason
+	a.DecidedBy, a.Reason = approver.String(), dec.Reason
 	if dec.Decision == "reject" {
 		a.State = approvalRejected
 	} else {

@@ -54,6 +54,12 @@ type Options struct {
 	// without a human. An approver must not be an agent of the
 	// definitions.
 	Approvers []string
+	// Relays are clientIds that decide for humans not on the bus (the
+	// Telegram bridge), each with the humans it may act for: a relay's
+	// bcp_approval_decision counts only when its on_behalf_of names one
+	// of them ("tg:42", or "42" for any scheme). A relay must be neither
+	// an agent nor an approver.
+	Relays map[string][]string
 	// ApprovalTTL is how long an approval waits for a decision.
 	// Default: 1 hour.
 	ApprovalTTL time.Duration
@@ -107,6 +113,7 @@ type Gateway struct {
 	state    *state
 	// approvers is Options.Approvers as a set.
 	approvers map[string]bool
+	relays    map[string]relayUsers // Options.Relays as sets; each relay is in approvers too
 	metrics   *metrics
 	conn      *peer.Conn
 
@@ -140,12 +147,19 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 			approvers[a] = true
 		}
 	}
+	relays, err := relaySets(opts.Relays, approvers, func(name string) bool { return registry.Definition(name) != nil })
+	if err != nil {
+		return nil, err
+	}
+	for name := range relays {
+		approvers[name] = true
+	}
 	st, err := openState(opts.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
-		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, metrics: newMetrics(st),
+		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, relays: relays, metrics: newMetrics(st),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	st.metrics = g.metrics

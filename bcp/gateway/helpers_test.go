@@ -83,8 +83,8 @@ Reader.
 // tokens are the static credentials of the test identities.
 var tokens = map[string]string{
 	"main": "main-token", "researcher": "researcher-token", "scraper": "scraper-token", "bcp-gateway": "gateway-token",
-	"alice": "alice-token",
-	"ops":   "ops-token", "observer": "observer-token",
+	"alice": "alice-token", "telegram": "telegram-token",
+	"ops": "ops-token", "observer": "observer-token",
 }
 
 func sha(token string) string {
@@ -116,6 +116,12 @@ func authConfig() auth.Config {
 		// A human's client: decides on bcp:approval, watches requests.
 		{Name: "alice", TokenSHA256: sha(tokens["alice"]), Grant: auth.Grant{
 			ClientIDs: []string{"alice"},
+			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
+			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested"}},
+		}},
+		// A relay: the Telegram bridge, deciding for Telegram users.
+		{Name: "telegram", TokenSHA256: sha(tokens["telegram"]), Grant: auth.Grant{
+			ClientIDs: []string{"telegram"},
 			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
 			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested"}},
 		}},

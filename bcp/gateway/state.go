@@ -108,6 +108,7 @@ type AuditRecord struct {
 	Time           time.Time    `json:"time"`
 	Event          string       `json:"event"` // query, response, delivery, refusal, failure, reset, ...
 	From           string       `json:"from,omitempty"`
+	OnBehalfOf     string       `json:"on_behalf_of,omitempty"` // the human a relay (From) acted for
 	Controller     string       `json:"controller,omitempty"`
 	Reader         string       `json:"reader,omitempty"`
 	QueryID        string       `json:"query_id,omitempty"`

@@ -88,6 +88,16 @@ type Options struct {
 	// a bus that did not accept it. Default: 5s.
 	RetryMax time.Duration
 
+	// ApproverChat, when set, is the chat where BCP approval requests
+	// are posted with Approve and Reject buttons (approvals.go);
+	// Approvers are the Telegram user ids whose presses count. Both or
+	// neither. Default: none, and approvals are not relayed.
+	ApproverChat int64
+	Approvers    []int64
+	// GatewayID is the BCP gateway's clientId: approval requests from
+	// anyone else are not shown. Default: DefaultGatewayID.
+	GatewayID string
+
 	// Logger receives the bridge's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -118,6 +128,9 @@ func (o *Options) setDefaults() {
 	if o.RetryMax <= 0 {
 		o.RetryMax = 5 * time.Second
 	}
+	if o.GatewayID == "" {
+		o.GatewayID = DefaultGatewayID
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -134,6 +147,9 @@ type Bridge struct {
 
 	allowChats map[int64]bool
 	allowUsers map[int64]bool
+	// approvers is Options.Approvers as a set (approvals.go).
+	approvers       map[int64]bool
+	approvalMetrics *approvalMetrics
 
 	// botID and botUsername are the bot's own, from getMe; mention mode
 	// needs them.
@@ -171,6 +187,9 @@ func New(opts *Options) (*Bridge, error) {
 		return nil, errors.New("telegram: no bus URL")
 	}
 	o.setDefaults()
+	if (o.ApproverChat == 0) != (len(o.Approvers) == 0) {
+		return nil, errors.New("telegram: approvals need both an approver chat and the approvers' user ids")
+	}
 	if o.GroupMode != GroupModeMention && o.GroupMode != GroupModeAll {
 		return nil, fmt.Errorf("telegram: group mode %q: want %q or %q", o.GroupMode, GroupModeMention, GroupModeAll)
 	}
@@ -200,11 +219,13 @@ func New(opts *Options) (*Bridge, error) {
 		metrics:    newMetrics(),
 		allowChats: set(o.AllowChats),
 		allowUsers: set(o.AllowUsers),
+		approvers:  set(o.Approvers),
 		ready:      make(chan struct{}),
 		progress:   map[string]progress{},
 		threads:    map[int64]int{},
 	}
 	b.typing = newTyping(b)
+	b.approvalMetrics = newApprovalMetrics(b.metrics.registry)
 	return b, nil
 }
 
@@ -251,6 +272,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	b.conn.Store(conn)
 	if err := conn.Subscribe(ctx, "outbound:*", b.deliver, nil); err != nil {
 		return fmt.Errorf("telegram: subscribe outbound:*: %w", err)
+	}
+	if err := b.subscribeApprovals(ctx, conn); err != nil {
+		return err
 	}
 	defer b.typing.stopAll()
 	if b.opts.WebhookURL != "" {

@@ -266,6 +266,9 @@ func (b *Bridge) handle(ctx context.Context, u *telego.Update, once bool) error 
 		b.metrics.updates.WithLabelValues(updateKindOf(u), "duplicate").Inc()
 		return nil
 	}
+	if b.isApprovalPress(u) {
+		return b.handleApprovalPress(ctx, u)
+	}
 	in, err := b.translate(u)
 	var skip errSkip
 	if errors.As(err, &skip) {

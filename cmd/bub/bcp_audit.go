@@ -75,11 +75,16 @@ func runBCPAudit(_ context.Context, io stdio, args []string) int {
 			cat = fmt.Sprint(int(r.Category))
 		}
 		detail := r.Detail
+		from := orDash(r.From)
+		if r.OnBehalfOf != "" {
+			// A relay's decision: the human first, as the one who decided.
+			from = r.OnBehalfOf + " via " + r.From
+		}
 		if len(detail) > 60 {
 			detail = detail[:60] + "…"
 		}
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\n", r.Seq, r.Time.UTC().Format(time.RFC3339), r.Event,
-			orDash(r.From), ch, id, cat, float64(r.DeclaredBits), float64(r.MeasuredBits), left, r.Outcome, strings.ReplaceAll(detail, "\n", " "))
+			from, ch, id, cat, float64(r.DeclaredBits), float64(r.MeasuredBits), left, r.Outcome, strings.ReplaceAll(detail, "\n", " "))
 	}
 	w.Flush()
 	return 0

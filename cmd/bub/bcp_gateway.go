@@ -48,6 +48,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	var (
 		agents, dataDir, busURL, clientID string
 		logLevel, logFormat, approvers    string
+		relays                            string
 		metricsListen, alertTopic         string
 		alertShare                        float64
 		approvalTTL                       time.Duration
@@ -59,7 +60,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 		"Loads and checks the agent definitions in DIR (as bub bcp check does; any problem stops it),\n"+
 		"connects to the bus as --client-id and serves bcp:query and bcp:response until stopped.\n"+
 		"Its credential must allow publishing to agent:* and subscribing to bcp:*,\n"+
-		"system:client.connected and system:client.subscribed (and, with --approvers, publishing\nto bcp:approval.requested). The wire contract is in docs/BCP.md.")
+		"system:client.connected and system:client.subscribed (and, with --approvers or --relays,\npublishing to bcp:approval.requested). The wire contract is in docs/BCP.md.")
 	fs.StringVar(&agents, "agents", "", "directory of agent definitions (*.md); an agent's name is its clientId (required)")
 	fs.StringVar(&dataDir, "data-dir", "", "directory of the gateway's state: pending queries, budgets, audit log (required)")
 	fs.StringVar(&busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus")
@@ -67,6 +68,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	fs.IntVar(&maxAttempts, "max-attempts", 3, "answers a query may get before invalid ones fail it (validation_failed)")
 	fs.DurationVar(&queryTTL, "query-ttl", 10*time.Minute, "how long a query waits for a valid answer before it fails (expired)")
 	fs.StringVar(&approvers, "approvers", "", "comma-separated clientIds whose decisions on bcp:approval count; without any, Category 3 is refused")
+	fs.StringVar(&relays, "relays", "", "relays that decide for humans not on the bus: NAME=USER1,USER2, several separated by ';' (e.g. telegram=42,43: the Telegram bridge for Telegram users 42 and 43)")
 	fs.DurationVar(&approvalTTL, "approval-ttl", time.Hour, "how long an approval waits for a decision before the query fails (expired)")
 	fs.Float64Var(&alertShare, "alert-share", 0.8, "share of a channel's budget whose spending in one session publishes a bcp_budget_alert")
 	fs.StringVar(&alertTopic, "alert-topic", "alert:bcp.budget", "topic of budget alerts; keep it outside bcp:*, where agents may publish")
@@ -75,6 +77,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	fs.StringVar(&logFormat, "log-format", "text", "text or json")
 	cred.addFlags(fs)
 	bindEnvAs(fs, "approvers", "BUB_BCP_APPROVERS")
+	bindEnvAs(fs, "relays", "BUB_BCP_RELAYS")
 	bindEnvAs(fs, "alert-share", "BUB_BCP_ALERT_SHARE")
 	bindEnvAs(fs, "alert-topic", "BUB_BCP_ALERT_TOPIC")
 	bindEnvAs(fs, "metrics-listen", "BUB_BCP_METRICS_LISTEN")
@@ -109,6 +112,10 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	if err := checkBusURL(busURL); err != nil {
 		return usagef(io, "bcp gateway", "%v", err)
 	}
+	relayMap, err := parseRelays(relays)
+	if err != nil {
+		return usagef(io, "bcp gateway", "--relays: %v", err)
+	}
 	logger, err := newLogger(io, logLevel, logFormat)
 	if err != nil {
 		return usagef(io, "bcp gateway", "%v", err)
@@ -138,7 +145,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	g, err := gateway.Start(dialCtx, gateway.Options{
 		BusURL: busURL, ClientID: clientID, Token: token, Definitions: defs, DataDir: dataDir,
 		MaxAttempts: maxAttempts, QueryTTL: queryTTL, Logger: logger,
-		Approvers: splitList(approvers), ApprovalTTL: approvalTTL, AlertShare: alertShare, AlertTopic: alertTopic,
+		Approvers: splitList(approvers), Relays: relayMap, ApprovalTTL: approvalTTL, AlertShare: alertShare, AlertTopic: alertTopic,
 	})
 	cancel()
 	if err != nil {

@@ -72,6 +72,12 @@ func startBCPBus(t *testing.T) string {
 			ClientIDs: []string{"alice"},
 			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
 		}},
+		// The Telegram bridge, a relay for Telegram approvers (README).
+		{Name: "telegram", TokenSHA256: hashToken("telegram-token"), Grant: auth.Grant{
+			ClientIDs: []string{"telegram"},
+			Publish:   auth.Rules{Allow: []string{"tg:*", "bcp:approval"}},
+			Subscribe: auth.Rules{Allow: []string{"outbound:*", "bcp:approval.requested"}},
+		}},
 		{Name: "bcp-gateway", TokenSHA256: hashToken("gateway-token"), Grant: auth.Grant{
 			ClientIDs: []string{"bcp-gateway"},
 			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested"}},

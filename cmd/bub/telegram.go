@@ -43,6 +43,9 @@ type telegramConfig struct {
 	webhookSecret string
 	listen        string
 	typingMax     time.Duration
+	approverChat  int64
+	approvers     string
+	bcpGatewayID  string
 	logLevel      string
 	logFormat     string
 }
@@ -70,13 +73,16 @@ func runTelegram(ctx context.Context, io stdio, args []string) int {
 	fs.StringVar(&cfg.webhookSecret, "webhook-secret-file", "", "file holding the webhook's secret token (A-Z, a-z, 0-9, _, -); default: one derived from the bot token")
 	fs.StringVar(&cfg.listen, "listen", "", "address for the webhook, /metrics and /healthz, e.g. 127.0.0.1:8443; required with --webhook-url")
 	fs.DurationVar(&cfg.typingMax, "typing-max", 2*time.Minute, "how long a chat shows \"typing…\" after a message when no reply comes")
+	fs.Int64Var(&cfg.approverChat, "approver-chat", 0, "chat id where BCP approval requests are posted with Approve / Reject buttons; needs --approvers, and the gateway's --relays naming this bridge")
+	fs.StringVar(&cfg.approvers, "approvers", "", "comma-separated Telegram user ids whose presses in --approver-chat decide BCP approvals")
+	fs.StringVar(&cfg.bcpGatewayID, "bcp-gateway-id", telegram.DefaultGatewayID, "clientId of the BCP gateway: approval requests from anyone else are not shown")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "text or json")
 	// Every flag is a deployment's setting. Those whose BUB_<FLAG> would
 	// not say whose setting it is are named for the bridge: BUB_DATA_DIR
 	// and BUB_LISTEN are bub serve's.
 	for _, name := range []string{"client-id", "bot-token-file", "api-url", "data-dir", "allow-chats", "allow-users", "group-mode",
-		"poll-timeout", "webhook-url", "webhook-secret-file", "listen", "typing-max"} {
+		"poll-timeout", "webhook-url", "webhook-secret-file", "listen", "typing-max", "approver-chat", "approvers", "bcp-gateway-id"} {
 		bindEnvAs(fs, name, "BUB_TELEGRAM_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
 	}
 	bindAllEnv(fs)
@@ -107,6 +113,13 @@ func runTelegram(ctx context.Context, io stdio, args []string) int {
 	allowUsers, err := parseIDs(cfg.allowUsers)
 	if err != nil {
 		return usagef(io, "telegram", "--allow-users: %v", err)
+	}
+	approvers, err := parseIDs(cfg.approvers)
+	if err != nil {
+		return usagef(io, "telegram", "--approvers: %v", err)
+	}
+	if (cfg.approverChat == 0) != (len(approvers) == 0) {
+		return usagef(io, "telegram", "--approver-chat and --approvers go together: the chat where approval requests are posted, and who may press the buttons")
 	}
 	webhookPath := ""
 	if cfg.webhookURL != "" {
@@ -147,6 +160,9 @@ func runTelegram(ctx context.Context, io stdio, args []string) int {
 		WebhookURL:    cfg.webhookURL,
 		WebhookSecret: webhookSecret,
 		TypingMax:     cfg.typingMax,
+		ApproverChat:  cfg.approverChat,
+		Approvers:     approvers,
+		GatewayID:     cfg.bcpGatewayID,
 		Logger:        logger,
 	})
 	if err != nil {

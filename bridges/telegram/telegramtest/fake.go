@@ -76,6 +76,8 @@ type Server struct {
 	sent     []Sent
 	actions  []Action
 	answered []string
+	answers  map[string]string // callback query id → the answer's text
+	presses  int
 	webhook  struct{ url, secret string }
 	faults   map[string][]Fault
 	calls    map[string]int
@@ -89,7 +91,7 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	s := &Server{
 		t: t, changed: make(chan struct{}), nextID: 1000, nextMsg: 1,
-		faults: map[string][]Fault{}, calls: map[string]int{},
+		faults: map[string][]Fault{}, calls: map[string]int{}, answers: map[string]string{},
 		blocked: map[int64]bool{}, unknown: map[int64]bool{},
 	}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
@@ -191,6 +193,30 @@ func (s *Server) Answered() []string {
 	return append([]string(nil), s.answered...)
 }
 
+// AnswerText returns the text a callback query was answered with, and
+// whether it was answered.
+func (s *Server) AnswerText(callbackQueryID string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	text, ok := s.answers[callbackQueryID]
+	return text, ok
+}
+
+// Press pushes a press by user of the inline button with data under
+// message messageID in chat, and returns the callback query's id.
+func (s *Server) Press(chat, user int64, messageID int, data string) string {
+	s.mu.Lock()
+	s.presses++
+	id := "press-" + strconv.Itoa(s.presses)
+	s.mu.Unlock()
+	s.Push(map[string]any{"callback_query": map[string]any{
+		"id": id, "chat_instance": "ci", "data": data,
+		"from":    map[string]any{"id": user, "is_bot": false, "first_name": "User", "last_name": strconv.FormatInt(user, 10)},
+		"message": map[string]any{"message_id": messageID, "date": time.Now().Unix(), "chat": map[string]any{"id": chat, "type": "supergroup"}, "text": "…"},
+	}})
+	return id
+}
+
 // Offsets returns the offsets of the getUpdates calls so far.
 func (s *Server) Offsets() []int {
 	s.mu.Lock()
@@ -286,6 +312,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case "answerCallbackQuery":
 		s.mu.Lock()
 		s.answered = append(s.answered, str(params["callback_query_id"]))
+		s.answers[str(params["callback_query_id"])] = str(params["text"])
 		s.notify()
 		s.mu.Unlock()
 		reply(w, 200, true, Fault{})
