@@ -243,6 +243,12 @@ func TestReplyHeldWhileBridgeDown(t *testing.T) {
 	h := &harness{t: t, bus: bs, tg: telegramtest.Start(t), logs: &syncBuffer{}}
 	_, stop := h.start(telegram.Options{ClientID: "tg-bridge"})
 	stop()
+	// The bridge's close reaches the bus a moment after stop returns;
+	// until the bus has dropped its subscription, a reply would be routed
+	// to the closing bridge and retried rather than held.
+	if !h.tg.Wait(wait, func() bool { return subscriptions(t, bs) == 0 }) {
+		t.Fatal("the bus still holds the stopped bridge's subscription")
+	}
 	conn, err := peer.Dial(context.Background(), bs.URL, &peer.Options{NoReconnect: true})
 	if err != nil {
 		t.Fatal(err)
@@ -260,4 +266,20 @@ func TestReplyHeldWhileBridgeDown(t *testing.T) {
 	if n := len(h.tg.Sent()); n != 1 {
 		t.Fatalf("sent %d times", n)
 	}
+}
+
+// subscriptions reads the bus's bub_subscriptions gauge.
+func subscriptions(t *testing.T, bs *bustest.Server) float64 {
+	t.Helper()
+	families, err := bs.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "bub_subscriptions" {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no bub_subscriptions gauge")
+	return -1
 }
