@@ -288,6 +288,13 @@ func (c *Client) Call(method string, params any) Response {
 	case r := <-ch:
 		return r
 	case <-c.done:
+		// The answer may have come just before the close (as -32009
+		// does before 4006); select picks at random among ready cases.
+		select {
+		case r := <-ch:
+			return r
+		default:
+		}
 		return Response{Error: &protocol.Error{Code: NoResponse, Message: fmt.Sprintf("%s: connection closed: %v", method, c.CloseErr)}}
 	case <-time.After(Timeout):
 		return Response{Error: &protocol.Error{Code: NoResponse, Message: fmt.Sprintf("%s: no response within %s", method, Timeout)}}
