@@ -64,20 +64,9 @@ func runBCPCheck(io stdio, args []string) int {
 		return usagef(io, "bcp check", "name one directory of agent definitions, or one definition file (see bub bcp check --help)")
 	}
 	path := fs.Arg(0)
-	defs, err := loadDefinitions(path)
-	if err != nil {
-		var problems bcp.Errors
-		if !errors.As(err, &problems) {
-			return errorf(io, "%v", err)
-		}
-		for _, p := range problems {
-			fmt.Fprintln(io.err, p)
-		}
-		return errorf(io, "%s: %d problem%s in the agent definitions", path, len(problems), bcpPlural(len(problems)))
-	}
-	if len(defs) == 0 {
-		// "0 agents" and exit 0 hid a wrong directory.
-		return errorf(io, "%s: no agent definitions (*.md files) in this directory", path)
+	defs, code := checkedDefinitions(io, path, loadDefinitions, "")
+	if code != 0 {
+		return code
 	}
 	printDefinitions(io.out, path, defs)
 	if info, err := os.Stat(path); err == nil && !info.IsDir() {
@@ -236,4 +225,26 @@ func bcpPlural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// checkedDefinitions loads the agent definitions at path with load and
+// prints every problem they have, one per line; on any, or when there are
+// no definitions at all ("0 agents" and exit 0 hid a wrong directory), it
+// returns the exit status, with after appended to the summary line.
+func checkedDefinitions(io stdio, path string, load func(string) ([]*bcp.Definition, error), after string) ([]*bcp.Definition, int) {
+	defs, err := load(path)
+	if err != nil {
+		var problems bcp.Errors
+		if !errors.As(err, &problems) {
+			return nil, errorf(io, "%v", err)
+		}
+		for _, p := range problems {
+			fmt.Fprintln(io.err, p)
+		}
+		return nil, errorf(io, "%s: %d problem%s in the agent definitions%s", path, len(problems), bcpPlural(len(problems)), after)
+	}
+	if len(defs) == 0 {
+		return nil, errorf(io, "%s: no agent definitions (*.md files) in this directory", path)
+	}
+	return defs, 0
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -127,19 +126,9 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	if info, err := os.Stat(agents); err != nil || !info.IsDir() {
 		return errorf(io, "--agents %s: not a directory of agent definitions", agents)
 	}
-	defs, err := bcp.LoadDefinitions(agents)
-	if err != nil {
-		var problems bcp.Errors
-		if !errors.As(err, &problems) {
-			return errorf(io, "%v", err)
-		}
-		for _, p := range problems {
-			fmt.Fprintln(io.err, p)
-		}
-		return errorf(io, "%s: %d problem%s in the agent definitions; not starting", agents, len(problems), bcpPlural(len(problems)))
-	}
-	if len(defs) == 0 {
-		return errorf(io, "%s: no agent definitions (*.md files) in this directory", agents)
+	defs, code := checkedDefinitions(io, agents, bcp.LoadDefinitions, "; not starting")
+	if code != 0 {
+		return code
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	g, err := gateway.Start(dialCtx, gateway.Options{
