@@ -211,13 +211,11 @@ func (c *conn) refuse(reason, identity, clientID, why string, err error) error {
 	return err
 }
 
-// checkPublish refuses a publish the connection's credential does not
-// allow. The bus's own topics are refused with no auth configured too:
-// observers, the spawner among them, trust what arrives there.
-func (c *conn) checkPublish(topic string) error {
-	c.mu.Lock()
-	access, identity, id := c.access, c.identity, c.clientID
-	c.mu.Unlock()
+// checkPublish refuses a publish the connection's credential (access,
+// identity, as sendMessage read them) does not allow. The bus's own
+// topics are refused with no auth configured too: observers, the spawner
+// among them, trust what arrives there.
+func (c *conn) checkPublish(access *auth.Access, identity, id, topic string) error {
 	if protocol.BusOwnedTopic(topic) {
 		return c.refuse(refuseBusTopic, identity, id, topic,
 			protocol.Errorf(protocol.ErrForbidden, "%q is one of the bus's own topics; only the bus publishes there", topic))

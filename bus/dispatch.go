@@ -308,18 +308,19 @@ func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
 }
 
 func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
-	from := c.id()
 	var p protocol.SendMessageParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
 	}
+	// One look at the connection for everything the checks need.
+	c.mu.Lock()
+	from, access, identity := c.clientID, c.access, c.identity
 	if p.Topic == "" {
-		c.mu.Lock()
 		p.Topic = c.defaultTopic
-		c.mu.Unlock()
-		if p.Topic == "" {
-			return nil, protocol.Errorf(protocol.ErrInvalidParams, "topic is required: this connection set no defaultTopic in initialize")
-		}
+	}
+	c.mu.Unlock()
+	if p.Topic == "" {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "topic is required: this connection set no defaultTopic in initialize")
 	}
 	if err := protocol.ValidateTopic(p.Topic); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
@@ -327,7 +328,7 @@ func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
 	if err := c.checkTopic(p.Topic); err != nil {
 		return nil, err
 	}
-	if err := c.checkPublish(p.Topic); err != nil {
+	if err := c.checkPublish(access, identity, from, p.Topic); err != nil {
 		return nil, err
 	}
 	if _, err := protocol.PayloadType(p.Payload); err != nil {
