@@ -372,6 +372,9 @@ func (c *conn) admitPublish() (identity string, err error) {
 		perIdentity = c.maxPending
 	}
 	c.logged &^= loggedRate
+	// Read here so that an accepted publish, the common case, takes the
+	// lock once more only when a refusal streak just ended.
+	pendingStreak := c.logged&loggedPending != 0
 	c.mu.Unlock()
 
 	if l.MaxPending < 0 && perIdentity < 0 {
@@ -388,9 +391,11 @@ func (c *conn) admitPublish() (identity string, err error) {
 	case !under(total, l.MaxPending):
 		limit, bound, n = limitPending, l.MaxPending, total
 	default:
-		c.mu.Lock()
-		c.logged &^= loggedPending
-		c.mu.Unlock()
+		if pendingStreak {
+			c.mu.Lock()
+			c.logged &^= loggedPending
+			c.mu.Unlock()
+		}
 		return identity, nil
 	}
 	c.mu.Lock()

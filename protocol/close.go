@@ -11,8 +11,8 @@ const (
 	// connection's credential is no longer accepted, or it expired.
 	CloseCredentialRevoked = 4003
 	// ClosePermissionsChanged: after a configuration reload the
-	// credential no longer allows one of the connection's
-	// subscriptions.
+	// credential no longer allows the connection's clientId or one of its
+	// subscriptions, or has become publish-only.
 	ClosePermissionsChanged = 4004
 	// CloseHandshakeTimeout: no initialize within the handshake
 	// deadline.

@@ -381,10 +381,6 @@ func (s *state) nextOutbox() (key []byte, m outMessage, ok bool, err error) {
 	return key, m, ok, err
 }
 
-func (s *state) deleteOutbox(key []byte) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketOutbox).Delete(key) })
-}
-
 // finishOutbox dequeues the message at key and, in the same transaction,
 // queues its follow-up for the bus's answer (outMessage.Outcome): a crash
 // between the two can neither lose the follow-up nor send it twice.

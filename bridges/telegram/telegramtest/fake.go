@@ -72,7 +72,6 @@ type Server struct {
 	ids      []int
 	nextID   int
 	nextMsg  int
-	offsets  []int
 	sent     []Sent
 	actions  []Action
 	answered []string
@@ -217,13 +216,6 @@ func (s *Server) Press(chat, user int64, messageID int, data string) string {
 	return id
 }
 
-// Offsets returns the offsets of the getUpdates calls so far.
-func (s *Server) Offsets() []int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]int(nil), s.offsets...)
-}
-
 // Calls returns how many times method was called.
 func (s *Server) Calls(method string) int {
 	s.mu.Lock()
@@ -340,7 +332,6 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, params map[s
 	timeout := time.Duration(int64Param(params, "timeout")) * time.Second
 	deadline := time.Now().Add(timeout)
 	s.mu.Lock()
-	s.offsets = append(s.offsets, offset)
 	for len(s.ids) > 0 && s.ids[0] < offset {
 		s.ids, s.updates = s.ids[1:], s.updates[1:]
 	}
