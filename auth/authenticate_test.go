@@ -141,8 +141,16 @@ func TestAuthenticateJWT(t *testing.T) {
 	if !p.AllowsClientID("agent-1") || p.AllowsClientID("agent-2") || p.AllowsClientID("agent-*") {
 		t.Error("a JWT principal must initialize only as its sub")
 	}
-	if _, err := f.auth.Authenticate(good, now.Add(time.Hour+time.Second)); !errors.Is(err, auth.ErrBadCredential) {
-		t.Errorf("after exp: err %v", err)
+	// Thirty seconds of clock skew are tolerated on both ends, no more.
+	if _, err := f.auth.Authenticate(good, now.Add(time.Hour+20*time.Second)); err != nil {
+		t.Errorf("20s after exp, within the leeway: %v", err)
+	}
+	if _, err := f.auth.Authenticate(good, now.Add(time.Hour+31*time.Second)); !errors.Is(err, auth.ErrBadCredential) {
+		t.Errorf("31s after exp: err %v", err)
+	}
+	early := mustMint(f.spawnerKey, "spawner", "agent-1", time.Hour, now.Add(20*time.Second))
+	if _, err := f.auth.Authenticate(early, now); err != nil {
+		t.Errorf("minted by a clock 20s ahead: %v", err)
 	}
 }
 
