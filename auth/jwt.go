@@ -84,13 +84,13 @@ type jwtIssuer struct {
 	pending   int
 }
 
-// jwtLeeway is the clock skew tolerated on exp, nbf and iat: the spawner
+// ClockSkew is the clock skew tolerated on exp, nbf and iat: the spawner
 // mints a token and an agent presents it at once, often to a bus on
 // another host whose clock is a few seconds off, and a token refused for
 // being issued two seconds "in the future" is an outage nobody can see
 // the cause of. Thirty seconds covers an unsynchronised clock's usual
 // drift while keeping an expired token's grace short.
-const jwtLeeway = 30 * time.Second
+const ClockSkew = 30 * time.Second
 
 // authenticateJWT verifies a JWT and builds its principal. Every error
 // wraps ErrBadCredential and says why, for the bus log.
@@ -101,7 +101,7 @@ func (a *Authenticator) authenticateJWT(token string, now time.Time) (*Principal
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 		jwt.WithTimeFunc(func() time.Time { return now }),
-		jwt.WithLeeway(jwtLeeway),
+		jwt.WithLeeway(ClockSkew),
 	)
 	var tc tokenClaims
 	_, err := parser.ParseWithClaims(token, &tc, func(t *jwt.Token) (any, error) {

@@ -184,8 +184,22 @@ func (c *conn) authorizeInitialize(p *protocol.InitializeParams) (*auth.Principa
 func (c *conn) setAccessLocked(principal *auth.Principal, access *auth.Access) {
 	c.principal, c.access, c.identity = principal, access, ""
 	c.maxPending, c.rate, c.rateBurst = 0, 0, 0
+	if c.expiry != nil {
+		c.expiry.Stop()
+		c.expiry = nil
+	}
 	if principal == nil {
 		return
+	}
+	if exp := principal.Expires(); !exp.IsZero() {
+		// A credential is cut when it expires, not at the next reload:
+		// the check is the reload's own, against what is in force then,
+		// once the token is past its exp and the skew allowance. A
+		// runtime timer, not a goroutine, so an idle connection pays a
+		// few dozen bytes for it.
+		c.expiry = time.AfterFunc(time.Until(exp)+auth.ClockSkew+time.Second, func() {
+			c.recheck(c.server.auth.Load())
+		})
 	}
 	c.identity = principal.Name()
 	c.maxPending = access.MaxPending()

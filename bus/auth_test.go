@@ -360,7 +360,7 @@ func TestSpawnerMintedTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tok := range map[string]string{
-		"expired":         f.mint(t, "agent-a", claims, -time.Second),
+		"expired":         f.mint(t, "agent-a", claims, -auth.ClockSkew-time.Second),
 		"wrong key":       other,
 		"unknown issuer":  unknown,
 		"alg none":        jwtNone("spawner", "agent-a"),
@@ -543,5 +543,23 @@ func TestGrantLimits(t *testing.T) {
 	main, _ := initialize(t, srv.URL, "main-token", "main", false)
 	if r := send(main, "agent:ghost-3"); r.Error != nil {
 		t.Errorf("main after hoarder's cap: %v", r.Error)
+	}
+}
+
+// TestCredentialExpiresMidConnection: a connection is closed with 4003
+// once its token is past exp and the clock-skew allowance, without waiting
+// for a reload. The token here expired 27s ago, so the allowance still
+// admits it and runs out about four seconds later.
+func TestCredentialExpiresMidConnection(t *testing.T) {
+	f := startAuth(t)
+	claims := auth.Claims{Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}"}}}
+	tok := f.mint(t, "agent-a", claims, -(auth.ClockSkew - 3*time.Second))
+	a, got := initialize(t, f.srv.URL, tok, "agent-a", false)
+	if got != 0 {
+		t.Fatalf("a token within the skew allowance: %d", got)
+	}
+	a.Subscribe("agent:agent-a", "")
+	if st := a.Closed(); st != protocol.CloseCredentialRevoked {
+		t.Errorf("expired credential closed with %d, want %d", st, protocol.CloseCredentialRevoked)
 	}
 }

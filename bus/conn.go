@@ -62,7 +62,9 @@ type conn struct {
 	// identity is the credential's name, "" on an open bus; whom the
 	// connection's publishes count against is limitKey.
 	identity string
-	subs     map[string]*subscription // by pattern string
+	// expiry closes the connection when its credential expires.
+	expiry *time.Timer
+	subs   map[string]*subscription // by pattern string
 
 	connLimits
 }
@@ -182,6 +184,9 @@ func (c *conn) cleanup() {
 	s.metrics.connections.Dec()
 	c.mu.Lock()
 	id, identity, takenOver, publishOnly := c.clientID, c.identity, c.takenOver, c.publishOnly
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
 	c.mu.Unlock()
 	if id != "" && !publishOnly {
 		reason := ""
