@@ -64,7 +64,7 @@ func (h *harness) run() error {
 		return err
 	}
 	log.Printf("%s, %d CPUs, %s", h.res.Machine.CPU, h.res.Machine.CPUs, h.res.Machine.Go)
-	if h.want("relay") || h.want("latency") || h.want("fanout") {
+	if h.want("relay") || h.want("latency") || h.want("fanout") || h.want("sdk") {
 		if err := h.startSystems(); err != nil {
 			return err
 		}
@@ -84,7 +84,27 @@ func (h *harness) run() error {
 			return err
 		}
 	}
+	if h.want("sdk") {
+		if err := h.sdk(); err != nil {
+			return err
+		}
+	}
 	h.stopAll()
+	if h.want("retries") {
+		if err := h.retries(); err != nil {
+			return err
+		}
+	}
+	if h.want("held") {
+		if err := h.held(); err != nil {
+			return err
+		}
+	}
+	if h.want("spawn") {
+		if err := h.spawn(); err != nil {
+			return err
+		}
+	}
 	if h.want("idle") {
 		if err := h.idle(); err != nil {
 			return err
@@ -135,8 +155,17 @@ func (h *harness) startSystems() error {
 		return err
 	}
 	h.procs = append(h.procs, nats)
-	h.systems = []system{&busSystem{bus}, &rawSystem{raw}, &natsSystem{nats}}
+	h.systems = []system{&busSystem{proc: bus}, &rawSystem{raw}, &natsSystem{nats}}
 	return nil
+}
+
+// close stops the servers and removes the temp dir, with the stores and
+// workspaces the scenarios left in it.
+func (h *harness) close() {
+	h.stopAll()
+	if err := os.RemoveAll(h.tmp); err != nil {
+		log.Printf("warning: remove %s: %v", h.tmp, err)
+	}
 }
 
 func (h *harness) stopAll() {
@@ -147,14 +176,14 @@ func (h *harness) stopAll() {
 	h.systems = nil
 }
 
-// rounds runs measure for every system, h.cfg.rounds times, starting each
-// round with the next system so that no system always runs first, and
-// returns the runs per system in round order.
-func (h *harness) rounds(measure func(system) (stats, error)) (map[string][]stats, error) {
+// rounds runs measure for every one of systems, h.cfg.rounds times,
+// starting each round with the next system so that no system always runs
+// first, and returns the runs per system in round order.
+func (h *harness) rounds(systems []system, measure func(system) (stats, error)) (map[string][]stats, error) {
 	runs := make(map[string][]stats)
 	for r := range h.cfg.rounds {
-		for i := range h.systems {
-			sys := h.systems[(i+r)%len(h.systems)]
+		for i := range systems {
+			sys := systems[(i+r)%len(systems)]
 			s, err := measure(sys)
 			if err != nil {
 				return nil, err
@@ -168,7 +197,7 @@ func (h *harness) rounds(measure func(system) (stats, error)) (map[string][]stat
 func (h *harness) relay() error {
 	for _, size := range relaySizes {
 		for _, window := range relayInFlight {
-			runs, err := h.rounds(func(sys system) (stats, error) {
+			runs, err := h.rounds(h.systems, func(sys system) (stats, error) {
 				ss, err := openSession(sys, 1, size)
 				if err != nil {
 					return stats{}, err
@@ -188,6 +217,36 @@ func (h *harness) relay() error {
 	return nil
 }
 
+// sdkCases are the relays run through the Go SDK: payload size and
+// messages in flight.
+var sdkCases = []struct{ size, window int }{{1 << 10, 1}, {1 << 10, 64}, {64 << 10, 64}}
+
+// sdk runs relays through the Go SDK next to the same relays through the
+// lean clients, against the same bus process.
+func (h *harness) sdk() error {
+	systems := []system{h.systems[0], &sdkSystem{h.systems[0].server()}}
+	for _, sc := range sdkCases {
+		runs, err := h.rounds(systems, func(sys system) (stats, error) {
+			ss, err := openSession(sys, 1, sc.size)
+			if err != nil {
+				return stats{}, err
+			}
+			defer ss.close()
+			return closedLoop(ss, sc.window, h.cfg.warmup, h.cfg.runFor)
+		})
+		if err != nil {
+			return fmt.Errorf("Go SDK relay %s, %d in flight: %w", sizeName(sc.size), sc.window, err)
+		}
+		c := newCell(fmt.Sprintf("relay %s ×%d", sizeName(sc.size), sc.window), runs, higherIsBetter)
+		c.Payload, c.InFlight, c.Subscribers = sc.size, sc.window, 1
+		h.res.SDK = append(h.res.SDK, c)
+		log.Printf("%s via the SDK: %.0f/s, p99 %s, %.1f µs client CPU per relay; lean: %.0f/s, %.1f µs; sdk/lean %.2f",
+			c.Name, c.Median["sdk"].Throughput, us(c.Median["sdk"].P99), c.Median["sdk"].ClientCPUPerMsg,
+			c.Median["bus"].Throughput, c.Median["bus"].ClientCPUPerMsg, c.SDKVsLean.Throughput)
+	}
+	return nil
+}
+
 // latencyLoad is the open-loop rate as a share of the bus's closed-loop
 // throughput at 64 in flight.
 const latencyLoad = 0.5
@@ -201,7 +260,7 @@ func (h *harness) latency() error {
 			}
 		}
 		rate = max(rate, 100)
-		runs, err := h.rounds(func(sys system) (stats, error) {
+		runs, err := h.rounds(h.systems, func(sys system) (stats, error) {
 			ss, err := openSession(sys, 1, size)
 			if err != nil {
 				return stats{}, err
@@ -224,7 +283,7 @@ func (h *harness) fanout() error {
 	for _, n := range fanoutSizes {
 		var one, many map[string][]stats
 		one, many = map[string][]stats{}, map[string][]stats{}
-		_, err := h.rounds(func(sys system) (stats, error) {
+		_, err := h.rounds(h.systems, func(sys system) (stats, error) {
 			ss, err := openSession(sys, n, fanoutPayload)
 			if err != nil {
 				return stats{}, err
@@ -259,10 +318,10 @@ func (h *harness) fanout() error {
 // idle measures each server's resident memory per idle connection, each
 // on a freshly started process.
 func (h *harness) idle() error {
-	starts := []func() (system, error){
-		func() (system, error) { p, err := startBub(h.bub, h.tmp); return &busSystem{p}, err },
-		func() (system, error) { p, err := startRole("relay"); return &rawSystem{p}, err },
-		func() (system, error) { p, err := startRole("nats"); return &natsSystem{p}, err },
+	starts := []func() (idler, error){
+		func() (idler, error) { p, err := startBub(h.bub, h.tmp); return &busSystem{proc: p}, err },
+		func() (idler, error) { p, err := startRole("relay"); return &rawSystem{p}, err },
+		func() (idler, error) { p, err := startRole("nats"); return &natsSystem{p}, err },
 	}
 	for _, start := range starts {
 		sys, err := start()
@@ -291,7 +350,7 @@ type idleResult struct {
 	Error       string  `json:"error,omitempty"`
 }
 
-func measureIdle(sys system, n int) (idleResult, error) {
+func measureIdle(sys idler, n int) (idleResult, error) {
 	r := idleResult{System: sys.name(), Wanted: n}
 	time.Sleep(time.Second)
 	before, err := sys.server().rss()
@@ -381,7 +440,7 @@ func (h *harness) profileBus() error {
 		return err
 	}
 	h.procs = append(h.procs, p)
-	sys := &busSystem{p}
+	sys := &busSystem{proc: p}
 	ss, err := openSession(sys, 1, 1<<10)
 	if err != nil {
 		return err
