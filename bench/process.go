@@ -23,9 +23,22 @@ type process struct {
 	addr string // host:port it serves on
 }
 
+// busLimits lift the bus's limits that would refuse the harness's own
+// load: every connection comes from 127.0.0.1 (the idle scenario opens
+// 10,000 and more), the fan-out's patterns carry up to 12 '?', and the
+// stored-retries runs leave more than 10,000 retries pending from one
+// publisher. Every other flag stays at its default.
+var busLimits = []string{
+	"--max-connections", "-1",
+	"--max-connections-per-addr", "-1",
+	"--max-pattern-wildcards", strconv.Itoa(len(fanoutTail)),
+	"--max-pending", "-1",
+	"--max-pending-per-identity", "-1",
+}
+
 // startBub starts `bub serve` on a free loopback port with its data in a
-// fresh directory under tmp, and extra flags after the harness's.
-func startBub(bin, tmp string, extra ...string) (*process, error) {
+// fresh directory under tmp.
+func startBub(bin, tmp string) (*process, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("start bub serve: %w", err)
@@ -34,7 +47,7 @@ func startBub(bin, tmp string, extra ...string) (*process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start bub serve: %w", err)
 	}
-	args := append([]string{"serve", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn"}, extra...)
+	args := append([]string{"serve", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn"}, busLimits...)
 	p, err := startProcess("bub serve", exec.Command(bin, args...))
 	if err != nil {
 		return nil, err
