@@ -51,6 +51,19 @@ func newHarness(cfg config) (*harness, error) {
 	return &harness{cfg: cfg, tmp: tmp}, nil
 }
 
+// scenario is one of the harness's scenarios, by its -only name.
+type scenario struct {
+	name string
+	run  func() error
+}
+
+func (h *harness) runScenario(sc scenario) error {
+	if !h.want(sc.name) {
+		return nil
+	}
+	return sc.run()
+}
+
 func (h *harness) want(scenario string) bool {
 	return h.cfg.only == "" || slices.Contains(strings.Split(h.cfg.only, ","), scenario)
 }
@@ -64,54 +77,23 @@ func (h *harness) run() error {
 		return err
 	}
 	log.Printf("%s, %d CPUs, %s", h.res.Machine.CPU, h.res.Machine.CPUs, h.res.Machine.Go)
-	if h.want("relay") || h.want("latency") || h.want("fanout") || h.want("sdk") {
+	// The first four share one bus, relay and NATS; the others start
+	// what they need.
+	shared := []scenario{{"relay", h.relay}, {"latency", h.latency}, {"fanout", h.fanout}, {"sdk", h.sdk}}
+	alone := []scenario{{"retries", h.retries}, {"held", h.held}, {"spawn", h.spawn}, {"idle", h.idle}, {"route", h.route}}
+	if slices.ContainsFunc(shared, func(sc scenario) bool { return h.want(sc.name) }) {
 		if err := h.startSystems(); err != nil {
 			return err
 		}
 	}
-	if h.want("relay") {
-		if err := h.relay(); err != nil {
-			return err
-		}
-	}
-	if h.want("latency") {
-		if err := h.latency(); err != nil {
-			return err
-		}
-	}
-	if h.want("fanout") {
-		if err := h.fanout(); err != nil {
-			return err
-		}
-	}
-	if h.want("sdk") {
-		if err := h.sdk(); err != nil {
+	for _, sc := range shared {
+		if err := h.runScenario(sc); err != nil {
 			return err
 		}
 	}
 	h.stopAll()
-	if h.want("retries") {
-		if err := h.retries(); err != nil {
-			return err
-		}
-	}
-	if h.want("held") {
-		if err := h.held(); err != nil {
-			return err
-		}
-	}
-	if h.want("spawn") {
-		if err := h.spawn(); err != nil {
-			return err
-		}
-	}
-	if h.want("idle") {
-		if err := h.idle(); err != nil {
-			return err
-		}
-	}
-	if h.want("route") {
-		if err := h.route(); err != nil {
+	for _, sc := range alone {
+		if err := h.runScenario(sc); err != nil {
 			return err
 		}
 	}

@@ -199,21 +199,16 @@ func printReport(w io.Writer, r *results) {
 		}
 		tw.Flush()
 	}
-	if len(r.Durable) > 0 {
-		fmt.Fprintln(w, "\nDurable (bus alone, fresh store; 1 KiB; latency = publish until result, or subscribe until delivery for woken)")
-		fmt.Fprintln(tw, "scenario\tin flight\tper second\tp50\tp99\tmax\tbus µs CPU\t")
-		for _, c := range r.Durable {
+	if alone := slices.Concat(r.Durable, r.Spawn); len(alone) > 0 {
+		fmt.Fprintln(w, "\nBus alone, fresh store each run (1 KiB; latency = publish until result; woken: subscribe until delivery; spawn: first message to a new chat until bench/agent's processMessage)")
+		fmt.Fprintln(tw, "scenario\tin flight\tper second\tp50\tp99\tmax\tbus µs CPU\tspawner µs CPU\t")
+		for _, c := range alone {
 			b := c.Median["bus"]
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.1f\t\n", c.Name, c.InFlight, b.Throughput, us(b.P50), us(b.P99), us(b.Max), b.ServerCPUPerMsg)
-		}
-		tw.Flush()
-	}
-	if len(r.Spawn) > 0 {
-		fmt.Fprintln(w, "\nSpawn to first delivery (first message to a new chat until bench/agent's processMessage; one at a time)")
-		fmt.Fprintln(tw, "scenario\tp50\tp99\tmax\tbus µs CPU\tspawner µs CPU\t")
-		for _, c := range r.Spawn {
-			b := c.Median["bus"]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t\n", c.Name, us(b.P50), us(b.P99), us(b.Max), b.ServerCPUPerMsg, b.HelperCPUPerMsg)
+			helper := ""
+			if b.HelperCPUPerMsg > 0 {
+				helper = fmt.Sprintf("%.0f", b.HelperCPUPerMsg)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.1f\t%s\t\n", c.Name, c.InFlight, b.Throughput, us(b.P50), us(b.P99), us(b.Max), b.ServerCPUPerMsg, helper)
 		}
 		tw.Flush()
 	}

@@ -46,7 +46,7 @@ func (h *harness) spawn() error {
 		}
 	}
 	c := newCell(fmt.Sprintf("spawn to first delivery (%d)", h.cfg.spawns), map[string][]stats{"bus": runs}, lowerIsBetter)
-	c.Subscribers = 1
+	c.Subscribers, c.InFlight = 1, 1
 	h.res.Spawn = append(h.res.Spawn, c)
 	log.Print(c.busSummary())
 	return nil
