@@ -515,6 +515,10 @@ func describeMachine(cfg config) machine {
 	}
 	if out, err := exec.Command("git", "-C", cfg.root, "rev-parse", "--short", "HEAD").Output(); err == nil {
 		m.Commit = strings.TrimSpace(string(out))
+		// Numbers from uncommitted code must not pass for the commit's.
+		if st, err := exec.Command("git", "-C", cfg.root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			m.Commit += "+dirty"
+		}
 	}
 	return m
 }

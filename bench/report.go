@@ -240,6 +240,7 @@ func printReport(w io.Writer, r *results) {
 		}
 		tw.Flush()
 	}
+	printSummary(w, r)
 }
 
 // target is one of issue 14's targets (and issue 6's routing one),
