@@ -49,7 +49,7 @@ func main() {
 	flag.StringVar(&cfg.root, "root", "..", "the repository root, where ./cmd/bub and ./bus live")
 	flag.StringVar(&cfg.bub, "bub", "", "a prebuilt bub binary (default: build one from -root into a temp dir)")
 	flag.StringVar(&cfg.out, "out", "results/latest.json", "where to write the results as JSON (empty: nowhere)")
-	flag.BoolVar(&cfg.quick, "quick", false, "one round, shorter runs, 2,000 idle connections: a smoke test, not numbers to publish")
+	flag.BoolVar(&cfg.quick, "quick", false, "one round, shorter runs, 2,000 idle connections, 500 held messages, 5 spawns: a smoke test, not numbers to publish")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "alternating rounds per scenario; ratios are the median of per-round ratios")
 	flag.DurationVar(&cfg.runFor, "duration", time.Second, "measured time of one throughput run")
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "unmeasured time before each run")
