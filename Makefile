@@ -38,7 +38,9 @@ fuzz:
 
 # The harness (bench/, a module of its own; docs/BENCHMARKS.md): builds
 # bub, runs it as a separate process next to a raw WebSocket relay and
-# NATS, prints a table and writes bench/results/latest.json. A few minutes.
+# NATS, then alone for the durable scenarios and with bub spawner for
+# spawn-to-first-delivery; prints the tables (rates and server CPU per
+# message) and writes bench/results/latest.json. Several minutes.
 bench:
 	cd bench && $(GO) run . -out results/latest.json
 

@@ -51,6 +51,19 @@ func newHarness(cfg config) (*harness, error) {
 	return &harness{cfg: cfg, tmp: tmp}, nil
 }
 
+// scenario is one of the harness's scenarios, by its -only name.
+type scenario struct {
+	name string
+	run  func() error
+}
+
+func (h *harness) runScenario(sc scenario) error {
+	if !h.want(sc.name) {
+		return nil
+	}
+	return sc.run()
+}
+
 func (h *harness) want(scenario string) bool {
 	return h.cfg.only == "" || slices.Contains(strings.Split(h.cfg.only, ","), scenario)
 }
@@ -64,34 +77,23 @@ func (h *harness) run() error {
 		return err
 	}
 	log.Printf("%s, %d CPUs, %s", h.res.Machine.CPU, h.res.Machine.CPUs, h.res.Machine.Go)
-	if h.want("relay") || h.want("latency") || h.want("fanout") {
+	// The first four share one bus, relay and NATS; the others start
+	// what they need.
+	shared := []scenario{{"relay", h.relay}, {"latency", h.latency}, {"fanout", h.fanout}, {"sdk", h.sdk}}
+	alone := []scenario{{"retries", h.retries}, {"held", h.held}, {"spawn", h.spawn}, {"idle", h.idle}, {"route", h.route}}
+	if slices.ContainsFunc(shared, func(sc scenario) bool { return h.want(sc.name) }) {
 		if err := h.startSystems(); err != nil {
 			return err
 		}
 	}
-	if h.want("relay") {
-		if err := h.relay(); err != nil {
-			return err
-		}
-	}
-	if h.want("latency") {
-		if err := h.latency(); err != nil {
-			return err
-		}
-	}
-	if h.want("fanout") {
-		if err := h.fanout(); err != nil {
+	for _, sc := range shared {
+		if err := h.runScenario(sc); err != nil {
 			return err
 		}
 	}
 	h.stopAll()
-	if h.want("idle") {
-		if err := h.idle(); err != nil {
-			return err
-		}
-	}
-	if h.want("route") {
-		if err := h.route(); err != nil {
+	for _, sc := range alone {
+		if err := h.runScenario(sc); err != nil {
 			return err
 		}
 	}
@@ -135,8 +137,17 @@ func (h *harness) startSystems() error {
 		return err
 	}
 	h.procs = append(h.procs, nats)
-	h.systems = []system{&busSystem{bus}, &rawSystem{raw}, &natsSystem{nats}}
+	h.systems = []system{&busSystem{proc: bus}, &rawSystem{raw}, &natsSystem{nats}}
 	return nil
+}
+
+// close stops the servers and removes the temp dir, with the stores and
+// workspaces the scenarios left in it.
+func (h *harness) close() {
+	h.stopAll()
+	if err := os.RemoveAll(h.tmp); err != nil {
+		log.Printf("warning: remove %s: %v", h.tmp, err)
+	}
 }
 
 func (h *harness) stopAll() {
@@ -147,14 +158,14 @@ func (h *harness) stopAll() {
 	h.systems = nil
 }
 
-// rounds runs measure for every system, h.cfg.rounds times, starting each
-// round with the next system so that no system always runs first, and
-// returns the runs per system in round order.
-func (h *harness) rounds(measure func(system) (stats, error)) (map[string][]stats, error) {
+// rounds runs measure for every one of systems, h.cfg.rounds times,
+// starting each round with the next system so that no system always runs
+// first, and returns the runs per system in round order.
+func (h *harness) rounds(systems []system, measure func(system) (stats, error)) (map[string][]stats, error) {
 	runs := make(map[string][]stats)
 	for r := range h.cfg.rounds {
-		for i := range h.systems {
-			sys := h.systems[(i+r)%len(h.systems)]
+		for i := range systems {
+			sys := systems[(i+r)%len(systems)]
 			s, err := measure(sys)
 			if err != nil {
 				return nil, err
@@ -168,7 +179,7 @@ func (h *harness) rounds(measure func(system) (stats, error)) (map[string][]stat
 func (h *harness) relay() error {
 	for _, size := range relaySizes {
 		for _, window := range relayInFlight {
-			runs, err := h.rounds(func(sys system) (stats, error) {
+			runs, err := h.rounds(h.systems, func(sys system) (stats, error) {
 				ss, err := openSession(sys, 1, size)
 				if err != nil {
 					return stats{}, err
@@ -188,6 +199,36 @@ func (h *harness) relay() error {
 	return nil
 }
 
+// sdkCases are the relays run through the Go SDK: payload size and
+// messages in flight.
+var sdkCases = []struct{ size, window int }{{1 << 10, 1}, {1 << 10, 64}, {64 << 10, 64}}
+
+// sdk runs relays through the Go SDK next to the same relays through the
+// lean clients, against the same bus process.
+func (h *harness) sdk() error {
+	systems := []system{h.systems[0], &sdkSystem{h.systems[0].server()}}
+	for _, sc := range sdkCases {
+		runs, err := h.rounds(systems, func(sys system) (stats, error) {
+			ss, err := openSession(sys, 1, sc.size)
+			if err != nil {
+				return stats{}, err
+			}
+			defer ss.close()
+			return closedLoop(ss, sc.window, h.cfg.warmup, h.cfg.runFor)
+		})
+		if err != nil {
+			return fmt.Errorf("Go SDK relay %s, %d in flight: %w", sizeName(sc.size), sc.window, err)
+		}
+		c := newCell(fmt.Sprintf("relay %s ×%d", sizeName(sc.size), sc.window), runs, higherIsBetter)
+		c.Payload, c.InFlight, c.Subscribers = sc.size, sc.window, 1
+		h.res.SDK = append(h.res.SDK, c)
+		log.Printf("%s via the SDK: %.0f/s, p99 %s, %.1f µs client CPU per relay; lean: %.0f/s, %.1f µs; sdk/lean %.2f",
+			c.Name, c.Median["sdk"].Throughput, us(c.Median["sdk"].P99), c.Median["sdk"].ClientCPUPerMsg,
+			c.Median["bus"].Throughput, c.Median["bus"].ClientCPUPerMsg, c.SDKVsLean.Throughput)
+	}
+	return nil
+}
+
 // latencyLoad is the open-loop rate as a share of the bus's closed-loop
 // throughput at 64 in flight.
 const latencyLoad = 0.5
@@ -201,7 +242,7 @@ func (h *harness) latency() error {
 			}
 		}
 		rate = max(rate, 100)
-		runs, err := h.rounds(func(sys system) (stats, error) {
+		runs, err := h.rounds(h.systems, func(sys system) (stats, error) {
 			ss, err := openSession(sys, 1, size)
 			if err != nil {
 				return stats{}, err
@@ -224,7 +265,7 @@ func (h *harness) fanout() error {
 	for _, n := range fanoutSizes {
 		var one, many map[string][]stats
 		one, many = map[string][]stats{}, map[string][]stats{}
-		_, err := h.rounds(func(sys system) (stats, error) {
+		_, err := h.rounds(h.systems, func(sys system) (stats, error) {
 			ss, err := openSession(sys, n, fanoutPayload)
 			if err != nil {
 				return stats{}, err
@@ -259,10 +300,10 @@ func (h *harness) fanout() error {
 // idle measures each server's resident memory per idle connection, each
 // on a freshly started process.
 func (h *harness) idle() error {
-	starts := []func() (system, error){
-		func() (system, error) { p, err := startBub(h.bub, h.tmp); return &busSystem{p}, err },
-		func() (system, error) { p, err := startRole("relay"); return &rawSystem{p}, err },
-		func() (system, error) { p, err := startRole("nats"); return &natsSystem{p}, err },
+	starts := []func() (idler, error){
+		func() (idler, error) { p, err := startBub(h.bub, h.tmp); return &busSystem{proc: p}, err },
+		func() (idler, error) { p, err := startRole("relay"); return &rawSystem{p}, err },
+		func() (idler, error) { p, err := startRole("nats"); return &natsSystem{p}, err },
 	}
 	for _, start := range starts {
 		sys, err := start()
@@ -291,7 +332,7 @@ type idleResult struct {
 	Error       string  `json:"error,omitempty"`
 }
 
-func measureIdle(sys system, n int) (idleResult, error) {
+func measureIdle(sys idler, n int) (idleResult, error) {
 	r := idleResult{System: sys.name(), Wanted: n}
 	time.Sleep(time.Second)
 	before, err := sys.server().rss()
@@ -381,7 +422,7 @@ func (h *harness) profileBus() error {
 		return err
 	}
 	h.procs = append(h.procs, p)
-	sys := &busSystem{p}
+	sys := &busSystem{proc: p}
 	ss, err := openSession(sys, 1, 1<<10)
 	if err != nil {
 		return err
@@ -474,6 +515,10 @@ func describeMachine(cfg config) machine {
 	}
 	if out, err := exec.Command("git", "-C", cfg.root, "rev-parse", "--short", "HEAD").Output(); err == nil {
 		m.Commit = strings.TrimSpace(string(out))
+		// Numbers from uncommitted code must not pass for the commit's.
+		if st, err := exec.Command("git", "-C", cfg.root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			m.Commit += "+dirty"
+		}
 	}
 	return m
 }

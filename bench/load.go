@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,17 @@ type stats struct {
 	// ServerCPU is the server process's CPU time per second of the run,
 	// in cores.
 	ServerCPU float64 `json:"server_cpu_cores"`
+	// ServerCPUPerMsg is the server process's CPU time (utime+stime from
+	// /proc/PID/stat) over the whole run, warm-up and drain included,
+	// divided by the messages completed in it, in microseconds. Unlike
+	// a rate it hardly moves when other work on the box steals cycles.
+	ServerCPUPerMsg float64 `json:"server_cpu_us_per_msg"`
+	// ClientCPUPerMsg is the same for this process, which runs every
+	// client: what the publisher and subscribers spent per message.
+	ClientCPUPerMsg float64 `json:"client_cpu_us_per_msg"`
+	// HelperCPUPerMsg is the same for a third process the scenario runs,
+	// when it has one: the spawner in the spawn scenario.
+	HelperCPUPerMsg float64 `json:"helper_cpu_us_per_msg,omitempty"`
 	// Lost counts messages still unanswered when the run gave up on them.
 	Lost int64 `json:"lost,omitempty"`
 }
@@ -63,18 +75,22 @@ func (t *tracker) done(id uint64, failed bool) {
 	start := atomic.LoadInt64(&t.starts[id%ringSize])
 	measureAt, stopAt := atomic.LoadInt64(&t.measureAt), atomic.LoadInt64(&t.stopAt)
 	if start >= measureAt && start < stopAt {
-		us := (now - start) / 1000
-		t.mu.Lock()
-		_ = t.hist.RecordValue(max(us, 1))
-		t.count++
-		if failed {
-			t.errors++
-		}
-		t.mu.Unlock()
+		t.record((now-start)/1000, failed)
 	}
 	t.finished.Add(1)
 	if t.onDone != nil {
 		t.onDone()
+	}
+}
+
+// record counts one measured completion that took us microseconds.
+func (t *tracker) record(us int64, failed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_ = t.hist.RecordValue(max(us, 1))
+	t.count++
+	if failed {
+		t.errors++
 	}
 }
 
@@ -126,6 +142,23 @@ const drainTimeout = 10 * time.Second
 // closedLoop keeps window messages in flight for warmup+dur and measures
 // the messages sent during dur.
 func closedLoop(ss *session, window int, warmup, dur time.Duration) (stats, error) {
+	return windowLoop(ss, window, warmup, dur, 0)
+}
+
+// countedLoop sends exactly n messages, window at a time, giving up after
+// limit, and measures all of them: its throughput is the messages answered
+// over the time from the first send to the last answer.
+func countedLoop(ss *session, window int, n int64, limit time.Duration) (stats, error) {
+	s, err := windowLoop(ss, window, 0, limit, n)
+	if err == nil && s.Messages < n {
+		err = fmt.Errorf("%s: %d of %d messages answered within %s", ss.sys.name(), s.Messages, n, limit)
+	}
+	return s, err
+}
+
+// windowLoop keeps window messages in flight for warmup+dur, or until it
+// has sent n when n > 0, and measures those sent after warmup.
+func windowLoop(ss *session, window int, warmup, dur time.Duration, n int64) (stats, error) {
 	sys := ss.sys
 	t := newTracker()
 	slots := make(chan struct{}, window)
@@ -137,13 +170,13 @@ func closedLoop(ss *session, window int, warmup, dur time.Duration) (stats, erro
 	}
 	ss.current.Store(t)
 	defer ss.current.Store(nil)
-	cpu0, _ := sys.server().cpuTime()
+	mark := ss.cpuMark()
 	start := time.Now()
 	atomic.StoreInt64(&t.measureAt, start.Add(warmup).UnixNano())
 	atomic.StoreInt64(&t.stopAt, start.Add(warmup+dur).UnixNano())
 	end := start.Add(warmup + dur)
 	var sent int64
-	for {
+	for n == 0 || sent < n {
 		now := time.Now()
 		if !now.Before(end) {
 			break
@@ -162,7 +195,10 @@ func closedLoop(ss *session, window int, warmup, dur time.Duration) (stats, erro
 		}
 		sent++
 	}
-	return ss.finish(t, sent, start, cpu0, dur), nil
+	if n > 0 {
+		dur = 0 // the window is the whole run
+	}
+	return ss.finish(t, sent, start, mark, dur), nil
 }
 
 // openLoop sends at a constant rate for warmup+dur, whether or not answers
@@ -175,7 +211,7 @@ func openLoop(ss *session, rate float64, warmup, dur time.Duration) (stats, erro
 	ss.current.Store(t)
 	defer ss.current.Store(nil)
 	period := time.Duration(float64(time.Second) / rate)
-	cpu0, _ := sys.server().cpuTime()
+	mark := ss.cpuMark()
 	start := time.Now()
 	atomic.StoreInt64(&t.measureAt, start.Add(warmup).UnixNano())
 	atomic.StoreInt64(&t.stopAt, start.Add(warmup+dur).UnixNano())
@@ -197,7 +233,7 @@ func openLoop(ss *session, rate float64, warmup, dur time.Duration) (stats, erro
 		}
 		sent++
 	}
-	return ss.finish(t, sent, start, cpu0, dur), nil
+	return ss.finish(t, sent, start, mark, dur), nil
 }
 
 // send sends the next message, timed from at.
@@ -210,13 +246,31 @@ func (ss *session) send(t *tracker, at time.Time) error {
 	return nil
 }
 
-// finish waits for a run's last answers and returns its stats.
-func (ss *session) finish(t *tracker, sent int64, start time.Time, cpu0, dur time.Duration) stats {
+// cpuMark is the CPU time the server and this process had used when a
+// run started.
+type cpuMark struct{ server, client time.Duration }
+
+func (ss *session) cpuMark() cpuMark {
+	server, _ := ss.sys.server().cpuTime()
+	client, _ := cpuTimeOf(os.Getpid(), "the harness")
+	return cpuMark{server, client}
+}
+
+// finish waits for a run's last answers and returns its stats, over a
+// measured window of dur, or of the whole run when dur is 0.
+func (ss *session) finish(t *tracker, sent int64, start time.Time, mark cpuMark, dur time.Duration) stats {
 	lost := waitFinished(t, sent)
 	elapsed := time.Since(start)
-	cpu1, _ := ss.sys.server().cpuTime()
+	now := ss.cpuMark()
+	if dur == 0 {
+		dur = elapsed
+	}
 	s := t.stats(dur, ss.subs)
-	s.ServerCPU = (cpu1 - cpu0).Seconds() / elapsed.Seconds()
+	s.ServerCPU = (now.server - mark.server).Seconds() / elapsed.Seconds()
+	if answered := sent - lost; answered > 0 {
+		s.ServerCPUPerMsg = float64((now.server - mark.server).Microseconds()) / float64(answered)
+		s.ClientCPUPerMsg = float64((now.client - mark.client).Microseconds()) / float64(answered)
+	}
 	s.Lost = lost
 	return s
 }

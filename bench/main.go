@@ -4,7 +4,9 @@
 // It builds and starts the real `bub serve` binary, a minimal raw
 // WebSocket relay and an embedded nats-server, each as a process of its
 // own, and drives all three from this process over loopback. The relay and
-// the NATS server are this same binary started again with -role.
+// the NATS server are this same binary started again with -role. The
+// durable and spawn scenarios run the bus alone, on a fresh store, and the
+// spawn scenario adds `bub spawner` with bench/agent as its agent.
 //
 // Usage, from bench/ (or `make bench` from the repository root):
 //
@@ -34,6 +36,8 @@ type config struct {
 	runFor   time.Duration
 	warmup   time.Duration
 	idleConn int
+	held     int
+	spawns   int
 	profile  string
 	only     string
 }
@@ -45,13 +49,15 @@ func main() {
 	flag.StringVar(&cfg.root, "root", "..", "the repository root, where ./cmd/bub and ./bus live")
 	flag.StringVar(&cfg.bub, "bub", "", "a prebuilt bub binary (default: build one from -root into a temp dir)")
 	flag.StringVar(&cfg.out, "out", "results/latest.json", "where to write the results as JSON (empty: nowhere)")
-	flag.BoolVar(&cfg.quick, "quick", false, "one round, shorter runs, 2,000 idle connections: a smoke test, not numbers to publish")
+	flag.BoolVar(&cfg.quick, "quick", false, "one round, shorter runs, 2,000 idle connections, 500 held messages, 5 spawns: a smoke test, not numbers to publish")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "alternating rounds per scenario; ratios are the median of per-round ratios")
 	flag.DurationVar(&cfg.runFor, "duration", time.Second, "measured time of one throughput run")
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "unmeasured time before each run")
 	flag.IntVar(&cfg.idleConn, "idle", 10000, "connections in the idle-memory scenario")
+	flag.IntVar(&cfg.held, "held", 5000, "messages held, then woken, in the held scenario")
+	flag.IntVar(&cfg.spawns, "spawns", 20, "agents spawned, one after another, in the spawn scenario")
 	flag.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of the bus under relay load into this directory, and do nothing else")
-	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, idle, route")
+	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, retries, held, spawn, idle, route")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
@@ -67,6 +73,8 @@ func main() {
 		cfg.runFor = 400 * time.Millisecond
 		cfg.warmup = 100 * time.Millisecond
 		cfg.idleConn = 2000
+		cfg.held = 500
+		cfg.spawns = 5
 	}
 	raiseFileLimit()
 
@@ -79,11 +87,11 @@ func main() {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sig
-		h.stopAll()
+		h.close()
 		os.Exit(130)
 	}()
 	err = h.run()
-	h.stopAll()
+	h.close()
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -23,6 +23,19 @@ type process struct {
 	addr string // host:port it serves on
 }
 
+// busLimits lift the bus's limits that would refuse the harness's own
+// load: every connection comes from 127.0.0.1 (the idle scenario opens
+// 10,000 and more), the fan-out's patterns carry up to 12 '?', and the
+// stored-retries runs leave more than 10,000 retries pending from one
+// publisher. Every other flag stays at its default.
+var busLimits = []string{
+	"--max-connections", "-1",
+	"--max-connections-per-addr", "-1",
+	"--max-pattern-wildcards", strconv.Itoa(len(fanoutTail)),
+	"--max-pending", "-1",
+	"--max-pending-per-identity", "-1",
+}
+
 // startBub starts `bub serve` on a free loopback port with its data in a
 // fresh directory under tmp.
 func startBub(bin, tmp string) (*process, error) {
@@ -34,19 +47,29 @@ func startBub(bin, tmp string) (*process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start bub serve: %w", err)
 	}
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn")
-	cmd.Stdout = os.Stderr
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s serve: %w", bin, err)
+	args := append([]string{"serve", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn"}, busLimits...)
+	p, err := startProcess("bub serve", exec.Command(bin, args...))
+	if err != nil {
+		return nil, err
 	}
-	p := &process{name: "bub serve", cmd: cmd, addr: addr}
+	p.addr = addr
 	if err := waitReady("http://" + addr + "/readyz"); err != nil {
 		p.stop()
 		return nil, fmt.Errorf("bub serve on %s: %w", addr, err)
 	}
 	return p, nil
+}
+
+// startProcess starts cmd with its output on the harness's stderr, to be
+// killed if the harness dies.
+func startProcess(name string, cmd *exec.Cmd) (*process, error) {
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s (%s): %w", name, cmd.Path, err)
+	}
+	return &process{name: name, cmd: cmd}, nil
 }
 
 // startRole starts this binary again as a server process of the given
@@ -117,17 +140,21 @@ func (p *process) rss() (int64, error) {
 }
 
 // cpuTime returns the user+system CPU time the process has used so far.
-func (p *process) cpuTime() (time.Duration, error) {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.pid()), "stat"))
+func (p *process) cpuTime() (time.Duration, error) { return cpuTimeOf(p.pid(), p.name) }
+
+// cpuTimeOf returns the user+system CPU time process pid has used so far,
+// its live and its exited threads'.
+func cpuTimeOf(pid int, name string) (time.Duration, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
-		return 0, fmt.Errorf("cpu time of %s: %w", p.name, err)
+		return 0, fmt.Errorf("cpu time of %s: %w", name, err)
 	}
 	// Fields after the command name, which is in parentheses and may
 	// hold spaces: utime and stime are fields 14 and 15 of the line.
 	i := bytes.LastIndexByte(data, ')')
 	f := strings.Fields(string(data[i+1:]))
 	if len(f) < 13 {
-		return 0, fmt.Errorf("cpu time of %s: short /proc stat line", p.name)
+		return 0, fmt.Errorf("cpu time of %s: short /proc stat line", name)
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)

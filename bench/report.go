@@ -14,6 +14,9 @@ type results struct {
 	Relay   []cell        `json:"relay,omitempty"`
 	Latency []cell        `json:"latency,omitempty"`
 	Fanout  []cell        `json:"fanout,omitempty"`
+	SDK     []cell        `json:"sdk,omitempty"`
+	Durable []cell        `json:"durable,omitempty"`
+	Spawn   []cell        `json:"spawn,omitempty"`
 	Idle    []idleResult  `json:"idle,omitempty"`
 	Route   []routeResult `json:"route,omitempty"`
 	Targets []target      `json:"targets,omitempty"`
@@ -42,7 +45,10 @@ type cell struct {
 	// median of the ratios of runs in the same round.
 	VsRaw  ratios `json:"bus_vs_raw"`
 	VsNATS ratios `json:"bus_vs_nats"`
-	better better
+	// SDKVsLean is the Go SDK's figures over the lean clients', in the
+	// sdk scenario.
+	SDKVsLean ratios `json:"sdk_vs_lean"`
+	better    better
 }
 
 // ratios compares the bus with a baseline; above 1 the bus has more
@@ -67,10 +73,15 @@ func newCell(name string, runs map[string][]stats, b better) cell {
 			Max:        median(rs, func(s stats) float64 { return s.Max }),
 			ServerCPU:  median(rs, func(s stats) float64 { return s.ServerCPU }),
 			Lost:       int64(median(rs, func(s stats) float64 { return float64(s.Lost) })),
+
+			ServerCPUPerMsg: median(rs, func(s stats) float64 { return s.ServerCPUPerMsg }),
+			ClientCPUPerMsg: median(rs, func(s stats) float64 { return s.ClientCPUPerMsg }),
+			HelperCPUPerMsg: median(rs, func(s stats) float64 { return s.HelperCPUPerMsg }),
 		}
 	}
 	c.VsRaw = pairRatios(runs["bus"], runs["raw"])
 	c.VsNATS = pairRatios(runs["bus"], runs["nats"])
+	c.SDKVsLean = pairRatios(runs["sdk"], runs["bus"])
 	return c
 }
 
@@ -115,7 +126,7 @@ func (c cell) summary() string {
 	fmt.Fprintf(&b, "%-24s", c.Name)
 	for _, sys := range []string{"bus", "raw", "nats"} {
 		m := c.Median[sys]
-		fmt.Fprintf(&b, "  %s %8.0f/s p99 %7s", sys, m.Throughput, us(m.P99))
+		fmt.Fprintf(&b, "  %s %8.0f/s p99 %7s %5.1fµs CPU", sys, m.Throughput, us(m.P99), m.ServerCPUPerMsg)
 	}
 	if c.better == higherIsBetter {
 		fmt.Fprintf(&b, "  bus/raw %.2f bus/nats %.2f", c.VsRaw.Throughput, c.VsNATS.Throughput)
@@ -123,6 +134,12 @@ func (c cell) summary() string {
 		fmt.Fprintf(&b, "  p99 bus/raw %.2f bus/nats %.2f", c.VsRaw.P99, c.VsNATS.P99)
 	}
 	return b.String()
+}
+
+// busSummary is summary for a cell measured on the bus alone.
+func (c cell) busSummary() string {
+	m := c.Median["bus"]
+	return fmt.Sprintf("%-32s  %8.0f/s  p50 %7s  p99 %7s  max %7s  bus CPU %.1fµs per message", c.Name, m.Throughput, us(m.P50), us(m.P99), us(m.Max), m.ServerCPUPerMsg)
 }
 
 // us formats microseconds for a table.
@@ -142,32 +159,56 @@ func printReport(w io.Writer, r *results) {
 		m.Date, m.CPU, m.CPUs, m.Memory, m.Kernel, m.Go, m.Commit, m.Rounds, m.RunFor)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(r.Relay) > 0 {
-		fmt.Fprintln(w, "\nRelay (closed loop; msgs/s = acked relays per second; latency of the bus)")
-		fmt.Fprintln(tw, "scenario\tbus msg/s\traw msg/s\tnats msg/s\tbus/raw\tbus/nats\tbus p50\tbus p99\tbus p99.9\traw p99\tnats p99\tbus CPU\t")
+		fmt.Fprintln(w, "\nRelay (closed loop; msgs/s = acked relays per second; latency of the bus; µs CPU = server process CPU per relay)")
+		fmt.Fprintln(tw, "scenario\tbus msg/s\traw msg/s\tnats msg/s\tbus/raw\tbus/nats\tbus p50\tbus p99\tbus p99.9\traw p99\tnats p99\tbus µs CPU\traw µs CPU\tnats µs CPU\t")
 		for _, c := range r.Relay {
 			b, x, n := c.Median["bus"], c.Median["raw"], c.Median["nats"]
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.2f\t\n", c.Name, b.Throughput, x.Throughput, n.Throughput,
-				c.VsRaw.Throughput, c.VsNATS.Throughput, us(b.P50), us(b.P99), us(b.P999), us(x.P99), us(n.P99), b.ServerCPU)
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t\n", c.Name, b.Throughput, x.Throughput, n.Throughput,
+				c.VsRaw.Throughput, c.VsNATS.Throughput, us(b.P50), us(b.P99), us(b.P999), us(x.P99), us(n.P99), b.ServerCPUPerMsg, x.ServerCPUPerMsg, n.ServerCPUPerMsg)
 		}
 		tw.Flush()
 	}
 	if len(r.Latency) > 0 {
-		fmt.Fprintln(w, "\nLatency (open loop at a constant rate, timed from when each message was due)")
-		fmt.Fprintln(tw, "scenario\tbus p50\tbus p99\tbus p99.9\traw p50\traw p99\traw p99.9\tnats p50\tnats p99\tnats p99.9\tp99 bus/raw\tp99 bus/nats\t")
+		fmt.Fprintln(w, "\nLatency (open loop at a constant rate, timed from when each message was due; µs CPU per relay)")
+		fmt.Fprintln(tw, "scenario\tbus p50\tbus p99\tbus p99.9\traw p50\traw p99\traw p99.9\tnats p50\tnats p99\tnats p99.9\tp99 bus/raw\tp99 bus/nats\tbus µs CPU\traw µs CPU\tnats µs CPU\t")
 		for _, c := range r.Latency {
 			b, x, n := c.Median["bus"], c.Median["raw"], c.Median["nats"]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t\n", c.Name, us(b.P50), us(b.P99), us(b.P999),
-				us(x.P50), us(x.P99), us(x.P999), us(n.P50), us(n.P99), us(n.P999), c.VsRaw.P99, c.VsNATS.P99)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t\n", c.Name, us(b.P50), us(b.P99), us(b.P999),
+				us(x.P50), us(x.P99), us(x.P999), us(n.P50), us(n.P99), us(n.P999), c.VsRaw.P99, c.VsNATS.P99, b.ServerCPUPerMsg, x.ServerCPUPerMsg, n.ServerCPUPerMsg)
 		}
 		tw.Flush()
 	}
 	if len(r.Fanout) > 0 {
-		fmt.Fprintln(w, "\nFan-out (1 KiB, continueAll; latency = publish until every ack is back)")
-		fmt.Fprintln(tw, "scenario\tbus deliv/s\traw deliv/s\tnats deliv/s\tbus/raw\tbus/nats\tbus p50\tbus p99\traw p99\tnats p99\t")
+		fmt.Fprintln(w, "\nFan-out (1 KiB, continueAll; latency = publish until every ack is back; µs CPU = server process CPU per delivery)")
+		fmt.Fprintln(tw, "scenario\tbus deliv/s\traw deliv/s\tnats deliv/s\tbus/raw\tbus/nats\tbus p50\tbus p99\traw p99\tnats p99\tbus µs CPU\traw µs CPU\tnats µs CPU\t")
 		for _, c := range r.Fanout {
 			b, x, n := c.Median["bus"], c.Median["raw"], c.Median["nats"]
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n", c.Name, b.Deliveries, x.Deliveries, n.Deliveries,
-				c.VsRaw.Throughput, c.VsNATS.Throughput, us(b.P50), us(b.P99), us(x.P99), us(n.P99))
+			per := float64(c.Subscribers)
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t\n", c.Name, b.Deliveries, x.Deliveries, n.Deliveries,
+				c.VsRaw.Throughput, c.VsNATS.Throughput, us(b.P50), us(b.P99), us(x.P99), us(n.P99), b.ServerCPUPerMsg/per, x.ServerCPUPerMsg/per, n.ServerCPUPerMsg/per)
+		}
+		tw.Flush()
+	}
+	if len(r.SDK) > 0 {
+		fmt.Fprintln(w, "\nGo SDK relay (package peer on both ends) next to the lean clients, same bus; µs CPU per relay")
+		fmt.Fprintln(tw, "scenario\tsdk msg/s\tlean msg/s\tsdk/lean\tsdk p50\tsdk p99\tlean p99\tsdk bus µs CPU\tlean bus µs CPU\tsdk client µs CPU\tlean client µs CPU\t")
+		for _, c := range r.SDK {
+			s, l := c.Median["sdk"], c.Median["bus"]
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t\n", c.Name, s.Throughput, l.Throughput, c.SDKVsLean.Throughput,
+				us(s.P50), us(s.P99), us(l.P99), s.ServerCPUPerMsg, l.ServerCPUPerMsg, s.ClientCPUPerMsg, l.ClientCPUPerMsg)
+		}
+		tw.Flush()
+	}
+	if alone := slices.Concat(r.Durable, r.Spawn); len(alone) > 0 {
+		fmt.Fprintln(w, "\nBus alone, fresh store each run (1 KiB; latency = publish until result; woken: subscribe until delivery; spawn: first message to a new chat until bench/agent's processMessage)")
+		fmt.Fprintln(tw, "scenario\tin flight\tper second\tp50\tp99\tmax\tbus µs CPU\tspawner µs CPU\t")
+		for _, c := range alone {
+			b := c.Median["bus"]
+			helper := ""
+			if b.HelperCPUPerMsg > 0 {
+				helper = fmt.Sprintf("%.0f", b.HelperCPUPerMsg)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%.1f\t%s\t\n", c.Name, c.InFlight, b.Throughput, us(b.P50), us(b.P99), us(b.Max), b.ServerCPUPerMsg, helper)
 		}
 		tw.Flush()
 	}
@@ -188,7 +229,7 @@ func printReport(w io.Writer, r *results) {
 		tw.Flush()
 	}
 	if len(r.Targets) > 0 {
-		fmt.Fprintln(w, "\nTargets (issue 6)")
+		fmt.Fprintln(w, "\nTargets (issue 14; the routing one from issue 6)")
 		fmt.Fprintln(tw, "target\tmeasured\tmet\t")
 		for _, t := range r.Targets {
 			met := "no"
@@ -199,9 +240,11 @@ func printReport(w io.Writer, r *results) {
 		}
 		tw.Flush()
 	}
+	printSummary(w, r)
 }
 
-// target is one of issue 6's targets, judged against this run.
+// target is one of issue 14's targets (and issue 6's routing one),
+// judged against this run.
 type target struct {
 	Target   string `json:"target"`
 	Measured string `json:"measured"`
@@ -211,26 +254,37 @@ type target struct {
 func evaluateTargets(r *results) []target {
 	var ts []target
 	for _, c := range r.Relay {
-		if c.Payload == 1<<10 && c.InFlight == 64 {
-			ts = append(ts,
-				target{"relay 1 KiB ×64 ≥ 0.5× NATS", fmt.Sprintf("%.2f×", c.VsNATS.Throughput), c.VsNATS.Throughput >= 0.5},
-				target{"relay 1 KiB ×64 ≥ 0.6× raw", fmt.Sprintf("%.2f×", c.VsRaw.Throughput), c.VsRaw.Throughput >= 0.6})
-		}
-		if c.Payload == 1<<10 && c.InFlight == 1 {
+		switch {
+		case c.Payload == 1<<10 && c.InFlight == 64:
+			ts = append(ts, target{"relay 1 KiB ×64 ≥ 0.5× NATS", fmt.Sprintf("%.2f×", c.VsNATS.Throughput), c.VsNATS.Throughput >= 0.5})
+		case c.Payload == 1<<10 && c.InFlight == 1:
 			p99 := c.Median["bus"].P99
-			ts = append(ts, target{"relay 1 KiB ×1 p99 ≤ 1 ms", us(p99), p99 <= 1000})
+			ts = append(ts,
+				target{"relay 1 KiB ×1 ≥ 1.0× NATS", fmt.Sprintf("%.2f×", c.VsNATS.Throughput), c.VsNATS.Throughput >= 1},
+				target{"relay 1 KiB ×1 p99 ≤ 300 µs", us(p99), p99 <= 300})
+		case c.Payload == 64<<10 && c.InFlight == 64:
+			ts = append(ts, target{"relay 64 KiB ×64 ≥ 0.6× raw", fmt.Sprintf("%.2f×", c.VsRaw.Throughput), c.VsRaw.Throughput >= 0.6})
 		}
 	}
 	for _, c := range r.Fanout {
 		if c.Subscribers == 1000 && c.InFlight == 1 {
 			p99 := c.Median["bus"].P99
-			ts = append(ts, target{"fan-out 1000, all acks p99 ≤ 50 ms", us(p99), p99 <= 50000})
+			ts = append(ts, target{"fan-out 1000 ×1, all acks p99 ≤ 30 ms", us(p99), p99 <= 30000})
 		}
 	}
 	for _, i := range r.Idle {
 		if i.System == "bus" {
 			ts = append(ts, target{"idle ≤ 16 KiB per connection", fmt.Sprintf("%.1f KiB (%d conns)", i.PerConnKiB, i.Connections), i.PerConnKiB <= 16 && i.Connections > 0})
 		}
+	}
+	var best float64
+	for _, c := range r.Durable {
+		if strings.HasPrefix(c.Name, "stored retries") {
+			best = max(best, c.Median["bus"].Throughput)
+		}
+	}
+	if best > 0 {
+		ts = append(ts, target{"≥ 10,000 stored retries/s", fmt.Sprintf("%.0f/s", best), best >= 10000})
 	}
 	var r10, r10k float64
 	for _, rr := range r.Route {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -17,9 +18,10 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// system is one of the things measured: the bus, the raw relay or NATS.
+// system is one of the things measured: the bus (through the lean clients
+// or the Go SDK), the raw relay or NATS.
 type system interface {
-	// name is the column heading: "bus", "raw" or "nats".
+	// name is the column heading: "bus", "raw", "nats" or "sdk".
 	name() string
 	// open connects subs subscribers on a topic of its own, each acking
 	// every message, and one publisher of payload. done runs once per
@@ -27,10 +29,15 @@ type system interface {
 	// sendMessage result is back), from any goroutine; failed says the
 	// message or an ack reported an error.
 	open(subs int, payload []byte, done func(id uint64, failed bool)) (publisher, error)
-	// idle opens one connection holding one subscription and no traffic.
-	idle(i int) (io.Closer, error)
 	// server is the process serving the system.
 	server() *process
+}
+
+// idler is a system whose idle connections are measured.
+type idler interface {
+	system
+	// idle opens one connection holding one subscription and no traffic.
+	idle(i int) (io.Closer, error)
 }
 
 // publisher sends messages; send is called from one goroutine at a time.
@@ -63,7 +70,21 @@ func makePayload(n int) []byte {
 // busSystem drives bub serve with a lean JSON-RPC client written against
 // coder/websocket directly, so the client costs about what the raw
 // relay's client costs and the comparison measures the servers.
-type busSystem struct{ proc *process }
+//
+// The zero values of its other fields make the relay: subscribers that
+// process every message. The durable scenarios set them.
+type busSystem struct {
+	proc *process
+	// answer is the result every subscriber gives processMessage;
+	// default {"processed":true}.
+	answer string
+	// expect is what a sendMessage result must contain to count as a
+	// success; default "success":true.
+	expect string
+	// topic, when set, is the one topic published to (a subscriber, if
+	// any, subscribes it exactly); default a new topic per open.
+	topic string
+}
 
 func (b *busSystem) name() string     { return "bus" }
 func (b *busSystem) server() *process { return b.proc }
@@ -86,23 +107,30 @@ func (b *busSystem) dial(clientID string) (*websocket.Conn, error) {
 // busCall writes one request and reads frames until its response, which
 // must be a result; only for setup, before any traffic.
 func busCall(ctx context.Context, ws *websocket.Conn, req string) error {
+	_, err := busRequest(ctx, ws, req)
+	return err
+}
+
+// busRequest writes one request and returns the next frame, its response
+// on a connection that subscribes nothing; an error response is an error.
+func busRequest(ctx context.Context, ws *websocket.Conn, req string) ([]byte, error) {
 	if err := ws.Write(ctx, websocket.MessageText, []byte(req)); err != nil {
-		return err
+		return nil, err
 	}
 	_, data, err := ws.Read(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var resp struct {
 		Error json.RawMessage `json:"error"`
 	}
 	if err := json.Unmarshal(data, &resp); err != nil {
-		return fmt.Errorf("response %.200s: %w", data, err)
+		return nil, fmt.Errorf("response %.200s: %w", data, err)
 	}
 	if resp.Error != nil {
-		return fmt.Errorf("bus answered %s", resp.Error)
+		return nil, fmt.Errorf("bus answered %s", resp.Error)
 	}
-	return nil
+	return data, nil
 }
 
 func (b *busSystem) subscribe(ws *websocket.Conn, topic string) error {
@@ -114,18 +142,22 @@ func (b *busSystem) subscribe(ws *websocket.Conn, topic string) error {
 func (b *busSystem) open(subs int, payload []byte, done func(uint64, bool)) (publisher, error) {
 	run := topicSeq.Add(1)
 	topic := fmt.Sprintf("bench:t%d:%s", run, fanoutTail)
-	p := &busPublisher{done: done}
+	pattern := func(i int) string { return fmt.Sprintf("bench:t%d:%s", run, fanoutPattern(i)) }
+	if b.topic != "" {
+		topic, pattern = b.topic, func(int) string { return b.topic }
+	}
+	answer, expect := cmp.Or(b.answer, `{"processed":true}`), cmp.Or(b.expect, `"success":true`)
+	p := &busPublisher{done: done, expect: []byte(expect)}
 	conns, err := parallel(subs, func(i int) (io.Closer, error) {
 		ws, err := b.dial(fmt.Sprintf("s%d-%d", run, i))
 		if err != nil {
 			return nil, err
 		}
-		pattern := fmt.Sprintf("bench:t%d:%s", run, fanoutPattern(i))
-		if err := b.subscribe(ws, pattern); err != nil {
+		if err := b.subscribe(ws, pattern(i)); err != nil {
 			ws.CloseNow()
-			return nil, fmt.Errorf("subscribe %s: %w", pattern, err)
+			return nil, fmt.Errorf("subscribe %s: %w", pattern(i), err)
 		}
-		go busAnswer(ws)
+		go busAnswer(ws, []byte(answer))
 		return closer{ws}, nil
 	})
 	p.subs = conns
@@ -159,8 +191,8 @@ func fanoutPattern(i int) string {
 	return string(b)
 }
 
-// busAnswer answers every processMessage call with processed: true.
-func busAnswer(ws *websocket.Conn) {
+// busAnswer answers every processMessage call with result.
+func busAnswer(ws *websocket.Conn, result []byte) {
 	ctx := context.Background()
 	var out []byte
 	for {
@@ -174,7 +206,9 @@ func busAnswer(ws *websocket.Conn) {
 		}
 		out = append(out[:0], `{"jsonrpc":"2.0","id":`...)
 		out = append(out, id...)
-		out = append(out, `,"result":{"processed":true}}`...)
+		out = append(out, `,"result":`...)
+		out = append(out, result...)
+		out = append(out, '}')
 		if ws.Write(ctx, websocket.MessageText, out) != nil {
 			return
 		}
@@ -204,6 +238,7 @@ type busPublisher struct {
 	prefix []byte
 	buf    []byte
 	done   func(uint64, bool)
+	expect []byte // in every result that counts as a success
 }
 
 func (p *busPublisher) send(id uint64) error {
@@ -227,7 +262,7 @@ func (p *busPublisher) readResults() {
 		if err != nil {
 			continue
 		}
-		failed := !bytes.Contains(msg, []byte(`"success":true`)) || bytes.Contains(msg, []byte(`"error":`))
+		failed := !bytes.Contains(msg, p.expect) || bytes.Contains(msg, []byte(`"error":`))
 		p.done(id, failed)
 	}
 }
