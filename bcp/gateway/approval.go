@@ -208,6 +208,15 @@ func (g *Gateway) onApproval(_ context.Context, d *peer.Delivery) (peer.Result, 
 	return g.handle(d, func(t *txn) (ack, error) {
 		rec := AuditRecord{Event: "approval", From: d.From}
 		if !g.approvers[d.From] {
+			// The refusal goes in the approval's channel, so that
+			// bub bcp audit --channel shows who tried to decide.
+			if dec, err := DecodeDecision(d.Payload); err == nil {
+				if a, err := t.approval(dec.ApprovalID); err != nil {
+					return ack{}, err
+				} else if a != nil {
+					rec.Controller, rec.Reader, rec.QueryID, rec.SubscriptionID, rec.Category = a.Controller, a.Reader, a.QueryID, a.SubscriptionID, bcp.Summary
+				}
+			}
 			return refuse(t, rec, CodeNotAnApprover, fmt.Sprintf("%s is not an approver of this gateway", truncate(d.From)))
 		}
 		switch d.Type() {
@@ -318,7 +327,11 @@ func (g *Gateway) decide(t *txn, approver decider, dec *Decision) (ack, error) {
 		return ack{}, err
 	}
 	rec.Outcome, rec.Detail = "ok", dec.Decision+" "+a.ID
-	return accepted("%s: %s %s", a.ID, a.Kind, a.State), t.audit(rec)
+	outcome := a.State
+	if dec.Decision == "edit" {
+		outcome = "edited and approved"
+	}
+	return accepted("%s: %s %s", a.ID, a.Kind, outcome), t.audit(rec)
 }
 
 // summarySpec is the spec the summary of a answers: its query's, or its
@@ -368,6 +381,12 @@ func (g *Gateway) closeQuery(t *txn, queryID, code string) error {
 func (g *Gateway) summaryApproved(t *txn, a *Approval) error {
 	base := ResponseDelivery{QueryID: a.QueryID, SubscriptionID: a.SubscriptionID}
 	if err := g.deliver(t, a.Controller, a.Reader, base, a.Result); err != nil {
+		return err
+	}
+	err := t.audit(AuditRecord{Event: "delivery", From: a.Reader, Controller: a.Controller, Reader: a.Reader, QueryID: a.QueryID,
+		SubscriptionID: a.SubscriptionID, Category: bcp.Summary, DeclaredBits: a.Result.DeclaredBits, MeasuredBits: a.Result.MeasuredBits,
+		Outcome: "ok", Detail: "approved by " + a.DecidedBy})
+	if err != nil {
 		return err
 	}
 	if a.QueryID != "" {

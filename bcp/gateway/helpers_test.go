@@ -128,7 +128,7 @@ func authConfig() auth.Config {
 		{Name: "bcp-gateway", TokenSHA256: sha(tokens["bcp-gateway"]), Grant: auth.Grant{
 			ClientIDs: []string{"bcp-gateway"},
 			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested", "alert:bcp.budget"}},
-			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.connected", "system:client.subscribed"}},
+			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.*"}},
 		}},
 	}}
 }
