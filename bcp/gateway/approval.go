@@ -19,6 +19,7 @@ const (
 	TopicApprovalRequested = "bcp:approval.requested" // gateway: what awaits a human
 
 	TypeApprovalRequest  = "bcp_approval_request"
+	TypeApprovalClosed   = "bcp_approval_closed"
 	TypeApprovalDecision = "bcp_approval_decision"
 	TypeApprovalList     = "bcp_approval_list"
 )
@@ -104,6 +105,29 @@ type ApprovalRequest struct {
 	Anomalies      []bcp.Anomaly `json:"anomalies,omitempty"`
 	ExpiresAt      string        `json:"expires_at"`
 	Warning        string        `json:"warning,omitempty"`
+}
+
+// ApprovalClosed is bcp_approval_closed, published on
+// bcp:approval.requested when an approval is decided or expires, so that
+// whoever shows the request (the Telegram bridge's buttons) can show its
+// outcome.
+type ApprovalClosed struct {
+	Type       string `json:"type"`
+	ApprovalID string `json:"approval_id"`
+	Kind       string `json:"kind"`
+	// State is approved, rejected or expired.
+	State string `json:"state"`
+	// Edited is set when a human replaced the summary.
+	Edited    bool   `json:"edited,omitempty"`
+	DecidedBy string `json:"decided_by,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// announceClosed publishes a's outcome.
+func (t *txn) announceClosed(a *Approval, edited bool) error {
+	return t.send(TopicApprovalRequested, ApprovalClosed{
+		Type: TypeApprovalClosed, ApprovalID: a.ID, Kind: a.Kind, State: a.State, Edited: edited, DecidedBy: a.DecidedBy, Reason: a.Reason,
+	})
 }
 
 // Decision is bcp_approval_decision.
@@ -313,6 +337,9 @@ func (g *Gateway) decide(t *txn, approver decider, dec *Decision) (ack, error) {
 	if err := t.putApproval(a); err != nil {
 		return ack{}, err
 	}
+	if err := t.announceClosed(a, dec.Decision == "edit"); err != nil {
+		return ack{}, err
+	}
 	switch {
 	case a.Kind == KindEscalation && a.State == approvalApproved:
 		err = g.escalationApproved(t, a)
@@ -426,6 +453,9 @@ func (g *Gateway) summaryRejected(t *txn, a *Approval, controllerCode, readerDet
 func (g *Gateway) expireApproval(t *txn, a *Approval) error {
 	a.State = approvalExpired
 	if err := t.putApproval(a); err != nil {
+		return err
+	}
+	if err := t.announceClosed(a, false); err != nil {
 		return err
 	}
 	var err error

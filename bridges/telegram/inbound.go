@@ -269,6 +269,9 @@ func (b *Bridge) handle(ctx context.Context, u *telego.Update, once bool) error 
 	if b.isApprovalPress(u) {
 		return b.handleApprovalPress(ctx, u)
 	}
+	if b.isApprovalEdit(u) {
+		return b.handleApprovalEdit(ctx, u)
+	}
 	in, err := b.translate(u)
 	var skip errSkip
 	if errors.As(err, &skip) {
