@@ -47,9 +47,10 @@ type Options struct {
 	// QueryTTL is how long a query waits for a valid answer before it
 	// fails with expired. Default: 10 minutes.
 	QueryTTL time.Duration
-	// SweepInterval is how often expired queries are looked for.
-	// Default: 1s.
-	SweepInterval time.Duration
+	// sweepInterval is how often expired queries and approvals are
+	// looked for: 1s, which the expiry times (minutes) make precise
+	// enough. Tests shorten it.
+	sweepInterval time.Duration
 	// Approvers are the clientIds whose bcp_approval_decision the gateway
 	// accepts on bcp:approval. Default: none, and then Category 3 is
 	// refused (approval_unavailable): a summary is never delivered
@@ -89,8 +90,8 @@ func (o *Options) setDefaults() {
 	if o.QueryTTL <= 0 {
 		o.QueryTTL = 10 * time.Minute
 	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = time.Second
+	if o.sweepInterval <= 0 {
+		o.sweepInterval = time.Second
 	}
 	if o.AlertShare <= 0 || o.AlertShare > 1 {
 		o.AlertShare = 0.8
@@ -425,7 +426,7 @@ func withReason(payload json.RawMessage, reason string) json.RawMessage {
 // sweeper fails queries whose time ran out, and forgets old message ids.
 func (g *Gateway) sweeper() {
 	defer g.wg.Done()
-	tick := time.NewTicker(g.opts.SweepInterval)
+	tick := time.NewTicker(g.opts.sweepInterval)
 	defer tick.Stop()
 	server := g.conn.ServerID()
 	for {

@@ -174,7 +174,7 @@ func (f *fixture) gateway(tune func(*Options)) *Gateway {
 	f.t.Helper()
 	opts := Options{
 		BusURL: f.srv.URL, Token: tokens["bcp-gateway"], Definitions: f.defs, DataDir: f.dataDir,
-		SweepInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		sweepInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 	}
 	if tune != nil {
 		tune(&opts)
