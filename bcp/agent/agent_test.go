@@ -114,6 +114,20 @@ func dial(t *testing.T, url, name string) *peer.Conn {
 	return conn
 }
 
+// controllerFor connects main as a Controller whose deliveries go to
+// deliveries.
+func controllerFor(t *testing.T, ctx context.Context, url string, deliveries chan<- *gateway.ResponseDelivery) *agent.Controller {
+	t.Helper()
+	conn := dial(t, url, "main")
+	controller := agent.NewController(conn)
+	if err := conn.Subscribe(ctx, "agent:main", controller.Handler("bcp-gateway", agent.ControllerHandler{
+		OnDelivery: func(_ context.Context, d *gateway.ResponseDelivery) error { deliveries <- d; return nil },
+	}), nil); err != nil {
+		t.Fatal(err)
+	}
+	return controller
+}
+
 // A Controller queries through the SDK; a Reader answers from its query
 // handler; the Controller's handler gets the normalized answer, and a
 // refusal comes back as a *RefusedError with its code.
@@ -123,13 +137,7 @@ func TestControllerAndReader(t *testing.T) {
 	defer cancel()
 
 	deliveries := make(chan *gateway.ResponseDelivery, 4)
-	mainConn := dial(t, url, "main")
-	controller := agent.NewController(mainConn)
-	if err := mainConn.Subscribe(ctx, "agent:main", controller.Handler("bcp-gateway", agent.ControllerHandler{
-		OnDelivery: func(_ context.Context, d *gateway.ResponseDelivery) error { deliveries <- d; return nil },
-	}), nil); err != nil {
-		t.Fatal(err)
-	}
+	controller := controllerFor(t, ctx, url, deliveries)
 
 	readerConn := dial(t, url, "researcher")
 	reader := agent.NewReader(readerConn)
@@ -207,13 +215,7 @@ func TestControllerEscalate(t *testing.T) {
 	defer cancel()
 
 	deliveries := make(chan *gateway.ResponseDelivery, 1)
-	mainConn := dial(t, url, "main")
-	controller := agent.NewController(mainConn)
-	if err := mainConn.Subscribe(ctx, "agent:main", controller.Handler("bcp-gateway", agent.ControllerHandler{
-		OnDelivery: func(_ context.Context, d *gateway.ResponseDelivery) error { deliveries <- d; return nil },
-	}), nil); err != nil {
-		t.Fatal(err)
-	}
+	controller := controllerFor(t, ctx, url, deliveries)
 	queries := make(chan *gateway.QueryMessage, 1)
 	answers := make(chan string, 1)
 	scraperConn := dial(t, url, "scraper")

@@ -58,6 +58,19 @@ func (p *approvalPeer) request(t *testing.T, payload map[string]any) protocol.Se
 	return *res
 }
 
+// nextDecision waits for the decision gw receives and decodes it.
+func (h *harness) nextDecision(gw *approvalPeer) (*peer.Delivery, map[string]string, error) {
+	h.t.Helper()
+	select {
+	case d := <-gw.decisions:
+		var dec map[string]string
+		return d, dec, d.Decode(&dec)
+	case <-time.After(wait):
+		h.t.Fatalf("no decision; logs:\n%s", h.logs)
+		return nil, nil, nil
+	}
+}
+
 func approvalRequest(id, summary string) map[string]any {
 	return map[string]any{
 		"type": "bcp_approval_request", "approval_id": id, "kind": "summary", "controller": "main", "reader": "scraper",
@@ -143,14 +156,8 @@ func TestApprovalsInTelegram(t *testing.T) {
 
 	// User 42 approves: the decision names them.
 	id := h.tg.Press(approverChat, 42, 1, "bcpa:y:summary-abc-1")
-	var d *peer.Delivery
-	select {
-	case d = <-gw.decisions:
-	case <-time.After(wait):
-		t.Fatalf("no decision; logs:\n%s", h.logs)
-	}
-	var dec map[string]string
-	if err := d.Decode(&dec); err != nil || d.From != "telegram" || dec["type"] != "bcp_approval_decision" || dec["approval_id"] != "summary-abc-1" ||
+	d, dec, err := h.nextDecision(gw)
+	if err != nil || d.From != "telegram" || dec["type"] != "bcp_approval_decision" || dec["approval_id"] != "summary-abc-1" ||
 		dec["decision"] != "approve" || dec["on_behalf_of"] != "tg:42" || len(dec) != 4 {
 		t.Fatalf("decision from %s: %s (%v)", d.From, d.Payload, err)
 	}
@@ -215,14 +222,8 @@ func TestApprovalEditAndOutcome(t *testing.T) {
 
 	h.tg.Reply(approverChat, 7, posted.MessageID, "approve it all")
 	h.tg.Reply(approverChat, 42, posted.MessageID, "  The memo asks to send files outside.  ")
-	var d *peer.Delivery
-	select {
-	case d = <-gw.decisions:
-	case <-time.After(wait):
-		t.Fatalf("no decision; logs:\n%s", h.logs)
-	}
-	var dec map[string]string
-	if err := d.Decode(&dec); err != nil || dec["decision"] != "edit" || dec["approval_id"] != "summary-abc-2" ||
+	d, dec, err := h.nextDecision(gw)
+	if err != nil || dec["decision"] != "edit" || dec["approval_id"] != "summary-abc-2" ||
 		dec["summary"] != "The memo asks to send files outside." || dec["on_behalf_of"] != "tg:42" {
 		t.Fatalf("decision: %s (%v); user 7's reply must not be one", d.Payload, err)
 	}
