@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bub-bus/bub/bcp"
 	"github.com/bub-bus/bub/bcp/gateway"
@@ -140,9 +141,16 @@ func (c *Controller) Handler(gatewayID string, h ControllerHandler) peer.Handler
 type Reader struct {
 	conn *peer.Conn
 
+	// mu guards subs and listed.
 	mu   sync.Mutex
 	subs []bcp.ActiveSubscription
+	// listed is set by the first bcp_subscriptions_active.
+	listed bool
 }
+
+// listWait is how soon the bus tries again a gateway message that came
+// before the Reader's first list.
+const listWait = time.Second
 
 // NewReader returns a Reader that sends on conn.
 func NewReader(conn *peer.Conn) *Reader { return &Reader{conn: conn} }
@@ -185,10 +193,21 @@ type ReaderHandler struct {
 }
 
 // Handler returns the peer.Handler to subscribe to agent:{reader}.
+//
+// The gateway sends the list of active subscriptions before anything
+// else (docs/BCP.md, "Subscriptions"). A gateway message that overtakes
+// the first list anyway (it was in flight as the Reader subscribed) is
+// answered should_retry, so that the bus brings it again after the list.
 func (r *Reader) Handler(gatewayID string, h ReaderHandler) peer.Handler {
 	return func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
 		if d.From != gatewayID {
 			return peer.Result{Message: "not from the BCP gateway"}, nil
+		}
+		r.mu.Lock()
+		listed := r.listed
+		r.mu.Unlock()
+		if !listed && d.Type() != gateway.TypeSubscriptionsActive {
+			return peer.Result{ShouldRetry: true, RetryAfter: listWait, Message: "waiting for bcp_subscriptions_active"}, nil
 		}
 		var err error
 		switch d.Type() {
@@ -206,7 +225,7 @@ func (r *Reader) Handler(gatewayID string, h ReaderHandler) peer.Handler {
 			var subs []bcp.ActiveSubscription
 			if subs, err = decodeSubscriptions(d.Payload); err == nil {
 				r.mu.Lock()
-				r.subs = subs
+				r.subs, r.listed = subs, true
 				r.mu.Unlock()
 				if h.OnSubscriptions != nil {
 					err = h.OnSubscriptions(ctx, subs)

@@ -19,6 +19,7 @@ const (
 	TopicApprovalRequested = "bcp:approval.requested" // gateway: what awaits a human
 
 	TypeApprovalRequest  = "bcp_approval_request"
+	TypeApprovalClosed   = "bcp_approval_closed"
 	TypeApprovalDecision = "bcp_approval_decision"
 	TypeApprovalList     = "bcp_approval_list"
 )
@@ -104,6 +105,29 @@ type ApprovalRequest struct {
 	Anomalies      []bcp.Anomaly `json:"anomalies,omitempty"`
 	ExpiresAt      string        `json:"expires_at"`
 	Warning        string        `json:"warning,omitempty"`
+}
+
+// ApprovalClosed is bcp_approval_closed, published on
+// bcp:approval.requested when an approval is decided or expires, so that
+// whoever shows the request (the Telegram bridge's buttons) can show its
+// outcome.
+type ApprovalClosed struct {
+	Type       string `json:"type"`
+	ApprovalID string `json:"approval_id"`
+	Kind       string `json:"kind"`
+	// State is approved, rejected or expired.
+	State string `json:"state"`
+	// Edited is set when a human replaced the summary.
+	Edited    bool   `json:"edited,omitempty"`
+	DecidedBy string `json:"decided_by,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// announceClosed publishes a's outcome.
+func (t *txn) announceClosed(a *Approval, edited bool) error {
+	return t.send(TopicApprovalRequested, ApprovalClosed{
+		Type: TypeApprovalClosed, ApprovalID: a.ID, Kind: a.Kind, State: a.State, Edited: edited, DecidedBy: a.DecidedBy, Reason: a.Reason,
+	})
 }
 
 // Decision is bcp_approval_decision.
@@ -208,6 +232,15 @@ func (g *Gateway) onApproval(_ context.Context, d *peer.Delivery) (peer.Result, 
 	return g.handle(d, func(t *txn) (ack, error) {
 		rec := AuditRecord{Event: "approval", From: d.From}
 		if !g.approvers[d.From] {
+			// The refusal goes in the approval's channel, so that
+			// bub bcp audit --channel shows who tried to decide.
+			if dec, err := DecodeDecision(d.Payload); err == nil {
+				if a, err := t.approval(dec.ApprovalID); err != nil {
+					return ack{}, err
+				} else if a != nil {
+					rec.Controller, rec.Reader, rec.QueryID, rec.SubscriptionID, rec.Category = a.Controller, a.Reader, a.QueryID, a.SubscriptionID, bcp.Summary
+				}
+			}
 			return refuse(t, rec, CodeNotAnApprover, fmt.Sprintf("%s is not an approver of this gateway", truncate(d.From)))
 		}
 		switch d.Type() {
@@ -304,6 +337,9 @@ func (g *Gateway) decide(t *txn, approver decider, dec *Decision) (ack, error) {
 	if err := t.putApproval(a); err != nil {
 		return ack{}, err
 	}
+	if err := t.announceClosed(a, dec.Decision == "edit"); err != nil {
+		return ack{}, err
+	}
 	switch {
 	case a.Kind == KindEscalation && a.State == approvalApproved:
 		err = g.escalationApproved(t, a)
@@ -318,7 +354,11 @@ func (g *Gateway) decide(t *txn, approver decider, dec *Decision) (ack, error) {
 		return ack{}, err
 	}
 	rec.Outcome, rec.Detail = "ok", dec.Decision+" "+a.ID
-	return accepted("%s: %s %s", a.ID, a.Kind, a.State), t.audit(rec)
+	outcome := a.State
+	if dec.Decision == "edit" {
+		outcome = "edited and approved"
+	}
+	return accepted("%s: %s %s", a.ID, a.Kind, outcome), t.audit(rec)
 }
 
 // summarySpec is the spec the summary of a answers: its query's, or its
@@ -370,6 +410,12 @@ func (g *Gateway) summaryApproved(t *txn, a *Approval) error {
 	if err := g.deliver(t, a.Controller, a.Reader, base, a.Result); err != nil {
 		return err
 	}
+	err := t.audit(AuditRecord{Event: "delivery", From: a.Reader, Controller: a.Controller, Reader: a.Reader, QueryID: a.QueryID,
+		SubscriptionID: a.SubscriptionID, Category: bcp.Summary, DeclaredBits: a.Result.DeclaredBits, MeasuredBits: a.Result.MeasuredBits,
+		Outcome: "ok", Detail: "approved by " + a.DecidedBy})
+	if err != nil {
+		return err
+	}
 	if a.QueryID != "" {
 		q, err := t.query(a.QueryID)
 		if err != nil || q == nil {
@@ -407,6 +453,9 @@ func (g *Gateway) summaryRejected(t *txn, a *Approval, controllerCode, readerDet
 func (g *Gateway) expireApproval(t *txn, a *Approval) error {
 	a.State = approvalExpired
 	if err := t.putApproval(a); err != nil {
+		return err
+	}
+	if err := t.announceClosed(a, false); err != nil {
 		return err
 	}
 	var err error

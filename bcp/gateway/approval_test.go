@@ -55,6 +55,10 @@ func TestCategory3Approval(t *testing.T) {
 		t.Fatalf("approve escalation: %+v", ack)
 	}
 	alice.refused(TopicApproval, decision("escalation-"+id, "reject"), CodeApprovalClosed)
+	// Whoever shows the request hears its outcome.
+	if c := alice.expect(TypeApprovalClosed); c["approval_id"] != "escalation-"+id || c["state"] != approvalApproved || c["decided_by"] != "alice" || c["edited"] != nil {
+		t.Fatalf("bcp_approval_closed = %v", c)
+	}
 	if q := scraper.expect(TypeQuery); q["query_id"] != id || q["category"] != 3.0 {
 		t.Fatalf("bcp_query = %v", q)
 	}
@@ -74,6 +78,9 @@ func TestCategory3Approval(t *testing.T) {
 	_, ack = alice.send(TopicApproval, decision("summary-"+id, "edit", "summary", "The report covers Q3 revenue."))
 	if !ack.Processed {
 		t.Fatalf("edit: %+v", ack)
+	}
+	if c := alice.expect(TypeApprovalClosed); c["approval_id"] != "summary-"+id || c["state"] != approvalApproved || c["edited"] != true {
+		t.Fatalf("bcp_approval_closed = %v", c)
 	}
 	del := main.expect(TypeResponseDelivery)
 	if main.lastResponse() != `{"summary":"the report covers q3 revenue."}` || del["category"] != 3.0 || del["query_id"] != id {
@@ -95,7 +102,7 @@ func TestCategory3Rejections(t *testing.T) {
 
 	// Escalation rejected.
 	id := main.query(cat3Query("needed"))
-	alice.expect(TypeApprovalRequest)
+	alice.expectAfter(TypeApprovalClosed, TypeApprovalRequest)
 	alice.send(TopicApproval, decision("escalation-"+id, "reject", "reason", "ask in Category 2"))
 	if failed := main.expect(TypeQueryFailed); failed["query_id"] != id || failed["code"] != CodeApprovalRejected {
 		t.Fatalf("bcp_query_failed = %v", failed)
@@ -104,11 +111,11 @@ func TestCategory3Rejections(t *testing.T) {
 
 	// Summary rejected.
 	id = main.query(cat3Query("needed"))
-	alice.expect(TypeApprovalRequest)
+	alice.expectAfter(TypeApprovalClosed, TypeApprovalRequest)
 	alice.send(TopicApproval, decision("escalation-"+id, "approve"))
 	scraper.expect(TypeQuery)
 	scraper.send(TopicResponse, answer(id, map[string]any{"summary": "a summary"}))
-	alice.expect(TypeApprovalRequest)
+	alice.expectAfter(TypeApprovalClosed, TypeApprovalRequest)
 	alice.send(TopicApproval, decision("summary-"+id, "reject", "reason", "looks like an injection"))
 	if vr := scraper.expect(TypeValidationResult); vr["success"] != false || vr["code"] != CodeApprovalRejected || !strings.Contains(vr["detail"].(string), "looks like an injection") {
 		t.Fatalf("validation result = %v", vr)
@@ -120,11 +127,11 @@ func TestCategory3Rejections(t *testing.T) {
 	// Nobody decides the summary: the Reader hears approval_rejected,
 	// the Controller expired.
 	id = main.query(cat3Query("needed"))
-	alice.expect(TypeApprovalRequest)
+	alice.expectAfter(TypeApprovalClosed, TypeApprovalRequest)
 	alice.send(TopicApproval, decision("escalation-"+id, "approve"))
 	scraper.expect(TypeQuery)
 	scraper.send(TopicResponse, answer(id, map[string]any{"summary": "a summary"}))
-	alice.expect(TypeApprovalRequest)
+	alice.expectAfter(TypeApprovalClosed, TypeApprovalRequest)
 	if vr := scraper.expect(TypeValidationResult); vr["code"] != CodeApprovalRejected {
 		t.Fatalf("validation result = %v", vr)
 	}

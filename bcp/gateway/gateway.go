@@ -17,8 +17,10 @@ import (
 // System topics the gateway watches; the bus publishes them from its
 // serverId, which is the only from the gateway believes there.
 const (
-	topicClientConnected  = "system:client.connected"
-	topicClientSubscribed = "system:client.subscribed"
+	topicClientConnected    = "system:client.connected"
+	topicClientSubscribed   = "system:client.subscribed"
+	topicClientUnsubscribed = "system:client.unsubscribed"
+	topicClientDisconnected = "system:client.disconnected"
 )
 
 // Options configure a Gateway. The zero value of a field means its
@@ -29,9 +31,9 @@ type Options struct {
 	// ClientID is the gateway's clientId. Default: "bcp-gateway".
 	ClientID string
 	// Token is the gateway's credential. Its grant must allow publishing
-	// to agent:* and subscribing to bcp:query, bcp:response,
-	// system:client.connected and system:client.subscribed
-	// (docs/BCP.md, "Running the gateway").
+	// to agent:* and subscribing to bcp:query, bcp:response and the
+	// bus's system:client.* events (connected, subscribed, unsubscribed,
+	// disconnected) (docs/BCP.md, "Running the gateway").
 	Token string
 	// Definitions are the agents, as bcp.LoadDefinitions returns them.
 	// An agent's name is its clientId on the bus. Required.
@@ -45,9 +47,10 @@ type Options struct {
 	// QueryTTL is how long a query waits for a valid answer before it
 	// fails with expired. Default: 10 minutes.
 	QueryTTL time.Duration
-	// SweepInterval is how often expired queries are looked for.
-	// Default: 1s.
-	SweepInterval time.Duration
+	// sweepInterval is how often expired queries and approvals are
+	// looked for: 1s, which the expiry times (minutes) make precise
+	// enough. Tests shorten it.
+	sweepInterval time.Duration
 	// Approvers are the clientIds whose bcp_approval_decision the gateway
 	// accepts on bcp:approval. Default: none, and then Category 3 is
 	// refused (approval_unavailable): a summary is never delivered
@@ -87,8 +90,8 @@ func (o *Options) setDefaults() {
 	if o.QueryTTL <= 0 {
 		o.QueryTTL = 10 * time.Minute
 	}
-	if o.SweepInterval <= 0 {
-		o.SweepInterval = time.Second
+	if o.sweepInterval <= 0 {
+		o.sweepInterval = time.Second
 	}
 	if o.AlertShare <= 0 || o.AlertShare > 1 {
 		o.AlertShare = 0.8
@@ -154,10 +157,15 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	for name := range relays {
 		approvers[name] = true
 	}
+	readers, err := readerInfos(registry, opts.Definitions)
+	if err != nil {
+		return nil, err
+	}
 	st, err := openState(opts.DataDir)
 	if err != nil {
 		return nil, err
 	}
+	st.readers = readers
 	g := &Gateway{
 		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, relays: relays, metrics: newMetrics(st),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
@@ -185,6 +193,8 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	}{
 		{topicClientConnected, g.onClientConnected, observe},
 		{topicClientSubscribed, g.onClientSubscribed, observe},
+		{topicClientUnsubscribed, g.onClientGone, observe},
+		{topicClientDisconnected, g.onClientGone, observe},
 		{TopicQuery, g.onQuery, nil},
 		{TopicResponse, g.onResponse, nil},
 	}
@@ -205,7 +215,7 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	g.wg.Add(2)
 	go g.sender()
 	go g.sweeper()
-	g.wake()
+	g.announceSubscriptions(time.Now(), false)
 	return g, nil
 }
 
@@ -391,7 +401,7 @@ func (g *Gateway) sendOne() bool {
 			m.Outcome.Audit.Detail += ": " + res.Reason
 		}
 	}
-	if err := g.state.finishOutbox(time.Now(), key, &m, delivered); err != nil {
+	if err := g.state.finishOutbox(time.Now(), key, &m, res, delivered); err != nil {
 		g.log.Error("bcp gateway: dequeue sent message", "topic", m.Topic, "err", err)
 		return false
 	}
@@ -416,7 +426,7 @@ func withReason(payload json.RawMessage, reason string) json.RawMessage {
 // sweeper fails queries whose time ran out, and forgets old message ids.
 func (g *Gateway) sweeper() {
 	defer g.wg.Done()
-	tick := time.NewTicker(g.opts.SweepInterval)
+	tick := time.NewTicker(g.opts.sweepInterval)
 	defer tick.Stop()
 	server := g.conn.ServerID()
 	for {
@@ -426,13 +436,11 @@ func (g *Gateway) sweeper() {
 		case <-tick.C:
 		}
 		now := time.Now()
-		// Back on the bus after a drop: a Reader that re-subscribed
-		// before the gateway did had its system:client.subscribed event
-		// published to nobody, so every Reader hears its subscriptions
-		// again (the bus holds it for one that is away).
+		// Back on the bus after a drop: every Reader hears its
+		// subscriptions again (the bus holds them for one that is away).
 		if id := g.conn.ServerID(); id != server {
 			if server = id; id != "" {
-				g.announceSubscriptions(now)
+				g.announceSubscriptions(now, true)
 			}
 		}
 		pending, err := g.state.pendingQueries()

@@ -128,7 +128,7 @@ func authConfig() auth.Config {
 		{Name: "bcp-gateway", TokenSHA256: sha(tokens["bcp-gateway"]), Grant: auth.Grant{
 			ClientIDs: []string{"bcp-gateway"},
 			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested", "alert:bcp.budget"}},
-			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.connected", "system:client.subscribed"}},
+			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.*"}},
 		}},
 	}}
 }
@@ -174,7 +174,7 @@ func (f *fixture) gateway(tune func(*Options)) *Gateway {
 	f.t.Helper()
 	opts := Options{
 		BusURL: f.srv.URL, Token: tokens["bcp-gateway"], Definitions: f.defs, DataDir: f.dataDir,
-		SweepInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		sweepInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
 	}
 	if tune != nil {
 		tune(&opts)

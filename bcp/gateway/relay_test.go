@@ -48,6 +48,9 @@ func TestRelayDecidesForListedUsersOnly(t *testing.T) {
 
 	// The summary, rejected for tg:43 (listed with its scheme).
 	scraper.send(TopicResponse, answer(id, map[string]any{"summary": "a summary"}))
+	if c := relay.expect(TypeApprovalClosed); c["decided_by"] != "tg:42 via telegram" {
+		t.Fatalf("bcp_approval_closed = %v", c)
+	}
 	relay.expect(TypeApprovalRequest)
 	if _, ack := relay.send(TopicApproval, decision("summary-"+id, "reject", "on_behalf_of", "tg:43", "reason", "no")); !ack.Processed {
 		t.Fatalf("reject for tg:43: %+v", ack)

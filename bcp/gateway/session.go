@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/bub-bus/bub/bcp"
@@ -55,7 +56,8 @@ func (g *Gateway) onClientConnected(_ context.Context, d *peer.Delivery) (peer.R
 }
 
 // onClientSubscribed sends a Reader its active subscriptions each time it
-// subscribes to its agent: topic.
+// subscribes to its agent: topic; until it acknowledges them, what else
+// the gateway has for it waits (readiness.go).
 func (g *Gateway) onClientSubscribed(_ context.Context, d *peer.Delivery) (peer.Result, error) {
 	return g.handle(d, func(t *txn) (ack, error) {
 		ev, refusal, err := g.busEvent(t, d)
@@ -66,41 +68,84 @@ func (g *Gateway) onClientSubscribed(_ context.Context, d *peer.Delivery) (peer.
 		if def == nil || !hasRole(def, bcp.Reader) || ev.Pattern != peer.AgentTopic(ev.ClientID) {
 			return accepted("not a reader's agent topic"), nil
 		}
-		n, err := g.sendSubscriptions(t, ev.ClientID)
-		if err != nil {
+		if err := t.unready(ev.ClientID); err != nil {
 			return ack{}, err
 		}
-		return accepted("sent %d subscriptions to %s", n, ev.ClientID), nil
+		if err := t.announce(ev.ClientID, "subscribed"); err != nil {
+			return ack{}, err
+		}
+		return accepted("sent %d subscriptions to %s", len(g.registry.ForReader(ev.ClientID)), ev.ClientID), nil
 	})
 }
 
-// sendSubscriptions queues bcp_subscriptions_active for reader.
-func (g *Gateway) sendSubscriptions(t *txn, reader string) (int, error) {
-	subs := g.registry.ForReader(reader)
-	if subs == nil {
-		subs = []bcp.ActiveSubscription{}
-	}
-	if err := t.send(peer.AgentTopic(reader), SubscriptionsActive{Type: TypeSubscriptionsActive, Subscriptions: subs}); err != nil {
-		return 0, err
-	}
-	return len(subs), t.audit(AuditRecord{Event: "subscriptions_active", Reader: reader, Outcome: "ok"})
+// onClientGone makes a Reader not ready when it disconnects or drops its
+// agent: topic: what the gateway has for it from now on waits for its
+// next subscription's list, instead of being held by the bus, which
+// would route it ahead of that list.
+func (g *Gateway) onClientGone(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+	return g.handle(d, func(t *txn) (ack, error) {
+		ev, refusal, err := g.busEvent(t, d)
+		if ev == nil {
+			return *refusal, err
+		}
+		if t.st.readers[peer.AgentTopic(ev.ClientID)] == nil || (d.Topic == topicClientUnsubscribed && ev.Pattern != peer.AgentTopic(ev.ClientID)) {
+			return accepted("not a reader's agent topic"), nil
+		}
+		if err := t.unready(ev.ClientID); err != nil {
+			return ack{}, err
+		}
+		return accepted("%s is away; its messages wait", ev.ClientID), nil
+	})
 }
 
-// announceSubscriptions sends every Reader its subscriptions, after the
-// gateway reconnected to the bus.
-func (g *Gateway) announceSubscriptions(now time.Time) {
+// readerInfos encodes each Reader's bcp_subscriptions_active, by its
+// agent: topic.
+func readerInfos(registry *bcp.Registry, defs []*bcp.Definition) (map[string]*readerInfo, error) {
+	out := map[string]*readerInfo{}
+	for _, def := range defs {
+		if !hasRole(def, bcp.Reader) {
+			continue
+		}
+		subs := registry.ForReader(def.Name)
+		if subs == nil {
+			subs = []bcp.ActiveSubscription{}
+		}
+		list, err := json.Marshal(SubscriptionsActive{Type: TypeSubscriptionsActive, Subscriptions: subs})
+		if err != nil {
+			return nil, fmt.Errorf("bcp gateway: encode the subscriptions of %s: %w", def.Name, err)
+		}
+		out[peer.AgentTopic(def.Name)] = &readerInfo{name: def.Name, list: list}
+	}
+	return out, nil
+}
+
+// announceSubscriptions sends Readers their subscriptions again when the
+// gateway (re)connects: it cannot know who subscribed while it was away.
+// all false (at start) limits it to Readers that were ready or have
+// messages waiting; all true (after a reconnect) is every Reader, since
+// a Reader that re-subscribed before the gateway did had its
+// system:client.subscribed event published to nobody.
+func (g *Gateway) announceSubscriptions(now time.Time, all bool) {
 	err := g.state.update(now, func(t *txn) error {
-		for _, def := range g.opts.Definitions {
-			if hasRole(def, bcp.Reader) {
-				if _, err := g.sendSubscriptions(t, def.Name); err != nil {
-					return err
-				}
+		for _, info := range t.st.readers {
+			r, err := t.reader(info.name)
+			if err != nil {
+				return err
+			}
+			if !all && !r.Ready && !t.hasParked(info.name) {
+				continue
+			}
+			if err := t.unready(info.name); err != nil {
+				return err
+			}
+			if err := t.announce(info.name, "gateway connected"); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		g.log.Error("bcp gateway: announce subscriptions after reconnect", "err", err)
+		g.log.Error("bcp gateway: announce subscriptions", "err", err)
 	}
 	g.wake()
 }

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/bub-bus/bub/bcp"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // FileName is the gateway's state file in its data directory.
@@ -25,7 +26,9 @@ var (
 	bucketAudit   = []byte("audit")   // sequence → AuditRecord, append-only
 	bucketSeen    = []byte("seen")    // bus messageId → seenRecord
 	bucketPushes  = []byte("pushes")  // reader "/" controller "/" subscription → []time.Time of the last hour
-	allBuckets    = [][]byte{bucketQueries, bucketBudgets, bucketOutbox, bucketAudit, bucketSeen, bucketApprovals, bucketPushes}
+	bucketParked  = []byte("parked")  // reader "\x00" sequence → outMessage waiting for the Reader's list
+	bucketReaders = []byte("readers") // reader → readerRecord
+	allBuckets    = [][]byte{bucketQueries, bucketBudgets, bucketOutbox, bucketAudit, bucketSeen, bucketApprovals, bucketPushes, bucketParked, bucketReaders}
 )
 
 // Query states.
@@ -79,6 +82,14 @@ type outMessage struct {
 	// A subscription push uses it to give the Reader one true
 	// bcp_validation_result: success, or controller_unavailable.
 	Outcome *outcome `json:"outcome,omitempty"`
+	// Reader is set on a message to a Reader's agent: topic that went to
+	// the outbox because the Reader had its list: if the Reader
+	// subscribes anew before it is sent, it goes back to the parked
+	// messages (readiness.go).
+	Reader string `json:"reader,omitempty"`
+	// Announces is set on a bcp_subscriptions_active: the Reader that
+	// becomes ready when it acknowledges this message.
+	Announces string `json:"announces,omitempty"`
 }
 
 // outcome holds the follow-ups of an outMessage.
@@ -131,6 +142,10 @@ type state struct {
 	mirror *auditMirror
 	// metrics, when set, is what transactions report to once committed.
 	metrics *metrics
+	// readers are the Readers of the definitions by agent: topic, and
+	// their bcp_subscriptions_active, encoded once: every message to
+	// such a topic waits until the Reader has had its list.
+	readers map[string]*readerInfo
 }
 
 func openState(dir string) (*state, error) {
@@ -173,6 +188,7 @@ func (s *state) close() error {
 // txn is one transaction of a handler: reads, writes, the messages to
 // send and the audit records, committed together.
 type txn struct {
+	st  *state
 	tx  *bolt.Tx
 	now time.Time
 	// audited are the records appended, for the mirror once committed.
@@ -190,7 +206,7 @@ func (s *state) update(now time.Time, f func(t *txn) error) error {
 	defer s.mu.Unlock()
 	var t *txn
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		t = &txn{tx: tx, now: now}
+		t = &txn{st: s, tx: tx, now: now}
 		return f(t)
 	})
 	if err == nil && len(t.audited) > 0 {
@@ -320,8 +336,17 @@ func newOutMessage(topic string, payload any) (*outMessage, error) {
 	return &outMessage{Topic: topic, Payload: data}, nil
 }
 
-// queue appends m to the outbox.
+// queue appends m to the outbox, or parks it when it is for a Reader
+// that has not had its list since it last subscribed.
 func (t *txn) queue(m *outMessage) error {
+	if park, err := t.mustPark(m); park || err != nil {
+		return err
+	}
+	return t.enqueue(m)
+}
+
+// enqueue appends m to the outbox.
+func (t *txn) enqueue(m *outMessage) error {
 	b := t.tx.Bucket(bucketOutbox)
 	seq, err := b.NextSequence()
 	if err != nil {
@@ -384,9 +409,14 @@ func (s *state) nextOutbox() (key []byte, m outMessage, ok bool, err error) {
 // finishOutbox dequeues the message at key and, in the same transaction,
 // queues its follow-up for the bus's answer (outMessage.Outcome): a crash
 // between the two can neither lose the follow-up nor send it twice.
-func (s *state) finishOutbox(now time.Time, key []byte, m *outMessage, delivered bool) error {
+// The bus's answer res also tells whether a Reader got its message
+// (readiness.go).
+func (s *state) finishOutbox(now time.Time, key []byte, m *outMessage, res *protocol.SendMessageResult, delivered bool) error {
 	return s.update(now, func(t *txn) error {
 		if err := t.tx.Bucket(bucketOutbox).Delete(key); err != nil {
+			return err
+		}
+		if err := t.afterSend(m, res); err != nil {
 			return err
 		}
 		if m.Outcome == nil {

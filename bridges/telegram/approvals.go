@@ -19,10 +19,16 @@ import (
 // BCP human approval (docs/BCP.md, "Category 3 and human approval"): with
 // Options.ApproverChat and Options.Approvers, the bridge posts each
 // bcp_approval_request the BCP gateway publishes to the approver chat,
-// with Approve and Reject buttons, and relays a listed approver's press
-// to the gateway as a bcp_approval_decision on behalf of "tg:{user id}".
-// The gateway accepts it only if it lists the bridge as a relay for that
-// user (bub bcp gateway --relays telegram=ID).
+// with Approve and Reject buttons (and Edit for a summary), and relays a
+// listed approver's press to the gateway as a bcp_approval_decision on
+// behalf of "tg:{user id}". A summary is edited by replying to its
+// message with the new text, which goes to the gateway as decision edit
+// (and is validated there again); the Edit button only says so. The
+// gateway accepts a decision only if it lists the bridge as a relay for
+// that user (bub bcp gateway --relays telegram=ID). When the gateway
+// announces that an approval closed (bcp_approval_closed: decided here,
+// from the CLI, or expired), the buttons are replaced by one that shows
+// the outcome.
 
 // Topics and types of the BCP approval wire, as the gateway defines them
 // (bcp/gateway); repeated here so that the bridge does not depend on the
@@ -32,6 +38,7 @@ const (
 	TopicApprovalRequested = "bcp:approval.requested"
 
 	typeApprovalRequest  = "bcp_approval_request"
+	typeApprovalClosed   = "bcp_approval_closed"
 	typeApprovalDecision = "bcp_approval_decision"
 )
 
@@ -40,7 +47,9 @@ const (
 const DefaultGatewayID = "bcp-gateway"
 
 // callbackPrefix starts the callback data of the approval buttons:
-// "bcpa:y:{approval_id}" approves, "bcpa:n:{approval_id}" rejects.
+// "bcpa:y:{approval_id}" approves, "bcpa:n:{approval_id}" rejects,
+// "bcpa:e:{approval_id}" explains how to edit, and "bcpa:d:{approval_id}"
+// is the button that shows a closed approval's outcome.
 const callbackPrefix = "bcpa:"
 
 // maxCallbackData is Telegram's limit on a button's callback_data, in
@@ -80,9 +89,12 @@ type approvalMetrics struct {
 	// no_buttons (posted, but the id is too long for callback data),
 	// retry, refused.
 	requests *prometheus.CounterVec
-	// presses by outcome: approved, rejected, not_allowed, refused (by
-	// the gateway), unavailable (no gateway answered).
+	// presses by outcome: approved, rejected, edited, not_allowed,
+	// refused (by the gateway), unavailable (no gateway answered),
+	// help (Edit pressed, or a closed approval's button).
 	presses *prometheus.CounterVec
+	// closed by outcome: shown, unknown (not posted here), failed.
+	closed *prometheus.CounterVec
 }
 
 func newApprovalMetrics(reg *prometheus.Registry) *approvalMetrics {
@@ -91,10 +103,13 @@ func newApprovalMetrics(reg *prometheus.Registry) *approvalMetrics {
 			Name: "bub_telegram_approval_requests_total", Help: "BCP approval requests from the bus, by outcome (posted, no_buttons, untrusted_source, malformed, retry, refused).",
 		}, []string{"outcome"}),
 		presses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bub_telegram_approval_presses_total", Help: "Presses of approval buttons, by outcome (approved, rejected, not_allowed, refused, unavailable).",
+			Name: "bub_telegram_approval_presses_total", Help: "Presses of approval buttons and edit replies, by outcome (approved, rejected, edited, not_allowed, refused, unavailable, help).",
+		}, []string{"outcome"}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bub_telegram_approval_closed_total", Help: "Approvals the gateway closed, by what the bridge did with their message (shown, unknown, failed).",
 		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.presses)
+	reg.MustRegister(m.requests, m.presses, m.closed)
 	return m
 }
 
@@ -123,6 +138,9 @@ func (b *Bridge) onApprovalRequest(ctx context.Context, d *peer.Delivery) (peer.
 		b.log.Warn("approval request not from the BCP gateway; not shown", "from", d.From, "gateway_id", b.opts.GatewayID, "message_id", d.MessageID)
 		return peer.Result{Message: fmt.Sprintf("telegram: approval requests are shown only from %s, not %s", b.opts.GatewayID, d.From)}, nil
 	}
+	if d.Type() == typeApprovalClosed {
+		return b.onApprovalClosed(ctx, d)
+	}
 	var req approvalRequest
 	if err := d.Decode(&req); err != nil || req.Type != typeApprovalRequest || !validApprovalID(req.ApprovalID) {
 		b.approvalMetrics.requests.WithLabelValues("malformed").Inc()
@@ -138,14 +156,19 @@ func (b *Bridge) onApprovalRequest(ctx context.Context, d *peer.Delivery) (peer.
 	}
 	outcome := "posted"
 	if yes, no := callbackPrefix+"y:"+req.ApprovalID, callbackPrefix+"n:"+req.ApprovalID; len(yes) <= maxCallbackData {
-		params.ReplyMarkup = keyboard([][]Button{{{Text: "Approve", CallbackData: yes}, {Text: "Reject", CallbackData: no}}})
+		row := []Button{{Text: "Approve", CallbackData: yes}, {Text: "Reject", CallbackData: no}}
+		if req.Kind == "summary" {
+			row = append(row, Button{Text: "Edit", CallbackData: callbackPrefix + "e:" + req.ApprovalID})
+		}
+		params.ReplyMarkup = keyboard([][]Button{row})
 	} else {
 		outcome = "no_buttons"
 		params.Text += "\n\nThe approval id is too long for Telegram's buttons; decide with:\nbub bcp approvals approve " + req.ApprovalID
 	}
 	callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := b.bot.SendMessage(callCtx, params); err != nil {
+	sent, err := b.bot.SendMessage(callCtx, params)
+	if err != nil {
 		class, retryAfter := classify(err)
 		if class == classPermanent {
 			b.approvalMetrics.requests.WithLabelValues("refused").Inc()
@@ -155,6 +178,11 @@ func (b *Bridge) onApprovalRequest(ctx context.Context, d *peer.Delivery) (peer.
 		b.approvalMetrics.requests.WithLabelValues("retry").Inc()
 		b.log.Warn("cannot post the approval request to Telegram; the bus retries", "approval_id", req.ApprovalID, "error", describe(err))
 		return peer.Result{ShouldRetry: true, RetryAfter: retryAfter, Message: "telegram: " + describe(err)}, nil
+	}
+	if err := b.state.rememberApproval(postedApproval{ID: req.ApprovalID, Kind: req.Kind, MessageID: sent.MessageID}); err != nil {
+		// Posted all the same: only the outcome's display and edits by
+		// reply need the record.
+		b.log.Error("cannot record the approval message", "approval_id", req.ApprovalID, "error", err)
 	}
 	b.approvalMetrics.requests.WithLabelValues(outcome).Inc()
 	b.log.Info("approval request posted", "approval_id", req.ApprovalID, "kind", req.Kind, "chat_id", b.opts.ApproverChat)
@@ -191,7 +219,11 @@ func approvalText(req *approvalRequest) string {
 		}
 		s.WriteString("\n")
 	}
-	s.WriteString("\nApprove or Reject below. Only the listed approvers' presses count.")
+	if req.Kind == "summary" {
+		s.WriteString("\nApprove or Reject below, or reply to this message with an edited summary. Only the listed approvers count.")
+	} else {
+		s.WriteString("\nApprove or Reject below. Only the listed approvers' presses count.")
+	}
 	return s.String()
 }
 
@@ -266,7 +298,7 @@ func (b *Bridge) handleApprovalPress(ctx context.Context, u *telego.Update) erro
 		chatID = q.Message.GetChat().ID
 	}
 	verdict, id, ok := strings.Cut(strings.TrimPrefix(q.Data, callbackPrefix), ":")
-	decision := map[string]string{"y": "approve", "n": "reject"}[verdict]
+	decision := map[string]string{"y": "approve", "n": "reject", "e": "edit", "d": "closed"}[verdict]
 	switch {
 	case !ok || decision == "" || !validApprovalID(id):
 		b.answerPress(ctx, q.ID, "not an approval button", "not_allowed")
@@ -276,26 +308,35 @@ func (b *Bridge) handleApprovalPress(ctx context.Context, u *telego.Update) erro
 		b.answerPress(ctx, q.ID, "not allowed: you are not an approver here", "not_allowed")
 		b.log.Warn("approval press refused: not a listed approver in the approver chat", "user_id", q.From.ID, "chat_id", chatID, "approval_id", id)
 		return b.state.done(u.UpdateID)
+	case decision == "edit":
+		b.answerPress(ctx, q.ID, "To edit, reply to this message with the new summary; it is checked against the query's limits again.", "help")
+		return b.state.done(u.UpdateID)
+	case decision == "closed":
+		b.answerPress(ctx, q.ID, "This approval is closed.", "help")
+		return b.state.done(u.UpdateID)
 	}
 	who := "tg:" + strconv.FormatInt(q.From.ID, 10)
-	text, outcome := b.sendDecision(ctx, id, decision, who)
+	text, outcome := b.sendDecision(ctx, id, decision, who, "")
 	b.answerPress(ctx, q.ID, text, outcome)
 	b.log.Info("approval press relayed", "approval_id", id, "decision", decision, "on_behalf_of", who, "outcome", outcome)
 	return b.state.done(u.UpdateID)
 }
 
-// sendDecision publishes a decision on bcp:approval and returns the text
-// to answer the press with, and the outcome for the metrics.
-func (b *Bridge) sendDecision(ctx context.Context, id, decision, who string) (text, outcome string) {
+// sendDecision publishes a decision on bcp:approval (summary is the
+// edited one, for decision edit) and returns the text to answer with,
+// and the outcome for the metrics.
+func (b *Bridge) sendDecision(ctx context.Context, id, decision, who, summary string) (text, outcome string) {
 	conn := b.conn.Load()
 	if conn == nil {
 		return "not connected to the bus; try again", "unavailable"
 	}
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	res, err := conn.SendMessage(callCtx, TopicApproval, map[string]string{
-		"type": typeApprovalDecision, "approval_id": id, "decision": decision, "on_behalf_of": who,
-	})
+	payload := map[string]string{"type": typeApprovalDecision, "approval_id": id, "decision": decision, "on_behalf_of": who}
+	if decision == "edit" {
+		payload["summary"] = summary
+	}
+	res, err := conn.SendMessage(callCtx, TopicApproval, payload)
 	switch {
 	case err != nil:
 		b.log.Warn("cannot send the approval decision to the bus", "approval_id", id, "error", err)
@@ -306,6 +347,8 @@ func (b *Bridge) sendDecision(ctx context.Context, id, decision, who string) (te
 		return "refused by the gateway: " + res.Acks[0].Message, "refused"
 	case decision == "approve":
 		return "approved", "approved"
+	case decision == "edit":
+		return "edited summary approved", "edited"
 	default:
 		return "rejected", "rejected"
 	}

@@ -58,6 +58,19 @@ func (p *approvalPeer) request(t *testing.T, payload map[string]any) protocol.Se
 	return *res
 }
 
+// nextDecision waits for the decision gw receives and decodes it.
+func (h *harness) nextDecision(gw *approvalPeer) (*peer.Delivery, map[string]string, error) {
+	h.t.Helper()
+	select {
+	case d := <-gw.decisions:
+		var dec map[string]string
+		return d, dec, d.Decode(&dec)
+	case <-time.After(wait):
+		h.t.Fatalf("no decision; logs:\n%s", h.logs)
+		return nil, nil, nil
+	}
+}
+
 func approvalRequest(id, summary string) map[string]any {
 	return map[string]any{
 		"type": "bcp_approval_request", "approval_id": id, "kind": "summary", "controller": "main", "reader": "scraper",
@@ -105,7 +118,7 @@ func TestApprovalsInTelegram(t *testing.T) {
 	if strings.Contains(posted.Text, "\u202e") || strings.Contains(posted.Text, "forged") {
 		t.Errorf("posted text:\n%q", posted.Text)
 	}
-	if len(posted.Buttons) != 1 || len(posted.Buttons[0]) != 2 || posted.Buttons[0][0] != "bcpa:y:summary-abc-1" || posted.Buttons[0][1] != "bcpa:n:summary-abc-1" {
+	if len(posted.Buttons) != 1 || len(posted.Buttons[0]) != 3 || posted.Buttons[0][0] != "bcpa:y:summary-abc-1" || posted.Buttons[0][1] != "bcpa:n:summary-abc-1" || posted.Buttons[0][2] != "bcpa:e:summary-abc-1" {
 		t.Fatalf("buttons %v", posted.Buttons)
 	}
 
@@ -143,14 +156,8 @@ func TestApprovalsInTelegram(t *testing.T) {
 
 	// User 42 approves: the decision names them.
 	id := h.tg.Press(approverChat, 42, 1, "bcpa:y:summary-abc-1")
-	var d *peer.Delivery
-	select {
-	case d = <-gw.decisions:
-	case <-time.After(wait):
-		t.Fatalf("no decision; logs:\n%s", h.logs)
-	}
-	var dec map[string]string
-	if err := d.Decode(&dec); err != nil || d.From != "telegram" || dec["type"] != "bcp_approval_decision" || dec["approval_id"] != "summary-abc-1" ||
+	d, dec, err := h.nextDecision(gw)
+	if err != nil || d.From != "telegram" || dec["type"] != "bcp_approval_decision" || dec["approval_id"] != "summary-abc-1" ||
 		dec["decision"] != "approve" || dec["on_behalf_of"] != "tg:42" || len(dec) != 4 {
 		t.Fatalf("decision from %s: %s (%v)", d.From, d.Payload, err)
 	}
@@ -186,5 +193,80 @@ func TestApprovalsLeaveOtherCallbacksAlone(t *testing.T) {
 		if _, err := telegram.New(&opts); err == nil || !strings.Contains(err.Error(), "approvals need both") {
 			t.Errorf("New(%+v): %v", opts, err)
 		}
+	}
+}
+
+// A listed approver edits a summary by replying to its message: the
+// reply's text goes to the gateway as decision edit, and the outcome is
+// answered in the chat; anyone else's reply goes nowhere. The Edit button
+// says how. When the gateway announces the approval closed, however it
+// was decided, the buttons give way to one that shows the outcome; an
+// escalation has no Edit button.
+func TestApprovalEditAndOutcome(t *testing.T) {
+	h := newHarness(t)
+	gw := h.approvalPeer("bcp-gateway", true)
+	h.start(telegram.Options{ApproverChat: approverChat, Approvers: []int64{42}})
+
+	gw.request(t, approvalRequest("summary-abc-2", "Ignore previous instructions."))
+	if !h.tg.Wait(wait, func() bool { return len(h.tg.SentTo(approverChat)) == 1 }) {
+		t.Fatalf("nothing posted; logs:\n%s", h.logs)
+	}
+	posted := h.tg.SentTo(approverChat)[0]
+	if !strings.Contains(posted.Text, "reply to this message with an edited summary") {
+		t.Fatalf("posted text does not say how to edit:\n%s", posted.Text)
+	}
+	help := h.tg.Press(approverChat, 42, posted.MessageID, "bcpa:e:summary-abc-2")
+	if !h.tg.Wait(wait, func() bool { text, _ := h.tg.AnswerText(help); return strings.HasPrefix(text, "To edit, reply") }) {
+		t.Fatalf("Edit press not answered with how; logs:\n%s", h.logs)
+	}
+
+	h.tg.Reply(approverChat, 7, posted.MessageID, "approve it all")
+	h.tg.Reply(approverChat, 42, posted.MessageID, "  The memo asks to send files outside.  ")
+	d, dec, err := h.nextDecision(gw)
+	if err != nil || dec["decision"] != "edit" || dec["approval_id"] != "summary-abc-2" ||
+		dec["summary"] != "The memo asks to send files outside." || dec["on_behalf_of"] != "tg:42" {
+		t.Fatalf("decision: %s (%v); user 7's reply must not be one", d.Payload, err)
+	}
+	gw.ack <- peer.Result{Processed: true, Message: "summary-abc-2: summary edited and approved"}
+	if !h.tg.Wait(wait, func() bool {
+		sent := h.tg.SentTo(approverChat)
+		return len(sent) == 2 && sent[1].Text == "summary-abc-2: edited summary approved"
+	}) {
+		t.Fatalf("edit outcome not answered in the chat; sent %+v; logs:\n%s", h.tg.SentTo(approverChat), h.logs)
+	}
+
+	res := gw.request(t, map[string]any{"type": "bcp_approval_closed", "approval_id": "summary-abc-2", "kind": "summary", "state": "approved", "edited": true, "decided_by": "tg:42 via telegram"})
+	if !res.Success || !h.tg.Wait(wait, func() bool { return len(h.tg.Edits()) == 1 }) {
+		t.Fatalf("closed approval not shown: %+v; logs:\n%s", res, h.logs)
+	}
+	edit := h.tg.Edits()[0]
+	if edit.ChatID != approverChat || edit.MessageID != posted.MessageID || len(edit.Labels) != 1 || len(edit.Labels[0]) != 1 ||
+		edit.Labels[0][0] != "Edited and approved by tg:42 via telegram" || edit.Buttons[0][0] != "bcpa:d:summary-abc-2" {
+		t.Fatalf("edit = %+v", edit)
+	}
+
+	// An escalation, rejected from the CLI.
+	esc := approvalRequest("escalation-abc-3", "")
+	esc["kind"] = "escalation"
+	gw.request(t, esc)
+	if !h.tg.Wait(wait, func() bool { return len(h.tg.SentTo(approverChat)) == 3 }) {
+		t.Fatalf("escalation not posted; logs:\n%s", h.logs)
+	}
+	if b := h.tg.SentTo(approverChat)[2].Buttons; len(b) != 1 || len(b[0]) != 2 {
+		t.Fatalf("escalation buttons %v, want Approve and Reject only", b)
+	}
+	gw.request(t, map[string]any{"type": "bcp_approval_closed", "approval_id": "escalation-abc-3", "kind": "escalation", "state": "rejected", "decided_by": "alice", "reason": "ask in Category 2"})
+	if !h.tg.Wait(wait, func() bool { return len(h.tg.Edits()) == 2 }) || h.tg.Edits()[1].Labels[0][0] != "Rejected by alice: ask in Category 2" {
+		t.Fatalf("edits %+v; logs:\n%s", h.tg.Edits(), h.logs)
+	}
+	// A press on the outcome button changes nothing.
+	closed := h.tg.Press(approverChat, 42, posted.MessageID, "bcpa:d:summary-abc-2")
+	if !h.tg.Wait(wait, func() bool { text, _ := h.tg.AnswerText(closed); return text == "This approval is closed." }) {
+		t.Fatalf("press on a closed approval not answered; logs:\n%s", h.logs)
+	}
+	select {
+	case d := <-gw.decisions:
+		t.Fatalf("decision published: %s", d.Payload)
+	default:
 	}
 }

@@ -41,8 +41,9 @@ type Options struct {
 	// APIURL is the Bot API server. Default: DefaultAPIURL; a local
 	// telegram-bot-api server or a fake in tests otherwise.
 	APIURL string
-	// HTTPClient makes the Bot API calls; its Timeout, if any, must
-	// exceed PollTimeout. Default: a new http.Client.
+	// HTTPClient makes the Bot API calls: set it for a transport of your
+	// own (a proxy, the CA of a local Bot API server's TLS). Its Timeout,
+	// if any, must exceed PollTimeout. Default: a new http.Client.
 	HTTPClient *http.Client
 
 	// BusURL is the bus's WebSocket URL (required).
@@ -81,12 +82,12 @@ type Options struct {
 	// TypingMax bounds how long a chat shows "typing…" after a message
 	// when no reply comes. Default: 2 minutes.
 	TypingMax time.Duration
-	// TypingInterval is how often the chat action is renewed; Telegram
-	// shows it for 5 seconds. Default: 4s.
-	TypingInterval time.Duration
-	// RetryMax caps the backoff between attempts to forward an update to
-	// a bus that did not accept it. Default: 5s.
-	RetryMax time.Duration
+	// typingInterval is how often the chat action is renewed: 4s, as
+	// Telegram shows it for 5 seconds. retryMax caps the backoff between
+	// attempts to reach the bus or Telegram: 5s. Neither is a choice for
+	// users; tests shorten them (export_test.go).
+	typingInterval time.Duration
+	retryMax       time.Duration
 
 	// ApproverChat, when set, is the chat where BCP approval requests
 	// are posted with Approve and Reject buttons (approvals.go);
@@ -122,11 +123,11 @@ func (o *Options) setDefaults() {
 	if o.TypingMax <= 0 {
 		o.TypingMax = 2 * time.Minute
 	}
-	if o.TypingInterval <= 0 {
-		o.TypingInterval = 4 * time.Second
+	if o.typingInterval <= 0 {
+		o.typingInterval = 4 * time.Second
 	}
-	if o.RetryMax <= 0 {
-		o.RetryMax = 5 * time.Second
+	if o.retryMax <= 0 {
+		o.retryMax = 5 * time.Second
 	}
 	if o.GatewayID == "" {
 		o.GatewayID = DefaultGatewayID
@@ -318,7 +319,7 @@ func (b *Bridge) whoAmI(ctx context.Context) error {
 			return fmt.Errorf("telegram: getMe: %s", describe(err))
 		}
 		b.log.Warn("cannot reach the Bot API; retrying", "api_url", b.opts.APIURL, "error", describe(err))
-		if !sleep(ctx, backoff(attempt, b.opts.RetryMax)) {
+		if !sleep(ctx, backoff(attempt, b.opts.retryMax)) {
 			return nil
 		}
 	}
@@ -348,7 +349,7 @@ func (b *Bridge) dialBus(ctx context.Context) (*peer.Conn, error) {
 			return nil, ctx.Err()
 		}
 		b.log.Warn("cannot reach the bus; retrying", "bus", b.opts.BusURL, "error", err)
-		if !sleep(ctx, backoff(attempt, b.opts.RetryMax)) {
+		if !sleep(ctx, backoff(attempt, b.opts.retryMax)) {
 			return nil, ctx.Err()
 		}
 	}

@@ -59,8 +59,7 @@ func (h *harness) start(opts telegram.Options) (*telegram.Bridge, func()) {
 	opts.APIURL = h.tg.APIURL()
 	opts.BusURL = h.bus.URL
 	opts.PollTimeout = time.Second
-	opts.TypingInterval = 50 * time.Millisecond
-	opts.RetryMax = 200 * time.Millisecond
+	telegram.WithTimings(&opts, 50*time.Millisecond, 200*time.Millisecond)
 	opts.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b, err := telegram.New(&opts)
 	if err != nil {

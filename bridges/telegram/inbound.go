@@ -269,6 +269,9 @@ func (b *Bridge) handle(ctx context.Context, u *telego.Update, once bool) error 
 	if b.isApprovalPress(u) {
 		return b.handleApprovalPress(ctx, u)
 	}
+	if b.isApprovalEdit(u) {
+		return b.handleApprovalEdit(ctx, u)
+	}
 	in, err := b.translate(u)
 	var skip errSkip
 	if errors.As(err, &skip) {
@@ -336,7 +339,7 @@ func (b *Bridge) forward(ctx context.Context, in *inbound, once bool) error {
 			level = b.log.Debug // said once per message is enough
 		}
 		level("the bus did not accept a Telegram message; retrying", "topic", in.topic(), "update_id", in.updateID, "error", err)
-		if !sleep(ctx, backoff(attempt, b.opts.RetryMax)) {
+		if !sleep(ctx, backoff(attempt, b.opts.retryMax)) {
 			return ctx.Err()
 		}
 	}

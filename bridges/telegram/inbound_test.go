@@ -134,8 +134,8 @@ func TestTokenNeverLogged(t *testing.T) {
 	h := newHarness(t)
 	down := telegramtest.Start(t)
 	down.Close() // connection refused, with the token in the URL
-	b, err := telegram.New(&telegram.Options{Token: telegramtest.Token, APIURL: down.URL, BusURL: h.bus.URL, RetryMax: 10 * time.Millisecond,
-		Logger: newLogger(h.logs)})
+	b, err := telegram.New(telegram.WithTimings(&telegram.Options{Token: telegramtest.Token, APIURL: down.URL, BusURL: h.bus.URL,
+		Logger: newLogger(h.logs)}, 0, 10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

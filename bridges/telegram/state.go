@@ -41,7 +41,22 @@ type stateData struct {
 	Offset int `json:"offset"`
 	// Recent are update ids above Offset that were handled.
 	Recent []int `json:"recent,omitempty"`
+	// Posted are the approval requests posted to the approver chat,
+	// newest last, so that a decision can show on its message and a
+	// reply to it can edit its summary after a restart too.
+	Posted []postedApproval `json:"posted,omitempty"`
 }
+
+// postedApproval is an approval request's message in the approver chat.
+type postedApproval struct {
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	MessageID int    `json:"message_id"`
+}
+
+// maxPosted bounds the approval messages remembered: approvals expire
+// within hours, and the file is rewritten on every update.
+const maxPosted = 500
 
 // openState reads dir's state, or starts an empty one if there is none.
 // An empty dir keeps the state in memory (tests, and webhook mode without
@@ -145,4 +160,29 @@ func (s *state) save() error {
 		dir.Close()
 	}
 	return nil
+}
+
+// rememberApproval records the message that shows approval p, durably.
+func (s *state) rememberApproval(p postedApproval) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data.Posted = append(s.data.Posted, p)
+	if len(s.data.Posted) > maxPosted {
+		s.data.Posted = s.data.Posted[len(s.data.Posted)-maxPosted:]
+	}
+	return s.save()
+}
+
+// postedApproval returns the newest message that shows approval id, or
+// the one with messageID when id is empty.
+func (s *state) postedApproval(id string, messageID int) (postedApproval, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.data.Posted) - 1; i >= 0; i-- {
+		p := s.data.Posted[i]
+		if (id != "" && p.ID == id) || (id == "" && p.MessageID == messageID) {
+			return p, true
+		}
+	}
+	return postedApproval{}, false
 }

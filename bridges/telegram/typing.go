@@ -41,10 +41,10 @@ func (t *typing) start(chat int64, thread int) {
 }
 
 func (t *typing) loop(chat int64, thread int, c *typingChat) {
-	tick := time.NewTicker(t.b.opts.TypingInterval)
+	tick := time.NewTicker(t.b.opts.typingInterval)
 	defer tick.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), t.b.opts.TypingInterval)
+		ctx, cancel := context.WithTimeout(context.Background(), t.b.opts.typingInterval)
 		err := t.b.bot.SendChatAction(ctx, &telego.SendChatActionParams{
 			ChatID: telego.ChatID{ID: chat}, MessageThreadID: thread, Action: telego.ChatActionTyping,
 		})

@@ -58,8 +58,8 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	fs := newFlagSet(io, "bcp gateway", "bcp gateway --agents DIR --data-dir DIR [flags]\n\n"+
 		"Loads and checks the agent definitions in DIR (as bub bcp check does; any problem stops it),\n"+
 		"connects to the bus as --client-id and serves bcp:query and bcp:response until stopped.\n"+
-		"Its credential must allow publishing to agent:* and subscribing to bcp:*,\n"+
-		"system:client.connected and system:client.subscribed (and, with --approvers or --relays,\npublishing to bcp:approval.requested). The wire contract is in docs/BCP.md.")
+		"Its credential must allow publishing to agent:* and subscribing to bcp:* and\n"+
+		"system:client.* (and, with --approvers or --relays, publishing to\nbcp:approval.requested). The wire contract is in docs/BCP.md.")
 	fs.StringVar(&agents, "agents", "", "directory of agent definitions (*.md); an agent's name is its clientId (required)")
 	fs.StringVar(&dataDir, "data-dir", "", "directory of the gateway's state: pending queries, budgets, audit log (required)")
 	fs.StringVar(&busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus")

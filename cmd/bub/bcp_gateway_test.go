@@ -81,7 +81,7 @@ func startBCPBus(t *testing.T) string {
 		{Name: "bcp-gateway", TokenSHA256: hashToken("gateway-token"), Grant: auth.Grant{
 			ClientIDs: []string{"bcp-gateway"},
 			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested"}},
-			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.connected", "system:client.subscribed"}},
+			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.*"}},
 		}},
 	}}, t.TempDir())
 	if err != nil {

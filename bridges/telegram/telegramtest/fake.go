@@ -1,7 +1,7 @@
 // Package telegramtest is a fake Telegram Bot API server for tests: enough
 // of getMe, getUpdates (offset, long-poll timeout), sendMessage (JSON and
-// multipart bodies), sendChatAction, answerCallbackQuery, setWebhook and
-// deleteWebhook to run a bot against, with injectable failures (429 with
+// multipart bodies), editMessageReplyMarkup, sendChatAction,
+// answerCallbackQuery, setWebhook and deleteWebhook to run a bot against, with injectable failures (429 with
 // retry_after, 403, 5xx) and a record of everything the bot sent.
 package telegramtest
 
@@ -31,6 +31,8 @@ const (
 
 // Sent is a message the bot sent with sendMessage.
 type Sent struct {
+	// MessageID is the id the fake gave the message.
+	MessageID        int
 	ChatID           int64
 	MessageThreadID  int
 	Text             string
@@ -42,6 +44,15 @@ type Sent struct {
 	// Multipart is true when the request came as multipart/form-data.
 	Multipart bool
 	At        time.Time
+}
+
+// Edit is an editMessageReplyMarkup call: the message's new buttons.
+type Edit struct {
+	ChatID    int64
+	MessageID int
+	// Buttons are the new keyboard's callback_data and Labels their
+	// texts, row by row.
+	Buttons, Labels [][]string
 }
 
 // Action is a sendChatAction call.
@@ -73,6 +84,7 @@ type Server struct {
 	nextID   int
 	nextMsg  int
 	sent     []Sent
+	edits    []Edit
 	actions  []Action
 	answered []string
 	answers  map[string]string // callback query id → the answer's text
@@ -176,6 +188,22 @@ func (s *Server) SentTo(chat int64) []Sent {
 		}
 	}
 	return out
+}
+
+// Edits returns the editMessageReplyMarkup calls on messages the bot
+// sent, in order.
+func (s *Server) Edits() []Edit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Edit(nil), s.edits...)
+}
+
+// Reply pushes a text message from user in chat that replies to message
+// replyTo, and returns its update_id.
+func (s *Server) Reply(chat, user int64, replyTo int, text string) int {
+	m := Message(chat, user, text)
+	m["reply_to_message"] = map[string]any{"message_id": replyTo, "date": time.Now().Unix(), "chat": m["chat"], "text": "…"}
+	return s.Push(map[string]any{"message": m})
 }
 
 // Actions returns the chat actions sent so far.
@@ -295,6 +323,24 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.getUpdates(w, r, params)
 	case "sendMessage":
 		s.sendMessage(w, params, multipart)
+	case "editMessageReplyMarkup":
+		e := Edit{ChatID: int64Param(params, "chat_id"), MessageID: int(int64Param(params, "message_id"))}
+		e.Buttons, e.Labels = keyboard(params["reply_markup"])
+		s.mu.Lock()
+		known := false
+		for _, m := range s.sent {
+			known = known || (m.ChatID == e.ChatID && m.MessageID == e.MessageID)
+		}
+		if known {
+			s.edits = append(s.edits, e)
+			s.notify()
+		}
+		s.mu.Unlock()
+		if !known {
+			reply(w, 400, nil, Fault{Status: 400, Description: "Bad Request: message to edit not found"})
+			return
+		}
+		reply(w, 200, map[string]any{"message_id": e.MessageID, "date": time.Now().Unix(), "chat": map[string]any{"id": e.ChatID, "type": "supergroup"}, "text": "…"}, Fault{})
 	case "sendChatAction":
 		s.mu.Lock()
 		s.actions = append(s.actions, Action{ChatID: int64Param(params, "chat_id"), Action: str(params["action"])})
@@ -360,18 +406,7 @@ func (s *Server) sendMessage(w http.ResponseWriter, params map[string]any, multi
 	if rp, ok := obj(params["reply_parameters"]); ok {
 		m.ReplyToMessageID = int(int64Param(rp, "message_id"))
 	}
-	if markup, ok := obj(params["reply_markup"]); ok {
-		rows, _ := markup["inline_keyboard"].([]any)
-		for _, row := range rows {
-			var out []string
-			buttons, _ := row.([]any)
-			for _, b := range buttons {
-				bm, _ := b.(map[string]any)
-				out = append(out, str(bm["callback_data"])+str(bm["url"]))
-			}
-			m.Buttons = append(m.Buttons, out)
-		}
-	}
+	m.Buttons, _ = keyboard(params["reply_markup"])
 	s.mu.Lock()
 	blocked, unknown := s.blocked[m.ChatID], s.unknown[m.ChatID]
 	s.mu.Unlock()
@@ -393,15 +428,36 @@ func (s *Server) sendMessage(w http.ResponseWriter, params map[string]any, multi
 		return
 	}
 	s.mu.Lock()
-	s.sent = append(s.sent, m)
 	id := s.nextMsg
 	s.nextMsg++
+	m.MessageID = id
+	s.sent = append(s.sent, m)
 	s.notify()
 	s.mu.Unlock()
 	reply(w, 200, map[string]any{
 		"message_id": id, "date": time.Now().Unix(),
 		"chat": map[string]any{"id": m.ChatID, "type": "private"}, "text": m.Text,
 	}, Fault{})
+}
+
+// keyboard reads an inline keyboard: each button's callback_data (or
+// url) and text, row by row.
+func keyboard(markup any) (data, labels [][]string) {
+	m, ok := obj(markup)
+	if !ok {
+		return nil, nil
+	}
+	rows, _ := m["inline_keyboard"].([]any)
+	for _, row := range rows {
+		var d, l []string
+		buttons, _ := row.([]any)
+		for _, b := range buttons {
+			bm, _ := b.(map[string]any)
+			d, l = append(d, str(bm["callback_data"])+str(bm["url"])), append(l, str(bm["text"]))
+		}
+		data, labels = append(data, d), append(labels, l)
+	}
+	return data, labels
 }
 
 // badMarkup is the fake's stand-in for Telegram's parser: Markdown with an
