@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -74,7 +75,8 @@ func BenchmarkPutPendingConcurrent(b *testing.B) {
 	for _, n := range []int{1, 16, 64} {
 		b.Run(fmt.Sprint("putters=", n), func(b *testing.B) {
 			forEachBenchStore(b, func(b *testing.B, s *store.Store) {
-				var next atomic.Int64
+				var next, commits atomic.Int64
+				store.SetOnCommit(s, func(time.Duration) { commits.Add(1) })
 				var wg sync.WaitGroup
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -90,6 +92,7 @@ func BenchmarkPutPendingConcurrent(b *testing.B) {
 				}
 				wg.Wait()
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "retries/s")
+				b.ReportMetric(float64(b.N)/float64(commits.Load()), "writes/commit")
 			})
 		})
 	}

@@ -21,8 +21,13 @@
 // pages, so a crash in the middle of a commit leaves the last committed
 // state. Options.NoSync gives this up for speed and is for benchmarks
 // only. Each commit costs an fsync of the file and one of its meta page:
-// about 0.3 ms on a virtual ext4 disk, several milliseconds on slow
-// disks (BenchmarkPutPending). Writes are serialized.
+// about 0.3 ms on a virtual ext4 disk, several milliseconds on slow or
+// busy disks (BenchmarkPutPending). Writes are serialized, and writes
+// made while a commit runs share the next one (group commit, commit.go):
+// one transaction and one fsync for all of them, each returning only once
+// it is durable. A write alone is committed at once, with no added delay;
+// under load the throughput is the number of concurrent writers per
+// fsync (BenchmarkPutPendingConcurrent).
 //
 // # Layout
 //
