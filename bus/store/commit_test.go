@@ -33,6 +33,20 @@ func newGate(s *store.Store) *gate {
 	return g
 }
 
+// hold starts write, the store's first, and returns once it has
+// committed and is held in the gate; its error arrives on the channel.
+func (g *gate) hold(t *testing.T, write func() error) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- write() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for g.commits.Load() == 0 {
+		require.True(t, time.Now().Before(deadline), "the first commit never happened")
+		time.Sleep(time.Millisecond)
+	}
+	return done
+}
+
 func (g *gate) open() {
 	g.released.Store(true)
 	close(g.release)
@@ -77,16 +91,10 @@ func wait(t *testing.T, done <-chan error) error {
 func TestGroupCommit(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s *store.Store) {
 		g := newGate(s)
-		first := make(chan error, 1)
-		go func() {
+		first := g.hold(t, func() error {
 			_, err := s.DeadLetter("", deadLetter(1, "agent:bob", protocol.ReasonNoSubscribers, at(1)))
-			first <- err
-		}()
-		deadline := time.Now().Add(10 * time.Second)
-		for g.commits.Load() == 0 {
-			require.True(t, time.Now().Before(deadline), "the first commit never happened")
-			time.Sleep(time.Millisecond)
-		}
+			return err
+		})
 
 		ok1, unassigned, requeued, again, ok3 := retry(1, at(1)), retry(2, at(2)), hold(3, at(3)), hold(4, at(4)), retry(5, at(5))
 		unassigned.ID = "p-000000000999"
@@ -131,13 +139,7 @@ func TestGroupCommit(t *testing.T) {
 func TestGroupCommitFailsTogether(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s *store.Store) {
 		g := newGate(s)
-		first := make(chan error, 1)
-		go func() { first <- s.PutPending(hold(1, at(1))) }()
-		deadline := time.Now().Add(10 * time.Second)
-		for g.commits.Load() == 0 {
-			require.True(t, time.Now().Before(deadline), "the first commit never happened")
-			time.Sleep(time.Millisecond)
-		}
+		first := g.hold(t, func() error { return s.PutPending(hold(1, at(1))) })
 		writes := []<-chan error{
 			g.queue(t, s, func() error { return s.PutPending(hold(2, at(2))) }),
 			g.queue(t, s, func() error { return store.Write(s, func() error { panic("page 7 is not a leaf") }) }),

@@ -41,7 +41,9 @@
 // the file, so ids ("p-000000000042", "d-000000000042") are never reused,
 // even after a restart, and dead letters are listed in the order they
 // were added. Each record carries a version, "v": 1, so that the format
-// can change; a record that does not decode, or is newer than this
+// can change; the file written before group commit and the payload-less
+// schedule is the same format 1, and TestOpensFormat1 opens one
+// (testdata/format1). A record that does not decode, or is newer than this
 // program, is reported with its bucket and id, never skipped silently.
 // Values are JSON so that the bbolt command (go.etcd.io/bbolt/cmd/bbolt)
 // can show them while the bus is stopped: bbolt keys --format hex
@@ -63,4 +65,6 @@
 //     locked, until the process exits.
 //   - Pending and ListDeadLetters read records into memory; Pending reads
 //     all of them, which suits resuming after a restart, not a hot path.
+//     PendingSchedule reads all of them without payloads and meta, which
+//     is what the bus resumes from; LoadMessage reads one entry's back.
 package store
