@@ -280,7 +280,7 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	}
 	c.subs[p.Topic] = c.server.router.add(c, pattern, policy, p.Fallback)
 	c.server.metrics.subscriptions.Inc()
-	c.server.sched.wakeHolds(pattern.Match, c.clientID)
+	c.server.sched.wakeHolds(pattern, c.clientID)
 	c.server.clientEvent(TopicClientSubscribed, "subscribed", c.clientID, c.identity, p.Topic, p.Fallback, "")
 	c.log.Debug("subscribed", "client", c.clientID, "pattern", p.Topic, "policy", policy)
 	return protocol.SuccessResult{Success: true}, nil

@@ -67,9 +67,9 @@ func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) erro
 // at once if that finds a subscriber that could take it (hasTaker).
 func (s *Server) queueHold(p *store.Pending) {
 	topic, askedBy := p.Message.Topic, p.AskedBy
-	s.sched.add(p)
+	e := s.sched.add(p)
 	if s.hasTaker(topic, askedBy) {
-		s.sched.wakeHold(p)
+		s.sched.wakeHold(e)
 	}
 }
 

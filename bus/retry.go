@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,7 +66,10 @@ func attemptError(r protocol.ProcessMessageResult, err error) string {
 
 // scheduler runs pending work (retries and holds) when it is due. The
 // store is the truth; the scheduler's heap mirrors what the store holds
-// pending and is rebuilt from it on start.
+// pending and is rebuilt from it on start. It keeps only the schedule:
+// the message's payload and meta of stored work stay in the store until
+// the work is due (guardAttempt loads them), so that a bus holding large
+// messages does not hold them twice, or at all between attempts.
 type scheduler struct {
 	s    *Server
 	wake chan struct{}
@@ -73,22 +78,47 @@ type scheduler struct {
 	// inflight counts running attempts, so Shutdown can wait for them.
 	inflight sync.WaitGroup
 
-	// mu guards queue and stopped.
-	mu      sync.Mutex
-	queue   pendingHeap
+	// mu guards the fields below.
+	mu    sync.Mutex
+	queue pendingHeap
+	// holds indexes the queued holds by topic, and topics lists its keys
+	// in order, so that a new subscription finds the holds it could take
+	// without visiting the others: an exact pattern looks its topic up,
+	// any other ranges over the topics that start with its literal head
+	// (every topic it matches does; a glob with none scans them all).
+	holds   map[string]map[*scheduled]struct{}
+	topics  []string
 	stopped bool
 }
 
-func newScheduler(s *Server) *scheduler {
-	return &scheduler{s: s, wake: make(chan struct{}, 1), running: make(chan struct{}, 64)}
+// scheduled is a queued piece of pending work.
+type scheduled struct {
+	p *store.Pending
+	// index is its position in the heap, -1 once it has left it.
+	index int
 }
 
-// add queues p for its NextAt.
-func (q *scheduler) add(p *store.Pending) {
+func newScheduler(s *Server) *scheduler {
+	return &scheduler{s: s, wake: make(chan struct{}, 1), running: make(chan struct{}, 64),
+		holds: make(map[string]map[*scheduled]struct{})}
+}
+
+// add queues p for its NextAt. p belongs to the scheduler from here on.
+// Work the store holds (p.ID set) drops its payload and meta here; work
+// the store refused keeps them, since memory is then its only copy.
+func (q *scheduler) add(p *store.Pending) *scheduled {
+	if p.ID != "" {
+		p.Message.Payload, p.Message.Meta = nil, nil
+	}
+	e := &scheduled{p: p}
 	q.mu.Lock()
-	heap.Push(&q.queue, p)
+	heap.Push(&q.queue, e)
+	if p.Kind == store.KindHold {
+		q.indexHold(e)
+	}
 	q.mu.Unlock()
 	q.poke()
+	return e
 }
 
 func (q *scheduler) poke() {
@@ -98,22 +128,64 @@ func (q *scheduler) poke() {
 	}
 }
 
-// wakeHolds makes every held message whose topic matches due now: client
-// has just subscribed with a pattern that match reports on. A hold that
-// client asked to wait is left alone: its own subscribing again (a
-// reconnect, say) is no reason to ask it sooner than it said.
-func (q *scheduler) wakeHolds(match func(topic string) bool, client string) {
+// indexHold adds e to the holds of its topic; q.mu is held.
+func (q *scheduler) indexHold(e *scheduled) {
+	topic := e.p.Message.Topic
+	set, ok := q.holds[topic]
+	if !ok {
+		set = make(map[*scheduled]struct{})
+		q.holds[topic] = set
+		i, _ := slices.BinarySearch(q.topics, topic)
+		q.topics = slices.Insert(q.topics, i, topic)
+	}
+	set[e] = struct{}{}
+}
+
+// unindexHold removes e from the holds of its topic; q.mu is held.
+func (q *scheduler) unindexHold(e *scheduled) {
+	topic := e.p.Message.Topic
+	set := q.holds[topic]
+	delete(set, e)
+	if len(set) == 0 {
+		delete(q.holds, topic)
+		if i, ok := slices.BinarySearch(q.topics, topic); ok {
+			q.topics = slices.Delete(q.topics, i, i+1)
+		}
+	}
+}
+
+// wakeHolds makes every held message whose topic pattern matches due now:
+// client has just subscribed with it. A hold that client asked to wait is
+// left alone: its own subscribing again (a reconnect, say) is no reason
+// to ask it sooner than it said. Woken holds fall due at the same instant
+// and so start in the order they were stored (pendingHeap), which is the
+// order they were published in.
+func (q *scheduler) wakeHolds(pattern *protocol.Pattern, client string) {
 	now := time.Now()
 	woke := false
 	q.mu.Lock()
-	for _, p := range q.queue {
-		if p.Kind == store.KindHold && p.NextAt.After(now) && p.AskedBy != client && match(p.Message.Topic) {
-			p.NextAt = now
-			woke = true
+	wake := func(topic string) {
+		for e := range q.holds[topic] {
+			if p := e.p; p.NextAt.After(now) && p.AskedBy != client {
+				p.NextAt = now
+				heap.Fix(&q.queue, e.index)
+				woke = true
+			}
 		}
 	}
-	if woke {
-		heap.Init(&q.queue)
+	if pattern.Kind() == protocol.Exact {
+		wake(pattern.String())
+	} else {
+		head := pattern.Literal()
+		i, _ := slices.BinarySearch(q.topics, head)
+		for _, topic := range q.topics[i:] {
+			if !strings.HasPrefix(topic, head) {
+				break
+			}
+			if pattern.Match(topic) {
+				wake(topic)
+			}
+		}
 	}
 	q.mu.Unlock()
 	if woke {
@@ -121,20 +193,14 @@ func (q *scheduler) wakeHolds(match func(topic string) bool, client string) {
 	}
 }
 
-// wakeHold makes the hold p due now, if it is still queued.
-func (q *scheduler) wakeHold(p *store.Pending) {
+// wakeHold makes the hold e due now, if it is still queued.
+func (q *scheduler) wakeHold(e *scheduled) {
 	now := time.Now()
-	woke := false
 	q.mu.Lock()
-	for i, queued := range q.queue {
-		if queued == p {
-			if p.NextAt.After(now) {
-				p.NextAt = now
-				heap.Fix(&q.queue, i)
-				woke = true
-			}
-			break
-		}
+	woke := e.index >= 0 && e.p.NextAt.After(now)
+	if woke {
+		e.p.NextAt = now
+		heap.Fix(&q.queue, e.index)
 	}
 	q.mu.Unlock()
 	if woke {
@@ -157,19 +223,11 @@ func (q *scheduler) run(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		q.mu.Lock()
-		var due *store.Pending
-		wait := time.Hour
 		if q.stopped {
 			q.mu.Unlock()
 			return
 		}
-		if len(q.queue) > 0 {
-			if d := time.Until(q.queue[0].NextAt); d <= 0 {
-				due = heap.Pop(&q.queue).(*store.Pending)
-			} else {
-				wait = d
-			}
-		}
+		due, wait := q.next(time.Now())
 		q.mu.Unlock()
 		if due != nil {
 			select {
@@ -201,23 +259,59 @@ func (q *scheduler) run(ctx context.Context) {
 	}
 }
 
-// pendingHeap orders pending work by NextAt.
-type pendingHeap []*store.Pending
+// next takes the first work due at now off the queue, or, when none is,
+// returns how long until some is; q.mu is held.
+func (q *scheduler) next(now time.Time) (due *store.Pending, wait time.Duration) {
+	if len(q.queue) == 0 {
+		return nil, time.Hour
+	}
+	if d := q.queue[0].p.NextAt.Sub(now); d > 0 {
+		return nil, d
+	}
+	e := heap.Pop(&q.queue).(*scheduled)
+	if e.p.Kind == store.KindHold {
+		q.unindexHold(e)
+	}
+	return e.p, 0
+}
 
-func (h pendingHeap) Len() int           { return len(h) }
-func (h pendingHeap) Less(i, j int) bool { return h[i].NextAt.Before(h[j].NextAt) }
-func (h pendingHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *pendingHeap) Push(x any)        { *h = append(*h, x.(*store.Pending)) }
+// pendingHeap orders pending work by NextAt, and work due at the same
+// instant by store id, which is the order it was stored in.
+type pendingHeap []*scheduled
+
+func (h pendingHeap) Len() int { return len(h) }
+func (h pendingHeap) Less(i, j int) bool {
+	a, b := h[i].p, h[j].p
+	if c := a.NextAt.Compare(b.NextAt); c != 0 {
+		return c < 0
+	}
+	// Ids are zero-padded, so the shorter is the smaller once they
+	// outgrow the padding.
+	return len(a.ID) < len(b.ID) || len(a.ID) == len(b.ID) && a.ID < b.ID
+}
+func (h pendingHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *pendingHeap) Push(x any) {
+	e := x.(*scheduled)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
 func (h *pendingHeap) Pop() any {
 	old := *h
-	p := old[len(old)-1]
+	e := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	return p
+	e.index = -1
+	return e
 }
 
 // attempt runs one due retry or hold and settles its outcome in the store.
 func (s *Server) attempt(p *store.Pending) {
+	if !s.loadMessage(p) {
+		return
+	}
 	if p.Kind == store.KindHold {
 		s.attemptHold(p)
 		return
@@ -251,6 +345,31 @@ func (s *Server) attempt(p *store.Pending) {
 		s.metrics.retryAttempts.WithLabelValues("retry").Inc()
 		s.retryOrDeadLetter(p, r, err)
 	}
+}
+
+// loadMessage reads back from the store the payload and meta the
+// scheduler left there (add), and reports whether the attempt can go on.
+// An entry the store no longer has was settled, delivered or
+// dead-lettered, by an attempt whose end a panic hid (guardAttempt), so
+// there is nothing left to do. Any other failure keeps the work, in
+// memory as the store does, and tries again after the longest retry delay.
+func (s *Server) loadMessage(p *store.Pending) bool {
+	if p.ID == "" {
+		// Never stored: the scheduler kept it whole.
+		return true
+	}
+	err := s.store.LoadMessage(p)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, store.ErrNotFound):
+		s.log.Warn("pending work is no longer in the store; it was settled", "id", p.ID, "message_id", p.Message.ID)
+		return false
+	}
+	s.log.Error("could not read pending work from the store; trying again later", "id", p.ID, "message_id", p.Message.ID, "err", err)
+	p.NextAt = time.Now().Add(s.opts.RetryDelayCap)
+	s.sched.add(p)
+	return false
 }
 
 // retryOrDeadLetter records a failed attempt and schedules the next one,

@@ -268,7 +268,7 @@ func New(opts *Options) (*Server, error) {
 	s.events = make(chan event, eventQueueSize)
 	s.stopEvents = make(chan struct{})
 	s.sched = newScheduler(s)
-	pending, err := s.store.Pending()
+	pending, err := s.store.PendingSchedule()
 	if err != nil {
 		return nil, fmt.Errorf("new bus: resume pending work: %w", err)
 	}

@@ -1,7 +1,11 @@
 package store_test
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -61,4 +65,35 @@ func BenchmarkDeadLetter(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkPutPendingConcurrent measures stored retries per second with n
+// goroutines putting at once, as the bus's connections and its scheduler
+// do: each PutPending returns only once its record is committed, so the
+// rate is bounded by how many records share one fsync.
+func BenchmarkPutPendingConcurrent(b *testing.B) {
+	for _, n := range []int{1, 16, 64} {
+		b.Run(fmt.Sprint("putters=", n), func(b *testing.B) {
+			forEachBenchStore(b, func(b *testing.B, s *store.Store) {
+				var next, commits atomic.Int64
+				store.SetOnCommit(s, func(time.Duration) { commits.Add(1) })
+				var wg sync.WaitGroup
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range n {
+					wg.Go(func() {
+						for i := int(next.Add(1)); i <= b.N; i = int(next.Add(1)) {
+							if err := s.PutPending(retry(i, at(i))); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "retries/s")
+				b.ReportMetric(float64(b.N)/float64(commits.Load()), "writes/commit")
+			})
+		})
+	}
 }

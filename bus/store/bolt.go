@@ -49,7 +49,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if err := db.Update(initBuckets); err != nil {
 		return nil, errors.Join(openError(path, err), db.Close())
 	}
-	return &Store{db: &boltDB{db: db}, onCommit: opts.OnCommit}, nil
+	return newStore(&boltDB{db: db}, opts.OnCommit), nil
 }
 
 // restoreHint tells an operator what to do with a store the bus refused.

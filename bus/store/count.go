@@ -11,9 +11,9 @@ import (
 // store. It is built from the store on first use and kept in step by
 // every write that adds or removes a pending entry.
 type pendingIndex struct {
-	// writeMu is held by every write that adds or removes pending
-	// entries, from its transaction to the update of the counts, and by
-	// the build, so the build never counts a write twice or misses one.
+	// writeMu is held by the committer from a transaction to the update
+	// of the counts, and by the build, so the build never counts a write
+	// twice or misses one.
 	writeMu sync.Mutex
 	ready   atomic.Bool
 
@@ -87,23 +87,6 @@ func (s *Store) buildPendingIndex() error {
 	return nil
 }
 
-// updatePending runs a write that adds or removes pending entries, then,
-// once it has committed, applies its effect on the counts.
-func (s *Store) updatePending(fn func(tx) error, apply func(ix *pendingIndex)) error {
-	ix := &s.pending
-	ix.writeMu.Lock()
-	defer ix.writeMu.Unlock()
-	if err := s.update(fn); err != nil {
-		return err
-	}
-	if ix.ready.Load() {
-		ix.mu.Lock()
-		apply(ix)
-		ix.mu.Unlock()
-	}
-	return nil
-}
-
 // set records that the entry seq is publisher's, replacing what it was.
 func (ix *pendingIndex) set(seq uint64, publisher string) {
 	ix.remove(seq)
@@ -134,11 +117,4 @@ func seqOf(k []byte) uint64 {
 		n = n<<8 | uint64(b)
 	}
 	return n
-}
-
-// mustSeq is the sequence of an id putPending has just assigned or
-// checked, so it parses.
-func mustSeq(id string) uint64 {
-	seq, _ := parseID(pendingPrefix, id)
-	return seq
 }

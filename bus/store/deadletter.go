@@ -264,17 +264,20 @@ func removeDeadLetter(t tx, seq uint64) error {
 // an error wrapping ErrNotFound and stores nothing.
 func (s *Store) Requeue(id string, p *Pending) error {
 	seq, err := parseID(deadLetterPrefix, id)
+	var pending uint64
 	if err == nil {
-		err = s.updatePending(func(t tx) error {
+		err = s.updatePending(func(t tx) (err error) {
 			if err := removeDeadLetter(t, seq); err != nil {
 				return err
 			}
-			return putPending(t, p)
-		}, func(ix *pendingIndex) { ix.set(mustSeq(p.ID), p.Message.publisher()) })
+			pending, err = putPending(t, p)
+			return err
+		}, func(ix *pendingIndex) { ix.set(pending, p.Message.publisher()) })
 	}
 	if err != nil {
 		return fmt.Errorf("requeue dead letter %s: %w", id, err)
 	}
+	p.ID = formatID(pendingPrefix, pending)
 	return nil
 }
 

@@ -21,8 +21,13 @@
 // pages, so a crash in the middle of a commit leaves the last committed
 // state. Options.NoSync gives this up for speed and is for benchmarks
 // only. Each commit costs an fsync of the file and one of its meta page:
-// about 0.3 ms on a virtual ext4 disk, several milliseconds on slow
-// disks (BenchmarkPutPending). Writes are serialized.
+// about 0.3 ms on a virtual ext4 disk, several milliseconds on slow or
+// busy disks (BenchmarkPutPending). Writes are serialized, and writes
+// made while a commit runs share the next one (group commit, commit.go):
+// one transaction and one fsync for all of them, each returning only once
+// it is durable. A write alone is committed at once, with no added delay;
+// under load the throughput is the number of concurrent writers per
+// fsync (BenchmarkPutPendingConcurrent).
 //
 // # Layout
 //
@@ -36,7 +41,9 @@
 // the file, so ids ("p-000000000042", "d-000000000042") are never reused,
 // even after a restart, and dead letters are listed in the order they
 // were added. Each record carries a version, "v": 1, so that the format
-// can change; a record that does not decode, or is newer than this
+// can change; the file written before group commit and the payload-less
+// schedule is the same format 1, and TestOpensFormat1 opens one
+// (testdata/format1). A record that does not decode, or is newer than this
 // program, is reported with its bucket and id, never skipped silently.
 // Values are JSON so that the bbolt command (go.etcd.io/bbolt/cmd/bbolt)
 // can show them while the bus is stopped: bbolt keys --format hex
@@ -58,4 +65,6 @@
 //     locked, until the process exits.
 //   - Pending and ListDeadLetters read records into memory; Pending reads
 //     all of them, which suits resuming after a restart, not a hot path.
+//     PendingSchedule reads all of them without payloads and meta, which
+//     is what the bus resumes from; LoadMessage reads one entry's back.
 package store

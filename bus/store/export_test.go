@@ -1,6 +1,9 @@
 package store
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // PutRaw stores v as the record with the id ("p-…" or "d-…") without
 // encoding it, as a corrupt or foreign file would hold it.
@@ -32,4 +35,21 @@ func Encode(record any) ([]byte, error) {
 		return encodeDeadLetter(r)
 	}
 	return nil, fmt.Errorf("encode %T", record)
+}
+
+// SetOnCommit sets the store's commit hook, as Options.OnCommit does for
+// a file store; call it before the first write.
+func SetOnCommit(s *Store, fn func(time.Duration)) { s.onCommit = fn }
+
+// Queued returns the number of writes waiting for the committer.
+func Queued(s *Store) int {
+	s.commits.mu.Lock()
+	defer s.commits.mu.Unlock()
+	return len(s.commits.queue)
+}
+
+// Write commits a write that runs fn in its transaction and changes
+// nothing else.
+func Write(s *Store, fn func() error) error {
+	return s.update(func(tx) error { return fn() })
 }

@@ -49,9 +49,16 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 
 		pending, err := s.Pending()
+		schedule, scheduleErr := s.PendingSchedule()
 		if err != nil {
 			require.ErrorContains(t, err, "list pending: decode pending record p-000000000001: ")
+			require.Error(t, scheduleErr, "the schedule decodes what Pending refuses")
+			require.ErrorContains(t, scheduleErr, "list pending schedule: decode pending record p-000000000001: ")
 		} else {
+			require.NoError(t, scheduleErr, "the schedule refuses what Pending decodes")
+			require.Len(t, schedule, 1)
+			require.NoError(t, s.LoadMessage(schedule[0]))
+			require.Equal(t, pending[0], schedule[0], "the schedule, once loaded, is the entry")
 			require.Len(t, pending, 1)
 			roundTrip(t, s, "p-1", pending[0], func() (any, error) {
 				all, err := s.Pending()

@@ -34,13 +34,19 @@ func (m *memory) update(fn func(tx) error) error {
 		return ErrClosed
 	}
 	t := &memoryTx{m: m, writable: true}
-	if err := fn(t); err != nil {
-		for _, undo := range slices.Backward(t.undo) {
-			undo()
+	committed := false
+	// Deferred, so that a panic in fn (which the committer recovers)
+	// keeps nothing either, as bbolt's rollback does.
+	defer func() {
+		if !committed {
+			for _, undo := range slices.Backward(t.undo) {
+				undo()
+			}
 		}
-		return err
-	}
-	return nil
+	}()
+	err := fn(t)
+	committed = err == nil
+	return err
 }
 
 func (m *memory) view(fn func(tx) error) error {

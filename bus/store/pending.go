@@ -66,48 +66,53 @@ func checkPending(p *Pending) error {
 // PutPending inserts p, or replaces the entry with p's ID. If p.ID is
 // empty it assigns a new one and sets p.ID. An ID must be one this store
 // assigned; it may belong to an entry since deleted. The write is
-// committed, fsync included, before PutPending returns.
+// committed, fsync included, before PutPending returns; writes made at the
+// same time share the commit.
 func (s *Store) PutPending(p *Pending) error {
-	if err := s.updatePending(func(t tx) error { return putPending(t, p) }, func(ix *pendingIndex) { ix.set(mustSeq(p.ID), p.Message.publisher()) }); err != nil {
+	var seq uint64
+	err := s.updatePending(func(t tx) (err error) {
+		seq, err = putPending(t, p)
+		return err
+	}, func(ix *pendingIndex) { ix.set(seq, p.Message.publisher()) })
+	if err != nil {
 		return fmt.Errorf("put pending %s: %w", pendingName(p), err)
 	}
+	p.ID = formatID(pendingPrefix, seq)
 	return nil
 }
 
-// putPending writes p in t and sets p.ID once nothing else can fail.
-func putPending(t tx, p *Pending) error {
+// putPending writes p in t and returns its sequence number. It leaves p
+// as it is: the caller sets p.ID once the write has committed, so that
+// running it again on the same state (commitBatch) does the same.
+func putPending(t tx, p *Pending) (uint64, error) {
 	if p == nil {
-		return fmt.Errorf("%w: nil pending", ErrInvalid)
+		return 0, fmt.Errorf("%w: nil pending", ErrInvalid)
 	}
 	if err := checkPending(p); err != nil {
-		return err
+		return 0, err
 	}
 	var seq uint64
 	if p.ID == "" {
 		var err error
 		if seq, err = t.nextSequence(bucketPending); err != nil {
-			return err
+			return 0, err
 		}
 	} else {
 		var err error
 		if seq, err = parseID(pendingPrefix, p.ID); err != nil {
-			return err
+			return 0, err
 		}
 		if seq > t.sequence(bucketPending) {
-			return fmt.Errorf("%w: id %s was not assigned by this store", ErrInvalid, p.ID)
+			return 0, fmt.Errorf("%w: id %s was not assigned by this store", ErrInvalid, p.ID)
 		}
 	}
 	r := *p
 	r.ID = formatID(pendingPrefix, seq)
 	v, err := encodePending(&r)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if err := t.put(bucketPending, key(seq), v); err != nil {
-		return err
-	}
-	p.ID = r.ID
-	return nil
+	return seq, t.put(bucketPending, key(seq), v)
 }
 
 // pendingName names p in an error.
@@ -151,6 +156,60 @@ func (s *Store) Pending() ([]*Pending, error) {
 	// The bucket is in ID order, so a stable sort keeps ties in ID order.
 	slices.SortStableFunc(all, func(a, b *Pending) int { return a.NextAt.Compare(b.NextAt) })
 	return all, nil
+}
+
+// PendingSchedule returns every pending entry as Pending does, but
+// without the message's Payload and Meta, which are not even copied out
+// of the file: what a scheduler keeps in memory, however large the held
+// messages are. LoadMessage reads the rest when an entry is due.
+func (s *Store) PendingSchedule() ([]*Pending, error) {
+	var all []*Pending
+	err := s.view(func(t tx) error {
+		return t.each(bucketPending, nil, func(k, v []byte) (bool, error) {
+			var r scheduleRecord
+			if err := decode(bucketPending, pendingPrefix, k, v, &r); err != nil {
+				return false, err
+			}
+			p := r.Pending
+			p.Message = r.Message.Message
+			all = append(all, &p)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pending schedule: %w", err)
+	}
+	slices.SortStableFunc(all, func(a, b *Pending) int { return a.NextAt.Compare(b.NextAt) })
+	return all, nil
+}
+
+// LoadMessage sets p.Message's Payload and Meta to those stored for the
+// entry p.ID: the part PendingSchedule leaves out. It returns an error
+// wrapping ErrNotFound when the entry is no longer there.
+func (s *Store) LoadMessage(p *Pending) error {
+	seq, err := parseID(pendingPrefix, p.ID)
+	if err == nil {
+		err = s.view(func(t tx) error {
+			k := key(seq)
+			v := t.get(bucketPending, k)
+			if v == nil {
+				return ErrNotFound
+			}
+			stored, err := decodePending(k, v)
+			if err != nil {
+				return err
+			}
+			if stored.Message.ID != p.Message.ID {
+				return fmt.Errorf("the stored entry is for message %q, not %q", stored.Message.ID, p.Message.ID)
+			}
+			p.Message.Payload, p.Message.Meta = stored.Message.Payload, stored.Message.Meta
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("load message of pending %s: %w", p.ID, err)
+	}
+	return nil
 }
 
 // CountPending returns the number of pending entries.

@@ -107,6 +107,25 @@ type pendingRecord struct {
 	Pending
 }
 
+// scheduleRecord is a pendingRecord read without the message's payload
+// and meta: its Message field hides the embedded one from encoding/json.
+type scheduleRecord struct {
+	pendingRecord
+	Message struct {
+		Message
+		// Hide Message's own, so that the bytes are skipped, not copied.
+		Payload skipped `json:"payload"`
+		Meta    skipped `json:"meta"`
+	} `json:"message"`
+}
+
+// skipped takes any JSON value and keeps nothing of it. encoding/json
+// has checked that the whole record is valid JSON before it calls
+// UnmarshalJSON, so the payload is too.
+type skipped struct{}
+
+func (*skipped) UnmarshalJSON([]byte) error { return nil }
+
 type deadLetterRecord struct {
 	Version int `json:"v"`
 	DeadLetter
@@ -140,8 +159,13 @@ type record interface {
 	check() error
 }
 
-func (r *pendingRecord) header() (int, string)    { return r.Version, r.ID }
-func (r *pendingRecord) check() error             { return checkPending(&r.Pending) }
+func (r *pendingRecord) header() (int, string) { return r.Version, r.ID }
+func (r *pendingRecord) check() error          { return checkPending(&r.Pending) }
+func (r *scheduleRecord) check() error {
+	p := r.Pending
+	p.Message = r.Message.Message
+	return checkPending(&p)
+}
 func (r *deadLetterRecord) header() (int, string) { return r.Version, r.ID }
 func (r *deadLetterRecord) check() error          { return checkReason(r.Reason) }
 

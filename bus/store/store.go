@@ -14,9 +14,11 @@ const lockTimeout = time.Second
 
 // Options configure Open. A nil *Options means the defaults.
 type Options struct {
-	// OnCommit, if set, is called after every successful write with the
-	// time it took, fsync included: a commit-latency metric. It runs on
-	// the caller's goroutine and must not call the Store.
+	// OnCommit, if set, is called after every successful commit with the
+	// time it took, fsync included: a commit-latency metric. Writes made
+	// at the same time share a commit (commit.go), so there may be fewer
+	// commits than writes. It runs on the store's committer goroutine and
+	// must not call the Store.
 	OnCommit func(time.Duration)
 
 	// NoSync skips the fsync at commit. UNSAFE: a crash of the machine
@@ -27,11 +29,13 @@ type Options struct {
 
 // Store holds pending deliveries and the dead-letter queue. Open returns
 // one backed by a file, OpenMemory one for tests. A Store is safe for
-// concurrent use; writes are serialized.
+// concurrent use; writes are serialized, and concurrent ones share a
+// commit (commit.go).
 type Store struct {
 	db       backend
 	onCommit func(time.Duration)
 	pending  pendingIndex
+	commits  committer
 }
 
 // backend is what the file store and the memory store each implement:
@@ -71,24 +75,7 @@ type tx interface {
 // uses Open. Records are encoded as in the file, so callers never share
 // memory with the store.
 func OpenMemory() *Store {
-	return &Store{db: newMemory()}
-}
-
-// Close releases the store; for the file store, its lock. Methods called
-// afterwards return ErrClosed. Close waits for running transactions.
-func (s *Store) Close() error {
-	return s.db.close()
-}
-
-func (s *Store) update(fn func(tx) error) error {
-	start := time.Now()
-	if err := s.db.update(fn); err != nil {
-		return err
-	}
-	if s.onCommit != nil {
-		s.onCommit(time.Since(start))
-	}
-	return nil
+	return newStore(newMemory(), nil)
 }
 
 func (s *Store) view(fn func(tx) error) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -199,6 +200,40 @@ func TestPayloadKept(t *testing.T) {
 		all, err = s.Pending()
 		require.NoError(t, err)
 		assert.Equal(t, `{"spaced":[1,2]}`, string(all[0].Message.Payload), "whitespace is not kept")
+	})
+}
+
+// TestPendingSchedule: the schedule is Pending without payloads and
+// meta, and LoadMessage brings them back from the store.
+func TestPendingSchedule(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s *store.Store) {
+		a, b, c := retry(1, at(3)), hold(2, at(1)), hold(3, at(2))
+		b.Message.Payload = json.RawMessage(`{"big":"` + strings.Repeat("x", 1<<16) + `"}`)
+		b.AskedBy = "spawner"
+		for _, p := range []*store.Pending{a, b, c} {
+			require.NoError(t, s.PutPending(p))
+		}
+		full, err := s.Pending()
+		require.NoError(t, err)
+		schedule, err := s.PendingSchedule()
+		require.NoError(t, err)
+		require.Len(t, schedule, len(full))
+		for i, p := range schedule {
+			assert.Nil(t, p.Message.Payload)
+			assert.Nil(t, p.Message.Meta)
+			require.NoError(t, s.LoadMessage(p))
+			assert.Equal(t, full[i], p, "entry %d, once loaded", i)
+		}
+		assert.Equal(t, []string{b.ID, c.ID, a.ID}, []string{schedule[0].ID, schedule[1].ID, schedule[2].ID}, "by NextAt")
+
+		require.NoError(t, s.DeletePending(c.ID))
+		err = s.LoadMessage(schedule[1])
+		assert.ErrorIs(t, err, store.ErrNotFound)
+		assert.ErrorContains(t, err, "load message of pending "+c.ID+": ")
+		assert.ErrorIs(t, s.LoadMessage(&store.Pending{ID: "nonsense"}), store.ErrInvalid)
+		other := *schedule[0]
+		other.Message.ID = "m-other"
+		assert.ErrorContains(t, s.LoadMessage(&other), `the stored entry is for message "m-2", not "m-other"`)
 	})
 }
 
