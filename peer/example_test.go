@@ -43,7 +43,7 @@ func Example() {
 		return
 	}
 	defer bridge.Close()
-	result, err := bridge.SendMessage(ctx, "tg:42", map[string]string{"type": "telegram_message", "text": "hello"})
+	result, err := bridge.SendMessage(ctx, "tg:42", map[string]string{"type": "telegram_message", "text": "hello"}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -69,7 +69,7 @@ func ExampleConn_SendMessage_noSubscribers() {
 		return
 	}
 	defer c.Close()
-	result, err := c.SendMessage(ctx, "agent:nobody", map[string]string{"type": "task_request"})
+	result, err := c.SendMessage(ctx, "agent:nobody", map[string]string{"type": "task_request"}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -128,7 +128,7 @@ func msg(typ string) map[string]any {
 func sendAsync(t *testing.T, c *peer.Conn, topic string) <-chan *protocol.SendMessageResult {
 	done := make(chan *protocol.SendMessageResult, 1)
 	go func() {
-		r, err := c.SendMessage(context.Background(), topic, msg("x"))
+		r, err := c.SendMessage(context.Background(), topic, msg("x"), nil)
 		assert.NoError(t, err)
 		done <- r
 	}()

@@ -28,7 +28,7 @@ func BenchmarkRelay(b *testing.B) {
 		return dial(b, bus.URL, "pub", nil)
 	}
 	send := func(b *testing.B, pub *peer.Conn) {
-		r, err := pub.SendMessage(context.Background(), "bench", payload)
+		r, err := pub.SendMessage(context.Background(), "bench", payload, nil)
 		if err != nil {
 			b.Error(err)
 		} else if !r.Success {

@@ -104,7 +104,7 @@ func (p *publisher) run(conn *peer.Conn) {
 	defer close(p.done)
 	for ev := range p.queue {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := conn.SendMessage(ctx, eventTopic(ev.Event), ev)
+		_, err := conn.SendMessage(ctx, eventTopic(ev.Event), ev, nil)
 		cancel()
 		if err != nil {
 			p.log.Warn("publish agent event", "event", ev.Event, "agent_id", ev.AgentID, "err", err)

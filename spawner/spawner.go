@@ -309,9 +309,12 @@ func (s *Spawner) Run(ctx context.Context) error {
 	conn, err := peer.Dial(ctx, s.opts.BusURL, &peer.Options{
 		ClientID:   s.opts.ClientID,
 		ClientInfo: &protocol.ClientInfo{Name: "bub-spawner", Version: buildinfo.Version()},
-		// A fallback handler waits for a spawn, and for a failed one to
-		// be stopped.
-		HandlerTimeout: s.opts.SpawnTimeout + s.opts.StopTimeout + time.Second,
+		// No HandlerTimeout: a fallback handler waits for a spawn, but
+		// only for as long as the bus waits for its answer (the SDK's
+		// default stays below the bus's delivery timeout); past that the
+		// handler answers should_retry while the agent goes on
+		// starting, instead of being delivered the message again while
+		// it still waits.
 		// Every waiting message holds a handler, and a client event
 		// refused for want of one would be lost (the bus does not
 		// retry its events).

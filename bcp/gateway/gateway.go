@@ -361,7 +361,7 @@ func (g *Gateway) sendOne() bool {
 		case <-ctx.Done():
 		}
 	}()
-	res, err := g.conn.SendMessage(ctx, m.Topic, m.Payload)
+	res, err := g.conn.SendMessage(ctx, m.Topic, m.Payload, nil)
 	var perr *protocol.Error
 	if errors.As(err, &perr) {
 		// The bus refused the message (the gateway's grant lacks the

@@ -295,7 +295,7 @@ func (b *Bridge) sendDecision(ctx context.Context, id, decision, who string) (te
 	defer cancel()
 	res, err := conn.SendMessage(callCtx, TopicApproval, map[string]string{
 		"type": typeApprovalDecision, "approval_id": id, "decision": decision, "on_behalf_of": who,
-	})
+	}, nil)
 	switch {
 	case err != nil:
 		b.log.Warn("cannot send the approval decision to the bus", "approval_id", id, "error", err)

@@ -28,7 +28,7 @@ func TestEchoAgent(t *testing.T) {
 	// The agent is up once its topic has a subscriber.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "plaintext_message", "text": "hi"})
+		res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "plaintext_message", "text": "hi"}, nil)
 		if err == nil && res.Success {
 			if !res.Acks[0].Processed || res.Acks[0].ClientID != "echo-1" {
 				t.Errorf("acks %+v", res.Acks)
@@ -54,7 +54,7 @@ func TestEchoAgent(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.payload != "" {
-				if res, err := client.SendMessage(ctx, tt.topic, json.RawMessage(tt.payload)); err != nil || !res.Success {
+				if res, err := client.SendMessage(ctx, tt.topic, json.RawMessage(tt.payload), nil); err != nil || !res.Success {
 					t.Fatalf("send: %+v, %v", res, err)
 				}
 			}
@@ -70,7 +70,7 @@ func TestEchoAgent(t *testing.T) {
 	}
 
 	// Other types are left to other subscribers.
-	res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "task_request"})
+	res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "task_request"}, nil)
 	if err != nil || len(res.Acks) != 1 || res.Acks[0].Processed || !strings.Contains(res.Acks[0].Message, "task_request") {
 		t.Errorf("task_request: %+v, %v", res, err)
 	}
