@@ -162,17 +162,3 @@ func (p *publisher) close(timeout time.Duration) {
 		p.log.Warn("agent events still unpublished at shutdown", "waited", timeout)
 	}
 }
-
-// clientEvent is the payload of the bus's system:client.* events.
-type clientEvent struct {
-	Type      string `json:"type"`
-	Event     string `json:"event"`
-	ClientID  string `json:"client_id"`
-	Pattern   string `json:"pattern"`
-	Fallback  bool   `json:"fallback"`
-	Timestamp string `json:"timestamp"`
-}
-
-// clientEventsPattern subscribes the bus's client lifecycle events:
-// connected, disconnected, subscribed, unsubscribed.
-const clientEventsPattern = "system:client.*"

@@ -332,7 +332,7 @@ func (s *Spawner) Run(ctx context.Context) error {
 		s.events.close(5 * time.Second)
 		conn.Close()
 	}()
-	if err := conn.Subscribe(ctx, clientEventsPattern, s.handleClientEvent, &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll}); err != nil {
+	if err := conn.Subscribe(ctx, protocol.ClientEventsPattern, s.handleClientEvent, &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll}); err != nil {
 		return fmt.Errorf("spawner: %w", err)
 	}
 	for _, p := range s.opts.Patterns {
@@ -704,7 +704,7 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 		s.log.Warn("ignoring a client event not from the bus", "from", d.From, "topic", d.Topic, "message_id", d.MessageID)
 		return peer.Result{}, nil
 	}
-	var ev clientEvent
+	var ev protocol.ClientEvent
 	if err := json.Unmarshal(d.Payload, &ev); err != nil {
 		s.log.Warn("undecodable client event", "topic", d.Topic, "message_id", d.MessageID, "err", err)
 		return peer.Result{}, nil
@@ -712,13 +712,13 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 	at, _ := time.Parse(time.RFC3339Nano, ev.Timestamp)
 	s.mu.Lock()
 	a := s.agents[ev.ClientID]
-	if a == nil || ev.Fallback {
+	if a == nil || (ev.Fallback != nil && *ev.Fallback) {
 		s.mu.Unlock()
 		return peer.Result{}, nil
 	}
 	var becameReady bool
 	switch ev.Event {
-	case "subscribed":
+	case protocol.EventSubscribed:
 		p, err := protocol.ParsePattern(ev.Pattern)
 		if err != nil {
 			break
@@ -735,7 +735,7 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 			}
 		}
 		a.notifyLocked()
-	case "unsubscribed":
+	case protocol.EventUnsubscribed:
 		for i, p := range a.patterns {
 			if p.String() == ev.Pattern {
 				a.patterns = append(a.patterns[:i], a.patterns[i+1:]...)
@@ -743,7 +743,7 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 			}
 		}
 		a.notifyLocked()
-	case "disconnected":
+	case protocol.EventDisconnected:
 		if !at.Before(a.lastSubscribed) {
 			a.patterns = nil
 			a.notifyLocked()

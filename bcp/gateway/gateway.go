@@ -14,13 +14,6 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// System topics the gateway watches; the bus publishes them from its
-// serverId, which is the only from the gateway believes there.
-const (
-	topicClientConnected  = "system:client.connected"
-	topicClientSubscribed = "system:client.subscribed"
-)
-
 // Options configure a Gateway. The zero value of a field means its
 // default.
 type Options struct {
@@ -183,8 +176,8 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 		handler peer.Handler
 		opts    *peer.SubscribeOptions
 	}{
-		{topicClientConnected, g.onClientConnected, observe},
-		{topicClientSubscribed, g.onClientSubscribed, observe},
+		{protocol.TopicClientConnected, g.onClientConnected, observe},
+		{protocol.TopicClientSubscribed, g.onClientSubscribed, observe},
 		{TopicQuery, g.onQuery, nil},
 		{TopicResponse, g.onResponse, nil},
 	}
