@@ -20,9 +20,9 @@
 // decodes every request into a map and marshals its params again:
 // ReadRequest hands over requests with their params exactly as the peer
 // sent them, Reply answers them, and Call sends a request whose params are
-// already encoded and matches its response without jsonrpc2. The bus uses
-// the lean path alone (docs/BENCHMARKS.md has the numbers that decided
-// it); the peer SDK runs jsonrpc2 over ReadObject and WriteObject. A
+// already encoded and matches its response without jsonrpc2. The bus and
+// the peer SDK use the lean path alone (docs/BENCHMARKS.md has the numbers
+// that decided it), so payloads pass through both byte for byte. A
 // connection uses one path for reading, never both.
 package rpcstream
 
