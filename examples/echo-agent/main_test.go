@@ -45,11 +45,11 @@ func TestEchoAgent(t *testing.T) {
 		name    string
 		topic   string
 		payload string
-		want    string // the reply: topic, then payload
+		want    string // the reply: topic, then payload as the agent wrote it
 	}{
-		{"chat from the default topic", "", ``, `outbound:99 {"agent_id":"echo-1","chat_id":"99","text":"echo: hi","type":"plaintext_message"}`},
-		{"numeric chat_id kept a number", "tg:99", `{"type":"telegram_message","text":"n","chat_id":5}`, `outbound:5 {"agent_id":"echo-1","chat_id":5,"text":"echo: n","type":"plaintext_message"}`},
-		{"direct message", "agent:echo-1", `{"type":"telegram_message","text":"d","chat_id":"x"}`, `outbound:x {"agent_id":"echo-1","chat_id":"x","text":"echo: d","type":"plaintext_message"}`},
+		{"chat from the default topic", "", ``, `outbound:99 {"type":"plaintext_message","text":"echo: hi","chat_id":"99","agent_id":"echo-1"}`},
+		{"numeric chat_id kept a number", "tg:99", `{"type":"telegram_message","text":"n","chat_id":5}`, `outbound:5 {"type":"plaintext_message","text":"echo: n","chat_id":5,"agent_id":"echo-1"}`},
+		{"direct message", "agent:echo-1", `{"type":"telegram_message","text":"d","chat_id":"x"}`, `outbound:x {"type":"plaintext_message","text":"echo: d","chat_id":"x","agent_id":"echo-1"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
