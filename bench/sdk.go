@@ -114,7 +114,7 @@ func (p *sdkPublisher) work(topic string, payload json.RawMessage, done func(uin
 // sdkSend is the harness's one call of the SDK's publish, so that a
 // change of its signature is one edit.
 func sdkSend(c *peer.Conn, topic string, payload json.RawMessage) (*protocol.SendMessageResult, error) {
-	return c.SendMessage(context.Background(), topic, payload)
+	return c.SendMessage(context.Background(), topic, payload, nil)
 }
 
 func (p *sdkPublisher) close() {

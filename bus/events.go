@@ -6,17 +6,16 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
-// System topics the bus publishes its own events to. They are ordinary
-// messages, from the bus's serverId, whose payload has a type like every
-// other.
+// System topics the bus publishes its own events to (protocol/events.go).
 const (
-	TopicClientConnected    = "system:client.connected"
-	TopicClientDisconnected = "system:client.disconnected"
-	TopicClientSubscribed   = "system:client.subscribed"
-	TopicClientUnsubscribed = "system:client.unsubscribed"
-	TopicDeadLettered       = "system:message.dead_lettered"
+	TopicClientConnected    = protocol.TopicClientConnected
+	TopicClientDisconnected = protocol.TopicClientDisconnected
+	TopicClientSubscribed   = protocol.TopicClientSubscribed
+	TopicClientUnsubscribed = protocol.TopicClientUnsubscribed
+	TopicDeadLettered       = protocol.TopicDeadLettered
 )
 
 // eventQueueSize bounds the events waiting to be published; beyond it
@@ -28,27 +27,9 @@ type event struct {
 	payload json.RawMessage
 }
 
-// clientEvent is the payload of the system:client.* events.
-type clientEvent struct {
-	Type     string `json:"type"` // always "client_event"
-	Event    string `json:"event"`
-	ClientID string `json:"client_id"`
-	// Identity is the credential's name (docs/SECURITY.md); absent on
-	// an open bus.
-	Identity string `json:"identity,omitempty"`
-	Pattern  string `json:"pattern,omitempty"`
-	// Fallback is set on subscribed and unsubscribed events only, and then
-	// always sent, false included: a reader (the spawner waits for
-	// fallback: false) must not have to know that a missing field means
-	// false. Other events have no subscription, so no fallback.
-	Fallback  *bool  `json:"fallback,omitempty"`
-	Reason    string `json:"reason,omitempty"`
-	Timestamp string `json:"timestamp"`
-}
-
 func (s *Server) clientEvent(topic, name, clientID, identity, pattern string, fallback bool, reason string) {
-	ev := clientEvent{
-		Type: "client_event", Event: name, ClientID: clientID, Identity: identity, Pattern: pattern,
+	ev := protocol.ClientEvent{
+		Type: protocol.TypeClientEvent, Event: name, ClientID: clientID, Identity: identity, Pattern: pattern,
 		Reason: reason, Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
 	}
 	if topic == TopicClientSubscribed || topic == TopicClientUnsubscribed {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/bub-bus/bub/internal/buildinfo"
 	"github.com/bub-bus/bub/internal/rpcstream"
@@ -49,8 +48,13 @@ type Options struct {
 	CallTimeout time.Duration
 	// HandlerTimeout is the deadline of the context a Handler gets. The
 	// Conn still waits for the handler to return before it answers, so a
-	// handler must honour its context. Default: 30s, the bus's default
-	// delivery timeout.
+	// handler must honour its context. Default: the delivery timeout the
+	// bus announced at initialize less a tenth, and less at most a second
+	// (29s of the bus's default 30s), so that the handler's answer, even
+	// a give-up, reaches the bus before the bus stops waiting and
+	// delivers the message again. A value above the bus's delivery
+	// timeout is used as set, but then the bus gives up first and may
+	// deliver the message again while the handler still runs.
 	HandlerTimeout time.Duration
 	// MaxConcurrentHandlers bounds the handlers running at once. A
 	// delivery beyond it is answered at once with ShouldRetry, never
@@ -81,8 +85,8 @@ type Options struct {
 	// TLSConfig is used for wss:// URLs, e.g. to trust a bus's own CA.
 	// Default: the system's roots.
 	TLSConfig *tls.Config
-	// Logger receives connection events (reconnects, handler panics) and
-	// JSON-RPC debug output. Default: slog.Default().
+	// Logger receives connection events (reconnects, handler panics).
+	// Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -95,9 +99,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = 30 * time.Second
-	}
-	if o.HandlerTimeout <= 0 {
-		o.HandlerTimeout = 30 * time.Second
 	}
 	if o.MaxConcurrentHandlers <= 0 {
 		o.MaxConcurrentHandlers = 64
@@ -160,43 +161,31 @@ type Conn struct {
 // session is one WebSocket connection and its initialize; a Conn has a new
 // one after every reconnect.
 type session struct {
-	rpc    *jsonrpc2.Conn
-	stream *watchedStream
+	stream *rpcstream.Stream
+	// done is closed when the read loop has ended, err set before: why
+	// reading stopped, which tells a takeover by a newer connection from a
+	// dropped network.
+	done chan struct{}
+	err  error
 	// serverID is the bus's, from initialize: the from of its own events.
 	serverID string
+	// unsure holds the subscribes on this connection whose answer never
+	// came (their call timed out), by pattern: the bus may have applied
+	// them, and says "already subscribed" when they are tried again.
+	// Guarded by Conn.subMu.
+	unsure map[string]protocol.SubscribeParams
 }
 
-// close drops the connection at once.
+// close drops the connection at once and waits for its read loop, so that
+// no goroutine outlives the session. It must not be called on the read
+// loop.
 func (s *session) close() {
-	_ = s.rpc.Close()
+	_ = s.stream.Close()
+	<-s.done
 }
 
-// watchedStream remembers why reading stopped, so the Conn can tell a
-// takeover by a newer connection from a dropped network.
-type watchedStream struct {
-	*rpcstream.Stream
-
-	// mu guards err.
-	mu  sync.Mutex
-	err error
-}
-
-func (s *watchedStream) ReadObject(v any) error {
-	err := s.Stream.ReadObject(v)
-	if err != nil {
-		s.mu.Lock()
-		if s.err == nil {
-			s.err = err
-		}
-		s.mu.Unlock()
-	}
-	return err
-}
-
-// cause returns the error that ended reading, or a generic one.
-func (s *watchedStream) cause() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// cause returns the error that ended reading; call it after done is closed.
+func (s *session) cause() error {
 	if s.err == nil {
 		return errors.New("connection closed")
 	}
@@ -307,13 +296,12 @@ func (c *Conn) establish(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("dial %s: %w", c.url, err)
 	}
 	ws.SetReadLimit(c.opts.MaxMessageBytes)
-	stream := &watchedStream{Stream: rpcstream.New(ws, c.opts.WriteTimeout)}
-	s := &session{stream: stream}
-	s.rpc = jsonrpc2.NewConn(c.ctx, stream, inbound{c}, jsonrpc2.SetLogger(rpcLogger{c.log}))
+	s := &session{stream: rpcstream.New(ws, c.opts.WriteTimeout), done: make(chan struct{})}
+	go c.read(s)
 
 	params := protocol.InitializeParams{ClientID: c.opts.ClientID, ClientInfo: c.opts.ClientInfo, DefaultTopic: c.opts.DefaultTopic, PublishOnly: c.opts.PublishOnly}
 	var result protocol.InitializeResult
-	if err := c.callOn(ctx, s, protocol.MethodInitialize, params, &result); err != nil {
+	if err := c.callOn(ctx, s, protocol.MethodInitialize, params, &result, 0); err != nil {
 		s.close()
 		return nil, fmt.Errorf("initialize %s as %q: %w", c.url, c.opts.ClientID, err)
 	}
@@ -336,7 +324,7 @@ func (c *Conn) establish(ctx context.Context) (*session, error) {
 	subs := append([]*subscription(nil), c.subs...)
 	c.mu.Unlock()
 	for _, sub := range subs {
-		if err := c.callOn(ctx, s, protocol.MethodSubscribe, sub.params(), nil); err != nil {
+		if err := c.callOn(ctx, s, protocol.MethodSubscribe, sub.params(), nil, 0); err != nil {
 			c.drop(s)
 			return nil, fmt.Errorf("re-subscribe %q on %s: %w", sub.pattern, c.url, err)
 		}
@@ -384,58 +372,68 @@ func (c *Conn) call(ctx context.Context, method string, params, result any) erro
 	if err != nil {
 		return err
 	}
-	return c.callOn(ctx, s, method, params, result)
+	return c.callOn(ctx, s, method, params, result, 0)
 }
 
 // errCallTimeout tells Options.CallTimeout from the caller's own deadline.
 var errCallTimeout = errors.New("call timeout")
 
-// callOn calls method on session s, bounded by Options.CallTimeout, and
-// turns what went wrong into the package's errors: the bus's answer as a
-// *protocol.Error, a lost connection as ErrDisconnected or ErrClosed.
-func (c *Conn) callOn(ctx context.Context, s *session, method string, params, result any) error {
-	ctx, cancel := context.WithTimeoutCause(ctx, c.opts.CallTimeout, errCallTimeout)
-	defer cancel()
-	err := s.rpc.Call(ctx, method, params, result)
-	if err == nil {
-		return nil
+// callOn calls method on session s with params (raw JSON as it is, or a
+// value to marshal) and decodes the answer into result (nil discards it).
+func (c *Conn) callOn(ctx context.Context, s *session, method string, params, result any, timeout time.Duration) error {
+	raw, err := encodeJSON(params)
+	if err != nil {
+		return fmt.Errorf("%s params: %w", method, err)
 	}
-	var rpcErr *jsonrpc2.Error
+	answer, err := c.callRaw(ctx, s, method, raw, timeout)
+	if err != nil || result == nil {
+		return err
+	}
+	if err := json.Unmarshal(answer, result); err != nil {
+		return fmt.Errorf("decode %s result: %w", method, err)
+	}
+	return nil
+}
+
+// callRaw sends a request whose params are encoded already, written as
+// they are, and returns the result as the bus sent it. The call is bounded
+// by timeout, or Options.CallTimeout when it is zero, and what went wrong
+// becomes the package's errors: the bus's answer as a *protocol.Error, a
+// lost connection as ErrDisconnected or ErrClosed.
+func (c *Conn) callRaw(ctx context.Context, s *session, method string, params []byte, timeout time.Duration) (json.RawMessage, error) {
+	if timeout <= 0 {
+		timeout = c.opts.CallTimeout
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
+	defer cancel()
+	result, err := s.stream.Call(ctx, method, params)
+	if err == nil {
+		return result, nil
+	}
+	var rpcErr *rpcstream.ResponseError
 	switch {
 	case errors.As(err, &rpcErr):
 		e := &protocol.Error{Code: rpcErr.Code, Message: rpcErr.Message}
 		if rpcErr.Data != nil {
-			e.Data = *rpcErr.Data
+			e.Data = rpcErr.Data
 		}
-		return e
+		return nil, e
 	case ctx.Err() != nil && context.Cause(ctx) == errCallTimeout:
-		return fmt.Errorf("%w: no answer within %s: %w", ErrCallTimeout, c.opts.CallTimeout, context.DeadlineExceeded)
+		return nil, fmt.Errorf("%w: no answer within %s: %w", ErrCallTimeout, timeout, context.DeadlineExceeded)
 	case ctx.Err() != nil:
-		return err
-	case errors.Is(err, jsonrpc2.ErrClosed):
+		return nil, err
+	case errors.Is(err, rpcstream.ErrClosed):
 		c.mu.Lock()
 		ended := c.ended
 		c.mu.Unlock()
 		if ended {
-			return c.unavailable(true)
+			return nil, c.unavailable(true)
 		}
-		return fmt.Errorf("%w: connection lost before the answer", ErrDisconnected)
-	}
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &syntax) || errors.As(err, &typ) {
-		return fmt.Errorf("decode %s result: %w", method, err)
+		return nil, fmt.Errorf("%w: connection lost before the answer", ErrDisconnected)
 	}
 	// A failed write: the WebSocket is closing, and the read loop will
 	// notice.
-	return fmt.Errorf("%w: %w", ErrDisconnected, err)
-}
-
-// rpcLogger sends jsonrpc2's own messages to slog at debug level.
-type rpcLogger struct{ log *slog.Logger }
-
-func (l rpcLogger) Printf(format string, v ...any) {
-	l.log.Debug("jsonrpc2", "detail", fmt.Sprintf(format, v...))
+	return nil, fmt.Errorf("%w: %w", ErrDisconnected, err)
 }
 
 func randomHex(n int) string {

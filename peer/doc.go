@@ -17,6 +17,12 @@
 // Options.MaxConcurrentHandlers run at once; a delivery beyond that bound is
 // answered at once with ShouldRetry instead of waiting. A handler that
 // panics is answered with a JSON-RPC error; the process keeps running.
+// A handler's context ends a little before the bus stops waiting for its
+// answer (see Options.HandlerTimeout).
+//
+// Payloads travel byte for byte both ways: SendMessage writes raw JSON
+// (json.RawMessage or []byte) as given, and a Delivery's Payload and Meta
+// are the publisher's bytes, key order, spacing and escapes included.
 //
 // # Reconnecting
 //

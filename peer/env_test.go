@@ -39,7 +39,7 @@ func agentEnv(t *testing.T, agentID string) (*peer.Conn, <-chan *peer.Delivery) 
 // replyOnDefaultTopic is an agent's handler: it answers on its default
 // topic, through the delivery's Conn.
 func replyOnDefaultTopic(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
-	if _, err := d.Conn.SendMessage(ctx, "", map[string]string{"type": "plaintext_message", "text": "on it"}); err != nil {
+	if _, err := d.Conn.SendMessage(ctx, "", map[string]string{"type": "plaintext_message", "text": "on it"}, nil); err != nil {
 		return peer.Result{}, err
 	}
 	return peer.Result{Processed: true, Message: "accepted"}, nil
@@ -54,7 +54,7 @@ func TestDialEnv(t *testing.T) {
 	defer agent.Close()
 	assert.Equal(t, "agent-abc", agent.ClientID())
 
-	r, err := chat.SendMessage(t.Context(), peer.AgentTopic("agent-abc"), msg("task_request"))
+	r, err := chat.SendMessage(t.Context(), peer.AgentTopic("agent-abc"), msg("task_request"), nil)
 	require.NoError(t, err)
 	require.Len(t, r.Acks, 1)
 	assert.Equal(t, "agent-abc", r.Acks[0].ClientID)
@@ -69,9 +69,10 @@ func TestDialEnv(t *testing.T) {
 // d.Conn.
 func TestDialEnvHeldMessage(t *testing.T) {
 	chat, replies := agentEnv(t, "late")
-	r, err := chat.SendMessage(t.Context(), peer.AgentTopic("late"), msg("task_request"))
+	r, err := chat.SendMessage(t.Context(), peer.AgentTopic("late"), msg("task_request"), nil)
 	require.NoError(t, err)
 	require.True(t, r.Held)
+	assert.False(t, r.NoSubscribers(), "held, so kept for a subscriber")
 
 	agent, err := peer.DialEnv(t.Context(), replyOnDefaultTopic, &peer.Options{Logger: quiet})
 	require.NoError(t, err)

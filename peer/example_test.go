@@ -43,7 +43,7 @@ func Example() {
 		return
 	}
 	defer bridge.Close()
-	result, err := bridge.SendMessage(ctx, "tg:42", map[string]string{"type": "telegram_message", "text": "hello"})
+	result, err := bridge.SendMessage(ctx, "tg:42", map[string]string{"type": "telegram_message", "text": "hello"}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -57,7 +57,8 @@ func Example() {
 }
 
 // A message that no subscription matches is routed nowhere; that is a
-// result, not an error.
+// result, not an error. (A message to an absent agent, agent:*, would be
+// held for it instead.)
 func ExampleConn_SendMessage_noSubscribers() {
 	ctx := context.Background()
 	url, stop := startExampleBus()
@@ -69,14 +70,16 @@ func ExampleConn_SendMessage_noSubscribers() {
 		return
 	}
 	defer c.Close()
-	result, err := c.SendMessage(ctx, "agent:nobody", map[string]string{"type": "task_request"})
+	result, err := c.SendMessage(ctx, "tg:nobody", map[string]string{"type": "telegram_message"}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(result.Success, result.Reason)
+	if result.NoSubscribers() {
+		fmt.Println("nobody subscribes to tg:nobody:", result.Reason)
+	}
 	// Output:
-	// false no_subscribers
+	// nobody subscribes to tg:nobody: no_subscribers
 }
 
 // startExampleBus starts a bus in the process, as bub serve would run it,

@@ -7,8 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/sourcegraph/jsonrpc2"
-
+	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -21,8 +20,8 @@ import (
 //
 // Handlers run on goroutines of their own, several at once (see
 // Options.MaxConcurrentHandlers), and may call any method of the Conn but
-// Close. ctx is cancelled after Options.HandlerTimeout or when the Conn
-// ends.
+// Close. ctx is cancelled after Options.HandlerTimeout (by default a
+// little less than the bus's delivery timeout) or when the Conn ends.
 type Handler func(ctx context.Context, d *Delivery) (Result, error)
 
 // Delivery is one message as the bus delivered it to a subscription.
@@ -95,51 +94,80 @@ func (r Result) wire() protocol.ProcessMessageResult {
 	}
 }
 
+// handlerBudget returns how long a handler may run under limits, the
+// bus's announced bounds: its delivery timeout less a tenth, and less at
+// most a second, which leaves the answer time to reach the bus (29s of
+// the default 30s; 900ms of 1s). A bus that announces no delivery timeout
+// is taken to have the default, 30s. It is the default of
+// Options.HandlerTimeout.
+func handlerBudget(limits protocol.Limits) time.Duration {
+	timeout := time.Duration(limits.DeliveryTimeoutMs) * time.Millisecond
+	if timeout <= 0 {
+		timeout = defaultDeliveryTimeout
+	}
+	return timeout - min(timeout/10, time.Second)
+}
+
+// defaultDeliveryTimeout is the bus's default delivery timeout (bub serve
+// --delivery-timeout), assumed of a bus that does not announce one.
+const defaultDeliveryTimeout = 30 * time.Second
+
 // busyRetryAfter is how long a delivery refused for want of a handler slot
 // asks the bus to wait.
 const busyRetryAfter = time.Second
 
-// inbound answers the bus's calls on a Conn. It runs on jsonrpc2's read
-// loop, so it only decodes and hands over: a handler that blocked here
-// would also hold up the answers to the Conn's own calls.
-type inbound struct{ c *Conn }
-
-// Handle implements jsonrpc2.Handler. Every request gets exactly one
-// answer, as rpcstream requires.
-func (h inbound) Handle(_ context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Request) {
-	if req.Notif {
-		return
+// read is a session's read loop. It hands requests to serve and, inside
+// the Stream, answers to the Conn's own calls to their callers; it ends
+// when the connection does.
+func (c *Conn) read(s *session) {
+	defer close(s.done)
+	for {
+		req, err := s.stream.ReadRequest()
+		if err != nil {
+			s.err = err
+			return
+		}
+		if !req.Notif {
+			c.serve(s, req)
+		}
 	}
-	c := h.c
-	if req.Method != protocol.MethodProcessMessage {
-		reply(rpc, req, nil, protocol.Errorf(protocol.ErrMethodNotFound, "a peer serves only %s, not %q", protocol.MethodProcessMessage, req.Method))
+}
+
+// serve answers one call of the bus, exactly once, as rpcstream requires.
+// It runs on the read loop, so it only decodes and hands over: a handler
+// that blocked here would also hold up the answers to the Conn's own
+// calls.
+func (c *Conn) serve(s *session, req *rpcstream.Request) {
+	method, params := req.Method, req.Params
+	if method != protocol.MethodProcessMessage {
+		s.reply(req, nil, protocol.Errorf(protocol.ErrMethodNotFound, "a peer serves only %s, not %q", protocol.MethodProcessMessage, method))
 		return
 	}
 	var p protocol.ProcessMessageParams
-	if req.Params == nil || json.Unmarshal(*req.Params, &p) != nil {
-		reply(rpc, req, nil, protocol.Errorf(protocol.ErrInvalidParams, "%s needs params {topic, subscription, payload, messageId, from, attempt}", req.Method))
+	if params == nil || json.Unmarshal(*params, &p) != nil {
+		s.reply(req, nil, protocol.Errorf(protocol.ErrInvalidParams, "%s needs params {topic, subscription, payload, messageId, from, attempt}", method))
 		return
 	}
 	sub := c.subscription(p.Subscription)
 	if sub == nil {
 		// Unsubscribed while the message was on its way: not ours to
 		// handle, so let it propagate.
-		reply(rpc, req, Result{Message: fmt.Sprintf("no subscription to %q here", p.Subscription)}.wire(), nil)
+		s.reply(req, Result{Message: fmt.Sprintf("no subscription to %q here", p.Subscription)}, nil)
 		return
 	}
 	select {
 	case c.slots <- struct{}{}:
 	default:
-		reply(rpc, req, Result{
+		s.reply(req, Result{
 			ShouldRetry: true,
 			RetryAfter:  busyRetryAfter,
 			Message:     fmt.Sprintf("busy: %d handlers already running", cap(c.slots)),
-		}.wire(), nil)
+		}, nil)
 		return
 	}
 	if !c.startWork() {
 		<-c.slots
-		reply(rpc, req, nil, protocol.Errorf(protocol.ErrShuttingDown, "client %q is closing", c.opts.ClientID))
+		s.reply(req, nil, protocol.Errorf(protocol.ErrShuttingDown, "client %q is closing", c.opts.ClientID))
 		return
 	}
 	d := &Delivery{
@@ -157,10 +185,10 @@ func (h inbound) Handle(_ context.Context, rpc *jsonrpc2.Conn, req *jsonrpc2.Req
 		defer func() { <-c.slots }()
 		result, err := c.runHandler(sub, d)
 		if err != nil {
-			reply(rpc, req, nil, err)
+			s.reply(req, nil, err)
 			return
 		}
-		reply(rpc, req, result.wire(), nil)
+		s.reply(req, result, nil)
 	}()
 }
 
@@ -178,7 +206,11 @@ func (c *Conn) startWork() bool {
 // runHandler runs sub's handler with its deadline, turning a panic into an
 // error so one bad message cannot take the process down.
 func (c *Conn) runHandler(sub *subscription, d *Delivery) (result Result, err error) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.opts.HandlerTimeout)
+	timeout := c.opts.HandlerTimeout
+	if timeout <= 0 {
+		timeout = handlerBudget(c.Limits())
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	defer func() {
 		if v := recover(); v != nil {
@@ -189,18 +221,17 @@ func (c *Conn) runHandler(sub *subscription, d *Delivery) (result Result, err er
 	return sub.handler(ctx, d)
 }
 
-// reply answers req with result, or with err as a JSON-RPC error.
-func reply(rpc *jsonrpc2.Conn, req *jsonrpc2.Request, result any, err error) {
+// reply answers the bus's call req with result, or with err as a JSON-RPC
+// error.
+func (s *session) reply(req *rpcstream.Request, result any, err error) {
 	// A reply that cannot be written is lost with its connection; the
 	// bus records the delivery as failed.
-	if err == nil {
-		_ = rpc.Reply(context.Background(), req.ID, result)
+	if err != nil {
+		_ = s.stream.Reply(req.ID, nil, protocol.WireError(err))
 		return
 	}
-	werr := protocol.WireError(err)
-	rerr := &jsonrpc2.Error{Code: werr.Code, Message: werr.Message}
-	if werr.Data != nil {
-		rerr.SetError(werr.Data)
+	if r, ok := result.(Result); ok {
+		result = r.wire()
 	}
-	_ = rpc.ReplyWithError(context.Background(), req.ID, rerr)
+	_ = s.stream.Reply(req.ID, result, nil)
 }

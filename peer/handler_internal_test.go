@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/protocol"
 )
 
 // The bus does not relay should_retry in acks, so the wire form of a
@@ -28,4 +30,22 @@ func TestBackoffIsCappedWithJitter(t *testing.T) {
 		}
 	}
 	assert.LessOrEqual(t, c.backoff(1000), time.Second, "no overflow on a long outage")
+}
+
+// A handler's default deadline falls before the bus's delivery timeout, so
+// its answer arrives while the bus still waits, and the bus does not send
+// the message again to a handler that is still running.
+func TestHandlerBudgetBelowDeliveryTimeout(t *testing.T) {
+	for _, tt := range []struct {
+		deliveryMs int64
+		want       time.Duration
+	}{
+		{30_000, 29 * time.Second},
+		{1_000, 900 * time.Millisecond},
+		{100, 90 * time.Millisecond},
+		{300_000, 299 * time.Second},
+		{0, 29 * time.Second}, // a bus that does not say: its default, 30s
+	} {
+		assert.Equal(t, tt.want, handlerBudget(protocol.Limits{DeliveryTimeoutMs: tt.deliveryMs}), "delivery timeout %dms", tt.deliveryMs)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -63,7 +64,7 @@ func TestHandlerResultReachesAcks(t *testing.T) {
 			newer := dial(t, b.URL, "new", nil)
 			require.NoError(t, newer.Subscribe(t.Context(), "t:*", answer(tt.result), &peer.SubscribeOptions{Policy: tt.policy}))
 			pub := dial(t, b.URL, "pub", nil)
-			result, err := pub.SendMessage(t.Context(), "t:1", msg("x"))
+			result, err := pub.SendMessage(t.Context(), "t:1", msg("x"), nil)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, result.Acks)
 		})
@@ -83,14 +84,14 @@ func TestDeliveryRunsTheMatchingHandler(t *testing.T) {
 	require.NoError(t, c.Subscribe(t.Context(), "a:1", named("narrow"), nil))
 	pub := dial(t, b.URL, "pub", nil)
 
-	r, err := pub.SendMessage(t.Context(), "a:1", msg("x"))
+	r, err := pub.SendMessage(t.Context(), "a:1", msg("x"), nil)
 	require.NoError(t, err)
 	// One client appears once per message, under its newest matching
 	// subscription.
 	require.Len(t, r.Acks, 1)
 	assert.Equal(t, "narrow got a:1", r.Acks[0].Message)
 
-	r, err = pub.SendMessage(t.Context(), "a:2", msg("x"))
+	r, err = pub.SendMessage(t.Context(), "a:2", msg("x"), nil)
 	require.NoError(t, err)
 	require.Len(t, r.Acks, 1)
 	assert.Equal(t, "wide got a:2", r.Acks[0].Message)
@@ -108,20 +109,20 @@ func TestHandlerErrorAndPanicBecomeFailedDeliveries(t *testing.T) {
 	require.NoError(t, c.Subscribe(t.Context(), "ok", processed, nil))
 	pub := dial(t, b.URL, "pub", nil)
 
-	r, err := pub.SendMessage(t.Context(), "panic", msg("x"))
+	r, err := pub.SendMessage(t.Context(), "panic", msg("x"), nil)
 	require.NoError(t, err)
 	require.Len(t, r.Acks, 1)
 	assert.False(t, r.Acks[0].Processed)
 	assert.Contains(t, r.Acks[0].Error, `handler for "panic" panicked: boom`)
 	assert.Contains(t, r.Acks[0].Error, fmt.Sprint(protocol.CodeInternalError))
 
-	r, err = pub.SendMessage(t.Context(), "fail", msg("x"))
+	r, err = pub.SendMessage(t.Context(), "fail", msg("x"), nil)
 	require.NoError(t, err)
 	require.Len(t, r.Acks, 1)
 	assert.Contains(t, r.Acks[0].Error, "database unavailable")
 
 	// The panic took nothing down.
-	r, err = pub.SendMessage(t.Context(), "ok", msg("x"))
+	r, err = pub.SendMessage(t.Context(), "ok", msg("x"), nil)
 	require.NoError(t, err)
 	require.Len(t, r.Acks, 1)
 	assert.True(t, r.Acks[0].Processed)
@@ -143,7 +144,7 @@ func TestBusyConnAnswersShouldRetry(t *testing.T) {
 
 	first := sendAsync(t, pub, "slow")
 	<-started
-	r, err := pub.SendMessage(t.Context(), "slow", msg("x"))
+	r, err := pub.SendMessage(t.Context(), "slow", msg("x"), nil)
 	require.NoError(t, err)
 	require.Len(t, r.Acks, 1)
 	assert.False(t, r.Acks[0].Processed)
@@ -181,7 +182,7 @@ func TestNestedSendsComplete(t *testing.T) {
 					if next == len(tt.hops) {
 						return peer.Result{Processed: true, Message: id}, nil
 					}
-					r, err := conns[id].SendMessage(ctx, fmt.Sprintf("hop:%d", next), msg("forward"))
+					r, err := conns[id].SendMessage(ctx, fmt.Sprintf("hop:%d", next), msg("forward"), nil)
 					if err != nil {
 						return peer.Result{}, err
 					}
@@ -196,7 +197,7 @@ func TestNestedSendsComplete(t *testing.T) {
 			var wg sync.WaitGroup
 			for range 4 {
 				wg.Go(func() {
-					r, err := conns[tt.hops[0]].SendMessage(ctx, "hop:0", msg("start"))
+					r, err := conns[tt.hops[0]].SendMessage(ctx, "hop:0", msg("start"), nil)
 					if assert.NoError(t, err) && assert.Len(t, r.Acks, 1) {
 						want := tt.hops[0]
 						for _, id := range tt.hops[1:] {
@@ -219,12 +220,34 @@ func TestUnsubscribe(t *testing.T) {
 	pub := dial(t, b.URL, "pub", nil)
 	require.NoError(t, c.Subscribe(t.Context(), "x", processed, nil))
 	require.NoError(t, c.Unsubscribe(t.Context(), "x"))
-	r, err := pub.SendMessage(t.Context(), "x", msg("x"))
+	r, err := pub.SendMessage(t.Context(), "x", msg("x"), nil)
 	require.NoError(t, err)
 	assert.False(t, r.Success)
 	// The pattern may be held again.
 	require.NoError(t, c.Subscribe(t.Context(), "x", processed, nil))
-	r, err = pub.SendMessage(t.Context(), "x", msg("x"))
+	r, err = pub.SendMessage(t.Context(), "x", msg("x"), nil)
 	require.NoError(t, err)
 	assert.True(t, r.Success)
+}
+
+// By default a handler's context ends before the bus stops waiting for
+// it: the deadline comes from the delivery timeout the bus announced.
+func TestHandlerDeadlineFollowsTheBus(t *testing.T) {
+	b := startBus(t, &bus.Options{DeliveryTimeout: 2 * time.Second})
+	sub := dial(t, b.URL, "sub", nil)
+	left := make(chan time.Duration, 1)
+	require.NoError(t, sub.Subscribe(t.Context(), "t", func(ctx context.Context, _ *peer.Delivery) (peer.Result, error) {
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			deadline = time.Now().Add(time.Hour)
+		}
+		left <- time.Until(deadline)
+		return peer.Result{Processed: true}, nil
+	}, nil))
+	pub := dial(t, b.URL, "pub", nil)
+	_, err := pub.SendMessage(t.Context(), "t", msg("x"), nil)
+	require.NoError(t, err)
+	d := <-left // sent before the handler answered
+	assert.LessOrEqual(t, d, 1800*time.Millisecond, "a tenth of the bus's 2s is left for the answer")
+	assert.Greater(t, d, time.Duration(0))
 }

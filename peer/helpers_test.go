@@ -22,7 +22,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // testBus is a real bus on a loopback port that can be stopped and started
 // again on the same address, as a restarted daemon would be.
 type testBus struct {
-	t    *testing.T
+	t    testing.TB
 	opts bus.Options
 	addr string
 	URL  string
@@ -30,7 +30,7 @@ type testBus struct {
 	http *httptest.Server
 }
 
-func startBus(t *testing.T, opts *bus.Options) *testBus {
+func startBus(t testing.TB, opts *bus.Options) *testBus {
 	t.Helper()
 	b := &testBus{t: t}
 	if opts != nil {
@@ -81,7 +81,7 @@ func (b *testBus) restart() {
 
 // dial connects a peer with quiet logs and a short reconnect backoff, and
 // closes it when the test ends.
-func dial(t *testing.T, url, clientID string, opts *peer.Options) *peer.Conn {
+func dial(t testing.TB, url, clientID string, opts *peer.Options) *peer.Conn {
 	t.Helper()
 	var o peer.Options
 	if opts != nil {
@@ -102,7 +102,7 @@ func dial(t *testing.T, url, clientID string, opts *peer.Options) *peer.Conn {
 }
 
 // eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, cond func() bool) {
+func eventually(t testing.TB, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -128,7 +128,7 @@ func msg(typ string) map[string]any {
 func sendAsync(t *testing.T, c *peer.Conn, topic string) <-chan *protocol.SendMessageResult {
 	done := make(chan *protocol.SendMessageResult, 1)
 	go func() {
-		r, err := c.SendMessage(context.Background(), topic, msg("x"))
+		r, err := c.SendMessage(context.Background(), topic, msg("x"), nil)
 		assert.NoError(t, err)
 		done <- r
 	}()

@@ -17,7 +17,7 @@ func (c *Conn) supervise(s *session) {
 	defer c.work.Done()
 	for s != nil {
 		select {
-		case <-s.rpc.DisconnectNotify():
+		case <-s.done:
 		case <-c.ctx.Done():
 			return
 		}
@@ -37,7 +37,7 @@ func (c *Conn) lost(s *session) *session {
 	if ended {
 		return nil
 	}
-	cause := s.stream.cause()
+	cause := s.cause()
 	switch {
 	case websocket.CloseStatus(cause) == protocol.CloseTakenOver:
 		c.log.Warn("the bus closed this connection: a newer one took over the clientId; not reconnecting")

@@ -36,21 +36,21 @@ func TestReconnectRestoresSubscriptionsInOrder(t *testing.T) {
 	pub := dial(t, b.URL, "pub", &peer.Options{NoReconnect: true})
 	// Patterns come back one by one; x:1, the newest, comes back last.
 	eventually(t, 5*time.Second, func() bool {
-		r, err := pub.SendMessage(ctx, "x:1", msg("x"))
+		r, err := pub.SendMessage(ctx, "x:1", msg("x"), nil)
 		require.NoError(t, err)
 		return len(r.Acks) == 1 && r.Acks[0].Subscription == "x:1"
 	})
-	r, err := pub.SendMessage(ctx, "x:2", msg("x"))
+	r, err := pub.SendMessage(ctx, "x:2", msg("x"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, []protocol.Ack{{ClientID: "agent", Subscription: "x:*", Message: "wide"}}, r.Acks)
-	r, err = pub.SendMessage(ctx, "y", msg("x"))
+	r, err = pub.SendMessage(ctx, "y", msg("x"), nil)
 	require.NoError(t, err)
 	assert.False(t, r.Success, "an unsubscribed pattern stays unsubscribed")
 
 	// The Conn's own calls work again, and a new subscription goes after
 	// the restored ones.
 	require.NoError(t, c.Subscribe(ctx, "x:2", answer("two"), nil))
-	r, err = pub.SendMessage(ctx, "x:2", msg("x"))
+	r, err = pub.SendMessage(ctx, "x:2", msg("x"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, []protocol.Ack{{ClientID: "agent", Subscription: "x:2", Message: "two"}}, r.Acks)
 }
@@ -65,13 +65,13 @@ func TestCallsFailFastWhileDisconnected(t *testing.T) {
 
 	var err error
 	eventually(t, 5*time.Second, func() bool {
-		_, err = c.SendMessage(t.Context(), "s", msg("x"))
+		_, err = c.SendMessage(t.Context(), "s", msg("x"), nil)
 		return err != nil
 	})
 	require.ErrorIs(t, err, peer.ErrDisconnected)
 
 	for name, call := range map[string]func() error{
-		"sendMessage": func() error { _, err := c.SendMessage(t.Context(), "s", msg("x")); return err },
+		"sendMessage": func() error { _, err := c.SendMessage(t.Context(), "s", msg("x"), nil); return err },
 		"subscribe":   func() error { return c.Subscribe(t.Context(), "t", processed, nil) },
 		"unsubscribe": func() error { return c.Unsubscribe(t.Context(), "s") },
 		"ping":        func() error { _, err := c.Ping(t.Context()); return err },
@@ -103,7 +103,7 @@ func TestTakeoverEndsConn(t *testing.T) {
 		t.Fatal("the old Conn did not end after the takeover")
 	}
 	require.ErrorIs(t, old.Err(), peer.ErrTakenOver)
-	_, err := old.SendMessage(t.Context(), "x", msg("x"))
+	_, err := old.SendMessage(t.Context(), "x", msg("x"), nil)
 	require.ErrorIs(t, err, peer.ErrDisconnected)
 	require.ErrorIs(t, err, peer.ErrTakenOver)
 
@@ -122,7 +122,7 @@ func TestNoReconnectEndsWithTheConnection(t *testing.T) {
 	}
 	require.Error(t, c.Err())
 	assert.Contains(t, c.Err().Error(), "connection to "+b.URL+" lost")
-	_, err := c.SendMessage(t.Context(), "x", msg("x"))
+	_, err := c.SendMessage(t.Context(), "x", msg("x"), nil)
 	require.ErrorIs(t, err, peer.ErrDisconnected)
 }
 
@@ -138,7 +138,7 @@ func TestCallTimeout(t *testing.T) {
 	pub := dial(t, b.URL, "pub", &peer.Options{CallTimeout: 100 * time.Millisecond})
 
 	start := time.Now()
-	_, err := pub.SendMessage(t.Context(), "slow", msg("x"))
+	_, err := pub.SendMessage(t.Context(), "slow", msg("x"), nil)
 	require.ErrorIs(t, err, peer.ErrCallTimeout)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, time.Since(start), 5*time.Second)
@@ -146,7 +146,7 @@ func TestCallTimeout(t *testing.T) {
 	// The caller's own deadline is reported as the caller's.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 	defer cancel()
-	_, err = pub.SendMessage(ctx, "slow", msg("x"))
+	_, err = pub.SendMessage(ctx, "slow", msg("x"), nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.False(t, errors.Is(err, peer.ErrCallTimeout))
 }
@@ -166,7 +166,7 @@ func TestCloseCancelsHandlersAndEndsCalls(t *testing.T) {
 	require.NoError(t, c.Close())
 	require.NoError(t, c.Close(), "Close is idempotent")
 	require.ErrorIs(t, c.Err(), peer.ErrClosed)
-	_, err := c.SendMessage(t.Context(), "x", msg("x"))
+	_, err := c.SendMessage(t.Context(), "x", msg("x"), nil)
 	require.ErrorIs(t, err, peer.ErrClosed)
 
 	r := <-acks

@@ -11,67 +11,120 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
+// SendOptions configure one SendMessage. A nil *SendOptions means the
+// defaults.
+type SendOptions struct {
+	// Meta is an object such as {"traceparent": "..."}, which the bus
+	// passes to subscribers unchanged; it is encoded like the payload.
+	// Default: none.
+	Meta any
+	// Timeout bounds the wait for the answer in place of
+	// Options.CallTimeout; the bus answers only once every subscriber in
+	// the chain has, so a long chain may need more. Default:
+	// Options.CallTimeout.
+	Timeout time.Duration
+}
+
 // SendMessage publishes payload to topic and returns once every subscriber
 // in the routing chain has answered, with their acks. An empty topic means
-// Options.DefaultTopic. payload is a json.RawMessage (or []byte) sent as it
-// is, or any value, marshalled to JSON; either way it must be a JSON object
-// with a string "type", else the bus answers code -32602.
+// Options.DefaultTopic. payload is a json.RawMessage (or []byte), sent
+// byte for byte as it is, or any value, marshalled to JSON; either way it
+// must be a JSON object with a string "type", else the bus answers code
+// -32602. opts may be nil.
 //
-// A message that no subscription matched is not an error: the result has
-// Success false and Reason "no_subscribers".
+// A message that no subscription matched is not an error: the result's
+// NoSubscribers reports it (a held message is not one of those; see
+// protocol.SendMessageResult).
 //
 // SendMessage may be called from a handler; it does not block the Conn's
 // other deliveries. It is not retried: after ErrDisconnected or
 // ErrCallTimeout the message may or may not have been delivered. A
 // message larger than the bus accepts (Conn.Limits) is refused before
 // sending with ErrMessageTooBig.
-func (c *Conn) SendMessage(ctx context.Context, topic string, payload any) (*protocol.SendMessageResult, error) {
-	return c.SendMessageWithMeta(ctx, topic, payload, nil)
-}
-
-// SendMessageWithMeta is SendMessage with a meta object, such as
-// {"traceparent": "..."}, which the bus passes to subscribers unchanged.
-// meta is marshalled like payload; nil sends none.
-func (c *Conn) SendMessageWithMeta(ctx context.Context, topic string, payload, meta any) (*protocol.SendMessageResult, error) {
+func (c *Conn) SendMessage(ctx context.Context, topic string, payload any, opts *SendOptions) (*protocol.SendMessageResult, error) {
+	var o SendOptions
+	if opts != nil {
+		o = *opts
+	}
 	name := topic
 	if name == "" {
 		name = c.opts.DefaultTopic
 	}
-	params := protocol.SendMessageParams{Topic: topic}
-	var err error
-	if params.Payload, err = marshalJSON(payload); err != nil {
+	body, err := encodeJSON(payload)
+	if err != nil {
 		return nil, fmt.Errorf("sendMessage %q: payload: %w", name, err)
 	}
-	if meta != nil {
-		if params.Meta, err = marshalJSON(meta); err != nil {
+	var meta []byte
+	if o.Meta != nil {
+		if meta, err = encodeJSON(o.Meta); err != nil {
 			return nil, fmt.Errorf("sendMessage %q: meta: %w", name, err)
 		}
 	}
-	// Marshalled here, once, to measure what the bus will read.
-	raw, err := json.Marshal(params)
-	if err != nil {
-		return nil, fmt.Errorf("sendMessage %q: %w", name, err)
-	}
+	params := sendParams(topic, body, meta)
 	if limit := c.Limits().MaxMessageBytes; limit > 0 {
-		if size := int64(len(raw) + requestOverhead); size > limit {
+		if size := int64(len(params) + requestOverhead); size > limit {
 			return nil, fmt.Errorf("sendMessage %q: %w: the request is %d bytes, over the bus's limit of %d bytes (maxMessageBytes; bub serve --max-message-bytes)", name, ErrMessageTooBig, size, limit)
 		}
 	}
-	var result protocol.SendMessageResult
-	if err := c.call(ctx, protocol.MethodSendMessage, json.RawMessage(raw), &result); err != nil {
+	s, err := c.current()
+	if err != nil {
 		return nil, fmt.Errorf("sendMessage %q: %w", name, err)
+	}
+	raw, err := c.callRaw(ctx, s, protocol.MethodSendMessage, params, o.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("sendMessage %q: %w", name, err)
+	}
+	var result protocol.SendMessageResult
+	if err := json.Unmarshal(raw, &result); err != nil {
+		return nil, fmt.Errorf("sendMessage %q: decode result: %w", name, err)
 	}
 	return &result, nil
 }
 
-// requestOverhead bounds what the JSON-RPC envelope adds to sendMessage's
-// params: {"method":"sendMessage","params":,"id":N,"jsonrpc":"2.0"} with
-// a 20-digit id is 70 bytes. Erring high only refuses a message within a
-// few bytes of the limit, which the bus would refuse anyway next time.
-const requestOverhead = 72
+// sendParams writes sendMessage's params by hand, payload and meta as
+// they are: json.Marshal would compact them and escape <, > and &, and
+// subscribers are promised the publisher's bytes.
+func sendParams(topic string, payload, meta []byte) []byte {
+	out := make([]byte, 0, len(topic)+len(payload)+len(meta)+32)
+	out = append(out, '{')
+	if topic != "" {
+		out = append(out, `"topic":`...)
+		out = appendString(out, topic)
+		out = append(out, ',')
+	}
+	out = append(out, `"payload":`...)
+	out = append(out, payload...)
+	if meta != nil {
+		out = append(out, `,"meta":`...)
+		out = append(out, meta...)
+	}
+	return append(out, '}')
+}
 
-// marshalJSON returns v as JSON, taking raw JSON as it is once checked.
-func marshalJSON(v any) (json.RawMessage, error) {
+// appendString appends s as a JSON string. Topics are plain ASCII in
+// practice, which is copied between quotes without json.Marshal's
+// allocations; anything else goes through encoding/json.
+func appendString(out []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			quoted, _ := json.Marshal(s) // a string always marshals
+			return append(out, quoted...)
+		}
+	}
+	out = append(out, '"')
+	out = append(out, s...)
+	return append(out, '"')
+}
+
+// requestOverhead bounds what the JSON-RPC envelope adds to sendMessage's
+// params: {"id":N,"jsonrpc":"2.0","method":"sendMessage","params":} with a
+// 20-digit id is 76 bytes. Erring high only refuses a message within a few
+// bytes of the limit, which the bus would refuse anyway next time.
+const requestOverhead = 76
+
+// encodeJSON returns v as JSON: raw JSON (json.RawMessage or []byte)
+// byte for byte once checked, anything else marshalled.
+func encodeJSON(v any) ([]byte, error) {
 	var raw []byte
 	switch v := v.(type) {
 	case nil:
@@ -86,6 +139,8 @@ func marshalJSON(v any) (json.RawMessage, error) {
 	if !json.Valid(raw) {
 		return nil, errors.New("is not valid JSON")
 	}
+	// Surrounding whitespace is not the value's, and the bus would count
+	// it against the limit.
 	return bytes.TrimSpace(raw), nil
 }
 
@@ -93,7 +148,7 @@ func marshalJSON(v any) (json.RawMessage, error) {
 // to end.
 func (c *Conn) Ping(ctx context.Context) (time.Time, error) {
 	var result protocol.PingResult
-	if err := c.call(ctx, protocol.MethodPing, struct{}{}, &result); err != nil {
+	if err := c.call(ctx, protocol.MethodPing, json.RawMessage(`{}`), &result); err != nil {
 		return time.Time{}, fmt.Errorf("ping: %w", err)
 	}
 	t, err := time.Parse(time.RFC3339, result.Timestamp)

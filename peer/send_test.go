@@ -16,6 +16,11 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
+// A message goes from one Go peer to another with its payload and meta
+// byte for byte: key order, spacing, escapes (<, >, & and \u sequences)
+// and numbers no float can hold, as docs/PROTOCOL.md promises; only the
+// whitespace around the payload is dropped. The SDK used to re-encode
+// both ways (keys sorted, <>& escaped).
 func TestSendMessageRoundTrip(t *testing.T) {
 	b := startBus(t, nil)
 	sub := dial(t, b.URL, "sub", nil)
@@ -27,9 +32,9 @@ func TestSendMessageRoundTrip(t *testing.T) {
 		return peer.Result{Processed: true, Message: "seen " + d.Type()}, nil
 	}, nil))
 
-	result, err := pub.SendMessageWithMeta(t.Context(), "inbound:chat-1",
-		json.RawMessage(` {"type":"plaintext_message","text":"hello"} `),
-		map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+	payload := `{"zeta":1, "type":"plaintext_message","text":"hello","html":"<b>&amp;</b>","esc":"\u00e9\ud83d\ude00\u003c","big":123456789012345678901234567890,"exp":1.5e400,"nested":{"y":[3, 2,1],"x":null}}`
+	meta := `{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","z":"<&>","a":18446744073709551616}`
+	result, err := pub.SendMessage(t.Context(), "inbound:chat-1", json.RawMessage(" "+payload+"\n"), &peer.SendOptions{Meta: []byte(meta)})
 	require.NoError(t, err)
 	assert.True(t, result.Success)
 	assert.NotEmpty(t, result.MessageID)
@@ -41,8 +46,8 @@ func TestSendMessageRoundTrip(t *testing.T) {
 	assert.Equal(t, "pub", d.From)
 	assert.Equal(t, result.MessageID, d.MessageID)
 	assert.Equal(t, 1, d.Attempt)
-	assert.JSONEq(t, `{"type":"plaintext_message","text":"hello"}`, string(d.Payload))
-	assert.JSONEq(t, `{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`, string(d.Meta))
+	assert.Equal(t, payload, string(d.Payload))
+	assert.Equal(t, meta, string(d.Meta))
 	var body struct{ Text string }
 	require.NoError(t, d.Decode(&body))
 	assert.Equal(t, "hello", body.Text)
@@ -51,10 +56,11 @@ func TestSendMessageRoundTrip(t *testing.T) {
 func TestSendMessageNoSubscriberIsNotAnError(t *testing.T) {
 	b := startBus(t, nil)
 	pub := dial(t, b.URL, "pub", nil)
-	result, err := pub.SendMessage(t.Context(), "nobody:home", msg("ping"))
+	result, err := pub.SendMessage(t.Context(), "nobody:home", msg("ping"), nil)
 	require.NoError(t, err)
 	assert.False(t, result.Success)
 	assert.Equal(t, protocol.ReasonNoSubscribers, result.Reason)
+	assert.True(t, result.NoSubscribers())
 	assert.Empty(t, result.Acks)
 }
 
@@ -63,7 +69,7 @@ func TestSendMessageDefaultTopic(t *testing.T) {
 	sub := dial(t, b.URL, "sub", nil)
 	require.NoError(t, sub.Subscribe(t.Context(), "tg:42", processed, nil))
 	pub := dial(t, b.URL, "pub", &peer.Options{DefaultTopic: "tg:42"})
-	result, err := pub.SendMessage(t.Context(), "", msg("telegram_message"))
+	result, err := pub.SendMessage(t.Context(), "", msg("telegram_message"), nil)
 	require.NoError(t, err)
 	assert.True(t, result.Success)
 }
@@ -76,10 +82,10 @@ func TestErrorsCarryProtocolCodes(t *testing.T) {
 	ctx := t.Context()
 	require.NoError(t, c.Subscribe(ctx, "dup", processed, nil))
 
-	_, noType := c.SendMessage(ctx, "t", map[string]string{"text": "no type"})
-	_, noTopic := c.SendMessage(ctx, "", msg("x"))
-	_, patternTopic := c.SendMessage(ctx, "a:*", msg("x"))
-	_, notObject := c.SendMessage(ctx, "t", json.RawMessage(`[1]`))
+	_, noType := c.SendMessage(ctx, "t", map[string]string{"text": "no type"}, nil)
+	_, noTopic := c.SendMessage(ctx, "", msg("x"), nil)
+	_, patternTopic := c.SendMessage(ctx, "a:*", msg("x"), nil)
+	_, notObject := c.SendMessage(ctx, "t", json.RawMessage(`[1]`), nil)
 	for _, tt := range []struct {
 		name string
 		err  error
@@ -110,12 +116,12 @@ func TestErrorsCarryProtocolCodes(t *testing.T) {
 func TestSendMessageRejectsBadJSONLocally(t *testing.T) {
 	b := startBus(t, nil)
 	c := dial(t, b.URL, "c", nil)
-	_, err := c.SendMessage(t.Context(), "t", json.RawMessage(`{"type":`))
+	_, err := c.SendMessage(t.Context(), "t", json.RawMessage(`{"type":`), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not valid JSON")
-	_, err = c.SendMessage(t.Context(), "t", nil)
+	_, err = c.SendMessage(t.Context(), "t", nil, nil)
 	require.Error(t, err)
-	_, err = c.SendMessage(t.Context(), "t", func() {})
+	_, err = c.SendMessage(t.Context(), "t", func() {}, nil)
 	require.Error(t, err)
 	var perr *protocol.Error
 	assert.False(t, errors.As(err, &perr), "a local error is not the bus's")
@@ -148,7 +154,7 @@ func TestSendMessageRefusesOversized(t *testing.T) {
 	// Grow the payload to the largest that passes the check.
 	n := 0
 	for {
-		_, err := pub.SendMessage(t.Context(), "big", payload(n+1))
+		_, err := pub.SendMessage(t.Context(), "big", payload(n+1), nil)
 		if errors.Is(err, peer.ErrMessageTooBig) {
 			break
 		}
@@ -158,7 +164,7 @@ func TestSendMessageRefusesOversized(t *testing.T) {
 			t.Fatal("no message was refused")
 		}
 	}
-	_, err := pub.SendMessage(t.Context(), "big", payload(n+1))
+	_, err := pub.SendMessage(t.Context(), "big", payload(n+1), nil)
 	require.ErrorIs(t, err, peer.ErrMessageTooBig)
 	assert.Contains(t, err.Error(), "1025 bytes")
 	assert.Contains(t, err.Error(), "limit of 1024 bytes")

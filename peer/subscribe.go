@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -71,11 +72,45 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, handler Handler, o
 	c.subs = append(c.subs, sub)
 	c.byPattern[pattern] = sub
 	c.mu.Unlock()
-	if err := c.callOn(ctx, s, protocol.MethodSubscribe, sub.params(), nil); err != nil {
+	if err := c.subscribeOn(ctx, s, sub.params()); err != nil {
 		c.forget(sub)
 		return fmt.Errorf("subscribe %q: %w", pattern, err)
 	}
 	return nil
+}
+
+// subscribeOn asks the bus for a subscription the Conn does not hold yet.
+// A subscribe whose call timed out may have been applied all the same, so
+// the Conn remembers it on the session: when the bus then says "already
+// subscribed", that earlier call is what it holds. With the same params
+// that is the subscription asked for; with others it is replaced, so the
+// bus never keeps a policy the Conn does not know of.
+func (c *Conn) subscribeOn(ctx context.Context, s *session, p protocol.SubscribeParams) error {
+	err := c.callOn(ctx, s, protocol.MethodSubscribe, p, nil, 0)
+	earlier, unsure := s.unsure[p.Topic]
+	switch {
+	case err == nil:
+		delete(s.unsure, p.Topic)
+		return nil
+	case errors.Is(err, ErrCallTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		if s.unsure == nil {
+			s.unsure = make(map[string]protocol.SubscribeParams)
+		}
+		if !unsure {
+			s.unsure[p.Topic] = p
+		}
+		return err
+	case !unsure || protocol.CodeOf(err) != protocol.CodeAlreadySubscribed:
+		return err
+	}
+	delete(s.unsure, p.Topic)
+	if earlier == p {
+		return nil
+	}
+	if err := c.callOn(ctx, s, protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: p.Topic}, nil, 0); err != nil {
+		return fmt.Errorf("replace the subscription an earlier, timed-out call made: %w", err)
+	}
+	return c.subscribeOn(ctx, s, p)
 }
 
 // Unsubscribe ends the subscription to pattern, the exact string given to
@@ -87,14 +122,24 @@ func (c *Conn) Unsubscribe(ctx context.Context, pattern string) error {
 		return fmt.Errorf("unsubscribe %q: %w", pattern, err)
 	}
 	defer c.subMu.Unlock()
+	// A pattern whose subscribe timed out may be held by the bus though
+	// not by the Conn: it is unsubscribed all the same.
 	sub := c.subscription(pattern)
-	if sub == nil {
+	_, unsure := s.unsure[pattern]
+	if sub == nil && !unsure {
 		return fmt.Errorf("unsubscribe %q: %w", pattern, protocol.Errorf(protocol.ErrSubscriptionNotFound, "this connection holds no subscription to %q", pattern))
 	}
-	if err := c.callOn(ctx, s, protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: pattern}, nil); err != nil {
+	// "Not found" from the bus means the two agree already: an earlier
+	// unsubscribe timed out after the bus applied it, or an unsure
+	// subscribe was never applied.
+	err = c.callOn(ctx, s, protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: pattern}, nil, 0)
+	if err != nil && protocol.CodeOf(err) != protocol.CodeSubscriptionNotFound {
 		return fmt.Errorf("unsubscribe %q: %w", pattern, err)
 	}
-	c.forget(sub)
+	delete(s.unsure, pattern)
+	if sub != nil {
+		c.forget(sub)
+	}
 	return nil
 }
 

@@ -153,6 +153,14 @@ type SendMessageResult struct {
 	NextAttempt string `json:"next_attempt,omitempty"`
 }
 
+// NoSubscribers reports that the message reached nobody and the bus did
+// not keep it: no subscription matched and the topic is not held. A held
+// message is not one of those (Held; it is delivered once a subscriber
+// appears), nor is one whose subscribers failed (their acks say so).
+func (r *SendMessageResult) NoSubscribers() bool {
+	return r.Reason == ReasonNoSubscribers && !r.Held
+}
+
 // Reasons a sendMessage result or a dead letter can carry.
 const (
 	ReasonNoSubscribers  = "no_subscribers"  // nobody subscribed (after holding, if the topic is held)

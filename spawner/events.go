@@ -104,7 +104,7 @@ func (p *publisher) run(conn *peer.Conn) {
 	defer close(p.done)
 	for ev := range p.queue {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := conn.SendMessage(ctx, eventTopic(ev.Event), ev)
+		_, err := conn.SendMessage(ctx, eventTopic(ev.Event), ev, nil)
 		cancel()
 		if err != nil {
 			p.log.Warn("publish agent event", "event", ev.Event, "agent_id", ev.AgentID, "err", err)
@@ -162,17 +162,3 @@ func (p *publisher) close(timeout time.Duration) {
 		p.log.Warn("agent events still unpublished at shutdown", "waited", timeout)
 	}
 }
-
-// clientEvent is the payload of the bus's system:client.* events.
-type clientEvent struct {
-	Type      string `json:"type"`
-	Event     string `json:"event"`
-	ClientID  string `json:"client_id"`
-	Pattern   string `json:"pattern"`
-	Fallback  bool   `json:"fallback"`
-	Timestamp string `json:"timestamp"`
-}
-
-// clientEventsPattern subscribes the bus's client lifecycle events:
-// connected, disconnected, subscribed, unsubscribed.
-const clientEventsPattern = "system:client.*"

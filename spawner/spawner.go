@@ -309,9 +309,12 @@ func (s *Spawner) Run(ctx context.Context) error {
 	conn, err := peer.Dial(ctx, s.opts.BusURL, &peer.Options{
 		ClientID:   s.opts.ClientID,
 		ClientInfo: &protocol.ClientInfo{Name: "bub-spawner", Version: buildinfo.Version()},
-		// A fallback handler waits for a spawn, and for a failed one to
-		// be stopped.
-		HandlerTimeout: s.opts.SpawnTimeout + s.opts.StopTimeout + time.Second,
+		// No HandlerTimeout: a fallback handler waits for a spawn, but
+		// only for as long as the bus waits for its answer (the SDK's
+		// default stays below the bus's delivery timeout); past that the
+		// handler answers should_retry while the agent goes on
+		// starting, instead of being delivered the message again while
+		// it still waits.
 		// Every waiting message holds a handler, and a client event
 		// refused for want of one would be lost (the bus does not
 		// retry its events).
@@ -329,7 +332,7 @@ func (s *Spawner) Run(ctx context.Context) error {
 		s.events.close(5 * time.Second)
 		conn.Close()
 	}()
-	if err := conn.Subscribe(ctx, clientEventsPattern, s.handleClientEvent, &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll}); err != nil {
+	if err := conn.Subscribe(ctx, protocol.ClientEventsPattern, s.handleClientEvent, &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll}); err != nil {
 		return fmt.Errorf("spawner: %w", err)
 	}
 	for _, p := range s.opts.Patterns {
@@ -701,7 +704,7 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 		s.log.Warn("ignoring a client event not from the bus", "from", d.From, "topic", d.Topic, "message_id", d.MessageID)
 		return peer.Result{}, nil
 	}
-	var ev clientEvent
+	var ev protocol.ClientEvent
 	if err := json.Unmarshal(d.Payload, &ev); err != nil {
 		s.log.Warn("undecodable client event", "topic", d.Topic, "message_id", d.MessageID, "err", err)
 		return peer.Result{}, nil
@@ -709,13 +712,13 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 	at, _ := time.Parse(time.RFC3339Nano, ev.Timestamp)
 	s.mu.Lock()
 	a := s.agents[ev.ClientID]
-	if a == nil || ev.Fallback {
+	if a == nil || (ev.Fallback != nil && *ev.Fallback) {
 		s.mu.Unlock()
 		return peer.Result{}, nil
 	}
 	var becameReady bool
 	switch ev.Event {
-	case "subscribed":
+	case protocol.EventSubscribed:
 		p, err := protocol.ParsePattern(ev.Pattern)
 		if err != nil {
 			break
@@ -732,7 +735,7 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 			}
 		}
 		a.notifyLocked()
-	case "unsubscribed":
+	case protocol.EventUnsubscribed:
 		for i, p := range a.patterns {
 			if p.String() == ev.Pattern {
 				a.patterns = append(a.patterns[:i], a.patterns[i+1:]...)
@@ -740,7 +743,7 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 			}
 		}
 		a.notifyLocked()
-	case "disconnected":
+	case protocol.EventDisconnected:
 		if !at.Before(a.lastSubscribed) {
 			a.patterns = nil
 			a.notifyLocked()

@@ -176,7 +176,7 @@ func (h *harness) shutdown(t *testing.T) {
 // send publishes a chat message and returns the bus's result.
 func (h *harness) send(t *testing.T, topic string, payload map[string]any) *protocol.SendMessageResult {
 	t.Helper()
-	res, err := h.client.SendMessage(context.Background(), topic, payload)
+	res, err := h.client.SendMessage(context.Background(), topic, payload, nil)
 	if err != nil {
 		t.Fatalf("send to %s: %v", topic, err)
 	}
@@ -375,7 +375,7 @@ func TestCrashedAgentRestartsWithItsID(t *testing.T) {
 
 	sent := make(chan *protocol.SendMessageResult, 1)
 	go func() {
-		res, _ := h.client.SendMessage(context.Background(), "tg:5", map[string]any{"type": "telegram_message", "text": "slow", "delay_ms": 1500})
+		res, _ := h.client.SendMessage(context.Background(), "tg:5", map[string]any{"type": "telegram_message", "text": "slow", "delay_ms": 1500}, nil)
 		sent <- res
 	}()
 	poll(t, "the agent to take the slow message", func() bool {

@@ -31,7 +31,7 @@ var ErrNoGateway = fmt.Errorf("bcp: no gateway answered")
 // send publishes payload on topic and turns the gateway's ack into an
 // error; it returns the bus's messageId and the ack's message.
 func send(ctx context.Context, conn *peer.Conn, topic string, payload any) (string, string, error) {
-	res, err := conn.SendMessage(ctx, topic, payload)
+	res, err := conn.SendMessage(ctx, topic, payload, nil)
 	if err != nil {
 		return "", "", err
 	}

@@ -233,7 +233,7 @@ func TestControllerEscalate(t *testing.T) {
 	alice := dial(t, url, "alice")
 	approve := func(id string) {
 		t.Helper()
-		res, err := alice.SendMessage(ctx, gateway.TopicApproval, map[string]string{"type": gateway.TypeApprovalDecision, "approval_id": id, "decision": "approve"})
+		res, err := alice.SendMessage(ctx, gateway.TopicApproval, map[string]string{"type": gateway.TypeApprovalDecision, "approval_id": id, "decision": "approve"}, nil)
 		if err != nil || len(res.Acks) != 1 || !res.Acks[0].Processed {
 			t.Fatalf("approve %s: %v %+v", id, err, res)
 		}

@@ -14,15 +14,6 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// System topics the gateway watches; the bus publishes them from its
-// serverId, which is the only from the gateway believes there.
-const (
-	topicClientConnected    = "system:client.connected"
-	topicClientSubscribed   = "system:client.subscribed"
-	topicClientUnsubscribed = "system:client.unsubscribed"
-	topicClientDisconnected = "system:client.disconnected"
-)
-
 // Options configure a Gateway. The zero value of a field means its
 // default.
 type Options struct {
@@ -191,10 +182,10 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 		handler peer.Handler
 		opts    *peer.SubscribeOptions
 	}{
-		{topicClientConnected, g.onClientConnected, observe},
-		{topicClientSubscribed, g.onClientSubscribed, observe},
-		{topicClientUnsubscribed, g.onClientGone, observe},
-		{topicClientDisconnected, g.onClientGone, observe},
+		{protocol.TopicClientConnected, g.onClientConnected, observe},
+		{protocol.TopicClientSubscribed, g.onClientSubscribed, observe},
+		{protocol.TopicClientUnsubscribed, g.onClientGone, observe},
+		{protocol.TopicClientDisconnected, g.onClientGone, observe},
 		{TopicQuery, g.onQuery, nil},
 		{TopicResponse, g.onResponse, nil},
 	}
@@ -371,7 +362,7 @@ func (g *Gateway) sendOne() bool {
 		case <-ctx.Done():
 		}
 	}()
-	res, err := g.conn.SendMessage(ctx, m.Topic, m.Payload)
+	res, err := g.conn.SendMessage(ctx, m.Topic, m.Payload, nil)
 	var perr *protocol.Error
 	if errors.As(err, &perr) {
 		// The bus refused the message (the gateway's grant lacks the

@@ -253,7 +253,7 @@ func (a *agent) send(topic string, payload any) (string, protocol.Ack) {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
-	res, err := a.conn.SendMessage(ctx, topic, payload)
+	res, err := a.conn.SendMessage(ctx, topic, payload, nil)
 	if err != nil {
 		a.t.Fatalf("%s send to %s: %v", a.name, topic, err)
 	}

@@ -8,24 +8,18 @@ import (
 
 	"github.com/bub-bus/bub/bcp"
 	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 )
-
-// clientEvent is the payload of the bus's system:client.* events.
-type clientEvent struct {
-	ClientID  string `json:"client_id"`
-	Pattern   string `json:"pattern"`
-	Timestamp string `json:"timestamp"`
-}
 
 // busEvent decodes a bus event, or refuses it when its from is not the
 // bus: on a bus that let anyone publish system: topics, a forged
 // "connected" must not reset a budget.
-func (g *Gateway) busEvent(t *txn, d *peer.Delivery) (*clientEvent, *ack, error) {
+func (g *Gateway) busEvent(t *txn, d *peer.Delivery) (*protocol.ClientEvent, *ack, error) {
 	if server := d.Conn.ServerID(); server == "" || d.From != server {
 		a, err := refuse(t, AuditRecord{Event: "refusal", From: d.From}, CodeMalformed, "a "+d.Topic+" event not from the bus")
 		return nil, &a, err
 	}
-	var ev clientEvent
+	var ev protocol.ClientEvent
 	if err := json.Unmarshal(d.Payload, &ev); err != nil || ev.ClientID == "" {
 		a, err := refuse(t, AuditRecord{Event: "refusal", From: d.From}, CodeMalformed, "a "+d.Topic+" event without client_id")
 		return nil, &a, err
@@ -88,7 +82,7 @@ func (g *Gateway) onClientGone(_ context.Context, d *peer.Delivery) (peer.Result
 		if ev == nil {
 			return *refusal, err
 		}
-		if t.st.readers[peer.AgentTopic(ev.ClientID)] == nil || (d.Topic == topicClientUnsubscribed && ev.Pattern != peer.AgentTopic(ev.ClientID)) {
+		if t.st.readers[peer.AgentTopic(ev.ClientID)] == nil || (d.Topic == protocol.TopicClientUnsubscribed && ev.Pattern != peer.AgentTopic(ev.ClientID)) {
 			return accepted("not a reader's agent topic"), nil
 		}
 		if err := t.unready(ev.ClientID); err != nil {

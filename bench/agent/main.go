@@ -74,7 +74,7 @@ func run(ctx context.Context) error {
 	}
 	select {
 	case f := <-arrived:
-		_, err := conn.SendMessage(ctx, report, spawned{Type: "bench_spawned", Topic: f.topic, At: f.at})
+		_, err := conn.SendMessage(ctx, report, spawned{Type: "bench_spawned", Topic: f.topic, At: f.at}, nil)
 		return err
 	case <-ctx.Done():
 		return nil

@@ -336,7 +336,7 @@ func (b *Bridge) sendDecision(ctx context.Context, id, decision, who, summary st
 	if decision == "edit" {
 		payload["summary"] = summary
 	}
-	res, err := conn.SendMessage(callCtx, TopicApproval, payload)
+	res, err := conn.SendMessage(callCtx, TopicApproval, payload, nil)
 	switch {
 	case err != nil:
 		b.log.Warn("cannot send the approval decision to the bus", "approval_id", id, "error", err)

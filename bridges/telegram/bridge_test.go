@@ -148,7 +148,7 @@ func (h *harness) send(topic string, payload any) {
 		h.t.Fatal(err)
 	}
 	defer conn.Close()
-	res, err := conn.SendMessage(context.Background(), topic, payload)
+	res, err := conn.SendMessage(context.Background(), topic, payload, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -254,7 +254,7 @@ func TestReplyHeldWhileBridgeDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	res, err := conn.SendMessage(context.Background(), "outbound:42", map[string]any{"type": "plaintext_message", "text": "made while away"})
+	res, err := conn.SendMessage(context.Background(), "outbound:42", map[string]any{"type": "plaintext_message", "text": "made while away"}, nil)
 	if err != nil || !res.Held {
 		t.Fatalf("%+v %v", res, err)
 	}

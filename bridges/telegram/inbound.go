@@ -357,11 +357,11 @@ func (b *Bridge) forwardOnce(ctx context.Context, in *inbound) error {
 		context.AfterFunc(callCtx, func() { t.Stop() })
 	})
 	defer stop()
-	res, err := conn.SendMessage(callCtx, in.topic(), in.payload)
+	res, err := conn.SendMessage(callCtx, in.topic(), in.payload, nil)
 	if err != nil {
 		return err
 	}
-	if !res.Success && !res.Held {
+	if res.NoSubscribers() {
 		return fmt.Errorf("no subscriber for %s (is bub spawner running?)", in.topic())
 	}
 	return nil

@@ -75,7 +75,7 @@ func listApprovals(ctx context.Context, io stdio, cf *clientFlags, ids []string)
 		return errorf(io, "%v", err)
 	}
 	defer conn.Close()
-	res, err := conn.SendMessage(ctx, gateway.TopicApproval, map[string]string{"type": gateway.TypeApprovalList})
+	res, err := conn.SendMessage(ctx, gateway.TopicApproval, map[string]string{"type": gateway.TypeApprovalList}, nil)
 	if err != nil {
 		return errorf(io, "%v", err)
 	}

@@ -181,7 +181,7 @@ func bcpSend(ctx context.Context, io stdio, cf *clientFlags, topic string, paylo
 		return errorf(io, "%v", err)
 	}
 	defer conn.Close()
-	res, err := conn.SendMessage(ctx, topic, payload)
+	res, err := conn.SendMessage(ctx, topic, payload, nil)
 	if err != nil {
 		return errorf(io, "%v", err)
 	}

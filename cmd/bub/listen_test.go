@@ -32,7 +32,7 @@ func sendUntil(t *testing.T, c *peer.Conn, topic string, done func(*protocol.Sen
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		r, err := c.SendMessage(t.Context(), topic, map[string]string{"type": "plaintext_message", "text": "one"})
+		r, err := c.SendMessage(t.Context(), topic, map[string]string{"type": "plaintext_message", "text": "one"}, nil)
 		require.NoError(t, err)
 		if done(r) {
 			return r
@@ -57,7 +57,7 @@ func TestListen(t *testing.T) {
 	defer pub.Close()
 	first := sendUntil(t, pub, "inbound:1", routed)
 	assert.Equal(t, []protocol.Ack{{ClientID: "listener", Subscription: "inbound:*", Processed: true}}, first.Acks)
-	second, err := pub.SendMessageWithMeta(t.Context(), "inbound:2", map[string]string{"type": "plaintext_message", "text": "two"}, map[string]string{"traceparent": "00-1-2-01"})
+	second, err := pub.SendMessage(t.Context(), "inbound:2", map[string]string{"type": "plaintext_message", "text": "two"}, &peer.SendOptions{Meta: map[string]string{"traceparent": "00-1-2-01"}})
 	require.NoError(t, err)
 
 	cancel()

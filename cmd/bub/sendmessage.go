@@ -74,7 +74,7 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	}
 	sendCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	result, err := conn.SendMessage(sendCtx, cfg.topic, payload)
+	result, err := conn.SendMessage(sendCtx, cfg.topic, payload, nil)
 	if err != nil && sendCtx.Err() != nil && ctx.Err() == nil {
 		// The bus may have routed the message, may be retrying it or
 		// may dead-letter it: say so rather than report a failure.

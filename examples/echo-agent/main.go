@@ -121,13 +121,13 @@ func (a *echoAgent) handle(ctx context.Context, d *peer.Delivery) (peer.Result, 
 	// agent arrives the moment DialEnv subscribes, before it returns.
 	out := reply{Type: "plaintext_message", Text: "echo: " + msg.Text, ChatID: chatID, AgentID: a.id}
 	topic := "outbound:" + chatIDString(chatID)
-	res, err := d.Conn.SendMessage(ctx, topic, out)
+	res, err := d.Conn.SendMessage(ctx, topic, out, nil)
 	if err != nil {
 		// Not processed: the bus delivers the message again, and the
 		// reply gets another chance.
 		return peer.Result{}, fmt.Errorf("reply to %s: %w", topic, err)
 	}
-	if !res.Success {
+	if res.NoSubscribers() {
 		a.log.Warn("nobody took the reply", "topic", topic, "reason", res.Reason)
 	}
 	return peer.Result{Processed: true, Message: "echoed to " + topic}, nil

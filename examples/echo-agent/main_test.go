@@ -28,7 +28,7 @@ func TestEchoAgent(t *testing.T) {
 	// The agent is up once its topic has a subscriber.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "plaintext_message", "text": "hi"})
+		res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "plaintext_message", "text": "hi"}, nil)
 		if err == nil && res.Success {
 			if !res.Acks[0].Processed || res.Acks[0].ClientID != "echo-1" {
 				t.Errorf("acks %+v", res.Acks)
@@ -45,16 +45,16 @@ func TestEchoAgent(t *testing.T) {
 		name    string
 		topic   string
 		payload string
-		want    string // the reply: topic, then payload
+		want    string // the reply: topic, then payload as the agent wrote it
 	}{
-		{"chat from the default topic", "", ``, `outbound:99 {"agent_id":"echo-1","chat_id":"99","text":"echo: hi","type":"plaintext_message"}`},
-		{"numeric chat_id kept a number", "tg:99", `{"type":"telegram_message","text":"n","chat_id":5}`, `outbound:5 {"agent_id":"echo-1","chat_id":5,"text":"echo: n","type":"plaintext_message"}`},
-		{"direct message", "agent:echo-1", `{"type":"telegram_message","text":"d","chat_id":"x"}`, `outbound:x {"agent_id":"echo-1","chat_id":"x","text":"echo: d","type":"plaintext_message"}`},
+		{"chat from the default topic", "", ``, `outbound:99 {"type":"plaintext_message","text":"echo: hi","chat_id":"99","agent_id":"echo-1"}`},
+		{"numeric chat_id kept a number", "tg:99", `{"type":"telegram_message","text":"n","chat_id":5}`, `outbound:5 {"type":"plaintext_message","text":"echo: n","chat_id":5,"agent_id":"echo-1"}`},
+		{"direct message", "agent:echo-1", `{"type":"telegram_message","text":"d","chat_id":"x"}`, `outbound:x {"type":"plaintext_message","text":"echo: d","chat_id":"x","agent_id":"echo-1"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.payload != "" {
-				if res, err := client.SendMessage(ctx, tt.topic, json.RawMessage(tt.payload)); err != nil || !res.Success {
+				if res, err := client.SendMessage(ctx, tt.topic, json.RawMessage(tt.payload), nil); err != nil || !res.Success {
 					t.Fatalf("send: %+v, %v", res, err)
 				}
 			}
@@ -70,7 +70,7 @@ func TestEchoAgent(t *testing.T) {
 	}
 
 	// Other types are left to other subscribers.
-	res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "task_request"})
+	res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "task_request"}, nil)
 	if err != nil || len(res.Acks) != 1 || res.Acks[0].Processed || !strings.Contains(res.Acks[0].Message, "task_request") {
 		t.Errorf("task_request: %+v, %v", res, err)
 	}

@@ -99,7 +99,7 @@ func TestPythonEchoAgent(t *testing.T) {
 		{"type": "telegram_message", "text": "hi", "chat_id": 77},
 		{"type": "plaintext_message", "text": "again"},
 	} {
-		res, err := client.SendMessage(ctx, "tg:77", msg)
+		res, err := client.SendMessage(ctx, "tg:77", msg, nil)
 		if err != nil || !res.Success {
 			t.Fatalf("message %d: %+v, %v", i, res, err)
 		}

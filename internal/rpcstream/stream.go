@@ -20,9 +20,9 @@
 // decodes every request into a map and marshals its params again:
 // ReadRequest hands over requests with their params exactly as the peer
 // sent them, Reply answers them, and Call sends a request whose params are
-// already encoded and matches its response without jsonrpc2. The bus uses
-// the lean path alone (docs/BENCHMARKS.md has the numbers that decided
-// it); the peer SDK runs jsonrpc2 over ReadObject and WriteObject. A
+// already encoded and matches its response without jsonrpc2. The bus and
+// the peer SDK use the lean path alone (docs/BENCHMARKS.md has the numbers
+// that decided it), so payloads pass through both byte for byte. A
 // connection uses one path for reading, never both.
 package rpcstream
 
@@ -129,6 +129,10 @@ func (s *Stream) ReadObject(v any) error {
 		}
 	}
 }
+
+// Request is a request as ReadRequest hands it over, named here so that
+// a user of the lean path needs no import of jsonrpc2.
+type Request = jsonrpc2.Request
 
 // ReadRequest reads the next JSON-RPC request, answering malformed input
 // itself and reading on. Its Params are the bytes the peer sent, and its
@@ -489,6 +493,8 @@ func (s *Stream) OnLateAnswer(fn func()) {
 type ResponseError struct {
 	Code    int64
 	Message string
+	// Data is the error's data member as sent, or nil.
+	Data json.RawMessage
 }
 
 func (e *ResponseError) Error() string {
@@ -517,13 +523,14 @@ func (s *Stream) answerLocked(id json.RawMessage, env *envelope) bool {
 	if env.Error != nil {
 		var e ResponseError
 		var wire struct {
-			Code    *int64 `json:"code"`
-			Message string `json:"message"`
+			Code    *int64          `json:"code"`
+			Message string          `json:"message"`
+			Data    json.RawMessage `json:"data"`
 		}
 		if json.Unmarshal(env.Error, &wire) != nil || wire.Code == nil {
 			e = ResponseError{Code: protocol.CodeInvalidRequest, Message: fmt.Sprintf("malformed error object %.64s", env.Error)}
 		} else {
-			e = ResponseError{Code: *wire.Code, Message: wire.Message}
+			e = ResponseError{Code: *wire.Code, Message: wire.Message, Data: wire.Data}
 		}
 		r.err = &e
 	} else {

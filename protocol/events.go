@@ -1,0 +1,45 @@
+package protocol
+
+// System topics the bus publishes its own events to. They are ordinary
+// messages, from the bus's serverId (InitializeResult.ServerID), whose
+// payload has a type like every other; trust one only from that sender.
+const (
+	TopicClientConnected    = "system:client.connected"
+	TopicClientDisconnected = "system:client.disconnected"
+	TopicClientSubscribed   = "system:client.subscribed"
+	TopicClientUnsubscribed = "system:client.unsubscribed"
+	TopicDeadLettered       = "system:message.dead_lettered"
+
+	// ClientEventsPattern subscribes every client lifecycle event.
+	ClientEventsPattern = "system:client.*"
+)
+
+// TypeClientEvent is the payload type of every system:client.* event.
+const TypeClientEvent = "client_event"
+
+// Client lifecycle events: ClientEvent.Event, one per system:client.*
+// topic.
+const (
+	EventConnected    = "connected"
+	EventDisconnected = "disconnected"
+	EventSubscribed   = "subscribed"
+	EventUnsubscribed = "unsubscribed"
+)
+
+// ClientEvent is the payload of the system:client.* events.
+type ClientEvent struct {
+	Type     string `json:"type"` // always TypeClientEvent
+	Event    string `json:"event"`
+	ClientID string `json:"client_id"`
+	// Identity is the credential's name (docs/SECURITY.md); absent on
+	// an open bus.
+	Identity string `json:"identity,omitempty"`
+	Pattern  string `json:"pattern,omitempty"`
+	// Fallback is set on subscribed and unsubscribed events only, and then
+	// always sent, false included: a reader (the spawner waits for
+	// fallback: false) must not have to know that a missing field means
+	// false. Other events have no subscription, so no fallback.
+	Fallback  *bool  `json:"fallback,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	Timestamp string `json:"timestamp"`
+}
