@@ -341,7 +341,12 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer release()
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			release()
+		}
+	}()
 	cred, ok := s.checkUpgrade(w, r)
 	if !ok {
 		return
@@ -365,11 +370,20 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	s.work.Add(1)
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
-	defer s.work.Done()
-	c.startHandshakeTimer()
-	defer c.forgetSlow()
-	defer c.stopHandshakeTimer()
-	c.serve()
+	// The connection runs on a goroutine of its own and the handler
+	// returns, so net/http's connection state (its 4 KiB + 4 KiB bufio
+	// buffers, the request, the handler's deep stack) is freed instead of
+	// pinned for the connection's life: half of an idle connection's
+	// memory (docs/BENCHMARKS.md, "Idle connection memory").
+	handedOff = true
+	go func() {
+		defer s.work.Done()
+		defer release()
+		c.startHandshakeTimer()
+		defer c.forgetSlow()
+		defer c.stopHandshakeTimer()
+		c.serve()
+	}()
 }
 
 // Shutdown drains the bus: /readyz answers 503, new connections and new

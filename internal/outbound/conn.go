@@ -21,7 +21,9 @@
 // no write under way writes its own frame at once (no copy: header and
 // payload go out in one writev) and then, before returning, writes
 // whatever others queued meanwhile, all of it in one call; writers that
-// find a write under way copy their frame into the queue and return. One
+// find a write under way copy their frame into the queue and return
+// (coder/websocket's own frames wait until theirs is written, so a close
+// frame is never lost to the close that follows it). One
 // message alone is therefore never delayed, and at depth the number of
 // write calls falls to one per round trip of the socket, not one per
 // message (NATS's flushOutbound works the same way). A writer drains at
@@ -105,6 +107,9 @@ type Conn struct {
 	// it writes, then drains queued until empty. queued is empty while
 	// writing is unset.
 	writing bool
+	// queuedSeq numbers the frames queued, writtenSeq is the last of
+	// them known written: coder/websocket's own frames wait for it.
+	queuedSeq, writtenSeq uint64
 	// closeSent is set once a close frame is queued: no data may follow.
 	closeSent bool
 	// err is why the Conn failed; every later write returns it.
@@ -127,31 +132,34 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 		o = *opts
 	}
 	o.CompressionMode = websocket.CompressionDisabled
-	h := &hijacker{ResponseWriter: w, timeout: timeout}
-	// Pongs arrive only after Accept returns, and Hijack sets h.conn
+	// The callback holds conn, not h: h holds net/http's response, which
+	// holds its connection's buffers, and would pin them for good.
+	var conn *Conn
+	h := &hijacker{ResponseWriter: w, timeout: timeout, conn: &conn}
+	// Pongs arrive only after Accept returns, and Hijack sets conn
 	// before it does.
 	onPong := o.OnPongReceived
 	o.OnPongReceived = func(ctx context.Context, payload []byte) {
-		h.conn.awaitingPong.Store(false)
+		conn.awaitingPong.Store(false)
 		if onPong != nil {
 			onPong(ctx, payload)
 		}
 	}
 	ws, err := websocket.Accept(h, r, &o)
 	if err != nil {
-		if h.conn != nil {
-			_ = h.conn.Close()
+		if conn != nil {
+			_ = conn.Close()
 		}
 		return nil, nil, err
 	}
-	return ws, h.conn, nil
+	return ws, conn, nil
 }
 
 // hijacker hands coder/websocket a Conn in place of net/http's connection.
 type hijacker struct {
 	http.ResponseWriter
 	timeout time.Duration
-	conn    *Conn
+	conn    **Conn
 }
 
 func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -164,10 +172,11 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		b, _ := brw.Reader.Peek(n)
 		c.early = append([]byte(nil), b...)
 	}
-	h.conn = c
-	// Fresh buffers over c: coder/websocket re-wraps the reader around c
-	// (which returns early first), and net/http's 4 KiB writer would sit
-	// idle (controlBufferSize).
+	*h.conn = c
+	// Fresh buffers over c, so that nothing holds net/http's once the
+	// handler returns: coder/websocket re-wraps the reader around c
+	// (which returns early first), and a 4 KiB writer would sit idle
+	// (controlBufferSize).
 	return c, bufio.NewReadWriter(bufio.NewReaderSize(c, readBufferSize), bufio.NewWriterSize(c, controlBufferSize)), nil
 }
 
@@ -270,6 +279,19 @@ func (c *Conn) write(h, p []byte, control, async bool) error {
 		}
 		if control || len(c.queued) == 0 || len(c.queued)+len(h)+len(p) <= maxQueued {
 			c.enqueueLocked(h, p)
+			if h == nil {
+				// coder/websocket's frame (a close, a pong) is on the
+				// wire when Write returns, as with a plain net.Conn: a
+				// close frame must not be lost to the Close that
+				// follows it.
+				seq := c.queuedSeq
+				for c.err == nil && c.writtenSeq < seq {
+					c.room.Wait()
+				}
+				err := c.err
+				c.mu.Unlock()
+				return err
+			}
 			c.mu.Unlock()
 			return nil
 		}
@@ -311,6 +333,7 @@ func (c *Conn) enqueueLocked(h, p []byte) {
 		c.queued = getBuffer()
 	}
 	c.queued = append(append(c.queued, h...), p...)
+	c.queuedSeq++
 	c.frames.Add(1)
 }
 
@@ -337,7 +360,7 @@ func (c *Conn) drain(spare []byte, rounds int) {
 			c.mu.Unlock()
 			return
 		}
-		out := c.queued
+		out, end := c.queued, c.queuedSeq
 		c.queued = spare[:0]
 		c.room.Broadcast()
 		c.mu.Unlock()
@@ -345,6 +368,10 @@ func (c *Conn) drain(spare []byte, rounds int) {
 			c.fail(err)
 			return
 		}
+		c.mu.Lock()
+		c.writtenSeq = end
+		c.room.Broadcast()
+		c.mu.Unlock()
 		spare = out
 	}
 	c.mu.Lock()

@@ -314,3 +314,78 @@ func TestPingAnswered(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkWriteAtDepth: 64 goroutines write 1 KiB messages to one
+// connection over loopback while the client reads. "coalesced" goes
+// through Conn.WriteMessage and reports its write calls per message;
+// "per-message" is coder/websocket's own Write with a timeout, as the bus
+// wrote before: one write call per message.
+func BenchmarkWriteAtDepth(b *testing.B) {
+	const writers = 64
+	msg := []byte(strings.Repeat("x", 1024))
+	for _, coalesced := range []bool{true, false} {
+		name := map[bool]string{true: "coalesced", false: "per-message"}[coalesced]
+		b.Run(name, func(b *testing.B) {
+			start := make(chan struct{})
+			var stats [2]uint64
+			handler := func(w http.ResponseWriter, r *http.Request) {
+				var write func() error
+				var out *Conn
+				var ws *websocket.Conn
+				var err error
+				if coalesced {
+					ws, out, err = Accept(w, r, nil, 5*time.Second)
+					write = func() error { return out.WriteMessage(websocket.MessageBinary, msg) }
+				} else {
+					ws, err = websocket.Accept(w, r, nil)
+					write = func() error {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer cancel()
+						return ws.Write(ctx, websocket.MessageBinary, msg)
+					}
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				defer ws.CloseNow()
+				<-start
+				var wg sync.WaitGroup
+				for w := range writers {
+					wg.Go(func() {
+						for i := w; i < b.N; i += writers {
+							if err := write(); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if out != nil {
+					stats[0], stats[1] = out.Stats()
+				}
+				_, _, _ = ws.Read(context.Background()) // until the client closes
+			}
+			srv := httptest.NewServer(http.HandlerFunc(handler))
+			defer srv.Close()
+			client, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(msg)))
+			b.ResetTimer()
+			close(start)
+			for range b.N {
+				if _, _, err := client.Read(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			client.Close(websocket.StatusNormalClosure, "")
+			if coalesced && stats[1] > 0 {
+				b.ReportMetric(float64(stats[0])/float64(stats[1]), "writes/msg")
+			}
+		})
+	}
+}
