@@ -8,14 +8,19 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/bub-bus/bub/internal/outbound"
 )
 
 // The raw relay is the physical limit of the bus's topology: the same
-// WebSocket library and the same four frames per relay (publish, delivery,
-// ack, result), but no JSON-RPC, no routing and no store. A frame is an
-// 8-byte big-endian message id followed by the body, forwarded untouched.
+// WebSocket library, the same transport (internal/outbound's coalesced
+// writes, as the bus accepts its peers) and the same four frames per relay
+// (publish, delivery, ack, result), but no JSON-RPC, no routing and no
+// store. A frame is an 8-byte big-endian message id followed by the body,
+// forwarded untouched.
 //
 // Subscribers connect to /sub?topic=T, the publisher to
 // /pub?topic=T&subs=N once N subscribers are in. Every publish goes to every
@@ -25,8 +30,8 @@ import (
 // relayTopic is one topic's subscribers and publisher.
 type relayTopic struct {
 	mu      sync.Mutex
-	subs    []*websocket.Conn
-	pub     *websocket.Conn
+	subs    []*outbound.Conn
+	pub     *outbound.Conn
 	pending map[uint64]int // acks still missing per message, when subs > 1
 }
 
@@ -65,15 +70,18 @@ func serveAndAnnounce(listen string, h http.Handler) error {
 	return http.Serve(l, h)
 }
 
+// relayWriteTimeout is the bus's default Options.WriteTimeout.
+const relayWriteTimeout = 10 * time.Second
+
 func (s *relayServer) serveSub(w http.ResponseWriter, r *http.Request) {
-	ws, err := websocket.Accept(w, r, nil)
+	ws, out, err := outbound.Accept(w, r, nil, relayWriteTimeout)
 	if err != nil {
 		return
 	}
 	ws.SetReadLimit(8 << 20)
 	t := s.topic(r.URL.Query().Get("topic"))
 	t.mu.Lock()
-	t.subs = append(t.subs, ws)
+	t.subs = append(t.subs, out)
 	t.mu.Unlock()
 	ctx := context.Background()
 	for {
@@ -97,13 +105,13 @@ func (s *relayServer) serveSub(w http.ResponseWriter, r *http.Request) {
 		}
 		t.mu.Unlock()
 		if pub != nil {
-			_ = pub.Write(ctx, websocket.MessageBinary, ack)
+			_ = pub.WriteMessage(websocket.MessageBinary, ack)
 		}
 	}
 }
 
 func (s *relayServer) servePub(w http.ResponseWriter, r *http.Request) {
-	ws, err := websocket.Accept(w, r, nil)
+	ws, out, err := outbound.Accept(w, r, nil, relayWriteTimeout)
 	if err != nil {
 		return
 	}
@@ -111,7 +119,7 @@ func (s *relayServer) servePub(w http.ResponseWriter, r *http.Request) {
 	t := s.topic(r.URL.Query().Get("topic"))
 	want, _ := strconv.Atoi(r.URL.Query().Get("subs"))
 	t.mu.Lock()
-	t.pub = ws
+	t.pub = out
 	subs := t.subs
 	t.mu.Unlock()
 	if len(subs) != want {
@@ -131,7 +139,7 @@ func (s *relayServer) servePub(w http.ResponseWriter, r *http.Request) {
 			t.mu.Unlock()
 		}
 		for _, sub := range subs {
-			_ = sub.Write(ctx, websocket.MessageBinary, msg)
+			_ = sub.WriteMessage(websocket.MessageBinary, msg)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -33,14 +33,15 @@ const (
 type conn struct {
 	server *Server
 	ws     *websocket.Conn
+	// out writes the connection's frames, coalesced; ws only reads and
+	// closes.
+	out    *outbound.Conn
 	stream *rpcstream.Stream
 	log    *slog.Logger
 	remote string
 
 	// slots bounds the requests running off the read loop.
-	slots chan struct{}
-	// done is closed when the read loop has ended.
-	done      chan struct{}
+	slots     chan struct{}
 	closeOnce sync.Once
 
 	// mu guards the fields below. Lock order: Server.mu, conn.mu, router.mu.
@@ -67,19 +68,24 @@ type conn struct {
 	subs   map[string]*subscription // by pattern string
 
 	connLimits
+
+	// The keepalive schedule (keepalive.go), guarded by pinger.mu.
+	pingPrev, pingNext *conn
+	pingDue            time.Duration
+	pinged             bool // on the schedule
 }
 
-func (s *Server) newConn(ws *websocket.Conn, remote string) *conn {
+func (s *Server) newConn(ws *websocket.Conn, out *outbound.Conn, remote string) *conn {
 	ws.SetReadLimit(s.opts.MaxMessageBytes)
 	c := &conn{
 		server: s,
 		ws:     ws,
-		stream: rpcstream.New(ws, s.opts.WriteTimeout),
+		out:    out,
+		stream: rpcstream.NewOutbound(ws, out),
 		log:    s.log.With("remote", remote),
 		remote: remote,
 		slots:  make(chan struct{}, s.opts.MaxInFlight),
 		subs:   make(map[string]*subscription),
-		done:   make(chan struct{}),
 	}
 	// An answer that comes after its call timed out still shows the peer
 	// is there (Limits.SlowSubscriberTimeouts).
@@ -93,9 +99,9 @@ func (c *conn) serve() {
 	s.metrics.connections.Inc()
 	c.log.Debug("peer connected")
 
-	go c.keepalive()
+	s.pinger.add(c)
 	c.readLoop()
-	close(c.done)
+	s.pinger.remove(c)
 	c.cleanup()
 }
 
@@ -117,38 +123,16 @@ func (c *conn) readLoop() {
 	}
 }
 
-// keepalive pings the peer and drops it when a ping goes unanswered.
-func (c *conn) keepalive() {
-	interval := c.server.opts.PingInterval
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), interval)
-			// A failed Ping may itself wait out a close handshake with
-			// the silent peer; its subscriptions go the moment the
-			// deadline passes.
-			stop := context.AfterFunc(ctx, func() {
-				if ctx.Err() == context.DeadlineExceeded {
-					c.detach()
-				}
-			})
-			err := c.ws.Ping(ctx)
-			stop()
-			cancel()
-			if err != nil {
-				// No close handshake: the peer has stopped answering.
-				c.log.Info("dropping peer", "client", c.id(), "reason", closePingLost, "err", err)
-				c.server.metrics.closes.WithLabelValues(closePingLost).Inc()
-				c.detach()
-				c.closeOnce.Do(func() { _ = c.stream.Close() })
-				return
-			}
-		}
-	}
+// pingLost drops a peer that did not answer a ping within PingInterval:
+// its subscriptions go at once, and closing the socket (no close
+// handshake: the peer has stopped answering) ends the read loop, which
+// cleans up. It never waits, since the pinger calls it for every
+// connection.
+func (c *conn) pingLost() {
+	c.log.Info("dropping peer", "client", c.id(), "reason", closePingLost)
+	c.server.metrics.closes.WithLabelValues(closePingLost).Inc()
+	c.detach()
+	c.closeOnce.Do(func() { _ = c.out.Close() })
 }
 
 // id returns the clientId, or "" before initialize.

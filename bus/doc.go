@@ -32,7 +32,8 @@
 // # Goroutines and locks
 //
 // Each connection has a read loop (the request path of internal/rpcstream,
-// which leaves payloads as the peer sent them), a keepalive pinger, and one
+// which leaves payloads as the peer sent them; one Server goroutine pings
+// every connection, keepalive.go), and one
 // goroutine per running sendMessage or dlq.* call (at most
 // Options.MaxInFlight). Writes to a peer are bounded by
 // Options.WriteTimeout. The Server has one scheduler goroutine

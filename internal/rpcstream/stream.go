@@ -39,6 +39,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -53,6 +54,9 @@ var ErrClosed = errors.New("rpcstream: connection closed")
 type Stream struct {
 	ws           *websocket.Conn
 	writeTimeout time.Duration
+	// out, when set, takes every message the Stream writes, coalesced
+	// (NewOutbound); else they go through ws, one write call each.
+	out *outbound.Conn
 
 	// queue holds messages split from a batch, waiting to be read; only
 	// the reading goroutine touches it.
@@ -103,6 +107,16 @@ type batch struct {
 // is dropped rather than allowed to stall its senders.
 func New(ws *websocket.Conn, writeTimeout time.Duration) *Stream {
 	return &Stream{ws: ws, writeTimeout: writeTimeout, pending: make(map[string]*pendingReply), calls: make(map[uint64]chan callResult)}
+}
+
+// NewOutbound returns a Stream over ws, a server's connection accepted by
+// outbound.Accept, that writes through out: messages written while another
+// is on its way leave together, and out's write timeout drops a peer that
+// does not read.
+func NewOutbound(ws *websocket.Conn, out *outbound.Conn) *Stream {
+	s := New(ws, 0)
+	s.out = out
+	return s
 }
 
 // syntheticPrefix starts every id the Stream hands to jsonrpc2. The
@@ -568,6 +582,9 @@ func (s *Stream) reply(data []byte) {
 }
 
 func (s *Stream) write(data []byte) error {
+	if s.out != nil {
+		return s.out.WriteMessage(websocket.MessageText, data)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.writeTimeout)
 	defer cancel()
 	return s.ws.Write(ctx, websocket.MessageText, data)

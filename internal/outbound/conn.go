@@ -1,0 +1,472 @@
+// Package outbound gives a server-side WebSocket connection a write path
+// that coalesces: messages written while a write to the socket is under
+// way leave together, in one write call, as soon as it returns.
+//
+// # Why the frames are written here, not by coder/websocket
+//
+// coder/websocket flushes its bufio.Writer at the end of every message and
+// holds its frame lock across that flush, so a message written through
+// websocket.Conn.Write cannot be queued while another one is on its way to
+// the socket: every message is one write call, whatever wraps the
+// net.Conn underneath. A server's frames are unmasked and their header is
+// 2 to 10 bytes, so Conn frames data messages itself and queues them under
+// its own lock; coder/websocket still does all reading, the control frames
+// it answers itself (pong, close) and the close handshake, and those reach
+// the socket through the same queue (Conn is the net.Conn it was handed),
+// so frames never interleave.
+//
+// # Flush on empty
+//
+// No goroutine and no timer wait for more messages. A writer that finds
+// no write under way writes its own frame at once (no copy: header and
+// payload go out in one writev) and then, before returning, writes
+// whatever others queued meanwhile, all of it in one call; writers that
+// find a write under way copy their frame into the queue and return
+// (coder/websocket's own frames wait until theirs is written, so a close
+// frame is never lost to the close that follows it). One
+// message alone is therefore never delayed, and at depth the number of
+// write calls falls to one per round trip of the socket, not one per
+// message (NATS's flushOutbound works the same way). A writer drains at
+// most a few rounds for others before it hands the queue to a goroutine of
+// its own, so no caller is held hostage by a busy connection.
+//
+// # Timeouts
+//
+// Every write call on the socket has the whole write timeout to finish
+// (a deadline set before each call); one that does not fails the Conn: the
+// socket is closed, so the peer is dropped, the reader sees the error and
+// every later write returns it. The queue is bounded: a writer that finds
+// it full waits for the write under way, which is itself bounded by the
+// timeout, so nobody waits longer than about one write timeout.
+package outbound
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// ErrCloseSent is returned for a message written after the close frame:
+// WebSocket allows no data frame to follow it.
+var ErrCloseSent = errors.New("outbound: close frame already sent")
+
+// errNotControl refuses bytes from coder/websocket that are not one whole
+// control frame: a data message written through websocket.Conn.Write
+// could be flushed in pieces and interleave with queued frames.
+var errNotControl = errors.New("outbound: data messages must be written with Conn.WriteMessage, not websocket.Conn.Write")
+
+const (
+	// maxQueued bounds the bytes queued behind the write under way; a
+	// writer that would pass it waits. Beyond a few tens of KiB a larger
+	// batch saves no measurable syscall time, and the bound keeps a slow
+	// peer's backlog out of the heap.
+	maxQueued = 256 << 10
+	// leaderRounds is how many batches queued by others a writer sends
+	// before it hands the rest to a goroutine (see drain).
+	leaderRounds = 2
+	// readBufferSize is coder/websocket's read buffer, the size net/http
+	// hands over and the library is tuned for: it holds a few small
+	// messages, so pipelined requests cost one read call for several.
+	readBufferSize = 4096
+	// controlBufferSize is coder/websocket's write buffer. Only control
+	// frames pass through it (at most 2+125 bytes), so net/http's 4 KiB
+	// would be idle memory in every connection.
+	controlBufferSize = 256
+	// maxHeader is the longest header of an unmasked frame.
+	maxHeader = 10
+)
+
+// Conn is a hijacked connection whose writes are queued and coalesced. It
+// is the net.Conn coder/websocket reads from and writes its own frames to;
+// data messages go through WriteMessage.
+type Conn struct {
+	net.Conn
+	timeout time.Duration
+	// vectored is set when the socket takes net.Buffers in one writev.
+	vectored bool
+	// early holds bytes net/http read past the upgrade request; Read
+	// hands them out first. Only the reading goroutine touches it.
+	early []byte
+
+	// mu guards the fields below.
+	mu sync.Mutex
+	// room is signalled when the queue empties or the Conn fails.
+	room sync.Cond
+	// queued are frames waiting for the writer under way.
+	queued []byte
+	// writing is set while some goroutine owns the socket's write side:
+	// it writes, then drains queued until empty. queued is empty while
+	// writing is unset.
+	writing bool
+	// queuedSeq numbers the frames queued, writtenSeq is the last of
+	// them known written: coder/websocket's own frames wait for it.
+	queuedSeq, writtenSeq uint64
+	// closeSent is set once a close frame is queued: no data may follow.
+	closeSent bool
+	// err is why the Conn failed; every later write returns it.
+	err error
+
+	// awaitingPong is set when a ping goes out and cleared by any pong.
+	awaitingPong atomic.Bool
+
+	// writes and frames count write calls on the socket and frames
+	// written, for tests and benchmarks.
+	writes, frames atomic.Uint64
+}
+
+// Accept is websocket.Accept with the hijacked connection wrapped in a
+// Conn whose write calls each get timeout. Compression is refused, since
+// Conn frames messages as they are.
+func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOptions, timeout time.Duration) (*websocket.Conn, *Conn, error) {
+	var o websocket.AcceptOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.CompressionMode = websocket.CompressionDisabled
+	// The callback holds conn, not h: h holds net/http's response, which
+	// holds its connection's buffers, and would pin them for good.
+	var conn *Conn
+	h := &hijacker{ResponseWriter: w, timeout: timeout, conn: &conn}
+	// Pongs arrive only after Accept returns, and Hijack sets conn
+	// before it does.
+	onPong := o.OnPongReceived
+	o.OnPongReceived = func(ctx context.Context, payload []byte) {
+		conn.awaitingPong.Store(false)
+		if onPong != nil {
+			onPong(ctx, payload)
+		}
+	}
+	ws, err := websocket.Accept(h, r, &o)
+	if err != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		return nil, nil, err
+	}
+	return ws, conn, nil
+}
+
+// hijacker hands coder/websocket a Conn in place of net/http's connection.
+type hijacker struct {
+	http.ResponseWriter
+	timeout time.Duration
+	conn    **Conn
+}
+
+func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	c := newConn(nc, h.timeout)
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		c.early = append([]byte(nil), b...)
+	}
+	*h.conn = c
+	// Fresh buffers over c, so that nothing holds net/http's once the
+	// handler returns: coder/websocket re-wraps the reader around c
+	// (which returns early first), and a 4 KiB writer would sit idle
+	// (controlBufferSize).
+	return c, bufio.NewReadWriter(bufio.NewReaderSize(c, readBufferSize), bufio.NewWriterSize(c, controlBufferSize)), nil
+}
+
+func newConn(nc net.Conn, timeout time.Duration) *Conn {
+	c := &Conn{Conn: nc, timeout: timeout}
+	_, c.vectored = nc.(*net.TCPConn)
+	c.room.L = &c.mu
+	return c
+}
+
+// Read reads from the socket, after the bytes net/http had buffered.
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(c.early) > 0 {
+		n := copy(p, c.early)
+		c.early = c.early[n:]
+		if len(c.early) == 0 {
+			c.early = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// WriteMessage writes p as one unfragmented text or binary message. It
+// returns once the frame is written or queued behind a write under way; an
+// error means the Conn has failed (and closed) or sent its close frame.
+// The caller may reuse p when it returns.
+func (c *Conn) WriteMessage(typ websocket.MessageType, p []byte) error {
+	var h [maxHeader]byte
+	return c.write(header(h[:0], byte(typ), len(p)), p, false, false)
+}
+
+// Ping reports whether the peer answered the previous ping (a pong arrived
+// since it was sent; true for the first call) and, if so, queues a new one
+// and returns at once: when no write is under way a goroutine writes it,
+// so a caller that pings many connections is never held by one whose peer
+// stopped reading. A Conn that failed never answers.
+func (c *Conn) Ping() (answered bool) {
+	if c.awaitingPong.Swap(true) {
+		return false
+	}
+	return c.write(pingFrame, nil, true, true) == nil
+}
+
+// pingFrame is a ping with no payload; a pong answers it whatever it
+// carries.
+var pingFrame = []byte{0x80 | opPing, 0}
+
+// Write takes coder/websocket's own frames (pong, close, ping), one whole
+// control frame per call; see errNotControl.
+func (c *Conn) Write(p []byte) (int, error) {
+	if !isControlFrame(p) {
+		return 0, errNotControl
+	}
+	if err := c.write(nil, p, true, false); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Close fails every later write with net.ErrClosed and closes the socket,
+// which ends a write under way. It never waits.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = net.ErrClosed
+	}
+	c.queued = nil
+	c.room.Broadcast()
+	c.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// Stats returns how many write calls the socket has taken and how many
+// frames they carried.
+func (c *Conn) Stats() (writes, frames uint64) {
+	return c.writes.Load(), c.frames.Load()
+}
+
+// write sends the frame h+p (h may be nil when p is a whole frame). A
+// control frame is never held back by the queue's bound. With async, a
+// writer that finds the socket free leaves the write to a goroutine.
+func (c *Conn) write(h, p []byte, control, async bool) error {
+	c.mu.Lock()
+	for {
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return err
+		}
+		if c.closeSent && !(control && h == nil) {
+			c.mu.Unlock()
+			return ErrCloseSent
+		}
+		if control && h == nil && p[0]&0x0f == opClose {
+			c.closeSent = true
+		}
+		if !c.writing {
+			break
+		}
+		if control || len(c.queued) == 0 || len(c.queued)+len(h)+len(p) <= maxQueued {
+			c.enqueueLocked(h, p)
+			if h == nil {
+				// coder/websocket's frame (a close, a pong) is on the
+				// wire when Write returns, as with a plain net.Conn: a
+				// close frame must not be lost to the Close that
+				// follows it.
+				seq := c.queuedSeq
+				for c.err == nil && c.writtenSeq < seq {
+					c.room.Wait()
+				}
+				err := c.err
+				c.mu.Unlock()
+				return err
+			}
+			c.mu.Unlock()
+			return nil
+		}
+		c.room.Wait()
+	}
+	c.writing = true
+	if async {
+		c.enqueueLocked(h, p)
+		c.mu.Unlock()
+		go c.drain(nil, -1)
+		return nil
+	}
+	c.frames.Add(1)
+	c.mu.Unlock()
+	var err error
+	switch {
+	case h == nil:
+		err = c.send(p)
+	case c.vectored:
+		err = c.sendv(h, p)
+	default:
+		// A TLS connection would make two records of a writev.
+		b := getBuffer()
+		b = append(append(b, h...), p...)
+		err = c.send(b)
+		putBuffer(b)
+	}
+	if err != nil {
+		c.fail(err)
+		return c.failure()
+	}
+	c.drain(nil, leaderRounds)
+	return nil
+}
+
+// enqueueLocked appends the frame h+p to the queue.
+func (c *Conn) enqueueLocked(h, p []byte) {
+	if c.queued == nil {
+		c.queued = getBuffer()
+	}
+	c.queued = append(append(c.queued, h...), p...)
+	c.queuedSeq++
+	c.frames.Add(1)
+}
+
+// releaseLocked ends a drain: the socket is free again, and the queue's
+// buffers go back to the pool, so an idle Conn holds none.
+func (c *Conn) releaseLocked(spare []byte) {
+	c.writing = false
+	putBuffer(c.queued)
+	putBuffer(spare)
+	c.queued = nil
+	c.room.Broadcast()
+}
+
+// drain writes what others queued until the queue is empty, the Conn
+// fails, or rounds batches went out (rounds < 0: no bound); then, if more
+// is queued, it hands the socket to a new goroutine that drains without
+// bound. The caller owns the socket (writing is set); drain releases it.
+// spare is a buffer to queue into next, to spare an allocation.
+func (c *Conn) drain(spare []byte, rounds int) {
+	for ; rounds != 0; rounds-- {
+		c.mu.Lock()
+		if c.err != nil || len(c.queued) == 0 {
+			c.releaseLocked(spare)
+			c.mu.Unlock()
+			return
+		}
+		out, end := c.queued, c.queuedSeq
+		c.queued = spare[:0]
+		c.room.Broadcast()
+		c.mu.Unlock()
+		if err := c.send(out); err != nil {
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		c.writtenSeq = end
+		c.room.Broadcast()
+		c.mu.Unlock()
+		spare = out
+	}
+	c.mu.Lock()
+	if c.err != nil || len(c.queued) == 0 {
+		c.releaseLocked(spare)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	go c.drain(spare, -1)
+}
+
+// bufferPool holds queue buffers between bursts, as *[]byte.
+var bufferPool sync.Pool
+
+func getBuffer() []byte {
+	if v, ok := bufferPool.Get().(*[]byte); ok {
+		return (*v)[:0]
+	}
+	return make([]byte, 0, 4096)
+}
+
+// putBuffer pools b unless it is nil or larger than a full queue, so one
+// huge message does not pin its buffer.
+func putBuffer(b []byte) {
+	if b == nil || cap(b) > 2*maxQueued {
+		return
+	}
+	bufferPool.Put(&b)
+}
+
+// send writes b with a fresh deadline.
+func (c *Conn) send(b []byte) error {
+	c.writes.Add(1)
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return err
+	}
+	_, err := c.Conn.Write(b)
+	return err
+}
+
+// sendv writes h and p in one writev with a fresh deadline.
+func (c *Conn) sendv(h, p []byte) error {
+	c.writes.Add(1)
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return err
+	}
+	bufs := net.Buffers{h, p}
+	_, err := bufs.WriteTo(c.Conn)
+	return err
+}
+
+// fail records err as the Conn's failure, unless it already failed,
+// releases the socket and closes it, so the reader ends too.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = fmt.Errorf("outbound: write to %s: %w", c.Conn.RemoteAddr(), err)
+	}
+	c.writing = false
+	c.queued = nil
+	c.room.Broadcast()
+	c.mu.Unlock()
+	_ = c.Conn.Close()
+}
+
+func (c *Conn) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// WebSocket opcodes Conn writes or recognises (RFC 6455, section 5.2).
+const (
+	opClose = 0x8
+	opPing  = 0x9
+)
+
+// header appends the header of an unmasked, final frame with opcode op and
+// a payload of n bytes to b.
+func header(b []byte, op byte, n int) []byte {
+	b = append(b, 0x80|op)
+	switch {
+	case n < 126:
+		return append(b, byte(n))
+	case n <= 0xffff:
+		return binary.BigEndian.AppendUint16(append(b, 126), uint16(n))
+	default:
+		return binary.BigEndian.AppendUint64(append(b, 127), uint64(n))
+	}
+}
+
+// isControlFrame reports whether p is exactly one final, unmasked control
+// frame.
+func isControlFrame(p []byte) bool {
+	return len(p) >= 2 && p[0]&0x80 != 0 && p[0]&0x0f >= 0x8 && p[1]&0x80 == 0 &&
+		p[1]&0x7f <= 125 && len(p) == 2+int(p[1]&0x7f)
+}
