@@ -181,17 +181,15 @@ func (o *Options) setDefaults() {
 // Server is the bus. It serves WebSocket peers at "/" and /healthz,
 // /readyz and /metrics over HTTP; mount it as an http.Handler.
 type Server struct {
-	opts           Options
-	log            *slog.Logger
-	router         *router
-	metrics        *metrics
-	deliver        deliverFunc
-	store          *store.Store
-	sched          *scheduler
-	events         chan event
-	stopEvents     chan struct{}
-	stopEventsOnce sync.Once
-	holdPatterns   []*protocol.Pattern
+	opts         Options
+	log          *slog.Logger
+	router       *router
+	metrics      *metrics
+	deliver      deliverFunc
+	store        *store.Store
+	sched        *scheduler
+	events       *events
+	holdPatterns []*protocol.Pattern
 	// auth is the Authenticator in force; nil: an open bus.
 	auth       atomic.Pointer[auth.Authenticator]
 	limitState *limitState
@@ -265,8 +263,7 @@ func New(opts *Options) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
-	s.events = make(chan event, eventQueueSize)
-	s.stopEvents = make(chan struct{})
+	s.events = newEvents(s)
 	s.sched = newScheduler(s)
 	pending, err := s.store.Pending()
 	if err != nil {
@@ -283,14 +280,10 @@ func New(opts *Options) (*Server, error) {
 		o.Logger.Info("resuming pending work", "pending", len(pending))
 	}
 	s.metrics.watchStore(s.store)
-	s.work.Add(2)
+	s.work.Add(1)
 	go func() {
 		defer s.work.Done()
 		s.sched.run(s.ctx)
-	}()
-	go func() {
-		defer s.work.Done()
-		s.publishEvents(s.stopEvents)
 	}()
 	return s, nil
 }
@@ -392,7 +385,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	s.stopEventsOnce.Do(func() { close(s.stopEvents) })
+	s.events.stop()
 	for _, c := range conns {
 		c.close(websocket.StatusGoingAway, closeShutdown)
 	}
