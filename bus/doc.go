@@ -37,7 +37,7 @@
 // Options.MaxInFlight). Writes to a peer are bounded by
 // Options.WriteTimeout. The Server has one scheduler goroutine
 // (plus up to 64 running attempts) and one event goroutine per
-// subscription with events waiting. Locks are taken in this order:
+// connection with events waiting. Locks are taken in this order:
 // Server.mu, conn.mu, events.mu, router.mu, scheduler.mu; none is held
 // across network I/O or a store commit.
 package bus

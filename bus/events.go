@@ -77,10 +77,11 @@ func (s *Server) emit(topic string, payload any) {
 	s.events.publish(&store.Message{Topic: topic, From: s.opts.ServerID, Payload: data})
 }
 
-// events delivers the bus's events. Every subscription that has events
+// events delivers the bus's events. Every connection that has events
 // waiting has a queue of its own, served by a goroutine that exists while
 // the queue is not empty and hands the subscriber one event at a time, in
-// the order they were emitted. A subscriber that is slow to answer so
+// the order they were emitted, whichever of its subscriptions they came
+// under (a chain holds a client once). A subscriber that is slow to answer so
 // delays only its own queue, and the events whose walk waits for its
 // answer: those that reach it before a subscriber its policy may keep
 // them from.
@@ -100,7 +101,7 @@ type events struct {
 	// mu guards everything below and the state of every eventWalk.
 	// Lock order: after conn.mu, before router.mu (bus/doc.go).
 	mu      sync.Mutex
-	queues  map[*subscription]*eventQueue
+	queues  map[*conn]*eventQueue
 	stopped bool
 }
 
@@ -115,9 +116,9 @@ type eventWalk struct {
 	stopped bool
 }
 
-// eventQueue is the events waiting for one subscription, oldest first.
+// eventQueue is the events waiting for one connection, oldest first.
 type eventQueue struct {
-	sub     *subscription
+	conn    *conn
 	entries []eventEntry
 	// ready wakes the queue's goroutine when its head may go or will
 	// never go; its lock is events.mu.
@@ -125,14 +126,14 @@ type eventQueue struct {
 }
 
 // eventEntry is an event's place in one subscriber's queue: the walk and
-// the subscriber's position in its chain.
+// the subscription's position in its chain.
 type eventEntry struct {
 	walk *eventWalk
 	at   int
 }
 
 func newEvents(s *Server) *events {
-	return &events{server: s, queues: make(map[*subscription]*eventQueue)}
+	return &events{server: s, queues: make(map[*conn]*eventQueue)}
 }
 
 // publish routes m and queues it for each subscriber in its chain.
@@ -156,15 +157,15 @@ func (e *events) publish(m *store.Message) {
 	// delivery would: the others do not wait for it.
 	w := &eventWalk{msg: m, chain: chain[:0]}
 	for _, sub := range chain {
-		q := e.queues[sub]
+		q := e.queues[sub.conn]
 		if q != nil && droppable && len(q.entries) >= eventQueueSize {
 			s.metrics.eventsDropped.WithLabelValues(m.Topic, dropQueueFull).Inc()
 			continue
 		}
 		if q == nil {
-			q = &eventQueue{sub: sub}
+			q = &eventQueue{conn: sub.conn}
 			q.ready.L = &e.mu
-			e.queues[sub] = q
+			e.queues[sub.conn] = q
 			s.work.Add(1)
 			go e.serve(q)
 		}
@@ -175,12 +176,13 @@ func (e *events) publish(m *store.Message) {
 }
 
 // advance lets w go to the subscribers up to and including the next one
-// that could stop it, and wakes their queues. Called with mu held.
+// that could stop it, and wakes their queues, which hold w until it has
+// gone to them. Called with mu held, before stop.
 func (e *events) advance(w *eventWalk) {
 	for w.open < len(w.chain) {
 		sub := w.chain[w.open]
 		w.open++
-		e.queues[sub].ready.Signal()
+		e.queues[sub.conn].ready.Signal()
 		if sub.policy != protocol.PolicyContinueAll {
 			return
 		}
@@ -190,8 +192,9 @@ func (e *events) advance(w *eventWalk) {
 // answered records that chain[at] has had w, and whether its answer
 // stopped propagation. Called with mu held.
 func (e *events) answered(w *eventWalk, at int, stops bool) {
-	if at != w.open-1 || w.chain[at].policy == protocol.PolicyContinueAll {
-		// Nothing waits on this answer.
+	if e.stopped || at != w.open-1 || w.chain[at].policy == protocol.PolicyContinueAll {
+		// Nothing waits on this answer: the queues are going, or a
+		// continueAll subscriber's answer never holds the walk.
 		return
 	}
 	if !stops {
@@ -200,7 +203,7 @@ func (e *events) answered(w *eventWalk, at int, stops bool) {
 	}
 	w.stopped = true
 	for _, sub := range w.chain[w.open:] {
-		e.queues[sub].ready.Signal()
+		e.queues[sub.conn].ready.Signal()
 	}
 }
 
@@ -219,14 +222,14 @@ func (e *events) serve(q *eventQueue) {
 		stops := false
 		if head.at < w.open {
 			e.mu.Unlock()
-			stops = e.deliver(w.msg, q.sub)
+			stops = e.deliver(w.msg, w.chain[head.at])
 			e.mu.Lock()
 		}
 		q.entries[0] = eventEntry{}
 		q.entries = q.entries[1:]
 		e.answered(w, head.at, stops)
 	}
-	delete(e.queues, q.sub)
+	delete(e.queues, q.conn)
 }
 
 // deliver hands m to sub, unless sub is gone, and reports whether its
