@@ -122,6 +122,24 @@ func TestSlowEventSubscriberDelaysOnlyItself(t *testing.T) {
 	}
 }
 
+// TestEventsInOrderAcrossSubscriptions: a client that follows the
+// lifecycle topics through separate subscriptions still hears of each
+// client's connect before its subscribe: it is sent one event at a time,
+// whichever subscription an event came under.
+func TestEventsInOrderAcrossSubscriptions(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	seen := make(chan protocol.ProcessMessageParams, 64)
+	observer := bustest.Connect(t, srv.URL, "observer", answering(seen, protocol.ProcessMessageResult{}))
+	observer.Subscribe(bus.TopicClientConnected, protocol.PolicyContinueAll)
+	observer.Subscribe(bus.TopicClientSubscribed, protocol.PolicyContinueAll)
+	for i := range 20 {
+		id := fmt.Sprintf("actor-%d", i)
+		bustest.Connect(t, srv.URL, id, nil).Subscribe("a:"+id, "")
+		assert.Equal(t, "connected "+id+" ", nextAbout(t, seen, id).String())
+		assert.Equal(t, "subscribed "+id+" a:"+id, nextAbout(t, seen, id).String())
+	}
+}
+
 // TestEventWalkFollowsPolicies: a bus event goes down its chain like any
 // message: an older subscriber gets it unless a newer one's policy and
 // answer stop it.
