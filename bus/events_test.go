@@ -58,11 +58,17 @@ func stalled(t *testing.T, opts bus.Options, seen chan<- protocol.ProcessMessage
 	t.Helper()
 	opts.DeliveryTimeout = time.Hour
 	srv := bustest.Start(t, &opts)
-	gate := make(chan struct{})
+	gate, ended := make(chan struct{}), make(chan struct{})
 	release := sync.OnceFunc(func() { close(gate) })
-	t.Cleanup(release)
+	t.Cleanup(func() {
+		close(ended)
+		release()
+	})
 	return srv, func(p protocol.ProcessMessageParams) any {
-		seen <- p
+		select {
+		case seen <- p:
+		case <-ended: // nobody reads seen any more
+		}
 		<-gate
 		return protocol.ProcessMessageResult{}
 	}, release
