@@ -127,3 +127,35 @@ func heapInuse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse)
 }
+
+// BenchmarkSubscribeChurn measures a subscribe and an unsubscribe, one
+// after the other over one connection, while an observer of system:*
+// answers every lifecycle event, and in "stalled" another observer never
+// answers: the cost of a subscription's bookkeeping and of its two events.
+// Every event reaches the answering observer before the bus stops.
+func BenchmarkSubscribeChurn(b *testing.B) {
+	for _, stalled := range []bool{false, true} {
+		b.Run(map[bool]string{false: "observer", true: "stalled"}[stalled], func(b *testing.B) {
+			srv := bustest.Start(b, &bus.Options{DeliveryTimeout: time.Hour})
+			if stalled {
+				gate := make(chan struct{})
+				b.Cleanup(func() { close(gate) })
+				bustest.Connect(b, srv.URL, "stalled", func(protocol.ProcessMessageParams) any {
+					<-gate
+					return protocol.ProcessMessageResult{}
+				}).Subscribe("system:*", protocol.PolicyContinueAll)
+			}
+			bustest.Connect(b, srv.URL, "observer", bustest.Processed).Subscribe("system:client.*", protocol.PolicyContinueAll)
+			actor := bustest.Connect(b, srv.URL, "actor", nil)
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				topic := fmt.Sprintf("churn:%d", i)
+				i++
+				actor.Subscribe(topic, "")
+				actor.MustCall(protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: topic}, nil)
+			}
+		})
+	}
+}

@@ -261,29 +261,47 @@ func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
 	} else if !policy.Valid() {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "policy %q is not one of %v", p.Policy, protocol.Policies)
 	}
+	clientID, identity, err := c.addSubscription(p.Topic, pattern, policy, p.Fallback)
+	if err != nil {
+		return nil, err
+	}
+	// Waking holds (a look at the held topics) and the event happen
+	// after the connection's lock is released, so retry attempts and
+	// publishes that read the connection do not wait on them. Order is
+	// kept all the same: subscribe runs inline on the read loop, so this
+	// connection's next subscribe, unsubscribe or disconnect, and their
+	// events, come after these; and a hold woken here finds the new
+	// subscription, which the router already has.
+	c.server.sched.wakeHolds(pattern, clientID)
+	c.server.clientEvent(TopicClientSubscribed, "subscribed", clientID, identity, p.Topic, p.Fallback, "")
+	c.log.Debug("subscribed", "client", clientID, "pattern", p.Topic, "policy", policy)
+	return protocol.SuccessResult{Success: true}, nil
+}
+
+// addSubscription checks and adds a subscription to topic under the
+// connection's lock, and returns the clientId and identity it was made
+// for.
+func (c *conn) addSubscription(topic string, pattern *protocol.Pattern, policy protocol.Policy, fallback bool) (clientID, identity string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.publishOnly {
-		return nil, protocol.Errorf(protocol.ErrInvalidParams, "this connection initialized with publishOnly and cannot subscribe")
+		return "", "", protocol.Errorf(protocol.ErrInvalidParams, "this connection initialized with publishOnly and cannot subscribe")
 	}
 	if c.closed {
-		return nil, protocol.Errorf(protocol.ErrShuttingDown, "connection is closing")
+		return "", "", protocol.Errorf(protocol.ErrShuttingDown, "connection is closing")
 	}
-	if _, dup := c.subs[p.Topic]; dup {
-		return nil, protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", p.Topic)
+	if _, dup := c.subs[topic]; dup {
+		return "", "", protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", topic)
 	}
 	if err := c.checkSubscriptions(len(c.subs)); err != nil {
-		return nil, err
+		return "", "", err
 	}
-	if err := c.checkSubscribe(pattern, p.Fallback); err != nil {
-		return nil, err
+	if err := c.checkSubscribe(pattern, fallback); err != nil {
+		return "", "", err
 	}
-	c.subs[p.Topic] = c.server.router.add(c, pattern, policy, p.Fallback)
+	c.subs[topic] = c.server.router.add(c, pattern, policy, fallback)
 	c.server.metrics.subscriptions.Inc()
-	c.server.sched.wakeHolds(pattern, c.clientID)
-	c.server.clientEvent(TopicClientSubscribed, "subscribed", c.clientID, c.identity, p.Topic, p.Fallback, "")
-	c.log.Debug("subscribed", "client", c.clientID, "pattern", p.Topic, "policy", policy)
-	return protocol.SuccessResult{Success: true}, nil
+	return c.clientID, c.identity, nil
 }
 
 func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
@@ -295,15 +313,19 @@ func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "topic is required")
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	sub, ok := c.subs[p.Topic]
+	if ok {
+		delete(c.subs, p.Topic)
+		c.server.router.remove(sub)
+		c.server.metrics.subscriptions.Dec()
+	}
+	clientID, identity := c.clientID, c.identity
+	c.mu.Unlock()
 	if !ok {
 		return nil, protocol.Errorf(protocol.ErrSubscriptionNotFound, "this connection holds no subscription to %q", p.Topic)
 	}
-	delete(c.subs, p.Topic)
-	c.server.router.remove(sub)
-	c.server.metrics.subscriptions.Dec()
-	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", c.clientID, c.identity, p.Topic, sub.fallback, "")
+	// After the unlock, as in subscribe; the read loop keeps the order.
+	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", clientID, identity, p.Topic, sub.fallback, "")
 	return protocol.SuccessResult{Success: true}, nil
 }
 

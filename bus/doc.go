@@ -27,7 +27,7 @@
 // stop; after the pass they store the retries it needs. The scheduler
 // (retry.go) runs stored retries and holds (hold.go) when due, and moves
 // exhausted ones to the dead-letter queue (deadletter.go). Bus events go
-// out through one ordered queue (events.go).
+// out through a queue per subscriber, each in order (events.go).
 //
 // # Goroutines and locks
 //
@@ -37,7 +37,8 @@
 // goroutine per running sendMessage or dlq.* call (at most
 // Options.MaxInFlight). Writes to a peer are bounded by
 // Options.WriteTimeout. The Server has one scheduler goroutine
-// (plus up to 64 running attempts) and one event publisher. Locks are
-// taken in this order: Server.mu, conn.mu, router.mu, scheduler.mu; none
-// is held across network I/O or a store commit.
+// (plus up to 64 running attempts) and one event goroutine per
+// connection with events waiting. Locks are taken in this order:
+// Server.mu, conn.mu, events.mu, router.mu, scheduler.mu; none is held
+// across network I/O or a store commit.
 package bus

@@ -27,7 +27,7 @@ type metrics struct {
 	held             prometheus.Gauge
 	deadLettered     *prometheus.CounterVec
 	storeCommit      prometheus.Histogram
-	eventsDropped    prometheus.Counter
+	eventsDropped    *prometheus.CounterVec
 	authRefusals     *prometheus.CounterVec
 	panics           *prometheus.CounterVec
 }
@@ -107,9 +107,12 @@ func newMetrics() *metrics {
 	m.authRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bub_auth_refusals_total", Help: "Requests and upgrades refused by identity and access control, by reason (host, credential, client_id, publish_only, publish, bus_topic, subscribe, fallback, admin).",
 	}, []string{"reason"})
-	m.eventsDropped = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "bub_events_dropped_total", Help: "System events dropped because the event queue was full.",
-	})
+	m.eventsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bub_events_dropped_total", Help: "Bus events (system:message.*; system:client.* never are) one subscriber missed, by topic and reason (subscriber_queue_full: over 1,024 waited for it).",
+	}, []string{"topic", "reason"})
+	// Exported as 0 from the start, so that a dashboard sees the series
+	// before the first drop.
+	m.eventsDropped.WithLabelValues(TopicDeadLettered, dropQueueFull)
 	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bub_panics_total", Help: "Panics recovered instead of crashing the bus, by where (request, retry_attempt, metrics_scrape); each is logged with its stack.",
 	}, []string{"where"})

@@ -182,18 +182,16 @@ func (o *Options) setDefaults() {
 // Server is the bus. It serves WebSocket peers at "/" and /healthz,
 // /readyz and /metrics over HTTP; mount it as an http.Handler.
 type Server struct {
-	opts           Options
-	log            *slog.Logger
-	router         *router
-	metrics        *metrics
-	deliver        deliverFunc
-	store          *store.Store
-	sched          *scheduler
-	pinger         *pinger
-	events         chan event
-	stopEvents     chan struct{}
-	stopEventsOnce sync.Once
-	holdPatterns   []*protocol.Pattern
+	opts         Options
+	log          *slog.Logger
+	router       *router
+	metrics      *metrics
+	deliver      deliverFunc
+	store        *store.Store
+	sched        *scheduler
+	pinger       *pinger
+	events       *events
+	holdPatterns []*protocol.Pattern
 	// auth is the Authenticator in force; nil: an open bus.
 	auth       atomic.Pointer[auth.Authenticator]
 	limitState *limitState
@@ -267,8 +265,7 @@ func New(opts *Options) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
-	s.events = make(chan event, eventQueueSize)
-	s.stopEvents = make(chan struct{})
+	s.events = newEvents(s)
 	s.sched = newScheduler(s)
 	s.pinger = newPinger(o.PingInterval)
 	pending, err := s.store.PendingSchedule()
@@ -286,7 +283,7 @@ func New(opts *Options) (*Server, error) {
 		o.Logger.Info("resuming pending work", "pending", len(pending))
 	}
 	s.metrics.watchStore(s.store)
-	s.work.Add(3)
+	s.work.Add(2)
 	go func() {
 		defer s.work.Done()
 		s.sched.run(s.ctx)
@@ -294,10 +291,6 @@ func New(opts *Options) (*Server, error) {
 	go func() {
 		defer s.work.Done()
 		s.pinger.run()
-	}()
-	go func() {
-		defer s.work.Done()
-		s.publishEvents(s.stopEvents)
 	}()
 	return s, nil
 }
@@ -413,7 +406,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	s.stopEventsOnce.Do(func() { close(s.stopEvents) })
+	s.events.stop()
 	s.pinger.close()
 	for _, c := range conns {
 		c.close(websocket.StatusGoingAway, closeShutdown)
