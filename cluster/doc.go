@@ -30,7 +30,8 @@
 //
 // # Goroutines
 //
-// A Node runs: one goroutine per watched bucket (subscriptions, clients,
-// nodes), one heartbeat loop, one goroutine per remote delivery being
+// A Node runs: one goroutine per watched bucket (subscriptions, clients),
+// one heartbeat loop (heartbeats are core NATS messages, so a JetStream
+// leader election does not delay them), one goroutine per remote delivery being
 // handled, and the embedded server's own. Close ends them all.
 package cluster

@@ -55,8 +55,8 @@ type Options struct {
 	// cluster name, else 1.
 	Replicas int
 
-	// HeartbeatInterval is how often this node refreshes its entry in
-	// BUB_NODES. Default 2 s.
+	// HeartbeatInterval is how often this node publishes its heartbeat
+	// (and checks the others'). Default 2 s.
 	HeartbeatInterval time.Duration
 	// NodeTimeout is how long without a heartbeat before a node is
 	// presumed dead. Default 10 s; it should be several heartbeats.
@@ -203,14 +203,19 @@ func (n *Node) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream client: %w", err)
 	}
-	if err := n.waitForJetStream(ctx); err != nil {
+	err = retryUntil(ctx, "wait for JetStream (metadata leader)", time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+		_, err := n.js.AccountInfo(ctx)
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	n.replicas = n.opts.Replicas
 	if n.replicas == 0 {
 		n.replicas = min(3, nodes)
 	}
-	if err := n.createBuckets(ctx); err != nil {
+	what := fmt.Sprintf("create buckets with %d replicas", n.replicas)
+	if err := retryUntil(ctx, what, 5*time.Second, 200*time.Millisecond, n.createBuckets); err != nil {
 		return err
 	}
 	// A previous run of this node may have left keys behind (it crashed
@@ -266,20 +271,23 @@ func (n *Node) connect() (nodes int, err error) {
 	return nodes, nil
 }
 
-// waitForJetStream polls until JetStream answers, which in a cluster
-// needs a metadata leader: right after start the nodes are still
-// electing one, and a request made without a leader gets no answer at
-// all, hence each attempt's own timeout.
-func (n *Node) waitForJetStream(ctx context.Context) error {
+// retryUntil calls attempt, each call bounded by per, every pause until
+// it succeeds or ctx ends; the error names what and the last failure.
+// The cluster's start waits on its peers this way: until JetStream has a
+// metadata leader a request gets no answer at all (hence the bound on
+// each), and until enough servers joined it refuses to place replicas.
+func retryUntil(ctx context.Context, what string, per, pause time.Duration, attempt func(context.Context) error) error {
 	for {
-		attempt, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := n.js.AccountInfo(attempt)
+		actx, cancel := context.WithTimeout(ctx, per)
+		err := attempt(actx)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
-			return fmt.Errorf("wait for JetStream (metadata leader): %w", err)
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
 }
@@ -294,23 +302,8 @@ const (
 )
 
 // createBuckets creates the buckets and the dead-letter stream, or binds
-// them when another node created them first. Creation is retried: until
-// enough servers have joined, JetStream refuses to place replicas.
+// them when another node created them first.
 func (n *Node) createBuckets(ctx context.Context) error {
-	for {
-		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := n.tryCreateBuckets(attempt)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return fmt.Errorf("create buckets with %d replicas: %w", n.replicas, err)
-		}
-	}
-}
-
-func (n *Node) tryCreateBuckets(ctx context.Context) error {
 	kv := func(name, what string) (jetstream.KeyValue, error) {
 		cfg := jetstream.KeyValueConfig{
 			Bucket:      name,
@@ -437,17 +430,4 @@ func (n *Node) goFunc(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-// sleepCtx waits d, or less if ctx ends first; it says whether ctx is
-// still alive.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
