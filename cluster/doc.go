@@ -1,0 +1,37 @@
+// Package cluster is the part of a bus cluster that talks to NATS: it
+// starts an embedded nats-server with JetStream (or connects to an
+// operator's NATS cluster), keeps the node's heartbeat, and gives the bus
+// the few primitives docs/CLUSTER.md builds on:
+//
+//   - one subscription order: [Node.PutSubscription] and
+//     [Node.DeleteSubscription] write to the replicated bucket BUB_SUBS;
+//     every node applies its changes in revision order through
+//     [Options.ApplySubscription], and [Node.Sync] waits until every live
+//     node has applied a revision;
+//   - client ownership: [Node.ClaimClient] writes BUB_CLIENTS, and
+//     [Options.TakenOver] hears when another connection took the clientId;
+//   - liveness: [Node.Live] and [Node.Acting], and [Options.NodeDown]
+//     when a node stops heartbeating; the acting node then deletes the
+//     dead node's subscriptions and claims;
+//   - remote delivery: [Node.Deliver] asks another node to deliver a
+//     message, which that node's [Options.Deliver] does.
+//
+// Start with [Start]; end with [Node.Close].
+//
+// # Guarantees and limits
+//
+// A write (subscription, claim) returns once JetStream has it on a
+// majority of the bucket's replicas. Liveness is judged by each node from
+// when it received heartbeats, on its own monotonic clock, never from
+// timestamps written by another host, so clock skew between hosts cannot
+// make a healthy node look dead; a node that stalls longer than the node
+// timeout (a long GC pause, a partition) is presumed dead and its
+// subscriptions leave the order, and it must subscribe them again.
+//
+// # Goroutines
+//
+// A Node runs: one goroutine per watched bucket (subscriptions, clients),
+// one heartbeat loop (heartbeats are core NATS messages, so a JetStream
+// leader election does not delay them), one goroutine per remote delivery being
+// handled, and the embedded server's own. Close ends them all.
+package cluster

@@ -1,0 +1,60 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestDeliveryFrameRoundTrip(t *testing.T) {
+	for _, d := range []*Delivery{
+		{},
+		{ClientID: "agent:one", Conn: 1<<64 - 1, Pattern: "order:*", Attempt: 1<<32 - 1, Payload: []byte(`{"a":1}`)},
+		{ClientID: "ü", Pattern: "", Attempt: 3, Payload: bytes.Repeat([]byte{0}, 300)},
+	} {
+		got, err := parseDelivery(appendDelivery(nil, d))
+		if err != nil {
+			t.Fatalf("%+v: %v", d, err)
+		}
+		if got.ClientID != d.ClientID || got.Conn != d.Conn || got.Pattern != d.Pattern || got.Attempt != d.Attempt || !bytes.Equal(got.Payload, d.Payload) {
+			t.Errorf("round trip: got %+v, want %+v", got, d)
+		}
+	}
+}
+
+func TestParseDeliveryRejects(t *testing.T) {
+	good := appendDelivery(nil, &Delivery{ClientID: "c", Pattern: "p", Payload: []byte("x")})
+	for name, b := range map[string][]byte{
+		"empty":            nil,
+		"other version":    append([]byte{2}, good[1:]...),
+		"truncated id":     {frameVersion, 5, 'a'},
+		"bad varint":       {frameVersion, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		"attempt too big":  {frameVersion, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10},
+		"ends before conn": {frameVersion, 0},
+	} {
+		if _, err := parseDelivery(b); !errors.Is(err, ErrBadFrame) {
+			t.Errorf("%s: %v, want ErrBadFrame", name, err)
+		}
+	}
+}
+
+// FuzzParseDelivery: any bytes from the network parse or fail with
+// ErrBadFrame, never panic, and what parses frames back to the same.
+func FuzzParseDelivery(f *testing.F) {
+	f.Add(appendDelivery(nil, &Delivery{ClientID: "agent", Conn: 7, Pattern: "a:*", Attempt: 2, Payload: []byte(`{}`)}))
+	f.Add([]byte{frameVersion})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := parseDelivery(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadFrame) {
+				t.Fatalf("error not ErrBadFrame: %v", err)
+			}
+			return
+		}
+		again, err := parseDelivery(appendDelivery(nil, d))
+		if err != nil || again.ClientID != d.ClientID || again.Conn != d.Conn || again.Pattern != d.Pattern ||
+			again.Attempt != d.Attempt || !bytes.Equal(again.Payload, d.Payload) {
+			t.Fatalf("re-framed %+v differs: %+v, %v", d, again, err)
+		}
+	})
+}

@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// heartbeatSubject is where node announces itself, every heartbeat
+// interval, on core NATS. Liveness is judged from these and not from
+// writes to a JetStream bucket: a bucket's watch stalls for seconds while
+// its stream elects a new leader, which would make every node look dead
+// to every other whenever the leader's node dies.
+func heartbeatSubject(node string) string { return "bub.heartbeat." + node }
+
+// Heartbeat payloads: alive, or leaving (Close), which the others handle
+// at once instead of after the node timeout.
+const (
+	beatAlive = "alive"
+	beatLeft  = "left"
+)
+
+// liveness is the node's view of which nodes are alive. Each node's last
+// heartbeat is timed by when this node received it, on this node's
+// monotonic clock: clocks of other hosts never enter, so skew cannot make
+// a healthy node look dead.
+type liveness struct {
+	// mu guards the fields below.
+	mu sync.Mutex
+	// seen holds when each live node's last heartbeat arrived.
+	seen map[string]time.Time
+	// left are nodes that said they leave, to report on the next check.
+	left []string
+}
+
+// Live returns the ids of the nodes this node holds live, sorted,
+// including itself.
+func (n *Node) Live() []string {
+	l := &n.liveness
+	l.mu.Lock()
+	ids := make([]string, 0, len(l.seen)+1)
+	for id := range l.seen {
+		ids = append(ids, id)
+	}
+	l.mu.Unlock()
+	if !slices.Contains(ids, n.id) {
+		ids = append(ids, n.id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Acting reports whether this node is the one to act for the cluster
+// when a node dies: the live node with the lowest id. Two nodes may
+// briefly both believe they act (their views differ for up to a
+// heartbeat), so every action taken on it is idempotent.
+func (n *Node) Acting() bool {
+	return n.Live()[0] == n.id
+}
+
+// startLiveness registers the node in BUB_NODES, takes the nodes
+// registered there as live until their heartbeats say otherwise, and
+// starts the heartbeat. BUB_NODES is the membership a starting node reads
+// so that its first Sync waits for everyone; the heartbeats are core
+// NATS messages.
+func (n *Node) startLiveness(ctx context.Context) error {
+	n.liveness.seen = make(map[string]time.Time)
+	registered, err := currentEntries(ctx, n.nodes, ">")
+	if err != nil {
+		return fmt.Errorf("read %s: %w", bucketNodes, err)
+	}
+	now := time.Now()
+	for _, e := range registered {
+		// A registered node gets a full node timeout to show a
+		// heartbeat, however old its entry: entry times come from other
+		// hosts' clocks.
+		n.liveness.seen[e.Key()] = now
+	}
+	n.liveness.seen[n.id] = now
+	value, err := json.Marshal(struct {
+		Started time.Time `json:"started"`
+	}{now.UTC()})
+	if err != nil {
+		return err
+	}
+	if _, err := n.nodes.Put(ctx, n.id, value); err != nil {
+		return fmt.Errorf("register in %s: %w", bucketNodes, err)
+	}
+	sub, err := n.nc.Subscribe(heartbeatSubject("*"), n.sawHeartbeat)
+	if err != nil {
+		return fmt.Errorf("subscribe to heartbeats: %w", err)
+	}
+	n.natsSubs = append(n.natsSubs, sub)
+	if err := n.nc.Publish(heartbeatSubject(n.id), []byte(beatAlive)); err != nil {
+		return fmt.Errorf("first heartbeat: %w", err)
+	}
+	n.goFunc(n.heartbeatLoop)
+	return nil
+}
+
+// sawHeartbeat records another node's heartbeat.
+func (n *Node) sawHeartbeat(m *nats.Msg) {
+	id := strings.TrimPrefix(m.Subject, heartbeatSubject(""))
+	if id == n.id || !validNodeID.MatchString(id) {
+		return
+	}
+	l := &n.liveness
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, known := l.seen[id]
+	if string(m.Data) == beatLeft {
+		if known {
+			delete(l.seen, id)
+			l.left = append(l.left, id)
+		}
+		return
+	}
+	if !known {
+		n.log.Info("cluster node live", "peer", id)
+	}
+	l.seen[id] = time.Now()
+}
+
+// heartbeatLoop announces this node and, at the same pace, looks for
+// nodes whose heartbeats stopped.
+func (n *Node) heartbeatLoop() {
+	t := time.NewTicker(n.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		// A failed publish (NATS unreachable) needs no handling here:
+		// the client reconnects, and the others judge by what arrives.
+		_ = n.nc.Publish(heartbeatSubject(n.id), []byte(beatAlive))
+		n.checkNodes()
+	}
+}
+
+// down is a node this node no longer holds live.
+type down struct {
+	id string
+	// presumed is set when its heartbeats stopped, unset when it left.
+	presumed bool
+}
+
+// checkNodes presumes dead the nodes whose heartbeat is older than the
+// node timeout, and handles them with the nodes that left.
+func (n *Node) checkNodes() {
+	l := &n.liveness
+	now := time.Now()
+	l.mu.Lock()
+	var gone []down
+	for _, id := range l.left {
+		gone = append(gone, down{id: id})
+	}
+	l.left = nil
+	for id, at := range l.seen {
+		if id != n.id && now.Sub(at) > n.opts.NodeTimeout {
+			delete(l.seen, id)
+			gone = append(gone, down{id: id, presumed: true})
+		}
+	}
+	l.mu.Unlock()
+	for _, d := range gone {
+		n.nodeDown(d)
+	}
+}
+
+// nodeDown handles a node that is no longer live: the acting node removes
+// its subscriptions, claims and BUB_NODES entry, then NodeDown hears of
+// it. The removals of subscriptions and claims are compare-and-delete on
+// the revisions read, so a node that comes back and writes again keeps
+// its new entries.
+func (n *Node) nodeDown(d down) {
+	acting := n.Acting()
+	n.log.Warn("cluster node down", "peer", d.id, "presumed_dead", d.presumed, "acting", acting)
+	if acting {
+		// Bounded, but long enough to outlast a JetStream leader
+		// election, which the death of a leader's node starts.
+		ctx, cancel := context.WithTimeout(n.ctx, max(n.opts.NodeTimeout, 20*time.Second))
+		err := n.removeNodeKeys(ctx, d.id)
+		if err == nil {
+			err = n.nodes.Delete(ctx, d.id)
+		}
+		cancel()
+		if err != nil && n.ctx.Err() == nil {
+			n.log.Error("cluster: removing a dead node's keys failed; the next acting node will retry when it notices", "peer", d.id, "err", err)
+		}
+	}
+	if n.opts.NodeDown != nil {
+		n.opts.NodeDown(d.id, acting)
+	}
+}
+
+// removeNodeKeys deletes node's subscriptions from BUB_SUBS and its
+// claims from BUB_CLIENTS, each only if unchanged since read.
+func (n *Node) removeNodeKeys(ctx context.Context, node string) error {
+	subs, err := currentEntries(ctx, n.subs, node+".>")
+	if err != nil {
+		return fmt.Errorf("list subscriptions of %s: %w", node, err)
+	}
+	var errs []error
+	for _, e := range subs {
+		errs = append(errs, deleteAt(ctx, n.subs, e))
+	}
+	clients, err := currentEntries(ctx, n.clients, ">")
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("list clients of %s: %w", node, err))...)
+	}
+	claimed := 0
+	for _, e := range clients {
+		var o owner
+		if json.Unmarshal(e.Value(), &o) == nil && o.Node == node {
+			claimed++
+			errs = append(errs, deleteAt(ctx, n.clients, e))
+		}
+	}
+	if len(subs)+claimed > 0 {
+		n.log.Info("cluster: removed a node's keys", "peer", node, "subscriptions", len(subs), "clients", claimed)
+	}
+	return errors.Join(errs...)
+}
+
+// deleteAt deletes e's key if its revision is still e's.
+func deleteAt(ctx context.Context, kv jetstream.KeyValue, e jetstream.KeyValueEntry) error {
+	err := kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision()))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return fmt.Errorf("delete %s/%s: %w", kv.Bucket(), e.Key(), err)
+	}
+	return nil
+}

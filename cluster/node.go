@@ -1,0 +1,433 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configure a Node. Name and NodeID are required, and either
+// Routes/ClusterListen (an embedded server) or URL (an external one).
+type Options struct {
+	// Name is the cluster's name; every node of one cluster uses the same.
+	Name string
+	// NodeID names this node: letters, digits, '-' and '_'. It must be
+	// unique in the cluster and stable across restarts, since keys in the
+	// buckets carry it.
+	NodeID string
+
+	// ClusterListen is the host:port the embedded server takes routes
+	// from (port 0: any free port). Setting it, or Routes, runs an
+	// embedded nats-server in this process. Without Routes the server
+	// runs JetStream on its own, with one replica.
+	ClusterListen string
+	// Routes are the other nodes' cluster addresses (nats://host:port).
+	// List every other node: JetStream sizes its quorum from this list,
+	// and too short a list lets a minority elect a leader. A route to
+	// this node's own ClusterListen is ignored.
+	Routes []string
+	// ClientListen is the host:port the embedded server takes NATS
+	// clients on (the nats CLI, for inspection). Empty: a free port on
+	// 127.0.0.1. The node itself connects in-process.
+	ClientListen string
+	// StoreDir is where the embedded server keeps JetStream's files
+	// (DATA_DIR/nats for bub serve). Required with an embedded server.
+	StoreDir string
+
+	// URL connects to an external NATS cluster instead of embedding one
+	// (comma-separated URLs). It needs JetStream enabled.
+	URL string
+	// CredsFile is the credentials file for URL, or "".
+	CredsFile string
+
+	// Replicas is how many copies JetStream keeps of each bucket. Zero
+	// means min(3, nodes), nodes being 1 + the Routes not naming this
+	// node for an embedded server; with URL, 3 when the server reports a
+	// cluster name, else 1.
+	Replicas int
+
+	// HeartbeatInterval is how often this node publishes its heartbeat
+	// (and checks the others'). Default 2 s.
+	HeartbeatInterval time.Duration
+	// NodeTimeout is how long without a heartbeat before a node is
+	// presumed dead. Default 10 s; it should be several heartbeats.
+	NodeTimeout time.Duration
+	// SyncTimeout bounds Sync. Default 2 s.
+	SyncTimeout time.Duration
+	// StartTimeout bounds Start: server readiness, JetStream's leader
+	// elections and the buckets' creation. Default 30 s.
+	StartTimeout time.Duration
+
+	// ApplySubscription is called for every change of BUB_SUBS, in
+	// revision order, from one goroutine: first the current
+	// subscriptions (before Start returns), then every change. Required.
+	ApplySubscription func(SubscriptionChange)
+	// TakenOver is called when another connection claimed a clientId
+	// this node claimed, with the connection that lost it. It runs on
+	// the clients watcher's goroutine: it must not block. Optional.
+	TakenOver func(clientID string, conn uint64)
+	// Deliver handles another node's delivery request for a connection
+	// of this node; its result is returned to the requesting node as is.
+	// ctx ends when the node closes; the handler bounds its own wait.
+	// Optional: without it, requests are answered with an error.
+	Deliver func(ctx context.Context, d *Delivery) ([]byte, error)
+	// NodeDown is called when a node is presumed dead or left, after this
+	// node, if acting, deleted the node's subscriptions and claims.
+	// acting says whether this node is the one to take over the dead
+	// node's other duties. Optional; it must not block long.
+	NodeDown func(node string, acting bool)
+
+	// Logger receives the node's and the embedded server's logs.
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// validNodeID matches what may appear as one token of a NATS subject and
+// a KV key: NodeID is both.
+var validNodeID = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+func (o *Options) setDefaults() error {
+	switch {
+	case o.Name == "":
+		return errors.New("cluster: options: Name is empty")
+	case !validNodeID.MatchString(o.NodeID):
+		return fmt.Errorf("cluster: options: NodeID %q: want letters, digits, '-' or '_'", o.NodeID)
+	case o.URL != "" && (o.ClusterListen != "" || len(o.Routes) > 0):
+		return errors.New("cluster: options: URL and an embedded server (ClusterListen, Routes) exclude each other")
+	case o.URL == "" && o.ClusterListen == "" && len(o.Routes) == 0:
+		return errors.New("cluster: options: neither URL nor ClusterListen/Routes set")
+	case o.URL == "" && o.StoreDir == "":
+		return errors.New("cluster: options: StoreDir is empty; the embedded server needs it for JetStream")
+	case o.ApplySubscription == nil:
+		return errors.New("cluster: options: ApplySubscription is nil")
+	case o.Replicas < 0 || o.Replicas > 5:
+		return fmt.Errorf("cluster: options: Replicas %d: want 0 (auto) to 5", o.Replicas)
+	}
+	setDuration(&o.HeartbeatInterval, 2*time.Second)
+	setDuration(&o.NodeTimeout, 10*time.Second)
+	setDuration(&o.SyncTimeout, 2*time.Second)
+	setDuration(&o.StartTimeout, 30*time.Second)
+	if o.NodeTimeout <= o.HeartbeatInterval {
+		return fmt.Errorf("cluster: options: NodeTimeout %v must exceed HeartbeatInterval %v", o.NodeTimeout, o.HeartbeatInterval)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+func setDuration(d *time.Duration, def time.Duration) {
+	if *d <= 0 {
+		*d = def
+	}
+}
+
+// Node is this process's membership of the cluster. Its methods are safe
+// for concurrent use.
+type Node struct {
+	opts Options
+	id   string
+	log  *slog.Logger
+
+	server *server.Server // nil with an external NATS
+	nc     *nats.Conn
+	js     jetstream.JetStream
+
+	subs, clients, nodes jetstream.KeyValue
+	replicas             int
+
+	// ctx ends when the node closes; handlers of remote deliveries run
+	// under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// goMu guards stopping and orders wg.Add before wg.Wait.
+	goMu     sync.Mutex
+	stopping bool
+	// wg counts the node's goroutines.
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closed    atomic.Bool
+
+	order    subscriptionOrder
+	liveness liveness
+	claims   claims
+
+	// natsSubs are the core subscriptions (sync, deliver) and watchers,
+	// stopped at close.
+	natsSubs []*nats.Subscription
+	watchers []jetstream.KeyWatcher
+
+	syncTimeouts atomic.Uint64
+}
+
+// Start joins the cluster: it starts the embedded server or connects to
+// URL, waits for JetStream's metadata leader, creates or binds the
+// buckets, removes what a previous run of this node left in them, loads
+// the current subscriptions through ApplySubscription and starts the
+// heartbeat. It returns once the node is live; ctx and StartTimeout bound
+// it.
+func Start(ctx context.Context, opts *Options) (*Node, error) {
+	n := &Node{opts: *opts}
+	if err := n.opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	n.id = n.opts.NodeID
+	n.log = n.opts.Logger.With("node", n.id)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+
+	ctx, cancel := context.WithTimeout(ctx, n.opts.StartTimeout)
+	defer cancel()
+	if err := n.start(ctx); err != nil {
+		n.shutdown(false)
+		return nil, fmt.Errorf("cluster: start node %s: %w", n.id, err)
+	}
+	n.log.Info("cluster node started", "cluster", n.opts.Name, "replicas", n.replicas, "embedded", n.server != nil)
+	return n, nil
+}
+
+func (n *Node) start(ctx context.Context) error {
+	nodes, err := n.connect()
+	if err != nil {
+		return err
+	}
+	n.js, err = jetstream.New(n.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream client: %w", err)
+	}
+	err = retryUntil(ctx, "wait for JetStream (metadata leader)", time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+		_, err := n.js.AccountInfo(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	n.replicas = n.opts.Replicas
+	if n.replicas == 0 {
+		n.replicas = min(3, nodes)
+	}
+	what := fmt.Sprintf("create buckets with %d replicas", n.replicas)
+	if err := retryUntil(ctx, what, 5*time.Second, 200*time.Millisecond, n.createBuckets); err != nil {
+		return err
+	}
+	// A previous run of this node may have left keys behind (it crashed
+	// and came back before anyone presumed it dead): its connections are
+	// gone, so its subscriptions and claims go too, before this run
+	// writes any.
+	if err := n.removeNodeKeys(ctx, n.id); err != nil {
+		return fmt.Errorf("remove keys of a previous run: %w", err)
+	}
+	if err := n.startSubscriptionWatch(ctx); err != nil {
+		return err
+	}
+	if err := n.startClientWatch(ctx); err != nil {
+		return err
+	}
+	if err := n.startDeliveryService(); err != nil {
+		return err
+	}
+	return n.startLiveness(ctx)
+}
+
+// connect starts the embedded server, if any, and connects to NATS. It
+// returns how many nodes the configuration names, for the default
+// replica count.
+func (n *Node) connect() (nodes int, err error) {
+	natsOpts := []nats.Option{
+		nats.Name("bub-node-" + n.id),
+		// The node must outlive NATS outages: it reconnects for ever and
+		// its watchers resume where they were.
+		nats.MaxReconnects(-1),
+	}
+	if n.opts.URL != "" {
+		if n.opts.CredsFile != "" {
+			natsOpts = append(natsOpts, nats.UserCredentials(n.opts.CredsFile))
+		}
+		n.nc, err = nats.Connect(n.opts.URL, natsOpts...)
+		if err != nil {
+			return 0, fmt.Errorf("connect to NATS %s: %w", n.opts.URL, err)
+		}
+		if n.nc.ConnectedClusterName() != "" {
+			return 3, nil
+		}
+		return 1, nil
+	}
+	n.server, nodes, err = startServer(&n.opts, n.log)
+	if err != nil {
+		return 0, err
+	}
+	n.nc, err = nats.Connect("", append(natsOpts, nats.InProcessServer(n.server))...)
+	if err != nil {
+		return 0, fmt.Errorf("connect in-process to the embedded server: %w", err)
+	}
+	return nodes, nil
+}
+
+// retryUntil calls attempt, each call bounded by per, every pause until
+// it succeeds or ctx ends; the error names what and the last failure.
+// The cluster's start waits on its peers this way: until JetStream has a
+// metadata leader a request gets no answer at all (hence the bound on
+// each), and until enough servers joined it refuses to place replicas.
+func retryUntil(ctx context.Context, what string, per, pause time.Duration, attempt func(context.Context) error) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, per)
+		err := attempt(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+}
+
+// Buckets, as docs/CLUSTER.md lists them.
+const (
+	bucketSubs    = "BUB_SUBS"
+	bucketClients = "BUB_CLIENTS"
+	bucketNodes   = "BUB_NODES"
+	bucketPending = "BUB_PENDING"
+	streamDLQ     = "BUB_DLQ"
+)
+
+// createBuckets creates the buckets and the dead-letter stream, or binds
+// them when another node created them first.
+func (n *Node) createBuckets(ctx context.Context) error {
+	kv := func(name, what string) (jetstream.KeyValue, error) {
+		cfg := jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: what,
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    n.replicas,
+		}
+		b, err := n.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			// Created before with another configuration (another
+			// replica count): use it as it is rather than fight over it.
+			n.log.Warn("cluster bucket exists with another configuration; using it", "bucket", name, "err", err)
+			b, err = n.js.KeyValue(ctx, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", name, err)
+		}
+		return b, nil
+	}
+	var err error
+	if n.subs, err = kv(bucketSubs, "bub: the subscription order"); err != nil {
+		return err
+	}
+	if n.clients, err = kv(bucketClients, "bub: which node holds each clientId"); err != nil {
+		return err
+	}
+	if n.nodes, err = kv(bucketNodes, "bub: node heartbeats"); err != nil {
+		return err
+	}
+	if _, err = kv(bucketPending, "bub: retries and held messages"); err != nil {
+		return err
+	}
+	_, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        streamDLQ,
+		Description: "bub: the dead-letter queue",
+		Subjects:    []string{"bub.dlq.>"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    n.replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", streamDLQ, err)
+	}
+	return nil
+}
+
+// ID returns this node's id.
+func (n *Node) ID() string { return n.id }
+
+// Replicas returns the replica count the buckets were created with.
+func (n *Node) Replicas() int { return n.replicas }
+
+// SyncTimeouts returns how many Sync calls ended without every live
+// node's answer (bub_cluster_sync_timeouts_total).
+func (n *Node) SyncTimeouts() uint64 { return n.syncTimeouts.Load() }
+
+// Close leaves the cluster: it deletes this node's subscriptions, claims
+// and BUB_NODES entry and tells the others it leaves (so they need not
+// wait for the node timeout),
+// stops the watchers and the delivery service, waits for deliveries being
+// handled to return, and shuts the embedded server down. ctx bounds the
+// clean-up writes; the shutdown happens regardless.
+func (n *Node) Close(ctx context.Context) error {
+	var err error
+	n.closeOnce.Do(func() {
+		n.closed.Store(true)
+		err = errors.Join(
+			n.removeNodeKeys(ctx, n.id),
+			n.nodes.Delete(ctx, n.id),
+			n.nc.Publish(heartbeatSubject(n.id), []byte(beatLeft)),
+			n.nc.FlushWithContext(ctx),
+		)
+		if err != nil {
+			err = fmt.Errorf("cluster: node %s: leave: %w", n.id, err)
+		}
+		n.shutdown(true)
+	})
+	return err
+}
+
+// shutdown stops everything the node started. clean false is a crash as
+// far as the cluster can tell: NATS and the embedded server stop at once,
+// and the other nodes notice only by missing heartbeats.
+func (n *Node) shutdown(clean bool) {
+	n.closed.Store(true)
+	n.cancel()
+	if !clean && n.nc != nil {
+		n.nc.Close()
+	}
+	for _, s := range n.natsSubs {
+		_ = s.Unsubscribe()
+	}
+	// Stopping a watcher closes its channel, which ends its goroutine.
+	for _, w := range n.watchers {
+		_ = w.Stop()
+	}
+	// Deliveries being handled see ctx end; waiting for them before
+	// closing the connection lets their answers leave.
+	n.goMu.Lock()
+	n.stopping = true
+	n.goMu.Unlock()
+	n.wg.Wait()
+	if n.nc != nil {
+		n.nc.Close()
+	}
+	if n.server != nil {
+		n.server.Shutdown()
+		n.server.WaitForShutdown()
+	}
+}
+
+// goFunc runs f on a goroutine counted by the node, so Close waits for
+// it. Once shutdown has begun it refuses and returns false: adding to a
+// WaitGroup being waited on is a race.
+func (n *Node) goFunc(f func()) bool {
+	n.goMu.Lock()
+	defer n.goMu.Unlock()
+	if n.stopping {
+		return false
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+	return true
+}

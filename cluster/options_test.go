@@ -1,0 +1,45 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestOptionsRejected(t *testing.T) {
+	apply := func(SubscriptionChange) {}
+	for _, c := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"no name", Options{NodeID: "a", URL: "nats://x", ApplySubscription: apply}, "Name is empty"},
+		{"bad node id", Options{Name: "c", NodeID: "a.b", URL: "nats://x", ApplySubscription: apply}, `NodeID "a.b"`},
+		{"empty node id", Options{Name: "c", URL: "nats://x", ApplySubscription: apply}, `NodeID ""`},
+		{"both", Options{Name: "c", NodeID: "a", URL: "nats://x", Routes: []string{"nats://y:1"}, ApplySubscription: apply}, "exclude each other"},
+		{"neither", Options{Name: "c", NodeID: "a", ApplySubscription: apply}, "neither URL"},
+		{"no store", Options{Name: "c", NodeID: "a", ClusterListen: "127.0.0.1:0", ApplySubscription: apply}, "StoreDir"},
+		{"no apply", Options{Name: "c", NodeID: "a", URL: "nats://x"}, "ApplySubscription"},
+		{"replicas", Options{Name: "c", NodeID: "a", URL: "nats://x", Replicas: 7, ApplySubscription: apply}, "Replicas 7"},
+		{"timeouts", Options{Name: "c", NodeID: "a", URL: "nats://x", HeartbeatInterval: 5e9, NodeTimeout: 1e9, ApplySubscription: apply}, "must exceed"},
+	} {
+		_, err := Start(context.Background(), &c.opts)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestSubscriptionKey(t *testing.T) {
+	k := subscriptionKey("node-1", 42, "order:*")
+	node, conn, ok := parseSubscriptionKey(k)
+	if !ok || node != "node-1" || conn != 42 {
+		t.Errorf("key %q parsed to %q %d %v", k, node, conn, ok)
+	}
+	if subscriptionKey("n", 1, "a*") == subscriptionKey("n", 1, "a?") {
+		t.Error("two patterns share a key")
+	}
+	if got := clientKey("a b/c.d"); strings.ContainsAny(got, " /.") {
+		t.Errorf("client key %q holds characters a KV key may not", got)
+	}
+}

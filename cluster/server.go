@@ -1,0 +1,118 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// startServer starts the embedded nats-server a node runs with
+// ClusterListen/Routes, and returns it with the number of nodes the
+// configuration names (this one and its distinct routes).
+func startServer(o *Options, log *slog.Logger) (*server.Server, int, error) {
+	so := &server.Options{
+		ServerName: o.NodeID,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		// The bus owns the process: signals are its to handle.
+		NoSigs: true,
+	}
+	// The server always listens for clients, even when nobody but this
+	// node (connected in-process) uses it: with DontListen, nats-server
+	// 2.15 never starts routing (Server.Start only opens the route
+	// accept loop once the client listener is up).
+	clientListen := o.ClientListen
+	if clientListen == "" {
+		clientListen = "127.0.0.1:0"
+	}
+	host, port, err := splitListen(clientListen)
+	if err != nil {
+		return nil, 0, fmt.Errorf("client listen address: %w", err)
+	}
+	so.Host, so.Port = host, port
+	// Without routes the server runs JetStream standalone: a clustered
+	// JetStream sizes its quorum from the routes, and with none would
+	// wait for a second server for ever.
+	nodes := 1
+	if len(o.Routes) > 0 {
+		listen := o.ClusterListen
+		if listen == "" {
+			listen = "0.0.0.0:0"
+		}
+		host, port, err := splitListen(listen)
+		if err != nil {
+			return nil, 0, fmt.Errorf("cluster listen address: %w", err)
+		}
+		so.Cluster = server.ClusterOpts{Name: o.Name, Host: host, Port: port}
+	}
+	for _, r := range o.Routes {
+		u, err := url.Parse(r)
+		if err != nil || u.Host == "" {
+			return nil, 0, fmt.Errorf("route %q: want nats://host:port", r)
+		}
+		so.Routes = append(so.Routes, u)
+		if !sameAddress(u.Host, o.ClusterListen) {
+			nodes++
+		}
+	}
+
+	s, err := server.NewServer(so)
+	if err != nil {
+		return nil, 0, fmt.Errorf("embedded NATS server: %w", err)
+	}
+	s.SetLoggerV2(serverLog{log.With("component", "nats-server")}, false, false, false)
+	s.Start()
+	// Readiness covers the listeners (client, cluster); JetStream's
+	// leader election is awaited by the caller through the client.
+	if !s.ReadyForConnections(o.StartTimeout) {
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil, 0, fmt.Errorf("embedded NATS server not ready after %v (cluster listen %q)", o.StartTimeout, o.ClusterListen)
+	}
+	return s, nodes, nil
+}
+
+// splitListen parses host:port; port 0 asks for a free port.
+func splitListen(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%q: bad port", addr)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// sameAddress reports whether a route's host:port is literally this
+// node's cluster listen address: a route to itself is legal (NATS ignores
+// it) and must not count as another node. Only literal equality counts,
+// since nodes on different hosts commonly share a port and a wildcard
+// listen host.
+func sameAddress(route, listen string) bool {
+	rh, rp, err1 := net.SplitHostPort(route)
+	lh, lp, err2 := net.SplitHostPort(listen)
+	return err1 == nil && err2 == nil && rh == lh && rp == lp
+}
+
+// serverLog passes the embedded server's log to slog. Its notices are
+// chatty (a banner per start) and go to Debug; Fatalf goes to Error,
+// because the embedded server must never exit the bus's process.
+type serverLog struct{ log *slog.Logger }
+
+func (l serverLog) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l serverLog) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l serverLog) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l serverLog) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l serverLog) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l serverLog) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+
+var _ server.Logger = serverLog{}

@@ -1,0 +1,318 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// Subscription is one subscribe call as the cluster records it in
+// BUB_SUBS: which node's connection holds which pattern, and what the
+// router needs to place and deliver it.
+type Subscription struct {
+	Node     string          `json:"node"`
+	Conn     uint64          `json:"conn"`
+	Pattern  string          `json:"pattern"`
+	Policy   protocol.Policy `json:"policy,omitempty"`
+	Fallback bool            `json:"fallback,omitempty"`
+	ClientID string          `json:"clientId"`
+	Identity string          `json:"identity,omitempty"`
+}
+
+// SubscriptionChange is one change of the subscription order, as every
+// node applies it.
+type SubscriptionChange struct {
+	// Key names the subscription in BUB_SUBS: a put and the later delete
+	// of one subscription carry the same key.
+	Key string
+	// Revision is the change's place in the one order: a later subscribe
+	// has a higher revision and so wins.
+	Revision uint64
+	// Deleted is set for an unsubscribe; Subscription then has only Node
+	// and Conn, read from the key.
+	Deleted      bool
+	Subscription Subscription
+}
+
+// subscriptionKey is <node>.<conn>.<pattern hash>: one key per
+// connection and pattern, so a subscribe again of the same pattern by
+// the same connection replaces its entry (and moves it to the end of the
+// order), and the node's keys share a prefix. Patterns hold characters
+// keys may not, hence the hash; 64 bits make a collision between two
+// patterns of one connection negligible.
+func subscriptionKey(node string, conn uint64, pattern string) string {
+	h := fnv.New64a()
+	h.Write([]byte(pattern))
+	return node + "." + strconv.FormatUint(conn, 10) + "." + strconv.FormatUint(h.Sum64(), 16)
+}
+
+// parseSubscriptionKey reads node and conn back from a key.
+func parseSubscriptionKey(key string) (node string, conn uint64, ok bool) {
+	node, rest, ok1 := strings.Cut(key, ".")
+	connStr, _, ok2 := strings.Cut(rest, ".")
+	conn, err := strconv.ParseUint(connStr, 10, 64)
+	return node, conn, ok1 && ok2 && err == nil
+}
+
+// PutSubscription records a subscription of one of this node's
+// connections (Node is set to this node) and returns its revision, once
+// a majority of BUB_SUBS's replicas has it. Call Sync with the revision
+// before answering the subscriber, so every node routes with it.
+func (n *Node) PutSubscription(ctx context.Context, s Subscription) (uint64, error) {
+	if n.closed.Load() {
+		return 0, ErrClosed
+	}
+	s.Node = n.id
+	value, err := json.Marshal(&s)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: put subscription %q: %w", s.Pattern, err)
+	}
+	rev, err := n.subs.Put(ctx, subscriptionKey(n.id, s.Conn, s.Pattern), value)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: put subscription %q of conn %d: %w", s.Pattern, s.Conn, err)
+	}
+	return rev, nil
+}
+
+// DeleteSubscription removes a subscription of one of this node's
+// connections and returns the revision of the removal, for Sync.
+func (n *Node) DeleteSubscription(ctx context.Context, conn uint64, pattern string) (uint64, error) {
+	if n.closed.Load() {
+		return 0, ErrClosed
+	}
+	// jetstream.KeyValue.Delete does not return the revision it wrote,
+	// which Sync needs; the delete marker is published as the KV layer
+	// does it (ADR-8: a message on $KV.<bucket>.<key> with
+	// KV-Operation: DEL), and its ack carries the revision.
+	m := nats.NewMsg("$KV." + bucketSubs + "." + subscriptionKey(n.id, conn, pattern))
+	m.Header.Set("KV-Operation", "DEL")
+	ack, err := n.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: delete subscription %q of conn %d: %w", pattern, conn, err)
+	}
+	return ack.Sequence, nil
+}
+
+// subscriptionOrder is the node's side of the order: how far its watcher
+// has applied BUB_SUBS, and the sync requests waiting for it to get
+// further.
+type subscriptionOrder struct {
+	// mu guards the fields below.
+	mu      sync.Mutex
+	applied uint64
+	waiters []syncWaiter
+}
+
+// startSubscriptionWatch starts the goroutine applying BUB_SUBS to
+// ApplySubscription and returns once the current subscriptions are
+// applied.
+func (n *Node) startSubscriptionWatch(ctx context.Context) error {
+	// The watch lives as long as the node, not as long as Start's ctx.
+	w, err := n.subs.WatchAll(n.ctx)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", bucketSubs, err)
+	}
+	n.watchers = append(n.watchers, w)
+	loaded := make(chan struct{})
+	n.goFunc(func() {
+		initial := true
+		// Read until the channel closes, even after the node closed:
+		// the watcher's callback blocks on a full channel, and would
+		// never see its subscription end.
+		for e := range w.Updates() {
+			if e == nil {
+				// The end of the current values: from here on, changes.
+				initial = false
+				close(loaded)
+				continue
+			}
+			n.applySubscription(e, initial)
+		}
+	})
+	select {
+	case <-loaded:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("load %s: %w", bucketSubs, ctx.Err())
+	}
+}
+
+// applySubscription hands one entry to ApplySubscription and answers the
+// sync requests it satisfies. Deletes among the initial values are
+// skipped: they remove what a starting node never saw.
+func (n *Node) applySubscription(e jetstream.KeyValueEntry, initial bool) {
+	change := SubscriptionChange{Key: e.Key(), Revision: e.Revision()}
+	apply := true
+	switch e.Operation() {
+	case jetstream.KeyValuePut:
+		if err := json.Unmarshal(e.Value(), &change.Subscription); err != nil {
+			// Only nodes write here; a record that does not parse is a
+			// bug or a foreign writer, and routing by half of it is
+			// worse than not routing to it.
+			n.log.Error("cluster: unreadable subscription record skipped", "key", e.Key(), "revision", e.Revision(), "err", err)
+			apply = false
+		}
+	default:
+		change.Deleted = true
+		node, conn, ok := parseSubscriptionKey(e.Key())
+		change.Subscription.Node, change.Subscription.Conn = node, conn
+		apply = ok && !initial
+	}
+	if apply {
+		n.opts.ApplySubscription(change)
+	}
+	n.advance(e.Revision())
+}
+
+// syncSubject is where a node asks every node to confirm a revision.
+const syncSubject = "bub.sync"
+
+// syncWaiter is a sync request this node answers once it has applied rev.
+type syncWaiter struct {
+	rev   uint64
+	reply string
+	since time.Time
+}
+
+// advance records that the watcher applied rev and answers the waiters
+// it satisfies.
+func (n *Node) advance(rev uint64) {
+	o := &n.order
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.applied = max(o.applied, rev)
+	kept := o.waiters[:0]
+	for _, w := range o.waiters {
+		if w.rev <= o.applied {
+			// A failed publish (NATS gone) is the requester's timeout.
+			_ = n.nc.Publish(w.reply, []byte(n.id))
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(o.waiters[len(kept):])
+	o.waiters = kept
+}
+
+// handleSync answers a sync request now, or once the watcher gets there.
+// Each revision of BUB_SUBS reaches the watcher, or a later one does when
+// a write replaced it, so comparing with >= never waits for ever; waiters
+// older than the sync timeout are dropped anyway, as their requester gave
+// up.
+func (n *Node) handleSync(m *nats.Msg) {
+	rev, err := strconv.ParseUint(string(m.Data), 10, 64)
+	if err != nil || m.Reply == "" {
+		n.log.Warn("cluster: malformed sync request ignored", "data", string(m.Data))
+		return
+	}
+	o := &n.order
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if rev <= o.applied {
+		_ = m.Respond([]byte(n.id))
+		return
+	}
+	now := time.Now()
+	kept := o.waiters[:0]
+	for _, w := range o.waiters {
+		if now.Sub(w.since) < n.opts.SyncTimeout {
+			kept = append(kept, w)
+		}
+	}
+	clear(o.waiters[len(kept):])
+	o.waiters = append(kept, syncWaiter{rev: rev, reply: m.Reply, since: now})
+}
+
+// Sync waits until every live node's watcher has applied rev, so that a
+// publish accepted anywhere after Sync returns is routed with that
+// change. It is bounded by SyncTimeout (and ctx); nodes that did not
+// answer in time are named in an ErrSyncTimeout and counted in
+// SyncTimeouts: they are presumably dying, and the change stands.
+func (n *Node) Sync(ctx context.Context, rev uint64) error {
+	if n.closed.Load() {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.opts.SyncTimeout)
+	defer cancel()
+	waiting := make(map[string]bool)
+	for _, id := range n.Live() {
+		waiting[id] = true
+	}
+	inbox := nats.NewInbox()
+	sub, err := n.nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("cluster: sync revision %d: %w", rev, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := n.nc.PublishRequest(syncSubject, inbox, strconv.AppendUint(nil, rev, 10)); err != nil {
+		return fmt.Errorf("cluster: sync revision %d: %w", rev, err)
+	}
+	for len(waiting) > 0 {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			break
+		}
+		delete(waiting, string(m.Data))
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	n.syncTimeouts.Add(1)
+	missing := make([]string, 0, len(waiting))
+	for id := range waiting {
+		missing = append(missing, id)
+	}
+	return fmt.Errorf("%w: revision %d: no answer from %s within %v", ErrSyncTimeout, rev, strings.Join(missing, ", "), n.opts.SyncTimeout)
+}
+
+// startSyncService answers other nodes' sync requests.
+func (n *Node) startSyncService() error {
+	s, err := n.nc.Subscribe(syncSubject, n.handleSync)
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", syncSubject, err)
+	}
+	n.natsSubs = append(n.natsSubs, s)
+	return nil
+}
+
+// currentEntries returns the entries of kv matching filter now (deletes
+// excluded), read with a watch that ends at the current values.
+func currentEntries(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		_ = w.Stop()
+		// Drain until closed: the watcher's callback may be blocked on
+		// the channel and would otherwise never end.
+		for range w.Updates() {
+		}
+	}()
+	var out []jetstream.KeyValueEntry
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("watch ended before the current values")
+			}
+			if e == nil {
+				return out, nil
+			}
+			out = append(out, e)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
