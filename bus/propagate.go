@@ -83,6 +83,9 @@ type outcome struct {
 // pass (see rehold).
 func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
 	result.Success = true
+	// One allocation each for the walk's deliveries and outcomes, not one
+	// per subscriber: a fan-out can reach thousands.
+	deliveries := make([]delivery, len(chain))
 	outcomes := make([]outcome, len(chain))
 	var shared *sharedParams
 	if len(chain) > 1 {
@@ -94,7 +97,8 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 	var running sync.WaitGroup
 	made := len(chain)
 	for i, sub := range chain {
-		d := &delivery{Message: m, ClientID: sub.conn.clientID, Subscription: sub.pattern.String(), Attempt: 1, conn: sub.conn, shared: shared}
+		d := &deliveries[i]
+		*d = delivery{Message: m, ClientID: sub.conn.clientID, Subscription: sub.pattern.String(), Attempt: 1, conn: sub.conn, shared: shared}
 		if tickets != nil {
 			d.turn = &tickets[i]
 		}

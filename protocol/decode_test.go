@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -99,6 +100,34 @@ func TestPayloadType(t *testing.T) {
 		typ, err := PayloadType(json.RawMessage(tt.payload))
 		if typ != tt.typ || fmt.Sprint(err) != map[bool]string{true: "<nil>", false: tt.err}[tt.err == ""] {
 			t.Errorf("PayloadType(%s) = %q, %v; want %q, %q", tt.payload, typ, err, tt.typ, tt.err)
+		}
+	}
+}
+
+// sendParams is a 1 KiB sendMessage params object, as the relay
+// benchmarks send.
+var sendParams = []byte(`{"topic":"agent:analyzer","payload":{"type":"task_request","text":"` + strings.Repeat("lorem ipsum ", 80) + `"},"meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}`)
+
+// BenchmarkScanSendMessage reads params in place, as the bus does since
+// issue 14; BenchmarkDecodeSendMessage is the json.Unmarshal decode and
+// payload check it replaced. Neither counts the json.Valid pass the
+// Stream makes over the whole message.
+func BenchmarkScanSendMessage(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(sendParams)))
+	for b.Loop() {
+		if _, perr, err := ScanSendMessage(sendParams); err != nil || perr != nil {
+			b.Fatal(err, perr)
+		}
+	}
+}
+
+func BenchmarkDecodeSendMessage(b *testing.B) {
+	b.ReportAllocs()
+	b.SetBytes(int64(len(sendParams)))
+	for b.Loop() {
+		if _, perr, err := decodeSendMessage(sendParams); err != nil || perr != nil {
+			b.Fatal(err, perr)
 		}
 	}
 }
