@@ -159,3 +159,30 @@ func BenchmarkSubscribeChurn(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFanOut publishes to 100 subscribers of one topic, one message
+// in flight, each subscriber answering at once. Under continueAll the
+// deliveries go out together; under stopPropagationOnProcessed, with
+// every subscriber answering not processed, one after another.
+func BenchmarkFanOut(b *testing.B) {
+	const subscribers = 100
+	for _, policy := range []protocol.Policy{protocol.PolicyContinueAll, protocol.PolicyStopOnProcessed} {
+		b.Run(string(policy), func(b *testing.B) {
+			srv := bustest.Start(b, &bus.Options{Limits: bus.Limits{MaxSubscriptions: -1, MaxPatternWildcards: -1}})
+			for i := range subscribers {
+				bustest.Connect(b, srv.URL, fmt.Sprint("sub-", i), func(protocol.ProcessMessageParams) any {
+					return protocol.ProcessMessageResult{}
+				}).Subscribe("bench"+strings.Repeat("?", i)+"*", policy)
+			}
+			pub := bustest.Connect(b, srv.URL, "pub", nil)
+			params := map[string]any{"topic": "bench" + strings.Repeat("x", subscribers), "payload": map[string]any{"type": "bench", "text": strings.Repeat("x", 1024)}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if r := pub.Call(protocol.MethodSendMessage, params); r.Error != nil {
+					b.Fatal(r.Error)
+				}
+			}
+		})
+	}
+}

@@ -41,7 +41,10 @@ type conn struct {
 	remote string
 
 	// slots bounds the requests running off the read loop.
-	slots     chan struct{}
+	slots chan struct{}
+	// lanes order this connection's messages per subscriber (order.go);
+	// only the read loop touches them.
+	lanes     lanes
 	closeOnce sync.Once
 
 	// mu guards the fields below. Lock order: Server.mu, conn.mu, router.mu.

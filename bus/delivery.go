@@ -23,6 +23,12 @@ type delivery struct {
 	Subscription string
 	Attempt      int // from 1
 	conn         *conn
+	// shared is the params every delivery of the walk shares, nil for a
+	// lone delivery (see sharedParams).
+	shared *sharedParams
+	// turn is the delivery's place in its publisher's order (order.go),
+	// nil when it keeps none; call passes it once the request is written.
+	turn *ticket
 }
 
 // deliverFunc makes one delivery and returns the subscriber's answer, or a
@@ -70,7 +76,11 @@ func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessage
 	var result protocol.ProcessMessageResult
 	bp := paramsPool.Get().(*[]byte)
 	params := appendDeliveryParams((*bp)[:0], d)
-	raw, err := d.conn.stream.Call(ctx, protocol.MethodProcessMessage, params)
+	var written func()
+	if d.turn != nil {
+		written = d.turn.pass
+	}
+	raw, err := d.conn.stream.Call(ctx, protocol.MethodProcessMessage, params, written)
 	*bp = params
 	if cap(params) <= maxPooledParams {
 		paramsPool.Put(bp)
@@ -107,11 +117,26 @@ const maxPooledParams = 256 << 10
 // json.Marshal(protocol.ProcessMessageParams{...}) gives for a compact
 // payload and meta, without encoding/json's pass over them.
 func appendDeliveryParams(dst []byte, d *delivery) []byte {
-	m := d.Message
+	if d.shared != nil {
+		dst = append(dst, d.shared.head...)
+		dst = appendJSONString(dst, d.Subscription)
+		return append(dst, d.shared.tail...)
+	}
+	dst = appendParamsHead(dst, d.Message)
+	dst = appendJSONString(dst, d.Subscription)
+	return appendParamsTail(dst, d.Message, d.Attempt)
+}
+
+// appendParamsHead appends the params up to the subscription's value.
+func appendParamsHead(dst []byte, m *store.Message) []byte {
 	dst = append(dst, `{"topic":`...)
 	dst = appendJSONString(dst, m.Topic)
-	dst = append(dst, `,"subscription":`...)
-	dst = appendJSONString(dst, d.Subscription)
+	return append(dst, `,"subscription":`...)
+}
+
+// appendParamsTail appends the params after the subscription's value:
+// the payload, the only part that can be large, among them.
+func appendParamsTail(dst []byte, m *store.Message, attempt int) []byte {
 	dst = append(dst, `,"payload":`...)
 	if len(m.Payload) == 0 {
 		dst = append(dst, "null"...)
@@ -127,8 +152,33 @@ func appendDeliveryParams(dst []byte, d *delivery) []byte {
 		dst = append(dst, m.Meta...)
 	}
 	dst = append(dst, `,"attempt":`...)
-	dst = strconv.AppendInt(dst, int64(d.Attempt), 10)
+	dst = strconv.AppendInt(dst, int64(attempt), 10)
 	return append(dst, '}')
+}
+
+// sharedParams are the processMessage params of a walk's first attempts
+// but for the subscription pattern, which differs per subscriber (a
+// chain holds each pattern once). Encoded once per walk, they spare a
+// fan-out to n subscribers n-1 encodings of the payload; the deliveries
+// read them concurrently and the walk releases them when all are done.
+type sharedParams struct {
+	head, tail []byte
+	buf        *[]byte
+}
+
+func newSharedParams(m *store.Message) *sharedParams {
+	bp := paramsPool.Get().(*[]byte)
+	buf := appendParamsHead((*bp)[:0], m)
+	head := len(buf)
+	buf = appendParamsTail(buf, m, 1)
+	*bp = buf
+	return &sharedParams{head: buf[:head], tail: buf[head:], buf: bp}
+}
+
+func (p *sharedParams) release() {
+	if cap(*p.buf) <= maxPooledParams {
+		paramsPool.Put(p.buf)
+	}
 }
 
 // appendJSONString appends s as a JSON string, exactly as encoding/json

@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,9 +43,28 @@ func (c *conn) handle(req *jsonrpc2.Request) {
 			c.reply(req, nil, err)
 			return
 		}
+		work := c.handleQueued
+		if req.Method == protocol.MethodSendMessage {
+			// Routed here, on the read loop, so that the connection's
+			// messages take their turns at each subscriber in the order
+			// it sent them (order.go).
+			var out *outgoing
+			result, err := c.guard(req, func(req *jsonrpc2.Request) (any, error) {
+				var err error
+				out, err = c.route(req)
+				return nil, err
+			})
+			if out == nil {
+				c.reply(req, result, err)
+				c.server.requests.Done()
+				<-c.slots
+				return
+			}
+			work = out.publish
+		}
 		go func() {
 			defer func() { c.server.requests.Done(); <-c.slots }()
-			result, err := c.guard(req, c.handleQueued)
+			result, err := c.guard(req, work)
 			c.reply(req, result, err)
 		}()
 	default:
@@ -59,15 +77,13 @@ func (c *conn) handle(req *jsonrpc2.Request) {
 	}
 }
 
-// handleQueued runs the methods that wait on deliveries or the store.
+// handleQueued runs the dlq.* methods, which wait on the store.
 func (c *conn) handleQueued(req *jsonrpc2.Request) (any, error) {
 	if err := c.requireInitialized(req.Method); err != nil {
 		return nil, err
 	}
-	if req.Method != protocol.MethodSendMessage {
-		if err := c.checkAdmin(req.Method); err != nil {
-			return nil, err
-		}
+	if err := c.checkAdmin(req.Method); err != nil {
+		return nil, err
 	}
 	switch req.Method {
 	case protocol.MethodDLQList:
@@ -76,10 +92,8 @@ func (c *conn) handleQueued(req *jsonrpc2.Request) (any, error) {
 		return c.dlqGet(req)
 	case protocol.MethodDLQReplay:
 		return c.dlqReplay(req)
-	case protocol.MethodDLQPurge:
-		return c.dlqPurge(req)
 	}
-	return c.sendMessage(req)
+	return c.dlqPurge(req)
 }
 
 func (c *conn) handleInline(req *jsonrpc2.Request) (any, error) {
@@ -130,20 +144,34 @@ func outcomeOf(err error) string {
 // decodeParams decodes a request's params object into v, naming the field
 // at fault when it cannot.
 func decodeParams(req *jsonrpc2.Request, v any) error {
+	if err := paramsObject(req); err != nil {
+		return err
+	}
+	return paramsError(req.Method, json.Unmarshal(*req.Params, v))
+}
+
+// paramsObject refuses params that are absent, null or positional.
+func paramsObject(req *jsonrpc2.Request) error {
 	if req.Params == nil || string(*req.Params) == "null" {
 		return protocol.Errorf(protocol.ErrInvalidParams, "%s needs a params object", req.Method)
 	}
 	if !protocol.IsObject(*req.Params) {
 		return protocol.Errorf(protocol.ErrInvalidParams, "%s params must be an object, not positional", req.Method)
 	}
-	if err := json.Unmarshal(*req.Params, v); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return protocol.Errorf(protocol.ErrInvalidParams, "%s: %q must be a JSON %s, got %s", req.Method, typeErr.Field, typeErr.Type.Kind(), typeErr.Value)
-		}
-		return protocol.Errorf(protocol.ErrInvalidParams, "%s: %v", req.Method, err)
-	}
 	return nil
+}
+
+// paramsError turns an error decoding method's params into -32602, naming
+// the field at fault when there is one; nil stays nil.
+func paramsError(method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		return protocol.Errorf(protocol.ErrInvalidParams, "%s: %q must be a JSON %s, got %s", method, typeErr.Field, typeErr.Type.Kind(), typeErr.Value)
+	}
+	return protocol.Errorf(protocol.ErrInvalidParams, "%s: %v", method, err)
 }
 
 // requireInitialized refuses every method but initialize before
@@ -329,18 +357,36 @@ func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
 	return protocol.SuccessResult{Success: true}, nil
 }
 
-func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
-	var p protocol.SendMessageParams
-	if err := decodeParams(req, &p); err != nil {
-		return nil, err
-	}
+// outgoing is a sendMessage checked and routed on the read loop, to be
+// published off it.
+type outgoing struct {
+	conn    *conn
+	message store.Message
+	chain   []*subscription
+	tickets []ticket
+}
+
+// route checks a sendMessage, routes it and takes its tickets (order.go).
+// It runs on the read loop: params are read in place, in one pass, and
+// nothing here waits on a peer or the store.
+func (c *conn) route(req *jsonrpc2.Request) (*outgoing, error) {
 	// One look at the connection for everything the checks need.
 	c.mu.Lock()
-	from, access, identity := c.clientID, c.access, c.identity
-	if p.Topic == "" {
-		p.Topic = c.defaultTopic
-	}
+	initialized, from, access, identity, defaultTopic := c.initialized, c.clientID, c.access, c.identity, c.defaultTopic
 	c.mu.Unlock()
+	if !initialized {
+		return nil, protocol.Errorf(protocol.ErrNotInitialized, "call initialize before %s", req.Method)
+	}
+	if err := paramsObject(req); err != nil {
+		return nil, err
+	}
+	p, payloadErr, err := protocol.ScanSendMessage(*req.Params)
+	if err != nil {
+		return nil, paramsError(req.Method, err)
+	}
+	if p.Topic == "" {
+		p.Topic = defaultTopic
+	}
 	if p.Topic == "" {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "topic is required: this connection set no defaultTopic in initialize")
 	}
@@ -353,15 +399,31 @@ func (c *conn) sendMessage(req *jsonrpc2.Request) (any, error) {
 	if err := c.checkPublish(access, identity, from, p.Topic); err != nil {
 		return nil, err
 	}
-	if _, err := protocol.PayloadType(p.Payload); err != nil {
-		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", err)
+	if payloadErr != nil {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "%v", payloadErr)
 	}
 	if p.Meta != nil && string(p.Meta) != "null" && !protocol.IsObject(p.Meta) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "meta must be a JSON object")
 	}
-	identity, err := c.admitPublish()
+	out := &outgoing{conn: c, message: store.Message{Topic: p.Topic, From: from, Payload: p.Payload, Meta: p.Meta}}
+	out.chain = c.server.router.route(p.Topic)
+	out.tickets = c.lanes.issue(out.chain, nil)
+	return out, nil
+}
+
+// publish admits and publishes a routed sendMessage, off the read loop.
+// Whatever happens, its tickets are passed, so the publisher's next
+// messages are not kept waiting.
+func (out *outgoing) publish(*jsonrpc2.Request) (any, error) {
+	defer func() {
+		for i := range out.tickets {
+			out.tickets[i].pass()
+		}
+	}()
+	identity, err := out.conn.admitPublish()
 	if err != nil {
 		return nil, err
 	}
-	return c.server.publish(context.Background(), &store.Message{Topic: p.Topic, From: from, Publisher: identity, Payload: p.Payload, Meta: p.Meta}, true)
+	out.message.Publisher = identity
+	return out.conn.server.publishRouted(&out.message, out.chain, out.tickets, true)
 }

@@ -12,19 +12,22 @@
 // retrying and every message it reports as held is delivered or
 // dead-lettered, across crashes: the retry or hold is committed to the
 // store (Options.Store, fsync on every commit) before the result is
-// written. Delivery is at least once per subscriber; order is not
-// guaranteed once retries happen. Subscribers recognise repeats by
-// messageId.
+// written. Delivery is at least once per subscriber; subscribers
+// recognise repeats by messageId. The messages one connection publishes
+// are written to each subscriber in the order it sent them (order.go);
+// a retry or a hold routed again takes no place in that order.
 //
 // # Reading the source
 //
 // Server.ServeHTTP accepts a peer (conn.go); its read loop hands each
 // request to conn.handle (dispatch.go), which answers the quick methods
-// inline and runs sendMessage and the dlq.* methods (admin.go) off the
-// loop. publish and pass (propagate.go) ask the router (router.go) for the
-// topic's chain, newest matching subscription first, and call the
-// delivery pipeline (delivery.go) for each subscriber until a policy says
-// stop; after the pass they store the retries it needs. The scheduler
+// inline, checks and routes sendMessage inline, and runs its walk and the
+// dlq.* methods (admin.go) off the loop. The router (router.go) gives the
+// topic's chain, newest matching subscription first; each routed message
+// takes a ticket per subscriber (order.go) on the read loop. walk
+// (propagate.go) calls the delivery pipeline (delivery.go) down the chain
+// until a policy says stop, continueAll subscribers without waiting for
+// their answers; after the walk it stores the retries it needs. The scheduler
 // (retry.go) runs stored retries and holds (hold.go) when due, and moves
 // exhausted ones to the dead-letter queue (deadletter.go). Bus events go
 // out through a queue per subscriber, each in order (events.go).
@@ -32,13 +35,16 @@
 // # Goroutines and locks
 //
 // Each connection has a read loop (the request path of internal/rpcstream,
-// which leaves payloads as the peer sent them; one Server goroutine pings
-// every connection, keepalive.go), and one
-// goroutine per running sendMessage or dlq.* call (at most
-// Options.MaxInFlight). Writes to a peer are bounded by
+// which reads payloads in place, as the peer sent them; one Server
+// goroutine pings every connection, keepalive.go), and one goroutine per
+// running sendMessage or dlq.* call (at most Options.MaxInFlight), plus
+// one per continueAll delivery a walk has running. A delivery waits for
+// its ticket's turn before it is written, holding no lock. Writes to a
+// peer are bounded by
 // Options.WriteTimeout. The Server has one scheduler goroutine
 // (plus up to 64 running attempts) and one event goroutine per
 // connection with events waiting. Locks are taken in this order:
-// Server.mu, conn.mu, events.mu, router.mu, scheduler.mu; none is held
-// across network I/O or a store commit.
+// Server.mu, conn.mu, events.mu, router.mu, scheduler.mu; a lane's mutex
+// (order.go) is taken alone. None is held across network I/O or a store
+// commit.
 package bus

@@ -2,7 +2,9 @@ package bus
 
 import (
 	"context"
+	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
@@ -15,13 +17,18 @@ import (
 // topic. Every retry and hold is committed to the store before publish
 // returns, so the result never announces one the store lacks.
 func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*protocol.SendMessageResult, error) {
+	return s.publishRouted(m, s.router.route(m.Topic), nil, reliable)
+}
+
+// publishRouted is publish for a message already routed to chain, with
+// its tickets (order.go) when it keeps its publisher's order.
+func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets []ticket, reliable bool) (*protocol.SendMessageResult, error) {
 	// A replayed message keeps its id, so subscribers can tell it again.
 	if m.ID == "" {
 		m.ID = s.bootID + "-" + strconv.FormatUint(s.messageSeq.Add(1), 10)
 		m.PublishedAt = time.Now()
 	}
 	result := &protocol.SendMessageResult{MessageID: m.ID, Acks: []protocol.Ack{}}
-	chain := s.router.route(m.Topic)
 	if len(chain) == 0 {
 		result.Reason = protocol.ReasonNoSubscribers
 		if reliable && s.holds(m.Topic) {
@@ -35,23 +42,87 @@ func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*p
 		return result, nil
 	}
 	s.metrics.published.WithLabelValues("routed").Inc()
-	s.pass(m, chain, result, reliable, nil)
+	s.walk(m, chain, tickets, result, reliable, nil)
 	return result, nil
 }
 
-// pass delivers m down chain, one subscriber at a time, until a policy
-// says stop. A failed delivery does not stop the walk; it is recorded in
-// its ack. When no subscriber handled the message (no policy stopped the
-// walk) and reliable is set, every subscriber that asked for a retry or
-// whose delivery failed gets one, scheduled and stored; the publisher does
-// not wait for it. A handled message's retries are dropped.
+// pass delivers m down chain until a policy says stop; see walk. It keeps
+// no publisher's order: a hold routed again is as a retry.
+func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
+	s.walk(m, chain, nil, result, reliable, prior)
+}
+
+// outcome is one delivery of a walk: the subscriber's answer or why there
+// was none, and when it began.
+type outcome struct {
+	result protocol.ProcessMessageResult
+	err    error
+	at     time.Time
+}
+
+// walk delivers m down chain until a policy says stop. A failed delivery
+// does not stop the walk; it is recorded in its ack. When no subscriber
+// handled the message (no policy stopped the walk) and reliable is set,
+// every subscriber that asked for a retry or whose delivery failed gets
+// one, scheduled and stored; the publisher does not wait for it. A
+// handled message's retries are dropped.
+//
+// Only an answer under a policy that may stop is waited for before the
+// next subscriber is invoked: a continueAll subscriber's delivery goes
+// out on a goroutine of its own and the walk goes on at once, so a run of
+// continueAll subscribers, and the one after them, are invoked together.
+// The acks are still in chain order, and the walk returns once every
+// delivery it made has answered or failed.
+//
+// tickets, one per subscriber of chain, keep the publisher's order
+// (order.go); nil keeps none. Every ticket is passed before walk returns.
 //
 // A fallback subscriber asking for a retry asks for the message to be
 // routed again instead: it is held (prior holds the routing attempts made
 // so far) and routed when another client subscribes or its retry_seconds
 // pass (see rehold).
-func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
+func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
 	result.Success = true
+	// One allocation each for the walk's deliveries and outcomes, not one
+	// per subscriber: a fan-out can reach thousands.
+	deliveries := make([]delivery, len(chain))
+	outcomes := make([]outcome, len(chain))
+	var shared *sharedParams
+	if len(chain) > 1 {
+		// Every delivery of the walk sends the same params but for the
+		// subscription pattern: encoded once.
+		shared = newSharedParams(m)
+		defer shared.release()
+	}
+	var running sync.WaitGroup
+	made := len(chain)
+	for i, sub := range chain {
+		d := &deliveries[i]
+		*d = delivery{Message: m, ClientID: sub.conn.clientID, Subscription: sub.pattern.String(), Attempt: 1, conn: sub.conn, shared: shared}
+		if tickets != nil {
+			d.turn = &tickets[i]
+		}
+		if !sub.policy.MayStop() && i < len(chain)-1 {
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				s.deliverInTurn(d, &outcomes[i])
+			}()
+			continue
+		}
+		s.deliverInTurn(d, &outcomes[i])
+		o := &outcomes[i]
+		if o.err == nil && sub.policy.Stops(o.result.Handled(), o.result.StopPropagation) {
+			made = i + 1
+			break
+		}
+	}
+	// The deliveries the walk did not make give their turns on.
+	for i := made; i < len(tickets); i++ {
+		tickets[i].pass()
+	}
+	running.Wait()
+
 	type retry struct {
 		ack     int
 		attempt store.Attempt
@@ -60,11 +131,10 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 	var retries []retry
 	var reroute *retry
 	handled := false
-	for _, sub := range chain {
-		d := &delivery{Message: m, ClientID: sub.conn.clientID, Subscription: sub.pattern.String(), Attempt: 1, conn: sub.conn}
-		at := time.Now()
-		r, err := s.deliver(s.ctx, d)
-		ack := protocol.Ack{ClientID: d.ClientID, Subscription: d.Subscription}
+	for i, sub := range chain[:made] {
+		o := &outcomes[i]
+		r, err := o.result, o.err
+		ack := protocol.Ack{ClientID: sub.conn.clientID, Subscription: sub.pattern.String()}
 		if err != nil {
 			ack.Error = err.Error()
 		} else {
@@ -74,15 +144,14 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 		case sub.fallback && err == nil && r.ShouldRetry && !r.Handled():
 			if reroute == nil {
 				delay := s.askedDelay(r.RetrySeconds)
-				reroute = &retry{len(result.Acks), store.Attempt{At: at, Error: attemptError(r, err)}, delay}
+				reroute = &retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, delay}
 			}
 		case needsRetry(r, err):
-			retries = append(retries, retry{len(result.Acks), store.Attempt{At: at, Error: attemptError(r, err)}, s.backoff(1, r.RetrySeconds)})
+			retries = append(retries, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, s.backoff(1, r.RetrySeconds)})
 		}
 		result.Acks = append(result.Acks, ack)
 		if err == nil && sub.policy.Stops(ack.Processed, ack.StopPropagation) {
 			handled = true
-			break
 		}
 	}
 	if handled || !reliable {
@@ -115,6 +184,30 @@ func (s *Server) pass(m *store.Message, chain []*subscription, result *protocol.
 		s.sched.add(p)
 		s.metrics.retriesScheduled.Inc()
 	}
+}
+
+// deliverInTurn makes one delivery of a walk into o: it waits for the
+// delivery's turn (order.go), not counted against the subscriber's
+// delivery timeout, and gives the turn on once the delivery is written or
+// failed. A panic is the delivery's failure, not the bus's end: it may
+// run on a goroutine of its own.
+func (s *Server) deliverInTurn(d *delivery, o *outcome) {
+	defer func() {
+		if d.turn != nil {
+			d.turn.pass()
+		}
+		if r := recover(); r != nil {
+			s.metrics.panics.WithLabelValues(panicRequest).Inc()
+			s.log.Error("delivery panicked; recorded as failed", "message_id", d.Message.ID, "client", d.ClientID,
+				"panic", r, "stack", string(debug.Stack()))
+			o.result, o.err = protocol.ProcessMessageResult{}, &deliveryError{failError, "the delivery failed inside the bus; its log has the details"}
+		}
+	}()
+	if d.turn != nil {
+		d.turn.wait()
+	}
+	o.at = time.Now()
+	o.result, o.err = s.deliver(s.ctx, d)
 }
 
 func joinErrors(a, b string) string {

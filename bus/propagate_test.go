@@ -3,6 +3,7 @@ package bus_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,7 +51,9 @@ func TestSpecExample(t *testing.T) {
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 
 	r := pub.Publish("inbound:critical", "t")
-	assert.Equal(t, []string{"C", "B"}, rec.called())
+	// Under continueAll, C and B are invoked together; the chain order
+	// is the acks'.
+	assert.ElementsMatch(t, []string{"C", "B"}, rec.called())
 	require.Len(t, r.Acks, 2)
 	assert.Equal(t, "C", r.Acks[0].ClientID)
 	assert.Equal(t, "inbound:*", r.Acks[0].Subscription)
@@ -90,9 +93,11 @@ func TestPolicies(t *testing.T) {
 			newer := bustest.Connect(t, srv.URL, "new", rec.answer("new", tt.first))
 			newer.Subscribe("t:1", tt.policy)
 			r := bustest.Connect(t, srv.URL, "pub", nil).Publish("t:1", "x")
-			assert.Equal(t, tt.want, rec.called())
+			// A continueAll subscriber and the next are invoked
+			// together: the acks keep the chain order.
+			assert.ElementsMatch(t, tt.want, rec.called())
 			assert.True(t, r.Success)
-			assert.Len(t, r.Acks, len(tt.want))
+			assert.Equal(t, tt.want, ackClients(r))
 		})
 	}
 }
@@ -104,8 +109,18 @@ func TestDefaultPolicyFromOptions(t *testing.T) {
 		bustest.Connect(t, srv.URL, name, rec.answer(name, protocol.ProcessMessageResult{Processed: true})).Subscribe("t:"+name, "")
 	}
 	bustest.Connect(t, srv.URL, "c", rec.answer("c", protocol.ProcessMessageResult{Processed: true})).Subscribe("t:*", "")
-	bustest.Connect(t, srv.URL, "pub", nil).Publish("t:a", "x")
-	assert.Equal(t, []string{"c", "a"}, rec.called())
+	r := bustest.Connect(t, srv.URL, "pub", nil).Publish("t:a", "x")
+	assert.ElementsMatch(t, []string{"c", "a"}, rec.called())
+	assert.Equal(t, []string{"c", "a"}, ackClients(r))
+}
+
+// ackClients lists the clients of r's acks, in order.
+func ackClients(r protocol.SendMessageResult) []string {
+	var ids []string
+	for _, a := range r.Acks {
+		ids = append(ids, a.ClientID)
+	}
+	return ids
 }
 
 func TestAckAndDeliveryFields(t *testing.T) {
@@ -260,5 +275,117 @@ func TestConcurrentPublishers(t *testing.T) {
 		if n != 1 {
 			t.Errorf("message %s delivered %d times", id, n)
 		}
+	}
+}
+
+// TestContinueAllFansOut pins when each subscriber of a chain is invoked:
+// as soon as every earlier subscriber whose policy may stop the walk has
+// answered, so a run of continueAll subscribers and the one after them
+// are invoked together (a wave), and the acks keep the chain order. Each
+// subscriber blocks until the test releases it; a wave is released only
+// after all of it has started, which a walk waiting for continueAll
+// answers would never reach.
+func TestContinueAllFansOut(t *testing.T) {
+	const (
+		all     = protocol.PolicyContinueAll
+		onProc  = protocol.PolicyStopOnProcessed
+		onStop  = protocol.PolicyStopOnStop
+		goOn    = "go on"
+		stopNow = "stop"
+	)
+	type sub struct {
+		policy protocol.Policy
+		answer string
+	}
+	tests := []struct {
+		name  string
+		chain []sub
+		waves [][]int // the subscribers invoked together, wave by wave
+		acks  int     // how many deliveries the walk made
+	}{
+		{"all continueAll", []sub{{all, stopNow}, {all, stopNow}, {all, goOn}}, [][]int{{0, 1, 2}}, 3},
+		{"stop-capable one at a time", []sub{{onProc, goOn}, {onStop, goOn}, {onProc, goOn}}, [][]int{{0}, {1}, {2}}, 3},
+		{"continueAll runs with the next", []sub{{all, goOn}, {onProc, goOn}, {all, goOn}, {all, goOn}}, [][]int{{0, 1}, {2, 3}}, 4},
+		{"a wave after a stop-capable one", []sub{{onStop, goOn}, {all, goOn}, {onProc, goOn}}, [][]int{{0}, {1, 2}}, 3},
+		{"a stop ends the walk", []sub{{all, goOn}, {onProc, stopNow}, {all, goOn}}, [][]int{{0, 1}}, 2},
+		{"continueAll last", []sub{{onProc, goOn}, {all, goOn}}, [][]int{{0}, {1}}, 2},
+	}
+	patterns := []string{"f:xyz*", "f:xy*", "f:x*", "f:*", "f*"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := bustest.Start(t, nil)
+			n := len(tt.chain)
+			var mu sync.Mutex
+			answered := make([]bool, n)
+			var violations []string
+			started := make(chan int, n)
+			release := make([]chan struct{}, n)
+			// Subscribed oldest first, so that subscriber i is i-th in the
+			// chain (newest first).
+			for i := n - 1; i >= 0; i-- {
+				release[i] = make(chan struct{})
+				c := bustest.Connect(t, srv.URL, fmt.Sprint("s", i), func(protocol.ProcessMessageParams) any {
+					mu.Lock()
+					for j := range i {
+						if tt.chain[j].policy.MayStop() && !answered[j] {
+							violations = append(violations, fmt.Sprintf("s%d invoked before s%d answered", i, j))
+						}
+					}
+					mu.Unlock()
+					started <- i
+					<-release[i]
+					mu.Lock()
+					answered[i] = true
+					mu.Unlock()
+					if tt.chain[i].answer == stopNow {
+						return protocol.ProcessMessageResult{Processed: true, StopPropagation: true}
+					}
+					return protocol.ProcessMessageResult{}
+				})
+				c.Subscribe(patterns[i], tt.chain[i].policy)
+			}
+			pub := bustest.Connect(t, srv.URL, "pub", nil)
+			done := make(chan bustest.Response, 1)
+			go func() {
+				done <- pub.Call(protocol.MethodSendMessage, map[string]any{"topic": "f:xyz", "payload": map[string]any{"type": "t"}})
+			}()
+			for w, wave := range tt.waves {
+				var got []int
+				for range wave {
+					select {
+					case i := <-started:
+						got = append(got, i)
+					case <-time.After(bustest.Timeout):
+						t.Fatalf("wave %d: only %v started, want %v together", w, got, wave)
+					}
+				}
+				require.ElementsMatch(t, wave, got, "wave %d", w)
+				// The wave's last subscriber is the one the walk waits for.
+				close(release[wave[len(wave)-1]])
+			}
+			for i, ch := range release {
+				if !slices.ContainsFunc(tt.waves, func(w []int) bool { return w[len(w)-1] == i }) {
+					close(ch)
+				}
+			}
+			var r protocol.SendMessageResult
+			select {
+			case resp := <-done:
+				require.Nil(t, resp.Error)
+				require.NoError(t, json.Unmarshal(resp.Result, &r))
+			case <-time.After(bustest.Timeout):
+				t.Fatal("no sendMessage result")
+			}
+			require.Len(t, r.Acks, tt.acks)
+			for i, a := range r.Acks {
+				assert.Equal(t, fmt.Sprint("s", i), a.ClientID, "ack %d", i)
+			}
+			// The result comes after every delivery answered: any
+			// subscriber invoked has started by now.
+			assert.Empty(t, started, "subscribers invoked beyond the waves")
+			mu.Lock()
+			assert.Empty(t, violations)
+			mu.Unlock()
+		})
 	}
 }

@@ -406,7 +406,7 @@ func (c *Conn) callRaw(ctx context.Context, s *session, method string, params []
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
 	defer cancel()
-	result, err := s.stream.Call(ctx, method, params)
+	result, err := s.stream.Call(ctx, method, params, nil)
 	if err == nil {
 		return result, nil
 	}

@@ -222,34 +222,6 @@ func ValidateClientID(id string) error {
 	return nil
 }
 
-// PayloadType returns the payload's "type", checking that the payload is a
-// JSON object with a non-empty string type, as every payload must be.
-func PayloadType(payload json.RawMessage) (string, error) {
-	if len(payload) == 0 {
-		return "", fmt.Errorf("payload is required")
-	}
-	if !IsObject(payload) {
-		return "", fmt.Errorf("payload must be a JSON object with a string \"type\"")
-	}
-	var head struct {
-		Type *json.RawMessage `json:"type"`
-	}
-	if err := json.Unmarshal(payload, &head); err != nil {
-		return "", fmt.Errorf("payload must be a JSON object: %v", err)
-	}
-	if head.Type == nil {
-		return "", fmt.Errorf("payload.type is required")
-	}
-	var typ string
-	if err := json.Unmarshal(*head.Type, &typ); err != nil {
-		return "", fmt.Errorf("payload.type must be a string, got %s", *head.Type)
-	}
-	if typ == "" {
-		return "", fmt.Errorf("payload.type must not be empty")
-	}
-	return typ, nil
-}
-
 // IsObject reports whether raw JSON is an object; raw is assumed valid.
 func IsObject(raw json.RawMessage) bool {
 	for _, c := range raw {

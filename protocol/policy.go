@@ -40,3 +40,10 @@ func (p Policy) Stops(processed, stop bool) bool {
 	}
 	return false
 }
+
+// MayStop reports whether propagation can stop after a subscriber under
+// policy p: false only for continueAll, whose answer the walk need not
+// wait for before going on.
+func (p Policy) MayStop() bool {
+	return p != PolicyContinueAll
+}

@@ -39,6 +39,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/sourcegraph/jsonrpc2"
 
+	"github.com/bub-bus/bub/internal/jsonscan"
 	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -162,10 +163,11 @@ func (s *Stream) ReadRequest() (*jsonrpc2.Request, error) {
 		if msg.raw != nil {
 			continue
 		}
-		req := &jsonrpc2.Request{Notif: msg.synthetic == ""}
-		if err := json.Unmarshal(msg.method, &req.Method); err != nil {
+		method, ok := jsonscan.String(msg.method)
+		if !ok {
 			continue // cannot happen: the method was checked to be a JSON string
 		}
+		req := &jsonrpc2.Request{Method: method, Notif: msg.synthetic == ""}
 		if msg.params != nil {
 			params := msg.params
 			req.Params = &params
@@ -222,23 +224,21 @@ func (m message) encode() []byte {
 // and answering the rest.
 func (s *Stream) accept(data []byte) {
 	first := firstByte(data)
+	// One validating pass over the whole message; after it, members are
+	// read in place (jsonscan) and params stay a slice of data, never
+	// decoded or copied here. data must therefore be the message's own
+	// buffer, never reused (websocket.Conn.Read allocates one per
+	// message): the bus keeps payloads as slices of it.
+	if !json.Valid(data) {
+		s.reply(errorReply(nil, protocol.CodeParseError, "parse error: the message is not valid JSON"))
+		return
+	}
 	if first == '{' {
-		// Decoding the envelope checks the whole message, so a single
-		// object takes one pass, not a check and then a decode.
-		var env envelope
-		if err := json.Unmarshal(data, &env); err != nil {
-			s.reply(errorReply(nil, protocol.CodeParseError, "parse error: the message is not valid JSON"))
-			return
-		}
-		if msg, reply := s.prepare(data, &env, nil); reply != nil {
+		if msg, reply := s.prepare(data); reply != nil {
 			s.reply(reply)
 		} else if msg != nil {
 			s.queue = append(s.queue, *msg)
 		}
-		return
-	}
-	if !json.Valid(data) {
-		s.reply(errorReply(nil, protocol.CodeParseError, "parse error: the message is not valid JSON"))
 		return
 	}
 	if first != '[' {
@@ -257,7 +257,7 @@ func (s *Stream) accept(data []byte) {
 	b := &batch{}
 	s.mu.Lock()
 	for _, elem := range elems {
-		msg, reply := s.prepareLocked(elem, nil, b)
+		msg, reply := s.prepareLocked(elem, b)
 		if reply != nil {
 			b.replies = append(b.replies, reply)
 		}
@@ -275,38 +275,58 @@ func (s *Stream) accept(data []byte) {
 	}
 }
 
-func (s *Stream) prepare(raw json.RawMessage, env *envelope, b *batch) (msg *message, reply []byte) {
+func (s *Stream) prepare(raw json.RawMessage) (msg *message, reply []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.prepareLocked(raw, env, b)
+	return s.prepareLocked(raw, nil)
 }
 
-// envelope is the shape every JSON-RPC message is checked against. Absent
-// members stay nil; a JSON null becomes the bytes "null".
+// envelope is the shape every JSON-RPC message is checked against, its
+// members slices of the message. Absent members stay nil; a JSON null is
+// the bytes "null".
 type envelope struct {
-	JSONRPC json.RawMessage `json:"jsonrpc"`
-	Method  json.RawMessage `json:"method"`
-	Params  json.RawMessage `json:"params"`
-	ID      json.RawMessage `json:"id"`
-	Result  json.RawMessage `json:"result"`
-	Error   json.RawMessage `json:"error"`
+	JSONRPC json.RawMessage
+	Method  json.RawMessage
+	Params  json.RawMessage
+	ID      json.RawMessage
+	Result  json.RawMessage
+	Error   json.RawMessage
 }
 
-// prepareLocked checks one JSON-RPC message (raw is valid JSON; env is its
-// envelope when the caller decoded it already). It returns the message to
-// hand on, or the error reply the sender gets, or neither for a response
-// that answers nothing to hand on (an answer to one of the Stream's own
-// calls goes to its caller here).
-func (s *Stream) prepareLocked(raw json.RawMessage, env *envelope, b *batch) (msg *message, reply []byte) {
-	if env == nil {
-		if firstByte(raw) != '{' {
-			return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: a JSON-RPC message must be an object")
-		}
-		env = new(envelope)
-		if err := json.Unmarshal(raw, env); err != nil {
-			return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: "+err.Error())
+// readEnvelope reads the envelope of obj, a valid JSON object, in place,
+// matching keys as json.Unmarshal does (without regard to case, the last
+// duplicate winning).
+func readEnvelope(obj []byte) envelope {
+	var env envelope
+	for key, value := range jsonscan.Members(obj) {
+		switch {
+		case jsonscan.KeyIs(key, "jsonrpc"):
+			env.JSONRPC = value
+		case jsonscan.KeyIs(key, "method"):
+			env.Method = value
+		case jsonscan.KeyIs(key, "params"):
+			env.Params = value
+		case jsonscan.KeyIs(key, "id"):
+			env.ID = value
+		case jsonscan.KeyIs(key, "result"):
+			env.Result = value
+		case jsonscan.KeyIs(key, "error"):
+			env.Error = value
 		}
 	}
+	return env
+}
+
+// prepareLocked checks one JSON-RPC message (raw is valid JSON). It
+// returns the message to hand on, or the error reply the sender gets, or
+// neither for a response that answers nothing to hand on (an answer to
+// one of the Stream's own calls goes to its caller here).
+func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg *message, reply []byte) {
+	if firstByte(raw) != '{' {
+		return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: a JSON-RPC message must be an object")
+	}
+	envelope := readEnvelope(raw)
+	env := &envelope
 	id := env.ID
 	if id != nil && !validID(id) {
 		return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: id must be a string, a number or null")
@@ -441,7 +461,11 @@ func marshal(v any) ([]byte, error) {
 // answer is then dropped. The request's id is a number of the Stream's
 // own, so answers reach Call without going through jsonrpc2, and Call
 // must not be mixed with jsonrpc2's own Call on one connection.
-func (s *Stream) Call(ctx context.Context, method string, params []byte) (json.RawMessage, error) {
+//
+// written, when not nil, is called once the request has been written (or
+// its write failed), before Call waits for the answer: a caller can keep
+// its requests in order on the connection without waiting for answers.
+func (s *Stream) Call(ctx context.Context, method string, params []byte, written func()) (json.RawMessage, error) {
 	done := make(chan callResult, 1)
 	s.mu.Lock()
 	if s.closed {
@@ -462,6 +486,9 @@ func (s *Stream) Call(ctx context.Context, method string, params []byte) (json.R
 	frame = append(frame, params...)
 	frame = append(frame, '}')
 	err := s.write(frame)
+	if written != nil {
+		written()
+	}
 	*bp = frame
 	if cap(frame) <= maxPooledFrame {
 		framePool.Put(bp)

@@ -24,7 +24,7 @@ func FuzzPrepare(f *testing.F) {
 			return
 		}
 		s := &Stream{pending: make(map[string]*pendingReply)}
-		msg, reply := s.prepare(data, nil, nil)
+		msg, reply := s.prepare(data)
 		if msg != nil && msg.raw == nil && !json.Valid(msg.encode()) {
 			t.Fatalf("handed jsonrpc2 invalid JSON %q for %q", msg.encode(), data)
 		}
@@ -43,7 +43,7 @@ func FuzzPrepare(f *testing.F) {
 
 func TestPrepareRenamesIDs(t *testing.T) {
 	s := &Stream{pending: make(map[string]*pendingReply)}
-	msg, reply := s.prepare([]byte(`{"jsonrpc":"2.0","method":"ping","params":{},"id":1.0e3}`), nil, nil)
+	msg, reply := s.prepare([]byte(`{"jsonrpc":"2.0","method":"ping","params":{},"id":1.0e3}`))
 	if reply != nil {
 		t.Fatalf("reply %s", reply)
 	}
@@ -66,7 +66,7 @@ func TestAnswerCalls(t *testing.T) {
 		`{"jsonrpc":"2.0","id":7,"result":{"processed":true}}`,
 		`{"jsonrpc":"2.0","id":8,"error":{"code":-32000,"message":"no"}}`,
 	} {
-		if msg, reply := s.prepare([]byte(in), nil, nil); msg != nil || reply != nil {
+		if msg, reply := s.prepare([]byte(in)); msg != nil || reply != nil {
 			t.Fatalf("%s: handed on %+v, replied %s", in, msg, reply)
 		}
 	}
@@ -77,7 +77,7 @@ func TestAnswerCalls(t *testing.T) {
 		t.Fatalf("error = %v", r.err)
 	}
 	// An answer to no call of the Stream's is handed on, for jsonrpc2.
-	if msg, _ := s.prepare([]byte(`{"jsonrpc":"2.0","id":9,"result":{}}`), nil, nil); msg == nil || msg.raw == nil {
+	if msg, _ := s.prepare([]byte(`{"jsonrpc":"2.0","id":9,"result":{}}`)); msg == nil || msg.raw == nil {
 		t.Fatalf("unknown answer not handed on: %+v", msg)
 	}
 	waiting := make(chan callResult, 1)
@@ -86,4 +86,41 @@ func TestAnswerCalls(t *testing.T) {
 	if r := <-waiting; r.err != ErrClosed {
 		t.Fatalf("after failCalls: %v", r.err)
 	}
+}
+
+// FuzzReadEnvelope holds readEnvelope to the json.Unmarshal decode it
+// replaced: every member the same bytes, absent members nil.
+func FuzzReadEnvelope(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","method":"ping","params":{"a":[1,"}"]},"id":1}`,
+		`{"JSONRPC":"2.0","Method":"x","ID":null,"id":"y"}`, `{"\u0069d":1,"result":null,"error":{}}`,
+		`{"jſonrpc":"2.0","paramſ":[],"reſult":5}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) || firstByte(data) != '{' {
+			return
+		}
+		var want struct {
+			JSONRPC json.RawMessage `json:"jsonrpc"`
+			Method  json.RawMessage `json:"method"`
+			Params  json.RawMessage `json:"params"`
+			ID      json.RawMessage `json:"id"`
+			Result  json.RawMessage `json:"result"`
+			Error   json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatal(err)
+		}
+		got := readEnvelope(data)
+		for _, m := range []struct {
+			name      string
+			got, want json.RawMessage
+		}{{"jsonrpc", got.JSONRPC, want.JSONRPC}, {"method", got.Method, want.Method}, {"params", got.Params, want.Params}, {"id", got.ID, want.ID}, {"result", got.Result, want.Result}, {"error", got.Error, want.Error}} {
+			if string(m.got) != string(m.want) || (m.got == nil) != (m.want == nil) {
+				t.Fatalf("%s: %s is %q, json.Unmarshal says %q", data, m.name, m.got, m.want)
+			}
+		}
+	})
 }
