@@ -21,8 +21,9 @@ import (
 )
 
 // The agents of the tests: main controls researcher (up to Category 2,
-// with subscriptions) and scraper (up to Category 3); both Readers are
-// tainted high.
+// with subscriptions) and scraper (up to Category 3, three escalations a
+// session, a Category-3 subscription); researcher is tainted high,
+// scraper medium.
 var testAgents = map[string]string{
 	"main.md": `---
 name: main
@@ -53,6 +54,12 @@ bcp_channels:
     role: controller
     max_category: 3
     budget_bits: 5000
+    max_cat3_queries: 3
+    subscriptions:
+      - id: digest
+        category: 3
+        directive: "Summarize what changed."
+        max_words: 10
 ---
 Controller.
 `,

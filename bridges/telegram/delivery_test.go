@@ -152,6 +152,71 @@ func TestOutboundRefusalsEndInDeadLetterQueue(t *testing.T) {
 	if len(h.tg.Sent()) != 0 {
 		t.Fatalf("sent %+v", h.tg.Sent())
 	}
+	// Telegram was asked once per chat, not again on the bus's second
+	// attempt (which is there to dead-letter the message), and the
+	// refusals were logged.
+	if n := h.tg.Calls("sendMessage"); n != 2 {
+		t.Errorf("sendMessage called %d times, want once for each chat", n)
+	}
+	for _, want := range []string{"bot was blocked by the user", "chat not found"} {
+		if !strings.Contains(h.logs.String(), want) {
+			t.Errorf("%q not logged:\n%s", want, h.logs)
+		}
+	}
+}
+
+// A connection that breaks before Telegram answers is a network error:
+// the bus retries the reply with its backoff until it goes through.
+func TestOutboundNetworkErrorRetried(t *testing.T) {
+	h := newHarness(t)
+	h.start(telegram.Options{})
+	h.tg.Fail("sendMessage", telegramtest.Fault{Drop: true}, telegramtest.Fault{Drop: true})
+	h.send("outbound:42", map[string]any{"type": "plaintext_message", "text": "through a flaky network"})
+	if !h.tg.Wait(wait, func() bool { return len(h.tg.Sent()) == 1 }) {
+		t.Fatal("not sent after the broken connections")
+	}
+	if n := h.tg.Calls("sendMessage"); n != 3 {
+		t.Fatalf("sendMessage called %d times, want 2 broken + 1", n)
+	}
+	if m := h.tg.Sent()[0]; m.ChatID != 42 || m.Text != "through a flaky network" {
+		t.Fatalf("sent %+v", m)
+	}
+}
+
+// In a forum group, the bot is addressed by a reply to it as well as by a
+// mention; a plain reply on outbound:{chat} goes to the group and to the
+// thread of the conversation, never privately to the sender.
+func TestGroupReplyGoesToChatAndThread(t *testing.T) {
+	h := newHarness(t)
+	a := h.agent("tg:*")
+	b, _ := h.start(telegram.Options{})
+	const group, user = -1007, 8
+	toBot := telegramtest.Message(group, user, "and tomorrow?")
+	toBot["reply_to_message"] = map[string]any{"message_id": 1, "date": 1, "chat": toBot["chat"], "text": "sunny",
+		"from": map[string]any{"id": telegramtest.BotID, "is_bot": true, "first_name": "Bub"}}
+	h.tg.Push(map[string]any{"message": toBot})
+	if _, m := a.next(t); m["text"] != "and tomorrow?" || m["reply_to_message_id"] != 1.0 {
+		t.Fatalf("reply to the bot forwarded as %v", m)
+	}
+	h.tg.Reply(group, user, 2, "a reply to someone else") // not addressed
+	inThread := telegramtest.Message(group, user, "@bub_test_bot status?")
+	inThread["message_thread_id"], inThread["is_topic_message"] = 4, true
+	h.tg.Push(map[string]any{"message": inThread})
+	if _, m := a.next(t); m["message_thread_id"] != 4.0 || m["chat_id"] != "-1007" {
+		t.Fatalf("thread message forwarded as %v", m)
+	}
+	a.none(t, h.tg)
+	if n := updates(t, b, "message", "not_mentioned"); n != 1 {
+		t.Errorf("not_mentioned %v", n)
+	}
+
+	h.send("outbound:-1007", map[string]any{"type": "plaintext_message", "text": "all good"})
+	if !h.tg.Wait(wait, func() bool { return len(h.tg.Sent()) == 1 }) {
+		t.Fatal("reply not sent")
+	}
+	if m := h.tg.Sent()[0]; m.ChatID != group || m.MessageThreadID != 4 || m.Text != "all good" {
+		t.Fatalf("reply sent as %+v, want chat %d thread 4", m, int64(group))
+	}
 }
 
 func TestWebhook(t *testing.T) {

@@ -60,9 +60,10 @@ type Button struct {
 //     a reply): refused, logged, and dead-lettered. The bus dead-letters a
 //     refusal only on a retry attempt (a first delivery's refusal goes
 //     back to its publisher, who may be an agent that does not look), so
-//     on the first attempt the bridge asks for a retry, and refuses the
-//     retry if Telegram still does: the message lands in the dead-letter
-//     queue with reason "rejected" and Telegram's reason in its attempts.
+//     on the first attempt the bridge asks for a retry and remembers
+//     Telegram's answer, and refuses the retry with it without asking
+//     Telegram again: the message lands in the dead-letter queue with
+//     reason "rejected" and Telegram's reason in its attempts.
 func (b *Bridge) deliver(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
 	chatRaw := strings.TrimPrefix(d.Topic, "outbound:")
 	chatID, err := strconv.ParseInt(chatRaw, 10, 64)
@@ -90,13 +91,21 @@ func (b *Bridge) deliver(ctx context.Context, d *peer.Delivery) (peer.Result, er
 	}
 	pieces := splitMarkup(r.Text, r.ParseMode, maxMessageLength)
 	b.mu.Lock()
-	from := b.progress[d.MessageID].sent
+	done := b.progress[d.MessageID]
 	for id, p := range b.progress {
 		if time.Since(p.at) > progressTTL {
 			delete(b.progress, id)
 		}
 	}
 	b.mu.Unlock()
+	if done.refused != "" && d.Attempt > 1 {
+		// Telegram refused this message for good on an earlier attempt:
+		// asking again would only be refused again (and count against
+		// the bot's rate limit). The retry was for the dead-letter queue.
+		b.forget(d.MessageID)
+		return b.refuse(d, done.refused), nil
+	}
+	from := done.sent
 	for i := from; i < len(pieces); i++ {
 		err := b.sendPiece(ctx, chatID, &r, pieces[i], i == 0, i == len(pieces)-1)
 		if err == nil {
@@ -111,8 +120,15 @@ func (b *Bridge) deliver(ctx context.Context, d *peer.Delivery) (peer.Result, er
 			b.log.Info("Telegram asks to slow down; the bus retries", "chat_id", chatID, "retry_after", retryAfter, "message_id", d.MessageID)
 			return peer.Result{ShouldRetry: true, RetryAfter: retryAfter, Message: "telegram: 429 " + describe(err)}, nil
 		case classPermanent:
-			b.forget(d.MessageID)
-			return b.refuse(d, describe(err)), nil
+			reason := describe(err)
+			if d.Attempt <= 1 {
+				b.mu.Lock()
+				b.progress[d.MessageID] = progress{sent: i, refused: reason, at: time.Now()}
+				b.mu.Unlock()
+			} else {
+				b.forget(d.MessageID)
+			}
+			return b.refuse(d, reason), nil
 		default:
 			b.metrics.sends.WithLabelValues("retry").Inc()
 			b.log.Warn("cannot send to Telegram; the bus retries", "chat_id", chatID, "message_id", d.MessageID, "error", describe(err))

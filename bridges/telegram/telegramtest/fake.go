@@ -70,6 +70,9 @@ type Fault struct {
 	Description string
 	// RetryAfter is parameters.retry_after for a 429, in seconds.
 	RetryAfter int
+	// Drop closes the connection without an answer, as a network failure
+	// between the bot and Telegram would; Status and the rest are unused.
+	Drop bool
 }
 
 // Server is the fake Bot API. The zero value is not usable; call Start.
@@ -312,6 +315,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.faults[method] = f[1:]
 		s.notify()
 		s.mu.Unlock()
+		if f[0].Drop {
+			drop(w)
+			return
+		}
 		reply(w, f[0].Status, nil, f[0])
 		return
 	}
@@ -544,6 +551,15 @@ func obj(v any) (map[string]any, bool) {
 func int64Param(params map[string]any, key string) int64 {
 	n, _ := strconv.ParseInt(str(params[key]), 10, 64)
 	return n
+}
+
+// drop closes the request's connection without writing an answer.
+func drop(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler) // HTTP/2: abort the stream instead
+	}
+	conn.Close()
 }
 
 // reply writes a Bot API answer: {"ok":true,"result":...} or, when
