@@ -62,7 +62,7 @@ auth:
       token_sha256: "$gateway_hash"
       client_ids: ["bcp-gateway"]
       publish:   {allow: ["agent:*", "bcp:approval.requested", "alert:bcp.budget"]}
-      subscribe: {allow: ["bcp:*", "system:client.connected", "system:client.subscribed"]}
+      subscribe: {allow: ["bcp:*", "system:client.*"]}
     - name: telegram                    # bub telegram (the telegram profile)
       token_sha256: "$telegram_hash"
       client_ids: ["telegram"]
