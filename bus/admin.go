@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sourcegraph/jsonrpc2"
-
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -20,7 +19,7 @@ import (
 // queue into memory.
 const maxListLimit = 1000
 
-func (c *conn) dlqList(req *jsonrpc2.Request) (any, error) {
+func (c *conn) dlqList(req *rpcstream.Request) (any, error) {
 	var p protocol.DLQListParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
@@ -39,7 +38,7 @@ func (c *conn) dlqList(req *jsonrpc2.Request) (any, error) {
 	return result, nil
 }
 
-func (c *conn) dlqGet(req *jsonrpc2.Request) (any, error) {
+func (c *conn) dlqGet(req *rpcstream.Request) (any, error) {
 	var p protocol.DLQGetParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
@@ -54,7 +53,7 @@ func (c *conn) dlqGet(req *jsonrpc2.Request) (any, error) {
 	return wireDeadLetter(d), nil
 }
 
-func (c *conn) dlqReplay(req *jsonrpc2.Request) (any, error) {
+func (c *conn) dlqReplay(req *rpcstream.Request) (any, error) {
 	var p protocol.DLQReplayParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
@@ -119,7 +118,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 	return nil
 }
 
-func (c *conn) dlqPurge(req *jsonrpc2.Request) (any, error) {
+func (c *conn) dlqPurge(req *rpcstream.Request) (any, error) {
 	var p protocol.DLQPurgeParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err

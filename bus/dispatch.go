@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -21,8 +21,8 @@ import (
 // by Options.MaxInFlight: a peer waiting for its own sendMessage can still
 // answer processMessage calls, and a full connection gets -32006 at once
 // instead of a blocked read loop.
-func (c *conn) handle(req *jsonrpc2.Request) {
-	if req.Notif {
+func (c *conn) handle(req *rpcstream.Request) {
+	if req.Notif() {
 		// No bus method is a notification, and notifications are never
 		// answered, not even with an error.
 		c.log.Debug("ignoring notification", "method", req.Method)
@@ -49,7 +49,7 @@ func (c *conn) handle(req *jsonrpc2.Request) {
 			// messages take their turns at each subscriber in the order
 			// it sent them (order.go).
 			var out *outgoing
-			result, err := c.guard(req, func(req *jsonrpc2.Request) (any, error) {
+			result, err := c.guard(req, func(req *rpcstream.Request) (any, error) {
 				var err error
 				out, err = c.route(req)
 				return nil, err
@@ -78,7 +78,7 @@ func (c *conn) handle(req *jsonrpc2.Request) {
 }
 
 // handleQueued runs the dlq.* methods, which wait on the store.
-func (c *conn) handleQueued(req *jsonrpc2.Request) (any, error) {
+func (c *conn) handleQueued(req *rpcstream.Request) (any, error) {
 	if err := c.requireInitialized(req.Method); err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (c *conn) handleQueued(req *jsonrpc2.Request) (any, error) {
 	return c.dlqPurge(req)
 }
 
-func (c *conn) handleInline(req *jsonrpc2.Request) (any, error) {
+func (c *conn) handleInline(req *rpcstream.Request) (any, error) {
 	if req.Method == protocol.MethodInitialize {
 		return c.initialize(req)
 	}
@@ -122,7 +122,7 @@ var knownMethods = map[string]bool{
 	protocol.MethodUnsubscribe: true,
 }
 
-func (c *conn) reply(req *jsonrpc2.Request, result any, err error) {
+func (c *conn) reply(req *rpcstream.Request, result any, err error) {
 	c.server.metrics.requests.WithLabelValues(methodLabel(req.Method), outcomeOf(err)).Inc()
 	var werr *protocol.Error
 	if err != nil {
@@ -143,19 +143,19 @@ func outcomeOf(err error) string {
 
 // decodeParams decodes a request's params object into v, naming the field
 // at fault when it cannot.
-func decodeParams(req *jsonrpc2.Request, v any) error {
+func decodeParams(req *rpcstream.Request, v any) error {
 	if err := paramsObject(req); err != nil {
 		return err
 	}
-	return paramsError(req.Method, json.Unmarshal(*req.Params, v))
+	return paramsError(req.Method, json.Unmarshal(req.Params, v))
 }
 
 // paramsObject refuses params that are absent, null or positional.
-func paramsObject(req *jsonrpc2.Request) error {
-	if req.Params == nil || string(*req.Params) == "null" {
+func paramsObject(req *rpcstream.Request) error {
+	if req.Params == nil || string(req.Params) == "null" {
 		return protocol.Errorf(protocol.ErrInvalidParams, "%s needs a params object", req.Method)
 	}
-	if !protocol.IsObject(*req.Params) {
+	if !protocol.IsObject(req.Params) {
 		return protocol.Errorf(protocol.ErrInvalidParams, "%s params must be an object, not positional", req.Method)
 	}
 	return nil
@@ -185,7 +185,7 @@ func (c *conn) requireInitialized(method string) error {
 	return nil
 }
 
-func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
+func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	s := c.server
 	c.mu.Lock()
 	already := c.initialized
@@ -271,7 +271,7 @@ func (c *conn) initialize(req *jsonrpc2.Request) (any, error) {
 	}, nil
 }
 
-func (c *conn) subscribe(req *jsonrpc2.Request) (any, error) {
+func (c *conn) subscribe(req *rpcstream.Request) (any, error) {
 	var p protocol.SubscribeParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
@@ -332,7 +332,7 @@ func (c *conn) addSubscription(topic string, pattern *protocol.Pattern, policy p
 	return c.clientID, c.identity, nil
 }
 
-func (c *conn) unsubscribe(req *jsonrpc2.Request) (any, error) {
+func (c *conn) unsubscribe(req *rpcstream.Request) (any, error) {
 	var p protocol.UnsubscribeParams
 	if err := decodeParams(req, &p); err != nil {
 		return nil, err
@@ -369,7 +369,7 @@ type outgoing struct {
 // route checks a sendMessage, routes it and takes its tickets (order.go).
 // It runs on the read loop: params are read in place, in one pass, and
 // nothing here waits on a peer or the store.
-func (c *conn) route(req *jsonrpc2.Request) (*outgoing, error) {
+func (c *conn) route(req *rpcstream.Request) (*outgoing, error) {
 	// One look at the connection for everything the checks need.
 	c.mu.Lock()
 	initialized, from, access, identity, defaultTopic := c.initialized, c.clientID, c.access, c.identity, c.defaultTopic
@@ -380,7 +380,7 @@ func (c *conn) route(req *jsonrpc2.Request) (*outgoing, error) {
 	if err := paramsObject(req); err != nil {
 		return nil, err
 	}
-	p, payloadErr, err := protocol.ScanSendMessage(*req.Params)
+	p, payloadErr, err := protocol.ScanSendMessage(req.Params)
 	if err != nil {
 		return nil, paramsError(req.Method, err)
 	}
@@ -414,7 +414,7 @@ func (c *conn) route(req *jsonrpc2.Request) (*outgoing, error) {
 // publish admits and publishes a routed sendMessage, off the read loop.
 // Whatever happens, its tickets are passed, so the publisher's next
 // messages are not kept waiting.
-func (out *outgoing) publish(*jsonrpc2.Request) (any, error) {
+func (out *outgoing) publish(*rpcstream.Request) (any, error) {
 	defer func() {
 		for i := range out.tickets {
 			out.tickets[i].pass()

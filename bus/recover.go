@@ -4,9 +4,8 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/sourcegraph/jsonrpc2"
-
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -27,7 +26,7 @@ const (
 // damaged file; this is the second, for damage done while the bus runs.
 //
 // The recovery takes no lock: the handler may have panicked holding one.
-func (c *conn) guard(req *jsonrpc2.Request, handler func(*jsonrpc2.Request) (any, error)) (result any, err error) {
+func (c *conn) guard(req *rpcstream.Request, handler func(*rpcstream.Request) (any, error)) (result any, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {

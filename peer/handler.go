@@ -127,7 +127,7 @@ func (c *Conn) read(s *session) {
 			s.err = err
 			return
 		}
-		if !req.Notif {
+		if !req.Notif() {
 			c.serve(s, req)
 		}
 	}
@@ -144,7 +144,7 @@ func (c *Conn) serve(s *session, req *rpcstream.Request) {
 		return
 	}
 	var p protocol.ProcessMessageParams
-	if params == nil || json.Unmarshal(*params, &p) != nil {
+	if params == nil || json.Unmarshal(params, &p) != nil {
 		s.reply(req, nil, protocol.Errorf(protocol.ErrInvalidParams, "%s needs params {topic, subscription, payload, messageId, from, attempt}", method))
 		return
 	}

@@ -1,29 +1,22 @@
-// Package rpcstream carries JSON-RPC 2.0 over a WebSocket connection for
-// sourcegraph/jsonrpc2: one JSON-RPC object, or one batch, per text
-// message.
+// Package rpcstream carries JSON-RPC 2.0 over a WebSocket connection: one
+// JSON-RPC object, or one batch, per text message, for the bus and the
+// peer SDK alike.
 //
-// jsonrpc2 on its own closes the connection on unparsable JSON and on
-// batches, cannot echo every id JSON-RPC allows, and answers nothing for
-// a message that is neither request nor response. The Stream sits in
-// front of it and answers those cases itself, as JSON-RPC 2.0 requires:
-// invalid JSON gets -32700 with a null id, a value that is not a request
-// gets -32600, a batch is split for jsonrpc2 and its responses are joined
-// into one array, and every request id is echoed byte for byte. The
-// connection stays open through all of it.
-//
-// To echo ids exactly, the Stream hands jsonrpc2 each request under a
-// synthetic id of its own and restores the caller's id when the response
-// is written. A handler must therefore answer each request exactly once,
-// and never answer a notification.
-//
-// The Stream also offers a lean path that bypasses jsonrpc2's codec, which
-// decodes every request into a map and marshals its params again:
 // ReadRequest hands over requests with their params exactly as the peer
-// sent them, Reply answers them, and Call sends a request whose params are
-// already encoded and matches its response without jsonrpc2. The bus and
-// the peer SDK use the lean path alone (docs/BENCHMARKS.md has the numbers
-// that decided it), so payloads pass through both byte for byte. A
-// connection uses one path for reading, never both.
+// sent them (slices of the message read, never decoded into a map and
+// marshalled again), so payloads pass through byte for byte; Reply answers
+// them; Call sends a request whose params are already encoded and matches
+// its answer. docs/BENCHMARKS.md has the numbers that decided this over a
+// general JSON-RPC library.
+//
+// The Stream answers malformed input itself, as JSON-RPC 2.0 requires, and
+// the connection stays open through all of it: invalid JSON gets -32700
+// with a null id, a value that is not a request gets -32600, a batch is
+// split into its requests and their responses are joined into one array,
+// and every request id is echoed byte for byte. To echo ids exactly, each
+// request is handed over under a synthetic id of the Stream's own, which
+// Reply turns back into the peer's; a handler must therefore answer each
+// request exactly once, and never answer a notification.
 package rpcstream
 
 import (
@@ -37,7 +30,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/sourcegraph/jsonrpc2"
 
 	"github.com/bub-bus/bub/internal/jsonscan"
 	"github.com/bub-bus/bub/internal/outbound"
@@ -48,10 +40,10 @@ import (
 // answer arrives, or had ended before the call.
 var ErrClosed = errors.New("rpcstream: connection closed")
 
-// Stream is a jsonrpc2.ObjectStream over a WebSocket connection.
+// Stream is a JSON-RPC 2.0 connection over a WebSocket connection.
 //
-// ReadObject must be called from one goroutine at a time (jsonrpc2's read
-// loop); WriteObject may be called concurrently.
+// ReadRequest must be called from one goroutine at a time; Reply and Call
+// may be called concurrently.
 type Stream struct {
 	ws           *websocket.Conn
 	writeTimeout time.Duration
@@ -76,13 +68,11 @@ type Stream struct {
 	onLate func()
 }
 
-// message is one checked JSON-RPC message: a request (method set) or a
-// response to hand on (raw set).
+// message is one checked JSON-RPC request.
 type message struct {
 	method    json.RawMessage // the JSON string, quotes included
 	params    json.RawMessage // nil when absent
 	synthetic string          // "" for a notification
-	raw       []byte          // a response, as received
 }
 
 // callResult is the answer to one of the Stream's own calls.
@@ -91,7 +81,7 @@ type callResult struct {
 	err    error
 }
 
-// pendingReply remembers a request handed to jsonrpc2 under a synthetic id.
+// pendingReply remembers a request handed over under a synthetic id.
 type pendingReply struct {
 	id    json.RawMessage // the caller's id, as sent
 	batch *batch          // nil when the request came on its own
@@ -120,62 +110,40 @@ func NewOutbound(ws *websocket.Conn, out *outbound.Conn) *Stream {
 	return s
 }
 
-// syntheticPrefix starts every id the Stream hands to jsonrpc2. The
-// Stream's own calls use numeric ids, so the two never meet.
+// syntheticPrefix starts every id the Stream hands over. The Stream's own
+// calls use numeric ids, so the two never meet.
 const syntheticPrefix = "~r"
 
-// ReadObject reads the next JSON-RPC request or response into v, answering
-// malformed input itself and reading on.
-func (s *Stream) ReadObject(v any) error {
-	for {
-		msg, err := s.next()
-		if err != nil {
-			return err
-		}
-		data := msg.raw
-		if data == nil {
-			data = msg.encode()
-		}
-		// The Stream checked the message's shape, so jsonrpc2 can only
-		// refuse a response whose id it cannot represent; such a
-		// response answers no call of ours and is dropped.
-		if err := json.Unmarshal(data, v); err == nil {
-			return nil
-		}
-	}
+// Request is a request as ReadRequest hands it over.
+type Request struct {
+	Method string
+	// Params are the bytes the peer sent, nil when it sent none.
+	Params json.RawMessage
+	// ID is the Stream's own name for the request, which Reply turns
+	// back into the peer's id; "" for a notification, which is never
+	// answered.
+	ID string
 }
 
-// Request is a request as ReadRequest hands it over, named here so that
-// a user of the lean path needs no import of jsonrpc2.
-type Request = jsonrpc2.Request
+// Notif reports whether the request is a notification.
+func (r *Request) Notif() bool { return r.ID == "" }
 
 // ReadRequest reads the next JSON-RPC request, answering malformed input
 // itself and reading on. Its Params are the bytes the peer sent, and its
-// ID a synthetic one that WriteObject turns back into the peer's. Answers
+// ID a synthetic one that Reply turns back into the peer's. Answers
 // to the Stream's own calls go to their callers; other responses are
 // dropped, as they answer nothing.
-func (s *Stream) ReadRequest() (*jsonrpc2.Request, error) {
+func (s *Stream) ReadRequest() (*Request, error) {
 	for {
 		msg, err := s.next()
 		if err != nil {
 			return nil, err
 		}
-		if msg.raw != nil {
-			continue
-		}
 		method, ok := jsonscan.String(msg.method)
 		if !ok {
 			continue // cannot happen: the method was checked to be a JSON string
 		}
-		req := &jsonrpc2.Request{Method: method, Notif: msg.synthetic == ""}
-		if msg.params != nil {
-			params := msg.params
-			req.Params = &params
-		}
-		if !req.Notif {
-			req.ID = jsonrpc2.ID{Str: msg.synthetic, IsString: true}
-		}
-		return req, nil
+		return &Request{Method: method, Params: msg.params, ID: msg.synthetic}, nil
 	}
 }
 
@@ -201,26 +169,7 @@ func (s *Stream) next() (message, error) {
 	return msg, nil
 }
 
-// encode renders a request for jsonrpc2.
-func (m message) encode() []byte {
-	var out bytes.Buffer
-	out.Grow(len(m.method) + len(m.params) + 48)
-	out.WriteString(`{"jsonrpc":"2.0","method":`)
-	out.Write(m.method)
-	if m.params != nil {
-		out.WriteString(`,"params":`)
-		out.Write(m.params)
-	}
-	if m.synthetic != "" {
-		out.WriteString(`,"id":"`)
-		out.WriteString(m.synthetic)
-		out.WriteByte('"')
-	}
-	out.WriteByte('}')
-	return out.Bytes()
-}
-
-// accept checks one WebSocket message, queueing what jsonrpc2 should see
+// accept checks one WebSocket message, queueing the requests to hand over
 // and answering the rest.
 func (s *Stream) accept(data []byte) {
 	first := firstByte(data)
@@ -267,7 +216,7 @@ func (s *Stream) accept(data []byte) {
 	}
 	done := b.waiting == 0
 	s.mu.Unlock()
-	// Requests in the batch are answered as jsonrpc2 handles them; when
+	// Requests in the batch are answered as their handlers reply; when
 	// there are none, what the batch gets is known now: error replies,
 	// or nothing at all for a batch of notifications.
 	if done && len(b.replies) > 0 {
@@ -318,9 +267,9 @@ func readEnvelope(obj []byte) envelope {
 }
 
 // prepareLocked checks one JSON-RPC message (raw is valid JSON). It
-// returns the message to hand on, or the error reply the sender gets, or
-// neither for a response that answers nothing to hand on (an answer to
-// one of the Stream's own calls goes to its caller here).
+// returns the request to hand on, or the error reply the sender gets, or
+// neither for a response (an answer to one of the Stream's own calls goes
+// to its caller here; any other answers nothing and is dropped).
 func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg *message, reply []byte) {
 	if firstByte(raw) != '{' {
 		return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: a JSON-RPC message must be an object")
@@ -339,10 +288,8 @@ func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg *message, rep
 			if id == nil || (env.Result != nil && env.Error != nil) {
 				return nil, nil // a malformed response: there is nobody to answer
 			}
-			if s.answerLocked(id, env) {
-				return nil, nil
-			}
-			return &message{raw: raw}, nil
+			s.answerLocked(id, env)
+			return nil, nil
 		}
 		return nil, errorReply(id, protocol.CodeInvalidRequest, `invalid request: a request needs "method", a response "result" or "error"`)
 	}
@@ -369,30 +316,10 @@ func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg *message, rep
 	return msg, nil
 }
 
-// responsePrefix is how jsonrpc2 marshals a response to a request the
-// Stream renamed: Response's first field is its id.
-var responsePrefix = []byte(`{"id":"` + syntheticPrefix)
-
-// WriteObject writes one JSON-RPC message. A response to a request that
-// came in a batch is held until the whole batch can be answered at once.
-func (s *Stream) WriteObject(v any) error {
-	data, err := marshal(v)
-	if err != nil {
-		return err
-	}
-	if bytes.HasPrefix(data, responsePrefix) {
-		start := len(`{"id":"`)
-		if end := bytes.IndexByte(data[start:], '"'); end >= 0 {
-			return s.respond(string(data[start:start+end]), data[start+end+1:], data)
-		}
-	}
-	return s.write(data)
-}
-
 // Reply answers a request read with ReadRequest: with result (marshalled
-// to JSON) or, when rerr is not nil, with that error. Like WriteObject, it
+// to JSON) or, when rerr is not nil, with that error. It
 // restores the peer's id and holds the answers to a batch until all are in.
-func (s *Stream) Reply(id jsonrpc2.ID, result any, rerr *protocol.Error) error {
+func (s *Stream) Reply(id string, result any, rerr *protocol.Error) error {
 	var body []byte
 	var err error
 	if rerr != nil {
@@ -406,23 +333,19 @@ func (s *Stream) Reply(id jsonrpc2.ID, result any, rerr *protocol.Error) error {
 		return fmt.Errorf("encode reply: %w", err)
 	}
 	body = append(body, `,"jsonrpc":"2.0"}`...)
-	return s.respond(id.Str, body, nil)
+	return s.respond(id, body)
 }
 
 // respond writes the response whose members after the id are rest, to the
 // request the Stream renamed synthetic: under the peer's own id, and with
-// a batch's other answers once they are all in. An id the Stream does not
-// know is written as fallback, when there is one.
-func (s *Stream) respond(synthetic string, rest, fallback []byte) error {
+// a batch's other answers once they are all in.
+func (s *Stream) respond(synthetic string, rest []byte) error {
 	s.mu.Lock()
 	p, ok := s.pending[synthetic]
 	delete(s.pending, synthetic)
 	if !ok {
 		s.mu.Unlock()
-		if fallback == nil {
-			return fmt.Errorf("reply to unknown request %q", synthetic)
-		}
-		return s.write(fallback)
+		return fmt.Errorf("reply to unknown request %q", synthetic)
 	}
 	restored := make([]byte, 0, len(rest)+len(p.id)+8)
 	restored = append(restored, `{"id":`...)
@@ -443,24 +366,12 @@ func (s *Stream) respond(synthetic string, rest, fallback []byte) error {
 	return s.write(data)
 }
 
-// marshal encodes v. jsonrpc2's messages marshal themselves with
-// encoding/json, so their output is already compact and escaped; calling
-// MarshalJSON directly spares json.Marshal's second pass over it (which
-// re-validates and copies every payload).
-func marshal(v any) ([]byte, error) {
-	if m, ok := v.(json.Marshaler); ok {
-		return m.MarshalJSON()
-	}
-	return json.Marshal(v)
-}
-
 // Call sends a request for method with params, raw JSON written exactly
 // as given, and waits for the answer: its result, or a *ResponseError
 // when the peer answered with an error. It returns ErrClosed when the
 // connection ends first, and ctx's error when ctx ends first; a late
 // answer is then dropped. The request's id is a number of the Stream's
-// own, so answers reach Call without going through jsonrpc2, and Call
-// must not be mixed with jsonrpc2's own Call on one connection.
+// own, numeric, so it never meets the synthetic ids of requests read.
 //
 // written, when not nil, is called once the request has been written (or
 // its write failed), before Call waits for the answer: a caller can keep
@@ -542,22 +453,21 @@ func (e *ResponseError) Error() string {
 	return fmt.Sprintf("error %d: %s", e.Code, e.Message)
 }
 
-// answerLocked hands a response to the Call waiting for it, reporting
-// whether there was one.
-func (s *Stream) answerLocked(id json.RawMessage, env *envelope) bool {
+// answerLocked hands a response to the Call waiting for it, if any.
+func (s *Stream) answerLocked(id json.RawMessage, env *envelope) {
 	if len(id) == 0 || id[0] < '0' || id[0] > '9' {
-		return false
+		return
 	}
 	n, err := strconv.ParseUint(string(id), 10, 64)
 	if err != nil {
-		return false
+		return
 	}
 	done, ok := s.calls[n]
 	if !ok {
 		if n < s.nextCallID && s.onLate != nil {
 			s.onLate()
 		}
-		return false
+		return
 	}
 	delete(s.calls, n)
 	var r callResult
@@ -578,7 +488,6 @@ func (s *Stream) answerLocked(id json.RawMessage, env *envelope) bool {
 		r.result = env.Result
 	}
 	done <- r
-	return true
 }
 
 // failCalls ends every waiting Call with ErrClosed, and every later one.
