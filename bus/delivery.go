@@ -74,17 +74,11 @@ func (e *deliveryError) Error() string {
 // comes back through the Stream, not jsonrpc2's codec.
 func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 	var result protocol.ProcessMessageResult
-	bp := paramsPool.Get().(*[]byte)
-	params := appendDeliveryParams((*bp)[:0], d)
 	var written func()
 	if d.turn != nil {
 		written = d.turn.pass
 	}
-	raw, err := d.conn.stream.Call(ctx, protocol.MethodProcessMessage, params, written)
-	*bp = params
-	if cap(params) <= maxPooledParams {
-		paramsPool.Put(bp)
-	}
+	raw, err := d.conn.stream.CallAppend(ctx, protocol.MethodProcessMessage, d, written)
 	var rerr *rpcstream.ResponseError
 	switch {
 	case err == nil:
@@ -106,17 +100,12 @@ func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessage
 	}
 }
 
-// paramsPool holds the buffers deliveries encode their params in; Call
-// has written them by the time it returns.
-var paramsPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
-
-// maxPooledParams bounds the buffers paramsPool keeps.
-const maxPooledParams = 256 << 10
-
-// appendDeliveryParams appends d's processMessage params, the bytes
+// AppendParams appends d's processMessage params, the bytes
 // json.Marshal(protocol.ProcessMessageParams{...}) gives for a compact
-// payload and meta, without encoding/json's pass over them.
-func appendDeliveryParams(dst []byte, d *delivery) []byte {
+// payload and meta, without encoding/json's pass over them. The Stream
+// calls it to build the frame, so the payload is copied once per delivery,
+// into a buffer that is free again once the frame is written.
+func (d *delivery) AppendParams(dst []byte) []byte {
 	if d.shared != nil {
 		dst = append(dst, d.shared.head...)
 		dst = appendJSONString(dst, d.Subscription)
@@ -165,6 +154,13 @@ type sharedParams struct {
 	head, tail []byte
 	buf        *[]byte
 }
+
+// paramsPool holds the buffers shared params are encoded in.
+var paramsPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledParams bounds the buffers paramsPool keeps, so one huge
+// message does not pin its buffer for good.
+const maxPooledParams = 256 << 10
 
 func newSharedParams(m *store.Message) *sharedParams {
 	bp := paramsPool.Get().(*[]byte)

@@ -377,6 +377,24 @@ func (s *Stream) respond(synthetic string, rest []byte) error {
 // its write failed), before Call waits for the answer: a caller can keep
 // its requests in order on the connection without waiting for answers.
 func (s *Stream) Call(ctx context.Context, method string, params []byte, written func()) (json.RawMessage, error) {
+	return s.call(ctx, method, params, nil, written)
+}
+
+// ParamsAppender appends a request's params, encoded JSON, to dst.
+type ParamsAppender interface {
+	AppendParams(dst []byte) []byte
+}
+
+// CallAppend is Call with params that p appends straight into the frame
+// Call writes: the params are encoded once, into a buffer that is reused
+// as soon as the frame is written, instead of into one the caller would
+// have to keep until the answer came (for a fan-out, a payload's copy per
+// subscriber still waiting to answer).
+func (s *Stream) CallAppend(ctx context.Context, method string, p ParamsAppender, written func()) (json.RawMessage, error) {
+	return s.call(ctx, method, nil, p, written)
+}
+
+func (s *Stream) call(ctx context.Context, method string, params []byte, appender ParamsAppender, written func()) (json.RawMessage, error) {
 	done := make(chan callResult, 1)
 	s.mu.Lock()
 	if s.closed {
@@ -394,7 +412,11 @@ func (s *Stream) Call(ctx context.Context, method string, params []byte, written
 	frame = append(frame, `,"jsonrpc":"2.0","method":`...)
 	frame = strconv.AppendQuote(frame, method)
 	frame = append(frame, `,"params":`...)
-	frame = append(frame, params...)
+	if appender != nil {
+		frame = appender.AppendParams(frame)
+	} else {
+		frame = append(frame, params...)
+	}
 	frame = append(frame, '}')
 	err := s.write(frame)
 	if written != nil {
