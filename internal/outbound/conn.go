@@ -112,6 +112,10 @@ type Conn struct {
 	queuedSeq, writtenSeq uint64
 	// closeSent is set once a close frame is queued: no data may follow.
 	closeSent bool
+	// lined counts the data frames that have had to wait for room,
+	// served those of them that have had their turn: frames wait in
+	// that order (write).
+	lined, served uint64
 	// err is why the Conn failed; every later write returns it.
 	err error
 
@@ -261,23 +265,42 @@ func (c *Conn) Stats() (writes, frames uint64) {
 // writer that finds the socket free leaves the write to a goroutine.
 func (c *Conn) write(h, p []byte, control, async bool) error {
 	c.mu.Lock()
+	// A data frame that has to wait for room takes a place in line, and
+	// frames behind it wait their turn: otherwise small frames arriving
+	// while the queue drains could take the room a large one waits for,
+	// again and again, while the socket makes progress and no write
+	// timeout fires. Control frames never wait for room, so they skip
+	// the line.
+	var ticket uint64
+	waiting := false
+	leave := func() {
+		if waiting {
+			c.served++
+			c.room.Broadcast()
+		}
+	}
 	for {
 		if c.err != nil {
 			err := c.err
+			leave()
 			c.mu.Unlock()
 			return err
 		}
 		if c.closeSent && !(control && h == nil) {
+			leave()
 			c.mu.Unlock()
 			return ErrCloseSent
 		}
-		if control && h == nil && p[0]&0x0f == opClose {
-			c.closeSent = true
-		}
-		if !c.writing {
+		turn := control || (waiting && ticket == c.served) || (!waiting && c.served == c.lined)
+		if !c.writing && turn {
+			leave()
 			break
 		}
-		if control || len(c.queued) == 0 || len(c.queued)+len(h)+len(p) <= maxQueued {
+		if turn && (control || len(c.queued) == 0 || len(c.queued)+len(h)+len(p) <= maxQueued) {
+			leave()
+			if control && h == nil && p[0]&0x0f == opClose {
+				c.closeSent = true
+			}
 			c.enqueueLocked(h, p)
 			if h == nil {
 				// coder/websocket's frame (a close, a pong) is on the
@@ -295,7 +318,14 @@ func (c *Conn) write(h, p []byte, control, async bool) error {
 			c.mu.Unlock()
 			return nil
 		}
+		if !waiting {
+			ticket, waiting = c.lined, true
+			c.lined++
+		}
 		c.room.Wait()
+	}
+	if control && h == nil && p[0]&0x0f == opClose {
+		c.closeSent = true
 	}
 	c.writing = true
 	if async {

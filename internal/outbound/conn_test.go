@@ -389,3 +389,50 @@ func BenchmarkWriteAtDepth(b *testing.B) {
 		})
 	}
 }
+
+// A frame too large for the room left in the queue waits its turn, and
+// frames written after it wait behind it instead of taking the room it
+// waits for: it cannot be starved by a stream of small ones.
+func TestLargeFrameKeepsItsPlaceInLine(t *testing.T) {
+	c, peer := pipe(t, 5*time.Second)
+	errs := make(chan error, 3)
+	go func() { errs <- c.WriteMessage(websocket.MessageText, []byte("first")) }()
+	waitWriting(t, c) // blocked in the pipe until the peer reads
+	if err := c.WriteMessage(websocket.MessageText, []byte("small-1")); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("b", maxQueued)
+	go func() { errs <- c.WriteMessage(websocket.MessageText, []byte(big)) }()
+	waitLined(t, c, 1)
+	go func() { errs <- c.WriteMessage(websocket.MessageText, []byte("small-2")) }()
+	waitLined(t, c, 2)
+	r := bufio.NewReader(peer)
+	for _, want := range []string{"first", "small-1", big, "small-2"} {
+		if _, p := readFrame(t, r); p != want {
+			t.Fatalf("read %.16q (%d bytes), want %.16q", p, len(p), want)
+		}
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitLined waits until n frames have had to wait for their turn.
+func waitLined(t *testing.T, c *Conn, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		lined := c.lined
+		c.mu.Unlock()
+		if lined >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d frames waiting, want %d", lined, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
