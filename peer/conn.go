@@ -172,8 +172,37 @@ type session struct {
 	// unsure holds the subscribes on this connection whose answer never
 	// came (their call timed out), by pattern: the bus may have applied
 	// them, and says "already subscribed" when they are tried again.
-	// Guarded by Conn.subMu.
-	unsure map[string]protocol.SubscribeParams
+	// Changed under Conn.subMu and unsureMu, read under either: the read
+	// loop checks it (isUnsure) while a Subscribe holding subMu waits on
+	// that loop for its answer.
+	unsure   map[string]protocol.SubscribeParams
+	unsureMu sync.Mutex
+}
+
+// isUnsure reports whether the bus may hold a subscription to pattern
+// that this session's subscribe never heard the answer for.
+func (s *session) isUnsure(pattern string) bool {
+	s.unsureMu.Lock()
+	defer s.unsureMu.Unlock()
+	_, ok := s.unsure[pattern]
+	return ok
+}
+
+// setUnsure records, or with ok false forgets, a subscribe whose answer
+// never came. The caller holds Conn.subMu.
+func (s *session) setUnsure(p protocol.SubscribeParams, ok bool) {
+	s.unsureMu.Lock()
+	defer s.unsureMu.Unlock()
+	if !ok {
+		delete(s.unsure, p.Topic)
+		return
+	}
+	if s.unsure == nil {
+		s.unsure = make(map[string]protocol.SubscribeParams)
+	}
+	if _, known := s.unsure[p.Topic]; !known {
+		s.unsure[p.Topic] = p
+	}
 }
 
 // close drops the connection at once and waits for its read loop, so that

@@ -150,6 +150,15 @@ func (c *Conn) serve(s *session, req *rpcstream.Request) {
 	}
 	sub := c.subscription(p.Subscription)
 	if sub == nil {
+		if s.isUnsure(p.Subscription) {
+			// A subscribe that timed out after the bus applied it: no
+			// handler here, yet the bus routes to it. Ask for the
+			// message again rather than let it be lost to this
+			// subscription; a Subscribe retried meanwhile handles it,
+			// and if none comes it ends in the dead-letter queue.
+			s.reply(req, Result{ShouldRetry: true, Message: fmt.Sprintf("subscription %q not confirmed here yet", p.Subscription)}, nil)
+			return
+		}
 		// Unsubscribed while the message was on its way: not ours to
 		// handle, so let it propagate.
 		s.reply(req, Result{Message: fmt.Sprintf("no subscription to %q here", p.Subscription)}, nil)

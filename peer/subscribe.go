@@ -90,20 +90,15 @@ func (c *Conn) subscribeOn(ctx context.Context, s *session, p protocol.Subscribe
 	earlier, unsure := s.unsure[p.Topic]
 	switch {
 	case err == nil:
-		delete(s.unsure, p.Topic)
+		s.setUnsure(p, false)
 		return nil
 	case errors.Is(err, ErrCallTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		if s.unsure == nil {
-			s.unsure = make(map[string]protocol.SubscribeParams)
-		}
-		if !unsure {
-			s.unsure[p.Topic] = p
-		}
+		s.setUnsure(p, true)
 		return err
 	case !unsure || protocol.CodeOf(err) != protocol.CodeAlreadySubscribed:
 		return err
 	}
-	delete(s.unsure, p.Topic)
+	s.setUnsure(p, false)
 	if earlier == p {
 		return nil
 	}
@@ -136,7 +131,7 @@ func (c *Conn) Unsubscribe(ctx context.Context, pattern string) error {
 	if err != nil && protocol.CodeOf(err) != protocol.CodeSubscriptionNotFound {
 		return fmt.Errorf("unsubscribe %q: %w", pattern, err)
 	}
-	delete(s.unsure, pattern)
+	s.setUnsure(protocol.SubscribeParams{Topic: pattern}, false)
 	if sub != nil {
 		c.forget(sub)
 	}

@@ -52,6 +52,15 @@ func TestSubscribeAfterTimeoutAgrees(t *testing.T) {
 				t.Fatal("the bus never answered the subscribe")
 			}
 
+			// Meanwhile the bus routes to a subscription the SDK has no
+			// handler for: it asks for the message again instead of
+			// letting it go as not processed.
+			before, err := old.SendMessage(t.Context(), "t:1", msg("x"), nil)
+			require.NoError(t, err)
+			require.Len(t, before.Acks, 2)
+			assert.Equal(t, "sub", before.Acks[0].ClientID)
+			assert.Contains(t, before.Acks[0].Message, "not confirmed")
+
 			if tt.retry != nil {
 				require.NoError(t, sub.Subscribe(t.Context(), "t:1", processed, tt.retry))
 				// The SDK holds it now, as the bus does.
