@@ -27,6 +27,9 @@ const (
 	closeTakenOver = "clientId taken over by a newer connection"
 	closePingLost  = "ping timed out"
 	closeTooBig    = "message too big"
+	// closeEventBacklog: more system:client.* events wait for the peer
+	// than maxEventBacklog.
+	closeEventBacklog = "too many lifecycle events waiting"
 )
 
 // conn is one peer's WebSocket connection.

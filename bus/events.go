@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -28,6 +30,15 @@ const clientEventPrefix = "system:client."
 // that subscriber misses events other than system:client.* (dropped and
 // counted) rather than holding more of them in memory.
 const eventQueueSize = 1024
+
+// maxEventBacklog bounds the system:client.* events waiting for one
+// subscriber. They are never dropped, so a subscriber that answers each
+// just inside the delivery timeout (never counted slow) while other peers
+// churn subscriptions would otherwise grow its queue without end; past
+// this it is disconnected instead, as a peer that does not keep up. Its
+// reconnect starts from the state of things, which it can subscribe to
+// anew.
+var maxEventBacklog = 64 * eventQueueSize
 
 // Reasons of bub_events_dropped_total.
 const dropQueueFull = "subscriber_queue_full"
@@ -103,6 +114,8 @@ type eventQueue struct {
 	// ready wakes the queue's goroutine when its head may go or will
 	// never go; its lock is events.mu.
 	ready sync.Cond
+	// evicted is set once the queue's backlog has had its peer closed.
+	evicted bool
 }
 
 // eventEntry is an event's place in one subscriber's queue: the walk and
@@ -140,6 +153,18 @@ func (e *events) publish(m *store.Message) {
 		q := e.queues[sub.conn]
 		if q != nil && droppable && len(q.entries) >= eventQueueSize {
 			s.metrics.eventsDropped.WithLabelValues(m.Topic, dropQueueFull).Inc()
+			continue
+		}
+		if q != nil && len(q.entries) >= maxEventBacklog {
+			if !q.evicted {
+				q.evicted = true
+				// Not under mu: closing takes conn.mu, which comes first
+				// in the lock order.
+				go func(c *conn, waiting int) {
+					c.log.Warn("closing peer", "client", c.id(), "reason", closeEventBacklog, "events_waiting", waiting)
+					c.close(websocket.StatusPolicyViolation, closeEventBacklog)
+				}(sub.conn, len(q.entries))
+			}
 			continue
 		}
 		if q == nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -285,4 +286,28 @@ func TestDeadLetterEventsDroppedForFullQueueOnly(t *testing.T) {
 	assert.Equal(t, map[string]float64{"reason=subscriber_queue_full,topic=" + bus.TopicDeadLettered + ",": extra + 1},
 		series(t, srv.Registry(), "bub_events_dropped_total"))
 	release()
+}
+
+// TestEventBacklogDisconnects: system:client.* events are never dropped,
+// so a subscriber that lets too many of them wait is disconnected instead
+// of holding an ever longer queue in the bus's memory; the others go on.
+func TestEventBacklogDisconnects(t *testing.T) {
+	bus.SetMaxEventBacklog(t, 20)
+	slowSeen := make(chan protocol.ProcessMessageParams, 1)
+	srv, slowHandler, _ := stalled(t, bus.Options{}, slowSeen)
+	slow := bustest.Connect(t, srv.URL, "slow", slowHandler)
+	slow.Subscribe("system:*", protocol.PolicyContinueAll)
+	watcherSeen := make(chan protocol.ProcessMessageParams, 256)
+	bustest.Connect(t, srv.URL, "watcher", answering(watcherSeen, protocol.ProcessMessageResult{})).Subscribe("system:client.*", protocol.PolicyContinueAll)
+	actor := bustest.Connect(t, srv.URL, "actor", nil)
+	for i := range 30 {
+		actor.Subscribe(fmt.Sprintf("churn:%d", i), "")
+	}
+	if st := slow.Closed(); st != websocket.StatusPolicyViolation {
+		t.Fatalf("slow subscriber closed with %d, want %d", st, websocket.StatusPolicyViolation)
+	}
+	require.Equal(t, "connected actor ", nextAbout(t, watcherSeen, "actor").String())
+	for i := range 30 {
+		require.Equal(t, fmt.Sprintf("subscribed actor churn:%d", i), nextAbout(t, watcherSeen, "actor").String())
+	}
 }
