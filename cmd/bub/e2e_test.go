@@ -174,6 +174,7 @@ func startListenProcess(t *testing.T, env []string, pattern string) (*exec.Cmd, 
 
 // TestCLIEndToEnd is the README's walkthrough: serve, listen, send-message.
 func TestCLIEndToEnd(t *testing.T) {
+	t.Parallel()
 	d := startBus(t, t.TempDir())
 	env := []string{"BUB_BUS_URL=" + d.url}
 
@@ -246,6 +247,7 @@ func TestCLIEndToEnd(t *testing.T) {
 }
 
 func TestCLIErrors(t *testing.T) {
+	t.Parallel()
 	d := startBus(t, t.TempDir())
 	env := []string{"BUB_BUS_URL=" + d.url}
 	tests := []struct {
