@@ -22,22 +22,20 @@ import (
 	"github.com/bub-bus/bub/spawner"
 )
 
-// echoAgent is examples/echo-agent, built once: the tests start real
-// agent processes.
-var echoAgent string
-
-func TestMain(m *testing.M) {
-	// Beside the test binary, in go test's work directory, which go test
-	// removes afterwards: leakcheck.Main exits, so this TestMain cannot.
-	echoAgent = filepath.Join(filepath.Dir(os.Args[0]), "echo-agent")
-	build := exec.Command("go", "build", "-o", echoAgent, "../examples/echo-agent")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build echo-agent:", err)
-		os.Exit(1)
+// echoAgent builds examples/echo-agent on first use: the tests start
+// real agent processes, and a fuzz run or -list needs none (a fuzz
+// worker restarting would otherwise wait for the build each time). It
+// goes beside the test binary, in go test's work directory, which go
+// test removes afterwards: leakcheck.Main exits, so TestMain cannot.
+var echoAgent = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(filepath.Dir(os.Args[0]), "echo-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../examples/echo-agent").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build echo-agent: %v: %s", err, out)
 	}
-	leakcheck.Main(m)
-}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // wait bounds every wait of these tests.
 const wait = 20 * time.Second
@@ -132,7 +130,11 @@ func newHarnessAs(t *testing.T, opts spawner.Options, busOpts *bus.Options, toke
 
 	opts.BusURL = h.bus.URL
 	if opts.Command == nil {
-		opts.Command = []string{echoAgent}
+		bin, err := echoAgent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Command = []string{bin}
 	}
 	if opts.WorkspaceRoot == "" {
 		opts.WorkspaceRoot = t.TempDir()

@@ -23,10 +23,7 @@ var bubBinary string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// A fuzz worker runs only the fuzz function, and workers restart
-	// during a run: a race build in each restart stalls fuzzing for
-	// tens of seconds at a time.
-	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+	if runsNoBub() {
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "bub-e2e-")
@@ -52,6 +49,22 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// runsNoBub reports whether this run starts no bub process, so needs no
+// build: a fuzz worker runs only the fuzz function, and workers restart
+// during a run (a race build in each restart stalled fuzzing for tens of
+// seconds at a time); make fuzz's coordinator runs no test beside the
+// target (-run '^$'); and -list runs nothing.
+func runsNoBub() bool {
+	value := func(name string) string {
+		if f := flag.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	return value("test.fuzzworker") == "true" || value("test.list") != "" ||
+		value("test.fuzz") != "" && value("test.run") == "^$"
 }
 
 // daemon is a bub serve process.
