@@ -27,13 +27,20 @@ test: vet compose-config
 # fuzz coordinator can report a spurious "context deadline exceeded" when a
 # duration runs out mid-execution (golang/go#75804, fixed in Go 1.27), and
 # a count has no deadline to race. 50000 is a few seconds per target here.
+# The targets are listed by one `go test -list` for every package, which
+# builds the packages in parallel (one call per package took 20 s). A
+# target whose cost grows faster than its input must bound the input
+# (FuzzEscape does): the fuzzer minimizes every new interesting input by
+# running it thousands of times, and one large input then holds a worker
+# for the whole -fuzzminimizetime (60 s) with no executions counted.
 FUZZTIME ?= 50000x
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-			echo "fuzz $$pkg $$target"; \
-			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
-		done; \
+	@set -e; list=$$(mktemp); trap 'rm -f "$$list"' EXIT; \
+	$(GO) test -list '^Fuzz' ./... > "$$list"; \
+	for pt in $$(awk '/^Fuzz/ { t = t " " $$1; next } /^ok/ { n = split(t, a, " "); for (i = 1; i <= n; i++) print $$2 "," a[i]; t = "" }' "$$list"); do \
+		pkg=$${pt%,*}; target=$${pt#*,}; \
+		echo "fuzz $$pkg $$target"; \
+		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
 # The harness (bench/, a module of its own; docs/BENCHMARKS.md): builds

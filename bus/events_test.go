@@ -198,6 +198,8 @@ func TestEventWalkFollowsPolicies(t *testing.T) {
 // every one in order, and none is counted as dropped. (The bus once
 // dropped 15,455 of 100,000.)
 func TestClientEventsSurviveSubscriptionChurn(t *testing.T) {
+	// Mostly waiting (or busy on its own bus): it overlaps the others.
+	t.Parallel()
 	n := 1000 // 2,000 events, twice the old queue bound
 	if testing.Short() {
 		n = 600
@@ -245,6 +247,8 @@ func TestClientEventsSurviveSubscriptionChurn(t *testing.T) {
 // rest are dropped for it alone, and counted; another subscriber gets
 // every one.
 func TestDeadLetterEventsDroppedForFullQueueOnly(t *testing.T) {
+	// Mostly waiting (or busy on its own bus): it overlaps the others.
+	t.Parallel()
 	const queue, extra = 1024, 40
 	slowSeen := make(chan protocol.ProcessMessageParams, 1)
 	srv, slowHandler, release := stalled(t, bus.Options{MaxAttempts: 1}, slowSeen)

@@ -211,6 +211,8 @@ func TestLimitReplayIDs(t *testing.T) {
 // deliveries fail at once and are retried, until it answers one, late
 // or not.
 func TestLimitSlowSubscriber(t *testing.T) {
+	// Mostly waiting (or busy on its own bus): it overlaps the others.
+	t.Parallel()
 	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: time.Second, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour,
 		Limits: bus.Limits{SlowSubscriberTimeouts: 2}})
 	slow := bustest.Dial(t, srv.URL)

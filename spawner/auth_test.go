@@ -14,6 +14,7 @@ import (
 // with auth: the agent it starts connects with the token it minted, may
 // answer its chat, and may not act beyond its template.
 func TestAgentsGetTheirOwnCredential(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	key := authtest.Issuer(t, dir, "spawner.pub")
 	a, err := auth.New(auth.Config{

@@ -22,22 +22,20 @@ import (
 	"github.com/bub-bus/bub/spawner"
 )
 
-// echoAgent is examples/echo-agent, built once: the tests start real
-// agent processes.
-var echoAgent string
-
-func TestMain(m *testing.M) {
-	// Beside the test binary, in go test's work directory, which go test
-	// removes afterwards: leakcheck.Main exits, so this TestMain cannot.
-	echoAgent = filepath.Join(filepath.Dir(os.Args[0]), "echo-agent")
-	build := exec.Command("go", "build", "-o", echoAgent, "../examples/echo-agent")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build echo-agent:", err)
-		os.Exit(1)
+// echoAgent builds examples/echo-agent on first use: the tests start
+// real agent processes, and a fuzz run or -list needs none (a fuzz
+// worker restarting would otherwise wait for the build each time). It
+// goes beside the test binary, in go test's work directory, which go
+// test removes afterwards: leakcheck.Main exits, so TestMain cannot.
+var echoAgent = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(filepath.Dir(os.Args[0]), "echo-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../examples/echo-agent").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build echo-agent: %v: %s", err, out)
 	}
-	leakcheck.Main(m)
-}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // wait bounds every wait of these tests.
 const wait = 20 * time.Second
@@ -132,7 +130,11 @@ func newHarnessAs(t *testing.T, opts spawner.Options, busOpts *bus.Options, toke
 
 	opts.BusURL = h.bus.URL
 	if opts.Command == nil {
-		opts.Command = []string{echoAgent}
+		bin, err := echoAgent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Command = []string{bin}
 	}
 	if opts.WorkspaceRoot == "" {
 		opts.WorkspaceRoot = t.TempDir()
@@ -244,6 +246,7 @@ func chat(text string) map[string]any {
 // message to a new chat is answered by the agent spawned for it, which
 // then keeps the conversation.
 func TestFirstMessageReachesNewAgent(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, spawner.Options{}, nil)
 	res := h.send(t, "tg:42", chat("hi"))
 	if !res.Success {
@@ -278,6 +281,7 @@ func TestFirstMessageReachesNewAgent(t *testing.T) {
 // TestConcurrentFirstMessagesShareOneSpawn sends several first messages
 // to one new chat at once: one agent starts, and it answers each once.
 func TestConcurrentFirstMessagesShareOneSpawn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, spawner.Options{}, nil)
 	const n = 8
 	var wg sync.WaitGroup
@@ -311,6 +315,7 @@ func TestConcurrentFirstMessagesShareOneSpawn(t *testing.T) {
 // TestSpawnTimeout: an agent that never subscribes to its topic is
 // stopped, and the failure is reported.
 func TestSpawnTimeout(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, spawner.Options{Command: []string{"sleep", "60"}, SpawnTimeout: 300 * time.Millisecond}, nil)
 	res := h.send(t, "tg:1", chat("hello?"))
 	if len(res.Acks) != 1 || !strings.Contains(res.Acks[0].Message, "spawn timeout") {
@@ -330,6 +335,7 @@ func TestSpawnTimeout(t *testing.T) {
 // TestExitBeforeReadyBacksOff: an agent that exits at once fails its
 // spawn; failures in a row back off.
 func TestExitBeforeReadyBacksOff(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, spawner.Options{Command: []string{"sh", "-c", "echo no bus here >&2; exit 3"}, RestartDelay: time.Hour}, nil)
 	res := h.send(t, "tg:2", chat("one"))
 	if len(res.Acks) != 1 || !strings.Contains(res.Acks[0].Message, "exited before subscribing") {
@@ -355,6 +361,7 @@ func TestExitBeforeReadyBacksOff(t *testing.T) {
 
 // TestMaxAgents: at capacity, a new chat is asked to wait, not dropped.
 func TestMaxAgents(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, spawner.Options{MaxAgents: 1}, nil)
 	h.send(t, "tg:10", chat("first"))
 	h.reply(t)
@@ -368,6 +375,7 @@ func TestMaxAgents(t *testing.T) {
 // message comes back with the same id, and the bus's retry of that
 // message reaches it.
 func TestCrashedAgentRestartsWithItsID(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, spawner.Options{}, &bus.Options{RetryBaseDelay: 100 * time.Millisecond})
 	h.send(t, "tg:5", chat("hello"))
 	first := h.reply(t)
@@ -392,8 +400,13 @@ func TestCrashedAgentRestartsWithItsID(t *testing.T) {
 	if !exited.Restarting || exited.AgentID != first.AgentID {
 		t.Errorf("exited %+v: want a restart of %s", exited, first.AgentID)
 	}
-	if res := <-sent; res == nil || len(res.Acks) != 1 || !res.Acks[0].Retrying {
-		t.Errorf("in-flight message result %+v: want a retry scheduled", res)
+	select {
+	case res := <-sent:
+		if res == nil || len(res.Acks) != 1 || !res.Acks[0].Retrying {
+			t.Errorf("in-flight message result %+v: want a retry scheduled", res)
+		}
+	case <-time.After(wait):
+		t.Fatal("no result for the in-flight message")
 	}
 	r := h.replyWithText(t, "echo: slow")
 	if r.AgentID != first.AgentID {
@@ -406,6 +419,7 @@ func TestCrashedAgentRestartsWithItsID(t *testing.T) {
 
 // TestNewRefusesBadOptions: mistakes surface at New, naming what is wrong.
 func TestNewRefusesBadOptions(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		opts spawner.Options
@@ -430,6 +444,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 // TestRunEndsWhenTakenOver: a second spawner with the same clientId takes
 // over, and the first stops, with its agents.
 func TestRunEndsWhenTakenOver(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, spawner.Options{}, nil)
 	h.send(t, "tg:9", chat("hi"))
 	h.reply(t)
@@ -456,6 +471,7 @@ func TestRunEndsWhenTakenOver(t *testing.T) {
 // restarted, and a message on its agent:{id} brings it back, with its
 // topic and id, instead of spawning a stranger.
 func TestCleanExitIsFinalUntilADirectMessage(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, spawner.Options{}, nil)
 	h.send(t, "tg:8", chat("hi"))
 	first := h.reply(t)

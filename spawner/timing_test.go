@@ -46,6 +46,7 @@ func logAttempts(t *testing.T, d *store.DeadLetter) {
 // message again in 5 s; the bus routes it again no sooner, and keeps it
 // for the hold lifetime, not for max-attempts routings.
 func TestAtCapacityWaitsAsAsked(t *testing.T) {
+	t.Parallel()
 	const lifetime = 6 * time.Second
 	h := newHarness(t, spawner.Options{MaxAgents: 1}, &bus.Options{HoldLifetime: lifetime})
 	h.send(t, "tg:10", chat("first"))
@@ -83,6 +84,7 @@ func TestAtCapacityWaitsAsAsked(t *testing.T) {
 // routes the message again only when the backoff allows a start, so the
 // spawner never has to answer "backing off".
 func TestCrashLoopWaitsForTheBackoff(t *testing.T) {
+	t.Parallel()
 	const restartDelay, restartDelayMax = 200 * time.Millisecond, time.Second
 	const lifetime = 3 * time.Second
 	h := newHarness(t,

@@ -158,6 +158,7 @@ func (h *harness) send(topic string, payload any) {
 }
 
 func TestInboundMessage(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := h.agent("tg:*")
 	h.start(telegram.Options{})
@@ -187,6 +188,7 @@ func TestInboundMessage(t *testing.T) {
 }
 
 func TestInboundMediaEditsCallbacksAndDrops(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := h.agent("tg:*")
 	b, _ := h.start(telegram.Options{})

@@ -14,6 +14,7 @@ import (
 )
 
 func TestAllowListsAndGroupMode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := h.agent("tg:*")
 	b, _ := h.start(telegram.Options{AllowChats: []int64{-100}, AllowUsers: []int64{7}})
@@ -53,6 +54,7 @@ func TestAllowListsAndGroupMode(t *testing.T) {
 // and reaches the agent once there is one; the update is not confirmed
 // to Telegram meanwhile.
 func TestUnacceptedMessageRetried(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b, _ := h.start(telegram.Options{})
 	id := h.tg.Text(42, 42, "anyone there?")
@@ -73,6 +75,7 @@ func TestUnacceptedMessageRetried(t *testing.T) {
 // before it are not forwarded again, messages that arrived while it was
 // down are.
 func TestRestartNeitherLosesNorRepeats(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := h.agent("tg:*")
 	dir := t.TempDir()
@@ -100,6 +103,7 @@ func TestRestartNeitherLosesNorRepeats(t *testing.T) {
 // The update ids recorded as forwarded keep a restart from repeating an
 // update whose batch was not confirmed to Telegram before the stop.
 func TestRecordedUpdatesNotRepeated(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := h.agent("tg:*")
 	dir := t.TempDir()
@@ -131,6 +135,7 @@ func TestDamagedStateRefused(t *testing.T) {
 // The token is in every Bot API URL; it must not reach a log or an
 // error when the API cannot be reached or refuses it.
 func TestTokenNeverLogged(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	down := telegramtest.Start(t)
 	down.Close() // connection refused, with the token in the URL

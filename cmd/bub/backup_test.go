@@ -20,6 +20,7 @@ import (
 // TestBackupRestore: bub backup copies a running bus's store, and a bus
 // started on the copy delivers what the original held.
 func TestBackupRestore(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	d := startBus(t, dataDir)
 	env := []string{"BUB_BUS_URL=" + d.url}
@@ -73,6 +74,7 @@ func TestBackupRestore(t *testing.T) {
 // TestBackupNeedsAdmin: with auth on, only a credential with admin gets a
 // copy, and refusals say why without repeating the token.
 func TestBackupNeedsAdmin(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "bus.yaml")
 	const opsToken, peerToken = "ops-token-0123456789abcdef", "peer-token-0123456789abcdef"

@@ -17,6 +17,7 @@ import (
 // same data directory, and checks that every message whose result
 // announced a retry or a hold is afterwards delivered or dead-lettered.
 func TestCrashLosesNothing(t *testing.T) {
+	t.Parallel()
 	rounds := 3
 	if testing.Short() {
 		rounds = 1

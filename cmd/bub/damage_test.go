@@ -20,6 +20,7 @@ import (
 // names the file and the way to recover, instead of starting empty, on an
 // older state, or to crash on the first dlq.list.
 func TestServeRefusesDamagedStore(t *testing.T) {
+	t.Parallel()
 	const pageSize = 4096
 	src := t.TempDir()
 	st, err := store.Open(src, nil)

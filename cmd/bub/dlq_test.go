@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/protocol"
@@ -14,6 +15,7 @@ import (
 // and JSON, filters, pages), show, replay to a topic and to a subscriber,
 // and purge.
 func TestDLQCommands(t *testing.T) {
+	t.Parallel()
 	d := startBus(t, t.TempDir(), "--max-attempts", "1")
 	env := []string{"BUB_BUS_URL=" + d.url}
 	var accept atomic.Bool
@@ -83,7 +85,11 @@ func TestDLQCommands(t *testing.T) {
 		t.Errorf("replay to topic: %s", out)
 	}
 	for range 2 {
-		<-got
+		select {
+		case <-got:
+		case <-time.After(bustest.Timeout):
+			t.Fatal("the replayed messages did not reach the worker")
+		}
 	}
 	if out := run(1, "replay", "d-999999"); !strings.Contains(out, "not replayed") {
 		t.Errorf("replay of a missing id: %s", out)

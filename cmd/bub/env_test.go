@@ -145,6 +145,7 @@ func TestHelpNamesBoundVariables(t *testing.T) {
 // variables that once made dlq list filter by a stale topic and dlq purge
 // purge everything no longer do anything.
 func TestPerInvocationFlagsIgnoreTheEnvironment(t *testing.T) {
+	t.Parallel()
 	d := startBus(t, t.TempDir(), "--max-attempts", "1")
 	deadLetter(t, d.url, "jobs:1")
 	env := []string{"BUB_BUS_URL=" + d.url, "BUB_TOPIC=inbound:*", "BUB_ALL=true", "BUB_JSON=true", "BUB_LIMIT=0"}

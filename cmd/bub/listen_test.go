@@ -99,7 +99,12 @@ func TestListenPolicy(t *testing.T) {
 	assert.Equal(t, "listener", r.Acks[0].ClientID)
 	assert.Equal(t, "older", r.Acks[1].ClientID)
 	cancel()
-	assert.Equal(t, 0, <-exit)
+	select {
+	case code := <-exit:
+		assert.Equal(t, 0, code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("listen did not stop when its context was cancelled")
+	}
 }
 
 func TestListenErrors(t *testing.T) {

@@ -66,6 +66,7 @@ func TestMessagesSayWhatWasWrong(t *testing.T) {
 // TestVersionFlag: bub --version is what people type; it must not be an
 // unknown command.
 func TestVersionFlag(t *testing.T) {
+	t.Parallel()
 	out, stderr, code := bub(t, nil, "", "--version")
 	want, _, _ := bub(t, nil, "", "version")
 	if code != 0 || out == "" || out != want {
@@ -76,6 +77,7 @@ func TestVersionFlag(t *testing.T) {
 // TestSubcommandHelp: each dlq subcommand's --help is its own, not the
 // general text repeated.
 func TestSubcommandHelp(t *testing.T) {
+	t.Parallel()
 	seen := map[string]string{}
 	for _, sub := range []string{"list", "show", "replay", "purge"} {
 		_, stderr, code := bub(t, nil, "", "dlq", sub, "--help")
@@ -97,6 +99,7 @@ func TestSubcommandHelp(t *testing.T) {
 // TestSpawnerHelpShowsFullPaths: agents start in their workspace, so the
 // help's examples must give script paths in full and say why.
 func TestSpawnerHelpShowsFullPaths(t *testing.T) {
+	t.Parallel()
 	_, stderr, _ := bub(t, nil, "", "spawner", "--help")
 	for _, m := range regexp.MustCompile(`python3 (\S+\.py)`).FindAllStringSubmatch(stderr, -1) {
 		path := m[1]

@@ -14,6 +14,7 @@ import (
 // token, send-message is refused with a line that says where the
 // credential goes and does not print it.
 func TestSecuringTheBus(t *testing.T) {
+	t.Parallel()
 	out, _, code := bub(t, nil, "", "auth", "token")
 	if code != 0 {
 		t.Fatalf("bub auth token exited %d", code)

@@ -212,6 +212,7 @@ func TestAnswerTimeoutOutlastsTheBus(t *testing.T) {
 // retrying: true); with a --timeout shorter than the bus's, it says the
 // outcome is unknown and where to look, instead of "deadline exceeded".
 func TestSendMessageSlowSubscriber(t *testing.T) {
+	t.Parallel()
 	d := startBus(t, t.TempDir(), "--delivery-timeout", "1s", "--retry-base-delay", "1m")
 	slow, err := peer.Dial(t.Context(), d.url, &peer.Options{ClientID: "slow", Logger: quietLogger, HandlerTimeout: 3 * time.Second})
 	require.NoError(t, err)
@@ -242,6 +243,7 @@ func TestSendMessageSlowSubscriber(t *testing.T) {
 // An oversized payload is refused before it is sent, with the limit
 // named; it used to say only "connection lost before the answer".
 func TestSendMessageTooBig(t *testing.T) {
+	t.Parallel()
 	d := startBus(t, t.TempDir(), "--max-message-bytes", "2048")
 	payload := `{"type":"x","pad":"` + strings.Repeat("x", 4096) + `"}`
 	_, errOut, code := bub(t, []string{"BUB_BUS_URL=" + d.url}, "", "send-message", "--topic", "t", "--payload", payload)

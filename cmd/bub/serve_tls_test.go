@@ -153,6 +153,7 @@ func servedSerial(t *testing.T, addr string, roots ...*testCert) (*big.Int, erro
 // wss:// and HTTPS, and a SIGHUP makes new handshakes get the
 // certificate now in the files.
 func TestServeTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "bus.crt"), filepath.Join(dir, "bus.key")
 	first := newTestCert(t, "bus one", nil)
@@ -213,6 +214,9 @@ func TestServeTLS(t *testing.T) {
 	serial, err = servedSerial(t, addr, first, second)
 	require.NoError(t, err)
 	assert.Equal(t, second.cert.SerialNumber, serial)
+	// The peer answers the bus's close at shutdown, as a real one does:
+	// one that reads nothing holds the stop for the 5 s close timeout.
+	ws.CloseRead(ctx)
 	d.stop(t)
 }
 
@@ -221,6 +225,7 @@ func TestServeTLS(t *testing.T) {
 // connects (a token peer), and one signed by anyone else is refused in
 // the handshake.
 func TestServeMutualTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	server := newTestCert(t, "bus", nil)
 	certFile, keyFile := filepath.Join(dir, "bus.crt"), filepath.Join(dir, "bus.key")
@@ -262,6 +267,7 @@ func TestServeTLSFlagsGoTogether(t *testing.T) {
 // TestServeReloadInvalidFile: a SIGHUP with a broken file logs where it
 // is broken at Error level and leaves the bus serving as before.
 func TestServeReloadInvalidFile(t *testing.T) {
+	t.Parallel()
 	path := writeFile(t, t.TempDir(), "bub.yaml", "limits:\n  max_subscriptions: 100\n")
 	d, _ := startServe(t, "http", http.DefaultClient, "--config", path, "--log-format", "json")
 
@@ -303,6 +309,7 @@ func TestServeReloadInvalidFile(t *testing.T) {
 // TestServeOpenBusAllInterfaces: --allow-anonymous lets an open bus
 // listen on every interface, with the warning.
 func TestServeOpenBusAllInterfaces(t *testing.T) {
+	t.Parallel()
 	_, port, err := net.SplitHostPort(freeAddr(t))
 	require.NoError(t, err)
 	cmd := exec.Command(bubBinary, "serve", "--listen", "0.0.0.0:"+port, "--allow-anonymous", "--data-dir", t.TempDir())
@@ -326,7 +333,7 @@ func TestServeOpenBusAllInterfaces(t *testing.T) {
 // TestServeReloadAuthAndLimits is the end-to-end test of loadAuth and of
 // a reload that applies.
 func TestServeReloadAuthAndLimits(t *testing.T) {
-
+	t.Parallel()
 	token := "reload-test-token"
 	identity := func(name string) string {
 		sum := sha256.Sum256([]byte(token + "-" + name))

@@ -107,13 +107,13 @@ type echoReply struct {
 // processes: bub serve, bub spawner with the echo agent, bub listen on
 // outbound:*, and bub send-message.
 func TestSpawnerEndToEnd(t *testing.T) {
+	t.Parallel()
 	agentBin, err := echoAgentBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := startBus(t, t.TempDir(), "--retry-base-delay", "100ms")
-	// The race-enabled binary otherwise sleeps a second at every exit.
-	env := []string{"BUB_BUS_URL=" + d.url, "GORACE=atexit_sleep_ms=0"}
+	env := []string{"BUB_BUS_URL=" + d.url}
 
 	// Listeners first, so that nothing they should see is missed.
 	outbound := startBub(t, env, "listen", "--topic", "outbound:*")
