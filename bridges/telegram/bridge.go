@@ -338,10 +338,12 @@ func (b *Bridge) dialBus(ctx context.Context) (*peer.Conn, error) {
 			ClientID: b.opts.ClientID,
 			Token:    b.opts.BusToken,
 			Logger:   b.log,
-			// Sending the pieces of a long reply, with Telegram's
-			// pacing, may take a while; the bus's delivery timeout
-			// still bounds it.
-			HandlerTimeout: 60 * time.Second,
+			// No HandlerTimeout of our own: the SDK's default ends a
+			// send just before the bus's delivery timeout, so the bus
+			// never gives up on a reply the bridge is still sending and
+			// sends it twice. Pieces already sent are remembered, so
+			// the retry resumes a long reply; a bus whose replies need
+			// longer raises --delivery-timeout.
 		})
 		if err == nil {
 			return conn, nil
