@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -93,18 +94,29 @@ func testLogger() *slog.Logger {
 // own choice.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
+	// Below Linux's ephemeral range (32768 and up): a port picked by
+	// binding ":0" is free only until it is closed, and the other
+	// packages' tests, running at the same time, can get it back as the
+	// source port of a connection before the node binds it (CI saw a
+	// node whose cluster port was taken that way). Nothing here binds
+	// ports in this range but by choice, so a free one stays free.
 	var ports []int
 	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for try := 0; len(ports) < n; try++ {
+		if try == 1000 {
+			t.Fatalf("no %d free ports below 32768", n)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(20000+rand.IntN(12000)))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
 	}
 	return ports
 }
