@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	neturl "net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,7 +130,12 @@ func (o *Options) setDefaults() {
 // handlers included, except Close, which waits for running handlers and
 // so must not be called from one.
 type Conn struct {
-	url  string
+	// urls are the bus's addresses, in the order given; at is the index
+	// of the one the current or last session used. Only the goroutine
+	// that establishes sessions (Dial's, then the supervisor's) touches
+	// at, so it needs no lock.
+	urls []string
+	at   int
 	opts Options
 	log  *slog.Logger
 
@@ -224,9 +231,27 @@ func (s *session) cause() error {
 // Dial connects to the bus at url (ws://host:port/), initializes with
 // opts.ClientID, and returns the Conn. ctx bounds the dial and initialize
 // only; the Conn lives until Close, or until it ends for good (see Done).
-// Dial does not retry: when the bus cannot be reached it returns the error,
-// and reconnecting starts only once a first connection was made.
+//
+// url may list several addresses of one bus, comma-separated
+// (ws://a:7892/,ws://b:7892/), as the nodes of a cluster: Dial tries them
+// in order and the first that answers wins. A node that cannot be reached
+// (or drops the connection before initialize completes) is skipped; one
+// that refuses (ErrUnauthorized, or an error answer to initialize) ends
+// Dial with that error, since another node of the same bus would refuse
+// alike. Each address gets Options.CallTimeout of its own, within ctx.
+// After a connection loss the Conn reconnects to the next address first,
+// round robin (see the package documentation on reconnecting). Each
+// address must be a ws://, wss://, http:// or https:// URL with a host,
+// and may not contain a comma (write it %2C); spaces around the commas
+// are ignored. An invalid one fails Dial, named in the error.
+//
+// Dial does not retry: when no address can be reached it returns the last
+// error, and reconnecting starts only once a first connection was made.
 func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
+	urls, err := splitURLs(url)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -236,16 +261,26 @@ func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
 		return nil, fmt.Errorf("dial %s: %w", url, err)
 	}
 	c := &Conn{
-		url:       url,
+		urls:      urls,
 		opts:      o,
 		log:       o.Logger.With("bus", url, "client", o.ClientID),
 		slots:     make(chan struct{}, o.MaxConcurrentHandlers),
 		byPattern: make(map[string]*subscription),
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
-	ctx, cancel := context.WithTimeout(ctx, o.CallTimeout)
-	defer cancel()
-	s, err := c.establish(ctx)
+	var s *session
+	for i, u := range urls {
+		actx, cancel := context.WithTimeout(ctx, o.CallTimeout)
+		s, err = c.establish(actx, u)
+		cancel()
+		if err == nil {
+			c.at = i
+			break
+		}
+		if ctx.Err() != nil || refused(err) {
+			break
+		}
+	}
 	if err != nil {
 		c.cancel(err)
 		return nil, err
@@ -253,6 +288,44 @@ func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
 	c.work.Add(1)
 	go c.supervise(s)
 	return c, nil
+}
+
+// splitURLs splits Dial's url into its addresses and checks each, so that
+// a typo in the third of three is reported at once rather than when the
+// first two nodes are down.
+func splitURLs(list string) ([]string, error) {
+	parts := strings.Split(list, ",")
+	urls := make([]string, 0, len(parts))
+	for i, raw := range parts {
+		raw = strings.TrimSpace(raw)
+		where := fmt.Sprintf("bus URL %q", raw)
+		if len(parts) > 1 {
+			where = fmt.Sprintf("bus URL %d of %d (%q) in %q", i+1, len(parts), raw, list)
+		}
+		if raw == "" {
+			return nil, fmt.Errorf("%s is empty", where)
+		}
+		u, err := neturl.Parse(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		switch {
+		case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":
+			return nil, fmt.Errorf("%s: scheme must be ws or wss, not %q", where, u.Scheme)
+		case u.Host == "":
+			return nil, fmt.Errorf("%s has no host", where)
+		}
+		urls = append(urls, raw)
+	}
+	return urls, nil
+}
+
+// refused reports whether err from establish is the bus saying no, as
+// opposed to the bus not being there: another node of the same bus would
+// say no as well, so Dial stops there.
+func refused(err error) bool {
+	var rpcErr *protocol.Error
+	return errors.Is(err, ErrUnauthorized) || errors.As(err, &rpcErr)
 }
 
 // ClientID returns the clientId the Conn initialized with.
@@ -313,16 +386,16 @@ func (c *Conn) end(reason error) {
 	}
 }
 
-// establish dials, initializes, and re-subscribes every subscription in
-// order, then makes the new session current. On Dial there is nothing to
+// establish dials url, initializes, and re-subscribes every subscription
+// in order, then makes the new session current. On Dial there is nothing to
 // re-subscribe yet.
-func (c *Conn) establish(ctx context.Context) (*session, error) {
-	ws, resp, err := websocket.Dial(ctx, c.url, c.dialOptions())
+func (c *Conn) establish(ctx context.Context, url string) (*session, error) {
+	ws, resp, err := websocket.Dial(ctx, url, c.dialOptions())
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
 			err = ErrUnauthorized
 		}
-		return nil, fmt.Errorf("dial %s: %w", c.url, err)
+		return nil, fmt.Errorf("dial %s: %w", url, err)
 	}
 	ws.SetReadLimit(c.opts.MaxMessageBytes)
 	s := &session{stream: rpcstream.New(ws, c.opts.WriteTimeout), done: make(chan struct{})}
@@ -332,7 +405,7 @@ func (c *Conn) establish(ctx context.Context) (*session, error) {
 	var result protocol.InitializeResult
 	if err := c.callOn(ctx, s, protocol.MethodInitialize, params, &result, 0); err != nil {
 		s.close()
-		return nil, fmt.Errorf("initialize %s as %q: %w", c.url, c.opts.ClientID, err)
+		return nil, fmt.Errorf("initialize %s as %q: %w", url, c.opts.ClientID, err)
 	}
 	s.serverID = result.ServerID
 
@@ -355,7 +428,7 @@ func (c *Conn) establish(ctx context.Context) (*session, error) {
 	for _, sub := range subs {
 		if err := c.callOn(ctx, s, protocol.MethodSubscribe, sub.params(), nil, 0); err != nil {
 			c.drop(s)
-			return nil, fmt.Errorf("re-subscribe %q on %s: %w", sub.pattern, c.url, err)
+			return nil, fmt.Errorf("re-subscribe %q on %s: %w", sub.pattern, url, err)
 		}
 	}
 	return s, nil

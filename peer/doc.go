@@ -31,7 +31,10 @@
 // re-subscribes every pattern in the order it was first subscribed, so
 // last-match-wins routing is what it was once the last pattern is back
 // (while they come back one by one, a message may meet an older
-// subscription first). While it is disconnected, calls fail at once with
+// subscription first). Given several URLs (the nodes of a cluster, see
+// Dial), it tries the node after the one it lost first, then the others
+// in turn, and waits the backoff only after a round that reached none; it
+// subscribes again on whichever node answers. While it is disconnected, calls fail at once with
 // ErrDisconnected rather than wait; subscriptions are not queued. Messages
 // published to the Conn's patterns while it was away are not delivered to
 // it by this package; redelivery is the bus's business.

@@ -14,6 +14,8 @@ const DefaultBusURL = "ws://127.0.0.1:7892/"
 // Env is an agent's bus environment, as the agent spawner sets it.
 type Env struct {
 	// BusURL is BUB_BUS_URL, or DefaultBusURL when it is unset or empty.
+	// It may list several nodes of one bus, comma-separated
+	// (ws://a:7892/,ws://b:7892/), as Dial takes it.
 	BusURL string
 	// AgentID is BUB_AGENT_ID, the agent's clientId.
 	AgentID string

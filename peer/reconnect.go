@@ -48,40 +48,48 @@ func (c *Conn) lost(s *session) *session {
 		c.end(fmt.Errorf("%w: %v", ErrRevoked, cause))
 		return nil
 	case c.opts.NoReconnect:
-		c.end(fmt.Errorf("connection to %s lost: %w", c.url, cause))
+		c.end(fmt.Errorf("connection to %s lost: %w", c.urls[c.at], cause))
 		return nil
 	}
-	c.log.Warn("connection to the bus lost; reconnecting", "err", cause)
+	c.log.Warn("connection to the bus lost; reconnecting", "url", c.urls[c.at], "err", cause)
 	return c.reconnect()
 }
 
 // reconnect tries to establish a new session, waiting longer after each
-// failure, until one succeeds or the Conn ends.
+// failure, until one succeeds or the Conn ends. With several URLs, a
+// round tries each once, starting with the one after the URL that was
+// lost (that node just went away; another is likelier to answer), and
+// the backoff comes between rounds, so a client moves to a live node
+// without waiting on the dead one.
 func (c *Conn) reconnect() *session {
-	for attempt := 0; ; attempt++ {
-		delay := c.backoff(attempt)
-		t := time.NewTimer(delay)
+	attempts := 0
+	for round := 0; ; round++ {
+		t := time.NewTimer(c.backoff(round))
 		select {
 		case <-c.ctx.Done():
 			t.Stop()
 			return nil
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.opts.CallTimeout)
-		s, err := c.establish(ctx)
-		cancel()
-		if err == nil {
-			c.log.Info("reconnected to the bus", "attempts", attempt+1)
-			return s
+		for range c.urls {
+			c.at = (c.at + 1) % len(c.urls)
+			attempts++
+			ctx, cancel := context.WithTimeout(c.ctx, c.opts.CallTimeout)
+			s, err := c.establish(ctx, c.urls[c.at])
+			cancel()
+			if err == nil {
+				c.log.Info("reconnected to the bus", "url", c.urls[c.at], "attempts", attempts)
+				return s
+			}
+			if c.ctx.Err() != nil {
+				return nil
+			}
+			c.log.Info("reconnect failed", "url", c.urls[c.at], "attempt", attempts, "err", err)
 		}
-		if c.ctx.Err() != nil {
-			return nil
-		}
-		c.log.Info("reconnect failed", "attempt", attempt+1, "err", err)
 	}
 }
 
-// backoff returns the wait before reconnect attempt n (from 0): doubling
+// backoff returns the wait before reconnect round n (from 0): doubling
 // from ReconnectMin up to ReconnectMax, of which a random half, so that
 // peers that lost the bus together do not all return at the same instant.
 func (c *Conn) backoff(n int) time.Duration {

@@ -3,12 +3,15 @@ package peer_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -185,4 +188,91 @@ func TestDialFailure(t *testing.T) {
 	b2 := startBus(t, nil)
 	_, err = peer.Dial(t.Context(), b2.URL, &peer.Options{ClientID: "two words", Logger: quiet})
 	require.Error(t, err)
+}
+
+// A Conn given several URLs (the nodes of a cluster) connects to the
+// first, and when that node goes away moves to the next, subscribing
+// again there; when that one goes too, it wraps round to the first.
+func TestReconnectMovesToTheNextURL(t *testing.T) {
+	a, b := startBus(t, nil), startBus(t, nil)
+	c := dial(t, a.URL+","+b.URL, "agent", nil)
+	require.NoError(t, c.Subscribe(t.Context(), "x", func(context.Context, *peer.Delivery) (peer.Result, error) {
+		return peer.Result{Message: "here"}, nil
+	}, nil))
+	want := []protocol.Ack{{ClientID: "agent", Subscription: "x", Message: "here"}}
+	reaches := func(bus *testBus) func() bool {
+		return func() bool {
+			pub := dial(t, bus.URL, "pub", &peer.Options{NoReconnect: true})
+			defer pub.Close()
+			r, err := pub.SendMessage(t.Context(), "x", msg("x"), nil)
+			require.NoError(t, err)
+			return assert.ObjectsAreEqual(want, r.Acks)
+		}
+	}
+	require.True(t, reaches(a)(), "connected to the first URL")
+	require.False(t, reaches(b)(), "and not to the second")
+
+	a.stop()
+	eventually(t, 10*time.Second, reaches(b))
+
+	a.restart()
+	b.stop()
+	eventually(t, 10*time.Second, reaches(a))
+}
+
+// A first URL with nothing behind it is skipped at once: Dial connects to
+// the next without a reconnect's backoff.
+func TestDialSkipsAnUnreachableURL(t *testing.T) {
+	down, up := startBus(t, nil), startBus(t, nil)
+	down.stop()
+	c, err := peer.Dial(t.Context(), down.URL+", "+up.URL, &peer.Options{Logger: quiet, ReconnectMin: time.Hour, ReconnectMax: time.Hour})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Subscribe(t.Context(), "x", processed, nil))
+	pub := dial(t, up.URL, "pub", nil)
+	r, err := pub.SendMessage(t.Context(), "x", msg("x"), nil)
+	require.NoError(t, err)
+	require.Len(t, r.Acks, 1)
+	assert.Equal(t, c.ClientID(), r.Acks[0].ClientID)
+
+	// None reachable: the error is the last URL's.
+	up.stop()
+	_, err = peer.Dial(t.Context(), down.URL+","+up.URL, &peer.Options{Logger: quiet})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "dial "+up.URL)
+}
+
+// A node that refuses the credential ends Dial: the other nodes of the
+// same bus would refuse it as well, and trying them would hide why.
+func TestDialStopsAtARefusal(t *testing.T) {
+	authn, err := auth.New(auth.Config{Identities: []auth.Identity{{Name: "someone", TokenSHA256: strings.Repeat("ab", 32), Grant: auth.Grant{ClientIDs: []string{"someone"}}}}}, t.TempDir())
+	require.NoError(t, err)
+	guarded, open := startBus(t, &bus.Options{Auth: authn}), startBus(t, nil)
+	// No credential: the bus answers initialize with an error.
+	_, err = peer.Dial(t.Context(), guarded.URL+","+open.URL, &peer.Options{Logger: quiet})
+	require.EqualValues(t, protocol.CodeUnauthorized, protocol.CodeOf(err), "%v", err)
+	assert.Contains(t, err.Error(), "initialize "+guarded.URL)
+	// A wrong one: the bus refuses the upgrade.
+	_, err = peer.Dial(t.Context(), guarded.URL+","+open.URL, &peer.Options{Logger: quiet, Token: "wrong"})
+	require.ErrorIs(t, err, peer.ErrUnauthorized)
+	assert.Contains(t, err.Error(), "dial "+guarded.URL)
+}
+
+// Every URL of the list is checked before any is dialed, and the bad one
+// is named with its place in the list.
+func TestDialNamesTheBadURL(t *testing.T) {
+	b := startBus(t, nil)
+	for _, tc := range []struct{ list, want string }{
+		{b.URL + ",127.0.0.1:7892", `bus URL 2 of 2 ("127.0.0.1:7892")`},
+		{b.URL + ",ftp://x/", `bus URL 2 of 2 ("ftp://x/") in "` + b.URL + `,ftp://x/": scheme must be ws or wss, not "ftp"`},
+		{b.URL + ",ws:///", `bus URL 2 of 2 ("ws:///") in "` + b.URL + `,ws:///" has no host`},
+		{b.URL + ",,", `bus URL 2 of 3 ("")`},
+		{"ws://a/,ws://%zz/," + b.URL, `bus URL 2 of 3 ("ws://%zz/")`},
+		{"", `bus URL "" is empty`},
+		{"tcp://x/", `bus URL "tcp://x/": scheme must be ws or wss`},
+	} {
+		_, err := peer.Dial(t.Context(), tc.list, &peer.Options{Logger: quiet})
+		require.Error(t, err, tc.list)
+		assert.Contains(t, err.Error(), tc.want, tc.list)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,7 +129,8 @@ func newHarnessAs(t *testing.T, opts spawner.Options, busOpts *bus.Options, toke
 		t.Fatal(err)
 	}
 
-	opts.BusURL = h.bus.URL
+	// A test may list other nodes before the bus, as for a cluster.
+	opts.BusURL = strings.TrimPrefix(opts.BusURL+","+h.bus.URL, ",")
 	if opts.Command == nil {
 		bin, err := echoAgent()
 		if err != nil {
@@ -275,6 +277,41 @@ func TestFirstMessageReachesNewAgent(t *testing.T) {
 	}
 	if agents := h.sp.Agents(); len(agents) != 1 || !agents[0].Ready || agents[0].Topic != "tg:42" {
 		t.Errorf("agents %+v", agents)
+	}
+}
+
+// With several bus URLs (a cluster's nodes), the spawner connects to the
+// first that answers, and its agents get the whole list as BUB_BUS_URL:
+// an agent, too, must be able to move to another node.
+func TestAgentsGetEveryBusURL(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "ws://" + ln.Addr().String() + "/"
+	ln.Close()
+	bin, err := echoAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := filepath.Join(t.TempDir(), "bus-url")
+	h := newHarness(t, spawner.Options{
+		BusURL:  down,
+		Command: []string{"/bin/sh", "-c", `printf %s "$BUB_BUS_URL" > "$0" && exec "$1"`, seen, bin},
+	}, nil)
+	if res := h.send(t, "tg:7", chat("hi")); !res.Success {
+		t.Fatalf("first message not routed: %+v", res)
+	}
+	if r := h.reply(t); r.Text != "echo: hi" {
+		t.Fatalf("reply %+v", r)
+	}
+	got, err := os.ReadFile(seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := down + "," + h.bus.URL; string(got) != want {
+		t.Errorf("the agent's BUB_BUS_URL is %q, want %q", got, want)
 	}
 }
 

@@ -35,7 +35,7 @@ func runBackup(ctx context.Context, std stdio, args []string) int {
 		"Copies the running bus's store to FILE (- for standard output): a consistent snapshot\n"+
 		"taken while the bus runs, a bub.db file that a stopped bus's --data-dir can take back.\n"+
 		"With auth on, the credential needs admin; on an open bus, only loopback may take one.")
-	fs.StringVar(&busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus; the backup is fetched over HTTP(S) from the same address")
+	fs.StringVar(&busURL, "bus-url", peer.DefaultBusURL, busURLUsage+"; the backup is fetched over HTTP(S) from the same address")
 	bindEnv(fs, "bus-url")
 	cred.addFlags(fs)
 	fs.BoolVar(&force, "force", false, "replace FILE if it exists")
@@ -50,9 +50,13 @@ func runBackup(ctx context.Context, std stdio, args []string) int {
 	if err := checkBusURL(busURL); err != nil {
 		return usagef(std, "backup", "%v", err)
 	}
-	endpoint, err := backupURL(busURL)
-	if err != nil {
-		return usagef(std, "backup", "%v", err)
+	var endpoints []string
+	for _, u := range busURLs(busURL) {
+		endpoint, err := backupURL(u)
+		if err != nil {
+			return usagef(std, "backup", "%v", err)
+		}
+		endpoints = append(endpoints, endpoint)
 	}
 	token, err := cred.resolve()
 	if err != nil {
@@ -61,12 +65,12 @@ func runBackup(ctx context.Context, std stdio, args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if file[0] == "-" {
-		if _, err := fetchBackup(ctx, endpoint, token, std.out); err != nil {
+		if _, err := fetchBackup(ctx, endpoints, token, std.out); err != nil {
 			return errorf(std, "%v", err)
 		}
 		return 0
 	}
-	n, err := writeBackup(ctx, endpoint, token, file[0], force)
+	n, err := writeBackup(ctx, endpoints, token, file[0], force)
 	if err != nil {
 		return errorf(std, "%v", err)
 	}
@@ -95,7 +99,7 @@ func backupURL(busURL string) (string, error) {
 // writeBackup writes the copy to path through a temporary file in the
 // same directory, synced and renamed into place only once complete, so
 // that path never holds part of a copy.
-func writeBackup(ctx context.Context, endpoint, token, path string, force bool) (int64, error) {
+func writeBackup(ctx context.Context, endpoints []string, token, path string, force bool) (int64, error) {
 	if _, err := os.Lstat(path); err == nil && !force {
 		return 0, fmt.Errorf("%s exists; pass --force to replace it", path)
 	}
@@ -110,7 +114,7 @@ func writeBackup(ctx context.Context, endpoint, token, path string, force bool) 
 			os.Remove(tmp.Name())
 		}
 	}()
-	n, err := fetchBackup(ctx, endpoint, token, tmp)
+	n, err := fetchBackup(ctx, endpoints, token, tmp)
 	if err != nil {
 		return 0, err
 	}
@@ -132,17 +136,31 @@ func writeBackup(ctx context.Context, endpoint, token, path string, force bool) 
 	return n, nil
 }
 
-// fetchBackup GETs the copy and writes it to w, checking that it arrived
-// whole: the bus announces its length.
-func fetchBackup(ctx context.Context, endpoint, token string, w io.Writer) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
-	if err != nil {
-		return 0, err
+// fetchBackup GETs the copy from the first of endpoints that answers
+// (several nodes' addresses, in --bus-url's order) and writes it to w,
+// checking that it arrived whole: the bus announces its length.
+func fetchBackup(ctx context.Context, endpoints []string, token string, w io.Writer) (int64, error) {
+	var (
+		endpoint string
+		resp     *http.Response
+		err      error
+	)
+	// Only a request that got no answer moves on: nothing is written to
+	// w yet, and the next node may be up.
+	for _, endpoint = range endpoints {
+		var req *http.Request
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+		if err != nil {
+			return 0, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err = http.DefaultClient.Do(req)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {

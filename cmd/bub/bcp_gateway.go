@@ -62,7 +62,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 		"system:client.* (and, with --approvers or --relays, publishing to\nbcp:approval.requested). The wire contract is in docs/BCP.md.")
 	fs.StringVar(&agents, "agents", "", "directory of agent definitions (*.md); an agent's name is its clientId (required)")
 	fs.StringVar(&dataDir, "data-dir", "", "directory of the gateway's state: pending queries, budgets, audit log (required)")
-	fs.StringVar(&busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus")
+	fs.StringVar(&busURL, "bus-url", peer.DefaultBusURL, busURLUsage)
 	fs.StringVar(&clientID, "client-id", "bcp-gateway", "clientId of the gateway")
 	fs.IntVar(&maxAttempts, "max-attempts", 3, "answers a query may get before invalid ones fail it (validation_failed)")
 	fs.DurationVar(&queryTTL, "query-ttl", 10*time.Minute, "how long a query waits for a valid answer before it fails (expired)")

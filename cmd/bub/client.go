@@ -18,6 +18,9 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
+// busURLUsage is the help of every command's --bus-url.
+const busURLUsage = "WebSocket URL of the bus, or several nodes of a cluster comma-separated (ws://a:7892/,ws://b:7892/): the first that answers is used, and after a loss the next"
+
 // clientFlags are the flags of every command that connects to the bus.
 type clientFlags struct {
 	busURL   string
@@ -26,7 +29,7 @@ type clientFlags struct {
 }
 
 func (f *clientFlags) addFlags(fs *flag.FlagSet) {
-	fs.StringVar(&f.busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus")
+	fs.StringVar(&f.busURL, "bus-url", peer.DefaultBusURL, busURLUsage)
 	fs.StringVar(&f.clientID, "client-id", "", "clientId to connect as (default: cli- and random hex; commands that only publish use $BUB_AGENT_ID when set, without disturbing the agent's own connection)")
 	// Where the bus is, a deployment sets once; the clientId is this
 	// invocation's own, and BUB_AGENT_ID already covers the agent case.
@@ -68,13 +71,43 @@ func (f *clientFlags) dial(ctx context.Context, io stdio, opts peer.Options) (*p
 	return conn, err
 }
 
-// checkBusURL refuses a bus URL that is not ws:// or wss://, suggesting
-// the URL that was probably meant: a bare host:port otherwise fails deep
-// in URL parsing with a message that names neither the flag nor the fix.
-func checkBusURL(raw string) error {
+// busURLs splits a --bus-url value into its URLs: a comma-separated list
+// names several nodes of one bus, as peer.Dial takes it.
+func busURLs(list string) []string {
+	urls := strings.Split(list, ",")
+	for i := range urls {
+		urls[i] = strings.TrimSpace(urls[i])
+	}
+	return urls
+}
+
+// checkBusURL refuses a bus URL list with a URL that is not ws:// or
+// wss://, naming it and suggesting the URL that was probably meant: a bare
+// host:port otherwise fails deep in URL parsing with a message that names
+// neither the flag nor the fix.
+func checkBusURL(list string) error {
+	urls := busURLs(list)
+	for i, raw := range urls {
+		where := fmt.Sprintf("bus URL %q (--bus-url or BUB_BUS_URL)", raw)
+		if len(urls) > 1 {
+			where = fmt.Sprintf("bus URL %d of %d (%q) in %q (--bus-url or BUB_BUS_URL)", i+1, len(urls), raw, list)
+		}
+		if raw == "" {
+			return fmt.Errorf("%s is empty", where)
+		}
+		if fix, ok := wsURLFix(raw); !ok {
+			return fmt.Errorf("%s is not a WebSocket URL; did you mean %s?", where, fix)
+		}
+	}
+	return nil
+}
+
+// wsURLFix reports whether raw is a ws:// or wss:// URL with a host, and
+// when it is not, the URL that was probably meant.
+func wsURLFix(raw string) (string, bool) {
 	u, err := url.Parse(raw)
 	if err == nil && (u.Scheme == "ws" || u.Scheme == "wss") && u.Host != "" {
-		return nil
+		return "", true
 	}
 	hostPath := raw
 	if i := strings.Index(raw, "://"); i >= 0 {
@@ -87,7 +120,7 @@ func checkBusURL(raw string) error {
 	if strings.HasPrefix(raw, "https://") {
 		scheme = "wss://"
 	}
-	return fmt.Errorf("bus URL %q (--bus-url or BUB_BUS_URL) is not a WebSocket URL; did you mean %s%s?", raw, scheme, hostPath)
+	return scheme + hostPath, false
 }
 
 // usagef prints a one-line usage error for a subcommand and returns exit

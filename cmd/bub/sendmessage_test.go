@@ -252,3 +252,29 @@ func TestSendMessageTooBig(t *testing.T) {
 	assert.Contains(t, errOut, "--max-message-bytes")
 	assert.NotContains(t, errOut, "connection lost")
 }
+
+// --bus-url takes the nodes of a cluster, comma-separated: a command
+// reaches the first that answers, and a bad URL in the list is named
+// before any is dialed.
+func TestSendMessageToSeveralBusURLs(t *testing.T) {
+	url := startCLIBus(t)
+	dead := stoppedBusURL(t)
+	_, got := bustest.Collect(t, url, "agent", "agent:*")
+	code, stdout, stderr := runCLI(t.Context(), "", "send-message", "--bus-url", dead+","+url, "--client-id", "tool", "--topic", "agent:x", "--payload", `{"type":"x"}`)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	assert.Contains(t, stdout, `"success":true`)
+	assert.Equal(t, "tool", (<-got).From)
+
+	// The same from the environment, with spaces after the comma.
+	t.Setenv("BUB_BUS_URL", dead+", "+url)
+	code, _, stderr = runCLI(t.Context(), "", "send-message", "--topic", "agent:x", "--payload", `{"type":"x"}`)
+	require.Equal(t, 0, code, "stderr: %s", stderr)
+	<-got
+
+	runErrorCases(t, "send-message", dead+","+url, []errorCase{
+		{"a URL without a scheme", []string{"--bus-url", url + ",127.0.0.1:7892", "--topic", "t", "--payload", `{"type":"x"}`},
+			1, `bus URL 2 of 2 ("127.0.0.1:7892") in "` + url + `,127.0.0.1:7892" (--bus-url or BUB_BUS_URL) is not a WebSocket URL; did you mean ws://127.0.0.1:7892/?`},
+		{"an empty URL", []string{"--bus-url", url + ",", "--topic", "t", "--payload", `{"type":"x"}`}, 1, `bus URL 2 of 2 ("") in "` + url + `," (--bus-url or BUB_BUS_URL) is empty`},
+		{"none answers", []string{"--bus-url", dead + "," + dead, "--topic", "t", "--payload", `{"type":"x"}`}, 1, "dial " + dead},
+	})
+}

@@ -52,7 +52,7 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 		"fails: write --command \"python3 $PWD/agent.py\", not \"python3 agent.py\" (the program\n"+
 		"itself is resolved when the spawner starts, so bin/echo-agent works).\n"+
 		"Agent lifecycle events go to system:agent.{spawned,ready,exited,spawn_failed}.")
-	fs.StringVar(&cfg.busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus; agents get it as BUB_BUS_URL")
+	fs.StringVar(&cfg.busURL, "bus-url", peer.DefaultBusURL, busURLUsage+"; agents get it, the whole list, as BUB_BUS_URL")
 	fs.StringVar(&cfg.clientID, "client-id", "spawner", "clientId of the spawner; a second spawner with the same id takes over from the first")
 	fs.StringVar(&cfg.command, "command", "", "the agent program and its arguments (required), e.g. 'bin/echo-agent' or \"python3 $PWD/agent.py --verbose\"; paths in arguments in full (see above)")
 	fs.StringVar(&cfg.patterns, "patterns", strings.Join(spawner.DefaultPatterns(), ","), "comma-separated topic patterns to serve as the fallback")

@@ -59,7 +59,7 @@ func runTelegram(ctx context.Context, io stdio, args []string) int {
 		"outbound:{chat_id} to the chat. The bot token comes from "+botTokenEnv+" or\n"+
 		"--bot-token-file, never from the command line. Updates arrive by long polling, or by\n"+
 		"webhook with --webhook-url (and --listen for the address Telegram's requests reach).")
-	fs.StringVar(&cfg.busURL, "bus-url", peer.DefaultBusURL, "WebSocket URL of the bus")
+	fs.StringVar(&cfg.busURL, "bus-url", peer.DefaultBusURL, busURLUsage)
 	fs.StringVar(&cfg.clientID, "client-id", "telegram", "clientId of the bridge on the bus; keep it stable, the bus retries replies to it")
 	cfg.cred.addFlags(fs)
 	fs.StringVar(&cfg.botTokenFile, "bot-token-file", "", "file holding the bot's token from @BotFather, instead of "+botTokenEnv+"; surrounding white space is ignored")
