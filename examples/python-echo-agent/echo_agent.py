@@ -99,7 +99,9 @@ def chat_id_text(chat_id):
 
 
 async def main():
-    url = os.environ.get("BUB_BUS_URL") or "ws://127.0.0.1:7892/"
+    # BUB_BUS_URL may list several nodes, comma-separated; this minimal
+    # agent takes the first (the Go SDK tries them in turn).
+    url = (os.environ.get("BUB_BUS_URL") or "ws://127.0.0.1:7892/").split(",")[0].strip()
     agent_id = os.environ.get("BUB_AGENT_ID")
     default_topic = os.environ.get("BUB_DEFAULT_TOPIC")
     if not agent_id or not default_topic:
