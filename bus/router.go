@@ -160,13 +160,6 @@ func removeFrom(index map[string][]*subscription, key string, s *subscription) b
 	return true
 }
 
-// size returns the number of subscriptions.
-func (r *router) size() int {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.count
-}
-
 // route returns the routing chain for topic, first to be called first:
 // the matching subscriptions from newest to oldest, where of several
 // subscriptions with the identical pattern string only the newest counts,

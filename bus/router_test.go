@@ -230,3 +230,10 @@ func slicesDeleteEven(subs []*subscription) []*subscription {
 	}
 	return out
 }
+
+// size returns the number of subscriptions.
+func (r *router) size() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.count
+}

@@ -21,12 +21,6 @@ func utf16Len(s string) int {
 	return n
 }
 
-// split cuts text into pieces of at most limit UTF-16 units, each cut at
-// the last paragraph break that fits, else the last line break, else the
-// last space, else (one unbroken word) at the limit itself. The separator
-// at a cut is dropped, so the pieces read as the text did.
-func split(text string, limit int) []string { return splitWhere(text, limit, nil) }
-
 // splitMarkup is split for text in parseMode: a cut is made only where
 // the markup is at its top level (safeCuts), so that no piece ends in a
 // '\' escape, inside an HTML tag or &entity;, or with an entity (bold,

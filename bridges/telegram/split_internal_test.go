@@ -26,3 +26,9 @@ func TestSplit(t *testing.T) {
 		}
 	}
 }
+
+// split cuts text into pieces of at most limit UTF-16 units, each cut at
+// the last paragraph break that fits, else the last line break, else the
+// last space, else (one unbroken word) at the limit itself. The separator
+// at a cut is dropped, so the pieces read as the text did.
+func split(text string, limit int) []string { return splitWhere(text, limit, nil) }
