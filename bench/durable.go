@@ -30,6 +30,9 @@ var retryInFlight = []int{1, 64}
 // and none comes back while the run lasts.
 const retryAnswer = `{"processed":false,"should_retry":true,"retry_seconds":3600}`
 
+// retryExpect is what the publisher's result says once the retry is stored.
+const retryExpect = `"retrying":true`
+
 // heldInFlight is how many held publishes are in flight at once.
 const heldInFlight = 64
 
@@ -54,7 +57,7 @@ func (h *harness) retries() error {
 		var runs []stats
 		for range h.cfg.rounds {
 			err := h.withFreshBus(func(bus *process) error {
-				sys := &busSystem{proc: bus, answer: retryAnswer, expect: `"retrying":true`}
+				sys := &busSystem{proc: bus, answer: retryAnswer, expect: retryExpect}
 				ss, err := openSession(sys, 1, durablePayload)
 				if err != nil {
 					return err
@@ -214,4 +217,23 @@ func gauge(body []byte, name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no metric %s in /metrics", name)
+}
+
+// logRecordsPerCommit logs how many stored retries the bus's store
+// committed per transaction (and so per fsync) since it started.
+func logRecordsPerCommit(bus *process) error {
+	body, err := fetch("http://" + bus.addr + "/metrics")
+	if err != nil {
+		return err
+	}
+	commits, err := gauge(body, "bub_store_commit_seconds_count")
+	if err != nil {
+		return err
+	}
+	retries, err := gauge(body, "bub_retries_scheduled_total")
+	if err != nil {
+		return err
+	}
+	log.Printf("%.0f retries stored in %.0f commits: %.1f per commit", retries, commits, retries/max(commits, 1))
+	return nil
 }
