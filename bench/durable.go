@@ -65,7 +65,10 @@ func (h *harness) retries() error {
 				defer ss.close()
 				s, err := closedLoop(ss, window, h.cfg.warmup, h.cfg.runFor)
 				runs = append(runs, s)
-				return err
+				if err != nil {
+					return err
+				}
+				return logRecordsPerCommit(bus)
 			})
 			if err != nil {
 				return fmt.Errorf("stored retries, %d in flight: %w", window, err)
