@@ -188,14 +188,11 @@ func wakeHeld(b *busSystem, topic string, n int64) (stats, error) {
 // is left in its store.
 func waitStoreEmpty(ctx context.Context, bus *process) error {
 	for {
-		body, err := fetch("http://" + bus.addr + "/metrics")
+		v, err := busMetrics(bus, "bub_pending")
 		if err != nil {
 			return err
 		}
-		pending, err := gauge(body, "bub_pending")
-		if err != nil {
-			return err
-		}
+		pending := v[0]
 		if pending == 0 {
 			return nil
 		}
@@ -205,6 +202,21 @@ func waitStoreEmpty(ctx context.Context, bus *process) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// busMetrics reads the unlabelled metrics names from the bus's /metrics.
+func busMetrics(bus *process, names ...string) ([]float64, error) {
+	body, err := fetch("http://" + bus.addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	values := make([]float64, len(names))
+	for i, name := range names {
+		if values[i], err = gauge(body, name); err != nil {
+			return nil, err
+		}
+	}
+	return values, nil
 }
 
 // gauge reads an unlabelled metric from a Prometheus text exposition.
@@ -225,18 +237,11 @@ func gauge(body []byte, name string) (float64, error) {
 // logRecordsPerCommit logs how many stored retries the bus's store
 // committed per transaction (and so per fsync) since it started.
 func logRecordsPerCommit(bus *process) error {
-	body, err := fetch("http://" + bus.addr + "/metrics")
+	v, err := busMetrics(bus, "bub_store_commit_seconds_count", "bub_retries_scheduled_total")
 	if err != nil {
 		return err
 	}
-	commits, err := gauge(body, "bub_store_commit_seconds_count")
-	if err != nil {
-		return err
-	}
-	retries, err := gauge(body, "bub_retries_scheduled_total")
-	if err != nil {
-		return err
-	}
+	commits, retries := v[0], v[1]
 	log.Printf("%.0f retries stored in %.0f commits: %.1f per commit", retries, commits, retries/max(commits, 1))
 	return nil
 }
