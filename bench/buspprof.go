@@ -6,13 +6,16 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"sync/atomic"
+	"time"
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
 )
 
 // serveBusWithPprof runs the bus as bub serve does (a durable store in a
-// temporary directory, default options, warn-level logs) with the
+// temporary directory, default options but the pending caps lifted as
+// busLimits lifts them, warn-level logs) with the
 // net/http/pprof handlers mounted at /debug/pprof/, so that -profile can
 // profile it under load without a pprof flag in bub serve.
 func serveBusWithPprof(listen string) error {
@@ -21,15 +24,24 @@ func serveBusWithPprof(listen string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	st, err := store.Open(dir, nil)
+	// Commits are counted in the bus's metrics, as bub serve counts them,
+	// so that the profile of stored retries can tell records per commit.
+	var running atomic.Pointer[bus.Server]
+	st, err := store.Open(dir, &store.Options{OnCommit: func(d time.Duration) {
+		if srv := running.Load(); srv != nil {
+			srv.ObserveStoreCommit(d)
+		}
+	}})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	srv, err := bus.New(&bus.Options{Store: st, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	limits := bus.Limits{MaxPending: -1, MaxPendingPerIdentity: -1}
+	srv, err := bus.New(&bus.Options{Store: st, Limits: limits, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
 	}
+	running.Store(srv)
 	defer srv.Shutdown(context.Background())
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -30,6 +30,9 @@ var retryInFlight = []int{1, 64}
 // and none comes back while the run lasts.
 const retryAnswer = `{"processed":false,"should_retry":true,"retry_seconds":3600}`
 
+// retryExpect is what the publisher's result says once the retry is stored.
+const retryExpect = `"retrying":true`
+
 // heldInFlight is how many held publishes are in flight at once.
 const heldInFlight = 64
 
@@ -54,7 +57,7 @@ func (h *harness) retries() error {
 		var runs []stats
 		for range h.cfg.rounds {
 			err := h.withFreshBus(func(bus *process) error {
-				sys := &busSystem{proc: bus, answer: retryAnswer, expect: `"retrying":true`}
+				sys := &busSystem{proc: bus, answer: retryAnswer, expect: retryExpect}
 				ss, err := openSession(sys, 1, durablePayload)
 				if err != nil {
 					return err
@@ -62,7 +65,10 @@ func (h *harness) retries() error {
 				defer ss.close()
 				s, err := closedLoop(ss, window, h.cfg.warmup, h.cfg.runFor)
 				runs = append(runs, s)
-				return err
+				if err != nil {
+					return err
+				}
+				return logRecordsPerCommit(bus)
 			})
 			if err != nil {
 				return fmt.Errorf("stored retries, %d in flight: %w", window, err)
@@ -182,14 +188,11 @@ func wakeHeld(b *busSystem, topic string, n int64) (stats, error) {
 // is left in its store.
 func waitStoreEmpty(ctx context.Context, bus *process) error {
 	for {
-		body, err := fetch("http://" + bus.addr + "/metrics")
+		v, err := busMetrics(bus, "bub_pending")
 		if err != nil {
 			return err
 		}
-		pending, err := gauge(body, "bub_pending")
-		if err != nil {
-			return err
-		}
+		pending := v[0]
 		if pending == 0 {
 			return nil
 		}
@@ -199,6 +202,21 @@ func waitStoreEmpty(ctx context.Context, bus *process) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// busMetrics reads the unlabelled metrics names from the bus's /metrics.
+func busMetrics(bus *process, names ...string) ([]float64, error) {
+	body, err := fetch("http://" + bus.addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	values := make([]float64, len(names))
+	for i, name := range names {
+		if values[i], err = gauge(body, name); err != nil {
+			return nil, err
+		}
+	}
+	return values, nil
 }
 
 // gauge reads an unlabelled metric from a Prometheus text exposition.
@@ -214,4 +232,16 @@ func gauge(body []byte, name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no metric %s in /metrics", name)
+}
+
+// logRecordsPerCommit logs how many stored retries the bus's store
+// committed per transaction (and so per fsync) since it started.
+func logRecordsPerCommit(bus *process) error {
+	v, err := busMetrics(bus, "bub_store_commit_seconds_count", "bub_retries_scheduled_total")
+	if err != nil {
+		return err
+	}
+	commits, retries := v[0], v[1]
+	log.Printf("%.0f retries stored in %.0f commits: %.1f per commit", retries, commits, retries/max(commits, 1))
+	return nil
 }

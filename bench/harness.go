@@ -412,7 +412,8 @@ func (h *harness) writeJSON() error {
 }
 
 // profileBus profiles the bus (in a bus-pprof process) under relay load:
-// 1 KiB payloads, 64 in flight, the target scenario.
+// 1 KiB payloads, 64 in flight, the target scenario; with -only retries,
+// under the stored-retries load at 64 in flight instead.
 func (h *harness) profileBus() error {
 	if err := os.MkdirAll(h.cfg.profile, 0o755); err != nil {
 		return fmt.Errorf("profile: %w", err)
@@ -423,6 +424,9 @@ func (h *harness) profileBus() error {
 	}
 	h.procs = append(h.procs, p)
 	sys := &busSystem{proc: p}
+	if h.cfg.only == "retries" {
+		sys.answer, sys.expect = retryAnswer, retryExpect
+	}
 	ss, err := openSession(sys, 1, 1<<10)
 	if err != nil {
 		return err
@@ -444,6 +448,11 @@ func (h *harness) profileBus() error {
 		return err
 	}
 	log.Printf("under profile: %.0f relays/s, p50 %.0f µs, p99 %.0f µs", s.Throughput, s.P50, s.P99)
+	if h.cfg.only == "retries" {
+		if err := logRecordsPerCommit(p); err != nil {
+			return err
+		}
+	}
 	f := <-cpu
 	if f.err != nil {
 		return f.err

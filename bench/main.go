@@ -12,6 +12,7 @@
 //
 //	go run . [-quick] [-out results/latest.json]
 //	go run . -profile DIR   # CPU and allocation profiles of the bus under relay load
+//	go run . -profile DIR -only retries   # ... under the stored-retries load
 package main
 
 import (
@@ -56,7 +57,7 @@ func main() {
 	flag.IntVar(&cfg.idleConn, "idle", 10000, "connections in the idle-memory scenario")
 	flag.IntVar(&cfg.held, "held", 5000, "messages held, then woken, in the held scenario")
 	flag.IntVar(&cfg.spawns, "spawns", 20, "agents spawned, one after another, in the spawn scenario")
-	flag.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of the bus under relay load into this directory, and do nothing else")
+	flag.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of the bus under relay load (with -only retries: stored retries) into this directory, and do nothing else")
 	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, retries, held, spawn, idle, route")
 	flag.Parse()
 	log.SetFlags(0)

@@ -116,8 +116,14 @@ func (q *scheduler) add(p *store.Pending) *scheduled {
 	if p.Kind == store.KindHold {
 		q.indexHold(e)
 	}
+	// Only new first work changes when run must wake: otherwise its timer
+	// is already set for work due no later than p. Every stored retry
+	// comes through here, and a wake is a goroutine switch for nothing.
+	first := e.index == 0
 	q.mu.Unlock()
-	q.poke()
+	if first {
+		q.poke()
+	}
 	return e
 }
 

@@ -107,6 +107,37 @@ func TestWakeHoldOnlyWhileQueued(t *testing.T) {
 	assert.Empty(t, q.topics)
 }
 
+// TestAddWakesRunOnlyForNewFirstWork: add wakes the run loop when the
+// work it adds is due before all the rest, and only then, since run's
+// timer is set for the first work.
+func TestAddWakesRunOnlyForNewFirstWork(t *testing.T) {
+	q := newScheduler(nil)
+	now := time.Now()
+	woke := func() bool {
+		select {
+		case <-q.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, tt := range []struct {
+		id   string
+		due  time.Duration
+		woke bool
+	}{
+		{"p-000000000001", time.Hour, true},      // the only work
+		{"p-000000000002", 2 * time.Hour, false}, // after the first
+		{"p-000000000003", time.Hour, false},     // a tie goes by id
+		{"p-000000000004", time.Minute, true},    // the new first
+		{"p-000000000000", time.Minute, true},    // a tie it wins by id
+		{"p-000000000005", 3 * time.Hour, false}, // last
+	} {
+		q.add(&store.Pending{ID: tt.id, Kind: store.KindRetry, NextAt: now.Add(tt.due)})
+		assert.Equal(t, tt.woke, woke(), "added %s", tt.id)
+	}
+}
+
 // BenchmarkWakeHolds measures the subscribe-time wake with 10,000 held
 // messages on 1,000 topics: an exact subscription (the agent that
 // appears) and a prefix one that matches a tenth of the topics.

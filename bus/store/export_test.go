@@ -53,3 +53,12 @@ func Queued(s *Store) int {
 func Write(s *Store, fn func() error) error {
 	return s.update(func(tx) error { return fn() })
 }
+
+// EncodeWithJSON returns what encoding/json, with HTML escaping off,
+// makes of p's record: the form Encode must write byte for byte.
+func EncodeWithJSON(p *Pending) ([]byte, error) {
+	return encode(pendingRecord{Version: recordVersion, Pending: *p})
+}
+
+// FormatID is the id of the sequence number with the prefix.
+func FormatID(prefix string, seq uint64) string { return formatID(prefix, seq) }

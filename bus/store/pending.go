@@ -45,6 +45,11 @@ func checkPending(p *Pending) error {
 	if err := checkMessage(&p.Message); err != nil {
 		return err
 	}
+	return checkKind(p)
+}
+
+// checkKind checks the rules for p's fields that depend on its kind.
+func checkKind(p *Pending) error {
 	switch p.Kind {
 	case KindRetry:
 		if p.ClientID == "" || p.Subscription == "" {
@@ -88,7 +93,9 @@ func putPending(t tx, p *Pending) (uint64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("%w: nil pending", ErrInvalid)
 	}
-	if err := checkPending(p); err != nil {
+	// encodePending checks the payload and meta (checkMessage) as it
+	// copies them, so that they are read once.
+	if err := checkKind(p); err != nil {
 		return 0, err
 	}
 	var seq uint64

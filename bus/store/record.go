@@ -71,8 +71,17 @@ const (
 	maxSequenceDigits = 20 // len("18446744073709551615")
 )
 
+// formatID is fmt.Sprintf("%s%0*d", prefix, idDigits, seq) without
+// fmt's reflection: it runs for every record written.
 func formatID(prefix string, seq uint64) string {
-	return fmt.Sprintf("%s%0*d", prefix, idDigits, seq)
+	var buf [32]byte // room for a prefix and maxSequenceDigits
+	b := append(buf[:0], prefix...)
+	var digits [maxSequenceDigits]byte
+	d := strconv.AppendUint(digits[:0], seq, 10)
+	for range idDigits - len(d) {
+		b = append(b, '0')
+	}
+	return string(append(b, d...))
 }
 
 // parseID returns the sequence number of an id with the prefix.
@@ -131,21 +140,17 @@ type deadLetterRecord struct {
 	DeadLetter
 }
 
-func encodePending(p *Pending) ([]byte, error) {
-	return encode(pendingRecord{Version: recordVersion, Pending: *p})
-}
-
 func encodeDeadLetter(d *DeadLetter) ([]byte, error) {
 	return encode(deadLetterRecord{Version: recordVersion, DeadLetter: *d})
 }
 
 // encode is json.Marshal without its escaping of <, > and &, so that
 // payloads come back as they went in.
-func encode(record any) ([]byte, error) {
+func encode(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	e := json.NewEncoder(&buf)
 	e.SetEscapeHTML(false)
-	if err := e.Encode(record); err != nil {
+	if err := e.Encode(v); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
