@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -43,10 +45,13 @@ func TestServeRefusesDamagedStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The file is larger than what it holds (bbolt grows it ahead of
+	// use): a cut must fall inside the pages in use to damage anything.
+	used := usedBytes(t, filepath.Join(src, store.FileName))
 
 	damages := map[string]func([]byte) []byte{
 		"empty":             func([]byte) []byte { return nil },
-		"cut in half":       func(d []byte) []byte { return d[:len(d)/2] },
+		"cut in half":       func(d []byte) []byte { return d[:used/2] },
 		"16 KB":             func(d []byte) []byte { return d[:16*1024] },
 		"first page zeroed": func(d []byte) []byte { copy(d, make([]byte, pageSize)); return d },
 		"second meta page zeroed": func(d []byte) []byte {
@@ -105,4 +110,20 @@ func TestServeRefusesDamagedStore(t *testing.T) {
 		}
 		d.stop(t)
 	})
+}
+
+// usedBytes returns how much of the bbolt file at path its pages in use
+// take: the size a transaction sees, not the file's.
+func usedBytes(t *testing.T, path string) int {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var size int64
+	if err := db.View(func(tx *bolt.Tx) error { size = tx.Size(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return int(size)
 }
