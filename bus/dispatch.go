@@ -14,11 +14,12 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// handle runs on the connection's read loop, so it answers the quick methods (initialize, subscribe,
-// unsubscribe, ping) inline, which also keeps a peer's subscriptions in the
-// order it sent them, and runs sendMessage and the dlq.* methods on a
-// goroutine of their own, bounded
-// by Options.MaxInFlight: a peer waiting for its own sendMessage can still
+// handle runs on the connection's read loop. It answers the quick methods
+// (initialize, subscribe, unsubscribe, ping) inline, which keeps a peer's
+// subscriptions in the order it sent them, and checks and routes
+// sendMessage inline for the same reason; the walk of a routed message
+// and the dlq.* methods run on a goroutine of their own, bounded by
+// Options.MaxInFlight: a peer waiting for its own sendMessage can still
 // answer processMessage calls, and a full connection gets -32006 at once
 // instead of a blocked read loop.
 func (c *conn) handle(req *rpcstream.Request) {

@@ -37,7 +37,6 @@ type router struct {
 	// mu guards everything below.
 	mu       sync.RWMutex
 	seq      uint64
-	count    int
 	exact    map[string][]*subscription
 	prefix   map[string][]*subscription
 	globs    map[string][]*subscription
@@ -110,7 +109,6 @@ func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy, fallb
 		r.globs[head] = append(r.globs[head], s)
 		r.globLens[len(head)]++
 	}
-	r.count++
 	return s
 }
 
@@ -141,7 +139,6 @@ func (r *router) remove(s *subscription) {
 		}
 	}
 	if ok {
-		r.count--
 	}
 }
 

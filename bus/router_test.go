@@ -231,9 +231,16 @@ func slicesDeleteEven(subs []*subscription) []*subscription {
 	return out
 }
 
-// size returns the number of subscriptions.
+// size returns the number of subscriptions: each is indexed once, by its
+// exact topic, prefix, glob head or gram.
 func (r *router) size() int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.count
+	n := 0
+	for _, index := range []map[string][]*subscription{r.exact, r.prefix, r.globs, r.grams} {
+		for _, subs := range index {
+			n += len(subs)
+		}
+	}
+	return n
 }
