@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/internal/buildinfo"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -130,7 +129,7 @@ func newMetrics() *metrics {
 
 // watchStore exposes the store's dead-letter queue depth and pending count,
 // read at scrape time.
-func (m *metrics) watchStore(st *store.Store) {
+func (m *metrics) watchStore(st Store) {
 	m.registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bub_dead_letters", Help: "Entries in the dead-letter queue; -1 if the store cannot be read."}, func() float64 {
 			return m.guardScrape(st.CountDeadLetters)

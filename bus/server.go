@@ -55,7 +55,7 @@ type Options struct {
 	// queue. The caller opens and closes it. Default: an in-memory store,
 	// which loses all of that when the process ends; fine for tests and
 	// embedding, never what bub serve uses.
-	Store *store.Store
+	Store Store
 	// MaxAttempts is how many delivery attempts a message gets per
 	// subscriber before it is dead-lettered. Default: 5.
 	MaxAttempts int
@@ -187,7 +187,7 @@ type Server struct {
 	router       *router
 	metrics      *metrics
 	deliver      deliverFunc
-	store        *store.Store
+	store        Store
 	sched        *scheduler
 	pinger       *pinger
 	events       *events

@@ -49,15 +49,20 @@ func Start(t testing.TB, opts *bus.Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	var st *store.Store
 	if o.Store == nil {
-		o.Store = store.OpenMemory()
+		st = store.OpenMemory()
+		o.Store = st
+	} else {
+		// A cluster's store is no *store.Store; Server.Store is then nil.
+		st, _ = o.Store.(*store.Store)
 	}
 	srv, err := bus.New(&o)
 	if err != nil {
 		t.Fatalf("bustest: %v", err)
 	}
 	hs := httptest.NewServer(srv)
-	s := &Server{Server: srv, HTTP: hs, Store: o.Store, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}
+	s := &Server{Server: srv, HTTP: hs, Store: st, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 		defer cancel()
