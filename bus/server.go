@@ -17,6 +17,7 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -91,6 +92,15 @@ type Options struct {
 	Hosts []string
 
 	Limits Limits
+
+	// Cluster makes the bus one node of a cluster (docs/CLUSTER.md):
+	// the subscription order, deliveries to subscribers on other nodes,
+	// client ownership, retries, holds and the dead-letter queue go
+	// through NATS. The bus sets the callbacks (ApplySubscription,
+	// TakenOver, Deliver, NodeDown), which must be nil, and Store must
+	// be nil: the cluster keeps its state in JetStream. Nil: one node,
+	// with no NATS at all.
+	Cluster *cluster.Options
 }
 
 // Limits bound what peers can make the bus hold. The zero value of each
