@@ -498,13 +498,18 @@ func (c *conn) holds(clientID, pattern string) bool {
 	return !c.closed && c.clientID == clientID && c.subs[pattern] != nil
 }
 
+// leaveTimeout bounds the writes of a clean leave. The last node of a
+// cluster that stops leaves without a quorum, and its writes cannot
+// succeed: it should not wait long for them.
+const leaveTimeout = 3 * time.Second
+
 // leaveCluster waits for the writes still under way and leaves the
 // cluster cleanly, so the other nodes act at once instead of after the
 // node timeout.
 func (s *Server) leaveCluster() error {
 	cl := s.cl
 	cl.async.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), clusterWriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
 	return cl.node.Close(ctx)
 }
