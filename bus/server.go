@@ -243,6 +243,12 @@ func New(opts *Options) (*Server, error) {
 		o = *opts
 	}
 	o.setDefaults()
+	if o.Cluster != nil && opts.ServerID == "" {
+		// A cluster is one bus: every node reports the same serverId, and
+		// the events any node publishes come from it, so a peer that
+		// trusts only its bus's events (the spawner) trusts every node's.
+		o.ServerID = "bub-" + o.Cluster.Name
+	}
 	if o.Cluster != nil && o.Store != nil {
 		return nil, errors.New("new bus: Store and Cluster exclude each other: a cluster keeps its state in JetStream")
 	}
