@@ -26,8 +26,9 @@ import (
 // Options configure a Server. The zero value of each field means its
 // default.
 type Options struct {
-	// ServerID is reported in initialize results. Default: "bub-" and
-	// random hex.
+	// ServerID is reported in initialize results and is the from of the
+	// bus's events. Default: "bub-" and random hex; in a cluster, "bub-"
+	// and the cluster's name, the same on every node.
 	ServerID string
 	// DefaultPolicy applies to subscriptions that name none. Default:
 	// stopPropagationOnProcessed.
