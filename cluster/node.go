@@ -169,6 +169,7 @@ type Node struct {
 	js     jetstream.JetStream
 
 	subs, clients, nodes, pending jetstream.KeyValue
+	dlq                           jetstream.Stream
 	replicas                      int
 	store                         *Store
 
@@ -371,7 +372,7 @@ func (n *Node) createBuckets(ctx context.Context) error {
 	if n.pending, err = kv(bucketPending, "bub: retries and held messages"); err != nil {
 		return err
 	}
-	_, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	n.dlq, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        streamDLQ,
 		Description: "bub: the dead-letter queue",
 		Subjects:    []string{"bub.dlq.>"},

@@ -92,15 +92,20 @@ func (n *Node) openStore(ctx context.Context) (*Store, error) {
 	}
 	s.counts.keys = make(map[string]countedEntry)
 	s.counts.by = make(map[string]int)
-	var err error
-	if s.dlq, err = n.js.Stream(ctx, streamDLQ); err != nil {
-		return nil, fmt.Errorf("stream %s: %w", streamDLQ, err)
-	}
-	info, err := n.js.Stream(ctx, "KV_"+bucketPending)
+	s.dlq = n.dlq
+	// Until the bucket's stream has a leader a request gets no answer,
+	// hence a bound on each try.
+	var state jetstream.StreamState
+	err := retryUntil(ctx, "read the state of bucket "+bucketPending, 5*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+		info, err := n.js.Stream(ctx, "KV_"+bucketPending)
+		if err == nil {
+			state = info.CachedInfo().State
+		}
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("bucket %s: %w", bucketPending, err)
+		return nil, err
 	}
-	state := info.CachedInfo().State
 	if state.Msgs == 0 {
 		s.readyMu.Do(func() { close(s.ready) })
 	}
