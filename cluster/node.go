@@ -186,6 +186,8 @@ type Node struct {
 	closed    atomic.Bool
 
 	order    subscriptionOrder
+	replies  replies
+	inbound  inbound
 	liveness liveness
 	claims   claims
 
