@@ -431,3 +431,11 @@ func (n *Node) goFunc(f func()) bool {
 	}()
 	return true
 }
+
+// Crash stops the node as a kill -9 looks to the rest of the cluster:
+// the embedded server and the connection go at once and no key is
+// removed, so the others notice only by the missing heartbeats. For
+// tests and failure drills; a node that stops on purpose calls Close.
+func (n *Node) Crash() {
+	n.closeOnce.Do(func() { n.shutdown(false) })
+}
