@@ -30,7 +30,14 @@ const (
 	// closeEventBacklog: more system:client.* events wait for the peer
 	// than maxEventBacklog.
 	closeEventBacklog = "too many lifecycle events waiting"
+	// closeRemovedByCluster: the cluster presumed this node dead and
+	// removed its subscriptions (cluster.go).
+	closeRemovedByCluster = "subscriptions removed by the cluster; reconnect"
 )
+
+// StatusTryAgainLater (1013) closes a connection whose client should
+// reconnect, to this node or another, and subscribe again.
+const StatusTryAgainLater websocket.StatusCode = 1013
 
 // conn is one peer's WebSocket connection.
 type conn struct {
@@ -42,6 +49,12 @@ type conn struct {
 	stream *rpcstream.Stream
 	log    *slog.Logger
 	remote string
+	// cid numbers the connection on this node; a cluster names it by
+	// node and cid.
+	cid uint64
+	// peer is set on a stand-in for a connection on another node of a
+	// cluster (cluster.go): deliveries to it go through that node.
+	peer *remotePeer
 
 	// slots bounds the requests running off the read loop.
 	slots chan struct{}
@@ -90,6 +103,7 @@ func (s *Server) newConn(ws *websocket.Conn, out *outbound.Conn, remote string) 
 		stream: rpcstream.NewOutbound(ws, out),
 		log:    s.log.With("remote", remote),
 		remote: remote,
+		cid:    s.connSeq.Add(1),
 		slots:  make(chan struct{}, s.opts.MaxInFlight),
 		subs:   make(map[string]*subscription),
 	}
@@ -152,6 +166,10 @@ func (c *conn) id() string {
 // go at once, so no delivery waits on a peer that is going away; the rest
 // of the cleanup runs in serve once the JSON-RPC connection notices.
 func (c *conn) close(code websocket.StatusCode, reason string) {
+	if c.peer != nil {
+		// A stand-in: the connection is another node's to close.
+		return
+	}
 	c.detach()
 	c.closeOnce.Do(func() {
 		c.server.metrics.closes.WithLabelValues(reason).Inc()
@@ -178,6 +196,9 @@ func (c *conn) cleanup() {
 		c.expiry.Stop()
 	}
 	c.mu.Unlock()
+	if id != "" && !publishOnly && s.cl != nil {
+		s.release(c, id)
+	}
 	if id != "" && !publishOnly {
 		reason := ""
 		if takenOver {
@@ -197,8 +218,11 @@ func (c *conn) detach() int {
 	subs := c.subs
 	c.subs = nil
 	c.mu.Unlock()
-	for _, sub := range subs {
+	for pattern, sub := range subs {
 		c.server.router.remove(sub)
+		if c.server.cl != nil && c.peer == nil {
+			c.server.unshare(pattern, c.cid)
+		}
 	}
 	c.server.metrics.subscriptions.Sub(float64(len(subs)))
 	return len(subs)

@@ -29,6 +29,9 @@ type delivery struct {
 	// turn is the delivery's place in its publisher's order (order.go),
 	// nil when it keeps none; call passes it once the request is written.
 	turn *ticket
+	// params, when set, are the processMessage params as another node
+	// of the cluster encoded them (cluster.go), written as they are.
+	params []byte
 }
 
 // deliverFunc makes one delivery and returns the subscriber's answer, or a
@@ -48,6 +51,12 @@ func (s *Server) chain() deliverFunc {
 		deliver = layers[i](deliver)
 	}
 	return deliver
+}
+
+// deliverLocal is the pipeline for deliveries another node of a cluster
+// asks this one to make: that node measures them.
+func (s *Server) deliverLocal(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+	return s.skipSlow(s.timeout(s.call))(ctx, d)
 }
 
 // Failure kinds of a delivery, also its metrics outcome.
@@ -73,6 +82,9 @@ func (e *deliveryError) Error() string {
 // which go out byte for byte as the publisher sent them, and the answer
 // comes back through the Stream, not jsonrpc2's codec.
 func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+	if d.conn.peer != nil {
+		return s.callRemote(ctx, d)
+	}
 	var result protocol.ProcessMessageResult
 	var written func()
 	if d.turn != nil {
@@ -106,6 +118,9 @@ func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessage
 // calls it to build the frame, so the payload is copied once per delivery,
 // into a buffer that is free again once the frame is written.
 func (d *delivery) AppendParams(dst []byte) []byte {
+	if d.params != nil {
+		return append(dst, d.params...)
+	}
 	if d.shared != nil {
 		dst = append(dst, d.shared.head...)
 		dst = appendJSONString(dst, d.Subscription)
@@ -195,7 +210,11 @@ func appendJSONString(dst []byte, s string) []byte {
 // timeout bounds each attempt by Options.DeliveryTimeout.
 func (s *Server) timeout(next deliverFunc) deliverFunc {
 	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-		ctx, cancel := context.WithTimeout(ctx, s.opts.DeliveryTimeout)
+		limit := s.opts.DeliveryTimeout
+		if d.conn.peer != nil {
+			limit += remoteMargin
+		}
+		ctx, cancel := context.WithTimeout(ctx, limit)
 		defer cancel()
 		return next(ctx, d)
 	}

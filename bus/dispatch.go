@@ -211,6 +211,13 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.cl != nil && !p.PublishOnly {
+		// The connection holding the clientId on another node closes
+		// there, as taken over.
+		if err := s.claim(c, p.ClientID); err != nil {
+			return nil, err
+		}
+	}
 	identity := ""
 	if principal != nil {
 		identity = principal.Name()
@@ -290,9 +297,14 @@ func (c *conn) subscribe(req *rpcstream.Request) (any, error) {
 	} else if !policy.Valid() {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "policy %q is not one of %v", p.Policy, protocol.Policies)
 	}
-	clientID, identity, err := c.addSubscription(p.Topic, pattern, policy, p.Fallback)
+	sub, clientID, identity, err := c.addSubscription(p.Topic, pattern, policy, p.Fallback)
 	if err != nil {
 		return nil, err
+	}
+	if c.server.cl != nil {
+		if err := c.shareSubscription(sub, clientID, identity); err != nil {
+			return nil, err
+		}
 	}
 	// Waking holds (a look at the held topics) and the event happen
 	// after the connection's lock is released, so retry attempts and
@@ -308,29 +320,35 @@ func (c *conn) subscribe(req *rpcstream.Request) (any, error) {
 }
 
 // addSubscription checks and adds a subscription to topic under the
-// connection's lock, and returns the clientId and identity it was made
-// for.
-func (c *conn) addSubscription(topic string, pattern *protocol.Pattern, policy protocol.Policy, fallback bool) (clientID, identity string, err error) {
+// connection's lock, and returns it with the clientId and identity it
+// was made for. In a cluster the subscription enters the router once the
+// cluster has ordered it (shareSubscription).
+func (c *conn) addSubscription(topic string, pattern *protocol.Pattern, policy protocol.Policy, fallback bool) (sub *subscription, clientID, identity string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.publishOnly {
-		return "", "", protocol.Errorf(protocol.ErrInvalidParams, "this connection initialized with publishOnly and cannot subscribe")
+		return nil, "", "", protocol.Errorf(protocol.ErrInvalidParams, "this connection initialized with publishOnly and cannot subscribe")
 	}
 	if c.closed {
-		return "", "", protocol.Errorf(protocol.ErrShuttingDown, "connection is closing")
+		return nil, "", "", protocol.Errorf(protocol.ErrShuttingDown, "connection is closing")
 	}
 	if _, dup := c.subs[topic]; dup {
-		return "", "", protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", topic)
+		return nil, "", "", protocol.Errorf(protocol.ErrAlreadySubscribed, "this connection already subscribed to %q", topic)
 	}
 	if err := c.checkSubscriptions(len(c.subs)); err != nil {
-		return "", "", err
+		return nil, "", "", err
 	}
 	if err := c.checkSubscribe(pattern, fallback); err != nil {
-		return "", "", err
+		return nil, "", "", err
 	}
-	c.subs[topic] = c.server.router.add(c, pattern, policy, fallback)
+	if c.server.cl != nil {
+		sub = &subscription{pattern: pattern, policy: policy, fallback: fallback, conn: c}
+	} else {
+		sub = c.server.router.add(c, pattern, policy, fallback)
+	}
+	c.subs[topic] = sub
 	c.server.metrics.subscriptions.Inc()
-	return c.clientID, c.identity, nil
+	return sub, c.clientID, c.identity, nil
 }
 
 func (c *conn) unsubscribe(req *rpcstream.Request) (any, error) {
@@ -352,6 +370,9 @@ func (c *conn) unsubscribe(req *rpcstream.Request) (any, error) {
 	c.mu.Unlock()
 	if !ok {
 		return nil, protocol.Errorf(protocol.ErrSubscriptionNotFound, "this connection holds no subscription to %q", p.Topic)
+	}
+	if c.server.cl != nil {
+		c.server.unshareNow(p.Topic, c.cid)
 	}
 	// After the unlock, as in subscribe; the read loop keeps the order.
 	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", clientID, identity, p.Topic, sub.fallback, "")

@@ -9,3 +9,22 @@ func SetMaxEventBacklog(t testing.TB, n int) {
 	maxEventBacklog = n
 	t.Cleanup(func() { maxEventBacklog = old })
 }
+
+// Crash stops a cluster node as kill -9 would look to the rest of the
+// cluster and to its peers: its NATS connection and embedded server go at
+// once, with none of its keys removed; its peers' sockets are cut without
+// a close handshake; its scheduler stops. The test's cleanup may still
+// call Shutdown.
+func Crash(s *Server) {
+	s.cl.node.Crash()
+	s.cancel()
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.closeOnce.Do(func() { _ = c.out.Close() })
+	}
+}

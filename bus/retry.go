@@ -405,9 +405,25 @@ func (s *Server) findSubscriber(clientID, pattern, topic string) (*conn, string)
 	s.mu.Lock()
 	c := s.clients[clientID]
 	s.mu.Unlock()
+	if c == nil && s.cl != nil {
+		// Connected to another node of the cluster, perhaps.
+		for _, rc := range s.cl.remoteStandIns(clientID) {
+			if found, p := rc.subscriberFor(pattern, topic); found != nil {
+				return found, p
+			}
+		}
+		return nil, ""
+	}
 	if c == nil {
 		return nil, ""
 	}
+	return c.subscriberFor(pattern, topic)
+}
+
+// subscriberFor returns c and the pattern to deliver topic under: pattern
+// when c still holds it, else c's newest pattern that matches topic; or
+// nil when none does.
+func (c *conn) subscriberFor(pattern, topic string) (*conn, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.subs[pattern]; ok {

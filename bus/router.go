@@ -94,6 +94,20 @@ func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy, fallb
 	defer r.mu.Unlock()
 	r.seq++
 	s := &subscription{seq: r.seq, pattern: p, policy: policy, fallback: fallback, conn: c}
+	r.insertLocked(s)
+	return s
+}
+
+// insert adds a subscription whose seq is already set: in a cluster,
+// its revision in the one subscription order (cluster.go).
+func (r *router) insert(s *subscription) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.insertLocked(s)
+}
+
+func (r *router) insertLocked(s *subscription) {
+	p := s.pattern
 	switch p.Kind() {
 	case protocol.Exact:
 		r.exact[p.String()] = append(r.exact[p.String()], s)
@@ -109,22 +123,20 @@ func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy, fallb
 		r.globs[head] = append(r.globs[head], s)
 		r.globLens[len(head)]++
 	}
-	return s
 }
 
 // remove deletes a subscription; removing one twice is harmless.
 func (r *router) remove(s *subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var ok bool
 	switch s.pattern.Kind() {
 	case protocol.Exact:
-		ok = removeFrom(r.exact, s.pattern.String(), s)
+		removeFrom(r.exact, s.pattern.String(), s)
 	case protocol.Prefix:
-		ok = removeFrom(r.prefix, s.pattern.String(), s)
+		removeFrom(r.prefix, s.pattern.String(), s)
 	default:
 		if gram := gramOf(s.pattern); gram != "" {
-			if ok = removeFrom(r.grams, gram, s); ok {
+			if removeFrom(r.grams, gram, s) {
 				if r.gramLens[len(gram)]--; r.gramLens[len(gram)] == 0 {
 					delete(r.gramLens, len(gram))
 				}
@@ -132,13 +144,11 @@ func (r *router) remove(s *subscription) {
 			break
 		}
 		head := s.pattern.Literal()
-		if ok = removeFrom(r.globs, head, s); ok {
+		if removeFrom(r.globs, head, s) {
 			if r.globLens[len(head)]--; r.globLens[len(head)] == 0 {
 				delete(r.globLens, len(head))
 			}
 		}
-	}
-	if ok {
 	}
 }
 

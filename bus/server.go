@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -213,6 +214,10 @@ type Server struct {
 
 	messageSeq atomic.Uint64
 	bootID     string
+	// connSeq numbers connections (conn.cid).
+	connSeq atomic.Uint64
+	// cl is the node's cluster state; nil for a single node.
+	cl *clusterState
 
 	// draining is set once, under mu, when Shutdown starts.
 	draining atomic.Bool
@@ -238,6 +243,9 @@ func New(opts *Options) (*Server, error) {
 		o = *opts
 	}
 	o.setDefaults()
+	if o.Cluster != nil && o.Store != nil {
+		return nil, errors.New("new bus: Store and Cluster exclude each other: a cluster keeps its state in JetStream")
+	}
 	if !o.DefaultPolicy.Valid() {
 		return nil, fmt.Errorf("new bus: unknown default policy %q (want one of %v)", o.DefaultPolicy, protocol.Policies)
 	}
@@ -263,24 +271,37 @@ func New(opts *Options) (*Server, error) {
 
 		holdPatterns: holds,
 	}
-	if s.store == nil {
+	if s.store == nil && o.Cluster == nil {
 		s.store = store.OpenMemory()
 	}
 	s.auth.Store(o.Auth)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry)
-	// The pending caps count what the store holds; counting now spares
-	// the first publish the scan.
-	if _, _, err := s.store.PendingCounts(""); err != nil {
-		return nil, fmt.Errorf("new bus: count pending work: %w", err)
-	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
 	s.events = newEvents(s)
 	s.sched = newScheduler(s)
 	s.pinger = newPinger(o.PingInterval)
+	if o.Cluster != nil {
+		if err := s.joinCluster(*o.Cluster); err != nil {
+			s.cancel()
+			return nil, fmt.Errorf("new bus: join cluster %q as node %q: %w", o.Cluster.Name, o.Cluster.NodeID, err)
+		}
+	}
+	fail := func(err error) (*Server, error) {
+		s.cancel()
+		if s.cl != nil {
+			_ = s.cl.node.Close(context.Background())
+		}
+		return nil, err
+	}
+	// The pending caps count what the store holds; counting now spares
+	// the first publish the scan.
+	if _, _, err := s.store.PendingCounts(""); err != nil {
+		return fail(fmt.Errorf("new bus: count pending work: %w", err))
+	}
 	pending, err := s.store.PendingSchedule()
 	if err != nil {
-		return nil, fmt.Errorf("new bus: resume pending work: %w", err)
+		return fail(fmt.Errorf("new bus: resume pending work: %w", err))
 	}
 	for _, p := range pending {
 		if p.Kind == store.KindHold {
@@ -442,6 +463,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Retry attempts still running fail fast now that the peers are gone;
 	// wait for them to settle in the store before the caller closes it.
 	s.sched.stop()
+	if s.cl != nil {
+		if lerr := s.leaveCluster(); lerr != nil && err == nil {
+			err = lerr
+		}
+	}
 	return err
 }
 

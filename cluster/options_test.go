@@ -31,12 +31,12 @@ func TestOptionsRejected(t *testing.T) {
 }
 
 func TestSubscriptionKey(t *testing.T) {
-	k := subscriptionKey("node-1", 42, "order:*")
+	k := SubscriptionKey("node-1", 42, "order:*")
 	node, conn, ok := parseSubscriptionKey(k)
 	if !ok || node != "node-1" || conn != 42 {
 		t.Errorf("key %q parsed to %q %d %v", k, node, conn, ok)
 	}
-	if subscriptionKey("n", 1, "a*") == subscriptionKey("n", 1, "a?") {
+	if SubscriptionKey("n", 1, "a*") == SubscriptionKey("n", 1, "a?") {
 		t.Error("two patterns share a key")
 	}
 	if got := clientKey("a b/c.d"); strings.ContainsAny(got, " /.") {

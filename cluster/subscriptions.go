@@ -45,13 +45,13 @@ type SubscriptionChange struct {
 	Subscription Subscription
 }
 
-// subscriptionKey is <node>.<conn>.<pattern hash>: one key per
+// SubscriptionKey is <node>.<conn>.<pattern hash>: one key per
 // connection and pattern, so a subscribe again of the same pattern by
 // the same connection replaces its entry (and moves it to the end of the
 // order), and the node's keys share a prefix. Patterns hold characters
 // keys may not, hence the hash; 64 bits make a collision between two
 // patterns of one connection negligible.
-func subscriptionKey(node string, conn uint64, pattern string) string {
+func SubscriptionKey(node string, conn uint64, pattern string) string {
 	h := fnv.New64a()
 	h.Write([]byte(pattern))
 	return node + "." + strconv.FormatUint(conn, 10) + "." + strconv.FormatUint(h.Sum64(), 16)
@@ -78,7 +78,7 @@ func (n *Node) PutSubscription(ctx context.Context, s Subscription) (uint64, err
 	if err != nil {
 		return 0, fmt.Errorf("cluster: put subscription %q: %w", s.Pattern, err)
 	}
-	rev, err := n.subs.Put(ctx, subscriptionKey(n.id, s.Conn, s.Pattern), value)
+	rev, err := n.subs.Put(ctx, SubscriptionKey(n.id, s.Conn, s.Pattern), value)
 	if err != nil {
 		return 0, fmt.Errorf("cluster: put subscription %q of conn %d: %w", s.Pattern, s.Conn, err)
 	}
@@ -95,7 +95,7 @@ func (n *Node) DeleteSubscription(ctx context.Context, conn uint64, pattern stri
 	// which Sync needs; the delete marker is published as the KV layer
 	// does it (ADR-8: a message on $KV.<bucket>.<key> with
 	// KV-Operation: DEL), and its ack carries the revision.
-	m := nats.NewMsg("$KV." + bucketSubs + "." + subscriptionKey(n.id, conn, pattern))
+	m := nats.NewMsg("$KV." + bucketSubs + "." + SubscriptionKey(n.id, conn, pattern))
 	m.Header.Set("KV-Operation", "DEL")
 	ack, err := n.js.PublishMsg(ctx, m)
 	if err != nil {
