@@ -45,6 +45,10 @@ func StartCluster(t testing.TB, opts *bus.Options, ids ...string) []*Server {
 		if o.Logger == nil {
 			o.Logger = slog.New(slog.DiscardHandler)
 		}
+		// The cluster names the node in its own logs; the bus's are
+		// told apart here.
+		clusterLog := o.Logger
+		o.Logger = o.Logger.With("node", id)
 		o.Cluster = &cluster.Options{
 			Name:              "test",
 			NodeID:            id,
@@ -53,7 +57,7 @@ func StartCluster(t testing.TB, opts *bus.Options, ids ...string) []*Server {
 			HeartbeatInterval: ClusterHeartbeat,
 			NodeTimeout:       ClusterNodeTimeout,
 			StartTimeout:      ClusterTimeout,
-			Logger:            o.Logger.With("node", id),
+			Logger:            clusterLog,
 		}
 		for j, p := range ports {
 			if j != i {
