@@ -160,7 +160,7 @@ func TestCluster(t *testing.T) {
 		assert.True(t, r.Success, "a message only a fallback received counts as routed")
 		require.Len(t, r.Acks, 1)
 		assert.Equal(t, "fb-spawner", r.Acks[0].ClientID)
-		assert.True(t, r.Acks[0].Retrying, "the fallback's ack says the message is kept: %+v", r.Acks[0])
+		require.True(t, r.Acks[0].Retrying, "the fallback's ack says the message is kept: %+v", r.Acks[0])
 		assert.Equal(t, r.MessageID, recv(t, asked).MessageID)
 
 		delivered := make(chan protocol.ProcessMessageParams, 1)
@@ -173,8 +173,9 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("spawner", func(t *testing.T) {
-		// The spawner on c, its agent on b (the command points it
-		// there), the chat's bridge on a.
+		// The spawner on c serves chats whose messages arrive on a, its
+		// agent on c as when it takes the spawner's URL list, or on b as
+		// after the agent failed over (the command points it there).
 		replies := make(chan *peer.Delivery, 4)
 		bridge, err := peer.Dial(t.Context(), a.URL, &peer.Options{ClientID: "sp-bridge", Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
@@ -183,52 +184,61 @@ func TestCluster(t *testing.T) {
 			replies <- d
 			return peer.Result{Processed: true}, nil
 		}, nil))
+		for i, tt := range []struct {
+			name  string
+			agent *bustest.Server
+		}{{"agent on its node", c}, {"agent on another node", b}} {
+			t.Run(tt.name, func(t *testing.T) {
+				chat := 70 + i
+				pattern := fmt.Sprintf("chat%d:*", i)
+				var log lockedLog
+				sp, err := spawner.New(&spawner.Options{
+					BusURL:        c.URL,
+					ClientID:      fmt.Sprint("sp-spawner-", i),
+					Patterns:      []string{pattern},
+					Command:       []string{"/bin/sh", "-c", `BUB_BUS_URL="$0" exec "$1"`, tt.agent.URL, agentBin},
+					WorkspaceRoot: t.TempDir(),
+					SpawnTimeout:  4 * time.Second,
+					StopTimeout:   2 * time.Second,
+					Logger:        slog.New(slog.NewTextHandler(&log, nil)),
+				})
+				require.NoError(t, err)
+				ctx, stop := context.WithCancel(context.Background())
+				stopped := make(chan error, 1)
+				go func() { stopped <- sp.Run(ctx) }()
+				t.Cleanup(func() {
+					stop()
+					select {
+					case err := <-stopped:
+						assert.NoError(t, err, "spawner Run")
+					case <-time.After(clusterWait):
+						t.Error("the spawner did not stop")
+					}
+					if t.Failed() {
+						t.Logf("spawner log:\n%s", &log)
+					}
+				})
+				require.Eventually(t, func() bool { return strings.Contains(log.String(), "spawner serving") }, clusterWait, 20*time.Millisecond,
+					"the spawner never subscribed")
 
-		var log lockedLog
-		sp, err := spawner.New(&spawner.Options{
-			BusURL:        c.URL,
-			ClientID:      "sp-spawner",
-			Patterns:      []string{"chat:*"},
-			Command:       []string{"/bin/sh", "-c", `BUB_BUS_URL="$0" exec "$1"`, b.URL, agentBin},
-			WorkspaceRoot: t.TempDir(),
-			SpawnTimeout:  4 * time.Second,
-			StopTimeout:   2 * time.Second,
-			Logger:        slog.New(slog.NewTextHandler(&log, nil)),
-		})
-		require.NoError(t, err)
-		ctx, stop := context.WithCancel(context.Background())
-		stopped := make(chan error, 1)
-		go func() { stopped <- sp.Run(ctx) }()
-		t.Cleanup(func() {
-			stop()
-			select {
-			case err := <-stopped:
-				assert.NoError(t, err, "spawner Run")
-			case <-time.After(clusterWait):
-				t.Error("the spawner did not stop")
-			}
-			if t.Failed() {
-				t.Logf("spawner log:\n%s", &log)
-			}
-		})
-		require.Eventually(t, func() bool { return strings.Contains(log.String(), "spawner serving") }, clusterWait, 20*time.Millisecond,
-			"the spawner never subscribed")
+				topic := fmt.Sprintf("chat%d:%d", i, chat)
+				r, err := bridge.SendMessage(t.Context(), topic, map[string]any{"type": "telegram_message", "text": "hello", "chat_id": chat}, nil)
+				require.NoError(t, err)
+				require.Len(t, r.Acks, 1, "acks %+v", r.Acks)
+				assert.Equal(t, fmt.Sprint("sp-spawner-", i), r.Acks[0].ClientID)
+				require.True(t, r.Acks[0].Retrying, "the spawner asks the bus to route the message again, to its agent: %+v", r.Acks[0])
 
-		r, err := bridge.SendMessage(t.Context(), "chat:77", map[string]any{"type": "telegram_message", "text": "hello", "chat_id": 77}, nil)
-		require.NoError(t, err)
-		require.Len(t, r.Acks, 1, "acks %+v", r.Acks)
-		assert.Equal(t, "sp-spawner", r.Acks[0].ClientID)
-		assert.True(t, r.Acks[0].Retrying, "the spawner asks the bus to route the message again, to its agent: %+v", r.Acks[0])
-
-		d := recvWithin(t, replies, clusterWait, "no reply from the agent")
-		var reply struct {
-			Text    string `json:"text"`
-			AgentID string `json:"agent_id"`
+				d := recvWithin(t, replies, clusterWait, "no reply from the agent")
+				var reply struct {
+					Text    string `json:"text"`
+					AgentID string `json:"agent_id"`
+				}
+				require.NoError(t, json.Unmarshal(d.Payload, &reply))
+				assert.Equal(t, "echo: hello", reply.Text)
+				assert.Equal(t, fmt.Sprint("outbound:", chat), d.Topic)
+				assert.Equal(t, reply.AgentID, d.From)
+			})
 		}
-		require.NoError(t, json.Unmarshal(d.Payload, &reply))
-		assert.Equal(t, "echo: hello", reply.Text)
-		assert.Equal(t, "outbound:77", d.Topic)
-		assert.Equal(t, reply.AgentID, d.From)
 	})
 
 	t.Run("client events", func(t *testing.T) {
