@@ -134,11 +134,15 @@ func TestCluster(t *testing.T) {
 		fresh := bustest.Connect(t, b.URL, "tk-x", answering(newSeen, processed))
 		assert.Equal(t, bus.StatusTakenOver, old.Closed(), "the connection on a, taken over from b")
 
+		// No publish between the close and the new subscription: unlike
+		// on one bus, the old subscription may still be in c's router for
+		// a moment (docs/CLUSTER.md, "Identity and takeover"), and such a
+		// publish fails over to a retry for tk-x instead of finding
+		// nobody. Once the new one subscribed, the chain holds tk-x once,
+		// at its newest subscription.
+		fresh.Subscribe("tk:x", "")
 		pub := bustest.Connect(t, c.URL, "tk-pub", nil)
 		r := pub.Publish("tk:x", "t")
-		assert.False(t, r.Success, "the old connection's subscription must be gone: acks %+v", r.Acks)
-		fresh.Subscribe("tk:x", "")
-		r = pub.Publish("tk:x", "t")
 		require.True(t, r.Success)
 		assert.Equal(t, []string{"tk-x"}, ackClients(r))
 		assert.True(t, r.Acks[0].Processed, "ack %+v", r.Acks[0])
