@@ -34,6 +34,7 @@ const (
 func StartCluster(t testing.TB, opts *bus.Options, ids ...string) []*Server {
 	t.Helper()
 	ports := FreePorts(t, len(ids))
+	started := time.Now()
 	nodes := make([]*Server, len(ids))
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
@@ -72,7 +73,10 @@ func StartCluster(t testing.TB, opts *bus.Options, ids ...string) []*Server {
 		})
 	}
 	wg.Wait()
+	t.Logf("bustest: cluster %v started in %v", ids, time.Since(started).Round(time.Millisecond))
 	t.Cleanup(func() {
+		stopping := time.Now()
+		defer func() { t.Logf("bustest: cluster %v stopped in %v", ids, time.Since(stopping).Round(time.Millisecond)) }()
 		var wg sync.WaitGroup
 		for _, n := range nodes {
 			if n != nil {
