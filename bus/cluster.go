@@ -101,6 +101,9 @@ func (s *Server) joinCluster(opts cluster.Options) error {
 	if opts.Logger == nil {
 		opts.Logger = s.log
 	}
+	if opts.MaxMessageBytes == 0 {
+		opts.MaxMessageBytes = s.opts.MaxMessageBytes
+	}
 	node, err := cluster.Start(context.Background(), &opts)
 	if err != nil {
 		return err

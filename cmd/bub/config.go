@@ -50,6 +50,8 @@ var listFlags = map[string]bool{
 	"hold-patterns":   true,
 	"allowed-origins": true,
 	"hosts":           true,
+	"nats-routes":     true,
+	"nats-url":        true,
 }
 
 // notFileKeys are flags that make no sense inside the file they name.
@@ -473,6 +475,12 @@ func printConfig(w io.Writer, fs *flag.FlagSet, cf *configFile) error {
 		var v *yaml.Node
 		if v, err = flagValueNode(f); err != nil {
 			return
+		}
+		if f.Name == "nats-url" {
+			// A NATS URL may carry user:password.
+			for _, item := range v.Content {
+				item.Value = redactURLs(item.Value)
+			}
 		}
 		k := &yaml.Node{Kind: yaml.ScalarNode, Value: fileKey(f.Name)}
 		if limitFlags[f.Name] {

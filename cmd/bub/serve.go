@@ -56,6 +56,7 @@ type serveConfig struct {
 	hosts          string
 	allowAnonymous bool
 	limits         bus.Limits
+	cluster        clusterFlags
 
 	// file is the loaded configuration file; nil without --config.
 	file *configFile
@@ -71,7 +72,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.pingInterval, "ping-interval", 30*time.Second, "WebSocket keepalive ping interval; a peer silent for one interval is dropped")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 256, "sendMessage and dlq.* calls one connection may have running; more are refused with -32006")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long running deliveries get to finish")
-	fs.StringVar(&c.dataDir, "data-dir", "./data", "directory of the durable store (pending retries, held messages, dead letters); created if missing")
+	fs.StringVar(&c.dataDir, "data-dir", "./data", "directory of the durable store (pending retries, held messages, dead letters); created if missing. With --cluster-name, JetStream keeps them in DATA_DIR/nats instead")
 	fs.IntVar(&c.maxAttempts, "max-attempts", 5, "delivery attempts per subscriber before a message is dead-lettered")
 	fs.DurationVar(&c.retryBaseDelay, "retry-base-delay", time.Second, "first retry delay when the subscriber gives no retry_seconds; doubles per attempt, with jitter")
 	fs.DurationVar(&c.retryDelayCap, "retry-delay-cap", 5*time.Minute, "longest retry delay, retry_seconds included")
@@ -102,6 +103,8 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.SlowSubscriberTimeouts, "slow-subscriber-timeouts", 0, "consecutive delivery timeouts after which the bus stops waiting on a subscriber (0: 3)")
 	fs.Float64Var(&l.PublishRate, "publish-rate", 0, "sendMessage calls per second per connection, a token bucket; an identity may set its own (0: no limit)")
 	fs.IntVar(&l.PublishBurst, "publish-burst", 0, "size of the publish token bucket (0: max(1, --publish-rate))")
+
+	c.cluster.addFlags(fs)
 }
 
 // tlsFiles are the TLS settings.
@@ -165,6 +168,10 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	if err := cfg.applyFile(fs); err != nil {
 		return errorf(io, "serve: %v", err)
 	}
+	clusterOpts, err := cfg.cluster.options(fs, cfg.dataDir)
+	if err != nil {
+		return usageError(io, fs, "%v", err)
+	}
 	if cfg.printConfig {
 		if err := printConfig(io.out, fs, cfg.file); err != nil {
 			return errorf(io, "serve: %v", err)
@@ -197,17 +204,26 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	// The store records commit latency into the bus's metrics, which do
 	// not exist until the bus does.
 	var running atomic.Pointer[bus.Server]
-	st, err := store.Open(cfg.dataDir, &store.Options{OnCommit: func(d time.Duration) {
-		if srv := running.Load(); srv != nil {
-			srv.ObserveStoreCommit(d)
+	var st bus.Store
+	if clusterOpts != nil {
+		// A cluster keeps its durable state in JetStream, under
+		// DATA_DIR/nats; no bbolt file is opened.
+		clusterOpts.Logger = logger
+	} else {
+		db, err := store.Open(cfg.dataDir, &store.Options{OnCommit: func(d time.Duration) {
+			if srv := running.Load(); srv != nil {
+				srv.ObserveStoreCommit(d)
+			}
+		}})
+		if err != nil {
+			return errorf(io, "serve: %v", err)
 		}
-	}})
-	if err != nil {
-		return errorf(io, "serve: %v", err)
+		defer db.Close()
+		st = db
 	}
-	defer st.Close()
 	srv, err := bus.New(&bus.Options{
 		Store:           st,
+		Cluster:         clusterOpts,
 		MaxAttempts:     cfg.maxAttempts,
 		RetryBaseDelay:  cfg.retryBaseDelay,
 		RetryDelayCap:   cfg.retryDelayCap,
@@ -252,7 +268,11 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(serveLn) }()
-	logger.Info("bus listening", "url", scheme+ln.Addr().String()+"/", "data_dir", cfg.dataDir, "default_policy", cfg.defaultPolicy)
+	attrs := []any{"url", scheme + ln.Addr().String() + "/", "data_dir", cfg.dataDir, "default_policy", cfg.defaultPolicy}
+	if clusterOpts != nil {
+		attrs = append(attrs, clusterLogAttrs(clusterOpts)...)
+	}
+	logger.Info("bus listening", attrs...)
 
 	rl := &reloader{args: args, log: logger, srv: srv, certs: certs, started: fs, limits: cfg.limits, hasAuth: authn != nil, listen: cfg.listen, allowAnonymous: cfg.allowAnonymous}
 serving:
