@@ -245,6 +245,14 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("publisher order", func(t *testing.T) {
+		// The publisher on a pipelines messages to subscribers on b and
+		// c, which answer out of step: each still reads them in the
+		// order they were sent (docs/CLUSTER.md, "Delivery").
+		others := []string{b.URL, c.URL}
+		checkPublisherOrder(t, 200, a.URL, func(i int) string { return others[i%2] })
+	})
+
 	t.Run("client events", func(t *testing.T) {
 		events := make(chan protocol.ProcessMessageParams, 64)
 		bustest.Connect(t, a.URL, "ev-watcher", answering(events, processed)).Subscribe(protocol.ClientEventsPattern, protocol.PolicyContinueAll)

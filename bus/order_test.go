@@ -27,6 +27,13 @@ import (
 func TestPublisherOrder(t *testing.T) {
 	const messages = 400
 	srv := bustest.Start(t, &bus.Options{MaxInFlight: messages})
+	checkPublisherOrder(t, messages, srv.URL, func(int) string { return srv.URL })
+}
+
+// checkPublisherOrder is TestPublisherOrder's check with the publisher
+// connected to pubURL and the i-th subscriber to subURL(i), so that a
+// cluster's nodes can share them out.
+func checkPublisherOrder(t *testing.T, messages int, pubURL string, subURL func(i int) string) {
 	type sub struct {
 		name, pattern string
 		policy        protocol.Policy
@@ -46,7 +53,7 @@ func TestPublisherOrder(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := len(subs) - 1; i >= 0; i-- {
 		s := subs[i]
-		c := bustest.Dial(t, srv.URL)
+		c := bustest.Dial(t, subURL(i))
 		c.Initialize(s.name)
 		c.Subscribe(s.pattern, s.policy)
 		wg.Add(1)
@@ -55,7 +62,7 @@ func TestPublisherOrder(t *testing.T) {
 			got[i] = receiveInOrder(t, c, s.name, s.want)
 		}()
 	}
-	pub := bustest.Dial(t, srv.URL)
+	pub := bustest.Dial(t, pubURL)
 	pub.Initialize("pub")
 	for n := range messages {
 		pub.Send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"sendMessage","params":{"topic":"o:t","payload":{"type":"seq","n":%d}},"id":%d}`, n, n))
