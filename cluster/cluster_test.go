@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -15,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -89,44 +88,12 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// freePorts returns n ports free a moment ago. The cluster's routes must
-// be known before any server starts, so the ports cannot be the servers'
-// own choice.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	// Below Linux's ephemeral range (32768 and up): a port picked by
-	// binding ":0" is free only until it is closed, and the other
-	// packages' tests, running at the same time, can get it back as the
-	// source port of a connection before the node binds it (CI saw a
-	// node whose cluster port was taken that way). Nothing here binds
-	// ports in this range but by choice, so a free one stays free.
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for try := 0; len(ports) < n; try++ {
-		if try == 1000 {
-			t.Fatalf("no %d free ports below 32768", n)
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(20000+rand.IntN(12000)))
-		if err != nil {
-			continue
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
 // startCluster starts one node per id, each embedding a server routed to
 // all the others, concurrently (each waits for the others' quorum), and
 // closes them at the end of the test.
 func startCluster(t *testing.T, ids []string, deliver func(string) func(context.Context, *cluster.Delivery) ([]byte, error)) ([]*cluster.Node, []*recorder) {
 	t.Helper()
-	ports := freePorts(t, len(ids))
+	ports := bustest.FreePorts(t, len(ids))
 	nodes := make([]*cluster.Node, len(ids))
 	recs := make([]*recorder, len(ids))
 	errs := make([]error, len(ids))

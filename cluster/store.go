@@ -655,39 +655,18 @@ func (s *Store) eachDeadLetter(ctx context.Context, from uint64, fn func(seq uin
 // ListDeadLetters returns up to limit dead letters of the cluster that
 // match f, oldest first, from cursor, as *store.Store's does.
 func (s *Store) ListDeadLetters(f store.Filter, cursor string, limit int) (entries []*store.DeadLetter, next string, err error) {
-	if limit <= 0 {
-		limit = store.DefaultListLimit
-	}
-	err = func() error {
-		m, err := f.Matcher()
-		if err != nil {
-			return err
-		}
-		from := uint64(1)
-		if cursor != "" {
-			if from, err = store.ParseID("d-", cursor); err != nil {
-				return fmt.Errorf("%w: cursor %q", store.ErrInvalid, cursor)
-			}
-		}
+	page, from, err := store.NewPage(f, cursor, limit)
+	if err == nil {
 		ctx, cancel := s.opContext()
 		defer cancel()
-		return s.eachDeadLetter(ctx, from, func(seq uint64, v []byte) (bool, error) {
-			d, err := decodeDeadLetter(seq, v)
-			if err != nil || !m.Match(d) {
-				return err == nil, err
-			}
-			if len(entries) == limit {
-				next = d.ID
-				return false, nil
-			}
-			entries = append(entries, d)
-			return true, nil
+		err = s.eachDeadLetter(ctx, max(from, 1), func(seq uint64, v []byte) (bool, error) {
+			return page.Add(decodeDeadLetter(seq, v))
 		})
-	}()
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("cluster: list dead letters: %w", err)
 	}
-	return entries, next, nil
+	return page.Entries, page.Next, nil
 }
 
 // removeDeadLetter deletes the dead letter seq, or fails with

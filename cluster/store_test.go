@@ -12,33 +12,15 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
 )
 
-// durable is bus.Store, which this package cannot import: both stores
-// under test implement it.
-type durable interface {
-	PutPending(p *store.Pending) error
-	DeletePending(id string) error
-	PendingSchedule() ([]*store.Pending, error)
-	LoadMessage(p *store.Pending) error
-	PendingCounts(publisher string) (total, mine int, err error)
-	CountPending() (int, error)
-	DeadLetter(pendingID string, d *store.DeadLetter) (string, error)
-	GetDeadLetter(id string) (*store.DeadLetter, error)
-	ListDeadLetters(f store.Filter, cursor string, limit int) ([]*store.DeadLetter, string, error)
-	RemoveDeadLetter(id string) error
-	Requeue(id string, p *store.Pending) error
-	PurgeDeadLetters(f store.Filter) (int, error)
-	CountDeadLetters() (int, error)
-	Backup(fn func(store.Snapshot) error) error
-}
-
 var (
-	_ durable = (*store.Store)(nil)
-	_ durable = (*cluster.Store)(nil)
+	_ bus.Store = (*store.Store)(nil)
+	_ bus.Store = (*cluster.Store)(nil)
 )
 
 // startSolo starts a node alone on an embedded server in dir, with opts
@@ -99,7 +81,7 @@ func outcome(err error) string {
 // semantics runs the same operations on st and describes what it saw,
 // with ids named by the step that made them: the file store and the
 // cluster's must describe the same.
-func semantics(t *testing.T, st durable) []string {
+func semantics(t *testing.T, st bus.Store) []string {
 	var log []string
 	say := func(format string, args ...any) { log = append(log, fmt.Sprintf(format, args...)) }
 	names := map[string]string{}

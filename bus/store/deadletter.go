@@ -215,41 +215,68 @@ func (s *Store) GetDeadLetter(id string) (*DeadLetter, error) {
 // and stays valid when entries are removed. limit <= 0 means
 // DefaultListLimit.
 func (s *Store) ListDeadLetters(f Filter, cursor string, limit int) (entries []*DeadLetter, next string, err error) {
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	err = func() error {
-		m, err := f.Matcher()
-		if err != nil {
-			return err
+	page, from, err := NewPage(f, cursor, limit)
+	if err == nil {
+		var start []byte
+		if from > 0 {
+			start = key(from)
 		}
-		var from []byte
-		if cursor != "" {
-			seq, err := ParseID(deadLetterPrefix, cursor)
-			if err != nil {
-				return fmt.Errorf("%w: cursor %q", ErrInvalid, cursor)
-			}
-			from = key(seq)
-		}
-		return s.view(func(t tx) error {
-			return t.each(bucketDeadLetters, from, func(k, v []byte) (bool, error) {
-				d, err := decodeDeadLetter(k, v)
-				if err != nil || !m.Match(d) {
-					return err == nil, err
-				}
-				if len(entries) == limit {
-					next = d.ID
-					return false, nil
-				}
-				entries = append(entries, d)
-				return true, nil
+		err = s.view(func(t tx) error {
+			return t.each(bucketDeadLetters, start, func(k, v []byte) (bool, error) {
+				return page.Add(decodeDeadLetter(k, v))
 			})
 		})
-	}()
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("list dead letters: %w", err)
 	}
-	return entries, next, nil
+	return page.Entries, page.Next, nil
+}
+
+// Page is one page of a dead-letter listing as a store reads it: the
+// store hands it every entry from the cursor on, oldest first, and it
+// keeps those that match until the page is full.
+type Page struct {
+	m     *Matcher
+	limit int
+	// Entries are the page's dead letters; Next is the cursor of the
+	// page after, "" when there is none.
+	Entries []*DeadLetter
+	Next    string
+}
+
+// NewPage checks a listing's filter and cursor, and returns its page and
+// the sequence number it starts at (0: the first entry). limit <= 0
+// means DefaultListLimit.
+func NewPage(f Filter, cursor string, limit int) (*Page, uint64, error) {
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	m, err := f.Matcher()
+	if err != nil {
+		return nil, 0, err
+	}
+	var from uint64
+	if cursor != "" {
+		if from, err = ParseID(deadLetterPrefix, cursor); err != nil {
+			return nil, 0, fmt.Errorf("%w: cursor %q", ErrInvalid, cursor)
+		}
+	}
+	return &Page{m: m, limit: limit}, from, nil
+}
+
+// Add takes the next entry, or the error reading it, and reports whether
+// the store should go on.
+func (p *Page) Add(d *DeadLetter, err error) (bool, error) {
+	if err != nil || !p.m.Match(d) {
+		return err == nil, err
+	}
+	if len(p.Entries) == p.limit {
+		p.Next = d.ID
+		return false, nil
+	}
+	p.Entries = append(p.Entries, d)
+	return true, nil
 }
 
 // RemoveDeadLetter removes the dead letter id, or returns an error
