@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
@@ -106,6 +108,13 @@ func (s *Server) joinCluster(opts cluster.Options) error {
 	cl.node = node
 	cl.store = node.Store()
 	s.store = cl.store
+	s.metrics.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bub_cluster_sync_timeouts_total",
+			Help: "Subscribes and unsubscribes answered before every live node confirmed them (a node dying, or a watch recovering)."},
+			func() float64 { return float64(node.SyncTimeouts()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bub_cluster_nodes_live", Help: "Nodes of the cluster this node hears heartbeats from, itself included."},
+			func() float64 { return float64(len(node.Live())) }),
+	)
 	return nil
 }
 
@@ -498,13 +507,29 @@ func (c *conn) holds(clientID, pattern string) bool {
 	return !c.closed && c.clientID == clientID && c.subs[pattern] != nil
 }
 
+// leaveTimeout bounds the writes of a clean leave. The last node of a
+// cluster that stops leaves without a quorum, and its writes cannot
+// succeed: it should not wait long for them.
+const leaveTimeout = 3 * time.Second
+
 // leaveCluster waits for the writes still under way and leaves the
 // cluster cleanly, so the other nodes act at once instead of after the
 // node timeout.
 func (s *Server) leaveCluster() error {
 	cl := s.cl
-	cl.async.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), clusterWriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
+	// The closed connections' deletes are the leave's too (Close removes
+	// every key of the node): they get until the leave's deadline, and
+	// those still waiting then fail fast once the node is closed.
+	done := make(chan struct{})
+	go func() {
+		cl.async.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 	return cl.node.Close(ctx)
 }
