@@ -17,6 +17,9 @@ type ledger struct {
 	// accepted maps each messageId the bus acknowledged to the publisher
 	// to its load message.
 	accepted map[string]int
+	// answers describe the bus's answer for each accepted id, to show
+	// for any id that vanishes.
+	answers map[string]string
 	// delivered counts the deliveries of each messageId; seqOf gives the
 	// load message of an id the subscriber saw, accepted or not (a
 	// publish whose answer was lost is delivered under an id the
@@ -26,14 +29,16 @@ type ledger struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{accepted: map[string]int{}, delivered: map[string]int{}, seqOf: map[string]int{}}
+	return &ledger{accepted: map[string]int{}, answers: map[string]string{}, delivered: map[string]int{}, seqOf: map[string]int{}}
 }
 
-// accept records that the bus acknowledged load message seq as id.
-func (l *ledger) accept(id string, seq int) {
+// accept records that the bus acknowledged load message seq as id,
+// with answer describing how.
+func (l *ledger) accept(id string, seq int, answer string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.accepted[id] = seq
+	l.answers[id] = answer
 }
 
 // deliver records one delivery of id, carrying load message seq.
@@ -71,7 +76,7 @@ type account struct {
 	Unpublished []int          `json:"unpublished"`  // load messages the bus never accepted
 	Delivered   int            `json:"delivered_ids"`
 	DeadByWhy   map[string]int `json:"dead_lettered"` // reason → accepted ids dead-lettered, not delivered
-	Vanished    []string       `json:"vanished"`      // accepted, neither delivered nor dead-lettered
+	Vanished    []string       `json:"vanished"`      // accepted, neither delivered nor dead-lettered: "ID (seq N, the bus's answer)"
 	// Redeliveries are deliveries of an id beyond its first: a delivery
 	// whose ack was lost (its node died) and that the bus retried.
 	Redeliveries int `json:"redeliveries"`
@@ -83,6 +88,18 @@ type account struct {
 	// Unacknowledged are ids delivered that the publisher never learnt
 	// (their answer was lost), counted for the record.
 	Unacknowledged int `json:"unacknowledged_ids"`
+
+	// Publishes and Redials say how much of the trouble the clients met.
+	Publishes publishTally `json:"publishes"`
+	Redials   int          `json:"redials"`
+}
+
+// publishTally counts what the publishers' attempts were answered with.
+type publishTally struct {
+	Held       int64 `json:"held"`       // accepted, held for a subscriber
+	Retrying   int64 `json:"retrying"`   // accepted, a delivery to be retried
+	Refused    int64 `json:"refused"`    // an error from the bus; sent again
+	Unanswered int64 `json:"unanswered"` // no answer (node gone, timeout); sent again
 }
 
 // ok reports whether every load message was accepted and every accepted
@@ -104,7 +121,7 @@ func (l *ledger) reckon(messages int, dead map[string]string) *account {
 		case dead[id] != "":
 			a.DeadByWhy[dead[id]]++
 		default:
-			a.Vanished = append(a.Vanished, id)
+			a.Vanished = append(a.Vanished, fmt.Sprintf("%s (seq %d, answered %s)", id, seq, l.answers[id]))
 		}
 	}
 	for seq := 1; seq <= messages; seq++ {
@@ -144,8 +161,12 @@ func (a *account) print(w io.Writer) {
 	fmt.Fprintf(w, "clustercheck: accepted ids: %d delivered, %d dead-lettered (%s), %d vanished\n", a.Delivered, dead, strings.Join(why, ", "), len(a.Vanished))
 	fmt.Fprintf(w, "clustercheck: duplicates: %d redeliveries of %d ids (an ack lost with its node, retried); %d messages delivered under two ids (published again after a lost answer; %d ids delivered whose answer the publisher never got)\n",
 		a.Redeliveries, a.RedeliverIDs, a.Republished, a.Unacknowledged)
+	fmt.Fprintf(w, "clustercheck: publishes: %d accepted as held, %d as retrying; attempts refused %d, unanswered %d; fresh connections after a silent node %d\n",
+		a.Publishes.Held, a.Publishes.Retrying, a.Publishes.Refused, a.Publishes.Unanswered, a.Redials)
 	if len(a.Vanished) > 0 {
-		fmt.Fprintf(w, "clustercheck: vanished ids: %s\n", strings.Join(a.Vanished, " "))
+		for _, v := range a.Vanished {
+			fmt.Fprintf(w, "clustercheck: vanished: %s\n", v)
+		}
 	}
 	if len(a.Unpublished) > 0 {
 		fmt.Fprintf(w, "clustercheck: never accepted: %d load messages, first seq %d\n", len(a.Unpublished), a.Unpublished[0])

@@ -19,12 +19,12 @@ import (
 // learnt are counted apart; a message never accepted fails the run.
 func TestReckon(t *testing.T) {
 	l := newLedger()
-	l.accept("m1", 1)
+	l.accept("m1", 1, "")
 	l.deliver("m1", 1)
-	l.deliver("m1", 1) // its ack was lost: delivered again
-	l.accept("m2", 2)  // dead-lettered
-	l.accept("m3", 3)  // vanished
-	l.accept("m4", 4)
+	l.deliver("m1", 1)       // its ack was lost: delivered again
+	l.accept("m2", 2, "")    // dead-lettered
+	l.accept("m3", 3, "[a]") // vanished
+	l.accept("m4", 4, "")
 	l.deliver("m4", 4)
 	l.deliver("m4x", 4) // an earlier publish of 4 whose answer was lost
 	assert.ElementsMatch(t, []string{"m2", "m3"}, l.missing())
@@ -33,7 +33,7 @@ func TestReckon(t *testing.T) {
 	assert.Equal(t, 4, a.Accepted)
 	assert.Equal(t, 2, a.Delivered)
 	assert.Equal(t, map[string]int{"max_retries": 1}, a.DeadByWhy)
-	assert.Equal(t, []string{"m3"}, a.Vanished)
+	assert.Equal(t, []string{"m3 (seq 3, answered [a])"}, a.Vanished)
 	assert.Equal(t, []int{5}, a.Unpublished)
 	assert.Equal(t, 1, a.Redeliveries)
 	assert.Equal(t, 1, a.RedeliverIDs)
@@ -42,11 +42,11 @@ func TestReckon(t *testing.T) {
 	assert.False(t, a.ok())
 	var out bytes.Buffer
 	a.print(&out)
-	assert.Contains(t, out.String(), "vanished ids: m3")
+	assert.Contains(t, out.String(), "vanished: m3 (seq 3, answered [a])")
 	assert.Contains(t, out.String(), "never accepted: 1 load messages, first seq 5")
 
 	whole := newLedger()
-	whole.accept("m1", 1)
+	whole.accept("m1", 1, "")
 	whole.deliver("m1", 1)
 	assert.True(t, whole.reckon(1, nil).ok())
 }

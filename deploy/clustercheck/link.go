@@ -21,13 +21,21 @@ import (
 type link struct {
 	name  string
 	urls  []string
+	first int // index in urls of the node to dial first
 	opts  peer.Options
 	setup func(context.Context, *peer.Conn) error // e.g. subscribe; nil for none
 	log   *slog.Logger
 
-	mu      sync.Mutex
-	conn    *peer.Conn
-	redials int
+	mu    sync.Mutex
+	conn  *peer.Conn
+	dials int // Dial calls made, the first included
+}
+
+// redials counts the fresh Conns the keepalive dialed.
+func (l *link) redials() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dials - 1
 }
 
 // Bounds of the keepalive: a ping every pingEvery, each given pingWait;
@@ -68,8 +76,8 @@ func (l *link) close() {
 func (l *link) dial(ctx context.Context) (*peer.Conn, error) {
 	for {
 		l.mu.Lock()
-		l.redials++
-		from := l.redials % len(l.urls)
+		from := (l.first + l.dials) % len(l.urls)
+		l.dials++
 		l.mu.Unlock()
 		order := append(append([]string{}, l.urls[from:]...), l.urls[:from]...)
 		c, err := peer.Dial(ctx, strings.Join(order, ","), &l.opts)

@@ -113,9 +113,11 @@ func run(ctx context.Context, cfg config, log *slog.Logger) (*account, error) {
 	}
 	book := newLedger()
 
+	// The subscriber starts on the first node and each publisher on a
+	// node of its own, so that every node's loss hits someone.
 	subOpts := opts
 	subOpts.ClientID = "load-sub"
-	sub := &link{name: "subscriber", urls: urls, opts: subOpts, log: log,
+	sub := &link{name: "subscriber", urls: urls, first: 0, opts: subOpts, log: log,
 		setup: func(ctx context.Context, c *peer.Conn) error {
 			return c.Subscribe(ctx, cfg.topic, func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
 				var p loadPayload
@@ -131,14 +133,17 @@ func run(ctx context.Context, cfg config, log *slog.Logger) (*account, error) {
 	}
 	defer sub.close()
 
-	pubOpts := opts
-	pubOpts.ClientID = "load-pub"
-	pubOpts.PublishOnly = true
-	pub := &link{name: "publisher", urls: urls, opts: pubOpts, log: log}
-	if err := pub.start(ctx); err != nil {
-		return nil, err
+	pubs := make([]*link, len(urls))
+	for i := range pubs {
+		pubOpts := opts
+		pubOpts.ClientID = fmt.Sprintf("load-pub-%d", i+1)
+		pubOpts.PublishOnly = true
+		pubs[i] = &link{name: pubOpts.ClientID, urls: urls, first: i, opts: pubOpts, log: log}
+		if err := pubs[i].start(ctx); err != nil {
+			return nil, err
+		}
+		defer pubs[i].close()
 	}
-	defer pub.close()
 
 	var n counters
 	started := time.Now()
@@ -173,25 +178,31 @@ func run(ctx context.Context, cfg config, log *slog.Logger) (*account, error) {
 		}
 	}()
 	var wg sync.WaitGroup
-	for range cfg.workers {
+	for w := range cfg.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for seq := range seqs {
-				publish(pubCtx, pub, cfg.topic, seq, book, &n, log)
+				publish(pubCtx, pubs[w%len(pubs)], cfg.topic, seq, book, &n, log)
 			}
 		}()
 	}
 	wg.Wait()
 	log.Info("load sent", "elapsed", time.Since(started).Round(time.Second), "accepted", n.accepted.Load(), "refused", n.refused.Load(), "unknown", n.unknown.Load())
 
-	dead, err := drain(ctx, cfg, pub, book, log)
+	dead, err := drain(ctx, cfg, pubs, book, log)
 	if err != nil {
 		return nil, err
 	}
 	// A moment for late redeliveries, so the duplicates are counted.
 	time.Sleep(2 * time.Second)
-	return book.reckon(cfg.messages, dead), nil
+	a := book.reckon(cfg.messages, dead)
+	a.Publishes = publishTally{Held: n.held.Load(), Retrying: n.retrying.Load(), Refused: n.refused.Load(), Unanswered: n.unknown.Load()}
+	a.Redials = sub.redials()
+	for _, p := range pubs {
+		a.Redials += p.redials()
+	}
+	return a, nil
 }
 
 // publish sends load message seq until the bus accepts it or ctx ends.
@@ -205,7 +216,7 @@ func publish(ctx context.Context, pub *link, topic string, seq int, book *ledger
 		var rpcErr *protocol.Error
 		switch {
 		case err == nil && res.MessageID != "" && !res.NoSubscribers():
-			book.accept(res.MessageID, seq)
+			book.accept(res.MessageID, seq, describe(res))
 			n.accepted.Add(1)
 			if res.Held {
 				n.held.Add(1)
@@ -234,17 +245,38 @@ func publish(ctx context.Context, pub *link, topic string, seq int, book *ledger
 	}
 }
 
+// describe sums up a sendMessage answer: success, held, and each ack.
+func describe(res *protocol.SendMessageResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "success=%v held=%v acks=[", res.Success, res.Held)
+	for i, ack := range res.Acks {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s processed=%v", ack.ClientID, ack.Processed)
+		if ack.Error != "" {
+			fmt.Fprintf(&b, " error=%q", ack.Error)
+		}
+		if ack.Retrying {
+			fmt.Fprintf(&b, " retrying attempt %d", ack.Attempt)
+		}
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
 // drain waits until every accepted id was delivered or dead-lettered, or
 // cfg.drain passes, and returns the dead letters of the topic by
 // messageId, with their reasons.
-func drain(ctx context.Context, cfg config, pub *link, book *ledger, log *slog.Logger) (map[string]string, error) {
+func drain(ctx context.Context, cfg config, pubs []*link, book *ledger, log *slog.Logger) (map[string]string, error) {
 	deadline := time.Now().Add(cfg.drain)
 	var dead map[string]string
-	for {
+	for round := 0; ; round++ {
 		missing := book.missing()
 		if len(missing) > 0 {
 			var err error
-			if dead, err = deadLetters(ctx, pub, cfg.topic); err != nil {
+			// Any node answers for the whole cluster's queue; ask each in turn.
+			if dead, err = deadLetters(ctx, pubs[round%len(pubs)], cfg.topic); err != nil && round%5 == 0 {
 				log.Info("dlq.list failed; again", "err", err)
 			}
 		}
@@ -261,7 +293,9 @@ func drain(ctx context.Context, cfg config, pub *link, book *ledger, log *slog.L
 			log.Warn("drain ended with ids unaccounted for", "ids", left)
 			return dead, nil
 		}
-		log.Info("draining", "undelivered_ids", left)
+		if round%5 == 0 {
+			log.Info("draining", "undelivered_ids", left)
+		}
 		time.Sleep(time.Second)
 	}
 }
