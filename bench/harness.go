@@ -77,9 +77,9 @@ func (h *harness) run() error {
 		return err
 	}
 	log.Printf("%s, %d CPUs, %s", h.res.Machine.CPU, h.res.Machine.CPUs, h.res.Machine.Go)
-	// The first four share one bus, relay and NATS; the others start
-	// what they need.
-	shared := []scenario{{"relay", h.relay}, {"latency", h.latency}, {"fanout", h.fanout}, {"sdk", h.sdk}}
+	// The first five share one bus, relay and NATS (the cluster scenario
+	// adds a cluster next to that bus); the others start what they need.
+	shared := []scenario{{"relay", h.relay}, {"latency", h.latency}, {"fanout", h.fanout}, {"sdk", h.sdk}, {"cluster", h.cluster}}
 	alone := []scenario{{"retries", h.retries}, {"held", h.held}, {"spawn", h.spawn}, {"idle", h.idle}, {"route", h.route}}
 	if slices.ContainsFunc(shared, func(sc scenario) bool { return h.want(sc.name) }) {
 		if err := h.startSystems(); err != nil {
@@ -176,17 +176,23 @@ func (h *harness) rounds(systems []system, measure func(system) (stats, error)) 
 	return runs, nil
 }
 
+// relayRuns measures the closed-loop relay of size-byte payloads with
+// window messages in flight on every one of systems, round by round.
+func (h *harness) relayRuns(systems []system, size, window int) (map[string][]stats, error) {
+	return h.rounds(systems, func(sys system) (stats, error) {
+		ss, err := openSession(sys, 1, size)
+		if err != nil {
+			return stats{}, err
+		}
+		defer ss.close()
+		return closedLoop(ss, window, h.cfg.warmup, h.cfg.runFor)
+	})
+}
+
 func (h *harness) relay() error {
 	for _, size := range relaySizes {
 		for _, window := range relayInFlight {
-			runs, err := h.rounds(h.systems, func(sys system) (stats, error) {
-				ss, err := openSession(sys, 1, size)
-				if err != nil {
-					return stats{}, err
-				}
-				defer ss.close()
-				return closedLoop(ss, window, h.cfg.warmup, h.cfg.runFor)
-			})
+			runs, err := h.relayRuns(h.systems, size, window)
 			if err != nil {
 				return fmt.Errorf("relay %s, %d in flight: %w", sizeName(size), window, err)
 			}
@@ -199,23 +205,18 @@ func (h *harness) relay() error {
 	return nil
 }
 
-// sdkCases are the relays run through the Go SDK: payload size and
-// messages in flight.
-var sdkCases = []struct{ size, window int }{{1 << 10, 1}, {1 << 10, 64}, {64 << 10, 64}}
+// relayCase is one relay: payload size and messages in flight.
+type relayCase struct{ size, window int }
+
+// sdkCases are the relays run through the Go SDK.
+var sdkCases = []relayCase{{1 << 10, 1}, {1 << 10, 64}, {64 << 10, 64}}
 
 // sdk runs relays through the Go SDK next to the same relays through the
 // lean clients, against the same bus process.
 func (h *harness) sdk() error {
 	systems := []system{h.systems[0], &sdkSystem{h.systems[0].server()}}
 	for _, sc := range sdkCases {
-		runs, err := h.rounds(systems, func(sys system) (stats, error) {
-			ss, err := openSession(sys, 1, sc.size)
-			if err != nil {
-				return stats{}, err
-			}
-			defer ss.close()
-			return closedLoop(ss, sc.window, h.cfg.warmup, h.cfg.runFor)
-		})
+		runs, err := h.relayRuns(systems, sc.size, sc.window)
 		if err != nil {
 			return fmt.Errorf("Go SDK relay %s, %d in flight: %w", sizeName(sc.size), sc.window, err)
 		}

@@ -246,12 +246,16 @@ func (ss *session) send(t *tracker, at time.Time) error {
 	return nil
 }
 
-// cpuMark is the CPU time the server and this process had used when a
-// run started.
+// cpuMark is the CPU time the server's processes and this process had
+// used when a run started.
 type cpuMark struct{ server, client time.Duration }
 
 func (ss *session) cpuMark() cpuMark {
-	server, _ := ss.sys.server().cpuTime()
+	var server time.Duration
+	for _, p := range serverProcs(ss.sys) {
+		t, _ := p.cpuTime()
+		server += t
+	}
 	client, _ := cpuTimeOf(os.Getpid(), "the harness")
 	return cpuMark{server, client}
 }

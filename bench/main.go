@@ -6,7 +6,9 @@
 // own, and drives all three from this process over loopback. The relay and
 // the NATS server are this same binary started again with -role. The
 // durable and spawn scenarios run the bus alone, on a fresh store, and the
-// spawn scenario adds `bub spawner` with bench/agent as its agent.
+// spawn scenario adds `bub spawner` with bench/agent as its agent. The
+// cluster scenario starts three `bub serve` nodes of one cluster and
+// relays from one node to another.
 //
 // Usage, from bench/ (or `make bench` from the repository root):
 //
@@ -58,7 +60,7 @@ func main() {
 	flag.IntVar(&cfg.held, "held", 5000, "messages held, then woken, in the held scenario")
 	flag.IntVar(&cfg.spawns, "spawns", 20, "agents spawned, one after another, in the spawn scenario")
 	flag.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of the bus under relay load (with -only retries: stored retries) into this directory, and do nothing else")
-	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, retries, held, spawn, idle, route")
+	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, cluster, retries, held, spawn, idle, route")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")

@@ -4,14 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -37,8 +40,8 @@ var busLimits = []string{
 }
 
 // startBub starts `bub serve` on a free loopback port with its data in a
-// fresh directory under tmp.
-func startBub(bin, tmp string) (*process, error) {
+// fresh directory under tmp, with flags added to the harness's own.
+func startBub(bin, tmp string, flags ...string) (*process, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, fmt.Errorf("start bub serve: %w", err)
@@ -47,7 +50,7 @@ func startBub(bin, tmp string) (*process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start bub serve: %w", err)
 	}
-	args := append([]string{"serve", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn"}, busLimits...)
+	args := slices.Concat([]string{"serve", "--listen", addr, "--data-dir", dataDir, "--log-level", "warn"}, busLimits, flags)
 	p, err := startProcess("bub serve", exec.Command(bin, args...))
 	if err != nil {
 		return nil, err
@@ -58,6 +61,48 @@ func startBub(bin, tmp string) (*process, error) {
 		return nil, fmt.Errorf("bub serve on %s: %w", addr, err)
 	}
 	return p, nil
+}
+
+// startCluster starts n `bub serve` nodes of one cluster on loopback,
+// named a, b, c..., each routing to all the others. They start at once:
+// each waits for a JetStream quorum of the others before it serves.
+func startCluster(bin, tmp string, n int) ([]*process, error) {
+	routes := make([]string, n)
+	for i := range routes {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, fmt.Errorf("start a cluster of %d: %w", n, err)
+		}
+		routes[i] = "nats://" + addr
+	}
+	nodes := make([]*process, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		others := slices.Delete(slices.Clone(routes), i, i+1)
+		wg.Go(func() {
+			id := string(rune('a' + i))
+			nodes[i], errs[i] = startBub(bin, tmp, "--cluster-name", "bench", "--node-id", id,
+				"--nats-listen", strings.TrimPrefix(routes[i], "nats://"), "--nats-routes", strings.Join(others, ","))
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("node %s: %w", id, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		stopNodes(nodes)
+		return nil, fmt.Errorf("start a cluster of %d: %w", n, err)
+	}
+	return nodes, nil
+}
+
+// stopNodes stops a cluster's nodes one after another, so that all but
+// the last leave with a quorum (the last one's leave is bounded).
+func stopNodes(nodes []*process) {
+	for _, p := range nodes {
+		p.stop()
+	}
 }
 
 // startProcess starts cmd with its output on the harness's stderr, to be
@@ -189,9 +234,14 @@ func freeAddr() (string, error) {
 	return addr, nil
 }
 
+// readyLimit bounds the wait for a server to answer /readyz. A single
+// bus is ready in milliseconds; a cluster node only once its JetStream
+// has a quorum, about 6 s after a cluster of three starts on loopback.
+const readyLimit = time.Minute
+
 // waitReady polls url until it answers 200.
 func waitReady(url string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), readyLimit)
 	defer cancel()
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -204,7 +254,7 @@ func waitReady(url string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready after 15s: %v", err)
+			return fmt.Errorf("not ready after %s: %v", readyLimit, err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

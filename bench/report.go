@@ -15,6 +15,7 @@ type results struct {
 	Latency []cell        `json:"latency,omitempty"`
 	Fanout  []cell        `json:"fanout,omitempty"`
 	SDK     []cell        `json:"sdk,omitempty"`
+	Cluster []cell        `json:"cluster,omitempty"`
 	Durable []cell        `json:"durable,omitempty"`
 	Spawn   []cell        `json:"spawn,omitempty"`
 	Idle    []idleResult  `json:"idle,omitempty"`
@@ -48,7 +49,10 @@ type cell struct {
 	// SDKVsLean is the Go SDK's figures over the lean clients', in the
 	// sdk scenario.
 	SDKVsLean ratios `json:"sdk_vs_lean"`
-	better    better
+	// ClusterVsSingle is the cross-node relay's figures over the single
+	// bus's, in the cluster scenario.
+	ClusterVsSingle ratios `json:"cluster_vs_single"`
+	better          better
 }
 
 // ratios compares the bus with a baseline; above 1 the bus has more
@@ -82,6 +86,7 @@ func newCell(name string, runs map[string][]stats, b better) cell {
 	c.VsRaw = pairRatios(runs["bus"], runs["raw"])
 	c.VsNATS = pairRatios(runs["bus"], runs["nats"])
 	c.SDKVsLean = pairRatios(runs["sdk"], runs["bus"])
+	c.ClusterVsSingle = pairRatios(runs["cluster"], runs["bus"])
 	return c
 }
 
@@ -196,6 +201,16 @@ func printReport(w io.Writer, r *results) {
 			s, l := c.Median["sdk"], c.Median["bus"]
 			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t\n", c.Name, s.Throughput, l.Throughput, c.SDKVsLean.Throughput,
 				us(s.P50), us(s.P99), us(l.P99), s.ServerCPUPerMsg, l.ServerCPUPerMsg, s.ClientCPUPerMsg, l.ClientCPUPerMsg)
+		}
+		tw.Flush()
+	}
+	if len(r.Cluster) > 0 {
+		fmt.Fprintln(w, "\nCross-node relay (publisher on node a, subscriber on node b of a 3-node cluster) next to the single bus, same rounds; µs CPU = all server processes per relay")
+		fmt.Fprintln(tw, "scenario\tcluster msg/s\tsingle msg/s\tcluster/single\tcluster p50\tcluster p99\tsingle p50\tsingle p99\tcluster µs CPU\tsingle µs CPU\t")
+		for _, c := range r.Cluster {
+			cl, one := c.Median["cluster"], c.Median["bus"]
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t\n", c.Name, cl.Throughput, one.Throughput, c.ClusterVsSingle.Throughput,
+				us(cl.P50), us(cl.P99), us(one.P50), us(one.P99), cl.ServerCPUPerMsg, one.ServerCPUPerMsg)
 		}
 		tw.Flush()
 	}

@@ -48,6 +48,14 @@ func printSummary(w io.Writer, r *results) {
 			row("Go SDK "+c.Name+fmt.Sprintf(" (%.2f× the lean clients)", c.SDKVsLean.Throughput), rate(s), "", "", "", "", s.ServerCPUPerMsg)
 		}
 	}
+	for _, c := range r.Cluster {
+		cl := c.Median["cluster"]
+		bus := rate(cl)
+		if c.InFlight == 1 {
+			bus += ", p99 " + us(cl.P99)
+		}
+		row("cross-node "+c.Name+fmt.Sprintf(" (%.2f× one node)", c.ClusterVsSingle.Throughput), bus, "", "", "", "", cl.ServerCPUPerMsg)
+	}
 	for _, c := range r.Durable {
 		if c.InFlight != 1 {
 			row(c.Name, rate(c.Median["bus"]), "", "", "", "", c.Median["bus"].ServerCPUPerMsg)

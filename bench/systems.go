@@ -33,6 +33,15 @@ type system interface {
 	server() *process
 }
 
+// serverProcs are the processes whose CPU is sys's server's: every node
+// of a cluster, else its one server.
+func serverProcs(sys system) []*process {
+	if b, ok := sys.(*busSystem); ok && b.nodes != nil {
+		return b.nodes
+	}
+	return []*process{sys.server()}
+}
+
 // idler is a system whose idle connections are measured.
 type idler interface {
 	system
@@ -74,7 +83,15 @@ func makePayload(n int) []byte {
 // The zero values of its other fields make the relay: subscribers that
 // process every message. The durable scenarios set them.
 type busSystem struct {
+	// proc is the bus the publisher dials, and the subscribers unless sub
+	// is set.
 	proc *process
+	// sub, when set, is the bus the subscribers dial: another node of
+	// proc's cluster, so that every relay crosses nodes.
+	sub *process
+	// nodes, when set, are all the nodes of proc's cluster: the system is
+	// named "cluster" and its server CPU is theirs together.
+	nodes []*process
 	// answer is the result every subscriber gives processMessage;
 	// default {"processed":true}.
 	answer string
@@ -86,15 +103,32 @@ type busSystem struct {
 	topic string
 }
 
-func (b *busSystem) name() string     { return "bus" }
+func (b *busSystem) name() string {
+	if b.nodes != nil {
+		return "cluster"
+	}
+	return "bus"
+}
+
 func (b *busSystem) server() *process { return b.proc }
 
+// dial connects to the publisher's bus as clientID and initializes.
 func (b *busSystem) dial(clientID string) (*websocket.Conn, error) {
+	return dialBus(b.proc, clientID)
+}
+
+// dialSub connects to the subscribers' bus as clientID and initializes.
+func (b *busSystem) dialSub(clientID string) (*websocket.Conn, error) {
+	return dialBus(cmp.Or(b.sub, b.proc), clientID)
+}
+
+// dialBus connects to the bus at p as clientID and initializes.
+func dialBus(p *process, clientID string) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, "ws://"+b.proc.addr+"/", nil)
+	ws, _, err := websocket.Dial(ctx, "ws://"+p.addr+"/", nil)
 	if err != nil {
-		return nil, fmt.Errorf("dial bus as %s: %w", clientID, err)
+		return nil, fmt.Errorf("dial bus %s as %s: %w", p.addr, clientID, err)
 	}
 	ws.SetReadLimit(16 << 20)
 	if err := busCall(ctx, ws, `{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"`+clientID+`"},"id":"init"}`); err != nil {
@@ -149,7 +183,7 @@ func (b *busSystem) open(subs int, payload []byte, done func(uint64, bool)) (pub
 	answer, expect := cmp.Or(b.answer, `{"processed":true}`), cmp.Or(b.expect, `"success":true`)
 	p := &busPublisher{done: done, expect: []byte(expect)}
 	conns, err := parallel(subs, func(i int) (io.Closer, error) {
-		ws, err := b.dial(fmt.Sprintf("s%d-%d", run, i))
+		ws, err := b.dialSub(fmt.Sprintf("s%d-%d", run, i))
 		if err != nil {
 			return nil, err
 		}

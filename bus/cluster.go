@@ -101,6 +101,9 @@ func (s *Server) joinCluster(opts cluster.Options) error {
 	if opts.Logger == nil {
 		opts.Logger = s.log
 	}
+	if opts.MaxMessageBytes == 0 {
+		opts.MaxMessageBytes = s.opts.MaxMessageBytes
+	}
 	node, err := cluster.Start(context.Background(), &opts)
 	if err != nil {
 		return err
@@ -436,9 +439,14 @@ func (s *Server) callRemote(ctx context.Context, d *delivery) (protocol.ProcessM
 	peer := d.conn.peer
 	bp := paramsPool.Get().(*[]byte)
 	params := d.AppendParams((*bp)[:0])
-	resp, err := s.cl.node.Deliver(ctx, peer.node, &cluster.Delivery{
-		ClientID: d.ClientID, Conn: peer.cid, Pattern: d.Subscription, Attempt: uint32(d.Attempt), Payload: params,
-	})
+	rd := &cluster.Delivery{ClientID: d.ClientID, Conn: peer.cid, Pattern: d.Subscription, Attempt: uint32(d.Attempt), Payload: params}
+	if d.turn != nil {
+		// The subscriber's node writes one node's requests to one
+		// connection in the order they were sent, so the publisher's
+		// next message may go once this one is sent.
+		rd.Sent = d.turn.pass
+	}
+	resp, err := s.cl.node.Deliver(ctx, peer.node, rd)
 	*bp = params
 	if cap(params) <= maxPooledParams {
 		paramsPool.Put(bp)
@@ -483,7 +491,7 @@ func (s *Server) deliverForNode(ctx context.Context, rd *cluster.Delivery) (answ
 	if c == nil || !c.holds(rd.ClientID, rd.Pattern) {
 		err = &deliveryError{failDisconnected, fmt.Sprintf("client %q holds no subscription to %q on node %s any more", rd.ClientID, rd.Pattern, s.cl.self)}
 	} else {
-		d := &delivery{Message: &store.Message{}, ClientID: rd.ClientID, Subscription: rd.Pattern, Attempt: int(rd.Attempt), conn: c, params: rd.Payload}
+		d := &delivery{Message: &store.Message{}, ClientID: rd.ClientID, Subscription: rd.Pattern, Attempt: int(rd.Attempt), conn: c, params: rd.Payload, written: rd.Written}
 		r, err = s.deliverLocal(ctx, d)
 	}
 	var a remoteAnswer

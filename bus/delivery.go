@@ -30,8 +30,11 @@ type delivery struct {
 	// nil when it keeps none; call passes it once the request is written.
 	turn *ticket
 	// params, when set, are the processMessage params as another node
-	// of the cluster encoded them (cluster.go), written as they are.
-	params []byte
+	// of the cluster encoded them (cluster.go), written as they are, and
+	// written tells that node the frame is written, so it can hand this
+	// subscriber its next request.
+	params  []byte
+	written func()
 }
 
 // deliverFunc makes one delivery and returns the subscriber's answer, or a
@@ -86,7 +89,7 @@ func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessage
 		return s.callRemote(ctx, d)
 	}
 	var result protocol.ProcessMessageResult
-	var written func()
+	written := d.written
 	if d.turn != nil {
 		written = d.turn.pass
 	}

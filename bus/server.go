@@ -26,8 +26,9 @@ import (
 // Options configure a Server. The zero value of each field means its
 // default.
 type Options struct {
-	// ServerID is reported in initialize results. Default: "bub-" and
-	// random hex.
+	// ServerID is reported in initialize results and is the from of the
+	// bus's events. Default: "bub-" and random hex; in a cluster, "bub-"
+	// and the cluster's name, the same on every node.
 	ServerID string
 	// DefaultPolicy applies to subscriptions that name none. Default:
 	// stopPropagationOnProcessed.
@@ -243,6 +244,12 @@ func New(opts *Options) (*Server, error) {
 		o = *opts
 	}
 	o.setDefaults()
+	if o.Cluster != nil && opts.ServerID == "" {
+		// A cluster is one bus: every node reports the same serverId, and
+		// the events any node publishes come from it, so a peer that
+		// trusts only its bus's events (the spawner) trusts every node's.
+		o.ServerID = "bub-" + o.Cluster.Name
+	}
 	if o.Cluster != nil && o.Store != nil {
 		return nil, errors.New("new bus: Store and Cluster exclude each other: a cluster keeps its state in JetStream")
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 )
@@ -15,7 +17,9 @@ func deliverSubject(node string) string { return "bub.node." + node + ".deliver"
 // Deliver asks node to deliver d to one of its connections and returns
 // the result its Deliver handler gave, as is. ctx bounds the wait: give
 // it the delivery timeout plus a margin, so that a subscriber's timeout
-// is reported by the node that saw it.
+// is reported by the node that saw it. d.Sent, if set, is called once
+// the request is sent, before the answer: requests sent in turn reach
+// the subscriber in that order (see Delivery.Written).
 //
 // Errors: ErrNodeGone when no node serves the subject (it died or left:
 // retry as for a subscriber that went away); ErrDeliveryTimeout when
@@ -28,18 +32,29 @@ func (n *Node) Deliver(ctx context.Context, node string, d *Delivery) ([]byte, e
 	if !validNodeID.MatchString(node) {
 		return nil, fmt.Errorf("cluster: deliver to node %q: not a node id", node)
 	}
-	m := &nats.Msg{Subject: deliverSubject(node), Data: appendDelivery(nil, d)}
-	resp, err := n.nc.RequestMsgWithContext(ctx, m)
-	switch {
-	case err == nil:
-	case errors.Is(err, nats.ErrNoResponders):
-		return nil, fmt.Errorf("%w: node %s (conn %d of %q)", ErrNodeGone, node, d.Conn, d.ClientID)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return nil, fmt.Errorf("%w: node %s (conn %d of %q): %w", ErrDeliveryTimeout, node, d.Conn, d.ClientID, err)
-	case errors.Is(err, nats.ErrConnectionClosed):
-		return nil, fmt.Errorf("%w: deliver to node %s", ErrClosed, node)
-	default:
+	// Not nats.Conn.Request: it says nothing between sending and the
+	// answer, and the caller's next delivery to the same subscriber must
+	// wait only until this one is sent, not answered.
+	subject, answer, forget := n.replies.expect()
+	defer forget()
+	m := &nats.Msg{Subject: deliverSubject(node), Reply: subject, Data: appendDelivery(nil, d)}
+	if err := n.nc.PublishMsg(m); err != nil {
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			return nil, fmt.Errorf("%w: deliver to node %s", ErrClosed, node)
+		}
 		return nil, fmt.Errorf("cluster: deliver to node %s (conn %d of %q): %w", node, d.Conn, d.ClientID, err)
+	}
+	if d.Sent != nil {
+		d.Sent()
+	}
+	var resp *nats.Msg
+	select {
+	case resp = <-answer:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: node %s (conn %d of %q): %w", ErrDeliveryTimeout, node, d.Conn, d.ClientID, ctx.Err())
+	}
+	if len(resp.Data) == 0 && resp.Header.Get("Status") == noRespondersStatus {
+		return nil, fmt.Errorf("%w: node %s (conn %d of %q)", ErrNodeGone, node, d.Conn, d.ClientID)
 	}
 	if len(resp.Data) == 0 {
 		return nil, fmt.Errorf("%w: empty response from node %s", ErrBadFrame, node)
@@ -53,9 +68,80 @@ func (n *Node) Deliver(ctx context.Context, node string, d *Delivery) ([]byte, e
 	return nil, fmt.Errorf("%w: response status %d from node %s", ErrBadFrame, resp.Data[0], node)
 }
 
-// startDeliveryService subscribes to this node's delivery subject, and to
-// sync requests.
+// noRespondersStatus is the status the NATS server answers a request
+// with when nobody subscribes to its subject (the node is not running).
+const noRespondersStatus = "503"
+
+// replies routes the answers to this node's delivery requests to their
+// callers: one subscription to the node's inbox prefix, one channel per
+// request waiting.
+type replies struct {
+	prefix string
+	// mu guards the fields below.
+	mu      sync.Mutex
+	next    uint64
+	waiting map[string]chan *nats.Msg
+}
+
+// expect registers a request: its reply subject, the channel its answer
+// arrives on, and forget, to call once it is no longer waited for.
+func (r *replies) expect() (subject string, answer <-chan *nats.Msg, forget func()) {
+	ch := make(chan *nats.Msg, 1)
+	r.mu.Lock()
+	r.next++
+	token := strconv.FormatUint(r.next, 36)
+	r.waiting[token] = ch
+	r.mu.Unlock()
+	return r.prefix + token, ch, func() {
+		r.mu.Lock()
+		delete(r.waiting, token)
+		r.mu.Unlock()
+	}
+}
+
+// saw hands an answer to the request waiting for it; an answer nobody
+// waits for any more (its caller timed out) is dropped.
+func (r *replies) saw(m *nats.Msg) {
+	token := m.Subject[len(r.prefix):]
+	r.mu.Lock()
+	ch := r.waiting[token]
+	delete(r.waiting, token)
+	r.mu.Unlock()
+	if ch != nil {
+		ch <- m
+	}
+}
+
+// inbound keeps the requests this node handles in order per target
+// connection: a connection's next request goes to the handler once the
+// one before is written to the subscriber (Delivery.Written) or done.
+// Requests for other connections do not wait on a slow one.
+type inbound struct {
+	// mu guards by.
+	mu sync.Mutex
+	by map[uint64]*inboundLane
+}
+
+type inboundLane struct {
+	queue []inboundRequest
+}
+
+type inboundRequest struct {
+	d *Delivery
+	m *nats.Msg
+}
+
+// startDeliveryService subscribes to this node's delivery subject and
+// reply inbox, and to sync requests.
 func (n *Node) startDeliveryService() error {
+	n.replies.prefix = nats.NewInbox() + "."
+	n.replies.waiting = make(map[string]chan *nats.Msg)
+	n.inbound.by = make(map[uint64]*inboundLane)
+	rs, err := n.nc.Subscribe(n.replies.prefix+"*", n.replies.saw)
+	if err != nil {
+		return fmt.Errorf("subscribe to the reply inbox: %w", err)
+	}
+	n.natsSubs = append(n.natsSubs, rs)
 	s, err := n.nc.Subscribe(deliverSubject(n.id), n.handleDelivery)
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", deliverSubject(n.id), err)
@@ -64,9 +150,9 @@ func (n *Node) startDeliveryService() error {
 	return n.startSyncService()
 }
 
-// handleDelivery runs the Deliver handler for one request on its own
-// goroutine: a handler waits for a subscriber's answer, and the
-// subscription's one dispatch goroutine must go on to the next request.
+// handleDelivery queues one request on its connection's lane. It runs on
+// the subscription's one dispatch goroutine, in the order the requests
+// arrived, and never waits for a subscriber.
 func (n *Node) handleDelivery(m *nats.Msg) {
 	d, err := parseDelivery(m.Data)
 	if err != nil {
@@ -74,23 +160,82 @@ func (n *Node) handleDelivery(m *nats.Msg) {
 		_ = m.Respond(append([]byte{responseError}, err.Error()...))
 		return
 	}
-	started := n.goFunc(func() {
-		var result []byte
-		err := errors.New("this node delivers to no one (no Deliver handler)")
-		if n.opts.Deliver != nil {
-			result, err = n.opts.Deliver(n.ctx, d)
-		}
-		if err != nil {
-			_ = m.Respond(append([]byte{responseError}, err.Error()...))
+	in := &n.inbound
+	in.mu.Lock()
+	lane := in.by[d.Conn]
+	idle := lane == nil
+	if idle {
+		lane = &inboundLane{}
+		in.by[d.Conn] = lane
+	}
+	lane.queue = append(lane.queue, inboundRequest{d, m})
+	in.mu.Unlock()
+	if !idle {
+		return
+	}
+	if !n.goFunc(func() { n.drainLane(d.Conn, lane) }) {
+		n.failLane(d.Conn, lane)
+	}
+}
+
+// drainLane hands a lane's requests to the handler one after another,
+// each once the one before is written, and ends when the lane is empty.
+func (n *Node) drainLane(conn uint64, lane *inboundLane) {
+	in := &n.inbound
+	for {
+		in.mu.Lock()
+		if len(lane.queue) == 0 {
+			delete(in.by, conn)
+			in.mu.Unlock()
 			return
 		}
-		// One allocation for status and result; the result may be large.
-		resp := make([]byte, 1+len(result))
-		resp[0] = responseOK
-		copy(resp[1:], result)
-		_ = m.Respond(resp)
-	})
-	if !started {
-		_ = m.Respond(append([]byte{responseError}, ErrClosed.Error()...))
+		r := lane.queue[0]
+		lane.queue[0] = inboundRequest{}
+		lane.queue = lane.queue[1:]
+		in.mu.Unlock()
+		written := make(chan struct{})
+		var once sync.Once
+		r.d.Written = func() { once.Do(func() { close(written) }) }
+		if !n.goFunc(func() {
+			defer r.d.Written()
+			n.serveDelivery(r)
+		}) {
+			_ = r.m.Respond(append([]byte{responseError}, ErrClosed.Error()...))
+			n.failLane(conn, lane)
+			return
+		}
+		<-written
 	}
+}
+
+// failLane answers every request left in a lane with ErrClosed: the node
+// is closing.
+func (n *Node) failLane(conn uint64, lane *inboundLane) {
+	in := &n.inbound
+	in.mu.Lock()
+	left := lane.queue
+	lane.queue = nil
+	delete(in.by, conn)
+	in.mu.Unlock()
+	for _, r := range left {
+		_ = r.m.Respond(append([]byte{responseError}, ErrClosed.Error()...))
+	}
+}
+
+// serveDelivery runs the Deliver handler for one request and answers it.
+func (n *Node) serveDelivery(r inboundRequest) {
+	var result []byte
+	err := errors.New("this node delivers to no one (no Deliver handler)")
+	if n.opts.Deliver != nil {
+		result, err = n.opts.Deliver(n.ctx, r.d)
+	}
+	if err != nil {
+		_ = r.m.Respond(append([]byte{responseError}, err.Error()...))
+		return
+	}
+	// One allocation for status and result; the result may be large.
+	resp := make([]byte, 1+len(result))
+	resp[0] = responseOK
+	copy(resp[1:], result)
+	_ = r.m.Respond(resp)
 }

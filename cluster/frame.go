@@ -20,6 +20,16 @@ type Delivery struct {
 	// Payload is the message as the bus holds it. On the receiving side
 	// it aliases the request's buffer, which the handler may keep.
 	Payload []byte
+
+	// Sent, on the asking side, is called once the request is on its
+	// way: written to the node's one NATS connection, which keeps the
+	// order of what it sends. Optional.
+	Sent func()
+	// Written, on the receiving side, is for the handler to call once
+	// the message is written to the subscriber: until then, or until the
+	// handler returns, the next request for the same Conn waits, so a
+	// subscriber gets one node's requests in the order they were sent.
+	Written func()
 }
 
 // frameVersion leads every delivery request, so that a later format can

@@ -86,6 +86,14 @@ type Options struct {
 	// node's other duties. Optional; it must not block long.
 	NodeDown func(node string, acting bool)
 
+	// MaxMessageBytes is the largest message the bus takes (its
+	// --max-message-bytes); zero means 1 MiB, the bus's default. A
+	// pending entry or dead letter holds a message whole, and a delivery
+	// to another node carries it, so NATS's max_payload must be at least
+	// this plus RecordOverhead: an embedded server is given that, and
+	// Start refuses an external one (URL) whose max_payload is smaller.
+	MaxMessageBytes int64
+
 	// Logger receives the node's and the embedded server's logs.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -109,6 +117,8 @@ func (o *Options) setDefaults() error {
 		return errors.New("cluster: options: StoreDir is empty; the embedded server needs it for JetStream")
 	case o.ApplySubscription == nil:
 		return errors.New("cluster: options: ApplySubscription is nil")
+	case o.MaxMessageBytes < 0 || o.MaxMessageBytes > maxPayloadLimit-RecordOverhead:
+		return fmt.Errorf("cluster: options: MaxMessageBytes %d: want 0 (1 MiB) to %d, NATS's largest max_payload less RecordOverhead", o.MaxMessageBytes, maxPayloadLimit-RecordOverhead)
 	case o.Replicas < 0 || o.Replicas > 5:
 		return fmt.Errorf("cluster: options: Replicas %d: want 0 (auto) to 5", o.Replicas)
 	}
@@ -119,11 +129,27 @@ func (o *Options) setDefaults() error {
 	if o.NodeTimeout <= o.HeartbeatInterval {
 		return fmt.Errorf("cluster: options: NodeTimeout %v must exceed HeartbeatInterval %v", o.NodeTimeout, o.HeartbeatInterval)
 	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = 1 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	return nil
 }
+
+// RecordOverhead is what a pending record, a dead letter or a delivery
+// frame adds to the message it carries, at most: ids, topic, client
+// ids, the attempts with their error texts. NATS's max_payload must be
+// at least Options.MaxMessageBytes plus this.
+const RecordOverhead = 64 << 10
+
+// maxPayloadLimit is the largest max_payload NATS takes: its client
+// pending limit (64 MiB), which a message must fit in.
+const maxPayloadLimit = 64 << 20
+
+// maxPayload is the max_payload the node needs.
+func (o *Options) maxPayload() int64 { return o.MaxMessageBytes + RecordOverhead }
 
 func setDuration(d *time.Duration, def time.Duration) {
 	if *d <= 0 {
@@ -142,8 +168,10 @@ type Node struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 
-	subs, clients, nodes jetstream.KeyValue
-	replicas             int
+	subs, clients, nodes, pending jetstream.KeyValue
+	dlq                           jetstream.Stream
+	replicas                      int
+	store                         *Store
 
 	// ctx ends when the node closes; handlers of remote deliveries run
 	// under it.
@@ -158,6 +186,8 @@ type Node struct {
 	closed    atomic.Bool
 
 	order    subscriptionOrder
+	replies  replies
+	inbound  inbound
 	liveness liveness
 	claims   claims
 
@@ -225,6 +255,9 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.removeNodeKeys(ctx, n.id); err != nil {
 		return fmt.Errorf("remove keys of a previous run: %w", err)
 	}
+	if n.store, err = n.openStore(ctx); err != nil {
+		return err
+	}
 	if err := n.startSubscriptionWatch(ctx); err != nil {
 		return err
 	}
@@ -254,6 +287,10 @@ func (n *Node) connect() (nodes int, err error) {
 		n.nc, err = nats.Connect(n.opts.URL, natsOpts...)
 		if err != nil {
 			return 0, fmt.Errorf("connect to NATS %s: %w", n.opts.URL, err)
+		}
+		if mp := n.nc.MaxPayload(); mp < n.opts.maxPayload() {
+			return 0, fmt.Errorf("NATS %s: max_payload %d is too small for MaxMessageBytes %d (--max-message-bytes) plus %d of record overhead: raise the server's max_payload to %d or lower MaxMessageBytes",
+				n.opts.URL, mp, n.opts.MaxMessageBytes, RecordOverhead, n.opts.maxPayload())
 		}
 		if n.nc.ConnectedClusterName() != "" {
 			return 3, nil
@@ -334,10 +371,10 @@ func (n *Node) createBuckets(ctx context.Context) error {
 	if n.nodes, err = kv(bucketNodes, "bub: node heartbeats"); err != nil {
 		return err
 	}
-	if _, err = kv(bucketPending, "bub: retries and held messages"); err != nil {
+	if n.pending, err = kv(bucketPending, "bub: retries and held messages"); err != nil {
 		return err
 	}
-	_, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	n.dlq, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        streamDLQ,
 		Description: "bub: the dead-letter queue",
 		Subjects:    []string{"bub.dlq.>"},
@@ -400,6 +437,9 @@ func (n *Node) shutdown(clean bool) {
 	for _, w := range n.watchers {
 		_ = w.Stop()
 	}
+	if n.store != nil {
+		n.store.stop()
+	}
 	// Deliveries being handled see ctx end; waiting for them before
 	// closing the connection lets their answers leave.
 	n.goMu.Lock()
@@ -413,6 +453,14 @@ func (n *Node) shutdown(clean bool) {
 		n.server.Shutdown()
 		n.server.WaitForShutdown()
 	}
+}
+
+// Crash stops the node as a kill -9 of its process looks to the rest of
+// the cluster: the embedded server and the connection go at once, and no
+// key is removed, so the others notice only by the missing heartbeats
+// and take over its duties then. For tests and failover drills.
+func (n *Node) Crash() {
+	n.closeOnce.Do(func() { n.shutdown(false) })
 }
 
 // goFunc runs f on a goroutine counted by the node, so Close waits for
@@ -430,12 +478,4 @@ func (n *Node) goFunc(f func()) bool {
 		f()
 	}()
 	return true
-}
-
-// Crash stops the node as a kill -9 looks to the rest of the cluster:
-// the embedded server and the connection go at once and no key is
-// removed, so the others notice only by the missing heartbeats. For
-// tests and failure drills; a node that stops on purpose calls Close.
-func (n *Node) Crash() {
-	n.closeOnce.Do(func() { n.shutdown(false) })
 }

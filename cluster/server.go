@@ -20,6 +20,8 @@ func startServer(o *Options, log *slog.Logger) (*server.Server, int, error) {
 		StoreDir:   o.StoreDir,
 		// The bus owns the process: signals are its to handle.
 		NoSigs: true,
+		// Records and deliveries carry the bus's largest message whole.
+		MaxPayload: int32(o.maxPayload()),
 	}
 	// The server always listens for clients, even when nobody but this
 	// node (connected in-process) uses it: with DontListen, nats-server

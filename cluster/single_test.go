@@ -19,6 +19,8 @@ func TestOneNode(t *testing.T) {
 		s, err := server.NewServer(&server.Options{
 			Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
 			StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+			// Room for the bus's largest message in a record.
+			MaxPayload: 2 << 20,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,17 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bub-bus/bub/bus/store"
 )
@@ -10,70 +20,858 @@ import (
 // Store is the bus's durable state in JetStream: pending retries and
 // holds in the bucket BUB_PENDING, keyed by the node that delivers them,
 // and the dead-letter queue in the stream BUB_DLQ, shared by every node.
-// It implements bus.Store; every write returns once a majority of the
-// replicas has it.
+// It implements bus.Store with the semantics of *store.Store, whose
+// records it writes; every write returns once a majority of the replicas
+// has it. Its methods are safe for concurrent use, and concurrent writes
+// are in flight together.
+//
+// Where the file store changes two things in one commit, this store
+// makes two writes, ordered so that a crash between them duplicates
+// rather than loses: DeadLetter appends to the queue before it deletes
+// the pending entry, Requeue puts the pending entry before it removes
+// the dead letter, TakeOver copies an entry before it deletes the dead
+// node's.
 type Store struct {
-	n *Node
+	n      *Node
+	kv     jetstream.KeyValue
+	dlq    jetstream.Stream
+	prefix string // "p-<node>-": this node's pending ids
+
+	// seq is the last sequence number in a pending id this node made.
+	seq atomic.Uint64
+
+	// revs holds the revision of each of this node's entries as this
+	// node last wrote or read it. PutPending replaces an entry only at
+	// that revision, so a node presumed dead while it was stalled does
+	// not write back an entry another node took over.
+	revsMu sync.Mutex
+	revs   map[string]uint64
+
+	counts  pendingCounts
+	watch   jetstream.ConsumeContext
+	ready   chan struct{}
+	readyMu sync.Once
 }
+
+// Pending keys are "<owner node>.<id>"; the subject of a key in the
+// bucket's stream is kvSubjectPrefix and the key.
+const kvSubjectPrefix = "$KV." + bucketPending + "."
+
+// headerPublisher carries whom a pending entry counts against
+// (store.Message.CountsAgainst), so that the nodes count entries from a
+// watch of headers only, not of every held payload.
+const headerPublisher = "Bub-Publisher"
+
+// headerKVOperation marks a KV delete or purge, as the client library
+// writes it (it does not export the name).
+const headerKVOperation = "KV-Operation"
+
+// dlqSubject is where this node appends dead letters: the stream takes
+// bub.dlq.>, and the node in the subject says who wrote each.
+func dlqSubject(node string) string { return "bub.dlq." + node }
+
+// opTimeout bounds each of the store's round trips: longer than a
+// JetStream leader election (4–9 s), so that a write waits one out as a
+// file store waits for its fsync, and bounded, so that a cluster without
+// a quorum fails writes instead of hanging the bus.
+const opTimeout = 30 * time.Second
 
 // Store returns the node's durable store.
-func (n *Node) Store() *Store { return &Store{n: n} }
+func (n *Node) Store() *Store { return n.store }
 
-var errNotBuilt = errors.New("cluster: store: not built yet")
+// openStore binds the bucket and the stream and starts counting the
+// pending entries; it returns once the counts hold every entry there
+// was, so that the first PendingCounts is right.
+func (n *Node) openStore(ctx context.Context) (*Store, error) {
+	s := &Store{
+		n:      n,
+		kv:     n.pending,
+		prefix: "p-" + n.id + "-",
+		revs:   make(map[string]uint64),
+		ready:  make(chan struct{}),
+	}
+	s.counts.keys = make(map[string]countedEntry)
+	s.counts.by = make(map[string]int)
+	s.dlq = n.dlq
+	// Until the bucket's stream has a leader a request gets no answer,
+	// hence a bound on each try.
+	var state jetstream.StreamState
+	err := retryUntil(ctx, "read the state of bucket "+bucketPending, 5*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+		info, err := n.js.Stream(ctx, "KV_"+bucketPending)
+		if err == nil {
+			state = info.CachedInfo().State
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if state.Msgs == 0 {
+		s.readyMu.Do(func() { close(s.ready) })
+	}
+	cons, err := n.js.OrderedConsumer(ctx, "KV_"+bucketPending, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{kvSubjectPrefix + ">"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch bucket %s: %w", bucketPending, err)
+	}
+	if s.watch, err = cons.Consume(s.applyWatched); err != nil {
+		return nil, fmt.Errorf("watch bucket %s: %w", bucketPending, err)
+	}
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		s.watch.Stop()
+		return nil, fmt.Errorf("load the counts of bucket %s: %w", bucketPending, ctx.Err())
+	}
+	// Ids go on from the highest of the bucket's sequence and this
+	// node's ids there: every id this node made was put, which moved the
+	// sequence past it, or failed to be put and is in no entry.
+	s.seq.Store(max(state.LastSeq, s.counts.maxSequence(s.prefix)))
+	return s, nil
+}
 
-// PutPending stores p under this node, assigning p.ID when empty.
-func (s *Store) PutPending(p *store.Pending) error { return errNotBuilt }
+// stop ends the watch of the counts.
+func (s *Store) stop() { s.watch.Stop() }
 
-// DeletePending removes a pending entry.
-func (s *Store) DeletePending(id string) error { return errNotBuilt }
+// applyWatched counts one change of the bucket, seen by the watch.
+func (s *Store) applyWatched(m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		s.n.log.Warn("cluster: pending watch: no metadata", "subject", m.Subject(), "err", err)
+		return
+	}
+	key := strings.TrimPrefix(m.Subject(), kvSubjectPrefix)
+	live := m.Headers().Get(headerKVOperation) == ""
+	s.counts.apply(key, meta.Sequence.Stream, m.Headers().Get(headerPublisher), live, true)
+	if meta.NumPending == 0 {
+		s.readyMu.Do(func() { close(s.ready) })
+	}
+}
 
-// PendingSchedule returns this node's pending entries without payloads.
-func (s *Store) PendingSchedule() ([]*store.Pending, error) { return nil, nil }
+// pendingCounts counts the bucket's entries in all and by publisher,
+// from the watch and from this node's own acknowledged writes, so that
+// a node reads its own writes at once.
+type pendingCounts struct {
+	mu    sync.Mutex
+	keys  map[string]countedEntry
+	total int
+	by    map[string]int
+}
 
-// LoadMessage reads p's payload and meta back.
-func (s *Store) LoadMessage(p *store.Pending) error { return errNotBuilt }
+// countedEntry is the last change known for a key, at its stream
+// sequence. A delete is kept (live false) only while the watch has not
+// yet seen it, so that an older put the watch delivers late is ignored.
+type countedEntry struct {
+	seq       uint64
+	publisher string
+	live      bool
+}
 
-// PendingCounts counts pending entries cluster-wide, in all and by publisher.
+// apply records the change of key at seq, unless a later one is known.
+func (c *pendingCounts) apply(key string, seq uint64, publisher string, live, watched bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, ok := c.keys[key]
+	if ok && old.seq >= seq {
+		if watched && old.seq == seq && !old.live {
+			delete(c.keys, key) // the watch caught up with the delete
+		}
+		return
+	}
+	if ok && old.live {
+		c.total--
+		if c.by[old.publisher]--; c.by[old.publisher] <= 0 {
+			delete(c.by, old.publisher)
+		}
+	}
+	switch {
+	case live:
+		c.total++
+		c.by[publisher]++
+		c.keys[key] = countedEntry{seq: seq, publisher: publisher, live: true}
+	case watched:
+		delete(c.keys, key)
+	default:
+		c.keys[key] = countedEntry{seq: seq}
+	}
+}
+
+// maxSequence returns the highest sequence number of the live entries
+// whose id has the prefix.
+func (c *pendingCounts) maxSequence(prefix string) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var top uint64
+	for key, e := range c.keys {
+		_, id, _ := strings.Cut(key, ".")
+		if seq, err := store.ParseID(prefix, id); e.live && err == nil {
+			top = max(top, seq)
+		}
+	}
+	return top
+}
+
+// opContext bounds one operation, and ends it when the node closes.
+func (s *Store) opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.n.ctx, opTimeout)
+}
+
+// checkPendingID checks that id is a pending id a node of the cluster
+// made: "p-", a node id, "-" and a number.
+func checkPendingID(id string) error {
+	i := strings.LastIndexByte(id, '-')
+	if !strings.HasPrefix(id, "p-") || i < 2 || !validNodeID.MatchString(id[2:i]) {
+		return fmt.Errorf("%w: malformed id %q, want p-<node>-<number>", store.ErrInvalid, id)
+	}
+	_, err := store.ParseID(id[:i+1], id)
+	return err
+}
+
+func (s *Store) key(id string) string { return s.n.id + "." + id }
+
+func (s *Store) setRev(id string, rev uint64) {
+	s.revsMu.Lock()
+	s.revs[id] = rev
+	s.revsMu.Unlock()
+}
+
+func (s *Store) forgetRev(id string) {
+	s.revsMu.Lock()
+	delete(s.revs, id)
+	s.revsMu.Unlock()
+}
+
+// putRecord writes v under key, counted against publisher, and returns
+// its revision. rev > 0 replaces only that revision; rev 0 writes
+// whatever is there.
+func (s *Store) putRecord(ctx context.Context, key, publisher string, v []byte, rev uint64) (uint64, error) {
+	m := &nats.Msg{Subject: kvSubjectPrefix + key, Header: nats.Header{}, Data: v}
+	m.Header.Set(headerPublisher, publisher)
+	var opts []jetstream.PublishOpt
+	if rev > 0 {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
+	}
+	ack, err := s.n.js.PublishMsg(ctx, m, opts...)
+	if err != nil {
+		return 0, err
+	}
+	s.counts.apply(key, ack.Sequence, publisher, true, false)
+	return ack.Sequence, nil
+}
+
+// deleteRecord deletes key; rev > 0 deletes only that revision.
+func (s *Store) deleteRecord(ctx context.Context, key string, rev uint64) error {
+	m := &nats.Msg{Subject: kvSubjectPrefix + key, Header: nats.Header{}}
+	m.Header.Set(headerKVOperation, "DEL")
+	var opts []jetstream.PublishOpt
+	if rev > 0 {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
+	}
+	ack, err := s.n.js.PublishMsg(ctx, m, opts...)
+	if err != nil {
+		return err
+	}
+	s.counts.apply(key, ack.Sequence, "", false, false)
+	return nil
+}
+
+// isWrongRevision reports whether err is JetStream's refusal of a
+// compare-and-set: replicated streams answer 10164, single ones 10071.
+func isWrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// PutPending stores p under this node, or replaces the entry with p's
+// ID, as *store.Store's does. A new entry's id is "p-", this node's id,
+// "-" and a number from a sequence that only grows, zero-padded so that
+// this node's ids sort in the order they were made. An entry this node
+// wrote or read is replaced only if it is as this node left it: if
+// another node took it over meanwhile, PutPending fails with
+// store.ErrNotFound and writes nothing.
+func (s *Store) PutPending(p *store.Pending) error {
+	if err := s.putPending(p); err != nil {
+		return fmt.Errorf("cluster: put pending %s: %w", pendingName(p), err)
+	}
+	return nil
+}
+
+func (s *Store) putPending(p *store.Pending) error {
+	if p == nil {
+		return fmt.Errorf("%w: nil pending", store.ErrInvalid)
+	}
+	r := *p
+	var rev uint64
+	if r.ID == "" {
+		r.ID = store.FormatID(s.prefix, s.seq.Add(1))
+	} else {
+		if err := checkPendingID(r.ID); err != nil {
+			return err
+		}
+		s.revsMu.Lock()
+		rev = s.revs[r.ID]
+		s.revsMu.Unlock()
+	}
+	v, err := store.EncodePending(&r)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.opContext()
+	defer cancel()
+	newRev, err := s.putRecord(ctx, s.key(r.ID), r.Message.CountsAgainst(), v, rev)
+	if isWrongRevision(err) {
+		return fmt.Errorf("%w: the entry changed since this node wrote it (taken over by another node?): %w", store.ErrNotFound, err)
+	}
+	if err != nil {
+		return err
+	}
+	s.setRev(r.ID, newRev)
+	p.ID = r.ID
+	return nil
+}
+
+// pendingName names p in an error.
+func pendingName(p *store.Pending) string {
+	if p == nil || p.ID == "" {
+		return "(new)"
+	}
+	return p.ID
+}
+
+// DeletePending removes this node's pending entry id. Removing an id
+// that is not there is not an error.
+func (s *Store) DeletePending(id string) error {
+	err := checkPendingID(id)
+	if err == nil {
+		ctx, cancel := s.opContext()
+		defer cancel()
+		err = s.deleteRecord(ctx, s.key(id), 0)
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: delete pending %s: %w", id, err)
+	}
+	s.forgetRev(id)
+	return nil
+}
+
+// readPending reads every entry of node, payloads and meta skipped, and
+// calls fn with each and its revision. A record that does not decode
+// fails the read.
+func (s *Store) readPending(ctx context.Context, node string, fn func(p *store.Pending, v []byte, rev uint64) error) error {
+	w, err := s.kv.WatchFiltered(ctx, []string{node + ".>"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case e = <-w.Updates():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if e == nil {
+			return nil // every entry there was is read
+		}
+		id := strings.TrimPrefix(e.Key(), node+".")
+		p, err := store.DecodeSchedule(id, e.Value())
+		if err != nil {
+			return err
+		}
+		if err := fn(p, e.Value(), e.Revision()); err != nil {
+			return err
+		}
+	}
+}
+
+// PendingSchedule returns this node's pending entries, ordered by NextAt
+// and then by ID, without the message's Payload and Meta.
+func (s *Store) PendingSchedule() ([]*store.Pending, error) {
+	ctx, cancel := s.opContext()
+	defer cancel()
+	var all []*store.Pending
+	err := s.readPending(ctx, s.n.id, func(p *store.Pending, _ []byte, rev uint64) error {
+		s.setRev(p.ID, rev)
+		all = append(all, p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: list pending schedule of %s: %w", s.n.id, err)
+	}
+	sortPending(all)
+	return all, nil
+}
+
+// sortPending orders entries as the file store lists them: by NextAt,
+// then by id, shorter first as the scheduler orders them.
+func sortPending(all []*store.Pending) {
+	slices.SortFunc(all, func(a, b *store.Pending) int {
+		if c := a.NextAt.Compare(b.NextAt); c != 0 {
+			return c
+		}
+		if len(a.ID) != len(b.ID) {
+			return len(a.ID) - len(b.ID)
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// LoadMessage sets p.Message's Payload and Meta to those stored for this
+// node's entry p.ID. It returns an error wrapping store.ErrNotFound when
+// the entry is no longer there.
+func (s *Store) LoadMessage(p *store.Pending) error {
+	err := checkPendingID(p.ID)
+	if err == nil {
+		ctx, cancel := s.opContext()
+		defer cancel()
+		var e jetstream.KeyValueEntry
+		e, err = s.kv.Get(ctx, s.key(p.ID))
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+			err = store.ErrNotFound
+		case err == nil:
+			var stored *store.Pending
+			if stored, err = store.DecodePending(p.ID, e.Value()); err != nil {
+				break
+			}
+			if stored.Message.ID != p.Message.ID {
+				err = fmt.Errorf("the stored entry is for message %q, not %q", stored.Message.ID, p.Message.ID)
+				break
+			}
+			p.Message.Payload, p.Message.Meta = stored.Message.Payload, stored.Message.Meta
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: load message of pending %s: %w", p.ID, err)
+	}
+	return nil
+}
+
+// PendingCounts returns the number of pending entries of the whole
+// cluster, in all and those whose message publisher published. It reads
+// counts kept in memory from a watch of the bucket: no round trip.
 func (s *Store) PendingCounts(publisher string) (total, mine int, err error) {
-	return 0, 0, nil
+	s.counts.mu.Lock()
+	defer s.counts.mu.Unlock()
+	return s.counts.total, s.counts.by[publisher], nil
 }
 
-// CountPending counts pending entries cluster-wide.
-func (s *Store) CountPending() (int, error) { return 0, nil }
+// CountPending returns the number of pending entries of the cluster.
+func (s *Store) CountPending() (int, error) {
+	total, _, err := s.PendingCounts("")
+	return total, err
+}
 
-// DeadLetter adds d to the dead-letter queue and removes pendingID.
+// DeadLetter adds d to the dead-letter queue and then removes this
+// node's pending entry pendingID unless it is empty, as *store.Store's
+// does. d.ID is "d-" and the stream sequence of the dead letter,
+// zero-padded: the same on every node, in list order.
 func (s *Store) DeadLetter(pendingID string, d *store.DeadLetter) (string, error) {
-	return "", errNotBuilt
+	err := func() error {
+		r, err := store.PrepareDeadLetter(d)
+		if err != nil {
+			return err
+		}
+		if pendingID != "" {
+			if err := checkPendingID(pendingID); err != nil {
+				return err
+			}
+		}
+		// The record's id is the stream sequence, known once it is
+		// stored: the stored record has none.
+		r.ID = ""
+		v, err := store.EncodeDeadLetter(&r)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := s.opContext()
+		defer cancel()
+		ack, err := s.n.js.Publish(ctx, dlqSubject(s.n.id), v)
+		if err != nil {
+			return err
+		}
+		r.ID = store.FormatID("d-", ack.Sequence)
+		if pendingID != "" {
+			if err := s.deleteRecord(ctx, s.key(pendingID), 0); err != nil {
+				return fmt.Errorf("dead letter %s stored, but the pending entry stays: %w", r.ID, err)
+			}
+			s.forgetRev(pendingID)
+		}
+		*d = r
+		return nil
+	}()
+	if err != nil {
+		return "", fmt.Errorf("cluster: dead-letter %s: %w", deadLetterName(pendingID, d), err)
+	}
+	return d.ID, nil
 }
 
-// GetDeadLetter returns one dead letter.
-func (s *Store) GetDeadLetter(id string) (*store.DeadLetter, error) { return nil, errNotBuilt }
-
-// ListDeadLetters lists dead letters matching f, oldest first.
-func (s *Store) ListDeadLetters(f store.Filter, cursor string, limit int) ([]*store.DeadLetter, string, error) {
-	return nil, "", errNotBuilt
+// deadLetterName names the subject of DeadLetter in an error.
+func deadLetterName(pendingID string, d *store.DeadLetter) string {
+	name := "message"
+	if d != nil {
+		name += " " + d.Message.ID
+	}
+	if pendingID != "" {
+		name += " (pending " + pendingID + ")"
+	}
+	return name
 }
 
-// RemoveDeadLetter removes one dead letter.
-func (s *Store) RemoveDeadLetter(id string) error { return errNotBuilt }
+// decodeDeadLetter decodes the dead letter stored at seq.
+func decodeDeadLetter(seq uint64, v []byte) (*store.DeadLetter, error) {
+	d, err := store.DecodeDeadLetter("", v)
+	if err != nil {
+		return nil, err
+	}
+	d.ID = store.FormatID("d-", seq)
+	return d, nil
+}
 
-// Requeue moves a dead letter back to pending as p, under this node.
-func (s *Store) Requeue(id string, p *store.Pending) error { return errNotBuilt }
+// getDeadLetter reads the dead letter seq, or fails with ErrNotFound.
+func (s *Store) getDeadLetter(ctx context.Context, seq uint64) (*store.DeadLetter, error) {
+	m, err := s.dlq.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeDeadLetter(seq, m.Data)
+}
 
-// PurgeDeadLetters removes the dead letters matching f.
-func (s *Store) PurgeDeadLetters(f store.Filter) (int, error) { return 0, errNotBuilt }
+// GetDeadLetter returns the dead letter id, or an error wrapping
+// store.ErrNotFound.
+func (s *Store) GetDeadLetter(id string) (*store.DeadLetter, error) {
+	seq, err := store.ParseID("d-", id)
+	var d *store.DeadLetter
+	if err == nil {
+		ctx, cancel := s.opContext()
+		defer cancel()
+		d, err = s.getDeadLetter(ctx, seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: get dead letter %s: %w", id, err)
+	}
+	return d, nil
+}
 
-// CountDeadLetters counts the dead-letter queue.
-func (s *Store) CountDeadLetters() (int, error) { return 0, errNotBuilt }
+// eachDeadLetter calls fn with the dead letters from the sequence from
+// on, oldest first, until fn returns false or none is left.
+func (s *Store) eachDeadLetter(ctx context.Context, from uint64, fn func(seq uint64, v []byte) (bool, error)) error {
+	info, err := s.dlq.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs == 0 || info.State.LastSeq < from {
+		return nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"bub.dlq.>"}}
+	if from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	cons, err := s.dlq.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	// Every message there was when the list began is read, up to the
+	// last sequence then; later ones wait for the next page.
+	last := info.State.LastSeq
+	for {
+		batch, err := cons.Fetch(100, jetstream.FetchContext(ctx))
+		if err != nil {
+			return err
+		}
+		for m := range batch.Messages() {
+			meta, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			seq := meta.Sequence.Stream
+			if seq > last {
+				return nil
+			}
+			more, err := fn(seq, m.Data())
+			if err != nil || !more {
+				return err
+			}
+			if seq == last || meta.NumPending == 0 {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return err
+		}
+	}
+}
+
+// ListDeadLetters returns up to limit dead letters of the cluster that
+// match f, oldest first, from cursor, as *store.Store's does.
+func (s *Store) ListDeadLetters(f store.Filter, cursor string, limit int) (entries []*store.DeadLetter, next string, err error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	err = func() error {
+		m, err := f.Matcher()
+		if err != nil {
+			return err
+		}
+		from := uint64(1)
+		if cursor != "" {
+			if from, err = store.ParseID("d-", cursor); err != nil {
+				return fmt.Errorf("%w: cursor %q", store.ErrInvalid, cursor)
+			}
+		}
+		ctx, cancel := s.opContext()
+		defer cancel()
+		return s.eachDeadLetter(ctx, from, func(seq uint64, v []byte) (bool, error) {
+			d, err := decodeDeadLetter(seq, v)
+			if err != nil || !m.Match(d) {
+				return err == nil, err
+			}
+			if len(entries) == limit {
+				next = d.ID
+				return false, nil
+			}
+			entries = append(entries, d)
+			return true, nil
+		})
+	}()
+	if err != nil {
+		return nil, "", fmt.Errorf("cluster: list dead letters: %w", err)
+	}
+	return entries, next, nil
+}
+
+// removeDeadLetter deletes the dead letter seq, or fails with
+// ErrNotFound.
+func (s *Store) removeDeadLetter(ctx context.Context, seq uint64) error {
+	err := s.dlq.DeleteMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		// The refusal's reason is text; whether the message is there
+		// says whether it was "not found".
+		if _, getErr := s.dlq.GetMsg(ctx, seq); errors.Is(getErr, jetstream.ErrMsgNotFound) {
+			return store.ErrNotFound
+		}
+	}
+	return err
+}
+
+// RemoveDeadLetter removes the dead letter id, or returns an error
+// wrapping store.ErrNotFound.
+func (s *Store) RemoveDeadLetter(id string) error {
+	seq, err := store.ParseID("d-", id)
+	if err == nil {
+		ctx, cancel := s.opContext()
+		defer cancel()
+		err = s.removeDeadLetter(ctx, seq)
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: remove dead letter %s: %w", id, err)
+	}
+	return nil
+}
+
+// Requeue puts p as PutPending does, under this node, and removes the
+// dead letter id. If id is not there it returns an error wrapping
+// store.ErrNotFound and leaves no pending entry: when another node
+// removed the dead letter in between, the entry just put is deleted.
+func (s *Store) Requeue(id string, p *store.Pending) error {
+	err := func() error {
+		seq, err := store.ParseID("d-", id)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := s.opContext()
+		defer cancel()
+		if _, err := s.dlq.GetMsg(ctx, seq); err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return store.ErrNotFound
+			}
+			return err
+		}
+		wasNew := p != nil && p.ID == ""
+		if err := s.putPending(p); err != nil {
+			return err
+		}
+		if err := s.removeDeadLetter(ctx, seq); err != nil {
+			if errors.Is(err, store.ErrNotFound) && wasNew {
+				if undo := s.DeletePending(p.ID); undo != nil {
+					return errors.Join(err, undo)
+				}
+				p.ID = ""
+			}
+			return err
+		}
+		return nil
+	}()
+	if err != nil {
+		return fmt.Errorf("cluster: requeue dead letter %s: %w", id, err)
+	}
+	return nil
+}
+
+// PurgeDeadLetters removes every dead letter of the cluster that matches
+// f and returns how many. The zero Filter purges the stream without
+// reading it; otherwise the matches are deleted one by one, several in
+// flight at once.
+func (s *Store) PurgeDeadLetters(f store.Filter) (int, error) {
+	n, err := func() (int, error) {
+		m, err := f.Matcher()
+		if err != nil {
+			return 0, err
+		}
+		ctx, cancel := s.opContext()
+		defer cancel()
+		if m == nil {
+			return s.purgeAll(ctx)
+		}
+		var doomed []uint64
+		err = s.eachDeadLetter(ctx, 1, func(seq uint64, v []byte) (bool, error) {
+			d, err := decodeDeadLetter(seq, v)
+			if err == nil && m.Match(d) {
+				doomed = append(doomed, seq)
+			}
+			return err == nil, err
+		})
+		if err != nil {
+			return 0, err
+		}
+		var removed atomic.Int64
+		err = inParallel(len(doomed), func(i int) error {
+			err := s.removeDeadLetter(ctx, doomed[i])
+			if err == nil {
+				removed.Add(1)
+			}
+			if errors.Is(err, store.ErrNotFound) {
+				return nil // removed by someone else meanwhile
+			}
+			return err
+		})
+		return int(removed.Load()), err
+	}()
+	if err != nil {
+		return n, fmt.Errorf("cluster: purge dead letters: %w", err)
+	}
+	return n, nil
+}
+
+// purgeAll purges the dead-letter stream and returns how many it held.
+// The client library drops the count JetStream answers with, so this
+// asks the API itself.
+func (s *Store) purgeAll(ctx context.Context) (int, error) {
+	msg, err := s.n.nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+streamDLQ, []byte("{}"))
+	if err != nil {
+		return 0, err
+	}
+	var resp struct {
+		Success bool                `json:"success"`
+		Purged  uint64              `json:"purged"`
+		Error   *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("purge response: %w", err)
+	}
+	if resp.Error != nil {
+		return 0, resp.Error
+	}
+	return int(resp.Purged), nil
+}
+
+// CountDeadLetters returns the number of dead letters of the cluster.
+func (s *Store) CountDeadLetters() (int, error) {
+	ctx, cancel := s.opContext()
+	defer cancel()
+	info, err := s.dlq.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: count dead letters: %w", err)
+	}
+	return int(info.State.Msgs), nil
+}
 
 // Backup answers store.ErrNoFile: a cluster's state is JetStream's, and
 // is backed up with NATS's own tools (docs/CLUSTER.md).
 func (s *Store) Backup(fn func(store.Snapshot) error) error { return store.ErrNoFile }
 
 // TakeOver moves the pending entries of node, presumed dead, to this
-// node and returns them for scheduling, with their payloads dropped.
-// Each is moved with a compare-and-set on its revision, so two nodes
-// taking over at once move each entry once.
+// node and returns them for scheduling, with their payloads dropped;
+// their ids, attempts and NextAt stay as they were. Each entry is copied
+// under this node, then the dead node's is deleted with a
+// compare-and-delete on the revision read: the node that fails it (two
+// nodes took over at once, or the dead node came back and rewrote the
+// entry) deletes its copy, so each entry ends up in one place.
 func (s *Store) TakeOver(ctx context.Context, node string) ([]*store.Pending, error) {
-	return nil, errNotBuilt
+	if !validNodeID.MatchString(node) || node == s.n.id {
+		return nil, fmt.Errorf("cluster: take over pending of %q: %w: not another node's id", node, store.ErrInvalid)
+	}
+	type found struct {
+		p   *store.Pending
+		v   []byte
+		rev uint64
+	}
+	var entries []found
+	err := s.readPending(ctx, node, func(p *store.Pending, v []byte, rev uint64) error {
+		entries = append(entries, found{p, v, rev})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: take over pending of %s: read: %w", node, err)
+	}
+	movedTo := make([]bool, len(entries))
+	err = inParallel(len(entries), func(i int) error {
+		e := entries[i]
+		id := e.p.ID
+		rev, err := s.putRecord(ctx, s.key(id), e.p.Message.CountsAgainst(), e.v, 0)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", id, err)
+		}
+		err = s.deleteRecord(ctx, node+"."+id, e.rev)
+		if isWrongRevision(err) {
+			if err := s.deleteRecord(ctx, s.key(id), rev); err != nil && !isWrongRevision(err) {
+				return fmt.Errorf("%s moved by another node, but deleting this node's copy failed: %w", id, err)
+			}
+			return nil
+		}
+		// On any other error the copy stays and is scheduled: the
+		// entry may be delivered twice, but is not lost.
+		s.setRev(id, rev)
+		movedTo[i] = true
+		if err != nil {
+			return fmt.Errorf("delete %s of %s after copying it: %w", id, node, err)
+		}
+		return nil
+	})
+	var moved []*store.Pending
+	for i, e := range entries {
+		if movedTo[i] {
+			moved = append(moved, e.p)
+		}
+	}
+	sortPending(moved)
+	if err != nil {
+		return moved, fmt.Errorf("cluster: take over pending of %s: %w", node, err)
+	}
+	return moved, nil
+}
+
+// inParallel runs fn(0..n-1) with a few calls in flight at once, so
+// that many round trips overlap, and returns their errors joined.
+func inParallel(n int, fn func(i int) error) error {
+	const inFlight = 16
+	errs := make([]error, n)
+	sem := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = fn(i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

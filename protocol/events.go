@@ -42,4 +42,7 @@ type ClientEvent struct {
 	Fallback  *bool  `json:"fallback,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 	Timestamp string `json:"timestamp"`
+	// Node is the cluster node the client is connected to; absent on a
+	// bus that is not a cluster (docs/CLUSTER.md).
+	Node string `json:"node,omitempty"`
 }

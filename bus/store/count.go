@@ -24,10 +24,11 @@ type pendingIndex struct {
 	by    map[string]int    // publisher → pending entries
 }
 
-// publisher is whom a pending entry counts against: the message's
+// CountsAgainst is whom a pending entry counts against: the message's
 // Publisher, or its From for records written before Publisher existed
-// (then the clientId, which was the identity).
-func (m *Message) publisher() string {
+// (then the clientId, which was the identity). The cluster's store
+// counts by it too.
+func (m *Message) CountsAgainst() string {
 	if m.Publisher != "" {
 		return m.Publisher
 	}
@@ -72,7 +73,7 @@ func (s *Store) buildPendingIndex() error {
 			_ = json.Unmarshal(v, &r)
 			m := Message{From: r.Message.From, Publisher: r.Message.Publisher}
 			seq := seqOf(k)
-			owner[seq] = m.publisher()
+			owner[seq] = m.CountsAgainst()
 			by[owner[seq]]++
 			return true, nil
 		})

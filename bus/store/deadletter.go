@@ -57,18 +57,20 @@ type Filter struct {
 	Since, Until time.Time
 }
 
-// matcher is a checked Filter; a nil *matcher matches everything.
-type matcher struct {
+// Matcher is a checked Filter; a nil *Matcher matches everything.
+type Matcher struct {
 	pattern      *protocol.Pattern
 	reason       string
 	since, until time.Time
 }
 
-func (f Filter) compile() (*matcher, error) {
+// Matcher checks f and returns what applies it: nil for the zero
+// Filter. It fails with ErrInvalid for a bad pattern or reason.
+func (f Filter) Matcher() (*Matcher, error) {
 	if f == (Filter{}) {
 		return nil, nil
 	}
-	m := &matcher{reason: f.Reason, since: f.Since, until: f.Until}
+	m := &Matcher{reason: f.Reason, since: f.Since, until: f.Until}
 	if f.Topic != "" {
 		p, err := protocol.ParsePattern(f.Topic)
 		if err != nil {
@@ -84,7 +86,8 @@ func (f Filter) compile() (*matcher, error) {
 	return m, nil
 }
 
-func (m *matcher) match(d *DeadLetter) bool {
+// Match reports whether d is selected.
+func (m *Matcher) Match(d *DeadLetter) bool {
 	switch {
 	case m == nil:
 		return true
@@ -106,30 +109,13 @@ func (m *matcher) match(d *DeadLetter) bool {
 func (s *Store) DeadLetter(pendingID string, d *DeadLetter) (string, error) {
 	var pending uint64
 	err := func() (err error) {
-		if d == nil {
-			return fmt.Errorf("%w: nil dead letter", ErrInvalid)
-		}
-		if err := checkReason(d.Reason); err != nil {
-			return err
-		}
-		if err := checkMessage(&d.Message); err != nil {
+		r, err := PrepareDeadLetter(d)
+		if err != nil {
 			return err
 		}
 		if pendingID != "" {
-			if pending, err = parseID(pendingPrefix, pendingID); err != nil {
+			if pending, err = ParseID(pendingPrefix, pendingID); err != nil {
 				return err
-			}
-		}
-		r := *d
-		if r.DeadAt.IsZero() {
-			r.DeadAt = time.Now().UTC()
-		}
-		if n := len(r.Attempts); n > 0 {
-			if r.FirstAttempt.IsZero() {
-				r.FirstAttempt = r.Attempts[0].At
-			}
-			if r.LastAttempt.IsZero() {
-				r.LastAttempt = r.Attempts[n-1].At
 			}
 		}
 		err = s.updatePending(func(t tx) error {
@@ -142,8 +128,8 @@ func (s *Store) DeadLetter(pendingID string, d *DeadLetter) (string, error) {
 			if err != nil {
 				return err
 			}
-			r.ID = formatID(deadLetterPrefix, seq)
-			v, err := encodeDeadLetter(&r)
+			r.ID = FormatID(deadLetterPrefix, seq)
+			v, err := EncodeDeadLetter(&r)
 			if err != nil {
 				return err
 			}
@@ -158,6 +144,35 @@ func (s *Store) DeadLetter(pendingID string, d *DeadLetter) (string, error) {
 		return "", fmt.Errorf("dead-letter %s: %w", deadLetterName(pendingID, d), err)
 	}
 	return d.ID, nil
+}
+
+// PrepareDeadLetter checks d and returns the record DeadLetter stores for
+// it: a copy with DeadAt set to now if zero, and FirstAttempt and
+// LastAttempt from Attempts if zero. It fails with ErrInvalid for a nil
+// d, an unknown reason or a payload or meta that is not JSON.
+func PrepareDeadLetter(d *DeadLetter) (DeadLetter, error) {
+	if d == nil {
+		return DeadLetter{}, fmt.Errorf("%w: nil dead letter", ErrInvalid)
+	}
+	if err := checkReason(d.Reason); err != nil {
+		return DeadLetter{}, err
+	}
+	if err := checkMessage(&d.Message); err != nil {
+		return DeadLetter{}, err
+	}
+	r := *d
+	if r.DeadAt.IsZero() {
+		r.DeadAt = time.Now().UTC()
+	}
+	if n := len(r.Attempts); n > 0 {
+		if r.FirstAttempt.IsZero() {
+			r.FirstAttempt = r.Attempts[0].At
+		}
+		if r.LastAttempt.IsZero() {
+			r.LastAttempt = r.Attempts[n-1].At
+		}
+	}
+	return r, nil
 }
 
 // deadLetterName names the subject of DeadLetter in an error.
@@ -176,7 +191,7 @@ func deadLetterName(pendingID string, d *DeadLetter) string {
 // ErrNotFound.
 func (s *Store) GetDeadLetter(id string) (*DeadLetter, error) {
 	var d *DeadLetter
-	seq, err := parseID(deadLetterPrefix, id)
+	seq, err := ParseID(deadLetterPrefix, id)
 	if err == nil {
 		err = s.view(func(t tx) error {
 			k := key(seq)
@@ -204,13 +219,13 @@ func (s *Store) ListDeadLetters(f Filter, cursor string, limit int) (entries []*
 		limit = DefaultListLimit
 	}
 	err = func() error {
-		m, err := f.compile()
+		m, err := f.Matcher()
 		if err != nil {
 			return err
 		}
 		var from []byte
 		if cursor != "" {
-			seq, err := parseID(deadLetterPrefix, cursor)
+			seq, err := ParseID(deadLetterPrefix, cursor)
 			if err != nil {
 				return fmt.Errorf("%w: cursor %q", ErrInvalid, cursor)
 			}
@@ -219,7 +234,7 @@ func (s *Store) ListDeadLetters(f Filter, cursor string, limit int) (entries []*
 		return s.view(func(t tx) error {
 			return t.each(bucketDeadLetters, from, func(k, v []byte) (bool, error) {
 				d, err := decodeDeadLetter(k, v)
-				if err != nil || !m.match(d) {
+				if err != nil || !m.Match(d) {
 					return err == nil, err
 				}
 				if len(entries) == limit {
@@ -241,7 +256,7 @@ func (s *Store) ListDeadLetters(f Filter, cursor string, limit int) (entries []*
 // wrapping ErrNotFound. It does not read the entry, so it also removes
 // one that is corrupt.
 func (s *Store) RemoveDeadLetter(id string) error {
-	seq, err := parseID(deadLetterPrefix, id)
+	seq, err := ParseID(deadLetterPrefix, id)
 	if err == nil {
 		err = s.update(func(t tx) error { return removeDeadLetter(t, seq) })
 	}
@@ -263,7 +278,7 @@ func removeDeadLetter(t tx, seq uint64) error {
 // commit: a replay to the same subscriber. If id is not there it returns
 // an error wrapping ErrNotFound and stores nothing.
 func (s *Store) Requeue(id string, p *Pending) error {
-	seq, err := parseID(deadLetterPrefix, id)
+	seq, err := ParseID(deadLetterPrefix, id)
 	var pending uint64
 	if err == nil {
 		err = s.updatePending(func(t tx) (err error) {
@@ -272,12 +287,12 @@ func (s *Store) Requeue(id string, p *Pending) error {
 			}
 			pending, err = putPending(t, p)
 			return err
-		}, func(ix *pendingIndex) { ix.set(pending, p.Message.publisher()) })
+		}, func(ix *pendingIndex) { ix.set(pending, p.Message.CountsAgainst()) })
 	}
 	if err != nil {
 		return fmt.Errorf("requeue dead letter %s: %w", id, err)
 	}
-	p.ID = formatID(pendingPrefix, pending)
+	p.ID = FormatID(pendingPrefix, pending)
 	return nil
 }
 
@@ -287,7 +302,7 @@ func (s *Store) Requeue(id string, p *Pending) error {
 func (s *Store) PurgeDeadLetters(f Filter) (int, error) {
 	var n int
 	err := func() error {
-		m, err := f.compile()
+		m, err := f.Matcher()
 		if err != nil {
 			return err
 		}
@@ -296,7 +311,7 @@ func (s *Store) PurgeDeadLetters(f Filter) (int, error) {
 			err := t.each(bucketDeadLetters, nil, func(k, v []byte) (bool, error) {
 				if m != nil {
 					d, err := decodeDeadLetter(k, v)
-					if err != nil || !m.match(d) {
+					if err != nil || !m.Match(d) {
 						return err == nil, err
 					}
 				}

@@ -17,6 +17,15 @@ import (
 // (FuzzEncodePending holds the two to that), so the format is unchanged:
 // files written before and after read the same.
 
+// EncodePending checks p's kind's rules and returns the stored form of
+// p; errors wrap ErrInvalid.
+func EncodePending(p *Pending) ([]byte, error) {
+	if err := checkKind(p); err != nil {
+		return nil, err
+	}
+	return encodePending(p)
+}
+
 // encodePending returns the stored form of p and checks p's payload and
 // meta on the way: each is copied once, by json.Compact, which is also
 // the check that it is JSON.

@@ -12,7 +12,7 @@ func PutRaw(s *Store, id string, v []byte) error {
 	if id[:2] == deadLetterPrefix {
 		b, prefix = bucketDeadLetters, deadLetterPrefix
 	}
-	seq, err := parseID(prefix, id)
+	seq, err := ParseID(prefix, id)
 	if err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func Encode(record any) ([]byte, error) {
 	case *Pending:
 		return encodePending(r)
 	case *DeadLetter:
-		return encodeDeadLetter(r)
+		return EncodeDeadLetter(r)
 	}
 	return nil, fmt.Errorf("encode %T", record)
 }
@@ -59,6 +59,3 @@ func Write(s *Store, fn func() error) error {
 func EncodeWithJSON(p *Pending) ([]byte, error) {
 	return encode(pendingRecord{Version: recordVersion, Pending: *p})
 }
-
-// FormatID is the id of the sequence number with the prefix.
-func FormatID(prefix string, seq uint64) string { return formatID(prefix, seq) }

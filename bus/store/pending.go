@@ -78,11 +78,11 @@ func (s *Store) PutPending(p *Pending) error {
 	err := s.updatePending(func(t tx) (err error) {
 		seq, err = putPending(t, p)
 		return err
-	}, func(ix *pendingIndex) { ix.set(seq, p.Message.publisher()) })
+	}, func(ix *pendingIndex) { ix.set(seq, p.Message.CountsAgainst()) })
 	if err != nil {
 		return fmt.Errorf("put pending %s: %w", pendingName(p), err)
 	}
-	p.ID = formatID(pendingPrefix, seq)
+	p.ID = FormatID(pendingPrefix, seq)
 	return nil
 }
 
@@ -93,11 +93,6 @@ func putPending(t tx, p *Pending) (uint64, error) {
 	if p == nil {
 		return 0, fmt.Errorf("%w: nil pending", ErrInvalid)
 	}
-	// encodePending checks the payload and meta (checkMessage) as it
-	// copies them, so that they are read once.
-	if err := checkKind(p); err != nil {
-		return 0, err
-	}
 	var seq uint64
 	if p.ID == "" {
 		var err error
@@ -106,7 +101,7 @@ func putPending(t tx, p *Pending) (uint64, error) {
 		}
 	} else {
 		var err error
-		if seq, err = parseID(pendingPrefix, p.ID); err != nil {
+		if seq, err = ParseID(pendingPrefix, p.ID); err != nil {
 			return 0, err
 		}
 		if seq > t.sequence(bucketPending) {
@@ -114,8 +109,8 @@ func putPending(t tx, p *Pending) (uint64, error) {
 		}
 	}
 	r := *p
-	r.ID = formatID(pendingPrefix, seq)
-	v, err := encodePending(&r)
+	r.ID = FormatID(pendingPrefix, seq)
+	v, err := EncodePending(&r)
 	if err != nil {
 		return 0, err
 	}
@@ -133,7 +128,7 @@ func pendingName(p *Pending) string {
 // DeletePending removes the pending entry id. Removing an id that is not
 // there is not an error.
 func (s *Store) DeletePending(id string) error {
-	seq, err := parseID(pendingPrefix, id)
+	seq, err := ParseID(pendingPrefix, id)
 	if err == nil {
 		err = s.updatePending(func(t tx) error { return t.delete(bucketPending, key(seq)) }, func(ix *pendingIndex) { ix.remove(seq) })
 	}
@@ -194,7 +189,7 @@ func (s *Store) PendingSchedule() ([]*Pending, error) {
 // entry p.ID: the part PendingSchedule leaves out. It returns an error
 // wrapping ErrNotFound when the entry is no longer there.
 func (s *Store) LoadMessage(p *Pending) error {
-	seq, err := parseID(pendingPrefix, p.ID)
+	seq, err := ParseID(pendingPrefix, p.ID)
 	if err == nil {
 		err = s.view(func(t tx) error {
 			k := key(seq)

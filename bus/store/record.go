@@ -71,9 +71,10 @@ const (
 	maxSequenceDigits = 20 // len("18446744073709551615")
 )
 
-// formatID is fmt.Sprintf("%s%0*d", prefix, idDigits, seq) without
-// fmt's reflection: it runs for every record written.
-func formatID(prefix string, seq uint64) string {
+// FormatID is fmt.Sprintf("%s%0*d", prefix, 12, seq) without fmt's
+// reflection: it runs for every record written. The cluster's store
+// makes its ids with it too, so that they look and sort as these do.
+func FormatID(prefix string, seq uint64) string {
 	var buf [32]byte // room for a prefix and maxSequenceDigits
 	b := append(buf[:0], prefix...)
 	var digits [maxSequenceDigits]byte
@@ -84,8 +85,9 @@ func formatID(prefix string, seq uint64) string {
 	return string(append(b, d...))
 }
 
-// parseID returns the sequence number of an id with the prefix.
-func parseID(prefix, id string) (uint64, error) {
+// ParseID returns the sequence number of an id with the prefix, or an
+// error wrapping ErrInvalid.
+func ParseID(prefix, id string) (uint64, error) {
 	digits, ok := strings.CutPrefix(id, prefix)
 	if !ok || digits == "" || len(digits) > maxSequenceDigits || strings.Trim(digits, "0123456789") != "" {
 		return 0, fmt.Errorf("%w: malformed id %q, want %s<number>", ErrInvalid, id, prefix)
@@ -108,7 +110,7 @@ func keyID(prefix string, k []byte) string {
 	if len(k) != 8 {
 		return fmt.Sprintf("%s(key %x)", prefix, k)
 	}
-	return formatID(prefix, binary.BigEndian.Uint64(k))
+	return FormatID(prefix, binary.BigEndian.Uint64(k))
 }
 
 type pendingRecord struct {
@@ -140,7 +142,9 @@ type deadLetterRecord struct {
 	DeadLetter
 }
 
-func encodeDeadLetter(d *DeadLetter) ([]byte, error) {
+// EncodeDeadLetter returns the stored form of d, as is: PrepareDeadLetter
+// makes what it is given.
+func EncodeDeadLetter(d *DeadLetter) ([]byte, error) {
 	return encode(deadLetterRecord{Version: recordVersion, DeadLetter: *d})
 }
 
@@ -174,6 +178,40 @@ func (r *scheduleRecord) check() error {
 func (r *deadLetterRecord) header() (int, string) { return r.Version, r.ID }
 func (r *deadLetterRecord) check() error          { return checkReason(r.Reason) }
 
+// DecodePending decodes a pending record written by EncodePending and
+// checks it: its version, that its id is id, and its fields.
+func DecodePending(id string, v []byte) (*Pending, error) {
+	var r pendingRecord
+	if err := decodeRecord(id, v, &r); err != nil {
+		return nil, fmt.Errorf("decode pending record %s: %w", id, err)
+	}
+	return &r.Pending, nil
+}
+
+// DecodeSchedule decodes a pending record as DecodePending does, but
+// without the message's Payload and Meta, which are skipped, not copied:
+// what PendingSchedule returns.
+func DecodeSchedule(id string, v []byte) (*Pending, error) {
+	var r scheduleRecord
+	if err := decodeRecord(id, v, &r); err != nil {
+		return nil, fmt.Errorf("decode pending record %s: %w", id, err)
+	}
+	p := r.Pending
+	p.Message = r.Message.Message
+	return &p, nil
+}
+
+// DecodeDeadLetter decodes a dead-letter record written by
+// EncodeDeadLetter and checks it: its version, that its id is id, and
+// its reason.
+func DecodeDeadLetter(id string, v []byte) (*DeadLetter, error) {
+	var r deadLetterRecord
+	if err := decodeRecord(id, v, &r); err != nil {
+		return nil, fmt.Errorf("decode dead-letter record %s: %w", id, err)
+	}
+	return &r.DeadLetter, nil
+}
+
 // decodePending decodes the value stored under k in the pending bucket.
 func decodePending(k, v []byte) (*Pending, error) {
 	var r pendingRecord
@@ -197,22 +235,25 @@ func decodeDeadLetter(k, v []byte) (*DeadLetter, error) {
 // version, that its id is the key's, and its fields. Errors name the
 // bucket and the key.
 func decode(b bucket, prefix string, k, v []byte, r record) error {
-	err := json.Unmarshal(v, r)
-	if err == nil {
-		version, id := r.header()
-		switch want := keyID(prefix, k); {
-		case version < 1:
-			err = fmt.Errorf("record has no version")
-		case version > recordVersion:
-			err = fmt.Errorf("record version %d is newer than this program reads (%d)", version, recordVersion)
-		case id != want:
-			err = fmt.Errorf("record has id %q", id)
-		default:
-			err = r.check()
-		}
-	}
-	if err != nil {
+	if err := decodeRecord(keyID(prefix, k), v, r); err != nil {
 		return fmt.Errorf("decode %s record %s: %w", b, keyID(prefix, k), err)
 	}
 	return nil
+}
+
+// decodeRecord decodes v into r and checks it: its version, that its id
+// is want, and its fields.
+func decodeRecord(want string, v []byte, r record) error {
+	if err := json.Unmarshal(v, r); err != nil {
+		return err
+	}
+	switch version, id := r.header(); {
+	case version < 1:
+		return fmt.Errorf("record has no version")
+	case version > recordVersion:
+		return fmt.Errorf("record version %d is newer than this program reads (%d)", version, recordVersion)
+	case id != want:
+		return fmt.Errorf("record has id %q", id)
+	}
+	return r.check()
 }
