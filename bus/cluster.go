@@ -410,11 +410,7 @@ func (s *Server) nodeDown(node string, acting bool) {
 			s.log.Error("cluster: could not take over a dead node's pending work; the next node to act tries again", "dead_node", node, "taken", len(moved), "err", err)
 		}
 		for _, p := range moved {
-			if p.Kind == store.KindHold {
-				s.metrics.held.Inc()
-				s.resumeHold(p)
-			}
-			s.sched.add(p)
+			s.resume(p)
 		}
 		if len(moved) > 0 {
 			s.log.Info("cluster: took over a dead node's pending work", "dead_node", node, "pending", len(moved))

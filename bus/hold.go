@@ -118,6 +118,20 @@ func (s *Server) attemptHold(p *store.Pending) {
 	s.storeOp("release hold", func() error { return s.store.DeletePending(p.ID) })
 }
 
+// resume schedules pending work read back from the store: on start, or
+// taken over from a dead node of a cluster. A hold whose subscriber has
+// appeared already (on another node, while this one started or took
+// over) is due at once, since no subscribe will wake it now.
+func (s *Server) resume(p *store.Pending) {
+	if p.Kind != store.KindHold {
+		s.sched.add(p)
+		return
+	}
+	s.metrics.held.Inc()
+	s.resumeHold(p)
+	s.queueHold(p)
+}
+
 // resumeHold prepares a hold read back from the store on start: it falls
 // due no later than the end of its lifetime as this bus counts it, so that
 // a HoldLifetime shortened since it was stored applies to it too (a

@@ -66,17 +66,24 @@ func TestSpecExample(t *testing.T) {
 	assert.Equal(t, []string{"C"}, rec.called())
 }
 
-func TestPolicies(t *testing.T) {
+// policyCase is one policy's outcome: "old" subscribes t:* and answers
+// processed, then "new" subscribes t:1 under policy and answers first;
+// want is who is called, which is also the acks' order.
+type policyCase struct {
+	name   string
+	policy protocol.Policy
+	first  any // the newest subscriber's answer
+	want   []string
+}
+
+// policyCases are every policy's outcomes, run on one bus by TestPolicies
+// and across nodes by TestCluster.
+func policyCases() []policyCase {
 	processed := protocol.ProcessMessageResult{Processed: true}
 	notProcessed := protocol.ProcessMessageResult{}
 	stop := protocol.ProcessMessageResult{StopPropagation: true}
 	baseSuccess := map[string]any{"success": true, "stopPropagation": false}
-	tests := []struct {
-		name   string
-		policy protocol.Policy
-		first  any // the newest subscriber's answer
-		want   []string
-	}{
+	return []policyCase{
 		{"onProcessed stops on processed", protocol.PolicyStopOnProcessed, processed, []string{"new"}},
 		{"onProcessed stops on base success", protocol.PolicyStopOnProcessed, baseSuccess, []string{"new"}},
 		{"onProcessed stops on stopPropagation", protocol.PolicyStopOnProcessed, stop, []string{"new"}},
@@ -86,11 +93,14 @@ func TestPolicies(t *testing.T) {
 		{"onStop stops on stopPropagation", protocol.PolicyStopOnStop, stop, []string{"new"}},
 		{"continueAll ignores stopPropagation", protocol.PolicyContinueAll, protocol.ProcessMessageResult{Processed: true, StopPropagation: true}, []string{"new", "old"}},
 	}
-	for _, tt := range tests {
+}
+
+func TestPolicies(t *testing.T) {
+	for _, tt := range policyCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := bustest.Start(t, nil)
 			rec := &recorder{}
-			old := bustest.Connect(t, srv.URL, "old", rec.answer("old", processed))
+			old := bustest.Connect(t, srv.URL, "old", rec.answer("old", protocol.ProcessMessageResult{Processed: true}))
 			old.Subscribe("t:*", "")
 			newer := bustest.Connect(t, srv.URL, "new", rec.answer("new", tt.first))
 			newer.Subscribe("t:1", tt.policy)

@@ -311,11 +311,7 @@ func New(opts *Options) (*Server, error) {
 		return fail(fmt.Errorf("new bus: resume pending work: %w", err))
 	}
 	for _, p := range pending {
-		if p.Kind == store.KindHold {
-			s.metrics.held.Inc()
-			s.resumeHold(p)
-		}
-		s.sched.add(p)
+		s.resume(p)
 	}
 	if len(pending) > 0 {
 		o.Logger.Info("resuming pending work", "pending", len(pending))

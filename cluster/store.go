@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -424,31 +425,73 @@ func sortPending(all []*store.Pending) {
 // node's entry p.ID. It returns an error wrapping store.ErrNotFound when
 // the entry is no longer there.
 func (s *Store) LoadMessage(p *store.Pending) error {
-	err := checkPendingID(p.ID)
-	if err == nil {
-		ctx, cancel := s.opContext()
-		defer cancel()
-		var e jetstream.KeyValueEntry
-		e, err = s.kv.Get(ctx, s.key(p.ID))
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-			err = store.ErrNotFound
-		case err == nil:
-			var stored *store.Pending
-			if stored, err = store.DecodePending(p.ID, e.Value()); err != nil {
-				break
-			}
-			if stored.Message.ID != p.Message.ID {
-				err = fmt.Errorf("the stored entry is for message %q, not %q", stored.Message.ID, p.Message.ID)
-				break
-			}
-			p.Message.Payload, p.Message.Meta = stored.Message.Payload, stored.Message.Meta
-		}
-	}
-	if err != nil {
+	if err := s.loadMessage(p); err != nil {
 		return fmt.Errorf("cluster: load message of pending %s: %w", p.ID, err)
 	}
 	return nil
+}
+
+func (s *Store) loadMessage(p *store.Pending) error {
+	if err := checkPendingID(p.ID); err != nil {
+		return err
+	}
+	ctx, cancel := s.opContext()
+	defer cancel()
+	data, err := s.leaderGet(ctx, kvSubjectPrefix+s.key(p.ID))
+	if err != nil {
+		return err
+	}
+	stored, err := store.DecodePending(p.ID, data)
+	if err != nil {
+		return err
+	}
+	if stored.Message.ID != p.Message.ID {
+		return fmt.Errorf("the stored entry is for message %q, not %q", stored.Message.ID, p.Message.ID)
+	}
+	p.Message.Payload, p.Message.Meta = stored.Message.Payload, stored.Message.Meta
+	return nil
+}
+
+// leaderGet reads the entry the bucket's stream holds last for subject,
+// as its leader answers: store.ErrNotFound when there is none, or it was
+// deleted. Not kv.Get, nor the client's stream reads: the bucket allows
+// direct gets, which the client then uses and any replica answers, and a
+// replica that has not applied a put yet answers "not found" for an
+// entry just stored, which the bus takes for settled work and drops. The
+// leader has every write acknowledged to this node.
+func (s *Store) leaderGet(ctx context.Context, subject string) ([]byte, error) {
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return nil, err
+	}
+	msg, err := s.n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucketPending, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *struct {
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, fmt.Errorf("message get response: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return nil, store.ErrNotFound
+	case resp.Error != nil:
+		return nil, resp.Error
+	case resp.Message == nil:
+		return nil, errors.New("message get response without a message")
+	case bytes.Contains(resp.Message.Header, []byte("KV-Operation")):
+		// A delete or purge marker.
+		return nil, store.ErrNotFound
+	}
+	return resp.Message.Data, nil
 }
 
 // PendingCounts returns the number of pending entries of the whole

@@ -57,19 +57,32 @@ func Start(t testing.TB, opts *bus.Options) *Server {
 		// A cluster's store is no *store.Store; Server.Store is then nil.
 		st, _ = o.Store.(*store.Store)
 	}
-	srv, err := bus.New(&o)
+	s, err := serve(&o)
 	if err != nil {
 		t.Fatalf("bustest: %v", err)
 	}
-	hs := httptest.NewServer(srv)
-	s := &Server{Server: srv, HTTP: hs, Store: st, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), Timeout)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		hs.Close()
-	})
+	s.Store = st
+	t.Cleanup(func() { s.stop(Timeout) })
 	return s
+}
+
+// serve makes a bus with o and serves it on loopback.
+func serve(o *bus.Options) (*Server, error) {
+	srv, err := bus.New(o)
+	if err != nil {
+		return nil, err
+	}
+	hs := httptest.NewServer(srv)
+	return &Server{Server: srv, HTTP: hs, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}, nil
+}
+
+// stop shuts the bus down, waiting at most timeout for it, and closes its
+// listener.
+func (s *Server) stop(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = s.Shutdown(ctx)
+	s.HTTP.Close()
 }
 
 // Response is a JSON-RPC response as read off the wire.

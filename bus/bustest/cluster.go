@@ -1,0 +1,120 @@
+package bustest
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/cluster"
+)
+
+// Cluster timings for tests: heartbeats fast enough that a dead node is
+// noticed in a few seconds on a loaded two-core box.
+const (
+	ClusterHeartbeat   = 200 * time.Millisecond
+	ClusterNodeTimeout = 1500 * time.Millisecond
+	// ClusterTimeout bounds a cluster's start (JetStream's elections) and
+	// its shutdown.
+	ClusterTimeout = 30 * time.Second
+)
+
+// StartCluster starts one bus node per id, forming one cluster on
+// loopback: each gets a copy of opts (whose Store and Cluster must be nil)
+// and an embedded NATS server routed to all the others. The nodes start
+// concurrently, since each waits for JetStream's quorum, and stop together
+// when the test ends: a node stopped after the others finds no quorum for
+// its clean-up writes and would wait out its timeout.
+func StartCluster(t testing.TB, opts *bus.Options, ids ...string) []*Server {
+	t.Helper()
+	ports := FreePorts(t, len(ids))
+	started := time.Now()
+	nodes := make([]*Server, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		var o bus.Options
+		if opts != nil {
+			o = *opts
+		}
+		if o.Logger == nil {
+			o.Logger = slog.New(slog.DiscardHandler)
+		}
+		// The cluster names the node in its own logs; the bus's are
+		// told apart here.
+		clusterLog := o.Logger
+		o.Logger = o.Logger.With("node", id)
+		o.Cluster = &cluster.Options{
+			Name:              "test",
+			NodeID:            id,
+			ClusterListen:     "127.0.0.1:" + strconv.Itoa(ports[i]),
+			StoreDir:          t.TempDir(),
+			HeartbeatInterval: ClusterHeartbeat,
+			NodeTimeout:       ClusterNodeTimeout,
+			StartTimeout:      ClusterTimeout,
+			Logger:            clusterLog,
+		}
+		for j, p := range ports {
+			if j != i {
+				o.Cluster.Routes = append(o.Cluster.Routes, "nats://127.0.0.1:"+strconv.Itoa(p))
+			}
+		}
+		wg.Go(func() {
+			nodes[i], errs[i] = serve(&o)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("node %s: %w", id, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("bustest: cluster %v started in %v", ids, time.Since(started).Round(time.Millisecond))
+	t.Cleanup(func() {
+		stopping := time.Now()
+		defer func() { t.Logf("bustest: cluster %v stopped in %v", ids, time.Since(stopping).Round(time.Millisecond)) }()
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			if n != nil {
+				wg.Go(func() { n.stop(ClusterTimeout) })
+			}
+		}
+		wg.Wait()
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("bustest: start cluster: %v", err)
+	}
+	return nodes
+}
+
+// FreePorts returns n loopback ports that were free a moment ago, for a
+// cluster whose routes must be known before any of its servers starts.
+// They are below Linux's ephemeral range (32768 and up): a port found by
+// binding ":0" could be handed out again as the source port of another
+// test's connection before the server binds it.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for try := 0; len(ports) < n; try++ {
+		if try == 1000 {
+			t.Fatalf("bustest: no %d free ports below 32768", n)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(20000+rand.IntN(12000)))
+		if err != nil {
+			continue
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
