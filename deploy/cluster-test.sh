@@ -41,9 +41,14 @@ finish() {
 	trap - EXIT INT TERM
 	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 	if [ "$code" != 0 ]; then
-		echo "cluster-test: FAILED (exit $code); clustercheck's log and the nodes' last lines:" >&4
-		tail -n 40 "$work/check.err" >&4 2>/dev/null || true
-		dc logs --no-color --tail 40 >&4 2>&1 || true
+		# The whole logs are kept: a cluster's failure is often decided
+		# well before the line that reports it.
+		mkdir -p build/cluster-test
+		kept=build/cluster-test/$project
+		{ dc logs --no-color; echo "--- clustercheck"; cat "$work/check.err" "$work/check.out"; } >"$kept.log" 2>&1 || true
+		echo "cluster-test: FAILED (exit $code); clustercheck's log and the nodes' last lines (all of them in $kept.log):" >&4
+		tail -n 20 "$work/check.err" >&4 2>/dev/null || true
+		dc logs --no-color --tail 15 >&4 2>&1 || true
 	fi
 	dc down --volumes --remove-orphans --timeout 10 >/dev/null 2>&1 || echo "cluster-test: could not tear down project $project" >&4
 	rm -rf "$work"
