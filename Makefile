@@ -2,7 +2,8 @@ GO ?= go
 BIN := bin/bub
 
 .PHONY: all build run test fuzz bench bench-quick bench-go vet clean \
-	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker
+	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
+	cluster-test cluster-test-if-docker
 
 all: build
 
@@ -21,6 +22,7 @@ test: vet compose-config
 	$(GO) test -race -count=1 -timeout 8m ./...
 	$(MAKE) fuzz
 	$(MAKE) compose-test-if-docker
+	$(MAKE) cluster-test-if-docker
 
 # A short run of every fuzz target; `go test -fuzz` takes one target at a
 # time. The budget is a count of executions, not a duration: Go 1.26's
@@ -114,8 +116,10 @@ down:
 # it. Neither needs a Docker Engine for this, nor the generated secrets.
 compose-config:
 	@checked=; \
-	if command -v docker-compose >/dev/null; then docker-compose config -q && echo "docker-compose config: ok" && checked=1 || exit 1; fi; \
-	if docker compose version >/dev/null 2>&1; then docker compose config -q && echo "docker compose config: ok" && checked=1 || exit 1; fi; \
+	for f in docker-compose.yml docker-compose.cluster.yml; do \
+		if command -v docker-compose >/dev/null; then docker-compose -f $$f config -q && echo "docker-compose config $$f: ok" && checked=1 || exit 1; fi; \
+		if docker compose version >/dev/null 2>&1; then docker compose -f $$f config -q && echo "docker compose config $$f: ok" && checked=1 || exit 1; fi; \
+	done; \
 	if [ -z "$$checked" ]; then echo "compose-config skipped: neither docker-compose nor docker compose is installed"; fi
 
 # The real stack, end to end (deploy/compose-test.sh). An image tag of its
@@ -128,3 +132,18 @@ compose-test-if-docker:
 	@if ! docker info >/dev/null 2>&1; then echo "compose-test skipped: no Docker Engine answers (docker info failed)"; \
 	elif ! $(COMPOSE) version >/dev/null 2>&1; then echo "compose-test skipped: no compose tool (docker compose or docker-compose)"; \
 	else $(MAKE) compose-test; fi
+
+# Three nodes as one bus, under load, while nodes are killed, cut off and
+# restarted (deploy/cluster-test.sh, docs/CLUSTER.md "Running it with
+# Docker"); every message the bus accepted must be accounted for. About
+# three minutes. The image tag is compose-test's: the same binaries.
+CLUSTERCHECK := build/clustercheck
+cluster-test: IMAGE = bub-bus:compose-test
+cluster-test: image
+	$(GO) build -o $(CLUSTERCHECK) ./deploy/clustercheck
+	BUB_IMAGE=$(IMAGE) COMPOSE="$(COMPOSE)" deploy/cluster-test.sh $(IMAGE_DIR)/bub $(CLUSTERCHECK)
+
+cluster-test-if-docker:
+	@if ! docker info >/dev/null 2>&1; then echo "cluster-test skipped: no Docker Engine answers (docker info failed)"; \
+	elif ! $(COMPOSE) version >/dev/null 2>&1; then echo "cluster-test skipped: no compose tool (docker compose or docker-compose)"; \
+	else $(MAKE) cluster-test; fi
