@@ -479,3 +479,26 @@ func (n *Node) goFunc(f func()) bool {
 	}()
 	return true
 }
+
+// Ready returns nil when this node can serve: its NATS connection is up
+// and, with an embedded server, JetStream on it is current (its meta
+// layer, streams and consumers caught up with their leaders). A node that
+// came back from a crash or a partition reports why not until then, so
+// that a rolling restart waits for it before it takes the next node down:
+// taking a second replica away while one is still catching up stalls the
+// buckets.
+func (n *Node) Ready() error {
+	if n.closed.Load() {
+		return ErrClosed
+	}
+	if st := n.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("cluster: node %s: NATS connection %s", n.id, st)
+	}
+	if n.server == nil {
+		return nil
+	}
+	if h := n.server.Healthz(nil); h.Status != "ok" {
+		return fmt.Errorf("cluster: node %s: JetStream not current: %s", n.id, h.Error)
+	}
+	return nil
+}

@@ -363,21 +363,11 @@ func (s *Store) DeletePending(id string) error {
 // calls fn with each and its revision. A record that does not decode
 // fails the read.
 func (s *Store) readPending(ctx context.Context, node string, fn func(p *store.Pending, v []byte, rev uint64) error) error {
-	w, err := s.kv.WatchFiltered(ctx, []string{node + ".>"}, jetstream.IgnoreDeletes())
+	entries, err := currentEntries(ctx, s.kv, node+".>")
 	if err != nil {
 		return err
 	}
-	defer func() { _ = w.Stop() }()
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case e = <-w.Updates():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if e == nil {
-			return nil // every entry there was is read
-		}
+	for _, e := range entries {
 		id := strings.TrimPrefix(e.Key(), node+".")
 		p, err := store.DecodeSchedule(id, e.Value())
 		if err != nil {
@@ -387,6 +377,7 @@ func (s *Store) readPending(ctx context.Context, node string, fn func(p *store.P
 			return err
 		}
 	}
+	return nil
 }
 
 // PendingSchedule returns this node's pending entries, ordered by NextAt

@@ -287,9 +287,35 @@ func (n *Node) startSyncService() error {
 }
 
 // currentEntries returns the entries of kv matching filter now (deletes
-// excluded), read with a watch that ends at the current values.
-func currentEntries(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+// excluded), read with a watch that ends at the current values. A watch
+// can stall for good when the bucket's leader changes under it while a
+// node dies or comes back (the Docker test saw 30 s with no entry), so a
+// watch that delivers nothing for readStall is dropped and the read starts
+// again, until ctx ends; a slow read that goes on delivering is not cut.
+func currentEntries(ctx context.Context, kv jetstream.KeyValue, filter string) (out []jetstream.KeyValueEntry, err error) {
+	for {
+		out, err = watchCurrent(ctx, kv, filter)
+		if !errors.Is(err, errReadStalled) {
+			return out, err
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (retried until %w)", err, ctx.Err())
+		}
+	}
+}
+
+// readStall is how long a read of a bucket may go without delivering an
+// entry before it is started again.
+const readStall = 5 * time.Second
+
+var errReadStalled = fmt.Errorf("no entry for %s", readStall)
+
+func watchCurrent(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}
@@ -300,6 +326,8 @@ func currentEntries(ctx context.Context, kv jetstream.KeyValue, filter string) (
 		for range w.Updates() {
 		}
 	}()
+	stall := time.NewTimer(readStall)
+	defer stall.Stop()
 	var out []jetstream.KeyValueEntry
 	for {
 		select {
@@ -311,6 +339,9 @@ func currentEntries(ctx context.Context, kv jetstream.KeyValue, filter string) (
 				return out, nil
 			}
 			out = append(out, e)
+			stall.Reset(readStall)
+		case <-stall.C:
+			return nil, errReadStalled
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
