@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,9 +68,27 @@ type clusterState struct {
 	remoteSubs map[string]*subscription
 	byClient   map[string][]*conn
 
-	// async counts writes made off the caller's path (the deletes of a
-	// closing connection), so Shutdown waits for them before leaving.
-	async sync.WaitGroup
+	// async counts work done off the caller's path (the deletes of a
+	// closing connection, a takeover), so Shutdown waits for it before
+	// leaving; leaving, under mu, refuses more once the wait has begun.
+	async   sync.WaitGroup
+	leaving bool
+}
+
+// goAsync runs f on a goroutine Shutdown waits for, unless the node is
+// leaving already: then what f would do is the leave's (Close removes
+// every key of the node) or the next node's to act.
+func (cl *clusterState) goAsync(f func()) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.leaving {
+		return
+	}
+	cl.async.Add(1)
+	go func() {
+		defer cl.async.Done()
+		f()
+	}()
 }
 
 // remotePeer names a connection on another node.
@@ -299,15 +318,13 @@ func (s *Server) unshare(pattern string, cid uint64) {
 	cl.mu.Lock()
 	delete(cl.own, cluster.SubscriptionKey(cl.self, cid, pattern))
 	cl.mu.Unlock()
-	cl.async.Add(1)
-	go func() {
-		defer cl.async.Done()
+	cl.goAsync(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), clusterWriteTimeout)
 		defer cancel()
 		if _, err := cl.node.DeleteSubscription(ctx, cid, pattern); err != nil && !errors.Is(err, cluster.ErrClosed) {
 			s.log.Error("cluster: could not remove a closed connection's subscription from the order", "pattern", pattern, "err", err)
 		}
-	}()
+	})
 }
 
 // claim records that c, initializing, holds clientID across the
@@ -343,15 +360,13 @@ func (s *Server) release(c *conn, clientID string) {
 	if !known {
 		return
 	}
-	cl.async.Add(1)
-	go func() {
-		defer cl.async.Done()
+	cl.goAsync(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), clusterWriteTimeout)
 		defer cancel()
 		if err := cl.node.ReleaseClient(ctx, clientID, c.cid); err != nil && !errors.Is(err, cluster.ErrClosed) {
 			s.log.Warn("cluster: could not release a closed connection's clientId", "client", clientID, "err", err)
 		}
-	}()
+	})
 }
 
 // localConn returns this node's connection cid, or nil.
@@ -400,22 +415,45 @@ func (s *Server) nodeDown(node string, acting bool) {
 	if !acting {
 		return
 	}
-	cl.async.Add(1)
-	go func() {
-		defer cl.async.Done()
+	cl.goAsync(func() {
+		s.takeOver(node)
+	})
+}
+
+// takeOverRetry is the pause between tries to take a dead node's
+// pending work over.
+const takeOverRetry = 5 * time.Second
+
+// takeOver moves a dead node's pending work to this node and schedules
+// it. JetStream can be unavailable for a while around a node's death (an
+// election, a watch recovering), so a failed try is made again until it
+// succeeds, the node is back (it resumes its own work when it starts), or
+// this bus shuts down.
+func (s *Server) takeOver(node string) {
+	cl := s.cl
+	for {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-		defer cancel()
 		moved, err := cl.store.TakeOver(ctx, node)
-		if err != nil {
-			s.log.Error("cluster: could not take over a dead node's pending work; the next node to act tries again", "dead_node", node, "taken", len(moved), "err", err)
-		}
+		cancel()
 		for _, p := range moved {
 			s.resume(p)
 		}
 		if len(moved) > 0 {
 			s.log.Info("cluster: took over a dead node's pending work", "dead_node", node, "pending", len(moved))
 		}
-	}()
+		if err == nil {
+			return
+		}
+		s.log.Error("cluster: could not take over a dead node's pending work; trying again", "dead_node", node, "taken", len(moved), "retry_in", takeOverRetry, "err", err)
+		select {
+		case <-time.After(takeOverRetry):
+		case <-s.ctx.Done():
+			return
+		}
+		if slices.Contains(cl.node.Live(), node) {
+			return
+		}
+	}
 }
 
 // remoteAnswer is a remote delivery's outcome as the subscriber's node
@@ -526,6 +564,9 @@ func (s *Server) leaveCluster() error {
 	// The closed connections' deletes are the leave's too (Close removes
 	// every key of the node): they get until the leave's deadline, and
 	// those still waiting then fail fast once the node is closed.
+	cl.mu.Lock()
+	cl.leaving = true
+	cl.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		cl.async.Wait()
