@@ -115,7 +115,7 @@ func (s *Server) attemptHold(p *store.Pending) {
 	result := &protocol.SendMessageResult{MessageID: p.Message.ID, Acks: []protocol.Ack{}}
 	s.pass(&p.Message, chain, result, true, p.Attempts)
 	// The retries the pass scheduled are stored; only now may the hold go.
-	s.storeOp("release hold", func() error { return s.store.DeletePending(p.ID) })
+	s.forget(p, "release hold")
 }
 
 // resume schedules pending work read back from the store: on start, or

@@ -175,9 +175,12 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 			NextAt:       time.Now().Add(rt.delay),
 		}
 		if err := s.store.PutPending(p); err != nil {
-			s.log.Error("could not store a retry", "message_id", m.ID, "client", ack.ClientID, "err", err)
-			ack.Error = joinErrors(ack.Error, "retry not scheduled: "+err.Error())
-			continue
+			// Kept in memory rather than dropped: the retry is still
+			// made unless this process ends first, and its next attempt
+			// stores it (retryOrDeadLetter), the store willing. The ack
+			// says it is not stored, so the publisher can judge.
+			s.log.Error("could not store a retry; keeping it in memory", "message_id", m.ID, "client", ack.ClientID, "err", err)
+			ack.Error = joinErrors(ack.Error, "retry kept in memory only, not stored: "+err.Error())
 		}
 		ack.Retrying, ack.Attempt, ack.NextAttempt = true, 2, p.NextAt.UTC().Format(time.RFC3339Nano)
 		// From here on p belongs to the scheduler.

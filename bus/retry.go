@@ -340,7 +340,7 @@ func (s *Server) attempt(p *store.Pending) {
 	switch {
 	case !needsRetry(r, err) && r.Handled():
 		s.metrics.retryAttempts.WithLabelValues("processed").Inc()
-		s.storeOp("drop delivered retry", func() error { return s.store.DeletePending(p.ID) })
+		s.forget(p, "drop delivered retry")
 	case !needsRetry(r, err):
 		// The subscriber asked for this retry and has now declined the
 		// message for good; the publisher is long gone, so it is kept.
@@ -439,6 +439,14 @@ func (c *conn) subscriberFor(pattern, topic string) (*conn, string) {
 		return nil, ""
 	}
 	return c, best.pattern.String()
+}
+
+// forget deletes settled work from the store; work the store never took
+// (p.ID empty) has nothing there.
+func (s *Server) forget(p *store.Pending, what string) {
+	if p.ID != "" {
+		s.storeOp(what, func() error { return s.store.DeletePending(p.ID) })
+	}
 }
 
 // storeOp runs a store write and logs its failure; the caller keeps the

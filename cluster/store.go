@@ -245,15 +245,23 @@ func (s *Store) forgetRev(id string) {
 	s.revsMu.Unlock()
 }
 
+// rideElections makes a write wait out a stream with no leader for up to
+// 10 s instead of failing: while a node dies or comes back, JetStream
+// elects new leaders, and a write in between found no one to answer
+// ("no response from stream"); the bus then had nowhere to keep a retry
+// it had to keep (make cluster-test saw messages vanish that way). Only
+// a write nobody received is sent again, so none is stored twice.
+var rideElections = []jetstream.PublishOpt{jetstream.WithRetryAttempts(40), jetstream.WithRetryWait(250 * time.Millisecond)}
+
 // putRecord writes v under key, counted against publisher, and returns
 // its revision. rev > 0 replaces only that revision; rev 0 writes
 // whatever is there.
 func (s *Store) putRecord(ctx context.Context, key, publisher string, v []byte, rev uint64) (uint64, error) {
 	m := &nats.Msg{Subject: kvSubjectPrefix + key, Header: nats.Header{}, Data: v}
 	m.Header.Set(headerPublisher, publisher)
-	var opts []jetstream.PublishOpt
+	opts := rideElections
 	if rev > 0 {
-		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
+		opts = append(opts[:len(opts):len(opts)], jetstream.WithExpectLastSequencePerSubject(rev))
 	}
 	ack, err := s.n.js.PublishMsg(ctx, m, opts...)
 	if err != nil {
@@ -267,9 +275,9 @@ func (s *Store) putRecord(ctx context.Context, key, publisher string, v []byte, 
 func (s *Store) deleteRecord(ctx context.Context, key string, rev uint64) error {
 	m := &nats.Msg{Subject: kvSubjectPrefix + key, Header: nats.Header{}}
 	m.Header.Set(headerKVOperation, "DEL")
-	var opts []jetstream.PublishOpt
+	opts := rideElections
 	if rev > 0 {
-		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
+		opts = append(opts[:len(opts):len(opts)], jetstream.WithExpectLastSequencePerSubject(rev))
 	}
 	ack, err := s.n.js.PublishMsg(ctx, m, opts...)
 	if err != nil {
@@ -524,7 +532,7 @@ func (s *Store) DeadLetter(pendingID string, d *store.DeadLetter) (string, error
 		}
 		ctx, cancel := s.opContext()
 		defer cancel()
-		ack, err := s.n.js.Publish(ctx, dlqSubject(s.n.id), v)
+		ack, err := s.n.js.Publish(ctx, dlqSubject(s.n.id), v, rideElections...)
 		if err != nil {
 			return err
 		}

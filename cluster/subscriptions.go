@@ -97,7 +97,7 @@ func (n *Node) DeleteSubscription(ctx context.Context, conn uint64, pattern stri
 	// KV-Operation: DEL), and its ack carries the revision.
 	m := nats.NewMsg("$KV." + bucketSubs + "." + SubscriptionKey(n.id, conn, pattern))
 	m.Header.Set("KV-Operation", "DEL")
-	ack, err := n.js.PublishMsg(ctx, m)
+	ack, err := n.js.PublishMsg(ctx, m, rideElections...)
 	if err != nil {
 		return 0, fmt.Errorf("cluster: delete subscription %q of conn %d: %w", pattern, conn, err)
 	}
