@@ -178,9 +178,9 @@ func (s *Server) rehold(m *store.Message, ack *protocol.Ack, attempts []store.At
 		p.NextAt = ends
 	}
 	if err := s.store.PutPending(p); err != nil {
-		s.log.Error("could not hold a message for rerouting", "message_id", m.ID, "err", err)
-		ack.Error = joinErrors(ack.Error, "reroute not scheduled: "+err.Error())
-		return
+		// Kept in memory rather than dropped, as a retry is (walk).
+		s.log.Error("could not store a message held for rerouting; keeping it in memory", "message_id", m.ID, "err", err)
+		ack.Error = joinErrors(ack.Error, "reroute kept in memory only, not stored: "+err.Error())
 	}
 	ack.Retrying, ack.Attempt, ack.NextAttempt = true, len(attempts)+1, p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
