@@ -103,6 +103,7 @@ func (n *Node) startLiveness(ctx context.Context) error {
 		return fmt.Errorf("first heartbeat: %w", err)
 	}
 	n.goFunc(n.heartbeatLoop)
+	n.goFunc(n.compactLoop)
 	return nil
 }
 

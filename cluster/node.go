@@ -94,6 +94,14 @@ type Options struct {
 	// Start refuses an external one (URL) whose max_payload is smaller.
 	MaxMessageBytes int64
 
+	// CompactInterval is how often the acting node removes old delete
+	// markers from the buckets (compact.go). Default 10 minutes.
+	CompactInterval time.Duration
+	// MarkerAge is how old a delete marker must be before it is removed:
+	// a node whose watch is further behind than this (a partition that
+	// long) would miss the delete. Default 24 hours.
+	MarkerAge time.Duration
+
 	// Logger receives the node's and the embedded server's logs.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -126,6 +134,8 @@ func (o *Options) setDefaults() error {
 	setDuration(&o.NodeTimeout, 10*time.Second)
 	setDuration(&o.SyncTimeout, 2*time.Second)
 	setDuration(&o.StartTimeout, 30*time.Second)
+	setDuration(&o.CompactInterval, 10*time.Minute)
+	setDuration(&o.MarkerAge, 24*time.Hour)
 	if o.NodeTimeout <= o.HeartbeatInterval {
 		return fmt.Errorf("cluster: options: NodeTimeout %v must exceed HeartbeatInterval %v", o.NodeTimeout, o.HeartbeatInterval)
 	}

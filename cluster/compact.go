@@ -1,0 +1,46 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Every delete in a bucket (an unsubscribe, a closed connection, a
+// settled retry or hold) leaves a marker that History 1 keeps for good,
+// so a bus under steady load would grow its buckets without end. The
+// acting node removes markers older than Options.MarkerAge now and then.
+// Removing them is a purge of the stream, which watchers do not see: a
+// node's view changes only if its watch is further behind than the
+// marker's age, which is why that age is long.
+
+// compactLoop removes old delete markers every CompactInterval while
+// this node acts, until the node closes.
+func (n *Node) compactLoop() {
+	t := time.NewTicker(n.opts.CompactInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.Acting() {
+			n.compact()
+		}
+	}
+}
+
+// compact removes the delete markers older than MarkerAge from every
+// bucket; a failure is logged and the next round tries again.
+func (n *Node) compact() {
+	for _, kv := range []jetstream.KeyValue{n.subs, n.clients, n.nodes, n.pending} {
+		ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
+		err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(n.opts.MarkerAge))
+		cancel()
+		if err != nil && n.ctx.Err() == nil {
+			n.log.Warn("cluster: could not remove old delete markers; trying again later", "bucket", kv.Bucket(), "err", err)
+		}
+	}
+}
