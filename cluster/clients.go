@@ -117,20 +117,7 @@ func (n *Node) ReleaseClient(ctx context.Context, clientID string, conn uint64) 
 // Only changes matter: a claim is always newer than the node's start.
 func (n *Node) startClientWatch(ctx context.Context) error {
 	n.claims.byClient = make(map[string]*claim)
-	w, err := n.clients.WatchAll(n.ctx, jetstream.UpdatesOnly())
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", bucketClients, err)
-	}
-	n.watchers = append(n.watchers, w)
-	n.goFunc(func() {
-		// Read until the channel closes (see startSubscriptionWatch).
-		for e := range w.Updates() {
-			if e != nil {
-				n.sawClaim(e)
-			}
-		}
-	})
-	return nil
+	return n.startWatch(ctx, n.clients, bucketClients, true, func(e jetstream.KeyValueEntry, _ bool) { n.sawClaim(e) })
 }
 
 // sawClaim handles one change of BUB_CLIENTS. A put by another

@@ -184,6 +184,10 @@ func (n *Node) checkNodes() {
 // the revisions read, so a node that comes back and writes again keeps
 // its new entries.
 func (n *Node) nodeDown(d down) {
+	if d.presumed {
+		// It may have hosted the watches' consumers (watch.go).
+		n.restartWatches()
+	}
 	acting := n.Acting()
 	n.log.Warn("cluster node down", "peer", d.id, "presumed_dead", d.presumed, "acting", acting)
 	if acting {

@@ -64,7 +64,9 @@ type Options struct {
 	// SyncTimeout bounds Sync. Default 2 s.
 	SyncTimeout time.Duration
 	// StartTimeout bounds Start: server readiness, JetStream's leader
-	// elections and the buckets' creation. Default 30 s.
+	// elections and the buckets' creation. Default 1 minute: a node
+	// that comes back while the others still hold it live can wait tens
+	// of seconds for the buckets' leaders.
 	StartTimeout time.Duration
 
 	// ApplySubscription is called for every change of BUB_SUBS, in
@@ -133,7 +135,7 @@ func (o *Options) setDefaults() error {
 	setDuration(&o.HeartbeatInterval, 2*time.Second)
 	setDuration(&o.NodeTimeout, 10*time.Second)
 	setDuration(&o.SyncTimeout, 2*time.Second)
-	setDuration(&o.StartTimeout, 30*time.Second)
+	setDuration(&o.StartTimeout, time.Minute)
 	setDuration(&o.CompactInterval, 10*time.Minute)
 	setDuration(&o.MarkerAge, 24*time.Hour)
 	if o.NodeTimeout <= o.HeartbeatInterval {
@@ -201,10 +203,12 @@ type Node struct {
 	liveness liveness
 	claims   claims
 
-	// natsSubs are the core subscriptions (sync, deliver) and watchers,
+	// natsSubs are the core subscriptions (sync, deliver, replies),
 	// stopped at close.
 	natsSubs []*nats.Subscription
-	watchers []jetstream.KeyWatcher
+	// watchMu guards watches, the bucket watches (watch.go).
+	watchMu sync.Mutex
+	watches []*watch
 
 	syncTimeouts atomic.Uint64
 }
@@ -444,9 +448,11 @@ func (n *Node) shutdown(clean bool) {
 		_ = s.Unsubscribe()
 	}
 	// Stopping a watcher closes its channel, which ends its goroutine.
-	for _, w := range n.watchers {
-		_ = w.Stop()
+	n.watchMu.Lock()
+	for _, wt := range n.watches {
+		wt.stop()
 	}
+	n.watchMu.Unlock()
 	if n.store != nil {
 		n.store.stop()
 	}

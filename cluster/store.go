@@ -605,6 +605,28 @@ func (s *Store) GetDeadLetter(id string) (*store.DeadLetter, error) {
 // eachDeadLetter calls fn with the dead letters from the sequence from
 // on, oldest first, until fn returns false or none is left.
 func (s *Store) eachDeadLetter(ctx context.Context, from uint64, fn func(seq uint64, v []byte) (bool, error)) error {
+	for {
+		handed := false
+		err := s.scanDeadLetters(ctx, from, func(seq uint64, v []byte) (bool, error) {
+			handed = true
+			return fn(seq, v)
+		})
+		// The scan's consumer is made on the stream's leader; a node on
+		// another server can ask for its messages before the consumer's
+		// interest has crossed the route, and nobody answers. Nothing
+		// was read then, so the scan starts again a moment later.
+		if !errors.Is(err, nats.ErrNoResponders) || handed || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+func (s *Store) scanDeadLetters(ctx context.Context, from uint64, fn func(seq uint64, v []byte) (bool, error)) error {
 	info, err := s.dlq.Info(ctx)
 	if err != nil {
 		return err

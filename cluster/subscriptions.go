@@ -118,34 +118,7 @@ type subscriptionOrder struct {
 // ApplySubscription and returns once the current subscriptions are
 // applied.
 func (n *Node) startSubscriptionWatch(ctx context.Context) error {
-	// The watch lives as long as the node, not as long as Start's ctx.
-	w, err := n.subs.WatchAll(n.ctx)
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", bucketSubs, err)
-	}
-	n.watchers = append(n.watchers, w)
-	loaded := make(chan struct{})
-	n.goFunc(func() {
-		initial := true
-		// Read until the channel closes, even after the node closed:
-		// the watcher's callback blocks on a full channel, and would
-		// never see its subscription end.
-		for e := range w.Updates() {
-			if e == nil {
-				// The end of the current values: from here on, changes.
-				initial = false
-				close(loaded)
-				continue
-			}
-			n.applySubscription(e, initial)
-		}
-	})
-	select {
-	case <-loaded:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("load %s: %w", bucketSubs, ctx.Err())
-	}
+	return n.startWatch(ctx, n.subs, bucketSubs, false, n.applySubscription)
 }
 
 // applySubscription hands one entry to ApplySubscription and answers the
@@ -287,35 +260,13 @@ func (n *Node) startSyncService() error {
 }
 
 // currentEntries returns the entries of kv matching filter now (deletes
-// excluded), read with a watch that ends at the current values. A watch
-// can stall for good when the bucket's leader changes under it while a
-// node dies or comes back (the Docker test saw 30 s with no entry), so a
-// watch that delivers nothing for readStall is dropped and the read starts
-// again, until ctx ends; a slow read that goes on delivering is not cut.
-func currentEntries(ctx context.Context, kv jetstream.KeyValue, filter string) (out []jetstream.KeyValueEntry, err error) {
-	for {
-		out, err = watchCurrent(ctx, kv, filter)
-		if !errors.Is(err, errReadStalled) {
-			return out, err
-		}
-		select {
-		case <-time.After(200 * time.Millisecond):
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (retried until %w)", err, ctx.Err())
-		}
-	}
-}
-
-// readStall is how long a read of a bucket may go without delivering an
-// entry before it is started again.
-const readStall = 5 * time.Second
-
-var errReadStalled = fmt.Errorf("no entry for %s", readStall)
-
-func watchCurrent(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
+// excluded), read with a watch that ends at the current values. ctx
+// bounds it. A watch made while the bucket has no leader (its node just
+// died) waits for the election; starting it again meanwhile only makes it
+// wait longer (tried: a takeover that restarted a silent read every few
+// seconds missed its deadline more often than one that waited).
+func currentEntries(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}
@@ -326,8 +277,6 @@ func watchCurrent(ctx context.Context, kv jetstream.KeyValue, filter string) ([]
 		for range w.Updates() {
 		}
 	}()
-	stall := time.NewTimer(readStall)
-	defer stall.Stop()
 	var out []jetstream.KeyValueEntry
 	for {
 		select {
@@ -339,9 +288,6 @@ func watchCurrent(ctx context.Context, kv jetstream.KeyValue, filter string) ([]
 				return out, nil
 			}
 			out = append(out, e)
-			stall.Reset(readStall)
-		case <-stall.C:
-			return nil, errReadStalled
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

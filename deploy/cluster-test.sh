@@ -121,7 +121,7 @@ step "docker kill b1"
 docker kill "$(container b1)" >/dev/null
 sleep 8
 dc start b1 >/dev/null 2>&1
-wait_for 60 "b1 to be healthy after its kill" healthy b1
+wait_for 90 "b1 to be healthy after its kill" healthy b1
 step "b1 back"
 
 sleep 3
@@ -136,7 +136,7 @@ sleep 5
 for n in b1 b2 b3; do
 	step "rolling restart: $n"
 	dc restart --timeout 20 "$n" >/dev/null 2>&1
-	wait_for 60 "$n to be healthy after its restart" healthy "$n"
+	wait_for 90 "$n to be healthy after its restart" healthy "$n"
 done
 step "rolling restart done"
 

@@ -1,0 +1,127 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A KV watch is an ordered consumer on the bucket's stream. When the
+// node hosting it dies, the watch notices only by its idle heartbeat and
+// then waits for the stream's new leader: the tests measured up to 20 s
+// with nothing applied, meanwhile a subscription made on a surviving node
+// was not routed to, and a hold taken over was not woken. So every watch
+// is started again, from the revision after the last one it applied, as
+// soon as a node is presumed dead (restartWatches); an entry the old and
+// the new watch both deliver is applied once.
+
+// watch applies a bucket's entries, in revision order, for the node's
+// life, and can be started again where it was.
+type watch struct {
+	n    *Node
+	kv   jetstream.KeyValue
+	name string
+	// apply handles one entry; initial is set for the values the bucket
+	// held when the node started.
+	apply func(e jetstream.KeyValueEntry, initial bool)
+
+	// mu guards w and last, and makes each apply one step.
+	mu   sync.Mutex
+	w    jetstream.KeyWatcher
+	last uint64
+}
+
+// startWatch starts watching kv and returns once the current values are
+// applied (unless updatesOnly: then at once).
+func (n *Node) startWatch(ctx context.Context, kv jetstream.KeyValue, name string, updatesOnly bool, apply func(jetstream.KeyValueEntry, bool)) error {
+	wt := &watch{n: n, kv: kv, name: name, apply: apply}
+	var opts []jetstream.WatchOpt
+	if updatesOnly {
+		opts = append(opts, jetstream.UpdatesOnly())
+	}
+	// The watch lives as long as the node, not as long as Start's ctx.
+	w, err := kv.WatchAll(n.ctx, opts...)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", name, err)
+	}
+	wt.w = w
+	n.watchMu.Lock()
+	n.watches = append(n.watches, wt)
+	n.watchMu.Unlock()
+	loaded := make(chan struct{})
+	if updatesOnly {
+		close(loaded)
+	}
+	n.goFunc(func() { wt.read(w, !updatesOnly, loaded) })
+	select {
+	case <-loaded:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("load %s: %w", name, ctx.Err())
+	}
+}
+
+// read applies what w delivers until its channel closes, which Stop
+// does. It reads to the end even after the node closed: the watcher's
+// callback blocks on a full channel, and would never see its
+// subscription end. initial is set until the end of the current values,
+// when loaded (if not nil) is closed.
+func (wt *watch) read(w jetstream.KeyWatcher, initial bool, loaded chan struct{}) {
+	for e := range w.Updates() {
+		if e == nil {
+			if initial {
+				initial = false
+				close(loaded)
+			}
+			continue
+		}
+		wt.mu.Lock()
+		if e.Revision() > wt.last {
+			wt.last = e.Revision()
+			wt.apply(e, initial)
+		}
+		wt.mu.Unlock()
+	}
+}
+
+// restart starts the watch again after the last revision applied and
+// stops the old one; on failure the old one goes on.
+func (wt *watch) restart() {
+	wt.mu.Lock()
+	from := wt.last + 1
+	wt.mu.Unlock()
+	w, err := wt.kv.WatchAll(wt.n.ctx, jetstream.ResumeFromRevision(from))
+	if err != nil {
+		wt.n.log.Warn("cluster: could not start a watch again; the old one goes on", "bucket", wt.name, "err", err)
+		return
+	}
+	wt.mu.Lock()
+	old := wt.w
+	wt.w = w
+	wt.mu.Unlock()
+	if !wt.n.goFunc(func() { wt.read(w, false, nil) }) {
+		_ = w.Stop()
+		return
+	}
+	_ = old.Stop()
+}
+
+// stop stops the watch; its goroutine ends once the channel is closed.
+func (wt *watch) stop() {
+	wt.mu.Lock()
+	w := wt.w
+	wt.mu.Unlock()
+	_ = w.Stop()
+}
+
+// restartWatches starts every watch of the node again (see above).
+func (n *Node) restartWatches() {
+	n.watchMu.Lock()
+	watches := append([]*watch(nil), n.watches...)
+	n.watchMu.Unlock()
+	for _, wt := range watches {
+		wt.restart()
+	}
+}
