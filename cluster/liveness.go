@@ -174,7 +174,11 @@ func (n *Node) checkNodes() {
 	}
 	l.mu.Unlock()
 	for _, d := range gone {
-		n.nodeDown(d)
+		// Off the heartbeat loop: what follows a death waits on
+		// JetStream, which may be electing leaders for seconds, and a
+		// node that stopped heartbeating meanwhile would be presumed
+		// dead in turn.
+		n.goFunc(func() { n.nodeDown(d) })
 	}
 }
 
@@ -185,23 +189,28 @@ func (n *Node) checkNodes() {
 // its new entries.
 func (n *Node) nodeDown(d down) {
 	if d.presumed {
-		// It may have hosted the watches' consumers (watch.go).
-		n.restartWatches()
+		// It may have hosted the watches' consumers (watch.go); the
+		// restart does not hold up the takeover.
+		n.goFunc(n.restartWatches)
 	}
 	acting := n.Acting()
 	n.log.Warn("cluster node down", "peer", d.id, "presumed_dead", d.presumed, "acting", acting)
 	if acting {
-		// Bounded, but long enough to outlast a JetStream leader
-		// election, which the death of a leader's node starts.
-		ctx, cancel := context.WithTimeout(n.ctx, max(n.opts.NodeTimeout, 20*time.Second))
-		err := n.removeNodeKeys(ctx, d.id)
-		if err == nil {
-			err = n.nodes.Delete(ctx, d.id)
-		}
-		cancel()
-		if err != nil && n.ctx.Err() == nil {
-			n.log.Error("cluster: removing a dead node's keys failed; the next acting node will retry when it notices", "peer", d.id, "err", err)
-		}
+		// Alongside NodeDown, which takes the node's pending work over:
+		// that is what no message may wait on.
+		n.goFunc(func() {
+			// Bounded, but long enough to outlast a JetStream leader
+			// election, which the death of a leader's node starts.
+			ctx, cancel := context.WithTimeout(n.ctx, max(n.opts.NodeTimeout, 20*time.Second))
+			defer cancel()
+			err := n.removeNodeKeys(ctx, d.id)
+			if err == nil {
+				err = n.nodes.Delete(ctx, d.id)
+			}
+			if err != nil && n.ctx.Err() == nil {
+				n.log.Error("cluster: removing a dead node's keys failed; the next acting node will retry when it notices", "peer", d.id, "err", err)
+			}
+		})
 	}
 	if n.opts.NodeDown != nil {
 		n.opts.NodeDown(d.id, acting)

@@ -82,10 +82,10 @@ type Options struct {
 	// ctx ends when the node closes; the handler bounds its own wait.
 	// Optional: without it, requests are answered with an error.
 	Deliver func(ctx context.Context, d *Delivery) ([]byte, error)
-	// NodeDown is called when a node is presumed dead or left, after this
-	// node, if acting, deleted the node's subscriptions and claims.
-	// acting says whether this node is the one to take over the dead
-	// node's other duties. Optional; it must not block long.
+	// NodeDown is called when a node is presumed dead or left, on a
+	// goroutine of its own; the acting node deletes the node's
+	// subscriptions and claims meanwhile. acting says whether this node
+	// is the one to take over the dead node's other duties. Optional.
 	NodeDown func(node string, acting bool)
 
 	// MaxMessageBytes is the largest message the bus takes (its
