@@ -73,18 +73,17 @@ func (n *Node) Acting() bool {
 // NATS messages.
 func (n *Node) startLiveness(ctx context.Context) error {
 	n.liveness.seen = make(map[string]time.Time)
-	registered, err := currentEntries(ctx, n.nodes, ">")
-	if err != nil {
-		return fmt.Errorf("read %s: %w", bucketNodes, err)
+	n.liveness.seen[n.id] = time.Now()
+	// A watch, not one read: a node starting at the same moment may
+	// register just after the read and send its first heartbeats before
+	// this node listens for them, and a node this node never heard of
+	// is never presumed dead; with nobody else acting for it, its
+	// pending work would wait for it for ever (TestClusterNodeDeath saw
+	// exactly that).
+	if err := n.startWatch(ctx, n.nodes, bucketNodes, false, n.sawRegistration); err != nil {
+		return err
 	}
 	now := time.Now()
-	for _, e := range registered {
-		// A registered node gets a full node timeout to show a
-		// heartbeat, however old its entry: entry times come from other
-		// hosts' clocks.
-		n.liveness.seen[e.Key()] = now
-	}
-	n.liveness.seen[n.id] = now
 	value, err := json.Marshal(struct {
 		Started time.Time `json:"started"`
 	}{now.UTC()})
@@ -105,6 +104,22 @@ func (n *Node) startLiveness(ctx context.Context) error {
 	n.goFunc(n.heartbeatLoop)
 	n.goFunc(n.compactLoop)
 	return nil
+}
+
+// sawRegistration takes a node registered in BUB_NODES as live, if it
+// is new to this node: it gets a full node timeout to show a heartbeat,
+// however old its entry, since entry times come from other hosts' clocks.
+func (n *Node) sawRegistration(e jetstream.KeyValueEntry, _ bool) {
+	if e.Operation() != jetstream.KeyValuePut || e.Key() == n.id || !validNodeID.MatchString(e.Key()) {
+		return
+	}
+	l := &n.liveness
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, known := l.seen[e.Key()]; !known {
+		n.log.Info("cluster node registered", "peer", e.Key())
+		l.seen[e.Key()] = time.Now()
+	}
 }
 
 // sawHeartbeat records another node's heartbeat.
