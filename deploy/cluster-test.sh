@@ -59,19 +59,9 @@ trap finish EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-step() { echo "cluster-test: $* ($(($(date +%s) - started))s)"; }
-fail() { echo "cluster-test: $*" >&2; exit 1; }
-
-# wait_for SECONDS WHAT COMMAND...: runs COMMAND until it succeeds.
-wait_for() {
-	local limit=$1 what=$2
-	shift 2
-	local deadline=$(($(date +%s) + limit))
-	until "$@" >/dev/null 2>&1; do
-		[ "$(date +%s)" -lt "$deadline" ] || fail "timed out after ${limit}s waiting for $what"
-		sleep 0.5
-	done
-}
+name=cluster-test
+# shellcheck source=deploy/testlib.sh
+. deploy/testlib.sh
 container() { dc ps -q "$1"; }
 healthy() {
 	local n

@@ -45,19 +45,9 @@ trap finish EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-step() { echo "compose-test: $* ($(($(date +%s) - started))s)"; }
-fail() { echo "compose-test: $*" >&2; exit 1; }
-
-# wait_for SECONDS WHAT COMMAND...: runs COMMAND until it succeeds.
-wait_for() {
-	local limit=$1 what=$2
-	shift 2
-	local deadline=$(($(date +%s) + limit))
-	until "$@" >/dev/null 2>&1; do
-		[ "$(date +%s)" -lt "$deadline" ] || fail "timed out after ${limit}s waiting for $what"
-		sleep 0.5
-	done
-}
+name=compose-test
+# shellcheck source=deploy/testlib.sh
+. deploy/testlib.sh
 healthy() {
 	[ "$(docker inspect --format '{{.State.Health.Status}}' "$(dc ps -q bus)")" = healthy ]
 }
