@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -242,6 +243,20 @@ func TestCluster(t *testing.T) {
 				assert.Equal(t, fmt.Sprint("outbound:", chat), d.Topic)
 				assert.Equal(t, reply.AgentID, d.From)
 			})
+		}
+	})
+
+	t.Run("ready", func(t *testing.T) {
+		// /readyz says 200 once the node's JetStream is current.
+		for _, n := range nodes {
+			require.Eventually(t, func() bool {
+				resp, err := http.Get(n.HTTP.URL + "/readyz")
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK
+			}, clusterWait, 100*time.Millisecond, "node at %s never ready", n.URL)
 		}
 	})
 
