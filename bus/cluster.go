@@ -49,6 +49,9 @@ type clusterState struct {
 	self  string
 	node  *cluster.Node
 	store *cluster.Store
+	// started is closed once node and store are set: cluster.Start
+	// already runs the liveness that may call nodeDown.
+	started chan struct{}
 
 	// mu guards the maps. Lock order: clusterState.mu, then a stand-in
 	// conn's mu, then router.mu; a local conn's mu is never held while
@@ -106,6 +109,7 @@ func (s *Server) joinCluster(opts cluster.Options) error {
 	}
 	cl := &clusterState{
 		self:       opts.NodeID,
+		started:    make(chan struct{}),
 		local:      make(map[uint64]*conn),
 		own:        make(map[string]*subscription),
 		remotes:    make(map[remotePeer]*conn),
@@ -129,6 +133,7 @@ func (s *Server) joinCluster(opts cluster.Options) error {
 	}
 	cl.node = node
 	cl.store = node.Store()
+	close(cl.started)
 	s.store = cl.store
 	s.metrics.registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bub_cluster_sync_timeouts_total",
@@ -146,7 +151,7 @@ func (s *Server) applySubscription(ch cluster.SubscriptionChange) {
 	cl := s.cl
 	if ch.Subscription.Node == cl.self {
 		if ch.Deleted {
-			s.ownDeleted(ch.Key)
+			s.ownDeleted(ch.Key, ch.Revision)
 		}
 		return
 	}
@@ -236,15 +241,18 @@ func (cl *clusterState) dropRemoteLocked(s *Server, key string) {
 // partition): the connection closes, so that its client reconnects and
 // subscribes again, instead of waiting for deliveries nobody will route
 // to it.
-func (s *Server) ownDeleted(key string) {
+func (s *Server) ownDeleted(key string, rev uint64) {
 	cl := s.cl
 	cl.mu.Lock()
 	sub := cl.own[key]
-	delete(cl.own, key)
-	cl.mu.Unlock()
-	if sub == nil {
+	// A delete older than the subscription is of an earlier one with the
+	// same key (unsubscribed and subscribed again), applied late.
+	if sub == nil || rev < sub.seq {
+		cl.mu.Unlock()
 		return
 	}
+	delete(cl.own, key)
+	cl.mu.Unlock()
 	c := sub.conn
 	c.log.Warn("closing peer: the cluster removed its subscriptions, this node having been presumed dead", "client", c.id(), "pattern", sub.pattern.String())
 	c.close(StatusTryAgainLater, closeRemovedByCluster)
@@ -275,6 +283,9 @@ func (c *conn) shareSubscription(sub *subscription, clientID, identity string) e
 	}
 	c.mu.Unlock()
 	if err != nil {
+		// The write may have landed all the same (a timeout after
+		// JetStream took it): removed, so it is no ghost in the order.
+		s.unshare(pattern, c.cid)
 		return protocol.Errorf(protocol.ErrInternal, "subscribe %q: the cluster did not record the subscription: %v", pattern, err)
 	}
 	if !live {
@@ -431,6 +442,11 @@ const takeOverRetry = 5 * time.Second
 // this bus shuts down.
 func (s *Server) takeOver(node string) {
 	cl := s.cl
+	select {
+	case <-cl.started:
+	case <-s.ctx.Done():
+		return
+	}
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 		moved, err := cl.store.TakeOver(ctx, node)

@@ -226,6 +226,9 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	s.mu.Lock()
 	if s.draining.Load() {
 		s.mu.Unlock()
+		if s.cl != nil && !p.PublishOnly {
+			s.release(c, p.ClientID)
+		}
 		return nil, protocol.Errorf(protocol.ErrShuttingDown, "no new clients")
 	}
 	var old *conn

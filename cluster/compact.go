@@ -37,10 +37,38 @@ func (n *Node) compactLoop() {
 func (n *Node) compact() {
 	for _, kv := range []jetstream.KeyValue{n.subs, n.clients, n.nodes, n.pending} {
 		ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
-		err := kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(n.opts.MarkerAge))
+		err := n.compactBucket(ctx, kv)
 		cancel()
 		if err != nil && n.ctx.Err() == nil {
 			n.log.Warn("cluster: could not remove old delete markers; trying again later", "bucket", kv.Bucket(), "err", err)
 		}
 	}
+}
+
+// compactBucket removes kv's old delete markers. Not the client's
+// PurgeDeletes: it reads every value (every pending payload, every ten
+// minutes), and purges a marker's whole subject, which takes with it a
+// put made to the same key between its read and its purge. Here only
+// the keys' metadata is read, and each purge stops at the marker's own
+// revision.
+func (n *Node) compactBucket(ctx context.Context, kv jetstream.KeyValue) error {
+	entries, err := watchAll(ctx, kv, jetstream.MetaOnly())
+	if err != nil {
+		return err
+	}
+	stream, err := n.js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		return err
+	}
+	limit := time.Now().Add(-n.opts.MarkerAge)
+	for _, e := range entries {
+		if op := e.Operation(); op == jetstream.KeyValuePut || e.Created().After(limit) {
+			continue
+		}
+		err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+kv.Bucket()+"."+e.Key()), jetstream.WithPurgeSequence(e.Revision()+1))
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

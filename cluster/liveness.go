@@ -158,6 +158,11 @@ func (n *Node) heartbeatLoop() {
 		}
 		// A failed publish (NATS unreachable) needs no handling here:
 		// the client reconnects, and the others judge by what arrives.
+		if n.closed.Load() {
+			// Leaving: an "alive" after Close's "left" would have the
+			// others take this node back, and presume it dead later.
+			return
+		}
 		_ = n.nc.Publish(heartbeatSubject(n.id), []byte(beatAlive))
 		n.checkNodes()
 	}
@@ -213,22 +218,39 @@ func (n *Node) nodeDown(d down) {
 	if acting {
 		// Alongside NodeDown, which takes the node's pending work over:
 		// that is what no message may wait on.
-		n.goFunc(func() {
-			// Bounded, but long enough to outlast a JetStream leader
-			// election, which the death of a leader's node starts.
-			ctx, cancel := context.WithTimeout(n.ctx, max(n.opts.NodeTimeout, 20*time.Second))
-			defer cancel()
-			err := n.removeNodeKeys(ctx, d.id)
-			if err == nil {
-				err = n.nodes.Delete(ctx, d.id)
-			}
-			if err != nil && n.ctx.Err() == nil {
-				n.log.Error("cluster: removing a dead node's keys failed; the next acting node will retry when it notices", "peer", d.id, "err", err)
-			}
-		})
+		n.goFunc(func() { n.removeDeadNode(d.id) })
 	}
 	if n.opts.NodeDown != nil {
 		n.opts.NodeDown(d.id, acting)
+	}
+}
+
+// removeDeadNode deletes a dead node's subscriptions, claims and
+// registration, trying again until it succeeds or this node closes:
+// every node dropped the dead node's subscriptions from its router
+// already, so keys left behind would make the order differ between the
+// nodes, even if the node was only stalled and is back (it then sees
+// its keys go, closes its connections, and their clients subscribe
+// again). Compare-and-delete keeps whatever the node wrote since.
+func (n *Node) removeDeadNode(id string) {
+	for {
+		// Each try bounded, but long enough to outlast a JetStream leader
+		// election, which the death of a leader's node starts.
+		ctx, cancel := context.WithTimeout(n.ctx, max(n.opts.NodeTimeout, 20*time.Second))
+		err := n.removeNodeKeys(ctx, id)
+		if err == nil {
+			err = n.nodes.Delete(ctx, id)
+		}
+		cancel()
+		if err == nil || n.ctx.Err() != nil {
+			return
+		}
+		n.log.Error("cluster: removing a dead node's keys failed; trying again", "peer", id, "err", err)
+		select {
+		case <-time.After(5 * time.Second):
+		case <-n.ctx.Done():
+			return
+		}
 	}
 }
 

@@ -270,6 +270,21 @@ func currentEntries(ctx context.Context, kv jetstream.KeyValue, filter string) (
 	if err != nil {
 		return nil, err
 	}
+	return readCurrent(ctx, w)
+}
+
+// watchAll returns the last entry of every key of kv, deletes included.
+func watchAll(ctx context.Context, kv jetstream.KeyValue, opts ...jetstream.WatchOpt) ([]jetstream.KeyValueEntry, error) {
+	w, err := kv.WatchAll(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return readCurrent(ctx, w)
+}
+
+// readCurrent reads w's current values, up to the nil that ends them,
+// and stops it.
+func readCurrent(ctx context.Context, w jetstream.KeyWatcher) ([]jetstream.KeyValueEntry, error) {
 	defer func() {
 		_ = w.Stop()
 		// Drain until closed: the watcher's callback may be blocked on

@@ -27,10 +27,11 @@ type watch struct {
 	// held when the node started.
 	apply func(e jetstream.KeyValueEntry, initial bool)
 
-	// mu guards w and last, and makes each apply one step.
-	mu   sync.Mutex
-	w    jetstream.KeyWatcher
-	last uint64
+	// mu guards w, last and stopped, and makes each apply one step.
+	mu      sync.Mutex
+	w       jetstream.KeyWatcher
+	last    uint64
+	stopped bool
 }
 
 // startWatch starts watching kv and returns once the current values are
@@ -98,6 +99,13 @@ func (wt *watch) restart() {
 		return
 	}
 	wt.mu.Lock()
+	if wt.stopped {
+		// The node closed meanwhile: a watcher left running would keep
+		// its reader, and Close waiting on it, for ever.
+		wt.mu.Unlock()
+		_ = w.Stop()
+		return
+	}
 	old := wt.w
 	wt.w = w
 	wt.mu.Unlock()
@@ -111,6 +119,7 @@ func (wt *watch) restart() {
 // stop stops the watch; its goroutine ends once the channel is closed.
 func (wt *watch) stop() {
 	wt.mu.Lock()
+	wt.stopped = true
 	w := wt.w
 	wt.mu.Unlock()
 	_ = w.Stop()
