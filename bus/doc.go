@@ -45,6 +45,8 @@
 // (plus up to 64 running attempts) and one event goroutine per
 // connection with events waiting. Locks are taken in this order:
 // Server.mu, conn.mu, events.mu, router.mu, scheduler.mu; a lane's mutex
-// (order.go) is taken alone. None is held across network I/O or a store
-// commit.
+// (order.go) is taken alone. In a cluster, clusterState.mu comes before a
+// stand-in's conn.mu and router.mu, and a local conn's mu is never held
+// while taking it (cluster.go). None is held across network I/O or a
+// store commit.
 package bus
