@@ -497,8 +497,8 @@ func (n *Node) goFunc(f func()) bool {
 }
 
 // Ready returns nil when this node can serve: its NATS connection is up
-// and, with an embedded server, JetStream on it is current (its meta
-// layer and the bus's streams caught up with their leaders). A node that
+// and, with an embedded server, JetStream's meta layer on it is current
+// (it knows the meta leader and has caught up with it). A node that
 // came back from a crash or a partition reports why not until then, so
 // that a rolling restart waits for it before it takes the next node down:
 // taking a second replica away while one is still catching up stalls the
@@ -513,18 +513,12 @@ func (n *Node) Ready() error {
 	if n.server == nil {
 		return nil
 	}
-	// The meta layer, then the bus's own streams; not nats-server's full
-	// check, which also waits on every consumer placed on this server,
-	// other nodes' ephemeral watch consumers among them, and kept a node
-	// back from a kill unready for over 90 s (make cluster-test).
+	// The meta layer only: nats-server's checks of a stream take in every
+	// consumer placed on this server, and the ephemeral consumers of the
+	// watches that died with this node stay "not found" there for minutes
+	// (a node back from kill -9 was unready for over 90 s).
 	if h := n.server.Healthz(&server.HealthzOptions{JSMetaOnly: true}); h.Status != "ok" {
 		return fmt.Errorf("cluster: node %s: JetStream not current: %s", n.id, h.Error)
-	}
-	for _, stream := range []string{"KV_" + bucketSubs, "KV_" + bucketClients, "KV_" + bucketNodes, "KV_" + bucketPending, streamDLQ} {
-		h := n.server.Healthz(&server.HealthzOptions{Account: server.DEFAULT_GLOBAL_ACCOUNT, Stream: stream})
-		if h.Status != "ok" {
-			return fmt.Errorf("cluster: node %s: stream %s not current: %s", n.id, stream, h.Error)
-		}
 	}
 	return nil
 }
