@@ -303,13 +303,20 @@ func (c *conn) shareSubscription(sub *subscription, clientID, identity string) e
 	return nil
 }
 
+// disown forgets a subscription of connection cid that this node itself
+// removes from the order, so that its delete is not taken for another
+// node's (ownDeleted).
+func (cl *clusterState) disown(pattern string, cid uint64) {
+	cl.mu.Lock()
+	delete(cl.own, cluster.SubscriptionKey(cl.self, cid, pattern))
+	cl.mu.Unlock()
+}
+
 // unshareNow removes a subscription of connection cid from the order
 // and waits until every live node has applied that.
 func (s *Server) unshareNow(pattern string, cid uint64) {
 	cl := s.cl
-	cl.mu.Lock()
-	delete(cl.own, cluster.SubscriptionKey(cl.self, cid, pattern))
-	cl.mu.Unlock()
+	cl.disown(pattern, cid)
 	ctx, cancel := context.WithTimeout(s.ctx, clusterWriteTimeout)
 	defer cancel()
 	rev, err := cl.node.DeleteSubscription(ctx, cid, pattern)
@@ -326,9 +333,7 @@ func (s *Server) unshareNow(pattern string, cid uint64) {
 // subscriptions leave the order without holding up its cleanup.
 func (s *Server) unshare(pattern string, cid uint64) {
 	cl := s.cl
-	cl.mu.Lock()
-	delete(cl.own, cluster.SubscriptionKey(cl.self, cid, pattern))
-	cl.mu.Unlock()
+	cl.disown(pattern, cid)
 	cl.goAsync(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), clusterWriteTimeout)
 		defer cancel()
@@ -395,11 +400,7 @@ func (s *Server) takenOver(clientID string, cid uint64) {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	c.takenOver = true
-	c.mu.Unlock()
-	n := c.detach()
-	c.close(StatusTakenOver, closeTakenOver)
+	n := c.takeOver()
 	c.log.Info("client taken over by a connection on another node", "client", clientID, "dropped_subscriptions", n)
 }
 

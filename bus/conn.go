@@ -155,6 +155,18 @@ func (c *conn) pingLost() {
 	c.closeOnce.Do(func() { _ = c.out.Close() })
 }
 
+// takeOver closes c because another connection initialized with its
+// clientId: its subscriptions go first, so the client is never routed to
+// twice. It returns how many subscriptions c held.
+func (c *conn) takeOver() int {
+	c.mu.Lock()
+	c.takenOver = true
+	c.mu.Unlock()
+	n := c.detach()
+	c.close(StatusTakenOver, closeTakenOver)
+	return n
+}
+
 // id returns the clientId, or "" before initialize.
 func (c *conn) id() string {
 	c.mu.Lock()

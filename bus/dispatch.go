@@ -246,13 +246,7 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	s.mu.Unlock()
 
 	if old != nil && old != c {
-		// The old connection's subscriptions go before this one can
-		// subscribe, so the client is never routed to twice.
-		old.mu.Lock()
-		old.takenOver = true
-		old.mu.Unlock()
-		n := old.detach()
-		old.close(StatusTakenOver, closeTakenOver)
+		n := old.takeOver()
 		c.log.Info("client taken over by a new connection", "client", p.ClientID, "identity", identity, "old_remote", old.remote, "dropped_subscriptions", n)
 	}
 	info := "-"

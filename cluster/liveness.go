@@ -51,9 +51,7 @@ func (n *Node) Live() []string {
 		ids = append(ids, id)
 	}
 	l.mu.Unlock()
-	if !slices.Contains(ids, n.id) {
-		ids = append(ids, n.id)
-	}
+	// seen always holds this node (startLiveness).
 	slices.Sort(ids)
 	return ids
 }
