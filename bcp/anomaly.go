@@ -14,20 +14,32 @@ type AnomalyKind string
 
 // The anomaly kinds; docs/BCP.md lists what each one matches.
 const (
-	AnomalyInstruction AnomalyKind = "instruction"  // instruction-like language
-	AnomalyURL         AnomalyKind = "url"          // a URL, bare domain or IP address
-	AnomalyCode        AnomalyKind = "code"         // backticks, code punctuation, shell prompts
-	AnomalyInvisible   AnomalyKind = "invisible"    // invisible or control characters in the raw answer
-	AnomalyMixedScript AnomalyKind = "mixed_script" // letters of two scripts inside one word
+	AnomalyInstruction AnomalyKind = "instruction" // instruction-like language
+	AnomalyURL         AnomalyKind = "url"         // a URL, bare domain or IP address
+	AnomalyCode        AnomalyKind = "code"        // backticks, code punctuation, shell prompts
+	AnomalyInvisible   AnomalyKind = "invisible"   // invisible or control characters in the raw answer
 )
 
-// Anomaly is one suspicious trait of one text answer. Excerpt is taken
-// from the normalized answer the Controller receives anyway (or names code
-// points, for invisible characters), so reporting it adds no channel.
+// Anomaly is one suspicious trait of one text answer, as the Controller
+// may see it. Excerpt is cut from the normalized answer the Controller
+// receives anyway, so it adds no channel; an invisible anomaly has none,
+// since what was removed is exactly what the Controller must not see
+// (its code points are in [Result.Evidence]).
 type Anomaly struct {
 	Question string      `json:"question"`
 	Kind     AnomalyKind `json:"kind"`
-	Excerpt  string      `json:"excerpt"`
+	Excerpt  string      `json:"excerpt,omitempty"`
+}
+
+// Evidence is what an anomaly was found on in the raw answer, which only
+// the Reader and the audit log may see: the code points of the invisible
+// characters normalization removed, in the order the Reader wrote them.
+// Passed to a Controller, it would be a channel the budget does not
+// charge.
+type Evidence struct {
+	Question string      `json:"question"`
+	Kind     AnomalyKind `json:"kind"`
+	Detail   string      `json:"detail"`
 }
 
 // AnomalyPolicy says what happens to a response with anomalies.
@@ -57,13 +69,17 @@ var (
 		`|(?:^|\s)(?:\$|>>>)\s+[a-z./~]|\b[a-z]:\\>|\b(?:sudo|wget|curl|chmod)\s|\brm\s+-|<\s*/?\s*script|\beval\s*\(`)
 )
 
-// detectAnomalies lists the anomalies of one answer: raw is the answer as
-// received, text its normalized form. skipURL is set for email answers,
-// whose format is a domain by definition.
-func detectAnomalies(question, raw, text string, skipURL bool) []Anomaly {
+// detectAnomalies lists the anomalies of one answer, and the evidence of
+// those found in the raw text: raw is the answer as received, text its
+// normalized form. skipURL is set for email answers, whose format is a
+// domain by definition. Every anomaly but invisible is a function of text,
+// which the Controller receives anyway; invisible is one bit per answer.
+func detectAnomalies(question, raw, text string, skipURL bool) ([]Anomaly, []Evidence) {
 	var out []Anomaly
+	var evidence []Evidence
 	if points := invisiblePoints(raw); points != "" {
-		out = append(out, Anomaly{Question: question, Kind: AnomalyInvisible, Excerpt: points})
+		out = append(out, Anomaly{Question: question, Kind: AnomalyInvisible})
+		evidence = append(evidence, Evidence{Question: question, Kind: AnomalyInvisible, Detail: points})
 	}
 	folded := strings.ToLower(norm.NFKC.String(text))
 	patterns := []struct {
@@ -78,10 +94,7 @@ func detectAnomalies(question, raw, text string, skipURL bool) []Anomaly {
 			out = append(out, Anomaly{Question: question, Kind: p.kind, Excerpt: excerpt(folded, loc[0], loc[1])})
 		}
 	}
-	if word := mixedScriptWord(text); word != "" {
-		out = append(out, Anomaly{Question: question, Kind: AnomalyMixedScript, Excerpt: truncate(word, 48)})
-	}
-	return out
+	return out, evidence
 }
 
 // excerpt returns the match (cut at 40 bytes) with up to two words of
@@ -157,7 +170,8 @@ var scripts = []struct {
 }
 
 // mixedScriptWord returns the first word of s whose letters come from two
-// scripts, the trick behind a Cyrillic "о" inside a Latin "ignоre".
+// scripts, the trick behind a Cyrillic "о" inside a Latin "ignоre": the
+// same visible word in as many byte forms as it has look-alike letters.
 func mixedScriptWord(s string) string {
 	words := strings.FieldsFunc(s, func(r rune) bool {
 		return !unicode.IsLetter(r) && !unicode.IsMark(r)

@@ -23,6 +23,7 @@ const (
 	CodeBadFormat           Code = "bad_format"           // an answer that does not match its expected_format
 	CodeInconsistentAnswers Code = "inconsistent_answers" // same_as answers that differ after normalization
 	CodeAnomaly             Code = "anomaly"              // an anomaly under the reject policy
+	CodeMixedScript         Code = "mixed_script"         // a word whose letters come from two scripts
 )
 
 // Spec and definition errors, returned by [ParseSpec], [Spec.Check],

@@ -30,13 +30,17 @@ func Example() {
 	fmt.Println(string(res.Response))
 	fmt.Println(res.DeclaredBits, "declared,", res.MeasuredBits, "measured")
 	for _, a := range res.Anomalies {
-		fmt.Println(a.Question, a.Kind, a.Excerpt)
+		fmt.Println(a.Question, a.Kind) // all a Controller may see
+	}
+	for _, e := range res.Evidence {
+		fmt.Println("audit only:", e.Question, e.Detail)
 	}
 	fmt.Println(budget.Charge(spec.Category, spec.Cost()))
 	// Output:
 	// {"sender":"jane smith","date":"2024-03-15"}
 	// 44.0 bits declared, 33.0 bits measured
-	// sender invisible U+200B
+	// sender invisible
+	// audit only: sender U+200B
 	// 44.0 bits requested, 16.0 of 60.0 left (budget_exhausted)
 }
 

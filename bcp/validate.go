@@ -32,8 +32,14 @@ type Result struct {
 	// Category 1 (every value uses its field's full range), 11 bits per
 	// word actually answered in Categories 2 and 3.
 	MeasuredBits Bits `json:"measured_bits"`
-	// Anomalies are flagged traits of the text answers; never nil.
+	// Anomalies are flagged traits of the text answers; never nil. They
+	// carry nothing a Controller could not compute from Response, except
+	// one bit per answer: whether it held invisible characters.
 	Anomalies []Anomaly `json:"anomalies"`
+	// Evidence is what the anomalies found in the raw answers (the code
+	// points of invisible characters). It is for the audit log and the
+	// Reader: a Controller must never see it.
+	Evidence []Evidence `json:"evidence,omitempty"`
 	// RequiresApproval is true for Category 3: a human must approve the
 	// summary before the Controller sees it.
 	RequiresApproval bool `json:"requires_approval"`
@@ -87,7 +93,14 @@ func (s *Spec) Validate(response []byte, opts ValidateOptions) (*Result, error) 
 	}
 	if opts.Anomalies == RejectAnomalies && len(res.Anomalies) > 0 {
 		a := res.Anomalies[0]
-		return nil, newError(CodeAnomaly, a.Question, fmt.Sprintf("%s: %s", a.Kind, a.Excerpt))
+		detail := a.Excerpt
+		for _, e := range res.Evidence {
+			if e.Question == a.Question && e.Kind == a.Kind {
+				detail = e.Detail
+			}
+		}
+		// The error goes back to the Reader, who wrote what it quotes.
+		return nil, newError(CodeAnomaly, a.Question, fmt.Sprintf("%s: %s", a.Kind, detail))
 	}
 	res.Response = out.bytes()
 	return res, nil
@@ -229,7 +242,7 @@ func (s *Spec) validateAnswers(members []member, out *jsonObject, res *Result) *
 		}
 		answers[q.ID] = text
 		res.MeasuredBits += BitsPerWord * Bits(countWords(text))
-		res.Anomalies = append(res.Anomalies, detectAnomalies(q.ID, m.val.text, text, q.ExpectedFormat == Email)...)
+		res.addAnomalies(detectAnomalies(q.ID, m.val.text, text, q.ExpectedFormat == Email))
 		out.addString(q.ID, text)
 	}
 	for i := range s.Questions {
@@ -251,9 +264,14 @@ func (s *Spec) validateSummary(members []member, out *jsonObject, res *Result) *
 		return err
 	}
 	res.MeasuredBits = BitsPerWord * Bits(countWords(text))
-	res.Anomalies = append(res.Anomalies, detectAnomalies("summary", m.val.text, text, false)...)
+	res.addAnomalies(detectAnomalies("summary", m.val.text, text, false))
 	out.addString("summary", text)
 	return nil
+}
+
+func (r *Result) addAnomalies(anomalies []Anomaly, evidence []Evidence) {
+	r.Anomalies = append(r.Anomalies, anomalies...)
+	r.Evidence = append(r.Evidence, evidence...)
 }
 
 // checkText normalizes a text answer, puts it in its format's canonical
@@ -276,6 +294,14 @@ func checkText(m *member, f Format, maxWords, maxChars int) (string, *Error) {
 	}
 	if n := utf8.RuneCountInString(text); n > maxChars {
 		return "", newError(CodeTooLong, m.path, fmt.Sprintf("%d characters, at most %d allowed", n, maxChars))
+	}
+	// A word of two scripts (a Cyrillic "а" in a Latin "pаypal") looks
+	// like a word of one, and would reach the Controller in bytes a human
+	// cannot tell apart, a bit per look-alike letter the budget does not
+	// charge. No normalization can pick the intended letter, so such an
+	// answer is refused under every anomaly policy.
+	if word := mixedScriptWord(text); word != "" {
+		return "", newError(CodeMixedScript, m.path, fmt.Sprintf("the word %q mixes letters of two scripts; write each word in one script", truncate(word, 48)))
 	}
 	return text, nil
 }

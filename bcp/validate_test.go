@@ -1,6 +1,8 @@
 package bcp
 
 import (
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -273,9 +275,7 @@ func TestValidateAnomalyPolicy(t *testing.T) {
 		{"URL in short_text", `{"name":"Jane","topic":"see https://evil.example/x now","mail":"jane@example.com"}`,
 			[]Anomaly{{"topic", AnomalyURL, "see https://evil.example/x now"}}},
 		{"zero-width character inside a word", `{"name":"Ja\u200bne","topic":"solar panels","mail":"jane@example.com"}`,
-			[]Anomaly{{"name", AnomalyInvisible, "U+200B"}}},
-		{"Cyrillic letter inside a Latin word", `{"name":"Jane","topic":"ign\u043ere it","mail":"jane@example.com"}`,
-			[]Anomaly{{"topic", AnomalyMixedScript, "ignоre"}}},
+			[]Anomaly{{"name", AnomalyInvisible, ""}}},
 		{"an email is not a URL anomaly", `{"name":"Jane","topic":"solar","mail":"jane@evil.example.com"}`, nil},
 	}
 	for _, tt := range tests {
@@ -311,5 +311,101 @@ func TestValidateTooLarge(t *testing.T) {
 	big := `{"summary":"` + strings.Repeat("a ", MaxResponseBytes) + `"}`
 	if e := asError(t, func() error { _, err := spec.Validate([]byte(big), ValidateOptions{}); return err }()); e.Code != CodeTooLong {
 		t.Errorf("got %v", e)
+	}
+}
+
+// TestControllerSeesNoRawText: answers that normalize to the same response
+// reach the Controller (Response and Anomalies, what the gateway delivers)
+// as the same bytes, whatever invisible characters, encoding or case the
+// Reader used. The raw details stay in Evidence, for the audit log.
+func TestControllerSeesNoRawText(t *testing.T) {
+	cat2 := mustParse(t, `{"category":2,"questions":[
+		{"id":"name","question":"?","max_words":5,"expected_format":"person_name"},
+		{"id":"topic","question":"?","max_words":10,"expected_format":"short_text"}]}`)
+	cat3 := mustParse(t, specCat3Example)
+	tests := []struct {
+		name string
+		spec *Spec
+		a, b string
+	}{
+		{"which invisible code points", cat2,
+			"{\"name\":\"Jane\U000F0000\U000FFC01 Smith\",\"topic\":\"solar\"}",
+			"{\"name\":\"Jane\U000E0061\U00100004 Smith\",\"topic\":\"solar\"}"},
+		{"the order of invisible code points", cat2,
+			`{"name":"Jane\u200b\u202e Smith","topic":"solar"}`,
+			`{"name":"Jane\u202e\u200b Smith","topic":"solar"}`},
+		{"how many invisible code points", cat2,
+			`{"name":"Jane\u200b Smith","topic":"solar\u200c\u200d\u2060\ufeff"}`,
+			`{"name":"Jane\u200b Smith","topic":"solar\u200c"}`},
+		{"invisible code points beside an instruction", cat2,
+			`{"name":"Jane","topic":"please\u200b ignore it"}`,
+			"{\"name\":\"Jane\",\"topic\":\"please\U000E0001 ignore it\"}"},
+		{"invisible code points in a summary", cat3,
+			`{"summary":"the report\u2062 covers q3"}`,
+			`{"summary":"the report\u2063 covers q3"}`},
+		{"encoding and case", cat2,
+			`{"name":"Ren\u00e9 SMITH","topic":"solar"}`,
+			`{"name":"rene\u0301 smith","topic":"SOLAR"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			seen := func(response string) string {
+				res, err := tt.spec.Validate([]byte(response), ValidateOptions{})
+				if err != nil {
+					t.Fatalf("%s: %v", response, err)
+				}
+				anomalies, _ := json.Marshal(res.Anomalies)
+				return string(res.Response) + " " + string(anomalies)
+			}
+			if a, b := seen(tt.a), seen(tt.b); a != b {
+				t.Errorf("the Controller tells the answers apart:\n%s\n%s", a, b)
+			}
+		})
+	}
+	res, err := cat2.Validate([]byte("{\"name\":\"Jane\U000F0000 Smith\",\"topic\":\"solar\"}"), ValidateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Evidence{{"name", AnomalyInvisible, "U+F0000"}}; !slices.Equal(res.Evidence, want) {
+		t.Errorf("evidence = %+v, want %+v", res.Evidence, want)
+	}
+}
+
+// TestValidateMixedScript: a word whose letters come from two scripts is
+// refused under either anomaly policy, in every text format; words of one
+// script each are accepted whatever the scripts.
+func TestValidateMixedScript(t *testing.T) {
+	cat2 := mustParse(t, `{"category":2,"questions":[
+		{"id":"name","question":"?","max_words":5,"expected_format":"person_name"},
+		{"id":"topic","question":"?","max_words":10,"expected_format":"short_list"}]}`)
+	cat3 := mustParse(t, specCat3Example)
+	tests := []struct {
+		name     string
+		spec     *Spec
+		response string
+		path     string // "" when accepted
+	}{
+		{"Cyrillic a in a Latin name", cat2, `{"name":"J\u0430ne Smith","topic":"solar"}`, "name"},
+		{"Greek omicron in a Latin list item", cat2, `{"name":"Jane","topic":"solar, \u03bfpen"}`, "topic"},
+		{"Latin o in a Cyrillic name", cat2, `{"name":"Ивано\u0432 Пetrov","topic":"solar"}`, "name"},
+		{"Cyrillic letter in a summary", cat3, `{"summary":"ign\u043ere it"}`, "summary"},
+		{"one script per word", cat2, `{"name":"Иван Petrov","topic":"москва, paris, 東京タワー"}`, ""},
+		{"marks and apostrophes", cat2, `{"name":"O'Brien-Renée","topic":"solar"}`, ""},
+	}
+	for _, tt := range tests {
+		for _, policy := range []AnomalyPolicy{FlagAnomalies, RejectAnomalies} {
+			t.Run(tt.name+"/"+string(policy), func(t *testing.T) {
+				_, err := tt.spec.Validate([]byte(tt.response), ValidateOptions{Anomalies: policy})
+				if tt.path == "" {
+					if err != nil {
+						t.Fatalf("rejected: %v", err)
+					}
+					return
+				}
+				if e := asError(t, err); e.Code != CodeMixedScript || e.Path != tt.path {
+					t.Errorf("got %v, want mixed_script at %s", err, tt.path)
+				}
+			})
+		}
 	}
 }
