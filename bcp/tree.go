@@ -69,6 +69,20 @@ func (n *node) get(key string) *node {
 	return nil
 }
 
+// CheckJSON reports whether data is one JSON value the strict decoder
+// accepts: valid UTF-8, no duplicate object keys at any depth, nesting of
+// at most 32 levels, and nothing after the value. A gateway runs it on the
+// envelopes it reads, so that the keys around a spec or a response are
+// held to the rules of the spec and the response themselves: where two
+// parsers may resolve a duplicate key differently, the gateway must not
+// pick one. The error is a [*Error] with code syntax.
+func CheckJSON(data []byte) error {
+	if _, err := parseJSON(data); err != nil {
+		return newError(CodeSyntax, "", err.Error())
+	}
+	return nil
+}
+
 // parseJSON decodes exactly one JSON value. Unlike encoding/json it rejects
 // invalid UTF-8 (which json would silently turn into U+FFFD) and duplicate
 // object keys (which different parsers resolve differently).

@@ -87,8 +87,11 @@ func (c *Controller) query(ctx context.Context, reader string, spec *bcp.Spec, j
 	if justification != "" {
 		req["justification"] = justification
 	}
-	id, _, err := send(ctx, c.conn, gateway.TopicQuery, req)
-	return id, err
+	_, msg, err := send(ctx, c.conn, gateway.TopicQuery, req)
+	if err != nil {
+		return "", err
+	}
+	return gateway.QueryIDOf(msg), nil
 }
 
 // StartSession starts a new session: the gateway resets the Controller's

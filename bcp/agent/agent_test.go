@@ -79,7 +79,7 @@ func setup(t *testing.T) string {
 		identity("researcher", []string{"bcp:*"}, []string{"agent:{{clientId}}"}),
 		identity("scraper", []string{"bcp:*"}, []string{"agent:{{clientId}}"}),
 		identity("alice", []string{"bcp:approval"}, nil),
-		identity("bcp-gateway", []string{"agent:*", "bcp:approval.requested"}, []string{"bcp:*", "system:client.*"}),
+		identity("bcp-gateway", []string{"agent:*", "bcp:approval.requested.*"}, []string{"bcp:*", "system:client.*"}),
 	}}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

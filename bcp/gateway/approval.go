@@ -15,8 +15,10 @@ import (
 
 // Topics and types of Category 3's human approval.
 const (
-	TopicApproval          = "bcp:approval"           // approvers: decisions and lists
-	TopicApprovalRequested = "bcp:approval.requested" // gateway: what awaits a human
+	TopicApproval = "bcp:approval" // approvers: decisions and lists
+	// TopicApprovalRequested is the prefix of the approvers' topics
+	// (ApprovalTopic).
+	TopicApprovalRequested = "bcp:approval.requested"
 
 	TypeApprovalRequest  = "bcp_approval_request"
 	TypeApprovalClosed   = "bcp_approval_closed"
@@ -123,9 +125,27 @@ type ApprovalClosed struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
-// announceClosed publishes a's outcome.
-func (t *txn) announceClosed(a *Approval, edited bool) error {
-	return t.send(TopicApprovalRequested, ApprovalClosed{
+// ApprovalTopic is the topic on which the gateway tells one approver or
+// relay (by clientId) what awaits a decision and how it closed:
+// "bcp:approval.requested.alice". Each has its own because the bus routes
+// a message to only the newest of identical patterns: on one shared topic
+// only the approver client that subscribed last would hear.
+func ApprovalTopic(clientID string) string { return TopicApprovalRequested + "." + clientID }
+
+// toApprovers queues payload for every approver and relay, each on its
+// own topic, in the order of their names.
+func (g *Gateway) toApprovers(t *txn, payload any) error {
+	for _, name := range g.approverNames {
+		if err := t.send(ApprovalTopic(name), payload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// announceClosed tells the approvers a's outcome.
+func (g *Gateway) announceClosed(t *txn, a *Approval, edited bool) error {
+	return g.toApprovers(t, ApprovalClosed{
 		Type: TypeApprovalClosed, ApprovalID: a.ID, Kind: a.Kind, State: a.State, Edited: edited, DecidedBy: a.DecidedBy, Reason: a.Reason,
 	})
 }
@@ -144,12 +164,9 @@ type Decision struct {
 // DecodeDecision decodes a bcp_approval_decision strictly. It never
 // panics.
 func DecodeDecision(payload []byte) (*Decision, error) {
-	if len(payload) > maxPayloadBytes {
-		return nil, &wireError{CodeMalformed, "decision too large"}
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &raw); err != nil {
-		return nil, &wireError{CodeMalformed, "not a JSON object: " + err.Error()}
+	raw, err := decodeEnvelope(payload, TypeApprovalDecision)
+	if err != nil {
+		return nil, err
 	}
 	var d Decision
 	for k := range raw {
@@ -220,7 +237,7 @@ func (g *Gateway) requestApproval(t *txn, a *Approval) error {
 		Summary: a.Summary, Anomalies: a.Anomalies, ExpiresAt: a.ExpiresAt.UTC().Format(time.RFC3339),
 	}
 	req.Warning = a.Warning
-	if err := t.send(TopicApprovalRequested, req); err != nil {
+	if err := g.toApprovers(t, req); err != nil {
 		return err
 	}
 	return t.audit(AuditRecord{Event: "approval_requested", Controller: a.Controller, Reader: a.Reader, QueryID: a.QueryID,
@@ -229,7 +246,7 @@ func (g *Gateway) requestApproval(t *txn, a *Approval) error {
 
 // onApproval handles bcp:approval: approvers' decisions and lists.
 func (g *Gateway) onApproval(_ context.Context, d *peer.Delivery) (peer.Result, error) {
-	return g.handle(d, func(t *txn) (ack, error) {
+	return g.handleEnvelope(d, func(t *txn) (ack, error) {
 		rec := AuditRecord{Event: "approval", From: d.From}
 		if !g.approvers[d.From] {
 			// The refusal goes in the approval's channel, so that
@@ -337,7 +354,7 @@ func (g *Gateway) decide(t *txn, approver decider, dec *Decision) (ack, error) {
 	if err := t.putApproval(a); err != nil {
 		return ack{}, err
 	}
-	if err := t.announceClosed(a, dec.Decision == "edit"); err != nil {
+	if err := g.announceClosed(t, a, dec.Decision == "edit"); err != nil {
 		return ack{}, err
 	}
 	switch {
@@ -455,7 +472,7 @@ func (g *Gateway) expireApproval(t *txn, a *Approval) error {
 	if err := t.putApproval(a); err != nil {
 		return err
 	}
-	if err := t.announceClosed(a, false); err != nil {
+	if err := g.announceClosed(t, a, false); err != nil {
 		return err
 	}
 	var err error

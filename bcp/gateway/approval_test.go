@@ -30,11 +30,12 @@ func TestCategory3Approval(t *testing.T) {
 	f.gateway(func(o *Options) { o.Approvers = []string{"alice"} })
 	main := f.agent("main")
 	scraper := f.reader("scraper")
-	alice := f.dial("alice", TopicApprovalRequested)
+	alice := f.dial("alice", ApprovalTopic("alice"))
 
 	main.refused(TopicQuery, cat3Query(""), CodeJustificationRequired)
-	id, ack := main.send(TopicQuery, cat3Query("the report has no structure to ask about"))
-	if !ack.Processed || !strings.Contains(ack.Message, "awaiting approval escalation-"+id) {
+	_, ack := main.send(TopicQuery, cat3Query("the report has no structure to ask about"))
+	id := QueryIDOf(ack.Message)
+	if !ack.Processed || id == "" || !strings.Contains(ack.Message, "awaiting approval escalation-"+id) {
 		t.Fatalf("cat-3 query ack = %+v", ack)
 	}
 	req := alice.expect(TypeApprovalRequest)
@@ -98,7 +99,7 @@ func TestCategory3Rejections(t *testing.T) {
 	f.gateway(func(o *Options) { o.Approvers = []string{"alice"}; o.ApprovalTTL = time.Second })
 	main := f.agent("main")
 	scraper := f.reader("scraper")
-	alice := f.dial("alice", TopicApprovalRequested)
+	alice := f.dial("alice", ApprovalTopic("alice"))
 
 	// Escalation rejected.
 	id := main.query(cat3Query("needed"))
@@ -163,7 +164,7 @@ func TestCategory3PushNeedsApproval(t *testing.T) {
 	f.gateway(func(o *Options) { o.Approvers = []string{"alice"} })
 	main := f.agent("main")
 	scraper := f.reader("scraper")
-	alice := f.dial("alice", TopicApprovalRequested)
+	alice := f.dial("alice", ApprovalTopic("alice"))
 	digest := func(summary string) map[string]any {
 		return map[string]any{"type": TypeResponse, "subscription_id": "digest", "controller": "main", "response": map[string]any{"summary": summary}}
 	}
@@ -224,7 +225,7 @@ func TestEscalationExpires(t *testing.T) {
 	f.gateway(func(o *Options) { o.Approvers = []string{"alice"}; o.ApprovalTTL = 300 * time.Millisecond })
 	main := f.agent("main")
 	scraper := f.reader("scraper")
-	alice := f.dial("alice", TopicApprovalRequested)
+	alice := f.dial("alice", ApprovalTopic("alice"))
 	id := main.query(cat3Query("needed"))
 	alice.expect(TypeApprovalRequest)
 	if failed := main.expect(TypeQueryFailed); failed["query_id"] != id || failed["code"] != CodeExpired {
@@ -245,7 +246,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	g := f.gateway(approvers)
 	main := f.agent("main")
 	scraper := f.reader("scraper")
-	alice := f.dial("alice", TopicApprovalRequested)
+	alice := f.dial("alice", ApprovalTopic("alice"))
 	id := main.query(cat3Query("needed"))
 	alice.expect(TypeApprovalRequest)
 	spent, _ := g.Usage("main", "scraper")

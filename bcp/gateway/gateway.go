@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -107,9 +109,12 @@ type Gateway struct {
 	state    *state
 	// approvers is Options.Approvers as a set.
 	approvers map[string]bool
-	relays    map[string]relayUsers // Options.Relays as sets; each relay is in approvers too
-	metrics   *metrics
-	conn      *peer.Conn
+	// approverNames are the approvers and relays, sorted: each hears the
+	// approval requests on its own topic (ApprovalTopic).
+	approverNames []string
+	relays        map[string]relayUsers // Options.Relays as sets; each relay is in approvers too
+	metrics       *metrics
+	conn          *peer.Conn
 
 	kick   chan struct{} // wakes the sender
 	stop   chan struct{}
@@ -148,6 +153,7 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	for name := range relays {
 		approvers[name] = true
 	}
+	approverNames := slices.Sorted(maps.Keys(approvers))
 	readers, err := readerInfos(registry, opts.Definitions)
 	if err != nil {
 		return nil, err
@@ -158,7 +164,7 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	st.readers = readers
 	g := &Gateway{
-		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, relays: relays, metrics: newMetrics(st),
+		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, approverNames: approverNames, relays: relays, metrics: newMetrics(st),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	st.metrics = g.metrics
@@ -280,6 +286,18 @@ func (g *Gateway) handle(d *peer.Delivery, f func(t *txn) (ack, error)) (peer.Re
 	}
 	g.wake()
 	return peer.Result{Processed: a.processed, Message: a.message}, nil
+}
+
+// handleEnvelope is handle for what agents and approvers send: a payload
+// the strict decoder refuses is malformed before anything reads its type,
+// so that a duplicate "type" cannot choose the handler.
+func (g *Gateway) handleEnvelope(d *peer.Delivery, f func(t *txn) (ack, error)) (peer.Result, error) {
+	return g.handle(d, func(t *txn) (ack, error) {
+		if err := bcp.CheckJSON(d.Payload); err != nil {
+			return refuse(t, AuditRecord{From: d.From}, CodeMalformed, "payload: "+bcpDetail(err))
+		}
+		return f(t)
+	})
 }
 
 // refuse audits a refusal and returns its ack.

@@ -155,7 +155,8 @@ func TestInvalidAnswersFailTheQuery(t *testing.T) {
 }
 
 // Only the Reader a query went to may answer it; another Reader is
-// refused and audited, and the query stays open for the right one.
+// refused as if the query did not exist, and audited as what it did, and
+// the query stays open for the right one.
 func TestAnswerFromAnotherReader(t *testing.T) {
 	f := newFixture(t)
 	g := f.gateway(nil)
@@ -164,7 +165,7 @@ func TestAnswerFromAnotherReader(t *testing.T) {
 	scraper := f.reader("scraper")
 	id := main.query(cat1Query("researcher"))
 	researcher.expect(TypeQuery)
-	scraper.refused(TopicResponse, answer(id, map[string]any{"is_urgent": true, "sentiment": "positive"}), CodeNotYourQuery)
+	scraper.refused(TopicResponse, answer(id, map[string]any{"is_urgent": true, "sentiment": "positive"}), CodeUnknownQuery)
 	scraper.refused(TopicResponse, answer("no-such-id", map[string]any{"x": 1}), CodeUnknownQuery)
 	researcher.send(TopicResponse, answer(id, map[string]any{"is_urgent": false, "sentiment": "neutral"}))
 	del := main.expect(TypeResponseDelivery)

@@ -124,17 +124,17 @@ func authConfig() auth.Config {
 		{Name: "alice", TokenSHA256: sha(tokens["alice"]), Grant: auth.Grant{
 			ClientIDs: []string{"alice"},
 			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
-			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested"}},
+			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested.{{clientId}}"}},
 		}},
 		// A relay: the Telegram bridge, deciding for Telegram users.
 		{Name: "telegram", TokenSHA256: sha(tokens["telegram"]), Grant: auth.Grant{
 			ClientIDs: []string{"telegram"},
 			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
-			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested"}},
+			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested.{{clientId}}"}},
 		}},
 		{Name: "bcp-gateway", TokenSHA256: sha(tokens["bcp-gateway"]), Grant: auth.Grant{
 			ClientIDs: []string{"bcp-gateway"},
-			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested", "alert:bcp.budget"}},
+			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested.*", "alert:bcp.budget"}},
 			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.*"}},
 		}},
 	}}
@@ -274,9 +274,13 @@ func (a *agent) send(topic string, payload any) (string, protocol.Ack) {
 // the query id.
 func (a *agent) query(payload map[string]any) string {
 	a.t.Helper()
-	id, ack := a.send(TopicQuery, payload)
+	_, ack := a.send(TopicQuery, payload)
 	if !ack.Processed {
 		a.t.Fatalf("query refused: %s", ack.Message)
+	}
+	id := QueryIDOf(ack.Message)
+	if id == "" {
+		a.t.Fatalf("the query's ack %q names no query id", ack.Message)
 	}
 	return id
 }

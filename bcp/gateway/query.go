@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -12,7 +14,7 @@ import (
 
 // onQuery handles bcp:query: Controllers' requests and session starts.
 func (g *Gateway) onQuery(_ context.Context, d *peer.Delivery) (peer.Result, error) {
-	return g.handle(d, func(t *txn) (ack, error) {
+	return g.handleEnvelope(d, func(t *txn) (ack, error) {
 		switch d.Type() {
 		case TypeQueryRequest:
 			return g.queryRequest(t, d)
@@ -24,11 +26,12 @@ func (g *Gateway) onQuery(_ context.Context, d *peer.Delivery) (peer.Result, err
 }
 
 // queryRequest checks, charges and forwards a Controller's query. The
-// query id is the bus messageId of the request, which the Controller has
-// from its sendMessage result.
+// query id is new and random, and the ack names it (QueryIDOf): a Reader
+// that knows its own queries' ids can guess no other's, as it could the
+// bus's sequential messageIds.
 func (g *Gateway) queryRequest(t *txn, d *peer.Delivery) (ack, error) {
 	controller := d.From
-	rec := AuditRecord{Event: "query", From: controller, Controller: controller, QueryID: d.MessageID}
+	rec := AuditRecord{Event: "query", From: controller, Controller: controller}
 	req, err := DecodeQueryRequest(d.Payload)
 	if err != nil {
 		return refuse(t, rec, codeOf(err), detailOf(err))
@@ -55,8 +58,13 @@ func (g *Gateway) queryRequest(t *txn, d *peer.Delivery) (ack, error) {
 	if err != nil {
 		return refuse(t, rec, codeOf(err), detailOf(err))
 	}
+	id, err := newQueryID()
+	if err != nil {
+		return ack{}, err
+	}
+	rec.QueryID = id
 	q := &queryRecord{
-		ID: d.MessageID, Controller: controller, Reader: req.Target, Spec: req.Spec, Cost: req.Spec.Cost(),
+		ID: id, Controller: controller, Reader: req.Target, Spec: req.Spec, Cost: req.Spec.Cost(),
 		State: statePending, CreatedAt: t.now, ExpiresAt: t.now.Add(g.opts.QueryTTL),
 	}
 	if cat3 {
@@ -121,6 +129,26 @@ func (g *Gateway) sessionStart(t *txn, controller string, since time.Time) (ack,
 	}
 	rec.Outcome = "ok"
 	return accepted("budgets of %s reset", controller), t.audit(rec)
+}
+
+// newQueryID returns a query id nobody can guess: 128 random bits.
+func newQueryID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("bcp gateway: query id: %w", err)
+	}
+	return "q-" + hex.EncodeToString(b[:]), nil
+}
+
+// QueryIDOf returns the query id an accepted bcp_query_request's ack
+// names ("queued: query_id=q-…, …"), or "" if it names none.
+func QueryIDOf(ackMessage string) string {
+	_, rest, ok := strings.Cut(ackMessage, "query_id=")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, ",")
+	return id
 }
 
 func hasRole(def *bcp.Definition, role bcp.Role) bool {

@@ -14,7 +14,7 @@ func TestRelayDecidesForListedUsersOnly(t *testing.T) {
 	g := f.gateway(func(o *Options) { o.Relays = map[string][]string{"telegram": {"42", "tg:43"}} })
 	main := f.agent("main")
 	scraper := f.reader("scraper")
-	relay := f.dial("telegram", TopicApprovalRequested)
+	relay := f.dial("telegram", ApprovalTopic("telegram"))
 
 	// A relay alone is enough for Category 3.
 	id := main.query(cat3Query("the report has no structure to ask about"))
@@ -92,7 +92,7 @@ func TestRelayConfiguration(t *testing.T) {
 	})
 	main := f.agent("main")
 	f.reader("scraper")
-	alice := f.dial("alice", TopicApprovalRequested)
+	alice := f.dial("alice", ApprovalTopic("alice"))
 	id := main.query(cat3Query("needed"))
 	alice.expect(TypeApprovalRequest)
 	ack := alice.refused(TopicApproval, decision("escalation-"+id, "approve", "on_behalf_of", "tg:42"), CodeNotAnApprover)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/bub-bus/bub/bcp"
 	"github.com/bub-bus/bub/peer"
@@ -11,7 +12,7 @@ import (
 
 // onResponse handles bcp:response: Readers' answers and publishes.
 func (g *Gateway) onResponse(_ context.Context, d *peer.Delivery) (peer.Result, error) {
-	return g.handle(d, func(t *txn) (ack, error) {
+	return g.handleEnvelope(d, func(t *txn) (ack, error) {
 		rec := AuditRecord{Event: "response", From: d.From, Reader: d.From}
 		if d.Type() != TypeResponse {
 			return refuse(t, rec, CodeMalformed, fmt.Sprintf("bcp:response carries %s, not %q", TypeResponse, truncate(d.Type())))
@@ -34,15 +35,20 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 	if err != nil {
 		return ack{}, err
 	}
+	// A query sent to another Reader gets the very answer of one that
+	// does not exist: a Reader learns nothing of queries not its own.
+	unknown := fmt.Sprintf("you have no query %q", truncate(r.QueryID))
 	if q == nil {
-		return refuse(t, rec, CodeUnknownQuery, fmt.Sprintf("no query %q", truncate(r.QueryID)))
+		return refuse(t, rec, CodeUnknownQuery, unknown)
+	}
+	if from != q.Reader {
+		// Audited as what it is, with the true sender: a Reader probing
+		// other Readers' queries is what an operator wants to see.
+		rec.Controller, rec.Category, rec.DeclaredBits = q.Controller, q.Spec.Category, q.Cost
+		_, err := refuse(t, rec, CodeNotYourQuery, fmt.Sprintf("query %s was sent to %s, not to %s", q.ID, q.Reader, truncate(from)))
+		return refused(CodeUnknownQuery, unknown), err
 	}
 	rec.Controller, rec.Category, rec.DeclaredBits = q.Controller, q.Spec.Category, q.Cost
-	if from != q.Reader {
-		// Audited with the true sender: a Reader probing other Readers'
-		// queries is what an operator wants to see.
-		return refuse(t, rec, CodeNotYourQuery, fmt.Sprintf("query %s was sent to %s, not to %s", q.ID, q.Reader, truncate(from)))
-	}
 	if q.State != statePending {
 		return refuse(t, rec, CodeQueryClosed, fmt.Sprintf("query %s is %s", q.ID, q.State))
 	}
@@ -94,7 +100,7 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 		if err := g.requestApproval(t, a); err != nil {
 			return ack{}, err
 		}
-		rec.Event, rec.Outcome, rec.MeasuredBits = "response", "ok", res.MeasuredBits
+		rec.Event, rec.Outcome, rec.MeasuredBits, rec.Detail = "response", "ok", res.MeasuredBits, evidenceDetail(res.Evidence)
 		return accepted("valid; awaiting a reviewer's approval (%s) before delivery", a.ID), t.audit(rec)
 	}
 	q.State = stateDelivered
@@ -110,8 +116,19 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 	if err := t.send(peer.AgentTopic(q.Reader), ValidationResult{Type: TypeValidationResult, QueryID: q.ID, Success: true, Detail: detail}); err != nil {
 		return ack{}, err
 	}
-	rec.Event, rec.Outcome, rec.MeasuredBits = "delivery", "ok", res.MeasuredBits
+	rec.Event, rec.Outcome, rec.MeasuredBits, rec.Detail = "delivery", "ok", res.MeasuredBits, evidenceDetail(res.Evidence)
 	return accepted("%s", detail), t.audit(rec)
+}
+
+// evidenceDetail is the audit detail of what the anomalies found in the
+// raw answers ("sender invisible: U+200B"): for the operator, never for
+// the Controller.
+func evidenceDetail(evidence []bcp.Evidence) string {
+	parts := make([]string, len(evidence))
+	for i, e := range evidence {
+		parts[i] = fmt.Sprintf("%s %s: %s", e.Question, e.Kind, e.Detail)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // deliver queues the bcp_response_delivery of a validated result: the

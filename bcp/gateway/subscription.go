@@ -97,14 +97,14 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 		if err := g.requestApproval(t, a); err != nil {
 			return ack{}, err
 		}
-		rec.Outcome, rec.MeasuredBits = "ok", res.MeasuredBits
+		rec.Outcome, rec.MeasuredBits, rec.Detail = "ok", res.MeasuredBits, evidenceDetail(res.Evidence)
 		return accepted("valid; awaiting a reviewer's approval (%s) before delivery", a.ID), t.audit(rec)
 	}
 	detail := fmt.Sprintf("published to controller %s (Cat-%d, %.1f bits)", r.Controller, sub.Spec.Category, float64(res.DeclaredBits))
 	if err := g.deliverPush(t, r.Controller, reader, r.SubscriptionID, res, detail); err != nil {
 		return ack{}, err
 	}
-	rec.Outcome, rec.MeasuredBits = "ok", res.MeasuredBits
+	rec.Outcome, rec.MeasuredBits, rec.Detail = "ok", res.MeasuredBits, evidenceDetail(res.Evidence)
 	return accepted("%s", detail), t.audit(rec)
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/bub-bus/bub/bcp"
@@ -47,12 +48,9 @@ var envelopeKeys = map[string]bool{"type": true, "target": true, "justification"
 // is a CodeMalformed error; a spec that breaks a rule is CodeInvalidSpec
 // wrapping the bcp error. It never panics.
 func DecodeQueryRequest(payload []byte) (*QueryRequest, error) {
-	if len(payload) > maxPayloadBytes {
-		return nil, &wireError{CodeMalformed, fmt.Sprintf("request of %d bytes is over %d", len(payload), maxPayloadBytes)}
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &raw); err != nil {
-		return nil, &wireError{CodeMalformed, "not a JSON object: " + err.Error()}
+	raw, err := decodeEnvelope(payload, TypeQueryRequest)
+	if err != nil {
+		return nil, err
 	}
 	var req QueryRequest
 	if err := decodeString(raw, "target", &req.Target, true); err != nil {
@@ -96,12 +94,9 @@ type Response struct {
 // subscription_id (with controller), and a response object. It never
 // panics.
 func DecodeResponse(payload []byte) (*Response, error) {
-	if len(payload) > maxPayloadBytes {
-		return nil, &wireError{CodeMalformed, fmt.Sprintf("response of %d bytes is over %d", len(payload), maxPayloadBytes)}
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(payload, &raw); err != nil {
-		return nil, &wireError{CodeMalformed, "not a JSON object: " + err.Error()}
+	raw, err := decodeEnvelope(payload, TypeResponse)
+	if err != nil {
+		return nil, err
 	}
 	for k := range raw {
 		switch k {
@@ -137,6 +132,33 @@ func DecodeResponse(payload []byte) (*Response, error) {
 		return nil, &wireError{CodeMalformed, "bcp_response's response is not a JSON object"}
 	}
 	return &r, nil
+}
+
+// decodeEnvelope decodes a message the gateway reads into its top-level
+// members, with the strict decoder of package bcp: a duplicate key at any
+// depth, invalid UTF-8 or data after the object is malformed, as in the
+// spec and the response it carries (docs/BCP.md section 1).
+func decodeEnvelope(payload []byte, what string) (map[string]json.RawMessage, error) {
+	if len(payload) > maxPayloadBytes {
+		return nil, &wireError{CodeMalformed, fmt.Sprintf("%s of %d bytes is over %d", what, len(payload), maxPayloadBytes)}
+	}
+	if err := bcp.CheckJSON(payload); err != nil {
+		return nil, &wireError{CodeMalformed, what + ": " + bcpDetail(err)}
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &raw); err != nil || raw == nil {
+		return nil, &wireError{CodeMalformed, what + " is not a JSON object"}
+	}
+	return raw, nil
+}
+
+// bcpDetail is a bcp error's detail, or the error's text.
+func bcpDetail(err error) string {
+	var e *bcp.Error
+	if errors.As(err, &e) {
+		return e.Detail
+	}
+	return err.Error()
 }
 
 // decodeString reads key of raw as a string; required says an absent or

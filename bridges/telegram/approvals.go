@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bub-bus/bub/peer"
-	"github.com/bub-bus/bub/protocol"
 )
 
 // BCP human approval (docs/BCP.md, "Category 3 and human approval"): with
@@ -34,7 +33,10 @@ import (
 // (bcp/gateway); repeated here so that the bridge does not depend on the
 // gateway.
 const (
-	TopicApproval          = "bcp:approval"
+	TopicApproval = "bcp:approval"
+	// TopicApprovalRequested is the prefix of the topic on which the
+	// gateway tells each approver and relay, by clientId, what awaits a
+	// decision: the bridge hears "bcp:approval.requested.{ClientID}".
 	TopicApprovalRequested = "bcp:approval.requested"
 
 	typeApprovalRequest  = "bcp_approval_request"
@@ -116,15 +118,20 @@ func newApprovalMetrics(reg *prometheus.Registry) *approvalMetrics {
 // approvalsOn reports whether the bridge relays BCP approvals.
 func (b *Bridge) approvalsOn() bool { return b.opts.ApproverChat != 0 }
 
-// subscribeApprovals subscribes bcp:approval.requested when approvals
-// are on. continueAll: other approvers' clients hear the requests too.
+// approvalTopic is where the gateway sends this bridge its approval
+// requests: a topic of its own, so that no other approver's client, whose
+// subscription would shadow an identical one, can keep them from it.
+func (b *Bridge) approvalTopic() string { return TopicApprovalRequested + "." + b.opts.ClientID }
+
+// subscribeApprovals subscribes the bridge's approval topic when
+// approvals are on.
 func (b *Bridge) subscribeApprovals(ctx context.Context, conn *peer.Conn) error {
 	if !b.approvalsOn() {
 		return nil
 	}
-	err := conn.Subscribe(ctx, TopicApprovalRequested, b.onApprovalRequest, &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll})
-	if err != nil {
-		return fmt.Errorf("telegram: subscribe %s: %w (with --approver-chat the bridge's credential must allow it, and publishing to %s)", TopicApprovalRequested, err, TopicApproval)
+	topic := b.approvalTopic()
+	if err := conn.Subscribe(ctx, topic, b.onApprovalRequest, nil); err != nil {
+		return fmt.Errorf("telegram: subscribe %s: %w (with --approver-chat the bridge's credential must allow it, and publishing to %s)", topic, err, TopicApproval)
 	}
 	return nil
 }

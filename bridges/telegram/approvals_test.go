@@ -51,7 +51,7 @@ func (h *harness) approvalPeer(clientID string, decides bool) *approvalPeer {
 
 func (p *approvalPeer) request(t *testing.T, payload map[string]any) protocol.SendMessageResult {
 	t.Helper()
-	res, err := p.conn.SendMessage(context.Background(), telegram.TopicApprovalRequested, payload, nil)
+	res, err := p.conn.SendMessage(context.Background(), telegram.TopicApprovalRequested+".telegram", payload, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,7 +187,7 @@ func bcpSend(ctx context.Context, io stdio, cf *clientFlags, topic string, paylo
 	}
 	v := bcpVerdict{MessageID: res.MessageID}
 	if isQuery {
-		v.QueryID, v.MessageID = res.MessageID, ""
+		v.MessageID = ""
 	}
 	switch {
 	case len(res.Acks) == 0:
@@ -197,13 +197,12 @@ func bcpSend(ctx context.Context, io stdio, cf *clientFlags, topic string, paylo
 	default:
 		a := res.Acks[0]
 		v.OK, v.Message = a.Processed, a.Message
+		if isQuery {
+			v.QueryID = gateway.QueryIDOf(a.Message)
+		}
 		if !a.Processed {
 			v.Code, _, _ = strings.Cut(a.Message, ":")
 		}
-	}
-	if !v.OK {
-		// A refused query is no query: its messageId names nothing.
-		v.QueryID = ""
 	}
 	out, _ := json.Marshal(v)
 	fmt.Fprintln(io.out, string(out))

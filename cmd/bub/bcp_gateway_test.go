@@ -71,16 +71,17 @@ func startBCPBus(t *testing.T) string {
 		{Name: "alice", TokenSHA256: hashToken("alice-token"), Grant: auth.Grant{
 			ClientIDs: []string{"alice"},
 			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
+			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested.{{clientId}}"}},
 		}},
 		// The Telegram bridge, a relay for Telegram approvers (README).
 		{Name: "telegram", TokenSHA256: hashToken("telegram-token"), Grant: auth.Grant{
 			ClientIDs: []string{"telegram"},
 			Publish:   auth.Rules{Allow: []string{"tg:*", "bcp:approval"}},
-			Subscribe: auth.Rules{Allow: []string{"outbound:*", "bcp:approval.requested"}},
+			Subscribe: auth.Rules{Allow: []string{"outbound:*", "bcp:approval.requested.telegram"}},
 		}},
 		{Name: "bcp-gateway", TokenSHA256: hashToken("gateway-token"), Grant: auth.Grant{
 			ClientIDs: []string{"bcp-gateway"},
-			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested"}},
+			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested.*"}},
 			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.*"}},
 		}},
 	}}, t.TempDir())

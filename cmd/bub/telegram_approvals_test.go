@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/bub-bus/bub/bcp/gateway"
 	"github.com/bub-bus/bub/bridges/telegram/telegramtest"
+	"github.com/bub-bus/bub/peer"
 )
 
 // A Category-3 query decided from Telegram: a bus with auth, bub bcp
@@ -122,5 +125,105 @@ func TestTelegramApprovalsEndToEnd(t *testing.T) {
 	code, out, stderr := runCLI(t.Context(), "", "bcp", "audit", "--data-dir", dataDir)
 	if code != 0 || !strings.Contains(out, "tg:42 via telegram") {
 		t.Fatalf("bub bcp audit: exit %d, %s %s", code, out, stderr)
+	}
+}
+
+// Two approvers' clients in one deployment: alice's own client on the
+// bus (deciding with bub bcp approvals) and bub telegram, a relay. Each
+// hears every request and every closing, whoever subscribed last (on one
+// shared topic the newest subscription would shadow the other); a
+// decision from either side closes the approval for both.
+func TestTelegramAndCLIApproversTogether(t *testing.T) {
+	const chat, approver = -1001, 42
+	url := startBCPBus(t)
+	dir := t.TempDir()
+	writeFile(t, dir, "main.md", gatewayMain)
+	writeFile(t, dir, "researcher.md", gatewayResearcher)
+	runGateway(t, url, "--agents", dir, "--data-dir", t.TempDir(), "--approvers", "alice", "--relays", "telegram=42")
+	_, readerInbox := dialAgent(t, url, "researcher")
+	nextOf(t, readerInbox, gateway.TypeSubscriptionsActive)
+
+	// alice's client subscribes first, the bridge after it.
+	alice, err := peer.Dial(t.Context(), url, &peer.Options{ClientID: "alice", Token: "alice-token", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alice.Close() })
+	aliceInbox := make(chan *peer.Delivery, 16)
+	err = alice.Subscribe(t.Context(), gateway.ApprovalTopic("alice"), func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		aliceInbox <- d
+		return peer.Result{Processed: true}, nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := telegramtest.Start(t)
+	bridge := startBub(t, []string{"BUB_BUS_URL=" + url, "BUB_TOKEN=telegram-token", "GORACE=atexit_sleep_ms=0",
+		"BUB_TELEGRAM_TOKEN=" + telegramtest.Token, "BUB_TELEGRAM_API_URL=" + tg.URL},
+		"telegram", "--poll-timeout", "1s", "--data-dir", filepath.Join(t.TempDir(), "tg"),
+		"--allow-users", "99", "--approver-chat", "-1001", "--approvers", "42")
+	pollFor(t, "the bridge to be ready", func() bool { return strings.Contains(bridge.stderr.String(), "telegram bridge ready") })
+
+	aliceGets := func(typ, approvalID string) {
+		t.Helper()
+		d := nextOf(t, aliceInbox, typ)
+		if d.From != "bcp-gateway" || !strings.Contains(string(d.Payload), `"approval_id":"`+approvalID+`"`) {
+			t.Fatalf("alice got %s from %s, want %s of %s", d.Payload, d.From, typ, approvalID)
+		}
+	}
+	escalate := func() string {
+		t.Helper()
+		spec := writeFile(t, t.TempDir(), "spec.json", `{"category": 3, "directive": "Summarize the page.", "max_words": 2}`)
+		code, v := bcpCLI(t, url, "main", "bcp", "query", "--to", "researcher", "--spec", spec, "--justification", "no structure to ask about")
+		if code != 0 || !v.OK {
+			t.Fatalf("bcp query: exit %d, %+v", code, v)
+		}
+		return "escalation-" + v.QueryID
+	}
+	posted := func(n int) telegramtest.Sent {
+		t.Helper()
+		if !tg.Wait(30*time.Second, func() bool { return len(tg.SentTo(chat)) >= n }) {
+			t.Fatalf("approval request %d not posted; sent %+v; bridge:\n%s", n, tg.Sent(), bridge.stderr)
+		}
+		return tg.SentTo(chat)[n-1]
+	}
+	closedInChat := func(n int, label string) {
+		t.Helper()
+		if !tg.Wait(30*time.Second, func() bool {
+			edits := tg.Edits()
+			return len(edits) >= n && edits[n-1].Labels[0][0] == label
+		}) {
+			t.Fatalf("closing %d not shown as %q; edits %+v; bridge:\n%s", n, label, tg.Edits(), bridge.stderr)
+		}
+	}
+
+	// The first escalation reaches both; alice approves it from the CLI,
+	// and the chat shows who did.
+	first := escalate()
+	aliceGets(gateway.TypeApprovalRequest, first)
+	if req := posted(1); !strings.Contains(req.Text, "Approval: "+first) {
+		t.Fatalf("posted %q, want %s", req.Text, first)
+	}
+	t.Setenv("BUB_TOKEN", "alice-token")
+	if code, out, stderr := runCLI(t.Context(), "", "bcp", "approvals", "approve", first, "--client-id", "alice"); code != 0 || !strings.Contains(out, `"ok":true`) {
+		t.Fatalf("approve from the CLI: exit %d, %s %s", code, out, stderr)
+	}
+	nextOf(t, readerInbox, gateway.TypeQuery)
+	aliceGets(gateway.TypeApprovalClosed, first)
+	closedInChat(1, "Approved by alice")
+
+	// The second reaches both too; 42 rejects it in Telegram, and alice's
+	// client hears it closed.
+	second := escalate()
+	aliceGets(gateway.TypeApprovalRequest, second)
+	req := posted(2)
+	if text := tg.Press(chat, approver, 2, req.Buttons[0][1]); !tg.Wait(30*time.Second, func() bool { a, ok := tg.AnswerText(text); return ok && a == "rejected" }) {
+		t.Fatalf("reject in Telegram not answered; bridge:\n%s", bridge.stderr)
+	}
+	aliceGets(gateway.TypeApprovalClosed, second)
+	closedInChat(2, "Rejected by tg:42 via telegram")
+	t.Setenv("BUB_TOKEN", "alice-token")
+	if code, out, stderr := runCLI(t.Context(), "", "bcp", "approvals", "list", "--client-id", "alice"); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("approvals list: exit %d, %q %s", code, out, stderr)
 	}
 }
