@@ -116,10 +116,15 @@ type Gateway struct {
 	metrics       *metrics
 	conn          *peer.Conn
 
-	kick   chan struct{} // wakes the sender
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	closed sync.Once
+	kick chan struct{} // wakes the sender
+	// sendingMu guards sending: the topics whose queue a goroutine is
+	// sending, each with whether it must look again before it stops
+	// (something was queued while it was busy).
+	sendingMu sync.Mutex
+	sending   map[string]bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closed    sync.Once
 }
 
 // Start checks the definitions, opens the state file, connects to the bus
@@ -165,7 +170,7 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	st.readers = readers
 	g := &Gateway{
 		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, approverNames: approverNames, relays: relays, metrics: newMetrics(st),
-		kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		kick: make(chan struct{}, 1), sending: map[string]bool{}, stop: make(chan struct{}),
 	}
 	st.metrics = g.metrics
 	conn, err := peer.Dial(ctx, opts.BusURL, &peer.Options{
@@ -336,17 +341,19 @@ func (g *Gateway) wake() {
 	}
 }
 
-// sender hands queued messages to the bus in order. A message leaves the
-// queue once the bus has it: routed, or held for an absent agent. When
-// the bus cannot be reached it waits and tries again, so nothing the
-// gateway decided is lost.
+// sender hands queued messages to the bus, each destination topic's in
+// order, and the topics independently: a sendMessage returns only once
+// every subscriber answered or timed out, so one queue for all would let
+// a silent agent hold up everyone's messages by a delivery timeout each.
+// A message leaves its queue once the bus has it: routed, or held for an
+// absent agent. When the bus cannot be reached the queue waits and tries
+// again, so nothing the gateway decided is lost.
 func (g *Gateway) sender() {
 	defer g.wg.Done()
 	retry := time.NewTicker(time.Second)
 	defer retry.Stop()
 	for {
-		for g.sendOne() {
-		}
+		g.startSending()
 		select {
 		case <-g.stop:
 			return
@@ -356,14 +363,57 @@ func (g *Gateway) sender() {
 	}
 }
 
-// sendOne sends the oldest queued message; false means stop for now.
-func (g *Gateway) sendOne() bool {
+// startSending starts a goroutine for each topic with queued messages and
+// none sending it, and tells those already sending to look again.
+func (g *Gateway) startSending() {
+	topics, err := g.state.outboxTopics()
+	if err != nil {
+		g.log.Error("bcp gateway: read outbox", "err", err)
+		return
+	}
+	g.sendingMu.Lock()
+	defer g.sendingMu.Unlock()
+	for _, topic := range topics {
+		if _, busy := g.sending[topic]; busy {
+			g.sending[topic] = true
+			continue
+		}
+		g.sending[topic] = false
+		g.wg.Add(1)
+		go g.sendTopic(topic)
+	}
+}
+
+// sendTopic sends topic's queue until it is empty (or the bus cannot be
+// reached), then stops.
+func (g *Gateway) sendTopic(topic string) {
+	defer g.wg.Done()
+	for {
+		for g.sendOne(topic) {
+		}
+		g.sendingMu.Lock()
+		again := g.sending[topic]
+		if again {
+			g.sending[topic] = false
+		} else {
+			delete(g.sending, topic)
+		}
+		g.sendingMu.Unlock()
+		if !again {
+			return
+		}
+	}
+}
+
+// sendOne sends the oldest message queued for topic; false means stop
+// for now.
+func (g *Gateway) sendOne(topic string) bool {
 	select {
 	case <-g.stop:
 		return false
 	default:
 	}
-	key, m, ok, err := g.state.nextOutbox()
+	key, m, ok, err := g.state.nextOutbox(topic)
 	if err != nil {
 		g.log.Error("bcp gateway: read outbox", "err", err)
 		return false

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -22,7 +23,7 @@ const FileName = "bcp-gateway.db"
 var (
 	bucketQueries = []byte("queries") // query id → queryRecord
 	bucketBudgets = []byte("budgets") // controller "/" reader → budgetRecord
-	bucketOutbox  = []byte("outbox")  // sequence → outMessage, sent in order
+	bucketOutbox  = []byte("outbox")  // topic "\x00" sequence → outMessage, sent in order per topic
 	bucketAudit   = []byte("audit")   // sequence → AuditRecord, append-only
 	bucketSeen    = []byte("seen")    // bus messageId → seenRecord
 	bucketPushes  = []byte("pushes")  // reader "/" controller "/" subscription → []time.Time of the last hour
@@ -168,6 +169,10 @@ func openState(dir string) (*state, error) {
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("bcp gateway: init %s: %w", path, err)
+	}
+	if err := db.Update(migrateOutbox); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("bcp gateway: outbox of %s: %w", path, err)
 	}
 	st := &state{db: db}
 	if st.mirror, err = openAuditMirror(filepath.Join(dir, AuditFileName), st); err != nil {
@@ -345,14 +350,49 @@ func (t *txn) queue(m *outMessage) error {
 	return t.enqueue(m)
 }
 
-// enqueue appends m to the outbox.
+// enqueue appends m to the outbox, at the end of its topic's queue.
 func (t *txn) enqueue(m *outMessage) error {
 	b := t.tx.Bucket(bucketOutbox)
 	seq, err := b.NextSequence()
 	if err != nil {
 		return err
 	}
-	return t.putJSON(bucketOutbox, seqKey(seq), m)
+	return t.putJSON(bucketOutbox, outboxKey(m.Topic, seq), m)
+}
+
+// outboxKey keys a message by its topic, then its sequence, so that each
+// topic's messages form a queue of their own, in order. A topic holds no
+// NUL byte (protocol.ValidateTopic refuses control characters).
+func outboxKey(topic string, seq uint64) string { return topic + "\x00" + seqKey(seq) }
+
+// migrateOutbox re-keys messages a gateway of an earlier version queued
+// under their sequence alone (8 bytes, shorter than any new key), keeping
+// their order.
+func migrateOutbox(tx *bolt.Tx) error {
+	b := tx.Bucket(bucketOutbox)
+	var keys, values [][]byte
+	err := b.ForEach(func(k, v []byte) error {
+		if len(k) == 8 {
+			keys, values = append(keys, append([]byte(nil), k...)), append(values, append([]byte(nil), v...))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, k := range keys {
+		var m outMessage
+		if err := json.Unmarshal(values[i], &m); err != nil {
+			return fmt.Errorf("queued message %d: %w", binary.BigEndian.Uint64(k), err)
+		}
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+		if err := b.Put([]byte(outboxKey(m.Topic, binary.BigEndian.Uint64(k))), values[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // audit appends a record to the audit log.
@@ -393,17 +433,39 @@ func seqKey(seq uint64) string {
 	return string(b[:])
 }
 
-// nextOutbox returns the oldest queued message and its key, or ok false.
-func (s *state) nextOutbox() (key []byte, m outMessage, ok bool, err error) {
+// nextOutbox returns the oldest message queued for topic and its key, or
+// ok false.
+func (s *state) nextOutbox(topic string) (key []byte, m outMessage, ok bool, err error) {
+	prefix := []byte(topic + "\x00")
 	err = s.db.View(func(tx *bolt.Tx) error {
-		k, v := tx.Bucket(bucketOutbox).Cursor().First()
-		if k == nil {
+		k, v := tx.Bucket(bucketOutbox).Cursor().Seek(prefix)
+		if k == nil || !bytes.HasPrefix(k, prefix) {
 			return nil
 		}
 		key, ok = append([]byte(nil), k...), true
 		return json.Unmarshal(v, &m)
 	})
 	return key, m, ok, err
+}
+
+// outboxTopics returns the topics that have messages queued, skipping
+// from one topic's queue to the next.
+func (s *state) outboxTopics() ([]string, error) {
+	var topics []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketOutbox).Cursor()
+		for k, _ := c.First(); k != nil; {
+			topic, _, ok := bytes.Cut(k, []byte{0})
+			if !ok {
+				return fmt.Errorf("bcp gateway: outbox key %q has no topic", k)
+			}
+			topics = append(topics, string(topic))
+			// The first key after every key of this topic.
+			k, _ = c.Seek(append(append([]byte(nil), topic...), 1))
+		}
+		return nil
+	})
+	return topics, err
 }
 
 // finishOutbox dequeues the message at key and, in the same transaction,

@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/peer"
+)
+
+// A Reader that stops answering holds up its own channel only: with the
+// bus's delivery timeout at a minute, another Reader's query and its
+// Controller's delivery still go out at once, not a timeout later.
+func TestSilentReaderDelaysNoOne(t *testing.T) {
+	f := newFixtureWith(t, func(o *bus.Options) { o.DeliveryTimeout = time.Minute })
+	g := f.gateway(nil)
+	main := f.agent("main")
+	scraper := f.reader("scraper")
+
+	// researcher acknowledges its list, then never answers a query.
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	silent, err := peer.Dial(ctx, f.srv.URL, &peer.Options{ClientID: "researcher", Token: tokens["researcher"], Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) }) // runs first: the handler returns before the connection closes
+	got := make(chan string, 16)
+	err = silent.Subscribe(ctx, peer.AgentTopic("researcher"), func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		got <- d.Type()
+		if d.Type() == TypeQuery {
+			<-release
+		}
+		return peer.Result{Processed: true}, nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the researcher to be ready", func() bool { return readerReady(t, g, "researcher") })
+	main.query(cat1Query("researcher"))
+	for typ := ""; typ != TypeQuery; {
+		select {
+		case typ = <-got:
+		case <-time.After(bustest.Timeout):
+			t.Fatal("the silent researcher got no query")
+		}
+	}
+
+	// researcher now holds its query; scraper's channel goes on.
+	start := time.Now()
+	id := main.query(cat1Query("scraper"))
+	scraper.expect(TypeQuery)
+	scraper.send(TopicResponse, answer(id, map[string]any{"is_urgent": true, "sentiment": "neutral"}))
+	scraper.expect(TypeValidationResult)
+	if del := main.expect(TypeResponseDelivery); del["query_id"] != id {
+		t.Fatalf("delivery %v, want %s", del, id)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("scraper's round trip took %v behind a silent researcher", took)
+	}
+}
+
+// Messages an earlier gateway queued under their sequence alone are
+// re-keyed by topic when the state file opens, in their order.
+func TestOutboxMigration(t *testing.T) {
+	dir := t.TempDir()
+	st, err := openState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.db.Update(func(tx *bolt.Tx) error {
+		for i, topic := range []string{"agent:main", "agent:researcher", "agent:main"} {
+			data, _ := json.Marshal(outMessage{Topic: topic, Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+			if err := tx.Bucket(bucketOutbox).Put([]byte(seqKey(uint64(i+1))), data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.close()
+	if st, err = openState(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	topics, err := st.outboxTopics()
+	if err != nil || !slices.Equal(topics, []string{"agent:main", "agent:researcher"}) {
+		t.Fatalf("topics = %v, %v", topics, err)
+	}
+	key, m, ok, err := st.nextOutbox("agent:main")
+	if !ok || err != nil || string(m.Payload) != `{"n":0}` || string(key) != outboxKey("agent:main", 1) {
+		t.Fatalf("next of agent:main = %q %+v %v %v, want the first message", key, m, ok, err)
+	}
+}
