@@ -61,7 +61,7 @@ auth:
     - name: bcp-gateway                 # docs/BCP.md: the gateway's grant
       token_sha256: "$gateway_hash"
       client_ids: ["bcp-gateway"]
-      publish:   {allow: ["agent:*", "bcp:approval.requested", "alert:bcp.budget"]}
+      publish:   {allow: ["agent:*", "bcp:approval.requested.*", "alert:bcp.budget"]}
       subscribe: {allow: ["bcp:*", "system:client.*"]}
     - name: telegram                    # bub telegram (the telegram profile)
       token_sha256: "$telegram_hash"
@@ -69,7 +69,7 @@ auth:
       # bcp:approval*: relaying BCP approvals (--approver-chat) for the
       # gateway's --relays telegram=IDS; unused otherwise.
       publish:   {allow: ["tg:*", "bcp:approval"]}
-      subscribe: {allow: ["outbound:*", "bcp:approval.requested"]}
+      subscribe: {allow: ["outbound:*", "bcp:approval.requested.telegram"]}
     # The example BCP agents (examples/agents): main.token and
     # researcher.token are theirs. The Reader may reach the Controller
     # only through the gateway (docs/SECURITY.md, "The BCP shape").

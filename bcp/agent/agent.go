@@ -15,7 +15,7 @@ import (
 
 // RefusedError is the gateway's refusal of a query, answer or publish.
 type RefusedError struct {
-	// Code is the refusal's code (budget_exhausted, not_your_query,
+	// Code is the refusal's code (budget_exhausted, unknown_query,
 	// too_many_words, ...; docs/BCP.md section 11).
 	Code string
 	// Message is the gateway's whole ack message.

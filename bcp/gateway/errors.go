@@ -20,10 +20,11 @@ const (
 	// decisions, and this gateway has no approval flow; it refuses rather
 	// than deliver a summary no human has read.
 	CodeApprovalUnavailable = "approval_unavailable"
-	// CodeUnknownQuery: no query has that id.
+	// CodeUnknownQuery: the sender has no query of that id: none exists,
+	// or it was sent to another Reader (the two are one answer).
 	CodeUnknownQuery = "unknown_query"
-	// CodeNotYourQuery: the answer came from an agent other than the
-	// Reader the query was sent to.
+	// CodeNotYourQuery is the audit log's outcome of an answer to a query
+	// sent to another Reader; the Reader itself hears CodeUnknownQuery.
 	CodeNotYourQuery = "not_your_query"
 	// CodeQueryClosed: the query was already answered, failed or expired.
 	CodeQueryClosed = "query_closed"
