@@ -29,10 +29,12 @@
 // # Caveats
 //
 // Anomaly detection is a heuristic: it flags (or, with [RejectAnomalies],
-// rejects) instruction-like text, URLs, code, invisible characters and
-// mixed scripts, but it cannot prove an answer harmless. The structural
-// limits (categories, word and character caps, budgets) are the defence;
-// Category 3 summaries always require human approval.
+// rejects) instruction-like text, URLs, code and invisible characters,
+// but it cannot prove an answer harmless. The structural limits
+// (categories, word and character caps, budgets) are the defence; a word
+// of two scripts is refused outright, and Category 3 summaries always
+// require human approval. [Result.Evidence] (which invisible characters
+// an answer held) is for audit logs: a Controller must never see it.
 //
 // All types are safe to share between goroutines once built, except that a
 // Spec or Definition must not be modified while another goroutine uses it.
