@@ -13,6 +13,29 @@ import (
 	"github.com/bub-bus/bub/peer"
 )
 
+// approvalBridge runs bub telegram against a fake Bot API as the relay
+// of BCP approvals for Telegram user 42 in chat -1001, and waits until it
+// serves.
+func approvalBridge(t *testing.T, url string) (*telegramtest.Server, *process) {
+	t.Helper()
+	tg := telegramtest.Start(t)
+	bridge := startBub(t, []string{"BUB_BUS_URL=" + url, "BUB_TOKEN=telegram-token", "GORACE=atexit_sleep_ms=0",
+		"BUB_TELEGRAM_TOKEN=" + telegramtest.Token, "BUB_TELEGRAM_API_URL=" + tg.URL},
+		"telegram", "--poll-timeout", "1s", "--data-dir", filepath.Join(t.TempDir(), "tg"),
+		"--allow-users", "99", "--approver-chat", "-1001", "--approvers", "42")
+	pollFor(t, "the bridge to be ready", func() bool { return strings.Contains(bridge.stderr.String(), "telegram bridge ready") })
+	return tg, bridge
+}
+
+// postedTo waits for the bridge's nth message to chat and returns it.
+func postedTo(t *testing.T, tg *telegramtest.Server, bridge *process, chat int64, n int) telegramtest.Sent {
+	t.Helper()
+	if !tg.Wait(30*time.Second, func() bool { return len(tg.SentTo(chat)) >= n }) {
+		t.Fatalf("approval request %d not posted; sent %+v; bridge:\n%s", n, tg.Sent(), bridge.stderr)
+	}
+	return tg.SentTo(chat)[n-1]
+}
+
 // A Category-3 query decided from Telegram: a bus with auth, bub bcp
 // gateway with --relays telegram=42, and bub telegram as its own process
 // against the fake Bot API. The escalation is posted to the approver
@@ -31,20 +54,9 @@ func TestTelegramApprovalsEndToEnd(t *testing.T) {
 	_, readerInbox := dialAgent(t, url, "researcher")
 	nextOf(t, readerInbox, gateway.TypeSubscriptionsActive)
 
-	tg := telegramtest.Start(t)
-	bridge := startBub(t, []string{"BUB_BUS_URL=" + url, "BUB_TOKEN=telegram-token", "GORACE=atexit_sleep_ms=0",
-		"BUB_TELEGRAM_TOKEN=" + telegramtest.Token, "BUB_TELEGRAM_API_URL=" + tg.URL},
-		"telegram", "--poll-timeout", "1s", "--data-dir", filepath.Join(t.TempDir(), "tg"),
-		"--allow-users", "99", "--approver-chat", "-1001", "--approvers", "42")
-	pollFor(t, "the bridge to be ready", func() bool { return strings.Contains(bridge.stderr.String(), "telegram bridge ready") })
+	tg, bridge := approvalBridge(t, url)
 
-	posted := func(n int) telegramtest.Sent {
-		t.Helper()
-		if !tg.Wait(30*time.Second, func() bool { return len(tg.SentTo(chat)) >= n }) {
-			t.Fatalf("approval request %d not posted; sent %+v; bridge:\n%s", n, tg.Sent(), bridge.stderr)
-		}
-		return tg.SentTo(chat)[n-1]
-	}
+	posted := func(n int) telegramtest.Sent { t.Helper(); return postedTo(t, tg, bridge, chat, n) }
 	answered := func(id string) string {
 		t.Helper()
 		var text string
@@ -157,12 +169,7 @@ func TestTelegramAndCLIApproversTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tg := telegramtest.Start(t)
-	bridge := startBub(t, []string{"BUB_BUS_URL=" + url, "BUB_TOKEN=telegram-token", "GORACE=atexit_sleep_ms=0",
-		"BUB_TELEGRAM_TOKEN=" + telegramtest.Token, "BUB_TELEGRAM_API_URL=" + tg.URL},
-		"telegram", "--poll-timeout", "1s", "--data-dir", filepath.Join(t.TempDir(), "tg"),
-		"--allow-users", "99", "--approver-chat", "-1001", "--approvers", "42")
-	pollFor(t, "the bridge to be ready", func() bool { return strings.Contains(bridge.stderr.String(), "telegram bridge ready") })
+	tg, bridge := approvalBridge(t, url)
 
 	aliceGets := func(typ, approvalID string) {
 		t.Helper()
@@ -180,13 +187,7 @@ func TestTelegramAndCLIApproversTogether(t *testing.T) {
 		}
 		return "escalation-" + v.QueryID
 	}
-	posted := func(n int) telegramtest.Sent {
-		t.Helper()
-		if !tg.Wait(30*time.Second, func() bool { return len(tg.SentTo(chat)) >= n }) {
-			t.Fatalf("approval request %d not posted; sent %+v; bridge:\n%s", n, tg.Sent(), bridge.stderr)
-		}
-		return tg.SentTo(chat)[n-1]
-	}
+	posted := func(n int) telegramtest.Sent { t.Helper(); return postedTo(t, tg, bridge, chat, n) }
 	closedInChat := func(n int, label string) {
 		t.Helper()
 		if !tg.Wait(30*time.Second, func() bool {
