@@ -265,3 +265,33 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 		t.Fatalf("usage after restart = %+v, want %+v", u, spent)
 	}
 }
+
+// Every approver's and relay's client hears every request and every
+// closing, on its own topic: on one shared topic the bus would route
+// each to the newest of the identical subscriptions only.
+func TestEveryApproverHearsEveryRequest(t *testing.T) {
+	f := newFixture(t)
+	f.gateway(func(o *Options) {
+		o.Approvers = []string{"alice", "bob"}
+		o.Relays = map[string][]string{"telegram": {"42"}}
+	})
+	main := f.agent("main")
+	f.reader("scraper")
+	clients := []*agent{f.dial("alice", ApprovalTopic("alice")), f.dial("bob", ApprovalTopic("bob")), f.dial("telegram", ApprovalTopic("telegram"))}
+	for i := range 2 {
+		id := main.query(cat3Query("the report has no structure to ask about"))
+		for _, c := range clients {
+			if req := c.expect(TypeApprovalRequest); req["approval_id"] != "escalation-"+id {
+				t.Fatalf("query %d: %s got %v", i, c.name, req)
+			}
+		}
+		if _, ack := clients[i].send(TopicApproval, decision("escalation-"+id, "reject")); !ack.Processed {
+			t.Fatalf("%s's decision refused: %s", clients[i].name, ack.Message)
+		}
+		for _, c := range clients {
+			if closed := c.expect(TypeApprovalClosed); closed["approval_id"] != "escalation-"+id || closed["decided_by"] != clients[i].name {
+				t.Fatalf("query %d: %s got %v", i, c.name, closed)
+			}
+		}
+	}
+}

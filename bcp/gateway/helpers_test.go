@@ -90,7 +90,7 @@ Reader.
 // tokens are the static credentials of the test identities.
 var tokens = map[string]string{
 	"main": "main-token", "researcher": "researcher-token", "scraper": "scraper-token", "bcp-gateway": "gateway-token",
-	"alice": "alice-token", "telegram": "telegram-token",
+	"alice": "alice-token", "bob": "bob-token", "telegram": "telegram-token",
 	"ops": "ops-token", "observer": "observer-token",
 }
 
@@ -108,6 +108,13 @@ func authConfig() auth.Config {
 			Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}"}},
 		}}
 	}
+	approver := func(name string) auth.Identity {
+		return auth.Identity{Name: name, TokenSHA256: sha(tokens[name]), Grant: auth.Grant{
+			ClientIDs: []string{name},
+			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
+			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested.{{clientId}}"}},
+		}}
+	}
 	return auth.Config{Identities: []auth.Identity{
 		agent("main"), agent("researcher"), agent("scraper"),
 		// An operator's monitor of budget alerts.
@@ -120,12 +127,8 @@ func authConfig() auth.Config {
 			ClientIDs: []string{"observer"},
 			Subscribe: auth.Rules{Allow: []string{"system:client.*"}},
 		}},
-		// A human's client: decides on bcp:approval, watches requests.
-		{Name: "alice", TokenSHA256: sha(tokens["alice"]), Grant: auth.Grant{
-			ClientIDs: []string{"alice"},
-			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
-			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested.{{clientId}}"}},
-		}},
+		// Humans' clients: decide on bcp:approval, watch requests.
+		approver("alice"), approver("bob"),
 		// A relay: the Telegram bridge, deciding for Telegram users.
 		{Name: "telegram", TokenSHA256: sha(tokens["telegram"]), Grant: auth.Grant{
 			ClientIDs: []string{"telegram"},
