@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bub-bus/bub/bus/bustest"
 )
 
 func cat3Query(justification string) map[string]any {
@@ -293,5 +296,17 @@ func TestEveryApproverHearsEveryRequest(t *testing.T) {
 				t.Fatalf("query %d: %s got %v", i, c.name, closed)
 			}
 		}
+	}
+}
+
+// An approver whose clientId cannot make a topic stops the gateway at
+// start, rather than have every request to it refused by the bus.
+func TestApproverNeedsATopic(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	_, err := Start(ctx, Options{BusURL: f.srv.URL, Token: tokens["bcp-gateway"], Definitions: f.defs, DataDir: f.dataDir, Approvers: []string{"al*ce"}})
+	if err == nil || !strings.Contains(err.Error(), `approver "al*ce"`) {
+		t.Fatalf("start with approver al*ce: %v", err)
 	}
 }

@@ -159,6 +159,11 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 		approvers[name] = true
 	}
 	approverNames := slices.Sorted(maps.Keys(approvers))
+	for _, name := range approverNames {
+		if err := protocol.ValidateTopic(ApprovalTopic(name)); err != nil {
+			return nil, fmt.Errorf("bcp gateway: approver %q cannot have an approval topic: %w", name, err)
+		}
+	}
 	readers, err := readerInfos(registry, opts.Definitions)
 	if err != nil {
 		return nil, err
