@@ -109,15 +109,13 @@ func runAuth(_ context.Context, std stdio, args []string) int {
 }
 
 // authHelp prints the synopsis and every subcommand's flags, so that one
-// --help shows all of them with their BUB_* variables.
+// --help shows all of them. They are per-invocation arguments, so no
+// BUB_* variable sets them.
 func authHelp(std stdio) {
-	fmt.Fprintf(std.err, "Usage: bub %s\n", authSynopsis)
+	fmt.Fprintf(std.out, "Usage: bub %s\n", authSynopsis)
 	for _, sub := range []string{"keygen", "issue"} {
-		fmt.Fprintf(std.err, "\nFlags of bub auth %s:\n", sub)
-		fs := authFlagSet(std, sub, &authIssueConfig{}, new(string))
-		fs.VisitAll(func(f *flag.Flag) {
-			fmt.Fprintf(std.err, "  --%s (env %s, default %q)\n      %s\n", f.Name, envName(f.Name), f.DefValue, f.Usage)
-		})
+		fmt.Fprintf(std.out, "\nFlags of bub auth %s:\n", sub)
+		printFlags(std.out, authFlagSet(std, sub, &authIssueConfig{}, new(string)))
 	}
 }
 
@@ -215,8 +213,8 @@ func runAuthIssue(std stdio, cfg *authIssueConfig) int {
 		return errorf(std, "auth issue: %v", err)
 	}
 	fmt.Fprintln(std.out, token)
-	// Said on stderr so that a clientId taken from BUB_CLIENT_ID, say,
-	// does not go unnoticed.
+	// Said on stderr, so that stdout is the token alone and the lifetime
+	// is seen without decoding it.
 	fmt.Fprintf(std.err, "bub auth issue: token for clientId %q from issuer %q, valid until %s\n", cfg.clientID, cfg.issuer, now.Add(cfg.ttl).UTC().Format(time.RFC3339))
 	return 0
 }

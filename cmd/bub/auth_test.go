@@ -30,12 +30,13 @@ func TestAuthUsage(t *testing.T) {
 		{[]string{"auth", "issue", "--key", "k", "--issuer", "s"}, 2},
 	}
 	for _, tt := range tests {
-		code, _, stderr := runBub(t, "", tt.args...)
+		code, stdout, stderr := runBub(t, "", tt.args...)
 		if code != tt.code {
 			t.Errorf("bub %s: exit %d, want %d: %s", strings.Join(tt.args, " "), code, tt.code, stderr)
 		}
-		if stderr == "" {
-			t.Errorf("bub %s: nothing on stderr", strings.Join(tt.args, " "))
+		// Help that was asked for is output; a mistake is said on stderr.
+		if said := map[bool]string{true: stdout, false: stderr}[code == 0]; said == "" {
+			t.Errorf("bub %s: nothing said", strings.Join(tt.args, " "))
 		}
 	}
 }

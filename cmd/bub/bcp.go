@@ -44,7 +44,7 @@ func runBCP(ctx context.Context, io stdio, args []string) int {
 		io.cmd = "bcp validate"
 		return runBCPValidate(io, args[1:])
 	case "-h", "--help", "help":
-		fmt.Fprintf(io.err, "Usage: bub %s\n", bcpSynopsis)
+		fmt.Fprintf(io.out, "Usage: bub %s\n", bcpSynopsis)
 		return 0
 	}
 	if run, ok := bcpRuntimeCommands[args[0]]; ok {

@@ -140,7 +140,7 @@ func TestServeRefusesClusterFlagsAlone(t *testing.T) {
 // TestServeHelpExplainsClusterFlags: --help names each cluster flag with
 // its variable and the defaults that apply.
 func TestServeHelpExplainsClusterFlags(t *testing.T) {
-	code, _, help := runBub(t, "", "serve", "--help")
+	code, help, _ := runBub(t, "", "serve", "--help")
 	require.Equal(t, 0, code)
 	for _, want := range []string{
 		"--cluster-name (env BUB_CLUSTER_NAME)",

@@ -66,11 +66,12 @@ type dlqConfig struct {
 }
 
 func runDLQ(ctx context.Context, std stdio, args []string) int {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintf(std.out, "Usage: bub %s\n", dlqUsage)
+		return 0
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprintf(std.err, "Usage: bub %s\n", dlqUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			return 0
-		}
 		return 2
 	}
 	sub, args := args[0], args[1:]

@@ -99,30 +99,37 @@ func envOf(f *flag.Flag) string {
 }
 
 // newFlagSet returns a FlagSet for a subcommand whose usage names the
-// environment variable of each bound flag. The flag package's own
-// messages are discarded: parseFlags prints one line saying what was
-// wrong instead.
+// environment variable of each bound flag. The usage is printed only for
+// --help, which asked for it, so it goes to stdout, where a pipe to grep
+// or less finds it. The flag package's own messages are discarded:
+// parseFlags prints one line saying what was wrong instead.
 func newFlagSet(std stdio, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(std.err, "Usage: bub %s\n\n", synopsis)
-		fs.VisitAll(func(f *flag.Flag) {
-			var notes []string
-			if env := envOf(f); env != "" {
-				notes = append(notes, "env "+env)
-			}
-			if f.DefValue != "" && f.DefValue != "0s" && f.DefValue != "false" {
-				notes = append(notes, fmt.Sprintf("default %q", f.DefValue))
-			}
-			note := ""
-			if len(notes) > 0 {
-				note = " (" + strings.Join(notes, ", ") + ")"
-			}
-			fmt.Fprintf(std.err, "  --%s%s\n      %s\n", f.Name, note, f.Usage)
-		})
+		fmt.Fprintf(std.out, "Usage: bub %s\n\n", synopsis)
+		printFlags(std.out, fs)
 	}
 	return fs
+}
+
+// printFlags lists fs's flags with their help, and for each the variable
+// bound to it, if any, and its default.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		var notes []string
+		if env := envOf(f); env != "" {
+			notes = append(notes, "env "+env)
+		}
+		if f.DefValue != "" && f.DefValue != "0s" && f.DefValue != "false" {
+			notes = append(notes, fmt.Sprintf("default %q", f.DefValue))
+		}
+		note := ""
+		if len(notes) > 0 {
+			note = " (" + strings.Join(notes, ", ") + ")"
+		}
+		fmt.Fprintf(w, "  --%s%s\n      %s\n", f.Name, note, f.Usage)
+	})
 }
 
 // parseFlags sets fs's flags in layers, each overriding the one before:

@@ -73,6 +73,7 @@ var boundVariables = map[string][]string{
 	"bcp check":    {},
 	"bcp validate": {},
 	"version":      {},
+	"auth":         {}, // one help for every auth subcommand
 	"auth keygen":  {},
 	"auth issue":   {},
 	"spawner": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_ISSUER_KEY", "BUB_ISSUER_NAME", "BUB_AGENT_TOKEN_TTL",
@@ -92,17 +93,21 @@ var boundVariables = map[string][]string{
 	"serve":       nil,                     // every flag: checked below
 }
 
-// TestHelpNamesBoundVariables: each command's --help names the variable
-// of exactly the bound flags, and those are the ones listed above.
+// TestHelpNamesBoundVariables: each command's --help, on stdout since it
+// was asked for, names the variable of exactly the bound flags, and those
+// are the ones listed above.
 func TestHelpNamesBoundVariables(t *testing.T) {
 	seen := map[string]bool{}
 	for command, want := range boundVariables {
 		seen[strings.Fields(command)[0]] = true
 		var out, errOut bytes.Buffer
-		run(t.Context(), stdio{in: strings.NewReader(""), out: &out, err: &errOut}, append(strings.Fields(command), "--help"))
+		code := run(t.Context(), stdio{in: strings.NewReader(""), out: &out, err: &errOut}, append(strings.Fields(command), "--help"))
+		if code != 0 || errOut.Len() > 0 || !strings.HasPrefix(out.String(), "Usage: bub ") {
+			t.Errorf("bub %s --help: exit %d, want the usage on stdout and nothing on stderr; stdout %q, stderr %q", command, code, out.String(), errOut.String())
+		}
 		var got []string
 		flags := 0
-		for _, line := range strings.Split(errOut.String(), "\n") {
+		for _, line := range strings.Split(out.String(), "\n") {
 			line = strings.TrimSpace(line)
 			if !strings.HasPrefix(line, "--") {
 				continue
@@ -124,7 +129,7 @@ func TestHelpNamesBoundVariables(t *testing.T) {
 			}
 		}
 		if flags == 0 && command != "version" && command != "bcp check" {
-			t.Errorf("bub %s --help lists no flags:\n%s", command, errOut.String())
+			t.Errorf("bub %s --help lists no flags:\n%s", command, out.String())
 		}
 		if want != nil {
 			slices.Sort(got)

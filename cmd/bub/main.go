@@ -44,11 +44,13 @@ func main() {
 }
 
 func run(ctx context.Context, io stdio, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(io.err)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		// Asked for: stdout, so that it pipes into grep or less.
+		usage(io.out)
 		return 0
 	}
 	if args[0] == "--version" {

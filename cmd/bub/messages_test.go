@@ -64,13 +64,45 @@ func TestMessagesSayWhatWasWrong(t *testing.T) {
 }
 
 // TestVersionFlag: bub --version is what people type; it must not be an
-// unknown command.
+// unknown command. bub version takes no flags or arguments, and says so.
 func TestVersionFlag(t *testing.T) {
 	t.Parallel()
 	out, stderr, code := bub(t, nil, "", "--version")
 	want, _, _ := bub(t, nil, "", "version")
 	if code != 0 || out == "" || out != want {
 		t.Errorf("bub --version: exit %d, stdout %q (bub version: %q), stderr %q", code, out, want, stderr)
+	}
+	for _, args := range [][]string{{"version", "--bogus"}, {"version", "extra"}} {
+		out, stderr, code := bub(t, nil, "", args...)
+		if code != 2 || out != "" || !strings.HasPrefix(stderr, "bub version: ") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("bub %s: exit %d, stdout %q, stderr %q; want exit 2 and one line saying what was wrong", strings.Join(args, " "), code, out, stderr)
+		}
+	}
+}
+
+// TestHelpGoesToStdout: help that was asked for is the command's output,
+// so that "bub serve --help | grep tls" finds something; help printed
+// for a mistake stays on stderr, with exit status 2.
+func TestHelpGoesToStdout(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"serve", "--help"}, {"auth", "--help"}, {"dlq", "--help"}, {"bcp", "--help"}, {"version", "--help"}} {
+		code, stdout, stderr := runBub(t, "", args...)
+		if code != 0 || !strings.Contains(stdout, "Usage: bub") || stderr != "" {
+			t.Errorf("bub %s: exit %d, stdout %.40q, stderr %.40q; want the usage on stdout", strings.Join(args, " "), code, stdout, stderr)
+		}
+	}
+	for _, args := range [][]string{{}, {"dlq"}, {"auth"}, {"bcp"}} {
+		code, stdout, stderr := runBub(t, "", args...)
+		if code != 2 || stdout != "" || !strings.Contains(stderr, "Usage: bub") {
+			t.Errorf("bub %s: exit %d, stdout %.40q, stderr %.40q; want the usage on stderr", strings.Join(args, " "), code, stdout, stderr)
+		}
+	}
+	// The auth subcommands' flags are per-invocation arguments: no
+	// variable sets them, so the help must not name one.
+	_, help, _ := runBub(t, "", "auth", "--help")
+	for _, unread := range []string{"BUB_ADMIN", "BUB_CLIENT_ID", "BUB_TTL", "BUB_OUT", "env "} {
+		if strings.Contains(help, unread) {
+			t.Errorf("bub auth --help names %q, which bub does not read:\n%s", unread, help)
+		}
 	}
 }
 
@@ -80,19 +112,19 @@ func TestSubcommandHelp(t *testing.T) {
 	t.Parallel()
 	seen := map[string]string{}
 	for _, sub := range []string{"list", "show", "replay", "purge"} {
-		_, stderr, code := bub(t, nil, "", "dlq", sub, "--help")
-		if code != 0 || !strings.HasPrefix(stderr, "Usage: bub dlq "+sub) {
-			t.Errorf("bub dlq %s --help: exit %d, %q", sub, code, stderr)
+		help, _, code := bub(t, nil, "", "dlq", sub, "--help")
+		if code != 0 || !strings.HasPrefix(help, "Usage: bub dlq "+sub) {
+			t.Errorf("bub dlq %s --help: exit %d, %q", sub, code, help)
 		}
 		for other, text := range seen {
-			if text == stderr {
+			if text == help {
 				t.Errorf("bub dlq %s --help repeats bub dlq %s --help", sub, other)
 			}
 		}
-		seen[sub] = stderr
+		seen[sub] = help
 	}
-	if _, stderr, _ := bub(t, nil, "", "dlq", "show", "--help"); strings.Contains(stderr, "purge") {
-		t.Errorf("bub dlq show --help talks about purge:\n%s", stderr)
+	if help, _, _ := bub(t, nil, "", "dlq", "show", "--help"); strings.Contains(help, "purge") {
+		t.Errorf("bub dlq show --help talks about purge:\n%s", help)
 	}
 }
 
@@ -100,14 +132,14 @@ func TestSubcommandHelp(t *testing.T) {
 // help's examples must give script paths in full and say why.
 func TestSpawnerHelpShowsFullPaths(t *testing.T) {
 	t.Parallel()
-	_, stderr, _ := bub(t, nil, "", "spawner", "--help")
-	for _, m := range regexp.MustCompile(`python3 (\S+\.py)`).FindAllStringSubmatch(stderr, -1) {
+	help, _, _ := bub(t, nil, "", "spawner", "--help")
+	for _, m := range regexp.MustCompile(`python3 (\S+\.py)`).FindAllStringSubmatch(help, -1) {
 		path := m[1]
-		if !strings.HasPrefix(path, "/") && !strings.HasPrefix(path, "$PWD/") && !strings.Contains(stderr, "not \"python3 "+path) {
+		if !strings.HasPrefix(path, "/") && !strings.HasPrefix(path, "$PWD/") && !strings.Contains(help, "not \"python3 "+path) {
 			t.Errorf("spawner --help shows %q with a relative script path", m[0])
 		}
 	}
-	if !strings.Contains(stderr, "workspace, so a relative path") {
-		t.Errorf("spawner --help does not say why paths must be in full:\n%s", stderr)
+	if !strings.Contains(help, "workspace, so a relative path") {
+		t.Errorf("spawner --help does not say why paths must be in full:\n%s", help)
 	}
 }
