@@ -124,6 +124,11 @@ func (c *conn) dlqPurge(req *rpcstream.Request) (any, error) {
 		return nil, err
 	}
 	st := c.server.store
+	if p.ID != "" && (p.All || p.DLQFilter != protocol.DLQFilter{}) {
+		// Narrowing to the id, or ignoring it, would each purge other
+		// than what one of the two readings meant.
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "purge by id %q or by filter (topic, reason, since, until) or all, not both", p.ID)
+	}
 	if p.ID != "" {
 		if err := st.RemoveDeadLetter(p.ID); err != nil {
 			return nil, deadLetterError(p.ID, err)

@@ -430,6 +430,18 @@ func TestAdminMethods(t *testing.T) {
 	t.Run("purge", func(t *testing.T) {
 		r := pub.Call(protocol.MethodDLQPurge, map[string]any{})
 		require.NotNil(t, r.Error, "an empty purge is refused")
+		// An id with a filter or all is refused, and purges nothing.
+		before := len(dlqList(t, pub, protocol.DLQListParams{}).Entries)
+		for _, p := range []protocol.DLQPurgeParams{
+			{ID: entries[2].ID, All: true},
+			{ID: entries[2].ID, DLQFilter: protocol.DLQFilter{Reason: "no_subscribers"}},
+		} {
+			r := pub.Call(protocol.MethodDLQPurge, p)
+			require.NotNil(t, r.Error, "purge %+v", p)
+			assert.EqualValues(t, protocol.CodeInvalidParams, r.Error.Code)
+			assert.Contains(t, r.Error.Message, "not both")
+		}
+		require.Len(t, dlqList(t, pub, protocol.DLQListParams{}).Entries, before)
 		var res protocol.DLQPurgeResult
 		pub.MustCall(protocol.MethodDLQPurge, protocol.DLQPurgeParams{ID: entries[2].ID}, &res)
 		assert.Equal(t, 1, res.Purged)

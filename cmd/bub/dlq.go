@@ -46,7 +46,8 @@ var dlqSynopses = map[string]string{
 		"subscriber it was meant for.",
 	"purge": "dlq purge ID | --topic PATTERN | --reason R | --since T | --until T | --all [--json]\n\n" +
 		"Deletes one dead letter, those matching the filters, or with --all every one.\n" +
-		"Nothing is purged unless an ID, a filter or --all is given.\n" +
+		"Nothing is purged unless an ID, a filter or --all is given; an ID with a filter\n" +
+		"or --all is refused.\n" +
 		"Times (T) are RFC 3339 (2026-11-21T20:00:00Z) or a duration ago (1h, 30m).",
 }
 
@@ -119,6 +120,12 @@ func runDLQ(ctx context.Context, std stdio, args []string) int {
 	case sub == "list" && len(ids) > 0, sub == "purge" && len(ids) > 1:
 		fmt.Fprintf(std.err, "bub dlq %s: unexpected argument %q\n", sub, ids[len(ids)-1])
 		return 2
+	case sub == "purge" && len(ids) == 1 && (cfg.all || filter != protocol.DLQFilter{}):
+		// An id with a filter is ambiguous (that entry only if it
+		// matches? that entry and the matches?), and this command
+		// deletes data: refuse rather than guess.
+		fmt.Fprintf(std.err, "bub dlq purge: give an ID or filters (--topic, --reason, --since, --until) or --all, not %q with %s\n", ids[0], purgeSelectors(fs))
+		return 2
 	case sub == "purge" && len(ids) == 0 && !cfg.all && filter == (protocol.DLQFilter{}):
 		// Said here in the CLI's words; the bus would name its wire
 		// field (all: true).
@@ -170,6 +177,19 @@ func runDLQ(ctx context.Context, std stdio, args []string) int {
 		}
 		return cfg.print(std, r, func(w io.Writer) { fmt.Fprintf(w, "purged %d\n", r.Purged) })
 	}
+}
+
+// purgeSelectors names the purge flags given on the command line, as
+// "--all" or "--reason and --since".
+func purgeSelectors(fs *flag.FlagSet) string {
+	var set []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "all", "topic", "reason", "since", "until":
+			set = append(set, "--"+f.Name)
+		}
+	})
+	return strings.Join(set, " and ")
 }
 
 // parseInterleaved parses flags that may come before, between or after
