@@ -7,10 +7,13 @@ BIN := bin/bub
 
 all: build
 
+# A first build compiles every dependency (NATS, Prometheus, ...), minutes
+# with no output; say so rather than look hung.
 build:
+	@test -x $(BIN) || echo "building $(BIN): the first build compiles bub and its dependencies, which takes a few minutes; later builds take seconds"
 	$(GO) build -o $(BIN) ./cmd/bub
 
-# Starts the bus on 127.0.0.1:7892 with its data in ./data.
+# Starts the bus on 127.0.0.1:7892 with its data in ./data, once built.
 run: build
 	./$(BIN) serve
 
