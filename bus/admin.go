@@ -109,7 +109,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 	}
 	out.Result = result
 	if !result.Success && !result.Held {
-		return fmt.Errorf("not replayed: no subscriber for %q; the entry stays", m.Topic)
+		return fmt.Errorf("no subscriber for %q; the entry stays", m.Topic)
 	}
 	if err := s.store.RemoveDeadLetter(id); err != nil {
 		return deadLetterError(id, err)
