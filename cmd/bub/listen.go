@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sync"
+	"time"
 
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
@@ -16,9 +18,40 @@ func init() {
 
 // listenConfig is bub listen's flags.
 type listenConfig struct {
-	client clientFlags
-	topic  string
-	policy string
+	client       clientFlags
+	topic        string
+	policy       string
+	reply        string
+	retrySeconds float64
+}
+
+// The answers bub listen can give every delivery, for trying retries
+// and the dead-letter queue from a shell.
+const (
+	replyProcessed = "processed"
+	replyRetry     = "retry"
+	replyReject    = "reject"
+)
+
+// result is the answer --reply and --retry-seconds ask for, or a usage
+// error saying what was wrong with them.
+func (cfg *listenConfig) result() (peer.Result, error) {
+	switch cfg.reply {
+	case replyProcessed, replyReject:
+		if cfg.retrySeconds != 0 {
+			return peer.Result{}, fmt.Errorf("--retry-seconds goes with --reply retry, not --reply %s", cfg.reply)
+		}
+		if cfg.reply == replyReject {
+			return peer.Result{Message: "rejected by bub listen --reply reject"}, nil
+		}
+		return peer.Result{Processed: true}, nil
+	case replyRetry:
+		if cfg.retrySeconds < 0 || math.IsNaN(cfg.retrySeconds) || math.IsInf(cfg.retrySeconds, 0) {
+			return peer.Result{}, fmt.Errorf("--retry-seconds %v: want 0 (the bus's backoff) or more", cfg.retrySeconds)
+		}
+		return peer.Result{ShouldRetry: true, RetryAfter: time.Duration(cfg.retrySeconds * float64(time.Second)), Message: "retry asked by bub listen --reply retry"}, nil
+	}
+	return peer.Result{}, fmt.Errorf("--reply %q: want processed, retry or reject", cfg.reply)
 }
 
 // deliveryLine is what bub listen prints for each delivery.
@@ -32,14 +65,30 @@ type deliveryLine struct {
 	Meta         json.RawMessage `json:"meta,omitempty"`
 }
 
+// describeAnswer says what a delivery is answered, in the wire's words.
+func describeAnswer(r peer.Result) string {
+	switch {
+	case r.ShouldRetry && r.RetryAfter > 0:
+		return fmt.Sprintf("should_retry: true, retry_seconds: %g", r.RetryAfter.Seconds())
+	case r.ShouldRetry:
+		return "should_retry: true"
+	case r.Processed:
+		return "processed: true"
+	}
+	return "processed: false"
+}
+
 func runListen(ctx context.Context, io stdio, args []string) int {
 	var cfg listenConfig
-	fs := newFlagSet(io, "listen", "listen --topic PATTERN [flags]\n\n"+
+	fs := newFlagSet(io, "listen", "listen --topic PATTERN [--reply processed|retry|reject] [flags]\n\n"+
 		"Subscribes to PATTERN and prints each delivery as one JSON line on stdout,\n"+
-		"answering processed: true, until interrupted. Logs go to stderr.")
+		"answering each as --reply says, until interrupted. Once subscribed it says so\n"+
+		"in one line on stderr, where logs go too.")
 	cfg.client.addFlags(fs)
 	fs.StringVar(&cfg.topic, "topic", "", "topic pattern to subscribe to: exact, a prefix ending in ':' or '-', or a glob such as 'inbound:*'")
 	fs.StringVar(&cfg.policy, "policy", "", "propagation policy: stopPropagationOnProcessed, stopPropagationOnStop or continueAll (default: the bus's)")
+	fs.StringVar(&cfg.reply, "reply", replyProcessed, "how to answer every delivery: processed; retry (should_retry: the bus delivers it again later, and dead-letters it after --max-attempts); reject (processed: false, a final refusal)")
+	fs.Float64Var(&cfg.retrySeconds, "retry-seconds", 0, "with --reply retry, the retry_seconds to ask for (0: the bus's backoff)")
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
 	}
@@ -48,6 +97,10 @@ func runListen(ctx context.Context, io stdio, args []string) int {
 	}
 	if cfg.topic == "" {
 		return usagef(io, "listen", "no pattern: pass --topic")
+	}
+	answer, err := cfg.result()
+	if err != nil {
+		return usageError(io, fs, "%v", err)
 	}
 
 	conn, err := cfg.client.dial(ctx, io, peer.Options{})
@@ -79,11 +132,14 @@ func runListen(ctx context.Context, io stdio, args []string) int {
 			}
 			return peer.Result{}, err
 		}
-		return peer.Result{Processed: true}, nil
+		return answer, nil
 	}
 	if err := conn.Subscribe(ctx, cfg.topic, printDelivery, &peer.SubscribeOptions{Policy: protocol.Policy(cfg.policy)}); err != nil {
 		return errorf(io, "listen: %v", err)
 	}
+	// Said once the bus has confirmed the subscription, so that a script
+	// or a person knows when publishing to it starts to reach it.
+	fmt.Fprintf(io.err, "bub listen: subscribed to %q as %s; each delivery is a line on stdout, answered %s\n", cfg.topic, conn.ClientID(), describeAnswer(answer))
 
 	select {
 	case <-ctx.Done():

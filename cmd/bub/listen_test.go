@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
@@ -137,5 +138,66 @@ func TestListenTakenOver(t *testing.T) {
 		assert.Contains(t, stderr.String(), "taken over")
 	case <-time.After(10 * time.Second):
 		t.Fatal("listen kept running after a takeover")
+	}
+}
+
+// TestListenReply: --reply makes bub listen answer every delivery as a
+// subscriber that retries or refuses would, so that retries and the
+// dead-letter queue can be tried from a shell; the line on stderr comes
+// once the subscription is in place, so a publish right after it is
+// delivered.
+func TestListenReply(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{MaxAttempts: 2, Logger: quietLogger})
+	pub, err := peer.Dial(t.Context(), srv.URL, &peer.Options{ClientID: "pub", Logger: quietLogger})
+	require.NoError(t, err)
+	defer pub.Close()
+	send := func(topic string) *protocol.SendMessageResult {
+		r, err := pub.SendMessage(t.Context(), topic, map[string]string{"type": "job"}, nil)
+		require.NoError(t, err)
+		return r
+	}
+	subscribed := func(stderr *lockedBuffer, want string) {
+		pollFor(t, "listen's subscribed line", func() bool { return strings.Contains(stderr.String(), "subscribed to") })
+		line := stderr.String()
+		assert.Equal(t, 1, strings.Count(line, "\n"), line)
+		assert.Contains(t, line, want)
+	}
+
+	_, stderr, _ := startListen(t, t.Context(), "--bus-url", srv.URL, "--topic", "jobs:*", "--client-id", "worker", "--reply", "retry", "--retry-seconds", "0.05")
+	subscribed(stderr, `bub listen: subscribed to "jobs:*" as worker; each delivery is a line on stdout, answered should_retry: true, retry_seconds: 0.05`)
+	r := send("jobs:1")
+	require.Len(t, r.Acks, 1, "the first publish after the line reaches the listener")
+	assert.True(t, r.Acks[0].Retrying)
+	assert.Equal(t, "retry asked by bub listen --reply retry", r.Acks[0].Message)
+	var dead protocol.DLQListResult
+	pollFor(t, "the retried message in the dead-letter queue", func() bool {
+		require.NoError(t, pub.Call(t.Context(), protocol.MethodDLQList, protocol.DLQListParams{}, &dead))
+		return len(dead.Entries) == 1
+	})
+	assert.Equal(t, protocol.ReasonMaxRetries, dead.Entries[0].Reason)
+	assert.Equal(t, r.MessageID, dead.Entries[0].MessageID)
+
+	_, stderr, _ = startListen(t, t.Context(), "--bus-url", srv.URL, "--topic", "tasks:*", "--client-id", "refuser", "--reply", "reject")
+	subscribed(stderr, "answered processed: false")
+	r = send("tasks:1")
+	require.Len(t, r.Acks, 1)
+	assert.False(t, r.Acks[0].Processed)
+	assert.False(t, r.Acks[0].Retrying)
+	assert.Equal(t, "rejected by bub listen --reply reject", r.Acks[0].Message)
+}
+
+func TestListenReplyUsage(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--reply", "maybe"}, `--reply "maybe": want processed, retry or reject`},
+		{[]string{"--retry-seconds", "2"}, "--retry-seconds goes with --reply retry, not --reply processed"},
+		{[]string{"--reply", "reject", "--retry-seconds", "2"}, "not --reply reject"},
+		{[]string{"--reply", "retry", "--retry-seconds", "-1"}, "want 0 (the bus's backoff) or more"},
+	} {
+		code, _, stderr := runBub(t, "", append([]string{"listen", "--topic", "t"}, tt.args...)...)
+		assert.Equal(t, 2, code, "%v", tt.args)
+		oneLine(t, stderr, tt.want)
 	}
 }
