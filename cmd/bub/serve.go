@@ -289,9 +289,11 @@ serving:
 	logger.Info("shutting down", "drain_timeout", cfg.drainTimeout)
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
 	defer cancel()
-	// Stop accepting first; the bus then drains and closes its peers,
-	// which http.Server.Shutdown does not do for hijacked connections.
-	_ = serveLn.Close()
+	// The listener stays open while the bus drains: a load balancer
+	// reads /readyz "503 draining" and /healthz "ok" rather than a
+	// refused connection, and new peers get a 503. The bus closes its
+	// peers, which http.Server.Shutdown does not do for hijacked
+	// connections; Shutdown then closes the listener.
 	if err := srv.Shutdown(drainCtx); err != nil {
 		logger.Warn("shutdown incomplete", "err", err)
 	}
