@@ -64,6 +64,9 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	// One call, so a dropped connection is reported rather than retried.
 	// The call is bounded by the context below, not by CallTimeout.
 	conn, err := cfg.client.dial(dialCtx, io, peer.Options{CallTimeout: 24 * time.Hour, NoReconnect: true, PublishOnly: true})
+	if err != nil && ctx.Err() != nil {
+		return errorf(io, "send-message: interrupted while connecting to the bus; nothing was sent")
+	}
 	if err != nil {
 		return errorf(io, "send-message: %v", err)
 	}
@@ -75,11 +78,15 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	sendCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	result, err := conn.SendMessage(sendCtx, cfg.topic, payload, nil)
-	if err != nil && sendCtx.Err() != nil && ctx.Err() == nil {
+	if err != nil && sendCtx.Err() != nil {
 		// The bus may have routed the message, may be retrying it or
 		// may dead-letter it: say so rather than report a failure.
-		return errorf(io, "send-message: no answer from the bus within %s, so the outcome is unknown: the message to %q may have been delivered, may be being retried, or may end in the dead-letter queue. "+
-			"Look for it with 'bub dlq list --topic %s' and at the subscriber (e.g. 'bub listen --topic %s'); wait longer with --timeout", wait, cfg.topic, cfg.topic, cfg.topic)
+		why := fmt.Sprintf("no answer from the bus within %s", wait)
+		if ctx.Err() != nil {
+			why = "interrupted before the bus answered"
+		}
+		return errorf(io, "send-message: %s, so the outcome is unknown: the message to %q may have been delivered, may be being retried, or may end in the dead-letter queue. "+
+			"Look for it with 'bub dlq list --topic %s' and at the subscriber (e.g. 'bub listen --topic %s'); wait longer with --timeout", why, cfg.topic, cfg.topic, cfg.topic)
 	}
 	if err != nil {
 		return errorf(io, "send-message: %v", err)

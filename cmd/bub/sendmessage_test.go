@@ -278,3 +278,29 @@ func TestSendMessageToSeveralBusURLs(t *testing.T) {
 		{"none answers", []string{"--bus-url", dead + "," + dead, "--topic", "t", "--payload", `{"type":"x"}`}, 1, "dial " + dead},
 	})
 }
+
+// TestSendMessageInterrupted: Ctrl-C while send-message waits for the
+// bus's answer says the outcome is unknown and where to look, as
+// --timeout does, not "context canceled".
+func TestSendMessageInterrupted(t *testing.T) {
+	url := startCLIBus(t)
+	arrived := make(chan struct{}, 1)
+	slow, err := peer.Dial(t.Context(), url, &peer.Options{ClientID: "slow", Logger: quietLogger})
+	require.NoError(t, err)
+	defer slow.Close()
+	require.NoError(t, slow.Subscribe(t.Context(), "work:*", func(ctx context.Context, _ *peer.Delivery) (peer.Result, error) {
+		arrived <- struct{}{}
+		<-ctx.Done()
+		return peer.Result{}, ctx.Err()
+	}, nil))
+	ctx, interrupt := context.WithCancel(t.Context())
+	go func() {
+		<-arrived
+		interrupt()
+	}()
+	code, _, stderr := runCLI(ctx, "", "send-message", "--bus-url", url, "--topic", "work:1", "--payload", `{"type":"job"}`)
+	assert.Equal(t, 1, code)
+	oneLine(t, stderr, "interrupted before the bus answered, so the outcome is unknown")
+	assert.Contains(t, stderr, "bub dlq list --topic work:1")
+	assert.NotContains(t, stderr, "context canceled")
+}
