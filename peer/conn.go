@@ -314,6 +314,10 @@ func splitURLs(list string) ([]string, error) {
 			return nil, fmt.Errorf("%s: scheme must be ws or wss, not %q", where, u.Scheme)
 		case u.Host == "":
 			return nil, fmt.Errorf("%s has no host", where)
+		case strings.HasSuffix(u.Host, ":"):
+			// A colon with no port after it would dial the scheme's
+			// default port (80), which is not where a bus listens.
+			return nil, fmt.Errorf("%s has an empty port after %q", where, u.Host)
 		}
 		urls = append(urls, raw)
 	}

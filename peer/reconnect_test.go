@@ -267,6 +267,7 @@ func TestDialNamesTheBadURL(t *testing.T) {
 		{b.URL + ",ftp://x/", `bus URL 2 of 2 ("ftp://x/") in "` + b.URL + `,ftp://x/": scheme must be ws or wss, not "ftp"`},
 		{b.URL + ",ws:///", `bus URL 2 of 2 ("ws:///") in "` + b.URL + `,ws:///" has no host`},
 		{b.URL + ",,", `bus URL 2 of 3 ("")`},
+		{"ws://127.0.0.1:/", `bus URL "ws://127.0.0.1:/" has an empty port after "127.0.0.1:"`},
 		{"ws://a/,ws://%zz/," + b.URL, `bus URL 2 of 3 ("ws://%zz/")`},
 		{"", `bus URL "" is empty`},
 		{"tcp://x/", `bus URL "tcp://x/": scheme must be ws or wss`},

@@ -138,7 +138,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 	})
 	cancel()
 	if err != nil {
-		return errorf(io, "%v", err)
+		return errorf(io, "%v", dialHint(err, busURL))
 	}
 	if metricsListen != "" {
 		ln, err := net.Listen("tcp", metricsListen)
@@ -174,6 +174,12 @@ type bcpVerdict struct {
 // --client-id) and prints the gateway's verdict: exit 0 when it accepted,
 // 1 when it refused or did not answer.
 func bcpSend(ctx context.Context, io stdio, cf *clientFlags, topic string, payload any, isQuery bool) int {
+	if cf.clientID == "" && os.Getenv("BUB_AGENT_ID") == "" {
+		// The gateway judges a message by who sent it; a made-up cli-…
+		// id is no agent, and the bus or the gateway would refuse it
+		// without saying which setting was missing.
+		return usagef(io, io.cmd, "who is asking? set BUB_AGENT_ID (the spawner sets it for its agents) or pass --client-id")
+	}
 	// Publish-only: the agent's own connection stays, and the bus emits
 	// no connect event, so this does not start a new session.
 	conn, err := cf.dial(ctx, io, peer.Options{PublishOnly: true, NoReconnect: true})

@@ -62,13 +62,24 @@ func (f *clientFlags) dial(ctx context.Context, io stdio, opts peer.Options) (*p
 	}
 	opts.Token = token
 	conn, err := peer.Dial(ctx, f.busURL, &opts)
-	if errors.Is(err, peer.ErrUnauthorized) || protocol.CodeOf(err) == protocol.CodeUnauthorized {
-		return nil, fmt.Errorf("%w; check --token, --token-file or BUB_TOKEN (the bus's log says why it refused)", err)
+	if err != nil {
+		return nil, dialHint(err, f.busURL)
 	}
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return nil, fmt.Errorf("%w: nothing listens there; check that bub serve runs at %s, or point --bus-url (BUB_BUS_URL) at it", err, f.busURL)
+	return conn, nil
+}
+
+// dialHint adds to a failed connection to the bus what to check: the
+// credential when the bus refused it, whether bub serve runs when nothing
+// listens. Every command that connects (the one-shot ones, the spawner,
+// the gateway) reports a failed dial through it.
+func dialHint(err error, busURL string) error {
+	switch {
+	case errors.Is(err, peer.ErrUnauthorized) || protocol.CodeOf(err) == protocol.CodeUnauthorized:
+		return fmt.Errorf("%w; check --token, --token-file or BUB_TOKEN (the bus's log says why it refused)", err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%w: nothing listens there; check that bub serve runs at %s, or point --bus-url (BUB_BUS_URL) at it", err, busURL)
 	}
-	return conn, err
+	return err
 }
 
 // busURLs splits a --bus-url value into its URLs: a comma-separated list
@@ -94,6 +105,12 @@ func checkBusURL(list string) error {
 		}
 		if raw == "" {
 			return fmt.Errorf("%s is empty", where)
+		}
+		if u, err := url.Parse(raw); err == nil && strings.HasSuffix(u.Host, ":") {
+			// ws://127.0.0.1:/ would dial port 80.
+			def, _ := url.Parse(peer.DefaultBusURL)
+			u.Host += def.Port()
+			return fmt.Errorf("%s has an empty port; did you mean %s?", where, u)
 		}
 		if fix, ok := wsURLFix(raw); !ok {
 			return fmt.Errorf("%s is not a WebSocket URL; did you mean %s?", where, fix)

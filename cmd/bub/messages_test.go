@@ -25,6 +25,14 @@ func TestMessagesSayWhatWasWrong(t *testing.T) {
 			2, []string{"bub serve: ", `BUB_MAX_ATTEMPTS="abc"`, "--max-attempts", "whole number"}},
 		{"bus URL without a scheme", nil, []string{"send-message", "--bus-url", "127.0.0.1:7892", "--topic", "t", "--payload", `{"type":"x"}`},
 			1, []string{"bub send-message: ", "ws://127.0.0.1:7892/"}},
+		{"bus URL with an empty port", nil, []string{"send-message", "--bus-url", "ws://127.0.0.1:/", "--topic", "t", "--payload", `{"type":"x"}`},
+			1, []string{"bub send-message: ", `"ws://127.0.0.1:/" (--bus-url or BUB_BUS_URL) has an empty port; did you mean ws://127.0.0.1:7892/?`}},
+		{"spawner with nothing listening", nil, []string{"spawner", "--bus-url", dead, "--command", "true"},
+			1, []string{"bub spawner: ", "check that bub serve runs at " + dead}},
+		{"bcp gateway with nothing listening", nil, []string{"bcp", "gateway", "--bus-url", dead, "--agents", "../../examples/agents", "--data-dir", t.TempDir()},
+			1, []string{"bub bcp gateway: ", "check that bub serve runs at " + dead}},
+		{"bcp query without an agent id", []string{"BUB_AGENT_ID=", "BUB_BUS_URL=" + dead}, []string{"bcp", "query", "--to", "researcher", "--spec", writeFile(t, t.TempDir(), "spec.json", `{"category":1}`)},
+			2, []string{"bub bcp query: ", "set BUB_AGENT_ID", "--client-id"}},
 		{"nothing listens", nil, []string{"send-message", "--bus-url", dead, "--topic", "t", "--payload", `{"type":"x"}`},
 			1, []string{"bub send-message: ", "connection refused", "check that bub serve runs at " + dead}},
 		{"unknown flag", nil, []string{"listen", "--pattern", "x"},
@@ -145,5 +153,21 @@ func TestSpawnerHelpShowsFullPaths(t *testing.T) {
 	}
 	if !strings.Contains(help, "workspace, so a relative path") {
 		t.Errorf("spawner --help does not say why paths must be in full:\n%s", help)
+	}
+}
+
+// TestDaemonsNameTheRefusedToken: the spawner and the BCP gateway, whose
+// token the bus refuses, say which settings to check, as listen does.
+func TestDaemonsNameTheRefusedToken(t *testing.T) {
+	url := startBCPBus(t)
+	for _, args := range [][]string{
+		{"spawner", "--command", "true"},
+		{"bcp", "gateway", "--agents", "../../examples/agents", "--data-dir", t.TempDir()},
+		{"listen", "--topic", "t"},
+	} {
+		code, _, stderr := runBub(t, "", append(args, "--bus-url", url, "--token", "wrong-token")...)
+		if code != 1 || !strings.Contains(stderr, "check --token, --token-file or BUB_TOKEN") || strings.Contains(stderr, "wrong-token") {
+			t.Errorf("bub %s with a refused token: exit %d, stderr %q", args[0], code, stderr)
+		}
 	}
 }

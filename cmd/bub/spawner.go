@@ -150,7 +150,7 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "%v", err)
 	}
 	if err := sp.Run(ctx); err != nil {
-		return errorf(io, "%v", err)
+		return errorf(io, "%v", dialHint(err, cfg.busURL))
 	}
 	logger.Info("spawner stopped")
 	return 0
