@@ -99,9 +99,10 @@ func (m *metaOrder) Write(p []byte) (int, error) {
 // with every check Open makes (so a damaged or foreign file is refused
 // before anything changes), and renames it to dir/bub.db. A store already
 // there is kept beside it, renamed to bub.db.replaced-TIME, and that name
-// is returned. Restore refuses while a bus holds the store's lock; it
-// cannot stop a bus from starting meanwhile.
-func Restore(dir string, r io.Reader) (replaced string, err error) {
+// is returned. source names r in errors (the user's file, or "standard
+// input"). Restore refuses while a bus holds the store's lock; it cannot
+// stop a bus from starting meanwhile.
+func Restore(dir, source string, r io.Reader) (replaced string, err error) {
 	path := filepath.Join(dir, FileName)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("restore %s: %w", path, err)
@@ -122,9 +123,11 @@ func Restore(dir string, r io.Reader) (replaced string, err error) {
 	if err := writeFileSync(copyPath, r); err != nil {
 		return "", fmt.Errorf("restore %s: write the copy: %w", path, err)
 	}
-	s, err := Open(tmp, nil)
+	s, err := openFile(copyPath, &Options{})
 	if err != nil {
-		return "", fmt.Errorf("restore %s: the copy is not a usable store, nothing changed: %w", path, err)
+		// The user's file is the one to name, not the temporary copy,
+		// and restoring a backup is what is under way.
+		return "", fmt.Errorf("restore %s into %s: %s is not a usable bub store, nothing changed: %w", source, path, source, err)
 	}
 	if err := s.Close(); err != nil {
 		return "", fmt.Errorf("restore %s: %w", path, err)

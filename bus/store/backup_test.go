@@ -100,20 +100,24 @@ func TestRestore(t *testing.T) {
 	require.NoError(t, old.PutPending(hold(2, at(2))))
 	require.NoError(t, old.PutPending(hold(3, at(3))))
 	// In use: refused.
-	_, err = store.Restore(dir, bytes.NewReader(copied.Bytes()))
+	_, err = store.Restore(dir, "the copy", bytes.NewReader(copied.Bytes()))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "stop the bus first")
 	require.NoError(t, old.Close())
 
 	// Not a store: refused, and the store in place is untouched.
-	_, err = store.Restore(dir, bytes.NewReader([]byte("not a store at all, but long enough to look like one")))
+	_, err = store.Restore(dir, "the copy", bytes.NewReader([]byte("not a store at all, but long enough to look like one")))
 	require.ErrorIs(t, err, store.ErrCorrupt)
-	assert.Contains(t, err.Error(), "nothing changed")
+	assert.Contains(t, err.Error(), "the copy is not a usable bub store, nothing changed")
+	// Only the copy is named, and no advice to restore a backup, which
+	// is what is under way.
+	assert.NotContains(t, err.Error(), ".restore-")
+	assert.NotContains(t, err.Error(), "from a backup")
 	s := mustOpen(t, dir)
 	assertCounts(t, s, 2, 0)
 	require.NoError(t, s.Close())
 
-	replaced, err := store.Restore(dir, bytes.NewReader(copied.Bytes()))
+	replaced, err := store.Restore(dir, "the copy", bytes.NewReader(copied.Bytes()))
 	require.NoError(t, err)
 	assert.FileExists(t, replaced)
 	s = mustOpen(t, dir)

@@ -33,21 +33,32 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	exists, err := checkHeader(path)
+	s, err := openFile(path, opts)
 	if err != nil {
 		return nil, openError(path, err)
 	}
+	return s, nil
+}
+
+// openFile opens and checks the store file at path. Its errors say what
+// is wrong with the file, not which file it is: Open names the store,
+// Restore the user's copy.
+func openFile(path string, opts *Options) (*Store, error) {
+	exists, err := checkHeader(path)
+	if err != nil {
+		return nil, err
+	}
 	db, err := openBolt(path, &bolt.Options{Timeout: lockTimeout, NoSync: opts.NoSync})
 	if err != nil {
-		return nil, openError(path, explainOpen(err))
+		return nil, explainOpen(err)
 	}
 	if exists {
 		if err := checkTree(db); err != nil {
-			return nil, errors.Join(openError(path, err), db.Close())
+			return nil, errors.Join(err, db.Close())
 		}
 	}
 	if err := db.Update(initBuckets); err != nil {
-		return nil, errors.Join(openError(path, err), db.Close())
+		return nil, errors.Join(err, db.Close())
 	}
 	return newStore(&boltDB{db: db}, opts.OnCommit), nil
 }

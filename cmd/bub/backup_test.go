@@ -135,3 +135,17 @@ func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// TestRestoreNamesTheBadFile: a file that is no store is refused naming
+// the user's file, not the temporary copy, and without the advice to
+// restore from a backup that bub serve gives for a damaged store.
+func TestRestoreNamesTheBadFile(t *testing.T) {
+	t.Parallel()
+	bad := writeFile(t, t.TempDir(), "backup.db", "not a store at all, but long enough to look like one")
+	dataDir := t.TempDir()
+	_, stderr, code := bub(t, nil, "", "restore", "--data-dir", dataDir, bad)
+	assert.Equal(t, 1, code)
+	oneLine(t, stderr, "bub restore "+bad+" into "+filepath.Join(dataDir, store.FileName)+": "+bad+" is not a usable bub store, nothing changed: ")
+	assert.NotContains(t, stderr, ".restore-")
+	assert.NotContains(t, stderr, "from a backup")
+}

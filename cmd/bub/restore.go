@@ -35,7 +35,9 @@ func runRestore(_ context.Context, std stdio, args []string) int {
 		return usagef(std, "restore", "give one FILE to restore (or - for standard input)")
 	}
 	var in io.Reader = std.in
+	source := "standard input"
 	if file[0] != "-" {
+		source = file[0]
 		f, err := os.Open(file[0])
 		if err != nil {
 			return errorf(std, "%v", err)
@@ -43,7 +45,7 @@ func runRestore(_ context.Context, std stdio, args []string) int {
 		defer f.Close()
 		in = f
 	}
-	replaced, err := store.Restore(dataDir, in)
+	replaced, err := store.Restore(dataDir, source, in)
 	if err != nil {
 		return errorf(std, "%v", err)
 	}
