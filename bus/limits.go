@@ -474,6 +474,12 @@ func (s *Server) skipSlow(next deliverFunc) deliverFunc {
 		}
 		switch failKind(err) {
 		case failTimeout:
+			if c.slow.Load() {
+				// Already not waited on: a delivery that was in flight
+				// when it turned slow does not add to the count its
+				// publishers are told.
+				break
+			}
 			n := c.timeouts.Add(1)
 			bound := s.limits().SlowSubscriberTimeouts
 			if bound > 0 && int(n) >= bound && c.slow.CompareAndSwap(false, true) {

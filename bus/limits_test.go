@@ -250,6 +250,35 @@ func TestLimitSlowSubscriber(t *testing.T) {
 	require.Equal(t, 0.0, metric(t, srv, "bub_slow_subscribers", ""))
 }
 
+// TestLimitSlowSubscriberCount: deliveries in flight when a subscriber
+// turns slow do not add to the count its publishers are told: the ack
+// says the limit's number of deliveries, not one more per straggler.
+func TestLimitSlowSubscriberCount(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: time.Second, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour,
+		Limits: bus.Limits{SlowSubscriberTimeouts: 2}})
+	slow := bustest.Dial(t, srv.URL)
+	slow.Initialize("slow")
+	slow.Subscribe("work", "")
+	// Three deliveries in flight at once, from three publishers.
+	var pubs []*bustest.Client
+	for i := range 3 {
+		p := bustest.Dial(t, srv.URL)
+		p.Initialize(fmt.Sprintf("pub-%d", i))
+		p.Send(`{"jsonrpc":"2.0","id":1,"method":"sendMessage","params":{"topic":"work","payload":{"type":"t"}}}`)
+		pubs = append(pubs, p)
+	}
+	for range 3 {
+		slow.Recv()
+	}
+	for _, p := range pubs {
+		assert.Contains(t, string(p.Recv()), "timeout")
+	}
+	r := bustest.Connect(t, srv.URL, "late", nil).Publish("work", "t")
+	require.Len(t, r.Acks, 1)
+	assert.Contains(t, r.Acks[0].Error, `client "slow" left its last 2 deliveries unanswered`)
+}
+
 // TestLimitPublishRate: a connection beyond its rate is refused with how
 // long to wait; other connections have buckets of their own, and a new
 // rate applies to existing connections.
