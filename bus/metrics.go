@@ -37,6 +37,19 @@ type metrics struct {
 // go through methodLabel; outcomes, reasons and close reasons are the
 // bus's own constants; error codes are the bus's own.
 
+// The values of each outcome, reason and place label, exported as 0
+// from the start: a dashboard's rate() sees a series before its first
+// event, and /metrics lists every value the docs' metric tables name
+// (bus/docs_test.go checks them against each other).
+var (
+	publishOutcomes    = []string{"routed", "held", protocol.ReasonNoSubscribers}
+	deliveryOutcomes   = []string{"processed", "not_processed", failTimeout, failDisconnected, failError, failBadResult, failSlowSubscriber}
+	retryOutcomes      = []string{"processed", "retry", protocol.ReasonRejected, protocol.ReasonSubscriberGone}
+	deadLetterReasons  = []string{protocol.ReasonMaxRetries, protocol.ReasonSubscriberGone, protocol.ReasonNoSubscribers, protocol.ReasonRejected}
+	authRefusalReasons = []string{refuseHost, refuseCredential, refuseClientID, refusePublishOnly, refusePublish, refuseBusTopic, refuseSubscribe, refuseFallback, refuseAdmin}
+	panicPlaces        = []string{panicRequest, panicAttempt, panicMetrics}
+)
+
 // labelledMethods are the method names bub_requests_total counts by name.
 var labelledMethods = map[string]bool{
 	protocol.MethodInitialize:  true,
@@ -71,10 +84,10 @@ func newMetrics() *metrics {
 			Name: "bub_subscriptions", Help: "Subscriptions held now.",
 		}),
 		published: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bub_messages_published_total", Help: "Messages accepted by sendMessage, by outcome (routed, no_subscribers).",
+			Name: "bub_messages_published_total", Help: "Messages accepted by sendMessage, by outcome (routed, held, no_subscribers).",
 		}, []string{"outcome"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bub_deliveries_total", Help: "processMessage deliveries, by outcome (processed, not_processed, timeout, disconnected, error, bad_result).",
+			Name: "bub_deliveries_total", Help: "processMessage deliveries, by outcome (processed, not_processed, timeout, disconnected, error, bad_result, slow_subscriber).",
 		}, []string{"outcome"}),
 		deliveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "bub_delivery_duration_seconds", Help: "Time from processMessage sent to answer or failure.",
@@ -120,6 +133,14 @@ func newMetrics() *metrics {
 		ConstLabels: prometheus.Labels{"version": buildinfo.Version()},
 	})
 	build.Set(1)
+	for vec, values := range map[*prometheus.CounterVec][]string{
+		m.published: publishOutcomes, m.deliveries: deliveryOutcomes, m.retryAttempts: retryOutcomes,
+		m.deadLettered: deadLetterReasons, m.authRefusals: authRefusalReasons, m.panics: panicPlaces,
+	} {
+		for _, v := range values {
+			vec.WithLabelValues(v)
+		}
+	}
 	m.registry.MustRegister(m.connections, m.subscriptions, m.published, m.deliveries,
 		m.deliveryDuration, m.requests, m.closes, build,
 		m.retriesScheduled, m.retryAttempts, m.held, m.deadLettered, m.storeCommit, m.eventsDropped, m.authRefusals, m.panics,
