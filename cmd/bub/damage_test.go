@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,9 @@ func TestServeRefusesDamagedStore(t *testing.T) {
 					t.Errorf("want %q in: %s", want, out)
 				}
 			}
+			if name == "16 KB" {
+				sameAsDamagedStoreDoc(t, out, path)
+			}
 			t.Log(out)
 		})
 	}
@@ -126,4 +130,24 @@ func usedBytes(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return int(size)
+}
+
+// sameAsDamagedStoreDoc checks that docs/PROTOCOL.md's example of a
+// damaged store, a file cut to 16 KB in data/, reads as bub serve's
+// message for such a file at path, numbers aside (they depend on what
+// the store held).
+func sameAsDamagedStoreDoc(t *testing.T, got, path string) {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "#### A damaged store\n")
+	_, example, _ := strings.Cut(section, "```\n")
+	example, _, _ = strings.Cut(example, "\n```")
+	numbers := regexp.MustCompile(`[0-9]+`)
+	want := numbers.ReplaceAllString(strings.ReplaceAll(example, "data/bub.db", path), "N")
+	if g := numbers.ReplaceAllString(got, "N"); g != want {
+		t.Errorf("PROTOCOL.md's damaged-store example differs from bub serve's message:\n doc: %s\n bub: %s", example, got)
+	}
 }
