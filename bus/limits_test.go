@@ -206,6 +206,19 @@ func TestLimitReplayIDs(t *testing.T) {
 	requireServes(t, srv, "ok")
 }
 
+// startSlowSubscriber starts a bus that stops waiting on a subscriber
+// after 2 delivery timeouts of a second, and connects "slow" on "work",
+// which answers nothing.
+func startSlowSubscriber(t *testing.T) (*bustest.Server, *bustest.Client) {
+	t.Helper()
+	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: time.Second, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour,
+		Limits: bus.Limits{SlowSubscriberTimeouts: 2}})
+	slow := bustest.Dial(t, srv.URL)
+	slow.Initialize("slow")
+	slow.Subscribe("work", "")
+	return srv, slow
+}
+
 // TestLimitSlowSubscriber: a subscriber that reads but never answers is
 // waited on for SlowSubscriberTimeouts deliveries; after that its
 // deliveries fail at once and are retried, until it answers one, late
@@ -213,11 +226,7 @@ func TestLimitReplayIDs(t *testing.T) {
 func TestLimitSlowSubscriber(t *testing.T) {
 	// Mostly waiting (or busy on its own bus): it overlaps the others.
 	t.Parallel()
-	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: time.Second, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour,
-		Limits: bus.Limits{SlowSubscriberTimeouts: 2}})
-	slow := bustest.Dial(t, srv.URL)
-	slow.Initialize("slow")
-	slow.Subscribe("work", "")
+	srv, slow := startSlowSubscriber(t)
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 
 	var frames []json.RawMessage
@@ -255,11 +264,7 @@ func TestLimitSlowSubscriber(t *testing.T) {
 // says the limit's number of deliveries, not one more per straggler.
 func TestLimitSlowSubscriberCount(t *testing.T) {
 	t.Parallel()
-	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: time.Second, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour,
-		Limits: bus.Limits{SlowSubscriberTimeouts: 2}})
-	slow := bustest.Dial(t, srv.URL)
-	slow.Initialize("slow")
-	slow.Subscribe("work", "")
+	srv, slow := startSlowSubscriber(t)
 	// Three deliveries in flight at once, from three publishers.
 	var pubs []*bustest.Client
 	for i := range 3 {
