@@ -10,16 +10,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bub-bus/bub/bus/store"
-	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
 )
 
-// A bus that is one node of a cluster (Options.Cluster, docs/CLUSTER.md)
-// keeps the single bus's code paths and changes only where state comes
-// from and where deliveries go:
+// Every bus is a node of a Cluster (seam.go, docs/CLUSTER.md); a single
+// node is one on its own. The bus's paths are the same either way, and
+// only where state comes from and where deliveries go differs:
 //
 //   - a subscription is written to the cluster's one order before the
 //     subscriber hears it is made, and enters the router with its
@@ -28,9 +25,9 @@ import (
 //     conn here (peer set), so the router, the walk, the publisher's
 //     lanes, the event queues and the slow-subscriber rule treat it as
 //     any connection; only call sends its deliveries through NATS;
-//   - retries, holds and the dead-letter queue are in JetStream
-//     (cluster.Store), and the pending work of a node that died is taken
-//     over by the acting node.
+//   - retries, holds and the dead-letter queue are in the store the
+//     cluster gives (JetStream for package cluster), and the pending work
+//     of a node that died is taken over by the acting node.
 
 // clusterWriteTimeout bounds one write to the cluster made on a peer's
 // behalf (a subscription, a claim). JetStream answers in milliseconds
@@ -44,26 +41,20 @@ const clusterWriteTimeout = 10 * time.Second
 // timeout, and not as a node that did not answer.
 const remoteMargin = 2 * time.Second
 
-// clusterState is what a node keeps besides a single bus's state.
+// clusterState is the bus's side of its Cluster, and its
+// ClusterHandler.
 type clusterState struct {
-	self  string
-	node  *cluster.Node
-	store *cluster.Store
-	// started is closed once node and store are set: cluster.Start
-	// already runs the liveness that may call nodeDown.
-	started chan struct{}
+	server  *Server
+	self    string
+	cluster Cluster
 
 	// mu guards the maps. Lock order: clusterState.mu, then a stand-in
 	// conn's mu, then router.mu; a local conn's mu is never held while
 	// taking clusterState.mu.
 	mu sync.Mutex
-	// local are this node's initialized connections, by cid: deliveries
-	// and takeovers from other nodes name them so.
+	// local are this node's initialized connections, by cid: deliveries,
+	// takeovers and deletes from other nodes name them so.
 	local map[uint64]*conn
-	// own are this node's subscriptions in the order, by key: a delete
-	// of one of these that this node did not make (it was presumed dead)
-	// closes the connection, which then subscribes again elsewhere.
-	own map[string]*subscription
 	// remotes stand in for other nodes' connections holding
 	// subscriptions; remoteSubs are those subscriptions, by key, and
 	// byClient the stand-ins of each clientId, for retries.
@@ -71,16 +62,15 @@ type clusterState struct {
 	remoteSubs map[string]*subscription
 	byClient   map[string][]*conn
 
-	// async counts work done off the caller's path (the deletes of a
-	// closing connection, a takeover), so Shutdown waits for it before
-	// leaving; leaving, under mu, refuses more once the wait has begun.
+	// async counts the takeovers of dead nodes' work, so Shutdown waits
+	// for them before leaving; leaving, under mu, refuses more once the
+	// wait has begun.
 	async   sync.WaitGroup
 	leaving bool
 }
 
 // goAsync runs f on a goroutine Shutdown waits for, unless the node is
-// leaving already: then what f would do is the leave's (Close removes
-// every key of the node) or the next node's to act.
+// leaving already: then what f would do is the next node's to act.
 func (cl *clusterState) goAsync(f func()) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
@@ -100,58 +90,38 @@ type remotePeer struct {
 	cid  uint64
 }
 
-// joinCluster starts this node's membership. The router, scheduler and
-// events exist already: Start applies the current subscriptions before
-// it returns, and they may wake holds.
-func (s *Server) joinCluster(opts cluster.Options) error {
-	if opts.ApplySubscription != nil || opts.TakenOver != nil || opts.Deliver != nil || opts.NodeDown != nil {
-		return errors.New("cluster options: the callbacks are the bus's own; leave them nil")
-	}
+// joinCluster makes the bus a node of its cluster. The router,
+// scheduler and events exist already: Join applies the current
+// subscriptions before it returns, and they may wake holds.
+func (s *Server) joinCluster(c Cluster) error {
+	_, self := c.Names()
 	cl := &clusterState{
-		self:       opts.NodeID,
-		started:    make(chan struct{}),
+		server:     s,
+		self:       self,
+		cluster:    c,
 		local:      make(map[uint64]*conn),
-		own:        make(map[string]*subscription),
 		remotes:    make(map[remotePeer]*conn),
 		remoteSubs: make(map[string]*subscription),
 		byClient:   make(map[string][]*conn),
 	}
 	s.cl = cl
-	opts.ApplySubscription = s.applySubscription
-	opts.TakenOver = s.takenOver
-	opts.Deliver = s.deliverForNode
-	opts.NodeDown = s.nodeDown
-	if opts.Logger == nil {
-		opts.Logger = s.log
-	}
-	if opts.MaxMessageBytes == 0 {
-		opts.MaxMessageBytes = s.opts.MaxMessageBytes
-	}
-	node, err := cluster.Start(context.Background(), &opts)
+	st, err := c.Join(context.Background(), &ClusterJoin{
+		Handler: cl, Logger: s.log, MaxMessageBytes: s.opts.MaxMessageBytes, Registry: s.metrics.registry,
+	})
 	if err != nil {
 		return err
 	}
-	cl.node = node
-	cl.store = node.Store()
-	close(cl.started)
-	s.store = cl.store
-	s.metrics.registry.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bub_cluster_sync_timeouts_total",
-			Help: "Subscribes and unsubscribes answered before every live node confirmed them (a node dying, or a watch recovering)."},
-			func() float64 { return float64(node.SyncTimeouts()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bub_cluster_nodes_live", Help: "Nodes of the cluster this node hears heartbeats from, itself included."},
-			func() float64 { return float64(len(node.Live())) }),
-	)
+	s.store = st
 	return nil
 }
 
-// applySubscription applies one change of the order, in revision order.
+// ApplySubscription applies one change of the order, in revision order.
 // This node's own puts are in the router already (shareSubscription).
-func (s *Server) applySubscription(ch cluster.SubscriptionChange) {
-	cl := s.cl
+func (cl *clusterState) ApplySubscription(ch SubscriptionChange) {
+	s := cl.server
 	if ch.Subscription.Node == cl.self {
 		if ch.Deleted {
-			s.ownDeleted(ch.Key, ch.Revision)
+			cl.ownDeleted(ch)
 		}
 		return
 	}
@@ -188,7 +158,7 @@ func (s *Server) applySubscription(ch cluster.SubscriptionChange) {
 		cl.remotes[peer] = c
 		cl.byClient[sub.ClientID] = append(cl.byClient[sub.ClientID], c)
 	}
-	rs := &subscription{seq: ch.Revision, pattern: pattern, policy: policy, fallback: sub.Fallback, conn: c}
+	rs := &subscription{seq: ch.Revision, key: ch.Key, pattern: pattern, policy: policy, fallback: sub.Fallback, conn: c}
 	c.mu.Lock()
 	c.subs[sub.Pattern] = rs
 	c.mu.Unlock()
@@ -236,24 +206,31 @@ func (cl *clusterState) dropRemoteLocked(s *Server, key string) {
 }
 
 // ownDeleted hears that one of this node's subscriptions left the order.
-// When this node removed it itself, it is no longer in own; otherwise
-// another node did, having presumed this one dead (a long pause, a
-// partition): the connection closes, so that its client reconnects and
-// subscribes again, instead of waiting for deliveries nobody will route
-// to it.
-func (s *Server) ownDeleted(key string, rev uint64) {
-	cl := s.cl
-	cl.mu.Lock()
-	sub := cl.own[key]
-	// A delete older than the subscription is of an earlier one with the
-	// same key (unsubscribed and subscribed again), applied late.
-	if sub == nil || rev < sub.seq {
-		cl.mu.Unlock()
+// When this node removed it itself, its connection no longer holds it;
+// otherwise another node did, having presumed this one dead (a long
+// pause, a partition): the connection closes, so that its client
+// reconnects and subscribes again, instead of waiting for deliveries
+// nobody will route to it.
+func (cl *clusterState) ownDeleted(ch SubscriptionChange) {
+	c := cl.localConn(ch.Subscription.Conn)
+	if c == nil {
 		return
 	}
-	delete(cl.own, key)
-	cl.mu.Unlock()
-	c := sub.conn
+	c.mu.Lock()
+	var sub *subscription
+	for _, held := range c.subs {
+		// A delete older than the subscription is of an earlier one
+		// with the same key (unsubscribed and subscribed again),
+		// applied late.
+		if held.key == ch.Key && held.seq <= ch.Revision {
+			sub = held
+			break
+		}
+	}
+	c.mu.Unlock()
+	if sub == nil {
+		return
+	}
 	c.log.Warn("closing peer: the cluster removed its subscriptions, this node having been presumed dead", "client", c.id(), "pattern", sub.pattern.String())
 	c.close(StatusTryAgainLater, closeRemovedByCluster)
 }
@@ -268,10 +245,11 @@ func (c *conn) shareSubscription(sub *subscription, clientID, identity string) e
 	pattern := sub.pattern.String()
 	ctx, cancel := context.WithTimeout(s.ctx, clusterWriteTimeout)
 	defer cancel()
-	rev, err := cl.node.PutSubscription(ctx, cluster.Subscription{
+	key, rev, err := cl.cluster.PutSubscription(ctx, SharedSubscription{
 		Conn: c.cid, Pattern: pattern, Policy: sub.policy, Fallback: sub.fallback, ClientID: clientID, Identity: identity,
 	})
 	c.mu.Lock()
+	sub.key = key
 	live := !c.closed && c.subs[pattern] == sub
 	switch {
 	case err != nil && live:
@@ -285,62 +263,35 @@ func (c *conn) shareSubscription(sub *subscription, clientID, identity string) e
 	if err != nil {
 		// The write may have landed all the same (a timeout after
 		// JetStream took it): removed, so it is no ghost in the order.
-		s.unshare(pattern, c.cid)
+		cl.cluster.DropSubscriptions([]string{key})
 		return protocol.Errorf(protocol.ErrInternal, "subscribe %q: the cluster did not record the subscription: %v", pattern, err)
 	}
 	if !live {
 		// Closed while the write was under way: its delete may have
 		// gone before the put, so it is made again.
-		s.unshare(pattern, c.cid)
+		cl.cluster.DropSubscriptions([]string{key})
 		return protocol.Errorf(protocol.ErrShuttingDown, "connection is closing")
 	}
-	cl.mu.Lock()
-	cl.own[cluster.SubscriptionKey(cl.self, c.cid, pattern)] = sub
-	cl.mu.Unlock()
-	if err := cl.node.Sync(ctx, rev); err != nil {
+	if err := cl.cluster.Sync(ctx, rev); err != nil {
 		c.log.Debug("cluster: subscribe not confirmed by every node in time", "pattern", pattern, "err", err)
 	}
 	return nil
 }
 
-// disown forgets a subscription of connection cid that this node itself
-// removes from the order, so that its delete is not taken for another
-// node's (ownDeleted).
-func (cl *clusterState) disown(pattern string, cid uint64) {
-	cl.mu.Lock()
-	delete(cl.own, cluster.SubscriptionKey(cl.self, cid, pattern))
-	cl.mu.Unlock()
-}
-
-// unshareNow removes a subscription of connection cid from the order
-// and waits until every live node has applied that.
-func (s *Server) unshareNow(pattern string, cid uint64) {
-	cl := s.cl
-	cl.disown(pattern, cid)
+// unshareNow removes a subscription the connection no longer holds from
+// the order and waits until every live node has applied that.
+func (cl *clusterState) unshareNow(sub *subscription) {
+	s := cl.server
 	ctx, cancel := context.WithTimeout(s.ctx, clusterWriteTimeout)
 	defer cancel()
-	rev, err := cl.node.DeleteSubscription(ctx, cid, pattern)
+	rev, err := cl.cluster.DeleteSubscription(ctx, sub.key)
 	if err != nil {
-		s.log.Error("cluster: could not remove a subscription from the order; other nodes' deliveries to it fail until this node leaves", "pattern", pattern, "err", err)
+		s.log.Error("cluster: could not remove a subscription from the order; other nodes' deliveries to it fail until this node leaves", "pattern", sub.pattern.String(), "err", err)
 		return
 	}
-	if err := cl.node.Sync(ctx, rev); err != nil {
-		s.log.Debug("cluster: unsubscribe not confirmed by every node in time", "pattern", pattern, "err", err)
+	if err := cl.cluster.Sync(ctx, rev); err != nil {
+		s.log.Debug("cluster: unsubscribe not confirmed by every node in time", "pattern", sub.pattern.String(), "err", err)
 	}
-}
-
-// unshare is unshareNow off the caller's path: a closing connection's
-// subscriptions leave the order without holding up its cleanup.
-func (s *Server) unshare(pattern string, cid uint64) {
-	cl := s.cl
-	cl.disown(pattern, cid)
-	cl.goAsync(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), clusterWriteTimeout)
-		defer cancel()
-		if _, err := cl.node.DeleteSubscription(ctx, cid, pattern); err != nil && !errors.Is(err, cluster.ErrClosed) {
-			s.log.Error("cluster: could not remove a closed connection's subscription from the order", "pattern", pattern, "err", err)
-		}
-	})
 }
 
 // claim records that c, initializing, holds clientID across the
@@ -353,11 +304,11 @@ func (s *Server) claim(c *conn, clientID string) error {
 	cl.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, clusterWriteTimeout)
 	defer cancel()
-	if _, err := cl.node.ClaimClient(ctx, clientID, c.cid); err != nil {
+	if err := cl.cluster.ClaimClient(ctx, clientID, c.cid); err != nil {
 		cl.mu.Lock()
 		delete(cl.local, c.cid)
 		cl.mu.Unlock()
-		if errors.Is(err, cluster.ErrTakenOver) {
+		if errors.Is(err, ErrClaimLost) {
 			return protocol.Errorf(protocol.ErrInternal, "clientId %q was initialized by another connection while this one was", clientID)
 		}
 		return protocol.Errorf(protocol.ErrInternal, "initialize %q: the cluster did not record the client: %v", clientID, err)
@@ -365,24 +316,16 @@ func (s *Server) claim(c *conn, clientID string) error {
 	return nil
 }
 
-// release forgets a closed connection, and its claim, off the caller's
-// path.
+// release forgets a closed connection, and its claim.
 func (s *Server) release(c *conn, clientID string) {
 	cl := s.cl
 	cl.mu.Lock()
 	_, known := cl.local[c.cid]
 	delete(cl.local, c.cid)
 	cl.mu.Unlock()
-	if !known {
-		return
+	if known {
+		cl.cluster.ReleaseClient(clientID, c.cid)
 	}
-	cl.goAsync(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), clusterWriteTimeout)
-		defer cancel()
-		if err := cl.node.ReleaseClient(ctx, clientID, c.cid); err != nil && !errors.Is(err, cluster.ErrClosed) {
-			s.log.Warn("cluster: could not release a closed connection's clientId", "client", clientID, "err", err)
-		}
-	})
 }
 
 // localConn returns this node's connection cid, or nil.
@@ -392,11 +335,11 @@ func (cl *clusterState) localConn(cid uint64) *conn {
 	return cl.local[cid]
 }
 
-// takenOver closes a connection whose clientId a connection on another
+// TakenOver closes a connection whose clientId a connection on another
 // node initialized with since. It runs on the claims watcher and does
 // not wait: the close handshake goes on a goroutine of its own.
-func (s *Server) takenOver(clientID string, cid uint64) {
-	c := s.cl.localConn(cid)
+func (cl *clusterState) TakenOver(clientID string, cid uint64) {
+	c := cl.localConn(cid)
 	if c == nil {
 		return
 	}
@@ -412,11 +355,11 @@ func (cl *clusterState) remoteStandIns(clientID string) []*conn {
 	return append([]*conn(nil), cl.byClient[clientID]...)
 }
 
-// nodeDown hears that node stopped: its stand-ins leave the router at
+// NodeDown hears that node stopped: its stand-ins leave the router at
 // once (the acting node also deletes its keys, which every watch applies
 // in time), and the acting node takes its pending work over.
-func (s *Server) nodeDown(node string, acting bool) {
-	cl := s.cl
+func (cl *clusterState) NodeDown(node string, acting bool) {
+	s := cl.server
 	cl.mu.Lock()
 	for key, rs := range cl.remoteSubs {
 		if rs.conn.peer.node == node {
@@ -443,14 +386,9 @@ const takeOverRetry = 5 * time.Second
 // this bus shuts down.
 func (s *Server) takeOver(node string) {
 	cl := s.cl
-	select {
-	case <-cl.started:
-	case <-s.ctx.Done():
-		return
-	}
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-		moved, err := cl.store.TakeOver(ctx, node)
+		moved, err := cl.cluster.TakeOver(ctx, node)
 		cancel()
 		for _, p := range moved {
 			s.resume(p)
@@ -467,7 +405,7 @@ func (s *Server) takeOver(node string) {
 		case <-s.ctx.Done():
 			return
 		}
-		if slices.Contains(cl.node.Live(), node) {
+		if slices.Contains(cl.cluster.Live(), node) {
 			return
 		}
 	}
@@ -490,23 +428,23 @@ func (s *Server) callRemote(ctx context.Context, d *delivery) (protocol.ProcessM
 	peer := d.conn.peer
 	bp := paramsPool.Get().(*[]byte)
 	params := d.AppendParams((*bp)[:0])
-	rd := &cluster.Delivery{ClientID: d.ClientID, Conn: peer.cid, Pattern: d.Subscription, Attempt: uint32(d.Attempt), Payload: params}
+	rd := &RemoteDelivery{ClientID: d.ClientID, Conn: peer.cid, Pattern: d.Subscription, Attempt: uint32(d.Attempt), Payload: params}
 	if d.turn != nil {
 		// The subscriber's node writes one node's requests to one
 		// connection in the order they were sent, so the publisher's
 		// next message may go once this one is sent.
 		rd.Sent = d.turn.pass
 	}
-	resp, err := s.cl.node.Deliver(ctx, peer.node, rd)
+	resp, err := s.cl.cluster.Deliver(ctx, peer.node, rd)
 	*bp = params
 	if cap(params) <= maxPooledParams {
 		paramsPool.Put(bp)
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, cluster.ErrDeliveryTimeout):
+	case errors.Is(err, ErrRemoteTimeout):
 		return result, &deliveryError{failTimeout, fmt.Sprintf("node %s did not answer within %s", peer.node, s.opts.DeliveryTimeout+remoteMargin)}
-	case errors.Is(err, cluster.ErrNodeGone):
+	case errors.Is(err, ErrNodeGone):
 		return result, &deliveryError{failDisconnected, fmt.Sprintf("node %s, which holds the subscriber, is gone", peer.node)}
 	default:
 		return result, &deliveryError{failDisconnected, err.Error()}
@@ -524,11 +462,12 @@ func (s *Server) callRemote(ctx context.Context, d *delivery) (protocol.ProcessM
 	return result, nil
 }
 
-// deliverForNode makes a delivery another node asked for, to one of this
-// node's connections, and returns its outcome for that node to record.
-// The subscriber's timeout and the slow-subscriber rule apply here, where
-// the connection is; the asking node counts the delivery in its metrics.
-func (s *Server) deliverForNode(ctx context.Context, rd *cluster.Delivery) (answer []byte, _ error) {
+// Deliver makes a delivery another node asked for, to one of this node's
+// connections, and returns its outcome for that node to record. The
+// subscriber's timeout and the slow-subscriber rule apply here, where the
+// connection is; the asking node counts the delivery in its metrics.
+func (cl *clusterState) Deliver(ctx context.Context, rd *RemoteDelivery) (answer []byte) {
+	s := cl.server
 	var r protocol.ProcessMessageResult
 	var err error
 	defer func() {
@@ -538,9 +477,9 @@ func (s *Server) deliverForNode(ctx context.Context, rd *cluster.Delivery) (answ
 			answer, _ = json.Marshal(remoteAnswer{Kind: failError, Detail: "the delivery failed inside the subscriber's node; its log has the details"})
 		}
 	}()
-	c := s.cl.localConn(rd.Conn)
+	c := cl.localConn(rd.Conn)
 	if c == nil || !c.holds(rd.ClientID, rd.Pattern) {
-		err = &deliveryError{failDisconnected, fmt.Sprintf("client %q holds no subscription to %q on node %s any more", rd.ClientID, rd.Pattern, s.cl.self)}
+		err = &deliveryError{failDisconnected, fmt.Sprintf("client %q holds no subscription to %q on node %s any more", rd.ClientID, rd.Pattern, cl.self)}
 	} else {
 		d := &delivery{Message: &store.Message{}, ClientID: rd.ClientID, Subscription: rd.Pattern, Attempt: int(rd.Attempt), conn: c, params: rd.Payload, written: rd.Written}
 		r, err = s.deliverLocal(ctx, d)
@@ -556,7 +495,7 @@ func (s *Server) deliverForNode(ctx context.Context, rd *cluster.Delivery) (answ
 		a.Result, _ = json.Marshal(&r)
 	}
 	answer, _ = json.Marshal(&a)
-	return answer, nil
+	return answer
 }
 
 // holds reports whether c is clientID's connection and holds pattern.
@@ -571,16 +510,13 @@ func (c *conn) holds(clientID, pattern string) bool {
 // succeed: it should not wait long for them.
 const leaveTimeout = 3 * time.Second
 
-// leaveCluster waits for the writes still under way and leaves the
-// cluster cleanly, so the other nodes act at once instead of after the
-// node timeout.
+// leaveCluster waits for the takeovers under way and leaves the cluster
+// cleanly, so the other nodes act at once instead of after the node
+// timeout.
 func (s *Server) leaveCluster() error {
 	cl := s.cl
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
-	// The closed connections' deletes are the leave's too (Close removes
-	// every key of the node): they get until the leave's deadline, and
-	// those still waiting then fail fast once the node is closed.
 	cl.mu.Lock()
 	cl.leaving = true
 	cl.mu.Unlock()
@@ -593,5 +529,5 @@ func (s *Server) leaveCluster() error {
 	case <-done:
 	case <-ctx.Done():
 	}
-	return cl.node.Close(ctx)
+	return cl.cluster.Leave(ctx)
 }

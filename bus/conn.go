@@ -208,7 +208,7 @@ func (c *conn) cleanup() {
 		c.expiry.Stop()
 	}
 	c.mu.Unlock()
-	if id != "" && !publishOnly && s.cl != nil {
+	if id != "" && !publishOnly {
 		s.release(c, id)
 	}
 	if id != "" && !publishOnly {
@@ -223,18 +223,28 @@ func (c *conn) cleanup() {
 }
 
 // detach marks the connection closed and drops its subscriptions from the
-// router, so it receives no more deliveries; it returns how many it held.
+// router and the cluster's order, so it receives no more deliveries; it
+// returns how many it held. One whose write to the order is under way is
+// removed by shareSubscription, which finds the connection closed.
 func (c *conn) detach() int {
 	c.mu.Lock()
 	c.closed = true
 	subs := c.subs
 	c.subs = nil
-	c.mu.Unlock()
-	for pattern, sub := range subs {
-		c.server.router.remove(sub)
-		if c.server.cl != nil && c.peer == nil {
-			c.server.unshare(pattern, c.cid)
+	var keys []string
+	if c.peer == nil {
+		for _, sub := range subs {
+			if sub.seq != 0 {
+				keys = append(keys, sub.key)
+			}
 		}
+	}
+	c.mu.Unlock()
+	for _, sub := range subs {
+		c.server.router.remove(sub)
+	}
+	if len(keys) > 0 {
+		c.server.cl.cluster.DropSubscriptions(keys)
 	}
 	c.server.metrics.subscriptions.Sub(float64(len(subs)))
 	return len(subs)

@@ -211,7 +211,7 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.cl != nil && !p.PublishOnly {
+	if !p.PublishOnly {
 		// The connection holding the clientId on another node closes
 		// there, as taken over.
 		if err := s.claim(c, p.ClientID); err != nil {
@@ -226,7 +226,7 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	s.mu.Lock()
 	if s.draining.Load() {
 		s.mu.Unlock()
-		if s.cl != nil && !p.PublishOnly {
+		if !p.PublishOnly {
 			s.release(c, p.ClientID)
 		}
 		return nil, protocol.Errorf(protocol.ErrShuttingDown, "no new clients")
@@ -298,10 +298,8 @@ func (c *conn) subscribe(req *rpcstream.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.server.cl != nil {
-		if err := c.shareSubscription(sub, clientID, identity); err != nil {
-			return nil, err
-		}
+	if err := c.shareSubscription(sub, clientID, identity); err != nil {
+		return nil, err
 	}
 	// Waking holds (a look at the held topics) and the event happen
 	// after the connection's lock is released, so retry attempts and
@@ -318,8 +316,8 @@ func (c *conn) subscribe(req *rpcstream.Request) (any, error) {
 
 // addSubscription checks and adds a subscription to topic under the
 // connection's lock, and returns it with the clientId and identity it
-// was made for. In a cluster the subscription enters the router once the
-// cluster has ordered it (shareSubscription).
+// was made for. The subscription enters the router once the cluster has
+// ordered it (shareSubscription).
 func (c *conn) addSubscription(topic string, pattern *protocol.Pattern, policy protocol.Policy, fallback bool) (sub *subscription, clientID, identity string, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -338,11 +336,7 @@ func (c *conn) addSubscription(topic string, pattern *protocol.Pattern, policy p
 	if err := c.checkSubscribe(pattern, fallback); err != nil {
 		return nil, "", "", err
 	}
-	if c.server.cl != nil {
-		sub = &subscription{pattern: pattern, policy: policy, fallback: fallback, conn: c}
-	} else {
-		sub = c.server.router.add(c, pattern, policy, fallback)
-	}
+	sub = &subscription{pattern: pattern, policy: policy, fallback: fallback, conn: c}
 	c.subs[topic] = sub
 	c.server.metrics.subscriptions.Inc()
 	return sub, c.clientID, c.identity, nil
@@ -368,9 +362,7 @@ func (c *conn) unsubscribe(req *rpcstream.Request) (any, error) {
 	if !ok {
 		return nil, protocol.Errorf(protocol.ErrSubscriptionNotFound, "this connection holds no subscription to %q", p.Topic)
 	}
-	if c.server.cl != nil {
-		c.server.unshareNow(p.Topic, c.cid)
-	}
+	c.server.cl.unshareNow(sub)
 	// After the unlock, as in subscribe; the read loop keeps the order.
 	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", clientID, identity, p.Topic, sub.fallback, "")
 	return protocol.SuccessResult{Success: true}, nil

@@ -45,8 +45,17 @@
 // (plus up to 64 running attempts) and one event goroutine per
 // connection with events waiting. Locks are taken in this order:
 // Server.mu, conn.mu, events.mu, router.mu, scheduler.mu; a lane's mutex
-// (order.go) is taken alone. In a cluster, clusterState.mu comes before a
-// stand-in's conn.mu and router.mu, and a local conn's mu is never held
-// while taking it (cluster.go). None is held across network I/O or a
-// store commit.
+// (order.go) is taken alone. clusterState.mu comes before a stand-in's
+// conn.mu and router.mu, and a local conn's mu is never held while taking
+// it (cluster.go). None is held across network I/O or a store commit.
+//
+// # Clusters
+//
+// Every Server is a node of a Cluster (seam.go), the way a centrifuge
+// Node holds a Broker: the subscription order, client claims, deliveries
+// to subscribers on other nodes and membership go through it, on every
+// path. Without Options.Cluster the bus is a node on its own, whose
+// Cluster orders subscriptions by a counter and owns every client; the
+// bus then links no NATS. Package cluster gives one on NATS JetStream
+// (cluster.ForBus), which bub serve uses with --cluster-name.
 package bus

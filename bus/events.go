@@ -51,9 +51,7 @@ func (s *Server) clientEvent(topic, name, clientID, identity, pattern string, fa
 	if topic == TopicClientSubscribed || topic == TopicClientUnsubscribed {
 		ev.Fallback = &fallback
 	}
-	if s.cl != nil {
-		ev.Node = s.cl.self
-	}
+	ev.Node = s.cl.self
 	s.emit(topic, ev)
 }
 

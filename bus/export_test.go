@@ -16,7 +16,7 @@ func SetMaxEventBacklog(t testing.TB, n int) {
 // a close handshake; its scheduler stops. The test's cleanup may still
 // call Shutdown.
 func Crash(s *Server) {
-	s.cl.node.Crash()
+	s.cl.cluster.(interface{ Crash() }).Crash()
 	s.cancel()
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))

@@ -405,16 +405,13 @@ func (s *Server) findSubscriber(clientID, pattern, topic string) (*conn, string)
 	s.mu.Lock()
 	c := s.clients[clientID]
 	s.mu.Unlock()
-	if c == nil && s.cl != nil {
+	if c == nil {
 		// Connected to another node of the cluster, perhaps.
 		for _, rc := range s.cl.remoteStandIns(clientID) {
 			if found, p := rc.subscriberFor(pattern, topic); found != nil {
 				return found, p
 			}
 		}
-		return nil, ""
-	}
-	if c == nil {
 		return nil, ""
 	}
 	return c.subscriberFor(pattern, topic)

@@ -12,7 +12,10 @@ import (
 // with its propagation policy. seq orders subscriptions by age across the
 // whole bus; last match wins means the highest seq comes first.
 type subscription struct {
+	// seq is the subscription's revision in the cluster's order; key
+	// names it there.
 	seq      uint64
+	key      string
 	pattern  *protocol.Pattern
 	policy   protocol.Policy
 	fallback bool
@@ -36,7 +39,6 @@ type subscription struct {
 type router struct {
 	// mu guards everything below.
 	mu       sync.RWMutex
-	seq      uint64
 	exact    map[string][]*subscription
 	prefix   map[string][]*subscription
 	globs    map[string][]*subscription
@@ -88,18 +90,8 @@ func gramOf(p *protocol.Pattern) string {
 	return best
 }
 
-// add inserts a subscription as the newest and returns it.
-func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy, fallback bool) *subscription {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.seq++
-	s := &subscription{seq: r.seq, pattern: p, policy: policy, fallback: fallback, conn: c}
-	r.insertLocked(s)
-	return s
-}
-
-// insert adds a subscription whose seq is already set: in a cluster,
-// its revision in the one subscription order (cluster.go).
+// insert adds a subscription whose seq, its revision in the cluster's
+// order (cluster.go), is set.
 func (r *router) insert(s *subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

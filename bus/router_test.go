@@ -3,10 +3,21 @@ package bus
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/bub-bus/bub/protocol"
 )
+
+// testSeq numbers the subscriptions add makes, as a node's order would.
+var testSeq atomic.Uint64
+
+// add inserts a subscription as the newest and returns it.
+func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy, fallback bool) *subscription {
+	s := &subscription{seq: testSeq.Add(1), pattern: p, policy: policy, fallback: fallback, conn: c}
+	r.insert(s)
+	return s
+}
 
 // applySteps runs the subscribe and unsubscribe steps of a routing
 // scenario: "A inbound:*" subscribes client A, "A ~inbound:*" subscribes it

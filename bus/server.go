@@ -18,7 +18,6 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
-	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -98,11 +97,9 @@ type Options struct {
 	// Cluster makes the bus one node of a cluster (docs/CLUSTER.md):
 	// the subscription order, deliveries to subscribers on other nodes,
 	// client ownership, retries, holds and the dead-letter queue go
-	// through NATS. The bus sets the callbacks (ApplySubscription,
-	// TakenOver, Deliver, NodeDown), which must be nil, and Store must
-	// be nil: the cluster keeps its state in JetStream. Nil: one node,
-	// with no NATS at all.
-	Cluster *cluster.Options
+	// through it; cluster.ForBus gives one on NATS JetStream. Store must
+	// then be nil: the cluster gives the store. Nil: one node on its own.
+	Cluster Cluster
 }
 
 // Limits bound what peers can make the bus hold. The zero value of each
@@ -217,7 +214,7 @@ type Server struct {
 	bootID     string
 	// connSeq numbers connections (conn.cid).
 	connSeq atomic.Uint64
-	// cl is the node's cluster state; nil for a single node.
+	// cl is the bus's side of its cluster, a single node's own included.
 	cl *clusterState
 
 	// draining is set once, under mu, when Shutdown starts.
@@ -248,7 +245,8 @@ func New(opts *Options) (*Server, error) {
 		// A cluster is one bus: every node reports the same serverId, and
 		// the events any node publishes come from it, so a peer that
 		// trusts only its bus's events (the spawner) trusts every node's.
-		o.ServerID = "bub-" + o.Cluster.Name
+		name, _ := o.Cluster.Names()
+		o.ServerID = "bub-" + name
 	}
 	if o.Cluster != nil && o.Store != nil {
 		return nil, errors.New("new bus: Store and Cluster exclude each other: a cluster keeps its state in JetStream")
@@ -278,9 +276,6 @@ func New(opts *Options) (*Server, error) {
 
 		holdPatterns: holds,
 	}
-	if s.store == nil && o.Cluster == nil {
-		s.store = store.OpenMemory()
-	}
 	s.auth.Store(o.Auth)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -288,17 +283,22 @@ func New(opts *Options) (*Server, error) {
 	s.events = newEvents(s)
 	s.sched = newScheduler(s)
 	s.pinger = newPinger(o.PingInterval)
-	if o.Cluster != nil {
-		if err := s.joinCluster(*o.Cluster); err != nil {
-			s.cancel()
-			return nil, fmt.Errorf("new bus: join cluster %q as node %q: %w", o.Cluster.Name, o.Cluster.NodeID, err)
+	cl := o.Cluster
+	if cl == nil {
+		st := s.store
+		if st == nil {
+			st = store.OpenMemory()
 		}
+		cl = &singleNode{store: st}
+	}
+	if err := s.joinCluster(cl); err != nil {
+		s.cancel()
+		name, node := cl.Names()
+		return nil, fmt.Errorf("new bus: join cluster %q as node %q: %w", name, node, err)
 	}
 	fail := func(err error) (*Server, error) {
 		s.cancel()
-		if s.cl != nil {
-			_ = s.cl.node.Close(context.Background())
-		}
+		_ = s.cl.cluster.Leave(context.Background())
 		return nil, err
 	}
 	// The pending caps count what the store holds; counting now spares
@@ -343,11 +343,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "draining", http.StatusServiceUnavailable)
 			return
 		}
-		if s.cl != nil {
-			if err := s.cl.node.Ready(); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
+		if err := s.cl.cluster.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
 		}
 		fmt.Fprintln(w, "ready")
 	case "/metrics":
@@ -472,10 +470,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Retry attempts still running fail fast now that the peers are gone;
 	// wait for them to settle in the store before the caller closes it.
 	s.sched.stop()
-	if s.cl != nil {
-		if lerr := s.leaveCluster(); lerr != nil && err == nil {
-			err = lerr
-		}
+	if lerr := s.leaveCluster(); lerr != nil && err == nil {
+		err = lerr
 	}
 	return err
 }

@@ -11,11 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrTakenOver is returned by ClaimClient when a claim by another
-// connection was written after this one while it was being made: the
-// other connection owns the clientId.
-var ErrTakenOver = errors.New("cluster: clientId taken over by a later claim")
-
 // owner is a BUB_CLIENTS value: the connection holding a clientId.
 type owner struct {
 	Node string `json:"node"`
@@ -157,7 +152,7 @@ func (n *Node) sawClaim(e jetstream.KeyValueEntry) {
 	delete(cs.byClient, clientID)
 	cs.mu.Unlock()
 	n.log.Info("cluster: clientId taken over", "client", clientID, "conn", c.conn, "revision", e.Revision())
-	if n.opts.TakenOver != nil {
-		n.opts.TakenOver(clientID, c.conn)
+	if n.handler.TakenOver != nil {
+		n.handler.TakenOver(clientID, c.conn)
 	}
 }

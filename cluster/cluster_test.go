@@ -110,6 +110,9 @@ func startCluster(t *testing.T, ids []string, deliver func(string) func(context.
 			NodeTimeout:       testNodeTimeout,
 			SyncTimeout:       2 * time.Second,
 			StartTimeout:      bound,
+			Logger:            testLogger(),
+		}
+		h := cluster.Handler{
 			ApplySubscription: rec.apply,
 			TakenOver: func(clientID string, conn uint64) {
 				rec.mu.Lock()
@@ -121,17 +124,16 @@ func startCluster(t *testing.T, ids []string, deliver func(string) func(context.
 				defer rec.mu.Unlock()
 				rec.down = append(rec.down, node)
 			},
-			Logger: testLogger(),
 		}
 		if deliver != nil {
-			opts.Deliver = deliver(id)
+			h.Deliver = deliver(id)
 		}
 		for j, p := range ports {
 			if j != i {
 				opts.Routes = append(opts.Routes, "nats://127.0.0.1:"+strconv.Itoa(p))
 			}
 		}
-		wg.Go(func() { nodes[i], errs[i] = cluster.Start(t.Context(), opts) })
+		wg.Go(func() { nodes[i], errs[i] = cluster.Start(t.Context(), opts, h) })
 	}
 	wg.Wait()
 	t.Cleanup(func() {

@@ -226,8 +226,8 @@ func (n *Node) failLane(conn uint64, lane *inboundLane) {
 func (n *Node) serveDelivery(r inboundRequest) {
 	var result []byte
 	err := errors.New("this node delivers to no one (no Deliver handler)")
-	if n.opts.Deliver != nil {
-		result, err = n.opts.Deliver(n.ctx, r.d)
+	if n.handler.Deliver != nil {
+		result, err = n.handler.Deliver(n.ctx, r.d)
 	}
 	if err != nil {
 		_ = r.m.Respond(append([]byte{responseError}, err.Error()...))

@@ -6,17 +6,18 @@
 //   - one subscription order: [Node.PutSubscription] and
 //     [Node.DeleteSubscription] write to the replicated bucket BUB_SUBS;
 //     every node applies its changes in revision order through
-//     [Options.ApplySubscription], and [Node.Sync] waits until every live
+//     [Handler.ApplySubscription], and [Node.Sync] waits until every live
 //     node has applied a revision;
 //   - client ownership: [Node.ClaimClient] writes BUB_CLIENTS, and
-//     [Options.TakenOver] hears when another connection took the clientId;
-//   - liveness: [Node.Live] and [Node.Acting], and [Options.NodeDown]
+//     [Handler.TakenOver] hears when another connection took the clientId;
+//   - liveness: [Node.Live] and [Node.Acting], and [Handler.NodeDown]
 //     when a node stops heartbeating; the acting node then deletes the
 //     dead node's subscriptions and claims;
 //   - remote delivery: [Node.Deliver] asks another node to deliver a
-//     message, which that node's [Options.Deliver] does.
+//     message, which that node's [Handler.Deliver] does.
 //
-// Start with [Start]; end with [Node.Close].
+// Start with [Start]; end with [Node.Close]. A bus uses a node through
+// [ForBus], which gives it as a bus.Cluster (bus.Options.Cluster).
 //
 // # Guarantees and limits
 //

@@ -218,8 +218,8 @@ func (n *Node) nodeDown(d down) {
 		// that is what no message may wait on.
 		n.goFunc(func() { n.removeDeadNode(d.id) })
 	}
-	if n.opts.NodeDown != nil {
-		n.opts.NodeDown(d.id, acting)
+	if n.handler.NodeDown != nil {
+		n.handler.NodeDown(d.id, acting)
 	}
 }
 

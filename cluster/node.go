@@ -69,25 +69,6 @@ type Options struct {
 	// of seconds for the buckets' leaders.
 	StartTimeout time.Duration
 
-	// ApplySubscription is called for every change of BUB_SUBS, in
-	// revision order, from one goroutine: first the current
-	// subscriptions (before Start returns), then every change. Required.
-	ApplySubscription func(SubscriptionChange)
-	// TakenOver is called when another connection claimed a clientId
-	// this node claimed, with the connection that lost it. It runs on
-	// the clients watcher's goroutine: it must not block. Optional.
-	TakenOver func(clientID string, conn uint64)
-	// Deliver handles another node's delivery request for a connection
-	// of this node; its result is returned to the requesting node as is.
-	// ctx ends when the node closes; the handler bounds its own wait.
-	// Optional: without it, requests are answered with an error.
-	Deliver func(ctx context.Context, d *Delivery) ([]byte, error)
-	// NodeDown is called when a node is presumed dead or left, on a
-	// goroutine of its own; the acting node deletes the node's
-	// subscriptions and claims meanwhile. acting says whether this node
-	// is the one to take over the dead node's other duties. Optional.
-	NodeDown func(node string, acting bool)
-
 	// MaxMessageBytes is the largest message the bus takes (its
 	// --max-message-bytes); zero means 1 MiB, the bus's default. A
 	// pending entry or dead letter holds a message whole, and a delivery
@@ -125,8 +106,6 @@ func (o *Options) setDefaults() error {
 		return errors.New("cluster: options: neither URL nor ClusterListen/Routes set")
 	case o.URL == "" && o.StoreDir == "":
 		return errors.New("cluster: options: StoreDir is empty; the embedded server needs it for JetStream")
-	case o.ApplySubscription == nil:
-		return errors.New("cluster: options: ApplySubscription is nil")
 	case o.MaxMessageBytes < 0 || o.MaxMessageBytes > maxPayloadLimit-RecordOverhead:
 		return fmt.Errorf("cluster: options: MaxMessageBytes %d: want 0 (1 MiB) to %d, NATS's largest max_payload less RecordOverhead", o.MaxMessageBytes, maxPayloadLimit-RecordOverhead)
 	case o.Replicas < 0 || o.Replicas > 5:
@@ -172,9 +151,10 @@ func setDuration(d *time.Duration, def time.Duration) {
 // Node is this process's membership of the cluster. Its methods are safe
 // for concurrent use.
 type Node struct {
-	opts Options
-	id   string
-	log  *slog.Logger
+	opts    Options
+	handler Handler
+	id      string
+	log     *slog.Logger
 
 	server *server.Server // nil with an external NATS
 	nc     *nats.Conn
@@ -213,16 +193,41 @@ type Node struct {
 	syncTimeouts atomic.Uint64
 }
 
+// Handler is what a node tells its user: the bus, through ForBus.
+type Handler struct {
+	// ApplySubscription is called for every change of BUB_SUBS, in
+	// revision order, from one goroutine: first the current
+	// subscriptions (before Start returns), then every change. Required.
+	ApplySubscription func(SubscriptionChange)
+	// TakenOver is called when another connection claimed a clientId
+	// this node claimed, with the connection that lost it. It runs on
+	// the clients watcher's goroutine: it must not block. Optional.
+	TakenOver func(clientID string, conn uint64)
+	// Deliver handles another node's delivery request for a connection
+	// of this node; its result is returned to the requesting node as is.
+	// ctx ends when the node closes; the handler bounds its own wait.
+	// Optional: without it, requests are answered with an error.
+	Deliver func(ctx context.Context, d *Delivery) ([]byte, error)
+	// NodeDown is called when a node is presumed dead or left, on a
+	// goroutine of its own; the acting node deletes the node's
+	// subscriptions and claims meanwhile. acting says whether this node
+	// is the one to take over the dead node's other duties. Optional.
+	NodeDown func(node string, acting bool)
+}
+
 // Start joins the cluster: it starts the embedded server or connects to
 // URL, waits for JetStream's metadata leader, creates or binds the
 // buckets, removes what a previous run of this node left in them, loads
-// the current subscriptions through ApplySubscription and starts the
+// the current subscriptions through h.ApplySubscription and starts the
 // heartbeat. It returns once the node is live; ctx and StartTimeout bound
 // it.
-func Start(ctx context.Context, opts *Options) (*Node, error) {
-	n := &Node{opts: *opts}
+func Start(ctx context.Context, opts *Options, h Handler) (*Node, error) {
+	n := &Node{opts: *opts, handler: h}
 	if err := n.opts.setDefaults(); err != nil {
 		return nil, err
+	}
+	if h.ApplySubscription == nil {
+		return nil, errors.New("cluster: handler: ApplySubscription is nil")
 	}
 	n.id = n.opts.NodeID
 	n.log = n.opts.Logger.With("node", n.id)

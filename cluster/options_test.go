@@ -7,26 +7,28 @@ import (
 )
 
 func TestOptionsRejected(t *testing.T) {
-	apply := func(SubscriptionChange) {}
 	for _, c := range []struct {
 		name string
 		opts Options
 		want string
 	}{
-		{"no name", Options{NodeID: "a", URL: "nats://x", ApplySubscription: apply}, "Name is empty"},
-		{"bad node id", Options{Name: "c", NodeID: "a.b", URL: "nats://x", ApplySubscription: apply}, `NodeID "a.b"`},
-		{"empty node id", Options{Name: "c", URL: "nats://x", ApplySubscription: apply}, `NodeID ""`},
-		{"both", Options{Name: "c", NodeID: "a", URL: "nats://x", Routes: []string{"nats://y:1"}, ApplySubscription: apply}, "exclude each other"},
-		{"neither", Options{Name: "c", NodeID: "a", ApplySubscription: apply}, "neither URL"},
-		{"no store", Options{Name: "c", NodeID: "a", ClusterListen: "127.0.0.1:0", ApplySubscription: apply}, "StoreDir"},
-		{"no apply", Options{Name: "c", NodeID: "a", URL: "nats://x"}, "ApplySubscription"},
-		{"replicas", Options{Name: "c", NodeID: "a", URL: "nats://x", Replicas: 7, ApplySubscription: apply}, "Replicas 7"},
-		{"timeouts", Options{Name: "c", NodeID: "a", URL: "nats://x", HeartbeatInterval: 5e9, NodeTimeout: 1e9, ApplySubscription: apply}, "must exceed"},
+		{"no name", Options{NodeID: "a", URL: "nats://x"}, "Name is empty"},
+		{"bad node id", Options{Name: "c", NodeID: "a.b", URL: "nats://x"}, `NodeID "a.b"`},
+		{"empty node id", Options{Name: "c", URL: "nats://x"}, `NodeID ""`},
+		{"both", Options{Name: "c", NodeID: "a", URL: "nats://x", Routes: []string{"nats://y:1"}}, "exclude each other"},
+		{"neither", Options{Name: "c", NodeID: "a"}, "neither URL"},
+		{"no store", Options{Name: "c", NodeID: "a", ClusterListen: "127.0.0.1:0"}, "StoreDir"},
+		{"replicas", Options{Name: "c", NodeID: "a", URL: "nats://x", Replicas: 7}, "Replicas 7"},
+		{"timeouts", Options{Name: "c", NodeID: "a", URL: "nats://x", HeartbeatInterval: 5e9, NodeTimeout: 1e9}, "must exceed"},
 	} {
-		_, err := Start(context.Background(), &c.opts)
+		_, err := Start(context.Background(), &c.opts, Handler{ApplySubscription: func(SubscriptionChange) {}})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
 		}
+	}
+	opts := Options{Name: "c", NodeID: "a", URL: "nats://x"}
+	if _, err := Start(context.Background(), &opts, Handler{}); err == nil || !strings.Contains(err.Error(), "ApplySubscription") {
+		t.Errorf("no ApplySubscription: %v, want an error saying so", err)
 	}
 }
 

@@ -40,12 +40,10 @@ func TestOneNode(t *testing.T) {
 			rec := &recorder{}
 			opts := setup(t)
 			opts.Name, opts.NodeID = "solo", "only"
-			opts.ApplySubscription = rec.apply
-			opts.Deliver = echo("only")
 			opts.HeartbeatInterval, opts.NodeTimeout = testHeartbeat, testNodeTimeout
 			opts.StartTimeout = bound
 			opts.Logger = testLogger()
-			n, err := cluster.Start(t.Context(), opts)
+			n, err := cluster.Start(t.Context(), opts, cluster.Handler{ApplySubscription: rec.apply, Deliver: echo("only")})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,20 +23,23 @@ var (
 	_ bus.Store = (*cluster.Store)(nil)
 )
 
+// noHandler is the handler of a node whose subscriptions the test does
+// not look at.
+var noHandler = cluster.Handler{ApplySubscription: func(cluster.SubscriptionChange) {}}
+
 // startSolo starts a node alone on an embedded server in dir, with opts
 // applied, and closes it at the end of the test.
 func startSolo(t *testing.T, dir string, opts func(*cluster.Options)) *cluster.Node {
 	t.Helper()
 	o := &cluster.Options{
 		Name: "solo", NodeID: "solo", ClusterListen: "127.0.0.1:0", StoreDir: dir,
-		ApplySubscription: func(cluster.SubscriptionChange) {},
 		HeartbeatInterval: testHeartbeat, NodeTimeout: testNodeTimeout,
 		StartTimeout: bound, Logger: testLogger(),
 	}
 	if opts != nil {
 		opts(o)
 	}
-	n, err := cluster.Start(t.Context(), o)
+	n, err := cluster.Start(t.Context(), o, noHandler)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,9 +372,9 @@ func TestStoreMaxPayloadRefused(t *testing.T) {
 		t.Fatal("external NATS server not ready")
 	}
 	_, err = cluster.Start(t.Context(), &cluster.Options{
-		Name: "x", NodeID: "x", URL: s.ClientURL(), ApplySubscription: func(cluster.SubscriptionChange) {},
+		Name: "x", NodeID: "x", URL: s.ClientURL(),
 		StartTimeout: bound, Logger: testLogger(),
-	})
+	}, noHandler)
 	if err == nil || !strings.Contains(err.Error(), "max_payload") || !strings.Contains(err.Error(), "MaxMessageBytes") {
 		t.Errorf("start on a server with the default max_payload: %v, want a refusal naming max_payload and MaxMessageBytes", err)
 	}

@@ -88,6 +88,15 @@ func (n *Node) PutSubscription(ctx context.Context, s Subscription) (uint64, err
 // DeleteSubscription removes a subscription of one of this node's
 // connections and returns the revision of the removal, for Sync.
 func (n *Node) DeleteSubscription(ctx context.Context, conn uint64, pattern string) (uint64, error) {
+	rev, err := n.deleteSubscription(ctx, SubscriptionKey(n.id, conn, pattern))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: delete subscription %q of conn %d: %w", pattern, conn, err)
+	}
+	return rev, nil
+}
+
+// deleteSubscription removes the subscription key names.
+func (n *Node) deleteSubscription(ctx context.Context, key string) (uint64, error) {
 	if n.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -95,11 +104,11 @@ func (n *Node) DeleteSubscription(ctx context.Context, conn uint64, pattern stri
 	// which Sync needs; the delete marker is published as the KV layer
 	// does it (ADR-8: a message on $KV.<bucket>.<key> with
 	// KV-Operation: DEL), and its ack carries the revision.
-	m := nats.NewMsg("$KV." + bucketSubs + "." + SubscriptionKey(n.id, conn, pattern))
+	m := nats.NewMsg("$KV." + bucketSubs + "." + key)
 	m.Header.Set("KV-Operation", "DEL")
 	ack, err := n.js.PublishMsg(ctx, m, rideElections...)
 	if err != nil {
-		return 0, fmt.Errorf("cluster: delete subscription %q of conn %d: %w", pattern, conn, err)
+		return 0, err
 	}
 	return ack.Sequence, nil
 }
@@ -143,7 +152,7 @@ func (n *Node) applySubscription(e jetstream.KeyValueEntry, initial bool) {
 		apply = ok && !initial
 	}
 	if apply {
-		n.opts.ApplySubscription(change)
+		n.handler.ApplySubscription(change)
 	}
 	n.advance(e.Revision())
 }

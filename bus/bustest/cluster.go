@@ -50,7 +50,7 @@ func StartCluster(t testing.TB, opts *bus.Options, ids ...string) []*Server {
 		// told apart here.
 		clusterLog := o.Logger
 		o.Logger = o.Logger.With("node", id)
-		o.Cluster = &cluster.Options{
+		co := &cluster.Options{
 			Name:              "test",
 			NodeID:            id,
 			ClusterListen:     "127.0.0.1:" + strconv.Itoa(ports[i]),
@@ -62,9 +62,10 @@ func StartCluster(t testing.TB, opts *bus.Options, ids ...string) []*Server {
 		}
 		for j, p := range ports {
 			if j != i {
-				o.Cluster.Routes = append(o.Cluster.Routes, "nats://127.0.0.1:"+strconv.Itoa(p))
+				co.Routes = append(co.Routes, "nats://127.0.0.1:"+strconv.Itoa(p))
 			}
 		}
+		o.Cluster = cluster.ForBus(co)
 		wg.Go(func() {
 			nodes[i], errs[i] = serve(&o)
 			if errs[i] != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -205,10 +206,12 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	// not exist until the bus does.
 	var running atomic.Pointer[bus.Server]
 	var st bus.Store
+	var cl bus.Cluster
 	if clusterOpts != nil {
 		// A cluster keeps its durable state in JetStream, under
 		// DATA_DIR/nats; no bbolt file is opened.
 		clusterOpts.Logger = logger
+		cl = cluster.ForBus(clusterOpts)
 	} else {
 		db, err := store.Open(cfg.dataDir, &store.Options{OnCommit: func(d time.Duration) {
 			if srv := running.Load(); srv != nil {
@@ -223,7 +226,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	}
 	srv, err := bus.New(&bus.Options{
 		Store:           st,
-		Cluster:         clusterOpts,
+		Cluster:         cl,
 		MaxAttempts:     cfg.maxAttempts,
 		RetryBaseDelay:  cfg.retryBaseDelay,
 		RetryDelayCap:   cfg.retryDelayCap,
