@@ -137,9 +137,11 @@ func (cl *clusterState) ApplySubscription(ch SubscriptionChange) {
 		s.log.Warn("cluster: skipping a subscription this node cannot parse", "node", sub.Node, "client", sub.ClientID, "pattern", sub.Pattern, "err", err)
 		return
 	}
-	policy := sub.Policy
-	if !policy.Valid() {
-		policy = s.opts.DefaultPolicy
+	if !sub.Policy.Valid() {
+		// Routing it by another policy would walk the chain unlike the
+		// subscriber's node does.
+		s.log.Error("cluster: skipping a subscription whose policy this node does not know; run one version on every node", "node", sub.Node, "client", sub.ClientID, "pattern", sub.Pattern, "policy", sub.Policy)
+		return
 	}
 	cl.mu.Lock()
 	cl.dropRemoteLocked(s, ch.Key)
@@ -158,7 +160,7 @@ func (cl *clusterState) ApplySubscription(ch SubscriptionChange) {
 		cl.remotes[peer] = c
 		cl.byClient[sub.ClientID] = append(cl.byClient[sub.ClientID], c)
 	}
-	rs := &subscription{seq: ch.Revision, key: ch.Key, pattern: pattern, policy: policy, fallback: sub.Fallback, conn: c}
+	rs := &subscription{seq: ch.Revision, key: ch.Key, pattern: pattern, policy: sub.Policy, fallback: sub.Fallback, conn: c}
 	c.mu.Lock()
 	c.subs[sub.Pattern] = rs
 	c.mu.Unlock()

@@ -80,8 +80,8 @@ func (s *Server) emit(topic string, payload any) {
 //
 // Each event walks its chain as a published message does: a subscriber
 // gets it once every subscriber before it that could stop propagation
-// (any policy but continueAll) has answered without stopping it; the
-// subscribers after a continueAll one do not wait for its answer.
+// (Policy.MayStop) has answered without stopping it (Policy.Stops); the
+// subscribers after one that cannot do not wait for its answer.
 //
 // Every event is routed and queued under mu, so any two events are queued
 // in the same order for every subscriber they share. That is what keeps
@@ -189,7 +189,7 @@ func (e *events) advance(w *eventWalk) {
 		sub := w.chain[w.open]
 		w.open++
 		e.queues[sub.conn].ready.Signal()
-		if sub.policy != protocol.PolicyContinueAll {
+		if sub.policy.MayStop() {
 			return
 		}
 	}
@@ -198,9 +198,9 @@ func (e *events) advance(w *eventWalk) {
 // answered records that chain[at] has had w, and whether its answer
 // stopped propagation. Called with mu held.
 func (e *events) answered(w *eventWalk, at int, stops bool) {
-	if e.stopped || at != w.open-1 || w.chain[at].policy == protocol.PolicyContinueAll {
-		// Nothing waits on this answer: the queues are going, or a
-		// continueAll subscriber's answer never holds the walk.
+	if e.stopped || at != w.open-1 || !w.chain[at].policy.MayStop() {
+		// Nothing waits on this answer: the queues are going, or the
+		// subscriber's policy never stops the walk.
 		return
 	}
 	if !stops {

@@ -42,8 +42,8 @@ func (p Policy) Stops(processed, stop bool) bool {
 }
 
 // MayStop reports whether propagation can stop after a subscriber under
-// policy p: false only for continueAll, whose answer the walk need not
-// wait for before going on.
+// policy p, by some answer of Stops: false for continueAll, whose answer
+// a walk need not wait for before going on.
 func (p Policy) MayStop() bool {
-	return p != PolicyContinueAll
+	return p.Stops(true, true)
 }

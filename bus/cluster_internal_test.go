@@ -1,0 +1,64 @@
+package bus
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// syncBuffer is a log a test reads while the bus writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestRemoteSubscriptionPolicy: another node's subscription enters the
+// router with its own policy, and one whose policy this node does not
+// know is refused, saying why, rather than routed by another.
+func TestRemoteSubscriptionPolicy(t *testing.T) {
+	var logs syncBuffer
+	s, err := New(&Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	for i, tt := range []struct {
+		policy protocol.Policy
+		routed bool
+	}{
+		{protocol.PolicyContinueAll, true},
+		{protocol.PolicyStopOnStop, true},
+		{"stopWhenBored", false},
+		{"", false},
+	} {
+		topic := "remote" + string(rune('a'+i)) + ":x"
+		s.cl.ApplySubscription(SubscriptionChange{Key: "b.1." + topic, Revision: uint64(i + 1), Subscription: SharedSubscription{
+			Node: "b", Conn: 1, Pattern: topic, Policy: tt.policy, ClientID: "far",
+		}})
+		chain := s.router.route(topic)
+		switch {
+		case tt.routed && (len(chain) != 1 || chain[0].policy != tt.policy):
+			t.Errorf("policy %q: chain %v, want the subscription under its own policy", tt.policy, chain)
+		case !tt.routed && len(chain) != 0:
+			t.Errorf("policy %q: routed under %q, want it refused", tt.policy, chain[0].policy)
+		case !tt.routed && !strings.Contains(logs.String(), `policy=`+string(tt.policy)):
+			t.Errorf("policy %q refused without a log line naming it:\n%s", tt.policy, logs.String())
+		}
+	}
+}
