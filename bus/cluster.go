@@ -431,6 +431,10 @@ func (s *Server) callRemote(ctx context.Context, d *delivery) (protocol.ProcessM
 	bp := paramsPool.Get().(*[]byte)
 	params := d.AppendParams((*bp)[:0])
 	rd := &RemoteDelivery{ClientID: d.ClientID, Conn: peer.cid, Pattern: d.Subscription, Attempt: uint32(d.Attempt), Payload: params}
+	if deadline, ok := ctx.Deadline(); ok {
+		// The subscriber's clock starts with this node's (timeout).
+		rd.Deadline = deadline.Add(-remoteMargin)
+	}
 	if d.turn != nil {
 		// The subscriber's node writes one node's requests to one
 		// connection in the order they were sent, so the publisher's
@@ -479,10 +483,21 @@ func (cl *clusterState) Deliver(ctx context.Context, rd *RemoteDelivery) (answer
 			answer, _ = json.Marshal(remoteAnswer{Kind: failError, Detail: "the delivery failed inside the subscriber's node; its log has the details"})
 		}
 	}()
+	if !rd.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, rd.Deadline)
+		defer cancel()
+	}
 	c := cl.localConn(rd.Conn)
-	if c == nil || !c.holds(rd.ClientID, rd.Pattern) {
+	switch {
+	case !rd.Deadline.IsZero() && !time.Now().Before(rd.Deadline):
+		// Queued here behind the subscriber's earlier deliveries until
+		// the asking node stopped waiting: sent now, it would be made
+		// and retried too.
+		err = &deliveryError{failTimeout, fmt.Sprintf("not sent: it waited on node %s behind client %q's earlier deliveries past its delivery timeout", cl.self, rd.ClientID)}
+	case c == nil || !c.holds(rd.ClientID, rd.Pattern):
 		err = &deliveryError{failDisconnected, fmt.Sprintf("client %q holds no subscription to %q on node %s any more", rd.ClientID, rd.Pattern, cl.self)}
-	} else {
+	default:
 		d := &delivery{Message: &store.Message{}, ClientID: rd.ClientID, Subscription: rd.Pattern, Attempt: int(rd.Attempt), conn: c, params: rd.Payload, written: rd.Written}
 		r, err = s.deliverLocal(ctx, d)
 	}

@@ -2,10 +2,12 @@ package bus
 
 import (
 	"bytes"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/bub-bus/bub/protocol"
 )
@@ -60,5 +62,29 @@ func TestRemoteSubscriptionPolicy(t *testing.T) {
 		case !tt.routed && !strings.Contains(logs.String(), `policy=`+string(tt.policy)):
 			t.Errorf("policy %q refused without a log line naming it:\n%s", tt.policy, logs.String())
 		}
+	}
+}
+
+// TestRemoteDeliveryPastDeadline: a delivery another node asked for that
+// waited on this node past the asking node's deadline is answered as a
+// timeout, not sent: the asking node retries it, and sent as well it
+// would be made twice.
+func TestRemoteDeliveryPastDeadline(t *testing.T) {
+	s, err := New(&Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	written := false
+	answer := s.cl.Deliver(t.Context(), &RemoteDelivery{
+		ClientID: "late", Conn: 1, Pattern: "*", Attempt: 1, Payload: []byte(`{}`),
+		Deadline: time.Now().Add(-time.Millisecond), Written: func() { written = true },
+	})
+	var a remoteAnswer
+	if err := json.Unmarshal(answer, &a); err != nil {
+		t.Fatalf("answer %s: %v", answer, err)
+	}
+	if a.Kind != failTimeout || !strings.Contains(a.Detail, "not sent") || written {
+		t.Errorf("answer %+v, written %v: want a timeout that says it was not sent", a, written)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -142,6 +143,11 @@ type RemoteDelivery struct {
 	// Payload is the processMessage params, written to the subscriber
 	// as they are.
 	Payload []byte
+	// Deadline is when the subscriber's answer is due, on this node's
+	// clock. The asking node sets it where its own clock for the
+	// delivery started; the subscriber's node gets it counted from the
+	// request's arrival, so time spent queued there counts.
+	Deadline time.Time
 	// Sent, on the asking side, is called once the request is on its
 	// way, in the order of the node's requests. Optional.
 	Sent func()

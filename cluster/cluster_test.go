@@ -169,8 +169,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// echo is a Deliver handler that answers with what it got, or fails or
-// hangs on request.
+// echo is a Deliver handler that answers with what it got, or fails,
+// hangs, takes slowTurn, or says the milliseconds left until its
+// deadline, on request.
 func echo(node string) func(context.Context, *cluster.Delivery) ([]byte, error) {
 	return func(ctx context.Context, d *cluster.Delivery) ([]byte, error) {
 		switch string(d.Payload) {
@@ -179,10 +180,17 @@ func echo(node string) func(context.Context, *cluster.Delivery) ([]byte, error) 
 		case "hang":
 			<-ctx.Done()
 			return nil, ctx.Err()
+		case "slow":
+			time.Sleep(slowTurn)
+		case "time left":
+			return strconv.AppendInt(nil, time.Until(d.Deadline).Milliseconds(), 10), nil
 		}
 		return fmt.Appendf(nil, "%s got %s/%d/%s/%d: %s", node, d.ClientID, d.Conn, d.Pattern, d.Attempt, d.Payload), nil
 	}
 }
+
+// slowTurn is how long echo takes over a "slow" request.
+const slowTurn = 500 * time.Millisecond
 
 // TestCluster runs three nodes in one process, with an embedded NATS
 // cluster on loopback, through the primitives in turn; starting a
@@ -352,6 +360,29 @@ func TestCluster(t *testing.T) {
 		cancel()
 		if !errors.Is(err, cluster.ErrDeliveryTimeout) {
 			t.Errorf("handler that never answers: %v, want ErrDeliveryTimeout", err)
+		}
+	})
+
+	t.Run("deadline counts the queue", func(t *testing.T) {
+		// A request queued on b behind a slow one for the same
+		// connection has its time counted from its arrival, as a's
+		// clock counts it, not from when its turn comes.
+		sent := make(chan struct{})
+		slow := &cluster.Delivery{ClientID: "q", Conn: 31, Pattern: "*", Attempt: 1, Payload: []byte("slow"), Sent: func() { close(sent) }}
+		go func() { _, _ = a.Deliver(ctx, "b", slow) }()
+		<-sent
+		const timeout = 3 * time.Second
+		d := &cluster.Delivery{ClientID: "q", Conn: 31, Pattern: "*", Attempt: 1, Payload: []byte("time left"), Deadline: time.Now().Add(timeout)}
+		got, err := a.Deliver(ctx, "b", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left, err := strconv.Atoi(string(got))
+		if err != nil {
+			t.Fatalf("answer %q: %v", got, err)
+		}
+		if max := (timeout - slowTurn).Milliseconds(); left > int(max) || left <= 0 {
+			t.Errorf("%d ms left when its turn came after a %v queue, want 0 < left <= %d", left, slowTurn, max)
 		}
 	})
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -38,6 +39,10 @@ func (n *Node) Deliver(ctx context.Context, node string, d *Delivery) ([]byte, e
 	subject, answer, forget := n.replies.expect()
 	defer forget()
 	m := &nats.Msg{Subject: deliverSubject(node), Reply: subject, Data: appendDelivery(nil, d)}
+	if !d.Deadline.IsZero() {
+		left := max(time.Until(d.Deadline).Microseconds(), 0)
+		m.Header = nats.Header{timeLeftHeader: []string{strconv.FormatInt(left, 10)}}
+	}
 	if err := n.nc.PublishMsg(m); err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return nil, fmt.Errorf("%w: deliver to node %s", ErrClosed, node)
@@ -67,6 +72,11 @@ func (n *Node) Deliver(ctx context.Context, node string, d *Delivery) ([]byte, e
 	}
 	return nil, fmt.Errorf("%w: response status %d from node %s", ErrBadFrame, resp.Data[0], node)
 }
+
+// timeLeftHeader carries a delivery's Deadline as the microseconds left
+// when it was sent. A header, not a frame field: a node that does not
+// know it ignores it.
+const timeLeftHeader = "Bub-Time-Left-Us"
 
 // noRespondersStatus is the status the NATS server answers a request
 // with when nobody subscribes to its subject (the node is not running).
@@ -154,7 +164,11 @@ func (n *Node) startDeliveryService() error {
 // the subscription's one dispatch goroutine, in the order the requests
 // arrived, and never waits for a subscriber.
 func (n *Node) handleDelivery(m *nats.Msg) {
+	arrived := time.Now()
 	d, err := parseDelivery(m.Data)
+	if err == nil {
+		d.Deadline, err = deadlineOf(m, arrived)
+	}
 	if err != nil {
 		n.log.Warn("cluster: malformed delivery request", "err", err)
 		_ = m.Respond(append([]byte{responseError}, err.Error()...))
@@ -176,6 +190,20 @@ func (n *Node) handleDelivery(m *nats.Msg) {
 	if !n.goFunc(func() { n.drainLane(d.Conn, lane) }) {
 		n.failLane(d.Conn, lane)
 	}
+}
+
+// deadlineOf reads a request's time left, counted from when it arrived;
+// zero without one.
+func deadlineOf(m *nats.Msg, arrived time.Time) (time.Time, error) {
+	v := m.Header.Get(timeLeftHeader)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	us, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || us < 0 {
+		return time.Time{}, fmt.Errorf("%w: %s %q: want microseconds", ErrBadFrame, timeLeftHeader, v)
+	}
+	return arrived.Add(time.Duration(us) * time.Microsecond), nil
 }
 
 // drainLane hands a lane's requests to the handler one after another,

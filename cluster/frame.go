@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 )
 
 // Delivery is a message for a subscriber on another node: who it is for
@@ -20,6 +21,15 @@ type Delivery struct {
 	// Payload is the message as the bus holds it. On the receiving side
 	// it aliases the request's buffer, which the handler may keep.
 	Payload []byte
+
+	// Deadline is when the subscriber's answer is due, on this node's
+	// clock; zero: whenever the handler decides. It travels as the time
+	// left when the request is sent (so the hosts' clocks need not
+	// agree), and the receiving side counts that from the request's
+	// arrival, not from when its turn comes: a request that waited
+	// behind others for the same connection has less time, as the
+	// asking side's clock says.
+	Deadline time.Time
 
 	// Sent, on the asking side, is called once the request is on its
 	// way: written to the node's one NATS connection, which keeps the
