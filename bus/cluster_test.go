@@ -320,7 +320,12 @@ func TestCluster(t *testing.T) {
 // TestClusterNodeDeath: a retry and a hold, both acknowledged to their
 // publisher by node a, are delivered by a survivor after a crashes.
 func TestClusterNodeDeath(t *testing.T) {
-	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	opts := clusterOptions()
+	// Pings more often than a subscribe right after the death waits for
+	// the dead node's confirmation: the subscriber's pongs must be read
+	// meanwhile, so the cluster write is off its read loop.
+	opts.PingInterval = 400 * time.Millisecond
+	nodes := bustest.StartCluster(t, opts, "a", "b", "c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	// The worker on b asks for its first attempt again in 2 s: long
@@ -340,7 +345,10 @@ func TestClusterNodeDeath(t *testing.T) {
 	bus.Crash(a.Server)
 	died := time.Now()
 	got := make(chan protocol.ProcessMessageParams, 1)
-	bustest.Connect(t, c.URL, "late", answering(got, protocol.ProcessMessageResult{Processed: true})).Subscribe("agent:late", "")
+	late := bustest.Connect(t, c.URL, "late", answering(got, protocol.ProcessMessageResult{Processed: true}))
+	subscribing := time.Now()
+	late.Subscribe("agent:late", "")
+	t.Logf("subscribe on c answered in %v, a being dead", time.Since(subscribing).Round(time.Millisecond))
 
 	p := recvWithin(t, retried, clusterWait, "the retry a accepted was never delivered after a died")
 	assert.Equal(t, r.MessageID, p.MessageID)

@@ -59,8 +59,10 @@ type conn struct {
 	// slots bounds the requests running off the read loop.
 	slots chan struct{}
 	// lanes order this connection's messages per subscriber (order.go);
-	// only the read loop touches them.
+	// only the goroutine handling its requests in order touches them:
+	// the read loop, or inOrder's while it runs.
 	lanes     lanes
+	inOrder   inOrder
 	closeOnce sync.Once
 
 	// mu guards the fields below. Lock order: Server.mu, conn.mu, router.mu.
@@ -107,6 +109,7 @@ func (s *Server) newConn(ws *websocket.Conn, out *outbound.Conn, remote string) 
 		slots:  make(chan struct{}, s.opts.MaxInFlight),
 		subs:   make(map[string]*subscription),
 	}
+	c.inOrder.init()
 	// An answer that comes after its call timed out still shows the peer
 	// is there (Limits.SlowSubscriberTimeouts).
 	c.stream.OnLateAnswer(c.noteLateAnswer)
@@ -122,10 +125,11 @@ func (c *conn) serve() {
 	s.pinger.add(c)
 	c.readLoop()
 	s.pinger.remove(c)
+	c.stopInOrder()
 	c.cleanup()
 }
 
-// readLoop hands every request to handle until the connection fails.
+// readLoop hands every request to dispatch until the connection fails.
 // Answers to processMessage calls go to their callers inside the Stream.
 func (c *conn) readLoop() {
 	for {
@@ -139,7 +143,7 @@ func (c *conn) readLoop() {
 			}
 			return
 		}
-		c.handle(req)
+		c.dispatch(req)
 	}
 }
 

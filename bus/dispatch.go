@@ -14,11 +14,13 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// handle runs on the connection's read loop. It answers the quick methods
-// (initialize, subscribe, unsubscribe, ping) inline, which keeps a peer's
-// subscriptions in the order it sent them, and checks and routes
-// sendMessage inline for the same reason; the walk of a routed message
-// and the dlq.* methods run on a goroutine of their own, bounded by
+// handle runs on the connection's read loop, or on its in-order goroutine
+// (inorder.go), one request at a time in the order the peer sent them. It
+// answers the quick methods (initialize, subscribe, unsubscribe, ping)
+// there, which keeps a peer's subscriptions in the order it sent them,
+// and checks and routes sendMessage there for the same reason; the walk
+// of a routed message and the dlq.* methods run on a goroutine of their
+// own, bounded by
 // Options.MaxInFlight: a peer waiting for its own sendMessage can still
 // answer processMessage calls, and a full connection gets -32006 at once
 // instead of a blocked read loop.
@@ -46,7 +48,7 @@ func (c *conn) handle(req *rpcstream.Request) {
 		}
 		work := c.handleQueued
 		if req.Method == protocol.MethodSendMessage {
-			// Routed here, on the read loop, so that the connection's
+			// Routed here, in the connection's order, so that its
 			// messages take their turns at each subscriber in the order
 			// it sent them (order.go).
 			var out *outgoing
@@ -304,9 +306,9 @@ func (c *conn) subscribe(req *rpcstream.Request) (any, error) {
 	// Waking holds (a look at the held topics) and the event happen
 	// after the connection's lock is released, so retry attempts and
 	// publishes that read the connection do not wait on them. Order is
-	// kept all the same: subscribe runs inline on the read loop, so this
-	// connection's next subscribe, unsubscribe or disconnect, and their
-	// events, come after these; and a hold woken here finds the new
+	// kept all the same: the connection's requests run one at a time
+	// (handle), so its next subscribe, unsubscribe or disconnect, and
+	// their events, come after these; and a hold woken here finds the new
 	// subscription, which the router already has.
 	c.server.sched.wakeHolds(pattern, clientID)
 	c.server.clientEvent(TopicClientSubscribed, "subscribed", clientID, identity, p.Topic, p.Fallback, "")
@@ -363,12 +365,13 @@ func (c *conn) unsubscribe(req *rpcstream.Request) (any, error) {
 		return nil, protocol.Errorf(protocol.ErrSubscriptionNotFound, "this connection holds no subscription to %q", p.Topic)
 	}
 	c.server.cl.unshareNow(sub)
-	// After the unlock, as in subscribe; the read loop keeps the order.
+	// After the unlock, as in subscribe; handle keeps the order.
 	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", clientID, identity, p.Topic, sub.fallback, "")
 	return protocol.SuccessResult{Success: true}, nil
 }
 
-// outgoing is a sendMessage checked and routed on the read loop, to be
+// outgoing is a sendMessage checked and routed in the connection's order
+// (handle), to be
 // published off it.
 type outgoing struct {
 	conn    *conn
@@ -378,7 +381,7 @@ type outgoing struct {
 }
 
 // route checks a sendMessage, routes it and takes its tickets (order.go).
-// It runs on the read loop: params are read in place, in one pass, and
+// It runs in the connection's order (handle): params are read in place, in one pass, and
 // nothing here waits on a peer or the store.
 func (c *conn) route(req *rpcstream.Request) (*outgoing, error) {
 	// One look at the connection for everything the checks need.

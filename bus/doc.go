@@ -20,11 +20,13 @@
 // # Reading the source
 //
 // Server.ServeHTTP accepts a peer (conn.go); its read loop hands each
-// request to conn.handle (dispatch.go), which answers the quick methods
-// inline, checks and routes sendMessage inline, and runs its walk and the
-// dlq.* methods (admin.go) off the loop. The router (router.go) gives the
+// request to conn.handle (dispatch.go), itself or, behind a request that
+// writes to the cluster, through the connection's in-order goroutine
+// (inorder.go); handle answers the quick methods itself, checks and
+// routes sendMessage itself, and runs its walk and the dlq.* methods
+// (admin.go) on goroutines of their own. The router (router.go) gives the
 // topic's chain, newest matching subscription first; each routed message
-// takes a ticket per subscriber (order.go) on the read loop. walk
+// takes a ticket per subscriber (order.go) as it is routed. walk
 // (propagate.go) calls the delivery pipeline (delivery.go) down the chain
 // until a policy says stop, continueAll subscribers without waiting for
 // their answers; after the walk it stores the retries it needs. The scheduler
@@ -36,7 +38,8 @@
 //
 // Each connection has a read loop (the request path of internal/rpcstream,
 // which reads payloads in place, as the peer sent them; one Server
-// goroutine pings every connection, keepalive.go), and one goroutine per
+// goroutine pings every connection, keepalive.go), an in-order goroutine
+// while an initialize, subscribe or unsubscribe runs (inorder.go), and one goroutine per
 // running sendMessage or dlq.* call (at most Options.MaxInFlight), plus
 // one per continueAll delivery a walk has running. A delivery waits for
 // its ticket's turn before it is written, holding no lock. Writes to a

@@ -5,7 +5,7 @@ import "sync"
 // Per-publisher order (docs/PROTOCOL.md, "Order"): the messages one
 // connection publishes reach each subscriber in the order it sent them.
 // Each sendMessage runs on a goroutine of its own, so the order is kept by
-// tickets: on the read loop, in the order the requests arrive, a message
+// tickets: in the order the requests arrive (handle), a message
 // takes one ticket per subscriber of its chain from the lane between its
 // publisher's connection and that subscriber's. Before writing its
 // delivery to the subscriber, it waits for its ticket's turn; once the
@@ -18,8 +18,8 @@ import "sync"
 // lane orders one publisher connection's deliveries to one subscriber
 // connection.
 type lane struct {
-	// next is the next ticket to hand out; only the publisher's read loop
-	// touches it.
+	// next is the next ticket to hand out; only the goroutine handling
+	// the publisher's requests in order touches it.
 	next uint64
 
 	// mu guards the fields below.
@@ -43,7 +43,7 @@ type ticket struct {
 }
 
 // lanes are a publisher connection's lanes, by subscriber connection;
-// only its read loop touches them.
+// only the goroutine handling its requests in order touches them (handle).
 type lanes struct {
 	by map[*conn]*lane
 	// pruneAt is the size at which idle lanes to closed connections are

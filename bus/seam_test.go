@@ -1,9 +1,16 @@
 package bus_test
 
 import (
+	"encoding/json"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // TestSingleNodeLinksNoNATS: an embedder of the bus that does not use a
@@ -20,6 +27,39 @@ func TestSingleNodeLinksNoNATS(t *testing.T) {
 	for dep := range strings.Lines(string(out)) {
 		if strings.Contains(dep, "nats-io") || strings.TrimSpace(dep) == "github.com/bub-bus/bub/cluster" {
 			t.Errorf("package bus depends on %s", strings.TrimSpace(dep))
+		}
+	}
+}
+
+// TestRequestsKeepOrder: requests a peer sends at once are handled in the
+// order it sent them, also those read while a subscribe, unsubscribe or
+// initialize is under way off the read loop.
+func TestRequestsKeepOrder(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	c := bustest.Dial(t, srv.URL)
+	frames := []string{
+		`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"burst"},"id":1}`,
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"burst:a"},"id":2}`,
+		`{"jsonrpc":"2.0","method":"ping","id":3}`,
+		`{"jsonrpc":"2.0","method":"unsubscribe","params":{"topic":"burst:a"},"id":4}`,
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"burst:a"},"id":5}`,
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"burst:a"},"id":6}`,
+	}
+	for _, f := range frames {
+		c.Send(f)
+	}
+	for i := range frames {
+		var r struct {
+			ID    int             `json:"id"`
+			Error *protocol.Error `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(c.Recv(), &r))
+		assert.Equal(t, i+1, r.ID, "answers in the order of the requests")
+		if r.ID == 6 {
+			require.NotNil(t, r.Error, "a second subscribe to burst:a after the first")
+			assert.EqualValues(t, protocol.CodeAlreadySubscribed, r.Error.Code)
+		} else {
+			assert.Nil(t, r.Error, "request %d", r.ID)
 		}
 	}
 }
