@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,8 @@ type Cluster interface {
 	// TakeOver moves a dead node's pending work to this node and
 	// returns what it moved, also when it fails part way.
 	TakeOver(ctx context.Context, node string) ([]*store.Pending, error)
-	// Live returns the nodes this one hears from, itself included.
+	// Live returns the nodes this one hears from, itself included; none
+	// for a single node.
 	Live() []string
 	// Ready says why this node cannot serve, or nil.
 	Ready() error
@@ -198,7 +200,7 @@ func (n *singleNode) ClaimClient(context.Context, string, uint64) error { return
 func (n *singleNode) ReleaseClient(string, uint64) {}
 
 func (n *singleNode) Deliver(_ context.Context, node string, _ *RemoteDelivery) ([]byte, error) {
-	return nil, errors.Join(ErrNodeGone, errors.New("a single node has no node "+node))
+	return nil, fmt.Errorf("%w: a single node has no node %q", ErrNodeGone, node)
 }
 
 func (n *singleNode) TakeOver(context.Context, string) ([]*store.Pending, error) { return nil, nil }
