@@ -146,15 +146,19 @@ type RemoteDelivery struct {
 	// as they are.
 	Payload []byte
 	// Deadline is when the subscriber's answer is due, on this node's
-	// clock. The asking node sets it where its own clock for the
-	// delivery started; the subscriber's node gets it counted from the
-	// request's arrival, so time spent queued there counts.
+	// clock; zero: whenever the subscriber's node decides. The asking
+	// node sets it where its own clock for the delivery started; it
+	// travels as the time left (so the hosts' clocks need not agree),
+	// and the subscriber's node counts that from the request's arrival,
+	// not from when its turn comes: time spent queued there counts.
 	Deadline time.Time
 	// Sent, on the asking side, is called once the request is on its
-	// way, in the order of the node's requests. Optional.
+	// way, in the order of the node's requests: requests sent in turn
+	// reach the subscriber in that order. Optional.
 	Sent func()
-	// Written, on the subscriber's side, is called once the message is
-	// written to the subscriber.
+	// Written, on the subscriber's side, is for the handler to call once
+	// the message is written to the subscriber: until then, or until the
+	// handler returns, the next request for the same Conn waits.
 	Written func()
 }
 

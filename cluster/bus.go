@@ -80,9 +80,7 @@ func (b *busNode) Join(ctx context.Context, j *bus.ClusterJoin) (bus.Store, erro
 		},
 		TakenOver: h.TakenOver,
 		Deliver: func(ctx context.Context, d *Delivery) ([]byte, error) {
-			return h.Deliver(ctx, &bus.RemoteDelivery{
-				ClientID: d.ClientID, Conn: d.Conn, Pattern: d.Pattern, Attempt: d.Attempt, Payload: d.Payload, Deadline: d.Deadline, Written: d.Written,
-			}), nil
+			return h.Deliver(ctx, d), nil
 		},
 		NodeDown: h.NodeDown,
 	})
@@ -157,9 +155,7 @@ func (b *busNode) ReleaseClient(clientID string, conn uint64) {
 }
 
 func (b *busNode) Deliver(ctx context.Context, node string, d *bus.RemoteDelivery) ([]byte, error) {
-	return b.node.Deliver(ctx, node, &Delivery{
-		ClientID: d.ClientID, Conn: d.Conn, Pattern: d.Pattern, Attempt: d.Attempt, Payload: d.Payload, Deadline: d.Deadline, Sent: d.Sent,
-	})
+	return b.node.Deliver(ctx, node, d)
 }
 
 // TakeOver waits for the node to have started: a node may be found dead

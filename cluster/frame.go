@@ -3,44 +3,15 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
-	"time"
+
+	"github.com/bub-bus/bub/bus"
 )
 
 // Delivery is a message for a subscriber on another node: who it is for
-// and the raw message bytes, passed through untouched.
-type Delivery struct {
-	// ClientID, Conn and Pattern name the subscription the message
-	// matched, so the receiving node can tell whether that connection
-	// still holds it.
-	ClientID string
-	Conn     uint64
-	Pattern  string
-	// Attempt counts deliveries of this message to this subscriber,
-	// from 1.
-	Attempt uint32
-	// Payload is the message as the bus holds it. On the receiving side
-	// it aliases the request's buffer, which the handler may keep.
-	Payload []byte
-
-	// Deadline is when the subscriber's answer is due, on this node's
-	// clock; zero: whenever the handler decides. It travels as the time
-	// left when the request is sent (so the hosts' clocks need not
-	// agree), and the receiving side counts that from the request's
-	// arrival, not from when its turn comes: a request that waited
-	// behind others for the same connection has less time, as the
-	// asking side's clock says.
-	Deadline time.Time
-
-	// Sent, on the asking side, is called once the request is on its
-	// way: written to the node's one NATS connection, which keeps the
-	// order of what it sends. Optional.
-	Sent func()
-	// Written, on the receiving side, is for the handler to call once
-	// the message is written to the subscriber: until then, or until the
-	// handler returns, the next request for the same Conn waits, so a
-	// subscriber gets one node's requests in the order they were sent.
-	Written func()
-}
+// and the raw message bytes, passed through untouched. The frame carries
+// all but Deadline, which travels in a header (deliver.go), and the
+// callbacks, which stay on their side.
+type Delivery = bus.RemoteDelivery
 
 // frameVersion leads every delivery request, so that a later format can
 // be told apart from this one during a rolling upgrade.
