@@ -76,6 +76,7 @@ type Cluster interface {
 
 // ClusterJoin is what the bus hands its cluster as it joins.
 type ClusterJoin struct {
+	// Handler hears what the cluster tells the bus.
 	Handler ClusterHandler
 	// Logger is the bus's logger.
 	Logger *slog.Logger
