@@ -1,0 +1,265 @@
+"""The Bus against a real bub serve: connecting, subscribing, policies,
+retries, holds, limits and reconnecting."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import BusServer, run, until
+
+from bub_bus import Bus, Delivery, Disconnected, MessageTooBig, Policy, Result, Retry, RPCError, TakenOver
+from bub_bus.errors import Code
+
+
+def test_connect_send_and_payload_bytes(bus_server: BusServer) -> None:
+    """A delivery carries the publisher's bytes: key order, spacing and
+    escapes as sent, and the sender the bus attests."""
+    raw = b'{"type":"note", "z": 1,"a":"\\u00e9 <&>","nested":{"y":[1, 2],"b":null}}'
+
+    async def main() -> None:
+        got: asyncio.Queue[Delivery] = asyncio.Queue()
+        async with Bus(bus_server.url, client_id="subscriber") as sub, Bus(bus_server.url, client_id="publisher") as pub:
+            assert sub.limits.max_message_bytes == 1 << 20
+            assert sub.limits.delivery_timeout == 30.0
+            assert sub.server_id.startswith("bub-")
+            assert (await sub.ping()).year >= 2024
+
+            async def handle(d: Delivery) -> Result:
+                await got.put(d)
+                return Result(processed=True, message="noted")
+
+            await sub.add_subscription("notes:*", handle)
+            res = await pub.send_message("notes:1", raw, meta={"traceparent": "00-abc"})
+            assert res.success and res.message_id
+            assert [(a.client_id, a.subscription, a.processed, a.message) for a in res.acks] == [("subscriber", "notes:*", True, "noted")]
+            d = got.get_nowait()
+            assert d.raw_payload == raw
+            assert list(d.payload) == ["type", "z", "a", "nested"]
+            assert d.payload["a"] == "é <&>" and d.type == "note"
+            assert (d.topic, d.subscription, d.sender, d.attempt) == ("notes:1", "notes:*", "publisher", 1)
+            assert d.raw_meta == b'{"traceparent":"00-abc"}'
+
+            # A mapping is encoded in its key order.
+            await pub.send_message("notes:2", {"type": "note", "b": 2, "a": 1})
+            assert got.get_nowait().raw_payload == b'{"type":"note","b":2,"a":1}'
+
+            none = await pub.send_message("nobody:1", {"type": "t"})
+            assert not none.success and none.reason == "no_subscribers" and none.acks == []
+
+            with pytest.raises(RPCError) as bad:
+                await pub.send_message("notes:3", {"no": "type"})
+            assert bad.value.code == Code.INVALID_PARAMS
+
+    run(main())
+
+
+def test_decorator_subscribes_at_connect_and_later(bus_server: BusServer) -> None:
+    async def main() -> None:
+        bus = Bus(bus_server.url, client_id="agent-x")
+        seen: list[str] = []
+
+        @bus.subscribe("early:*")
+        async def early(d: Delivery) -> Result:
+            seen.append(d.topic)
+            return Result(processed=True)
+
+        async with bus, Bus(bus_server.url) as pub:
+            assert (await pub.send_message("early:1", {"type": "t"})).success
+
+            @bus.subscribe("late:*", policy=Policy.CONTINUE_ALL)
+            async def late(d: Delivery) -> Result:
+                seen.append(d.topic)
+                return Result(processed=True)
+
+            await bus.subscriptions_ready()
+            assert (await pub.send_message("late:1", {"type": "t"})).success
+            assert seen == ["early:1", "late:1"]
+            assert bus.patterns == ["early:*", "late:*"]
+
+            # A refusal of the bus reaches subscriptions_ready.
+            bus.subscribe("bad{pattern")(early)
+            with pytest.raises(RPCError) as refused:
+                await bus.subscriptions_ready()
+            assert refused.value.code == Code.INVALID_PARAMS
+            assert bus.patterns == ["early:*", "late:*"]
+
+            await bus.unsubscribe("late:*")
+            assert not (await pub.send_message("late:2", {"type": "t"})).success
+
+    run(main())
+
+
+def test_policies(bus_server: BusServer) -> None:
+    """Last match wins, and each subscription's policy decides whether the
+    message goes on."""
+
+    async def main() -> None:
+        async def processed(d: Delivery) -> Result:
+            return Result(processed=True)
+
+        async with Bus(bus_server.url, client_id="old") as old, Bus(bus_server.url, client_id="observer") as observer, Bus(
+            bus_server.url, client_id="new"
+        ) as new, Bus(bus_server.url) as pub:
+            await old.add_subscription("orders:*", processed)
+            await observer.add_subscription("orders:*", processed, policy=Policy.CONTINUE_ALL)
+            res = await pub.send_message("orders:1", {"type": "order"})
+            # The observer's newer identical pattern shadows the old one.
+            assert [a.client_id for a in res.acks] == ["observer"]
+
+            await new.add_subscription("orders:1", processed, policy=Policy.STOP_ON_STOP)
+            res = await pub.send_message("orders:1", {"type": "order"})
+            assert [a.client_id for a in res.acks] == ["new", "observer"]
+
+            await new.unsubscribe("orders:1")
+            await new.add_subscription("orders:1", processed)  # the default stops on processed
+            res = await pub.send_message("orders:1", {"type": "order"})
+            assert [a.client_id for a in res.acks] == ["new"]
+
+    run(main())
+
+
+def test_retries(bus_server: BusServer) -> None:
+    """Retry raised asks for the message again; any other exception is a
+    failed delivery, which the bus retries too."""
+
+    async def main() -> None:
+        attempts: list[tuple[str, int]] = []
+        done = asyncio.Event()
+
+        async def flaky(d: Delivery) -> Result:
+            attempts.append((d.message_id, d.attempt))
+            if d.attempt == 1:
+                raise Retry("not yet", after=0.05)
+            if d.attempt == 2:
+                raise RuntimeError("broken")
+            done.set()
+            return Result(processed=True)
+
+        async with Bus(bus_server.url, client_id="worker") as worker, Bus(bus_server.url) as pub:
+            await worker.add_subscription("jobs:*", flaky)
+            res = await pub.send_message("jobs:1", {"type": "job"})
+            (ack,) = res.acks
+            assert not ack.processed and ack.retrying and ack.message == "not yet"
+            await asyncio.wait_for(done.wait(), 20)
+            assert attempts == [(res.message_id, 1), (res.message_id, 2), (res.message_id, 3)]
+
+            async def broken(d: Delivery) -> Result:
+                raise ValueError("no good")
+
+            await worker.add_subscription("broken:*", broken)
+            (ack,) = (await pub.send_message("broken:1", {"type": "job"})).acks
+            assert "no good" in ack.error and ack.retrying
+
+    run(main())
+
+
+def test_hold_and_delivery_on_subscribe(bus_server: BusServer) -> None:
+    """A message to an absent agent is held and delivered when it
+    subscribes."""
+
+    async def main() -> None:
+        async with Bus(bus_server.url) as pub:
+            res = await pub.send_message("agent:ghost", {"type": "task", "n": 1})
+            assert res.held and not res.success and res.next_attempt
+            got: asyncio.Queue[Delivery] = asyncio.Queue()
+
+            async def handle(d: Delivery) -> Result:
+                await got.put(d)
+                return Result(processed=True)
+
+            async with Bus(bus_server.url, client_id="ghost") as ghost:
+                ghost.subscribe(ghost.agent_topic)(handle)
+                await ghost.subscriptions_ready()
+                d = await asyncio.wait_for(got.get(), 20)
+                assert (d.message_id, d.sender, d.raw_payload) == (res.message_id, pub.client_id, b'{"type":"task","n":1}')
+
+    run(main())
+
+
+def test_limits_and_handler_timeout(start_bus: Any) -> None:
+    """The announced limits are honoured: a message over maxMessageBytes is
+    refused before sending, and a handler that overruns is answered
+    before the bus's delivery timeout."""
+    server = start_bus("--max-message-bytes", "2048", "--delivery-timeout", "2s", "--retry-base-delay", "10s")
+
+    async def main() -> None:
+        async def stuck(d: Delivery) -> Result:
+            await asyncio.Event().wait()
+            return Result(processed=True)
+
+        async with Bus(server.url, client_id="slow") as slow, Bus(server.url) as pub:
+            assert pub.limits.max_message_bytes == 2048 and slow.limits.delivery_timeout == 2.0
+            assert slow.handler_budget() == pytest.approx(1.8)
+            with pytest.raises(MessageTooBig):
+                await pub.send_message("big:1", {"type": "t", "text": "x" * 4096})
+            assert await pub.ping()  # the connection is still up
+
+            await slow.add_subscription("slow:*", stuck)
+            (ack,) = (await pub.send_message("slow:1", {"type": "t"})).acks
+            assert ack.error.startswith("error:") and "no answer within 1.8s" in ack.error
+
+    run(main())
+
+
+def test_reconnect_across_restart(bus_server: BusServer) -> None:
+    """The Bus reconnects when the bus restarts and subscribes again, in
+    order; calls meanwhile raise Disconnected at once."""
+
+    async def main() -> None:
+        got: asyncio.Queue[Delivery] = asyncio.Queue()
+
+        async def handle(d: Delivery) -> Result:
+            await got.put(d)
+            return Result(processed=True)
+
+        async with Bus(bus_server.url, client_id="survivor", reconnect_max=0.2) as bus:
+            await bus.add_subscription("keep:*", handle)
+            await asyncio.to_thread(bus_server.stop)
+            await until(lambda: not bus.connected, "the Bus to notice")
+            with pytest.raises(Disconnected):
+                await bus.send_message("keep:0", {"type": "t"})
+            await asyncio.to_thread(bus_server.start)
+            await until(lambda: bus.connected, "the Bus to reconnect")
+            assert bus.patterns == ["keep:*"]
+            async with Bus(bus_server.url) as pub:
+                assert (await pub.send_message("keep:1", {"type": "t"})).success
+            assert (await got.get()).topic == "keep:1"
+
+    run(main())
+
+
+def test_several_urls_and_from_env(bus_server: BusServer) -> None:
+    """BUB_BUS_URL may list several nodes: one that cannot be reached is
+    skipped."""
+    from conftest import free_port
+
+    dead = f"ws://127.0.0.1:{free_port()}/"
+
+    async def main() -> None:
+        env = {"BUB_BUS_URL": f"{dead} , {bus_server.url}", "BUB_AGENT_ID": "agent-env", "BUB_DEFAULT_TOPIC": "tg:5"}
+        async with Bus.from_env(env) as bus:
+            assert bus.client_id == "agent-env" and bus.url == bus_server.url
+            res = await bus.send_message(None, {"type": "t"})
+            assert res.reason == "no_subscribers"
+        with pytest.raises(ValueError, match="BUB_AGENT_ID"):
+            Bus.from_env({})
+        with pytest.raises(ValueError, match="bus URL 2 of 2"):
+            Bus("ws://a/,ftp://b/")
+        with pytest.raises(Disconnected):
+            async with Bus(dead):
+                pass
+
+    run(main())
+
+
+def test_takeover_ends_the_older_bus(bus_server: BusServer) -> None:
+    async def main() -> None:
+        async with Bus(bus_server.url, client_id="twin") as first:
+            async with Bus(bus_server.url, client_id="twin"):
+                with pytest.raises(TakenOver):
+                    await asyncio.wait_for(first.wait_closed(), 20)
+                assert not first.connected
+
+    run(main())
