@@ -1,5 +1,6 @@
-// Package pythonechoagent_test runs the Python echo agent under a real
-// spawner and bus, to show that the protocol needs no Go.
+// Package pythonechoagent_test runs the Python echo agent, written on the
+// Python SDK, under a real spawner and bus, to show that an agent needs no
+// Go.
 package pythonechoagent_test
 
 import (
@@ -17,21 +18,28 @@ import (
 	"github.com/bub-bus/bub/spawner"
 )
 
-// python returns an interpreter that can import websockets: Debian's
-// /usr/bin/python3 first (python3-websockets installs there; .ci/run
-// installs it), then python3 on PATH.
+// python returns an interpreter that can run the agent: one that imports
+// the SDK from this checkout (sdk/python/src), which needs Python 3.11
+// and the websockets package. Debian's /usr/bin/python3 first
+// (python3-websockets installs there; .ci/run installs it), then python3
+// on PATH.
 func python(t *testing.T) string {
 	t.Helper()
+	src, err := filepath.Abs(filepath.Join("..", "..", "sdk", "python", "src"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := "import sys; sys.path.insert(0, sys.argv[1]); import bub_bus"
 	for _, candidate := range []string{"/usr/bin/python3", "python3"} {
 		path, err := exec.LookPath(candidate)
 		if err != nil {
 			continue
 		}
-		if exec.Command(path, "-c", "import websockets").Run() == nil {
+		if exec.Command(path, "-c", check, src).Run() == nil {
 			return path
 		}
 	}
-	t.Skip("skipping: no python3 that can import websockets (Debian: apt-get install python3-websockets)")
+	t.Skip("skipping: no python3 (3.11 or later) that can import the SDK's websockets (Debian: apt-get install python3-websockets)")
 	return ""
 }
 
