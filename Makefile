@@ -3,7 +3,7 @@ BIN := bin/bub
 
 .PHONY: all build run test fuzz bench bench-quick bench-go vet clean \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
-	cluster-test cluster-test-if-docker
+	cluster-test cluster-test-if-docker pytest-sdk
 
 all: build
 
@@ -23,9 +23,24 @@ vet:
 
 test: vet compose-config
 	$(GO) test -race -count=1 -timeout 8m ./...
+	$(MAKE) pytest-sdk
 	$(MAKE) fuzz
 	$(MAKE) compose-test-if-docker
 	$(MAKE) cluster-test-if-docker
+
+# The Python SDK's tests (sdk/python) against the bub built here, and
+# mypy --strict on the SDK where Debian's mypy is installed. Skipped, in
+# one line, without a Python 3.11 that has pytest and websockets (Debian:
+# python3-pytest, python3-websockets; .ci/run installs them).
+PYTHON ?= /usr/bin/python3
+pytest-sdk:
+	@if ! $(PYTHON) -c 'import sys, pytest, websockets; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+		echo "pytest-sdk skipped: $(PYTHON) with pytest and websockets (Python 3.11+) is missing (Debian: apt-get install python3-pytest python3-websockets)"; \
+	else \
+		set -e; $(GO) build -o $(BIN) ./cmd/bub; \
+		if $(PYTHON) -c 'import mypy' 2>/dev/null; then (cd sdk/python && $(PYTHON) -m mypy --strict src/bub_bus); fi; \
+		cd sdk/python && BUB_BINARY=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q -p no:cacheprovider; \
+	fi
 
 # A short run of every fuzz target; `go test -fuzz` takes one target at a
 # time. The budget is a count of executions, not a duration: Go 1.26's
