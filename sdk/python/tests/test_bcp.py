@@ -122,3 +122,26 @@ def test_bcp_round_trip(start_bus: Any, start_process: Any, bub: str, tmp_path: 
             assert failures.empty()
 
     run(main())
+
+
+def test_reader_waits_for_its_first_list() -> None:
+    """A gateway message that overtakes the Reader's first
+    bcp_subscriptions_active is answered should_retry; one from another
+    sender is not processed."""
+    from bub_bus import Delivery, Retry
+
+    async def main() -> None:
+        reader = Reader(Bus(client_id="researcher"))
+        handle = reader.handler("bcp-gateway")
+
+        def delivery(sender: str, payload: dict[str, Any]) -> Delivery:
+            return Delivery("agent:researcher", "agent:researcher", "m-1", sender, payload, b"{}", 1, reader.bus)
+
+        query = {"type": "bcp_query", "query_id": "q-1", "controller": "main", "category": 1, "spec": {}}
+        with pytest.raises(Retry):
+            await handle(delivery("bcp-gateway", query))
+        assert not (await handle(delivery("main", query))).processed
+        assert (await handle(delivery("bcp-gateway", {"type": "bcp_subscriptions_active", "subscriptions": []}))).processed
+        assert (await handle(delivery("bcp-gateway", query))).processed
+
+    run(main())

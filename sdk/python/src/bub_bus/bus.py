@@ -257,12 +257,8 @@ class Bus:
             except (Unauthorized, RPCError):
                 self._end(Closed("connect failed"))
                 raise
-            except (OSError, asyncio.TimeoutError, BusError, transport.ConnectionClosed) as e:
-                last = e
-                continue
-            except Exception as e:  # the websockets library's refusals
-                if transport.http_status(e) is None:
-                    raise
+            except (OSError, asyncio.TimeoutError, BusError, transport.WebSocketError) as e:
+                # Not there, or not answering as a bus: the next node may.
                 last = e
                 continue
             self._at = i

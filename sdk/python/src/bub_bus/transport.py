@@ -37,6 +37,10 @@ _connect, _headers_keyword = _connect_api()
 ConnectionClosed = websockets.exceptions.ConnectionClosed
 """Raised by recv and send once the connection is closed."""
 
+WebSocketError = websockets.exceptions.WebSocketException
+"""The base of what websockets raises: a refused or failed handshake,
+a closed connection."""
+
 
 async def dial(url: str, token: str, max_size: int, open_timeout: float) -> Socket:
     """Opens the WebSocket to url, with the token as ``Authorization:
