@@ -63,7 +63,7 @@ def test_revoked_token_ends_the_bus(start_bus: Any) -> None:
             await worker.ping()
             await asyncio.to_thread(server.reload, config("boss"))
             with pytest.raises(Revoked):
-                await worker.wait_closed()
+                await asyncio.wait_for(worker.wait_closed(), 20)
             assert not worker.connected and isinstance(worker.ended, Revoked)
         with pytest.raises(Unauthorized):
             async with Bus(server.url, client_id="worker", token="worker-token"):
