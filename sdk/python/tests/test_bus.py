@@ -263,3 +263,52 @@ def test_takeover_ends_the_older_bus(bus_server: BusServer) -> None:
                 assert not first.connected
 
     run(main())
+
+
+def test_reconnect_moves_to_the_next_node(start_bus: Any) -> None:
+    """With several addresses, a Bus that loses its node reconnects to the
+    next one and subscribes there."""
+    first, second = start_bus(), start_bus()
+
+    async def main() -> None:
+        got: asyncio.Queue[Delivery] = asyncio.Queue()
+
+        async def handle(d: Delivery) -> Result:
+            await got.put(d)
+            return Result(processed=True)
+
+        async with Bus(f"{first.url},{second.url}", client_id="mover", reconnect_max=0.2) as bus:
+            await bus.add_subscription("moving:*", handle)
+            assert bus.url == first.url
+            await asyncio.to_thread(first.stop)
+            await until(lambda: bus.connected and bus.url == second.url, "the Bus to reach the second node")
+            async with Bus(second.url) as pub:
+                (ack,) = (await pub.send_message("moving:1", {"type": "t"})).acks
+                assert ack.client_id == "mover" and ack.processed
+            assert (await got.get()).topic == "moving:1"
+
+    run(main())
+
+
+def test_busy_handlers_answer_should_retry(bus_server: BusServer) -> None:
+    """Beyond max_concurrent_handlers a delivery is answered should_retry
+    at once instead of waiting for a slot."""
+
+    async def main() -> None:
+        started, release = asyncio.Event(), asyncio.Event()
+
+        async def blocking(d: Delivery) -> Result:
+            started.set()
+            await release.wait()
+            return Result(processed=True)
+
+        async with Bus(bus_server.url, client_id="narrow", max_concurrent_handlers=1) as narrow, Bus(bus_server.url) as pub:
+            await narrow.add_subscription("work:*", blocking)
+            first = asyncio.create_task(pub.send_message("work:1", {"type": "t"}))
+            await started.wait()
+            (ack,) = (await pub.send_message("work:2", {"type": "t"})).acks
+            assert ack.retrying and ack.message == "busy: 1 handlers already running"
+            release.set()
+            assert (await first).acks[0].processed
+
+    run(main())
