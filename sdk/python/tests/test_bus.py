@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import BusServer, run, until
 
-from bub_bus import Bus, Delivery, Disconnected, MessageTooBig, Policy, Result, Retry, RPCError, TakenOver
+from bub_bus import Bus, CallTimeout, Delivery, Disconnected, MessageTooBig, Policy, Result, Retry, RPCError, TakenOver
 from bub_bus.errors import Code
 
 
@@ -310,5 +310,33 @@ def test_busy_handlers_answer_should_retry(bus_server: BusServer) -> None:
             assert ack.retrying and ack.message == "busy: 1 handlers already running"
             release.set()
             assert (await first).acks[0].processed
+
+    run(main())
+
+
+def test_subscribe_that_timed_out(bus_server: BusServer) -> None:
+    """A subscribe whose answer came too late may have been applied: its
+    deliveries are answered should_retry rather than lost, and subscribing
+    again takes the bus's "already subscribed" for the subscription."""
+
+    async def main() -> None:
+        got: asyncio.Queue[Delivery] = asyncio.Queue()
+
+        async def handle(d: Delivery) -> Result:
+            await got.put(d)
+            return Result(processed=True)
+
+        async with Bus(bus_server.url, client_id="hasty") as bus, Bus(bus_server.url) as pub:
+            bus.call_timeout = 0  # the answer cannot have come yet
+            with pytest.raises(CallTimeout):
+                await bus.add_subscription("unsure:*", handle)
+            bus.call_timeout = 30
+            await bus.ping()  # answered after the subscribe: the bus applied it
+            (ack,) = (await pub.send_message("unsure:1", {"type": "t"})).acks
+            assert ack.retrying and "not confirmed" in ack.message
+            await bus.add_subscription("unsure:*", handle)
+            d = await got.get()
+            assert (d.topic, d.attempt) == ("unsure:1", 2)
+            assert bus.patterns == ["unsure:*"]
 
     run(main())

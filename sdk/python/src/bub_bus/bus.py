@@ -82,6 +82,9 @@ class _Session:
     pending: dict[int, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     # The patterns subscribed on this connection.
     patterns: set[str] = field(default_factory=set)
+    # The subscribes whose answer never came (the call timed out), by
+    # pattern, with their params: the bus may have applied them.
+    unsure: dict[str, dict[str, Any]] = field(default_factory=dict)
     server_id: str = ""
     # Why reading stopped: tells a takeover or revocation (close status)
     # from a dropped network.
@@ -338,8 +341,7 @@ class Bus:
                 self._limits = Limits.from_wire(result.get("limits") if isinstance(result, dict) else None)
                 self._session = session
                 for sub in list(self._subs.values()):
-                    await self._call_on(session, "subscribe", wire.dumps(sub.params()), self.call_timeout)
-                    session.patterns.add(sub.pattern)
+                    await self._subscribe_on(session, sub)
         except RPCError as e:
             await self._drop(session)
             if e.code == Code.UNAUTHORIZED:
@@ -473,6 +475,12 @@ class Bus:
             return
         pattern = str(params.get("subscription", ""))
         sub = self._subs.get(pattern)
+        if sub is None and pattern in session.unsure:
+            # A subscribe that timed out after the bus applied it: no
+            # handler here, yet the bus routes to it. Ask for the message
+            # again rather than let it be lost to this subscription.
+            self._reply_later(session, request_id, result=Result(should_retry=True, message=f"subscription {pattern!r} not confirmed here yet"))
+            return
         if sub is None:
             # Unsubscribed while the message was on its way: not ours to
             # handle, so let it propagate.
@@ -696,8 +704,7 @@ class Bus:
             if session is None or self._subs.get(sub.pattern) is not sub or sub.pattern in session.patterns:
                 return
             try:
-                await self._call_on(session, "subscribe", wire.dumps(sub.params()), self.call_timeout)
-                session.patterns.add(sub.pattern)
+                await self._subscribe_on(session, sub)
             except (Disconnected, Closed):
                 return
             except BusError as e:
@@ -729,12 +736,35 @@ class Bus:
             # before it does.
             self._subs[pattern] = sub
             try:
-                await self._call_on(session, "subscribe", wire.dumps(sub.params()), self.call_timeout)
+                await self._subscribe_on(session, sub)
             except BaseException:
                 if self._subs.get(pattern) is sub:
                     del self._subs[pattern]
                 raise
-            session.patterns.add(pattern)
+
+    async def _subscribe_on(self, session: _Session, sub: _Subscription) -> None:
+        """Asks the bus for sub on session. A subscribe whose call timed out
+        may have been applied all the same, so the session remembers it:
+        when the bus then says "already subscribed", that earlier call is
+        what it holds, kept when its params are these, else replaced, so
+        that the bus never keeps a policy the Bus does not know of."""
+        params = sub.params()
+        try:
+            await self._call_on(session, "subscribe", wire.dumps(params), self.call_timeout)
+        except CallTimeout:
+            session.unsure.setdefault(sub.pattern, params)
+            raise
+        except RPCError as e:
+            earlier = session.unsure.get(sub.pattern)
+            if earlier is None or e.code != Code.ALREADY_SUBSCRIBED:
+                raise
+            del session.unsure[sub.pattern]
+            if earlier != params:
+                await self._call_on(session, "unsubscribe", wire.dumps({"topic": sub.pattern}), self.call_timeout)
+                await self._subscribe_on(session, sub)
+                return
+        session.unsure.pop(sub.pattern, None)
+        session.patterns.add(sub.pattern)
 
     async def unsubscribe(self, pattern: str) -> None:
         """Ends the subscription to pattern, the exact string subscribed.
@@ -742,7 +772,9 @@ class Bus:
         self._current()
         async with self._sub_lock:
             session = self._current()
-            if pattern not in self._subs:
+            # A pattern whose subscribe timed out may be held by the bus
+            # though not by the Bus: it is unsubscribed all the same.
+            if pattern not in self._subs and pattern not in session.unsure:
                 raise RPCError("unsubscribe", int(Code.SUBSCRIPTION_NOT_FOUND), f"subscription not found: this Bus holds no subscription to {pattern!r}")
             try:
                 await self._call_on(session, "unsubscribe", wire.dumps({"topic": pattern}), self.call_timeout)
@@ -751,7 +783,8 @@ class Bus:
                 if e.code != Code.SUBSCRIPTION_NOT_FOUND:
                     raise
             session.patterns.discard(pattern)
-            del self._subs[pattern]
+            session.unsure.pop(pattern, None)
+            self._subs.pop(pattern, None)
 
     @property
     def patterns(self) -> list[str]:
