@@ -284,14 +284,12 @@ class Bus:
                 await asyncio.wait_for(session.socket.close(1000, "client closed"), self._write_timeout)
             if session.reader is not None:
                 session.reader.cancel()
-                with contextlib.suppress(BaseException):
-                    await session.reader
+                await asyncio.gather(session.reader, return_exceptions=True)
         for task in list(self._handlers) + list(self._background):
             task.cancel()
         await asyncio.gather(*self._handlers, *self._background, return_exceptions=True)
         if self._supervisor is not None:
-            with contextlib.suppress(BaseException):
-                await self._supervisor
+            await asyncio.gather(self._supervisor, return_exceptions=True)
         self._done.set()
 
     async def wait_closed(self) -> None:
@@ -366,8 +364,9 @@ class Bus:
         until the Bus ends."""
         while session is not None:
             assert session.reader is not None
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(session.reader)
+            # Waits for the read loop to end without taking on its
+            # outcome; a cancel of the supervisor still ends it.
+            await asyncio.wait({session.reader})
             if self._session is session:
                 self._session = None
             if self._ended is not None:
