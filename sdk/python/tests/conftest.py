@@ -147,21 +147,28 @@ class BusServer(Process):
 
 
 @pytest.fixture
-def start_bus(bub: str, tmp_path: Path) -> Iterator[Callable[..., BusServer]]:
+def processes() -> Iterator[list[Process]]:
+    """The test's background processes, stopped at its end, the last
+    started first (a gateway before its bus)."""
+    started: list[Process] = []
+    yield started
+    for p in reversed(started):
+        p.stop()
+
+
+@pytest.fixture
+def start_bus(bub: str, tmp_path: Path, processes: list[Process]) -> Callable[..., BusServer]:
     """Starts a bus: start_bus(*flags, config=YAML)."""
-    started: list[BusServer] = []
 
     def start(*flags: str, config: str | None = None) -> BusServer:
-        d = tmp_path / f"bus{len(started)}"
+        d = tmp_path / f"bus{len(processes)}"
         d.mkdir()
         server = BusServer(bub, d, list(flags), config)
-        started.append(server)
+        processes.append(server)
         server.start()
         return server
 
-    yield start
-    for server in started:
-        server.stop()
+    return start
 
 
 @pytest.fixture
@@ -171,17 +178,13 @@ def bus_server(start_bus: Callable[..., BusServer]) -> BusServer:
 
 
 @pytest.fixture
-def start_process(tmp_path: Path) -> Iterator[Callable[..., Process]]:
+def start_process(tmp_path: Path, processes: list[Process]) -> Callable[..., Process]:
     """Starts another bub command: start_process(args, ready=LOG_TEXT)."""
-    started: list[Process] = []
 
     def start(args: list[str], ready: str) -> Process:
-        p = Process(args, tmp_path / f"process{len(started)}.log", ready)
-        started.append(p)
+        p = Process(args, tmp_path / f"process{len(processes)}.log", ready)
+        processes.append(p)
         p.start()
         return p
 
-    yield start
-    for p in started:
-        p.stop()
-
+    return start
