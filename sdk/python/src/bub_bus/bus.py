@@ -124,6 +124,7 @@ class Bus:
     - default_topic: where send_message goes when given no topic [none].
     - publish_only: publish without subscribing, and without taking over
       the connection that holds client_id [False].
+    - client_name: the clientInfo name in the bus's logs [bub-bus-python].
     - call_timeout: bound of every call, in seconds; send_message waits at
       least the bus's delivery timeout plus 5 s [30].
     - handler_timeout: how long a handler may run before its delivery is
