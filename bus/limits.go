@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,42 +146,22 @@ func (s *Server) limitReached(limit string, format string, args ...any) error {
 	return protocol.Errorf(protocol.ErrLimitReached, "%s: %s", limit, fmt.Sprintf(format, args...))
 }
 
-// admitConnection counts a WebSocket upgrade against the connection limits
-// before it is accepted. It returns the release to call when the
-// connection ends, or false after answering 503 itself.
+// admitConnection counts a WebSocket upgrade against the connection
+// limits, unless Listener counted its connection from accept already. It
+// returns the release to call when the connection ends, or false after
+// answering 503 itself.
 func (s *Server) admitConnection(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
-	l := s.limits()
-	addr := remoteIP(r.RemoteAddr)
-	st := s.limitState
-	st.mu.Lock()
-	limit, bound := "", 0
-	switch {
-	case !under(st.conns, l.MaxConnections):
-		limit, bound = limitConnections, l.MaxConnections
-	case !under(st.byAddr[addr], l.MaxConnectionsPerAddr):
-		limit, bound = limitConnectionsPerAddr, l.MaxConnectionsPerAddr
-	default:
-		st.conns++
-		st.byAddr[addr]++
+	if _, counted := r.Context().Value(countedKey{}).(*countedConn); counted {
+		// Closing the connection gives its place back, whoever holds it.
+		return func() {}, true
 	}
-	st.mu.Unlock()
-	if limit != "" {
-		st.refused[limit].Inc()
+	release, limit, bound := s.limitState.admit(s.limits(), remoteIP(r.RemoteAddr))
+	if release == nil {
 		s.log.Warn("connection refused: limit reached", "limit", limit, "max", bound, "remote", r.RemoteAddr)
-		http.Error(w, fmt.Sprintf("bub-bus: limit reached: %s %d; try again later", limit, bound), http.StatusServiceUnavailable)
+		http.Error(w, strings.TrimSuffix(refusalBody(limit, bound), "\n"), http.StatusServiceUnavailable)
 		return nil, false
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			st.mu.Lock()
-			st.conns--
-			if st.byAddr[addr]--; st.byAddr[addr] <= 0 {
-				delete(st.byAddr, addr)
-			}
-			st.mu.Unlock()
-		})
-	}, true
+	return release, true
 }
 
 // remoteIP is the IP address of a request's RemoteAddr, the key of the

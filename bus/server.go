@@ -368,6 +368,14 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "bub-bus: connect with a WebSocket client and speak JSON-RPC 2.0; see docs/PROTOCOL.md")
 		return
 	}
+	if r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+		// Closing, not reading: net/http reads a body the handler left,
+		// and one announced and never sent would hold the connection.
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		http.Error(w, refuseUpgradeBody, http.StatusBadRequest)
+		return
+	}
 	release, ok := s.admitConnection(w, r)
 	if !ok {
 		return

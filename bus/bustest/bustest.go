@@ -72,7 +72,10 @@ func serve(o *bus.Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	hs := httptest.NewServer(srv)
+	hs := httptest.NewUnstartedServer(srv)
+	srv.ConfigureHTTP(hs.Config)
+	hs.Listener = srv.Listener(hs.Listener, nil)
+	hs.Start()
 	return &Server{Server: srv, HTTP: hs, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}, nil
 }
 

@@ -261,14 +261,17 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "serve: listen on %s: %v", cfg.listen, err)
 	}
 	scheme := "ws://"
-	var serveLn net.Listener = ln
+	var tlsConfig *tls.Config
 	if certs != nil {
 		// One listener for wss:// and HTTPS: the handler sees r.TLS, and
 		// with it a verified client certificate.
-		serveLn = tls.NewListener(ln, certs.listenerConfig())
+		tlsConfig = certs.listenerConfig()
 		scheme = "wss://"
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	// Every accepted connection counts against the connection limits.
+	serveLn := srv.Listener(ln, tlsConfig)
+	hs := &http.Server{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv.ConfigureHTTP(hs)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(serveLn) }()
 	attrs := []any{"url", scheme + ln.Addr().String() + "/", "data_dir", cfg.dataDir, "default_policy", cfg.defaultPolicy}

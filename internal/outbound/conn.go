@@ -91,8 +91,11 @@ const (
 type Conn struct {
 	net.Conn
 	timeout time.Duration
-	// vectored is set when the socket takes net.Buffers in one writev.
+	// vectored is set when the socket takes net.Buffers in one writev:
+	// socket, the TCP connection itself or under a wrapper that only
+	// watches it (one with Unwrap, as the bus's counted connections).
 	vectored bool
+	socket   *net.TCPConn
 	// early holds bytes net/http read past the upgrade request; Read
 	// hands them out first. Only the reading goroutine touches it.
 	early []byte
@@ -171,6 +174,9 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// net/http leaves the request's read deadline on the connection it
+	// hands over; from here on the WebSocket's own timeouts apply.
+	_ = nc.SetReadDeadline(time.Time{})
 	c := newConn(nc, h.timeout)
 	if n := brw.Reader.Buffered(); n > 0 {
 		b, _ := brw.Reader.Peek(n)
@@ -186,9 +192,23 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func newConn(nc net.Conn, timeout time.Duration) *Conn {
 	c := &Conn{Conn: nc, timeout: timeout}
-	_, c.vectored = nc.(*net.TCPConn)
+	c.socket, c.vectored = tcpUnder(nc)
 	c.room.L = &c.mu
 	return c
+}
+
+// tcpUnder returns the TCP connection nc is, or wraps with Unwrap.
+func tcpUnder(nc net.Conn) (*net.TCPConn, bool) {
+	for {
+		switch c := nc.(type) {
+		case *net.TCPConn:
+			return c, true
+		case interface{ Unwrap() net.Conn }:
+			nc = c.Unwrap()
+		default:
+			return nil, false
+		}
+	}
 }
 
 // Read reads from the socket, after the bytes net/http had buffered.
@@ -450,7 +470,7 @@ func (c *Conn) sendv(h, p []byte) error {
 		return err
 	}
 	bufs := net.Buffers{h, p}
-	_, err := bufs.WriteTo(c.Conn)
+	_, err := bufs.WriteTo(c.socket)
 	return err
 }
 
