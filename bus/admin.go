@@ -94,7 +94,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 		if d.ClientID == "" {
 			return fmt.Errorf("dead letter %s was meant for no subscriber (reason %s); replay it to its topic", id, d.Reason)
 		}
-		p := &store.Pending{Kind: store.KindRetry, Message: d.Message, ClientID: d.ClientID, Subscription: d.Subscription, NextAt: time.Now()}
+		p := &store.Pending{Kind: store.KindRetry, Message: d.Message, ClientID: d.ClientID, Subscription: d.Subscription, Subscriber: d.Subscriber, NextAt: time.Now()}
 		if err := s.store.Requeue(id, p); err != nil {
 			return deadLetterError(id, err)
 		}

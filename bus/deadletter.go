@@ -7,14 +7,20 @@ import (
 )
 
 // deadLetter moves pending work to the dead-letter queue in one store
-// transaction and tells operators on TopicDeadLettered. If the store
-// refuses, the work stays pending and is tried again later: a message is
-// delivered or dead-lettered, never dropped.
+// transaction and tells operators on TopicDeadLettered. If the queue is
+// at a cap (deadLetterRoom) or the store refuses, the work stays pending
+// and is tried again later: a message is delivered or dead-lettered,
+// never dropped.
 func (s *Server) deadLetter(p *store.Pending, reason string) {
+	if full := s.deadLetterRoom(); full != "" {
+		s.keepPending(p, "dead-letter queue at "+full)
+		return
+	}
 	d := &store.DeadLetter{
 		Message:      p.Message,
 		ClientID:     p.ClientID,
 		Subscription: p.Subscription,
+		Subscriber:   p.Subscriber,
 		Reason:       reason,
 		Attempts:     p.Attempts,
 		DeadAt:       time.Now(),
@@ -25,8 +31,7 @@ func (s *Server) deadLetter(p *store.Pending, reason string) {
 	id, err := s.store.DeadLetter(p.ID, d)
 	if err != nil {
 		s.log.Error("dead-letter failed; keeping the message pending", "message_id", p.Message.ID, "err", err)
-		p.NextAt = time.Now().Add(s.opts.RetryDelayCap)
-		s.sched.add(p)
+		s.keepPending(p, "dead-letter failed")
 		return
 	}
 	s.metrics.deadLettered.WithLabelValues(reason).Inc()
@@ -43,4 +48,20 @@ func (s *Server) deadLetter(p *store.Pending, reason string) {
 		"attempts":     len(p.Attempts),
 		"timestamp":    d.DeadAt.UTC().Format(time.RFC3339Nano),
 	})
+}
+
+// keepPending keeps work that could not be dead-lettered pending, due
+// again after the longest retry delay. Work the store never took is
+// stored now, so that it survives a restart and counts against the caps
+// like any other; if that fails too, memory keeps it.
+func (s *Server) keepPending(p *store.Pending, why string) {
+	p.NextAt = time.Now().Add(s.opts.RetryDelayCap)
+	if p.ID == "" {
+		s.storeOp("keep pending: "+why, func() error { return s.store.PutPending(p) })
+	}
+	if p.Kind == store.KindHold {
+		// Its routing took it off the held count; it is held again.
+		s.metrics.held.Inc()
+	}
+	s.sched.add(p)
 }

@@ -15,7 +15,9 @@ type Store interface {
 	// without payload and meta (LoadMessage reads them when due).
 	PendingSchedule() ([]*store.Pending, error)
 	LoadMessage(p *store.Pending) error
-	PendingCounts(publisher string) (total, mine int, err error)
+	// PendingUsage returns what the pending entries take in all, and
+	// those counting against identity (store.Pending.CountsAgainst).
+	PendingUsage(identity string) (total, mine store.Usage, err error)
 	CountPending() (int, error)
 
 	DeadLetter(pendingID string, d *store.DeadLetter) (string, error)
@@ -25,6 +27,7 @@ type Store interface {
 	Requeue(id string, p *store.Pending) error
 	PurgeDeadLetters(f store.Filter) (int, error)
 	CountDeadLetters() (int, error)
+	DeadLetterUsage() (store.Usage, error)
 
 	// Backup hands fn a consistent copy of the store; a store with no
 	// file of its own answers store.ErrNoFile.

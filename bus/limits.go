@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,10 @@ const (
 	limitPatternWildcards   = "max_pattern_wildcards"
 	limitPending            = "max_pending"
 	limitPendingPerIdentity = "max_pending_per_identity"
+	limitStoredBytes        = "max_stored_bytes"
+	limitStoredPerIdentity  = "max_stored_bytes_per_identity"
+	limitDeadLetters        = "max_dead_letters"
+	limitDeadLetterBytes    = "max_dead_letter_bytes"
 	limitReplayIDs          = "max_replay_ids"
 	limitSlowSubscriber     = "slow_subscriber_timeouts"
 	limitPublishRate        = "publish_rate"
@@ -38,6 +43,7 @@ const (
 var limitNames = []string{
 	limitConnections, limitConnectionsPerAddr, limitHandshakeTimeout, limitSubscriptions,
 	limitTopicBytes, limitPatternWildcards, limitPending, limitPendingPerIdentity,
+	limitStoredBytes, limitStoredPerIdentity, limitDeadLetters, limitDeadLetterBytes,
 	limitReplayIDs, limitSlowSubscriber, limitPublishRate,
 }
 
@@ -61,6 +67,10 @@ func (l *Limits) setDefaults() {
 	def(&l.MaxPatternWildcards, 8)
 	def(&l.MaxPending, 100000)
 	def(&l.MaxPendingPerIdentity, 10000)
+	def(&l.MaxStoredBytes, 1<<30)
+	def(&l.MaxStoredBytesPerIdentity, 64<<20)
+	def(&l.MaxDeadLetters, 100000)
+	def(&l.MaxDeadLetterBytes, 1<<30)
 	def(&l.MaxReplayIDs, 1000)
 	def(&l.SlowSubscriberTimeouts, 3)
 	if l.HandshakeTimeout == 0 {
@@ -104,6 +114,11 @@ type limitState struct {
 	// that counting a refusal allocates nothing.
 	refused map[string]prometheus.Counter
 	slow    prometheus.Gauge
+	// deadLettersFull is 1 while the dead-letter queue is at a cap
+	// (refuseDeadLetter), for an alert.
+	deadLettersFull prometheus.Gauge
+	// deadFull is set while it is, so that the log says so once.
+	deadFull atomic.Bool
 }
 
 func newLimitState(l Limits, reg *prometheus.Registry) *limitState {
@@ -116,11 +131,14 @@ func newLimitState(l Limits, reg *prometheus.Registry) *limitState {
 		slow: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bub_slow_subscribers", Help: "Connections the bus stopped waiting on after slow_subscriber_timeouts consecutive delivery timeouts.",
 		}),
+		deadLettersFull: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bub_dead_letters_full", Help: "1 while the dead-letter queue is at max_dead_letters or max_dead_letter_bytes, and messages due there stay pending.",
+		}),
 	}
 	for _, name := range limitNames {
 		st.refused[name] = st.refusals.WithLabelValues(name)
 	}
-	reg.MustRegister(st.refusals, st.slow)
+	reg.MustRegister(st.refusals, st.slow, st.deadLettersFull)
 	l.setDefaults()
 	st.current.Store(&l)
 	return st
@@ -136,6 +154,8 @@ func (s *Server) SetLimits(l Limits) {
 	s.limitState.current.Store(&l)
 	s.log.Info("limits replaced", "max_connections", l.MaxConnections, "max_connections_per_addr", l.MaxConnectionsPerAddr,
 		"max_subscriptions", l.MaxSubscriptions, "max_pending", l.MaxPending, "max_pending_per_identity", l.MaxPendingPerIdentity,
+		"max_stored_bytes", l.MaxStoredBytes, "max_stored_bytes_per_identity", l.MaxStoredBytesPerIdentity,
+		"max_dead_letters", l.MaxDeadLetters, "max_dead_letter_bytes", l.MaxDeadLetterBytes,
 		"publish_rate", l.PublishRate, "publish_burst", l.PublishBurst)
 }
 
@@ -321,12 +341,15 @@ func (c *conn) checkReplayIDs(n int) error {
 }
 
 // admitPublish applies the publish-path limits to a sendMessage before it
-// is routed, and returns the identity the message is published as: the connection's rate, then the pending caps. The caps are
-// checked up front, for every publish, because once a message has been
-// delivered to some subscribers the retries the others need must be
-// stored, never dropped; so an admitted publish may take the counts a
-// little past a cap (by the retries of the publishes in flight), and an
-// identity at its cap publishes nothing until its pending work drains.
+// is routed, and returns the identity the message is published as: the
+// connection's rate, then the pending caps on what counts against the
+// identity (the held messages it published, the retries waiting on it)
+// and on the bus. The caps are checked up front, for every publish,
+// because once a message has been delivered to some subscribers the
+// retries the others need must be stored, never dropped; so an admitted
+// publish may take the counts a little past a cap (by the publishes in
+// flight), and an identity at its cap publishes nothing until its pending
+// work drains.
 func (c *conn) admitPublish() (identity string, err error) {
 	s := c.server
 	l := s.limits()
@@ -348,30 +371,18 @@ func (c *conn) admitPublish() (identity string, err error) {
 			Data:    rateLimitedData{RetryAfterMS: int64(ms)},
 		}
 	}
-	perIdentity := l.MaxPendingPerIdentity
-	if c.maxPending > 0 {
-		perIdentity = c.maxPending
-	}
+	perIdentity := c.pendingCapLocked(l)
 	c.logged &^= loggedRate
 	// Read here so that an accepted publish, the common case, takes the
 	// lock once more only when a refusal streak just ended.
 	pendingStreak := c.logged&loggedPending != 0
 	c.mu.Unlock()
 
-	if l.MaxPending < 0 && perIdentity < 0 {
-		return identity, nil
-	}
-	total, mine, err := s.store.PendingCounts(identity)
+	full, err := s.pendingFull(l, identity, perIdentity, true)
 	if err != nil {
 		return identity, protocol.Errorf(protocol.ErrInternal, "count pending messages: %v", err)
 	}
-	limit, bound, n := "", 0, 0
-	switch {
-	case !under(mine, perIdentity):
-		limit, bound, n = limitPendingPerIdentity, perIdentity, mine
-	case !under(total, l.MaxPending):
-		limit, bound, n = limitPending, l.MaxPending, total
-	default:
+	if full == nil {
 		if pendingStreak {
 			c.mu.Lock()
 			c.logged &^= loggedPending
@@ -384,12 +395,124 @@ func (c *conn) admitPublish() (identity string, err error) {
 	c.logged |= loggedPending
 	c.mu.Unlock()
 	if first {
-		c.log.Warn("publishes refused: limit reached", "client", c.id(), "identity", identity, "limit", limit, "max", bound, "pending", n)
+		c.log.Warn("publishes refused: limit reached", "client", c.id(), "identity", identity, "limit", full.limit, "max", full.bound, "stored", full.n)
 	}
-	if limit == limitPending {
-		return identity, s.limitReached(limit, "the bus holds %d retries and held messages, its limit; try again once they drain", n)
+	return identity, s.limitReached(full.limit, "%s; try again once they drain", full)
+}
+
+// pendingCapLocked is the cap on the entries counting against c's
+// identity: its grant's, else the Limits'. The caller holds c.mu.
+func (c *conn) pendingCapLocked(l *Limits) int {
+	if c.maxPending > 0 {
+		return c.maxPending
 	}
-	return identity, s.limitReached(limit, "identity %q has %d retries and held messages waiting, its limit; try again once they drain", identity, n)
+	return l.MaxPendingPerIdentity
+}
+
+// pendingCap is a cap on stored work, with how much it counts (n); a
+// negative bound is no cap.
+type pendingCap struct {
+	limit    string
+	n, bound int64
+	identity string // "" for a cap on the bus
+}
+
+// String says what holds how much, naming the limit, for a refusal.
+func (c *pendingCap) String() string {
+	what := "retries and held messages"
+	if c.limit == limitStoredBytes || c.limit == limitStoredPerIdentity {
+		what = "bytes of retries and held messages"
+	}
+	if c.identity == "" {
+		return fmt.Sprintf("the bus holds %d %s, its limit %d", c.n, what, c.bound)
+	}
+	return fmt.Sprintf("identity %q holds %d %s (held messages it published, retries waiting on it), its limit %d", c.identity, c.n, what, c.bound)
+}
+
+// pendingFull returns the first pending cap that stored work has
+// reached, for identity (with perIdentity entries its cap) or, if bus is
+// set, for the bus; nil when none is.
+func (s *Server) pendingFull(l *Limits, identity string, perIdentity int, bus bool) (*pendingCap, error) {
+	caps := []pendingCap{
+		{limit: limitPendingPerIdentity, bound: int64(perIdentity), identity: identity},
+		{limit: limitStoredPerIdentity, bound: int64(l.MaxStoredBytesPerIdentity), identity: identity},
+		{limit: limitPending, bound: int64(l.MaxPending)},
+		{limit: limitStoredBytes, bound: int64(l.MaxStoredBytes)},
+	}
+	if !bus {
+		caps = caps[:2]
+	}
+	if !slices.ContainsFunc(caps, func(c pendingCap) bool { return c.bound >= 0 }) {
+		return nil, nil
+	}
+	total, mine, err := s.store.PendingUsage(identity)
+	if err != nil {
+		return nil, err
+	}
+	caps[0].n, caps[1].n = int64(mine.Entries), mine.Bytes
+	if bus {
+		caps[2].n, caps[3].n = int64(total.Entries), total.Bytes
+	}
+	for i := range caps {
+		if c := &caps[i]; c.bound >= 0 && c.n >= c.bound {
+			return c, nil
+		}
+	}
+	return nil, nil
+}
+
+// retryRoom returns the identity of sub, the subscriber a failed
+// delivery went to, and whether a retry may be stored against it: not
+// when what counts against it has reached its caps, since it is the one
+// holding the message up. The delivery is then dead-lettered at once
+// (walk), and why says so.
+func (s *Server) retryRoom(sub *conn) (identity, why string) {
+	l := s.limits()
+	sub.mu.Lock()
+	identity, perIdentity := sub.limitKeyLocked(), sub.pendingCapLocked(l)
+	sub.mu.Unlock()
+	full, err := s.pendingFull(l, identity, perIdentity, false)
+	if err != nil || full == nil {
+		// A count that fails is the store failing: the retry's own
+		// write will say so.
+		return identity, ""
+	}
+	s.limitState.refused[full.limit].Inc()
+	return identity, fmt.Sprintf("not retried: %s: %s", full.limit, full)
+}
+
+// deadLetterRoom reports whether the dead-letter queue is below its caps;
+// when it is not, it counts the refusal, raises bub_dead_letters_full and
+// logs once until the queue has room again, and returns the limit.
+func (s *Server) deadLetterRoom() (full string) {
+	l := s.limits()
+	st := s.limitState
+	if l.MaxDeadLetters < 0 && l.MaxDeadLetterBytes < 0 {
+		return ""
+	}
+	u, err := s.store.DeadLetterUsage()
+	switch {
+	case err != nil:
+		// The dead letter's own write will fail the same way, and say so.
+		return ""
+	case !under(u.Entries, l.MaxDeadLetters):
+		full = limitDeadLetters
+	case l.MaxDeadLetterBytes >= 0 && u.Bytes >= int64(l.MaxDeadLetterBytes):
+		full = limitDeadLetterBytes
+	default:
+		if st.deadFull.CompareAndSwap(true, false) {
+			st.deadLettersFull.Set(0)
+			s.log.Info("dead-letter queue has room again", "dead_letters", u.Entries, "bytes", u.Bytes)
+		}
+		return ""
+	}
+	st.refused[full].Inc()
+	if st.deadFull.CompareAndSwap(false, true) {
+		st.deadLettersFull.Set(1)
+		s.log.Error("dead-letter queue full: messages due there stay pending until it has room; replay or purge it (bub dlq)",
+			"limit", full, "dead_letters", u.Entries, "bytes", u.Bytes, "max_dead_letters", l.MaxDeadLetters, "max_dead_letter_bytes", l.MaxDeadLetterBytes)
+	}
+	return full
 }
 
 // rateLimitedData is the data of a -32012 error.

@@ -176,7 +176,7 @@ func TestLimitPending(t *testing.T) {
 	require.True(t, p1.Publish("agent:away", "t").Held)
 	require.True(t, p1.Publish("agent:away", "t").Held)
 	requireCode(t, p1.Call(protocol.MethodSendMessage, map[string]any{"topic": "agent:away", "payload": map[string]any{"type": "t"}}),
-		protocol.CodeLimitReached, `max_pending_per_identity: identity "p1" has 2`)
+		protocol.CodeLimitReached, `max_pending_per_identity: identity "p1" holds 2`)
 	// Another identity still publishes, up to the bus's cap.
 	require.True(t, p2.Publish("agent:away", "t").Held)
 	requireCode(t, p2.Call(protocol.MethodSendMessage, map[string]any{"topic": "elsewhere", "payload": map[string]any{"type": "t"}}),
@@ -190,8 +190,8 @@ func TestLimitPending(t *testing.T) {
 		recv(t, got)
 	}
 	require.Eventually(t, func() bool {
-		total, _, err := srv.Store.PendingCounts("p1")
-		return err == nil && total == 0
+		total, _, err := srv.Store.PendingUsage("p1")
+		return err == nil && total.Entries == 0
 	}, bustest.Timeout, time.Millisecond)
 	require.True(t, p1.Publish("agent:away", "t").Acks[0].Processed)
 }
@@ -313,7 +313,8 @@ func TestLimitPublishRate(t *testing.T) {
 func TestLimitsDefaults(t *testing.T) {
 	srv := bustest.Start(t, nil)
 	for _, limit := range []string{"max_connections", "max_connections_per_addr", "handshake_timeout", "max_subscriptions",
-		"max_topic_bytes", "max_pattern_wildcards", "max_pending", "max_pending_per_identity", "max_replay_ids",
+		"max_topic_bytes", "max_pattern_wildcards", "max_pending", "max_pending_per_identity", "max_stored_bytes",
+		"max_stored_bytes_per_identity", "max_dead_letters", "max_dead_letter_bytes", "max_replay_ids",
 		"slow_subscriber_timeouts", "publish_rate"} {
 		assert.Equal(t, 0.0, refusals(t, srv, limit), limit)
 	}

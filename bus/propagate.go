@@ -127,6 +127,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		ack     int
 		attempt store.Attempt
 		delay   time.Duration
+		sub     *conn
 	}
 	var retries []retry
 	var reroute *retry
@@ -144,10 +145,10 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		case sub.fallback && err == nil && r.ShouldRetry && !r.Handled():
 			if reroute == nil {
 				delay := s.askedDelay(r.RetrySeconds)
-				reroute = &retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, delay}
+				reroute = &retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, delay, sub.conn}
 			}
 		case needsRetry(r, err):
-			retries = append(retries, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, s.backoff(1, r.RetrySeconds)})
+			retries = append(retries, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, s.backoff(1, r.RetrySeconds), sub.conn})
 		}
 		result.Acks = append(result.Acks, ack)
 		if err == nil && sub.policy.Stops(ack.Processed, ack.StopPropagation) {
@@ -162,17 +163,26 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 	}
 	for _, rt := range retries {
 		ack := &result.Acks[rt.ack]
-		if s.opts.MaxAttempts <= 1 {
-			s.deadLetter(&store.Pending{Kind: store.KindRetry, Message: *m, ClientID: ack.ClientID, Subscription: ack.Subscription, Attempts: []store.Attempt{rt.attempt}}, protocol.ReasonMaxRetries)
-			continue
-		}
+		// A retry counts against the subscriber it waits on; one whose
+		// retries have reached its caps gets none, and the message is
+		// dead-lettered for it at once.
+		subscriber, refused := s.retryRoom(rt.sub)
 		p := &store.Pending{
 			Kind:         store.KindRetry,
 			Message:      *m,
 			ClientID:     ack.ClientID,
 			Subscription: ack.Subscription,
+			Subscriber:   subscriber,
 			Attempts:     []store.Attempt{rt.attempt},
 			NextAt:       time.Now().Add(rt.delay),
+		}
+		if refused != "" {
+			p.Attempts[0].Error = joinErrors(p.Attempts[0].Error, refused)
+			ack.Error = joinErrors(ack.Error, refused)
+		}
+		if s.opts.MaxAttempts <= 1 || refused != "" {
+			s.deadLetter(p, protocol.ReasonMaxRetries)
+			continue
 		}
 		if err := s.store.PutPending(p); err != nil {
 			// Kept in memory rather than dropped: the retry is still

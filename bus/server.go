@@ -126,10 +126,26 @@ type Limits struct {
 	// MaxPending bounds the stored retries and held messages in all.
 	// Default: 100000.
 	MaxPending int
-	// MaxPendingPerIdentity bounds those one identity's publishes
-	// caused (the clientId's when no auth is configured). An identity's
-	// grant may set its own. Default: 10000.
+	// MaxPendingPerIdentity bounds those counting against one identity
+	// (the clientId when no auth is configured): the messages it
+	// published that are held, and the retries waiting on it as a
+	// subscriber. An identity's grant may set its own. Default: 10000.
 	MaxPendingPerIdentity int
+	// MaxStoredBytes bounds the bytes of the stored retries and held
+	// messages in all, as the store holds them (payload included).
+	// Default: 1 GiB.
+	MaxStoredBytes int
+	// MaxStoredBytesPerIdentity bounds those counting against one
+	// identity, as MaxPendingPerIdentity counts. Default: 64 MiB.
+	MaxStoredBytesPerIdentity int
+	// MaxDeadLetters bounds the entries of the dead-letter queue; at
+	// the bound, or at MaxDeadLetterBytes, a message due to be
+	// dead-lettered stays pending instead (docs/OPERATIONS.md,
+	// "Dead-letter queue full"). Default: 100000.
+	MaxDeadLetters int
+	// MaxDeadLetterBytes bounds the bytes of the dead-letter queue.
+	// Default: 1 GiB.
+	MaxDeadLetterBytes int
 	// MaxReplayIDs bounds the ids one dlq.replay takes. Default: 1000.
 	MaxReplayIDs int
 	// SlowSubscriberTimeouts is how many consecutive delivery timeouts
@@ -303,7 +319,7 @@ func New(opts *Options) (*Server, error) {
 	}
 	// The pending caps count what the store holds; counting now spares
 	// the first publish the scan.
-	if _, _, err := s.store.PendingCounts(""); err != nil {
+	if _, _, err := s.store.PendingUsage(""); err != nil {
 		return fail(fmt.Errorf("new bus: count pending work: %w", err))
 	}
 	pending, err := s.store.PendingSchedule()

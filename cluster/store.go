@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,7 @@ type Store struct {
 const kvSubjectPrefix = "$KV." + bucketPending + "."
 
 // headerPublisher carries whom a pending entry counts against
-// (store.Message.CountsAgainst), so that the nodes count entries from a
+// (store.Pending.CountsAgainst), so that the nodes count entries from a
 // watch of headers only, not of every held payload.
 const headerPublisher = "Bub-Publisher"
 
@@ -92,7 +93,7 @@ func (n *Node) openStore(ctx context.Context) (*Store, error) {
 		ready:  make(chan struct{}),
 	}
 	s.counts.keys = make(map[string]countedEntry)
-	s.counts.by = make(map[string]int)
+	s.counts.by = make(map[string]store.Usage)
 	s.dlq = n.dlq
 	// Until the bucket's stream has a leader a request gets no answer,
 	// hence a bound on each try.
@@ -146,20 +147,22 @@ func (s *Store) applyWatched(m jetstream.Msg) {
 	}
 	key := strings.TrimPrefix(m.Subject(), kvSubjectPrefix)
 	live := m.Headers().Get(headerKVOperation) == ""
-	s.counts.apply(key, meta.Sequence.Stream, m.Headers().Get(headerPublisher), live, true)
+	// The watch takes headers only; JetStream says the record's size.
+	size, _ := strconv.ParseInt(m.Headers().Get(nats.MsgSize), 10, 64)
+	s.counts.apply(key, meta.Sequence.Stream, m.Headers().Get(headerPublisher), size, live, true)
 	if meta.NumPending == 0 {
 		s.readyMu.Do(func() { close(s.ready) })
 	}
 }
 
-// pendingCounts counts the bucket's entries in all and by publisher,
-// from the watch and from this node's own acknowledged writes, so that
-// a node reads its own writes at once.
+// pendingCounts counts the bucket's entries and their bytes, in all and
+// by whom they count against, from the watch and from this node's own
+// acknowledged writes, so that a node reads its own writes at once.
 type pendingCounts struct {
 	mu    sync.Mutex
 	keys  map[string]countedEntry
-	total int
-	by    map[string]int
+	total store.Usage
+	by    map[string]store.Usage
 }
 
 // countedEntry is the last change known for a key, at its stream
@@ -168,11 +171,12 @@ type pendingCounts struct {
 type countedEntry struct {
 	seq       uint64
 	publisher string
+	size      int64
 	live      bool
 }
 
 // apply records the change of key at seq, unless a later one is known.
-func (c *pendingCounts) apply(key string, seq uint64, publisher string, live, watched bool) {
+func (c *pendingCounts) apply(key string, seq uint64, publisher string, size int64, live, watched bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, ok := c.keys[key]
@@ -183,21 +187,28 @@ func (c *pendingCounts) apply(key string, seq uint64, publisher string, live, wa
 		return
 	}
 	if ok && old.live {
-		c.total--
-		if c.by[old.publisher]--; c.by[old.publisher] <= 0 {
+		c.total = usagePlus(c.total, -1, old.size)
+		if u := usagePlus(c.by[old.publisher], -1, old.size); u.Entries > 0 {
+			c.by[old.publisher] = u
+		} else {
 			delete(c.by, old.publisher)
 		}
 	}
 	switch {
 	case live:
-		c.total++
-		c.by[publisher]++
-		c.keys[key] = countedEntry{seq: seq, publisher: publisher, live: true}
+		c.total = usagePlus(c.total, 1, size)
+		c.by[publisher] = usagePlus(c.by[publisher], 1, size)
+		c.keys[key] = countedEntry{seq: seq, publisher: publisher, size: size, live: true}
 	case watched:
 		delete(c.keys, key)
 	default:
 		c.keys[key] = countedEntry{seq: seq}
 	}
+}
+
+// usagePlus is u with n entries of size bytes more (or fewer).
+func usagePlus(u store.Usage, n int, size int64) store.Usage {
+	return store.Usage{Entries: u.Entries + n, Bytes: u.Bytes + int64(n)*size}
 }
 
 // maxSequence returns the highest sequence number of the live entries
@@ -267,7 +278,7 @@ func (s *Store) putRecord(ctx context.Context, key, publisher string, v []byte, 
 	if err != nil {
 		return 0, err
 	}
-	s.counts.apply(key, ack.Sequence, publisher, true, false)
+	s.counts.apply(key, ack.Sequence, publisher, int64(len(v)), true, false)
 	return ack.Sequence, nil
 }
 
@@ -283,7 +294,7 @@ func (s *Store) deleteRecord(ctx context.Context, key string, rev uint64) error 
 	if err != nil {
 		return err
 	}
-	s.counts.apply(key, ack.Sequence, "", false, false)
+	s.counts.apply(key, ack.Sequence, "", 0, false, false)
 	return nil
 }
 
@@ -331,7 +342,7 @@ func (s *Store) putPending(p *store.Pending) error {
 	}
 	ctx, cancel := s.opContext()
 	defer cancel()
-	newRev, err := s.putRecord(ctx, s.key(r.ID), r.Message.CountsAgainst(), v, rev)
+	newRev, err := s.putRecord(ctx, s.key(r.ID), r.CountsAgainst(), v, rev)
 	if isWrongRevision(err) {
 		return fmt.Errorf("%w: the entry changed since this node wrote it (taken over by another node?): %w", store.ErrNotFound, err)
 	}
@@ -493,19 +504,20 @@ func (s *Store) leaderGet(ctx context.Context, subject string) ([]byte, error) {
 	return resp.Message.Data, nil
 }
 
-// PendingCounts returns the number of pending entries of the whole
-// cluster, in all and those whose message publisher published. It reads
-// counts kept in memory from a watch of the bucket: no round trip.
-func (s *Store) PendingCounts(publisher string) (total, mine int, err error) {
+// PendingUsage returns what the pending entries of the whole cluster
+// take, in all and those counting against identity
+// (store.Pending.CountsAgainst). It reads counts kept in memory from a
+// watch of the bucket: no round trip.
+func (s *Store) PendingUsage(identity string) (total, mine store.Usage, err error) {
 	s.counts.mu.Lock()
 	defer s.counts.mu.Unlock()
-	return s.counts.total, s.counts.by[publisher], nil
+	return s.counts.total, s.counts.by[identity], nil
 }
 
 // CountPending returns the number of pending entries of the cluster.
 func (s *Store) CountPending() (int, error) {
-	total, _, err := s.PendingCounts("")
-	return total, err
+	total, _, err := s.PendingUsage("")
+	return total.Entries, err
 }
 
 // DeadLetter adds d to the dead-letter queue and then removes this
@@ -825,15 +837,22 @@ func (s *Store) purgeAll(ctx context.Context) (int, error) {
 	return int(resp.Purged), nil
 }
 
-// CountDeadLetters returns the number of dead letters of the cluster.
-func (s *Store) CountDeadLetters() (int, error) {
+// DeadLetterUsage returns what the dead-letter queue of the cluster
+// takes, as its stream counts it.
+func (s *Store) DeadLetterUsage() (store.Usage, error) {
 	ctx, cancel := s.opContext()
 	defer cancel()
 	info, err := s.dlq.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("cluster: count dead letters: %w", err)
+		return store.Usage{}, fmt.Errorf("cluster: dead-letter usage: %w", err)
 	}
-	return int(info.State.Msgs), nil
+	return store.Usage{Entries: int(info.State.Msgs), Bytes: int64(info.State.Bytes)}, nil
+}
+
+// CountDeadLetters returns the number of dead letters of the cluster.
+func (s *Store) CountDeadLetters() (int, error) {
+	u, err := s.DeadLetterUsage()
+	return u.Entries, err
 }
 
 // Backup answers store.ErrNoFile: a cluster's state is JetStream's, and
@@ -868,7 +887,7 @@ func (s *Store) TakeOver(ctx context.Context, node string) ([]*store.Pending, er
 	err = inParallel(len(entries), func(i int) error {
 		e := entries[i]
 		id := e.p.ID
-		rev, err := s.putRecord(ctx, s.key(id), e.p.Message.CountsAgainst(), e.v, 0)
+		rev, err := s.putRecord(ctx, s.key(id), e.p.CountsAgainst(), e.v, 0)
 		if err != nil {
 			return fmt.Errorf("copy %s: %w", id, err)
 		}

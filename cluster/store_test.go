@@ -131,10 +131,10 @@ func semantics(t *testing.T, st bus.Store) []string {
 		say("schedule: %s %v", outcome(err), got)
 	}
 	counts := func() {
-		total, a, err := st.PendingCounts("pubA")
-		_, b, _ := st.PendingCounts("pubB")
+		total, a, err := st.PendingUsage("pubA")
+		_, b, _ := st.PendingUsage("pubB")
 		n, err2 := st.CountPending()
-		say("counts: %s total %d pubA %d pubB %d; count %d %s", outcome(err), total, a, b, n, outcome(err2))
+		say("counts: %s total %d pubA %d pubB %d; count %d %s", outcome(err), total.Entries, a.Entries, b.Entries, n, outcome(err2))
 	}
 	schedule()
 	counts()
@@ -313,8 +313,8 @@ func TestStoreIDs(t *testing.T) {
 			t.Errorf("id %q after %q: ids must grow, across restarts too", id, ids[i-1])
 		}
 	}
-	if total, mine, _ := n.Store().PendingCounts("pub"); total != 3 || mine != 3 {
-		t.Errorf("after restart: counts %d/%d, want 3/3", total, mine)
+	if total, mine, _ := n.Store().PendingUsage("pub"); total.Entries != 3 || mine.Entries != 3 {
+		t.Errorf("after restart: counts %d/%d, want 3/3", total.Entries, mine.Entries)
 	}
 }
 
@@ -404,10 +404,16 @@ func TestStoreCluster(t *testing.T) {
 			}
 			pending = append(pending, p)
 		}
+		// a counts its own writes, b and c what their watches see: the
+		// same entries, and the same bytes.
+		aTotal, aMine, _ := a.PendingUsage("pubA")
+		if aTotal.Entries != 3 || aMine.Entries != 2 || aMine.Bytes <= int64(len(big)) || aTotal.Bytes <= aMine.Bytes {
+			t.Errorf("a's counts: %+v in all, %+v pubA's", aTotal, aMine)
+		}
 		for _, st := range []*cluster.Store{b, c} {
 			waitFor(t, "b and c count a's entries", func() bool {
-				total, mine, _ := st.PendingCounts("pubA")
-				return total == 3 && mine == 2
+				total, mine, _ := st.PendingUsage("pubA")
+				return total == aTotal && mine == aMine
 			})
 		}
 		if all, err := b.PendingSchedule(); err != nil || len(all) != 0 {
@@ -438,9 +444,12 @@ func TestStoreCluster(t *testing.T) {
 				t.Errorf("count dead letters: %d %v", n, err)
 			}
 			waitFor(t, "the dead-lettered entries leave the counts", func() bool {
-				total, _, _ := st.PendingCounts("pubA")
-				return total == 1
+				total, _, _ := st.PendingUsage("pubA")
+				return total.Entries == 1
 			})
+			if u, err := st.DeadLetterUsage(); u.Entries != 2 || u.Bytes <= int64(len(big)) || err != nil {
+				t.Errorf("dead-letter usage: %+v %v", u, err)
+			}
 		}
 		// c replays the big one: it becomes c's entry, and the dead
 		// letter is gone for everyone.
@@ -560,8 +569,8 @@ func TestStoreCluster(t *testing.T) {
 		}
 		waitFor(t, "the counts hold each entry once", func() bool {
 			// The big message is pubA's.
-			total, mine, _ := a.PendingCounts("pubR")
-			return total == entries && mine == entries-1
+			total, mine, _ := a.PendingUsage("pubR")
+			return total.Entries == entries && mine.Entries == entries-1
 		})
 		// Nothing is left to take over.
 		if again, err := a.TakeOver(ctx, "c"); err != nil || len(again) != 0 {

@@ -128,9 +128,9 @@ func TestGroupCommit(t *testing.T) {
 		}
 		assert.Equal(t, []string{"p-000000000001", "p-000000000002", "p-000000000003"}, ids)
 		assertCounts(t, s, 3, 0)
-		total, _, err := s.PendingCounts("")
+		total, _, err := s.PendingUsage("")
 		require.NoError(t, err)
-		assert.Equal(t, 3, total)
+		assert.Equal(t, 3, total.Entries)
 	})
 }
 

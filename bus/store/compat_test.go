@@ -48,9 +48,9 @@ func TestOpensFormat1(t *testing.T) {
 		require.NoError(t, s.LoadMessage(p))
 		assert.Equal(t, all[i], p)
 	}
-	total, mine, err := s.PendingCounts("pub-identity")
+	total, mine, err := s.PendingUsage("pub-identity")
 	require.NoError(t, err)
-	assert.Equal(t, [2]int{2, 2}, [2]int{total, mine})
+	assert.Equal(t, [2]int{2, 2}, [2]int{total.Entries, mine.Entries})
 
 	d, err := s.GetDeadLetter("d-1")
 	require.NoError(t, err)

@@ -6,10 +6,24 @@ import (
 	"sync/atomic"
 )
 
-// pendingIndex counts the pending entries in all and by publisher, so
-// that the bus can enforce its caps on every publish without reading the
-// store. It is built from the store on first use and kept in step by
-// every write that adds or removes a pending entry.
+// Usage is what some stored entries take: how many there are, and their
+// bytes as stored (the encoded records, payload included).
+type Usage struct {
+	Entries int
+	Bytes   int64
+}
+
+// add counts an entry of size bytes in, or out when sign is -1.
+func (u *Usage) add(size int64, sign int) {
+	u.Entries += sign
+	u.Bytes += int64(sign) * size
+}
+
+// pendingIndex counts the pending entries, in all and by whom they count
+// against, and the dead letters in all, so that the bus can enforce its
+// caps on every publish and dead letter without reading the store. It is
+// built from the store on first use and kept in step by every write that
+// adds or removes an entry.
 type pendingIndex struct {
 	// writeMu is held by the committer from a transaction to the update
 	// of the counts, and by the build, so the build never counts a write
@@ -17,11 +31,19 @@ type pendingIndex struct {
 	writeMu sync.Mutex
 	ready   atomic.Bool
 
-	// mu guards the maps; it is held only briefly, never across a
-	// transaction, so reading the counts does not wait for an fsync.
+	// mu guards the fields below; it is held only briefly, never across
+	// a transaction, so reading the counts does not wait for an fsync.
 	mu    sync.Mutex
-	owner map[uint64]string // pending sequence → publisher
-	by    map[string]int    // publisher → pending entries
+	owner map[uint64]counted // pending sequence → whom, and its size
+	by    map[string]Usage   // whom → its pending entries
+	total Usage              // every pending entry
+	dead  Usage              // every dead letter
+}
+
+// counted is a pending entry as the index counts it.
+type counted struct {
+	against string
+	size    int64
 }
 
 // CountsAgainst is whom a pending entry counts against: the message's
@@ -35,24 +57,54 @@ func (m *Message) CountsAgainst() string {
 	return m.From
 }
 
-// PendingCounts returns the number of pending entries in all and the
-// number whose message publisher published.
-func (s *Store) PendingCounts(publisher string) (total, mine int, err error) {
-	ix := &s.pending
-	if !ix.ready.Load() {
-		if err := s.buildPendingIndex(); err != nil {
-			return 0, 0, err
-		}
+// CountsAgainst is whom p counts against for the bus's per-identity caps:
+// a retry, the subscriber it waits on (Subscriber), since its silence is
+// what keeps the entry; a hold, the publisher (Message.CountsAgainst),
+// and so is a retry stored before Subscriber existed.
+func (p *Pending) CountsAgainst() string {
+	if p.Kind == KindRetry && p.Subscriber != "" {
+		return p.Subscriber
+	}
+	return p.Message.CountsAgainst()
+}
+
+// PendingUsage returns what the pending entries take in all, and what
+// those counting against identity take (Pending.CountsAgainst).
+func (s *Store) PendingUsage(identity string) (total, mine Usage, err error) {
+	ix, err := s.counts()
+	if err != nil {
+		return Usage{}, Usage{}, err
 	}
 	ix.mu.Lock()
-	total, mine = len(ix.owner), ix.by[publisher]
+	total, mine = ix.total, ix.by[identity]
 	ix.mu.Unlock()
 	return total, mine, nil
 }
 
-// buildPendingIndex counts what the store holds. A record that does not
-// decode counts, under no publisher: it still takes space, and Pending
-// reports it.
+// DeadLetterUsage returns what the dead-letter queue takes.
+func (s *Store) DeadLetterUsage() (Usage, error) {
+	ix, err := s.counts()
+	if err != nil {
+		return Usage{}, err
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.dead, nil
+}
+
+// counts returns the index, built.
+func (s *Store) counts() (*pendingIndex, error) {
+	if !s.pending.ready.Load() {
+		if err := s.buildPendingIndex(); err != nil {
+			return nil, err
+		}
+	}
+	return &s.pending, nil
+}
+
+// buildPendingIndex counts what the store holds. A pending record that
+// does not decode counts, against no one: it still takes space, and
+// Pending reports it.
 func (s *Store) buildPendingIndex() error {
 	ix := &s.pending
 	ix.writeMu.Lock()
@@ -60,21 +112,34 @@ func (s *Store) buildPendingIndex() error {
 	if ix.ready.Load() {
 		return nil
 	}
-	owner := make(map[uint64]string)
-	by := make(map[string]int)
+	owner := make(map[uint64]counted)
+	by := make(map[string]Usage)
+	var total, dead Usage
 	err := s.view(func(t tx) error {
-		return t.each(bucketPending, nil, func(k, v []byte) (bool, error) {
+		err := t.each(bucketPending, nil, func(k, v []byte) (bool, error) {
 			var r struct {
-				Message struct {
+				Kind       string `json:"kind"`
+				Subscriber string `json:"subscriber"`
+				Message    struct {
 					From      string `json:"from"`
 					Publisher string `json:"publisher"`
 				} `json:"message"`
 			}
 			_ = json.Unmarshal(v, &r)
-			m := Message{From: r.Message.From, Publisher: r.Message.Publisher}
-			seq := seqOf(k)
-			owner[seq] = m.CountsAgainst()
-			by[owner[seq]]++
+			p := Pending{Kind: r.Kind, Subscriber: r.Subscriber, Message: Message{From: r.Message.From, Publisher: r.Message.Publisher}}
+			e := counted{against: p.CountsAgainst(), size: int64(len(v))}
+			owner[seqOf(k)] = e
+			u := by[e.against]
+			u.add(e.size, 1)
+			by[e.against] = u
+			total.add(e.size, 1)
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		return t.each(bucketDeadLetters, nil, func(_, v []byte) (bool, error) {
+			dead.add(int64(len(v)), 1)
 			return true, nil
 		})
 	})
@@ -82,28 +147,37 @@ func (s *Store) buildPendingIndex() error {
 		return err
 	}
 	ix.mu.Lock()
-	ix.owner, ix.by = owner, by
+	ix.owner, ix.by, ix.total, ix.dead = owner, by, total, dead
 	ix.mu.Unlock()
 	ix.ready.Store(true)
 	return nil
 }
 
-// set records that the entry seq is publisher's, replacing what it was.
-func (ix *pendingIndex) set(seq uint64, publisher string) {
+// set records that the pending entry seq, of size bytes, counts against
+// whom, replacing what it was.
+func (ix *pendingIndex) set(seq uint64, whom string, size int) {
 	ix.remove(seq)
-	ix.owner[seq] = publisher
-	ix.by[publisher]++
+	e := counted{against: whom, size: int64(size)}
+	ix.owner[seq] = e
+	u := ix.by[whom]
+	u.add(e.size, 1)
+	ix.by[whom] = u
+	ix.total.add(e.size, 1)
 }
 
-// remove forgets the entry seq, if it was counted.
+// remove forgets the pending entry seq, if it was counted.
 func (ix *pendingIndex) remove(seq uint64) {
-	old, ok := ix.owner[seq]
+	e, ok := ix.owner[seq]
 	if !ok {
 		return
 	}
 	delete(ix.owner, seq)
-	if ix.by[old]--; ix.by[old] <= 0 {
-		delete(ix.by, old)
+	ix.total.add(e.size, -1)
+	u := ix.by[e.against]
+	if u.add(e.size, -1); u.Entries <= 0 {
+		delete(ix.by, e.against)
+	} else {
+		ix.by[e.against] = u
 	}
 }
 

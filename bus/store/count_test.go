@@ -10,9 +10,24 @@ import (
 
 func requireCounts(t *testing.T, s *store.Store, publisher string, total, mine int) {
 	t.Helper()
-	gotTotal, gotMine, err := s.PendingCounts(publisher)
+	gotTotal, gotMine, err := s.PendingUsage(publisher)
 	require.NoError(t, err)
-	require.Equal(t, [2]int{total, mine}, [2]int{gotTotal, gotMine}, "pending in all and by %q", publisher)
+	require.Equal(t, [2]int{total, mine}, [2]int{gotTotal.Entries, gotMine.Entries}, "pending in all and by %q", publisher)
+	requireBytes(t, s)
+}
+
+// requireBytes checks the bytes the counts hold against the records the
+// store holds.
+func requireBytes(t *testing.T, s *store.Store) {
+	t.Helper()
+	pending, dead, err := store.StoredBytes(s)
+	require.NoError(t, err)
+	total, _, err := s.PendingUsage("")
+	require.NoError(t, err)
+	require.Equal(t, pending, total, "pending usage")
+	got, err := s.DeadLetterUsage()
+	require.NoError(t, err)
+	require.Equal(t, dead, got, "dead-letter usage")
 }
 
 // TestPendingCounts follows the counts by publisher through every write
@@ -44,6 +59,34 @@ func TestPendingCounts(t *testing.T) {
 		r := &store.Pending{Kind: store.KindRetry, Message: b1.Message, ClientID: "c", Subscription: "agent:*", NextAt: at(2)}
 		require.NoError(t, s.Requeue(id, r))
 		requireCounts(t, s, "b", 2, 1)
+
+		// A retry that names the subscriber it waits on counts against
+		// it, not against the publisher.
+		r.Subscriber = "slow"
+		require.NoError(t, s.PutPending(r))
+		requireCounts(t, s, "b", 2, 0)
+		requireCounts(t, s, "slow", 2, 1)
+
+		// Bytes follow every dead-letter write too.
+		d1, err := s.DeadLetter(r.ID, &store.DeadLetter{Message: r.Message, Reason: "max_retries"})
+		require.NoError(t, err)
+		_, err = s.DeadLetter("", &store.DeadLetter{Message: message(2, "agent:y"), Reason: "no_subscribers"})
+		require.NoError(t, err)
+		_, err = s.DeadLetter("", &store.DeadLetter{Message: message(3, "agent:z"), Reason: "no_subscribers"})
+		require.NoError(t, err)
+		requireBytes(t, s)
+		require.NoError(t, s.RemoveDeadLetter(d1))
+		requireBytes(t, s)
+		n, err := s.PurgeDeadLetters(store.Filter{Topic: "agent:y"})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		requireBytes(t, s)
+		_, err = s.PurgeDeadLetters(store.Filter{})
+		require.NoError(t, err)
+		requireBytes(t, s)
+		u, err := s.DeadLetterUsage()
+		require.NoError(t, err)
+		require.Equal(t, store.Usage{}, u)
 	})
 }
 
@@ -66,6 +109,9 @@ func TestPendingCountsRebuilt(t *testing.T) {
 	defer s.Close()
 	requireCounts(t, s, "ident", 2, 1)
 	requireCounts(t, s, "legacy", 2, 1)
+	u, err := s.DeadLetterUsage()
+	require.NoError(t, err)
+	require.Equal(t, store.Usage{}, u)
 	pending, err := s.Pending()
 	require.NoError(t, err)
 	require.Len(t, pending, 2, "the old record stays readable")

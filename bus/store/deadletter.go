@@ -33,6 +33,9 @@ type DeadLetter struct {
 	// and pattern; empty for ReasonNoSubscribers.
 	ClientID     string `json:"clientId,omitempty"`
 	Subscription string `json:"subscription,omitempty"`
+	// Subscriber is the subscriber's identity, as Pending.Subscriber:
+	// a replay to the same subscriber counts against it again.
+	Subscriber string `json:"subscriber,omitempty"`
 	// Reason is one of the Reason constants.
 	Reason   string    `json:"reason"`
 	Attempts []Attempt `json:"attempts,omitempty"`
@@ -108,6 +111,7 @@ func (m *Matcher) Match(d *DeadLetter) bool {
 // before DeadLetter returns.
 func (s *Store) DeadLetter(pendingID string, d *DeadLetter) (string, error) {
 	var pending uint64
+	var size int
 	err := func() (err error) {
 		r, err := PrepareDeadLetter(d)
 		if err != nil {
@@ -133,8 +137,12 @@ func (s *Store) DeadLetter(pendingID string, d *DeadLetter) (string, error) {
 			if err != nil {
 				return err
 			}
+			size = len(v)
 			return t.put(bucketDeadLetters, key(seq), v)
-		}, func(ix *pendingIndex) { ix.remove(pending) })
+		}, func(ix *pendingIndex) {
+			ix.remove(pending)
+			ix.dead.add(int64(size), 1)
+		})
 		if err == nil {
 			*d = r
 		}
@@ -285,7 +293,11 @@ func (p *Page) Add(d *DeadLetter, err error) (bool, error) {
 func (s *Store) RemoveDeadLetter(id string) error {
 	seq, err := ParseID(deadLetterPrefix, id)
 	if err == nil {
-		err = s.update(func(t tx) error { return removeDeadLetter(t, seq) })
+		var size int
+		err = s.updatePending(func(t tx) (err error) {
+			size, err = removeDeadLetter(t, seq)
+			return err
+		}, func(ix *pendingIndex) { ix.dead.add(int64(size), -1) })
 	}
 	if err != nil {
 		return fmt.Errorf("remove dead letter %s: %w", id, err)
@@ -293,12 +305,15 @@ func (s *Store) RemoveDeadLetter(id string) error {
 	return nil
 }
 
-func removeDeadLetter(t tx, seq uint64) error {
+// removeDeadLetter deletes the dead letter seq in t and returns the size
+// of its record.
+func removeDeadLetter(t tx, seq uint64) (int, error) {
 	k := key(seq)
-	if t.get(bucketDeadLetters, k) == nil {
-		return ErrNotFound
+	v := t.get(bucketDeadLetters, k)
+	if v == nil {
+		return 0, ErrNotFound
 	}
-	return t.delete(bucketDeadLetters, k)
+	return len(v), t.delete(bucketDeadLetters, k)
 }
 
 // Requeue removes the dead letter id and puts p as PutPending does, in one
@@ -307,14 +322,18 @@ func removeDeadLetter(t tx, seq uint64) error {
 func (s *Store) Requeue(id string, p *Pending) error {
 	seq, err := ParseID(deadLetterPrefix, id)
 	var pending uint64
+	var removed, size int
 	if err == nil {
 		err = s.updatePending(func(t tx) (err error) {
-			if err := removeDeadLetter(t, seq); err != nil {
+			if removed, err = removeDeadLetter(t, seq); err != nil {
 				return err
 			}
-			pending, err = putPending(t, p)
+			pending, size, err = putPending(t, p)
 			return err
-		}, func(ix *pendingIndex) { ix.set(pending, p.Message.CountsAgainst()) })
+		}, func(ix *pendingIndex) {
+			ix.dead.add(int64(removed), -1)
+			ix.set(pending, p.CountsAgainst(), size)
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("requeue dead letter %s: %w", id, err)
@@ -333,8 +352,10 @@ func (s *Store) PurgeDeadLetters(f Filter) (int, error) {
 		if err != nil {
 			return err
 		}
-		return s.update(func(t tx) error {
+		var freed int64
+		return s.updatePending(func(t tx) error {
 			var doomed [][]byte
+			freed = 0
 			err := t.each(bucketDeadLetters, nil, func(k, v []byte) (bool, error) {
 				if m != nil {
 					d, err := decodeDeadLetter(k, v)
@@ -343,6 +364,7 @@ func (s *Store) PurgeDeadLetters(f Filter) (int, error) {
 					}
 				}
 				doomed = append(doomed, bytes.Clone(k))
+				freed += int64(len(v))
 				return true, nil
 			})
 			if err != nil {
@@ -355,6 +377,9 @@ func (s *Store) PurgeDeadLetters(f Filter) (int, error) {
 			}
 			n = len(doomed)
 			return nil
+		}, func(ix *pendingIndex) {
+			ix.dead.Entries -= n
+			ix.dead.Bytes -= freed
 		})
 	}()
 	if err != nil {

@@ -59,3 +59,20 @@ func Write(s *Store, fn func() error) error {
 func EncodeWithJSON(p *Pending) ([]byte, error) {
 	return encode(pendingRecord{Version: recordVersion, Pending: *p})
 }
+
+// StoredBytes sums the records of the pending bucket and of the
+// dead-letter bucket as the file holds them, for checking the counts.
+func StoredBytes(s *Store) (pending, dead Usage, err error) {
+	err = s.view(func(t tx) error {
+		for b, u := range map[bucket]*Usage{bucketPending: &pending, bucketDeadLetters: &dead} {
+			if err := t.each(b, nil, func(_, v []byte) (bool, error) {
+				u.add(int64(len(v)), 1)
+				return true, nil
+			}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return pending, dead, err
+}

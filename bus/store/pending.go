@@ -29,6 +29,11 @@ type Pending struct {
 	// required for KindRetry and empty for KindHold.
 	ClientID     string `json:"clientId,omitempty"`
 	Subscription string `json:"subscription,omitempty"`
+	// Subscriber is, for a retry, the identity of the subscriber it
+	// waits on (its credential's name, or with no auth its clientId):
+	// whom the retry counts against (CountsAgainst). Retries stored
+	// before it existed lack it, and count against their publisher.
+	Subscriber string `json:"subscriber,omitempty"`
 	// Attempts lists every attempt made so far, oldest first.
 	Attempts []Attempt `json:"attempts,omitempty"`
 	// NextAt is when the next attempt is due.
@@ -59,8 +64,8 @@ func checkKind(p *Pending) error {
 			return fmt.Errorf("%w: only a hold names the client that asked it to wait", ErrInvalid)
 		}
 	case KindHold:
-		if p.ClientID != "" || p.Subscription != "" {
-			return fmt.Errorf("%w: a hold has no client id or subscription", ErrInvalid)
+		if p.ClientID != "" || p.Subscription != "" || p.Subscriber != "" {
+			return fmt.Errorf("%w: a hold has no client id, subscription or subscriber", ErrInvalid)
 		}
 	default:
 		return fmt.Errorf("%w: kind %q, want %q or %q", ErrInvalid, p.Kind, KindRetry, KindHold)
@@ -75,10 +80,11 @@ func checkKind(p *Pending) error {
 // same time share the commit.
 func (s *Store) PutPending(p *Pending) error {
 	var seq uint64
+	var size int
 	err := s.updatePending(func(t tx) (err error) {
-		seq, err = putPending(t, p)
+		seq, size, err = putPending(t, p)
 		return err
-	}, func(ix *pendingIndex) { ix.set(seq, p.Message.CountsAgainst()) })
+	}, func(ix *pendingIndex) { ix.set(seq, p.CountsAgainst(), size) })
 	if err != nil {
 		return fmt.Errorf("put pending %s: %w", pendingName(p), err)
 	}
@@ -86,35 +92,33 @@ func (s *Store) PutPending(p *Pending) error {
 	return nil
 }
 
-// putPending writes p in t and returns its sequence number. It leaves p
-// as it is: the caller sets p.ID once the write has committed, so that
-// running it again on the same state (commitBatch) does the same.
-func putPending(t tx, p *Pending) (uint64, error) {
+// putPending writes p in t and returns its sequence number and the size
+// of its record. It leaves p as it is: the caller sets p.ID once the
+// write has committed, so that running it again on the same state
+// (commitBatch) does the same.
+func putPending(t tx, p *Pending) (seq uint64, size int, err error) {
 	if p == nil {
-		return 0, fmt.Errorf("%w: nil pending", ErrInvalid)
+		return 0, 0, fmt.Errorf("%w: nil pending", ErrInvalid)
 	}
-	var seq uint64
 	if p.ID == "" {
-		var err error
 		if seq, err = t.nextSequence(bucketPending); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	} else {
-		var err error
 		if seq, err = ParseID(pendingPrefix, p.ID); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if seq > t.sequence(bucketPending) {
-			return 0, fmt.Errorf("%w: id %s was not assigned by this store", ErrInvalid, p.ID)
+			return 0, 0, fmt.Errorf("%w: id %s was not assigned by this store", ErrInvalid, p.ID)
 		}
 	}
 	r := *p
 	r.ID = FormatID(pendingPrefix, seq)
 	v, err := EncodePending(&r)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return seq, t.put(bucketPending, key(seq), v)
+	return seq, len(v), t.put(bucketPending, key(seq), v)
 }
 
 // pendingName names p in an error.
