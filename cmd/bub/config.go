@@ -30,18 +30,22 @@ import (
 // limitFlags are the serve flags that live under limits: in the file, so
 // that a SIGHUP can reload them as one section.
 var limitFlags = map[string]bool{
-	"max-connections":          true,
-	"max-connections-per-addr": true,
-	"handshake-timeout":        true,
-	"max-subscriptions":        true,
-	"max-topic-bytes":          true,
-	"max-pattern-wildcards":    true,
-	"max-pending":              true,
-	"max-pending-per-identity": true,
-	"max-replay-ids":           true,
-	"slow-subscriber-timeouts": true,
-	"publish-rate":             true,
-	"publish-burst":            true,
+	"max-connections":               true,
+	"max-connections-per-addr":      true,
+	"handshake-timeout":             true,
+	"max-subscriptions":             true,
+	"max-topic-bytes":               true,
+	"max-pattern-wildcards":         true,
+	"max-pending":                   true,
+	"max-pending-per-identity":      true,
+	"max-stored-bytes":              true,
+	"max-stored-bytes-per-identity": true,
+	"max-dead-letters":              true,
+	"max-dead-letter-bytes":         true,
+	"max-replay-ids":                true,
+	"slow-subscriber-timeouts":      true,
+	"publish-rate":                  true,
+	"publish-burst":                 true,
 }
 
 // listFlags are comma-separated flags; in the file they may also be

@@ -45,6 +45,8 @@ limits:
   max_connections: 50
   handshake_timeout: 3s
   publish_rate: 2.5
+  max_stored_bytes: 1048576
+  max_dead_letters: 40
 `
 	t.Run("file over defaults", func(t *testing.T) {
 		cfg, err := loadServe(t, file)
@@ -58,6 +60,8 @@ limits:
 		assert.Equal(t, 50, cfg.limits.MaxConnections)
 		assert.Equal(t, 3*time.Second, cfg.limits.HandshakeTimeout)
 		assert.Equal(t, 2.5, cfg.limits.PublishRate)
+		assert.Equal(t, 1<<20, cfg.limits.MaxStoredBytes)
+		assert.Equal(t, 40, cfg.limits.MaxDeadLetters)
 		// What the file leaves out keeps its default.
 		assert.Equal(t, 10*time.Second, cfg.writeTimeout)
 		assert.Equal(t, 0, cfg.limits.MaxSubscriptions)
@@ -66,10 +70,14 @@ limits:
 	t.Run("environment over file", func(t *testing.T) {
 		t.Setenv("BUB_DELIVERY_TIMEOUT", "7s")
 		t.Setenv("BUB_MAX_CONNECTIONS", "60")
+		t.Setenv("BUB_MAX_STORED_BYTES_PER_IDENTITY", "4096")
+		t.Setenv("BUB_MAX_DEAD_LETTER_BYTES", "8192")
 		cfg, err := loadServe(t, file)
 		require.NoError(t, err)
 		assert.Equal(t, 7*time.Second, cfg.deliveryTimeout)
 		assert.Equal(t, 60, cfg.limits.MaxConnections)
+		assert.Equal(t, 4096, cfg.limits.MaxStoredBytesPerIdentity)
+		assert.Equal(t, 8192, cfg.limits.MaxDeadLetterBytes)
 		assert.Equal(t, 17, cfg.maxInFlight, "the file still sets what the environment leaves alone")
 	})
 	t.Run("flags over environment and file", func(t *testing.T) {
