@@ -115,7 +115,7 @@ type limitState struct {
 	refused map[string]prometheus.Counter
 	slow    prometheus.Gauge
 	// deadLettersFull is 1 while the dead-letter queue is at a cap
-	// (refuseDeadLetter), for an alert.
+	// (deadLetterRoom), for an alert.
 	deadLettersFull prometheus.Gauge
 	// deadFull is set while it is, so that the log says so once.
 	deadFull atomic.Bool
