@@ -67,6 +67,8 @@ func TestLimitConnectionsCountFromAccept(t *testing.T) {
 	idle := rawConn(t, srv, healthCheck)
 	require.Equal(t, http.StatusOK, readResponse(t, idle, bufio.NewReader(idle)).StatusCode)
 	silent := rawConn(t, srv, "")
+	require.Eventually(t, func() bool { return metric(t, srv, "bub_connections_open", "") == 2 }, bustest.Timeout, time.Millisecond)
+	require.Equal(t, 0.0, metric(t, srv, "bub_connections", ""), "no WebSocket peer")
 
 	code, body := dialStatus(t, srv.URL)
 	require.Equal(t, http.StatusServiceUnavailable, code)

@@ -138,7 +138,14 @@ func newLimitState(l Limits, reg *prometheus.Registry) *limitState {
 	for _, name := range limitNames {
 		st.refused[name] = st.refusals.WithLabelValues(name)
 	}
-	reg.MustRegister(st.refusals, st.slow, st.deadLettersFull)
+	openConns := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bub_connections_open", Help: "Connections open now, as the connection limits count them: from accept, WebSocket or not.",
+	}, func() float64 {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return float64(st.conns)
+	})
+	reg.MustRegister(st.refusals, st.slow, st.deadLettersFull, openConns)
 	l.setDefaults()
 	st.current.Store(&l)
 	return st
