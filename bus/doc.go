@@ -5,6 +5,9 @@
 //
 // Start with Server: New builds one from Options, ServeHTTP serves peers
 // and the /healthz, /readyz and /metrics endpoints, Shutdown drains it.
+// Serve it on Server.Listener with an http.Server set up by
+// Server.ConfigureHTTP, so that every connection counts against the
+// connection limits from accept and none idles short of a WebSocket.
 //
 // # Guarantees
 //
