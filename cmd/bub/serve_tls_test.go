@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -369,4 +370,37 @@ func TestServeReloadAuthAndLimits(t *testing.T) {
 	})
 	assert.Contains(t, d.stderr.String(), path+":1: auth:")
 	d.stop(t)
+}
+
+// TestServeCountsConnectionsFromAccept: bub serve counts every accepted
+// connection against the connection limits, so idle sockets from one
+// address cannot crowd it out unseen, and closes them after the
+// handshake timeout; /healthz is refused at once meanwhile, not left to
+// time out.
+func TestServeCountsConnectionsFromAccept(t *testing.T) {
+	t.Parallel()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	_, addr := startServe(t, "http", client, "--max-connections-per-addr", "3", "--handshake-timeout", "3s")
+	for range 3 {
+		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	pollFor(t, "a 4th connection refused", func() bool {
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), "max_connections_per_addr 3")
+	})
+	pollFor(t, "the idle connections closed after the handshake timeout", func() bool {
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
