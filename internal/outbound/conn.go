@@ -91,11 +91,10 @@ const (
 type Conn struct {
 	net.Conn
 	timeout time.Duration
-	// vectored is set when the socket takes net.Buffers in one writev:
-	// socket, the TCP connection itself or under a wrapper that only
-	// watches it (one with Unwrap, as the bus's counted connections).
-	vectored bool
-	socket   *net.TCPConn
+	// socket, when set, takes net.Buffers in one writev: the TCP
+	// connection itself, or the one under a wrapper that only watches
+	// it (one with Unwrap, as the bus's counted connections).
+	socket *net.TCPConn
 	// early holds bytes net/http read past the upgrade request; Read
 	// hands them out first. Only the reading goroutine touches it.
 	early []byte
@@ -192,21 +191,22 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func newConn(nc net.Conn, timeout time.Duration) *Conn {
 	c := &Conn{Conn: nc, timeout: timeout}
-	c.socket, c.vectored = tcpUnder(nc)
+	c.socket = tcpUnder(nc)
 	c.room.L = &c.mu
 	return c
 }
 
-// tcpUnder returns the TCP connection nc is, or wraps with Unwrap.
-func tcpUnder(nc net.Conn) (*net.TCPConn, bool) {
+// tcpUnder returns the TCP connection nc is, or wraps with Unwrap; nil
+// for any other (a TLS connection would make two records of a writev).
+func tcpUnder(nc net.Conn) *net.TCPConn {
 	for {
 		switch c := nc.(type) {
 		case *net.TCPConn:
-			return c, true
+			return c
 		case interface{ Unwrap() net.Conn }:
 			nc = c.Unwrap()
 		default:
-			return nil, false
+			return nil
 		}
 	}
 }
@@ -360,7 +360,7 @@ func (c *Conn) write(h, p []byte, control, async bool) error {
 	switch {
 	case h == nil:
 		err = c.send(p)
-	case c.vectored:
+	case c.socket != nil:
 		err = c.sendv(h, p)
 	default:
 		// A TLS connection would make two records of a writev.
