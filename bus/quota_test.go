@@ -154,3 +154,31 @@ func TestLimitRetriesCountAgainstSubscriber(t *testing.T) {
 	requireCode(t, failing.Call(protocol.MethodSendMessage, map[string]any{"topic": "elsewhere", "payload": map[string]any{"type": "t"}}),
 		protocol.CodeLimitReached, `max_pending_per_identity: identity "failing" holds 2`)
 }
+
+// TestClusterLimitDeadLetters: on a cluster's store (JetStream), the
+// dead-letter queue's cap holds as on one node, and an identity's pending
+// work counts cluster-wide: at its cap on one node, it is refused on the
+// other too.
+func TestClusterLimitDeadLetters(t *testing.T) {
+	const perIdentity, deadCap = 4, 2
+	opts := clusterOptions()
+	opts.HoldLifetime, opts.RetryDelayCap = 10*time.Millisecond, 50*time.Millisecond
+	opts.Limits = bus.Limits{MaxPendingPerIdentity: perIdentity, MaxDeadLetters: deadCap}
+	nodes := bustest.StartCluster(t, opts, "a", "b")
+	a, b := nodes[0], nodes[1]
+	p := bustest.Connect(t, a.URL, "p", nil)
+	require.Eventually(t, func() bool {
+		r := publishKiB(p, "agent:away")
+		return r.Error != nil && metric(t, a, "bub_dead_letters_full", "") == 1
+	}, bustest.ClusterTimeout, time.Millisecond)
+	dead := metric(t, b, "bub_dead_letters", "")
+	require.GreaterOrEqual(t, dead, float64(deadCap), "b reads the one queue")
+	require.LessOrEqual(t, dead, float64(deadCap+perIdentity-1))
+
+	// The same identity on the other node holds as much already.
+	again := bustest.Connect(t, b.URL, "p", nil)
+	require.Eventually(t, func() bool {
+		r := publishKiB(again, "agent:away")
+		return r.Error != nil && strings.Contains(r.Error.Message, `max_pending_per_identity: identity "p" holds`)
+	}, bustest.ClusterTimeout, time.Millisecond)
+}
