@@ -386,21 +386,22 @@ func TestServeCountsConnectionsFromAccept(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 	}
-	pollFor(t, "a 4th connection refused", func() bool {
+	// healthz answers /healthz's status and body; 0 when it fails.
+	healthz := func() (int, string) {
 		resp, err := client.Get("http://" + addr + "/healthz")
 		if err != nil {
-			return false
+			return 0, ""
 		}
+		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), "max_connections_per_addr 3")
+		return resp.StatusCode, string(body)
+	}
+	pollFor(t, "a 4th connection refused", func() bool {
+		code, body := healthz()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "max_connections_per_addr 3")
 	})
 	pollFor(t, "the idle connections closed after the handshake timeout", func() bool {
-		resp, err := client.Get("http://" + addr + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		code, _ := healthz()
+		return code == http.StatusOK
 	})
 }
