@@ -14,6 +14,59 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
+// method is how the bus serves one method. methods is the one table of
+// them: the read loop, the checks before a handler and the metric labels
+// all read it, so a method is served, checked and counted as one entry
+// says or not at all.
+type method struct {
+	// queued methods wait on subscribers or the store, so they run on a
+	// goroutine of their own, bounded by Options.MaxInFlight; the others
+	// are answered inline on the read loop.
+	queued bool
+	// inOrder methods write to the cluster, which can wait seconds, so
+	// they, and the requests read while one waits, run on the
+	// connection's in-order goroutine (inorder.go).
+	inOrder bool
+	// admin methods need a credential with admin.
+	admin bool
+	// open methods may be called before initialize.
+	open bool
+	// serve answers the request, after the checks above.
+	serve func(*conn, *rpcstream.Request) (any, error)
+	// route, set instead of serve for sendMessage, checks and routes the
+	// message on the read loop (order.go); what it returns is published
+	// off it.
+	route func(*conn, *rpcstream.Request) (*outgoing, error)
+}
+
+// methods are the methods the bus serves; any other answers -32601.
+var methods = map[string]method{
+	protocol.MethodInitialize:  {open: true, inOrder: true, serve: (*conn).initialize},
+	protocol.MethodPing:        {serve: (*conn).ping},
+	protocol.MethodSubscribe:   {inOrder: true, serve: (*conn).subscribe},
+	protocol.MethodUnsubscribe: {inOrder: true, serve: (*conn).unsubscribe},
+	protocol.MethodSendMessage: {queued: true, route: (*conn).route},
+	protocol.MethodDLQList:     {queued: true, admin: true, serve: (*conn).dlqList},
+	protocol.MethodDLQGet:      {queued: true, admin: true, serve: (*conn).dlqGet},
+	protocol.MethodDLQReplay:   {queued: true, admin: true, serve: (*conn).dlqReplay},
+	protocol.MethodDLQPurge:    {queued: true, admin: true, serve: (*conn).dlqPurge},
+}
+
+// run checks that the connection may call m, then serves req.
+func (m method) run(c *conn, req *rpcstream.Request) (any, error) {
+	if !m.open {
+		if err := c.requireInitialized(req.Method); err != nil {
+			return nil, err
+		}
+	}
+	if m.admin {
+		if err := c.checkAdmin(req.Method); err != nil {
+			return nil, err
+		}
+	}
+	return m.serve(c, req)
+}
+
 // handle runs on the connection's read loop, or on its in-order goroutine
 // (inorder.go), one request at a time in the order the peer sent them. It
 // answers the quick methods (initialize, subscribe, unsubscribe, ping)
@@ -31,98 +84,62 @@ func (c *conn) handle(req *rpcstream.Request) {
 		c.log.Debug("ignoring notification", "method", req.Method)
 		return
 	}
-	switch req.Method {
-	case protocol.MethodSendMessage, protocol.MethodDLQList, protocol.MethodDLQGet, protocol.MethodDLQReplay, protocol.MethodDLQPurge:
-		select {
-		case c.slots <- struct{}{}:
-		default:
-			c.reply(req, nil, protocol.Errorf(protocol.ErrTooManyRequests, "%d requests already running on this connection; wait for their results", cap(c.slots)))
-			return
-		}
-		// Registered as running work until the answer is written, so
-		// Shutdown's drain covers the reply too.
-		if err := c.server.beginRequest(); err != nil {
-			<-c.slots
-			c.reply(req, nil, err)
-			return
-		}
-		work := c.handleQueued
-		if req.Method == protocol.MethodSendMessage {
-			// Routed here, in the connection's order, so that its
-			// messages take their turns at each subscriber in the order
-			// it sent them (order.go).
-			var out *outgoing
-			result, err := c.guard(req, func(req *rpcstream.Request) (any, error) {
-				var err error
-				out, err = c.route(req)
-				return nil, err
-			})
-			if out == nil {
-				c.reply(req, result, err)
-				c.server.requests.Done()
-				<-c.slots
-				return
-			}
-			work = out.publish
-		}
-		go func() {
-			defer func() { c.server.requests.Done(); <-c.slots }()
-			result, err := c.guard(req, work)
-			c.reply(req, result, err)
-		}()
-	default:
-		result, err := c.guard(req, c.handleInline)
+	m, ok := methods[req.Method]
+	if !ok {
+		c.reply(req, nil, protocol.Errorf(protocol.ErrMethodNotFound, "no method %q (docs/PROTOCOL.md lists the methods)", req.Method))
+		return
+	}
+	if !m.queued {
+		result, err := c.guard(req, func(req *rpcstream.Request) (any, error) { return m.run(c, req) })
 		c.reply(req, result, err)
 		if req.Method == protocol.MethodInitialize && protocol.CodeOf(err) == protocol.CodeUnauthorized {
 			// The answer says why; the connection has nothing more to do.
 			c.close(websocket.StatusCode(protocol.CloseUnauthorized), closeUnauthorized)
 		}
+		return
 	}
+	select {
+	case c.slots <- struct{}{}:
+	default:
+		c.reply(req, nil, protocol.Errorf(protocol.ErrTooManyRequests, "%d requests already running on this connection; wait for their results", cap(c.slots)))
+		return
+	}
+	// Registered as running work until the answer is written, so
+	// Shutdown's drain covers the reply too.
+	if err := c.server.beginRequest(); err != nil {
+		<-c.slots
+		c.reply(req, nil, err)
+		return
+	}
+	work := func(req *rpcstream.Request) (any, error) { return m.run(c, req) }
+	if m.route != nil {
+		// Routed here, in the connection's order, so that its messages
+		// take their turns at each subscriber in the order it sent them
+		// (order.go).
+		var out *outgoing
+		result, err := c.guard(req, func(req *rpcstream.Request) (any, error) {
+			var err error
+			out, err = m.route(c, req)
+			return nil, err
+		})
+		if out == nil {
+			c.reply(req, result, err)
+			c.server.requests.Done()
+			<-c.slots
+			return
+		}
+		work = out.publish
+	}
+	go func() {
+		defer func() { c.server.requests.Done(); <-c.slots }()
+		result, err := c.guard(req, work)
+		c.reply(req, result, err)
+	}()
 }
 
-// handleQueued runs the dlq.* methods, which wait on the store.
-func (c *conn) handleQueued(req *rpcstream.Request) (any, error) {
-	if err := c.requireInitialized(req.Method); err != nil {
-		return nil, err
-	}
-	if err := c.checkAdmin(req.Method); err != nil {
-		return nil, err
-	}
-	switch req.Method {
-	case protocol.MethodDLQList:
-		return c.dlqList(req)
-	case protocol.MethodDLQGet:
-		return c.dlqGet(req)
-	case protocol.MethodDLQReplay:
-		return c.dlqReplay(req)
-	}
-	return c.dlqPurge(req)
-}
-
-func (c *conn) handleInline(req *rpcstream.Request) (any, error) {
-	if req.Method == protocol.MethodInitialize {
-		return c.initialize(req)
-	}
-	if !knownMethods[req.Method] {
-		return nil, protocol.Errorf(protocol.ErrMethodNotFound, "no method %q (docs/PROTOCOL.md lists the methods)", req.Method)
-	}
-	if err := c.requireInitialized(req.Method); err != nil {
-		return nil, err
-	}
-	switch req.Method {
-	case protocol.MethodPing:
-		return protocol.PingResult{Timestamp: time.Now().UTC().Format(time.RFC3339)}, nil
-	case protocol.MethodSubscribe:
-		return c.subscribe(req)
-	}
-	return c.unsubscribe(req)
-}
-
-// knownMethods are the methods handled inline, besides initialize.
-var knownMethods = map[string]bool{
-	protocol.MethodPing:        true,
-	protocol.MethodSubscribe:   true,
-	protocol.MethodUnsubscribe: true,
+// ping answers with the bus's clock.
+func (c *conn) ping(*rpcstream.Request) (any, error) {
+	return protocol.PingResult{Timestamp: time.Now().UTC().Format(time.RFC3339)}, nil
 }
 
 func (c *conn) reply(req *rpcstream.Request, result any, err error) {

@@ -28,3 +28,15 @@ func Crash(s *Server) {
 		c.closeOnce.Do(func() { _ = c.out.Close() })
 	}
 }
+
+// MethodInfo is what the dispatch table says of one method.
+type MethodInfo struct{ Queued, InOrder, Admin, Open bool }
+
+// MethodTable returns the dispatch table, without its handlers.
+func MethodTable() map[string]MethodInfo {
+	out := make(map[string]MethodInfo, len(methods))
+	for name, m := range methods {
+		out[name] = MethodInfo{Queued: m.queued, InOrder: m.inOrder, Admin: m.admin, Open: m.open}
+	}
+	return out
+}

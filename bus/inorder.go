@@ -4,7 +4,6 @@ import (
 	"sync"
 
 	"github.com/bub-bus/bub/internal/rpcstream"
-	"github.com/bub-bus/bub/protocol"
 )
 
 // init readies q for use.
@@ -30,13 +29,6 @@ type inOrder struct {
 	runs sync.WaitGroup
 }
 
-// writesToCluster names the methods whose handlers write to the cluster.
-var writesToCluster = map[string]bool{
-	protocol.MethodInitialize:  true,
-	protocol.MethodSubscribe:   true,
-	protocol.MethodUnsubscribe: true,
-}
-
 // dispatch hands req to handle, on the read loop, or queues it for the
 // connection's in-order goroutine when it writes to the cluster or other
 // requests wait there. The queue holds at most MaxInFlight requests:
@@ -45,7 +37,7 @@ var writesToCluster = map[string]bool{
 func (c *conn) dispatch(req *rpcstream.Request) {
 	q := &c.inOrder
 	q.mu.Lock()
-	if !q.running && !writesToCluster[req.Method] {
+	if !q.running && !methods[req.Method].inOrder {
 		q.mu.Unlock()
 		c.handle(req)
 		return

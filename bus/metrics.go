@@ -50,25 +50,12 @@ var (
 	panicPlaces        = []string{panicRequest, panicAttempt, panicMetrics}
 )
 
-// labelledMethods are the method names bub_requests_total counts by name.
-var labelledMethods = map[string]bool{
-	protocol.MethodInitialize:  true,
-	protocol.MethodSubscribe:   true,
-	protocol.MethodUnsubscribe: true,
-	protocol.MethodSendMessage: true,
-	protocol.MethodPing:        true,
-	protocol.MethodDLQList:     true,
-	protocol.MethodDLQGet:      true,
-	protocol.MethodDLQReplay:   true,
-	protocol.MethodDLQPurge:    true,
-}
-
 // unknownMethod is the label every method the bus does not serve shares.
 const unknownMethod = "unknown"
 
 // methodLabel returns method if the bus serves it, else "unknown".
 func methodLabel(method string) string {
-	if labelledMethods[method] {
+	if _, ok := methods[method]; ok {
 		return method
 	}
 	return unknownMethod
