@@ -8,6 +8,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/internal/buildinfo"
 	"github.com/bub-bus/bub/internal/rpcstream"
@@ -242,27 +243,13 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 		identity = principal.Name()
 	}
 
-	s.mu.Lock()
-	if s.draining.Load() {
-		s.mu.Unlock()
+	old, err := c.commitInitialize(&p, principal, access)
+	if err != nil {
 		if !p.PublishOnly {
 			s.release(c, p.ClientID)
 		}
-		return nil, protocol.Errorf(protocol.ErrShuttingDown, "no new clients")
+		return nil, err
 	}
-	var old *conn
-	if !p.PublishOnly {
-		old = s.clients[p.ClientID]
-		s.clients[p.ClientID] = c
-	}
-	c.mu.Lock()
-	c.initialized = true
-	c.publishOnly = p.PublishOnly
-	c.clientID = p.ClientID
-	c.defaultTopic = p.DefaultTopic
-	c.setAccessLocked(principal, access)
-	c.mu.Unlock()
-	s.mu.Unlock()
 
 	if old != nil && old != c {
 		n := old.takeOver()
@@ -293,6 +280,39 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 			DeliveryTimeoutMs: s.opts.DeliveryTimeout.Milliseconds(),
 		},
 	}, nil
+}
+
+// initializeHook, when set (by tests only), runs inside
+// commitInitialize's locked section, where a test makes it panic.
+var initializeHook func(clientID string)
+
+// commitInitialize registers c as p.ClientID's connection and marks it
+// initialized, under the server's and the connection's locks, and
+// returns the connection it takes over, if any. Both locks are released
+// by defer: initialize runs inside guard, which recovers a panic, and
+// the server's lock left held would stop every connection of the bus.
+func (c *conn) commitInitialize(p *protocol.InitializeParams, principal *auth.Principal, access *auth.Access) (old *conn, err error) {
+	s := c.server
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining.Load() {
+		return nil, protocol.Errorf(protocol.ErrShuttingDown, "no new clients")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if initializeHook != nil {
+		initializeHook(p.ClientID)
+	}
+	if !p.PublishOnly {
+		old = s.clients[p.ClientID]
+		s.clients[p.ClientID] = c
+	}
+	c.initialized = true
+	c.publishOnly = p.PublishOnly
+	c.clientID = p.ClientID
+	c.defaultTopic = p.DefaultTopic
+	c.setAccessLocked(principal, access)
+	return old, nil
 }
 
 func (c *conn) subscribe(req *rpcstream.Request) (any, error) {
@@ -369,16 +389,8 @@ func (c *conn) unsubscribe(req *rpcstream.Request) (any, error) {
 	if p.Topic == "" {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "topic is required")
 	}
-	c.mu.Lock()
-	sub, ok := c.subs[p.Topic]
-	if ok {
-		delete(c.subs, p.Topic)
-		c.server.router.remove(sub)
-		c.server.metrics.subscriptions.Dec()
-	}
-	clientID, identity := c.clientID, c.identity
-	c.mu.Unlock()
-	if !ok {
+	sub, clientID, identity := c.removeSubscription(p.Topic)
+	if sub == nil {
 		return nil, protocol.Errorf(protocol.ErrSubscriptionNotFound, "this connection holds no subscription to %q", p.Topic)
 	}
 	c.server.cl.unshareNow(sub)
@@ -387,9 +399,24 @@ func (c *conn) unsubscribe(req *rpcstream.Request) (any, error) {
 	return protocol.SuccessResult{Success: true}, nil
 }
 
+// removeSubscription removes the connection's subscription to topic
+// and returns it, nil if there is none, with the clientId and identity
+// it was made for. The lock is released by defer, as in
+// commitInitialize.
+func (c *conn) removeSubscription(topic string) (sub *subscription, clientID, identity string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sub = c.subs[topic]
+	if sub != nil {
+		delete(c.subs, topic)
+		c.server.router.remove(sub)
+		c.server.metrics.subscriptions.Dec()
+	}
+	return sub, c.clientID, c.identity
+}
+
 // outgoing is a sendMessage checked and routed in the connection's order
-// (handle), to be
-// published off it.
+// (handle), to be published off it.
 type outgoing struct {
 	conn    *conn
 	message store.Message

@@ -55,6 +55,13 @@
 // conn.mu and router.mu, and a local conn's mu is never held while taking
 // it (cluster.go). None is held across network I/O or a store commit.
 //
+// Request handlers and retry attempts run under guard and guardAttempt
+// (recover.go), which recover a panic so that one request's bug does not
+// end every peer's connection. A lock left held by a recovered panic
+// would stop the bus instead, so a section that calls anything but
+// field reads and writes (router, scheduler, metrics, pattern matching,
+// the handshake's commit) releases its lock by defer.
+//
 // # Clusters
 //
 // Every Server is a node of a Cluster (seam.go), the way a centrifuge

@@ -40,3 +40,15 @@ func MethodTable() map[string]MethodInfo {
 	}
 	return out
 }
+
+// PanicInInitialize makes initialize panic inside its locked section
+// for clientID, for the test's duration; the test must not run in
+// parallel.
+func PanicInInitialize(t testing.TB, clientID string) {
+	initializeHook = func(id string) {
+		if id == clientID {
+			panic("test: panic inside initialize's locked section")
+		}
+	}
+	t.Cleanup(func() { initializeHook = nil })
+}

@@ -25,7 +25,9 @@ const (
 // otherwise. Open's checks are the first line of defence against a
 // damaged file; this is the second, for damage done while the bus runs.
 //
-// The recovery takes no lock: the handler may have panicked holding one.
+// The sections a handler runs under a lock release it by defer (doc.go),
+// so the bus goes on after a recovered panic; the recovery itself takes
+// no lock all the same.
 func (c *conn) guard(req *rpcstream.Request, handler func(*rpcstream.Request) (any, error)) (result any, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {

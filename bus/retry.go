@@ -111,20 +111,26 @@ func (q *scheduler) add(p *store.Pending) *scheduled {
 		p.Message.Payload, p.Message.Meta = nil, nil
 	}
 	e := &scheduled{p: p}
-	q.mu.Lock()
-	heap.Push(&q.queue, e)
-	if p.Kind == store.KindHold {
-		q.indexHold(e)
-	}
 	// Only new first work changes when run must wake: otherwise its timer
 	// is already set for work due no later than p. Every stored retry
 	// comes through here, and a wake is a goroutine switch for nothing.
-	first := e.index == 0
-	q.mu.Unlock()
-	if first {
+	if q.push(e) {
 		q.poke()
 	}
 	return e
+}
+
+// push queues e and reports whether it is now the first work due. The
+// lock is released by defer, as in wakeHolds: add runs under guard and
+// guardAttempt, which recover panics.
+func (q *scheduler) push(e *scheduled) (first bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	heap.Push(&q.queue, e)
+	if e.p.Kind == store.KindHold {
+		q.indexHold(e)
+	}
+	return e.index == 0
 }
 
 func (q *scheduler) poke() {
@@ -167,9 +173,17 @@ func (q *scheduler) unindexHold(e *scheduled) {
 // and so start in the order they were stored (pendingHeap), which is the
 // order they were published in.
 func (q *scheduler) wakeHolds(pattern *protocol.Pattern, client string) {
-	now := time.Now()
-	woke := false
+	if q.dueNow(pattern, client, time.Now()) {
+		q.poke()
+	}
+}
+
+// dueNow is wakeHolds under the scheduler's lock, which it releases by
+// defer: subscribe runs it inside guard, which recovers a panic (in
+// pattern matching, say), and a lock left held would stop every retry.
+func (q *scheduler) dueNow(pattern *protocol.Pattern, client string, now time.Time) (woke bool) {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	wake := func(topic string) {
 		for e := range q.holds[topic] {
 			if p := e.p; p.NextAt.After(now) && p.AskedBy != client {
@@ -193,10 +207,7 @@ func (q *scheduler) wakeHolds(pattern *protocol.Pattern, client string) {
 			}
 		}
 	}
-	q.mu.Unlock()
-	if woke {
-		q.poke()
-	}
+	return woke
 }
 
 // wakeHold makes the hold e due now, if it is still queued.

@@ -165,41 +165,7 @@ func removeFrom(index map[string][]*subscription, key string, s *subscription) b
 // and a client appears once, at its newest matching subscription. Fallback
 // subscriptions make the chain only when no regular one matches.
 func (r *router) route(topic string) []*subscription {
-	r.mu.RLock()
-	matches := append([]*subscription(nil), r.exact[topic]...)
-	for i := 0; i < len(topic); i++ {
-		if c := topic[i]; c == ':' || c == '-' {
-			matches = append(matches, r.prefix[topic[:i+1]]...)
-		}
-	}
-	for n := range r.globLens {
-		if n > len(topic) {
-			continue
-		}
-		for _, s := range r.globs[topic[:n]] {
-			if s.pattern.Match(topic) {
-				matches = append(matches, s)
-			}
-		}
-	}
-	for n := range r.gramLens {
-		for i := 0; i+n <= len(topic); i++ {
-			gram := topic[i : i+n]
-			list := r.grams[gram]
-			// A gram that occurs twice in the topic is probed at its
-			// first occurrence only, so no subscription is matched twice.
-			if len(list) == 0 || strings.Index(topic, gram) < i {
-				continue
-			}
-			for _, s := range list {
-				if s.pattern.Match(topic) {
-					matches = append(matches, s)
-				}
-			}
-		}
-	}
-	r.mu.RUnlock()
-
+	matches := r.matches(topic)
 	regular := 0
 	for _, s := range matches {
 		if !s.fallback {
@@ -237,4 +203,46 @@ func (r *router) route(topic string) []*subscription {
 		chain = append(chain, s)
 	}
 	return chain
+}
+
+// matches returns every subscription whose pattern matches topic, in no
+// order. The read lock is released by defer: route runs inside guard,
+// which recovers a panic, and a read lock left held would block every
+// later subscribe.
+func (r *router) matches(topic string) []*subscription {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	matches := append([]*subscription(nil), r.exact[topic]...)
+	for i := 0; i < len(topic); i++ {
+		if c := topic[i]; c == ':' || c == '-' {
+			matches = append(matches, r.prefix[topic[:i+1]]...)
+		}
+	}
+	for n := range r.globLens {
+		if n > len(topic) {
+			continue
+		}
+		for _, s := range r.globs[topic[:n]] {
+			if s.pattern.Match(topic) {
+				matches = append(matches, s)
+			}
+		}
+	}
+	for n := range r.gramLens {
+		for i := 0; i+n <= len(topic); i++ {
+			gram := topic[i : i+n]
+			list := r.grams[gram]
+			// A gram that occurs twice in the topic is probed at its
+			// first occurrence only, so no subscription is matched twice.
+			if len(list) == 0 || strings.Index(topic, gram) < i {
+				continue
+			}
+			for _, s := range list {
+				if s.pattern.Match(topic) {
+					matches = append(matches, s)
+				}
+			}
+		}
+	}
+	return matches
 }
