@@ -315,6 +315,17 @@ func TestCluster(t *testing.T) {
 			assert.Len(t, d.Attempts, 2)
 		}
 	})
+
+	t.Run("reject", func(t *testing.T) {
+		// Refused for good by a subscriber on b at the first attempt,
+		// through the Go SDK: the answer crosses from b to a, which
+		// dead-letters it at once; c reads the dead letter the ack names.
+		seen := make(chan int, 4)
+		subscribeAnswering(t, b.URL, "rj-sub", "rj:*", peer.Result{Reject: true, Message: "chat not found"}, seen)
+		r := bustest.Connect(t, a.URL, "rj-pub", nil).Publish("rj:1", "reply")
+		assert.Equal(t, 1, recv(t, seen))
+		checkRejected(t, bustest.Connect(t, c.URL, "rj-ops", nil), r, "rj-sub", "chat not found")
+	})
 }
 
 // TestClusterNodeDeath: a retry and a hold, both acknowledged to their

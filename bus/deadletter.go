@@ -7,14 +7,14 @@ import (
 )
 
 // deadLetter moves pending work to the dead-letter queue in one store
-// transaction and tells operators on TopicDeadLettered. If the queue is
-// at a cap (deadLetterRoom) or the store refuses, the work stays pending
-// and is tried again later: a message is delivered or dead-lettered,
-// never dropped.
-func (s *Server) deadLetter(p *store.Pending, reason string) {
+// transaction, tells operators on TopicDeadLettered and returns the dead
+// letter's id. If the queue is at a cap (deadLetterRoom) or the store
+// refuses, it returns "" and the work stays pending and is tried again
+// later: a message is delivered or dead-lettered, never dropped.
+func (s *Server) deadLetter(p *store.Pending, reason string) string {
 	if full := s.deadLetterRoom(); full != "" {
 		s.keepPending(p, "dead-letter queue at "+full)
-		return
+		return ""
 	}
 	d := &store.DeadLetter{
 		Message:      p.Message,
@@ -32,7 +32,7 @@ func (s *Server) deadLetter(p *store.Pending, reason string) {
 	if err != nil {
 		s.log.Error("dead-letter failed; keeping the message pending", "message_id", p.Message.ID, "err", err)
 		s.keepPending(p, "dead-letter failed")
-		return
+		return ""
 	}
 	s.metrics.deadLettered.WithLabelValues(reason).Inc()
 	s.log.Warn("message dead-lettered", "id", id, "message_id", p.Message.ID, "topic", p.Message.Topic,
@@ -48,6 +48,7 @@ func (s *Server) deadLetter(p *store.Pending, reason string) {
 		"attempts":     len(p.Attempts),
 		"timestamp":    d.DeadAt.UTC().Format(time.RFC3339Nano),
 	})
+	return id
 }
 
 // keepPending keeps work that could not be dead-lettered pending, due

@@ -238,6 +238,8 @@ func (s *Server) measure(next deliverFunc) deliverFunc {
 			outcome = failError
 		case r.Handled():
 			outcome = "processed"
+		case r.Rejected():
+			outcome = protocol.ReasonRejected
 		}
 		s.metrics.deliveries.WithLabelValues(outcome).Inc()
 		return r, err

@@ -155,6 +155,19 @@ var docScenarios = []struct {
 		}
 	}},
 	{"spawner", []string{"## Default handler and agent spawning"}, replaySpawner},
+	{"final refusal", []string{"### Final refusal"}, func(t *testing.T, exs []*docExample) {
+		srv := startDocBus(t, nil)
+		for _, ex := range exs {
+			// The subscriber the ack names refuses with the ack's reason.
+			ack := ex.firstAck(t)
+			bustest.Connect(t, srv.URL, ack.ClientID, func(protocol.ProcessMessageParams) any {
+				return protocol.ProcessMessageResult{Reject: true, Message: ack.Message}
+			}).Subscribe(ack.Subscription, "")
+			pub := bustest.Dial(t, srv.URL)
+			pub.Initialize("pub")
+			newDocPeer(t, pub).play(ex)
+		}
+	}},
 	{"retries", []string{"### Retries"}, func(t *testing.T, exs []*docExample) {
 		srv := startDocBus(t, nil)
 		for _, ex := range exs {

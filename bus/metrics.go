@@ -43,7 +43,7 @@ type metrics struct {
 // (bus/docs_test.go checks them against each other).
 var (
 	publishOutcomes    = []string{"routed", "held", protocol.ReasonNoSubscribers}
-	deliveryOutcomes   = []string{"processed", "not_processed", failTimeout, failDisconnected, failError, failBadResult, failSlowSubscriber}
+	deliveryOutcomes   = []string{"processed", "not_processed", protocol.ReasonRejected, failTimeout, failDisconnected, failError, failBadResult, failSlowSubscriber}
 	retryOutcomes      = []string{"processed", "retry", protocol.ReasonRejected, protocol.ReasonSubscriberGone}
 	deadLetterReasons  = []string{protocol.ReasonMaxRetries, protocol.ReasonSubscriberGone, protocol.ReasonNoSubscribers, protocol.ReasonRejected}
 	authRefusalReasons = []string{refuseHost, refuseCredential, refuseClientID, refusePublishOnly, refusePublish, refuseBusTopic, refuseSubscribe, refuseFallback, refuseAdmin}
@@ -74,7 +74,7 @@ func newMetrics() *metrics {
 			Name: "bub_messages_published_total", Help: "Messages accepted by sendMessage, by outcome (routed, held, no_subscribers).",
 		}, []string{"outcome"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bub_deliveries_total", Help: "processMessage deliveries, by outcome (processed, not_processed, timeout, disconnected, error, bad_result, slow_subscriber).",
+			Name: "bub_deliveries_total", Help: "processMessage deliveries, by outcome (processed, not_processed, rejected, timeout, disconnected, error, bad_result, slow_subscriber).",
 		}, []string{"outcome"}),
 		deliveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "bub_delivery_duration_seconds", Help: "Time from processMessage sent to answer or failure.",

@@ -64,8 +64,10 @@ type outcome struct {
 // does not stop the walk; it is recorded in its ack. When no subscriber
 // handled the message (no policy stopped the walk) and reliable is set,
 // every subscriber that asked for a retry or whose delivery failed gets
-// one, scheduled and stored; the publisher does not wait for it. A
-// handled message's retries are dropped.
+// one, scheduled and stored; the publisher does not wait for it; and
+// every subscriber that answered reject has the message dead-lettered,
+// committed before walk returns. A handled message's retries and
+// rejections are dropped: another subscriber took it.
 //
 // Only an answer under a policy that may stop is waited for before the
 // next subscriber is invoked: a continueAll subscriber's delivery goes
@@ -129,7 +131,9 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		delay   time.Duration
 		sub     *conn
 	}
-	var retries []retry
+	// retries need another attempt; rejects, whose delay is unused, are
+	// dead-lettered at once.
+	var retries, rejects []retry
 	var reroute *retry
 	handled := false
 	for i, sub := range chain[:made] {
@@ -142,6 +146,8 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 			ack.Processed, ack.Message, ack.StopPropagation = r.Handled(), r.Message, r.StopPropagation
 		}
 		switch {
+		case err == nil && r.Rejected():
+			rejects = append(rejects, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, 0, sub.conn})
 		case sub.fallback && err == nil && r.ShouldRetry && !r.Handled():
 			if reroute == nil {
 				delay := s.askedDelay(r.RetrySeconds)
@@ -151,7 +157,9 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 			retries = append(retries, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, s.backoff(1, r.RetrySeconds), sub.conn})
 		}
 		result.Acks = append(result.Acks, ack)
-		if err == nil && sub.policy.Stops(ack.Processed, ack.StopPropagation) {
+		// A rejection's own stopPropagation ends the walk but is no
+		// subscriber handling the message: it is dead-lettered still.
+		if err == nil && !r.Rejected() && sub.policy.Stops(ack.Processed, ack.StopPropagation) {
 			handled = true
 		}
 	}
@@ -160,6 +168,17 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 	}
 	if reroute != nil {
 		s.rehold(m, &result.Acks[reroute.ack], append(prior, reroute.attempt), reroute.delay)
+	}
+	for _, rj := range rejects {
+		ack := &result.Acks[rj.ack]
+		rj.sub.mu.Lock()
+		subscriber := rj.sub.limitKeyLocked()
+		rj.sub.mu.Unlock()
+		p := &store.Pending{Kind: store.KindRetry, Message: *m, ClientID: ack.ClientID, Subscription: ack.Subscription,
+			Subscriber: subscriber, Attempts: []store.Attempt{rj.attempt}}
+		if ack.DeadLetter = s.deadLetter(p, protocol.ReasonRejected); ack.DeadLetter == "" {
+			ack.Error = joinErrors(ack.Error, "not dead-lettered yet; the bus tries again later")
+		}
 	}
 	for _, rt := range retries {
 		ack := &result.Acks[rt.ack]

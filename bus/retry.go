@@ -47,21 +47,33 @@ func (s *Server) askedDelay(retrySeconds float64) time.Duration {
 	return time.Duration(retrySeconds * float64(time.Second))
 }
 
-// needsRetry reports whether an attempt's outcome asks for another one.
+// needsRetry reports whether an attempt's outcome asks for another one. A
+// rejection does not, whatever its should_retry says.
 func needsRetry(r protocol.ProcessMessageResult, err error) bool {
-	return err != nil || (r.ShouldRetry && !r.Handled())
+	return err != nil || (r.ShouldRetry && !r.Handled() && !r.Rejected())
 }
 
 // attemptError is what an attempt records: the failure, or the
-// subscriber's own word when it asked for a retry.
+// subscriber's own word when it asked for a retry or refused the
+// message.
 func attemptError(r protocol.ProcessMessageResult, err error) string {
-	if err != nil {
+	switch {
+	case err != nil:
 		return err.Error()
-	}
-	if r.Message != "" {
+	case r.Rejected():
+		return rejection(r)
+	case r.Message != "":
 		return "should_retry: " + r.Message
 	}
 	return "should_retry"
+}
+
+// rejection is what a refused attempt records: the subscriber's reason.
+func rejection(r protocol.ProcessMessageResult) string {
+	if r.Message == "" {
+		return protocol.ReasonRejected
+	}
+	return protocol.ReasonRejected + ": " + r.Message
 }
 
 // scheduler runs pending work (retries and holds) when it is due. The
@@ -356,7 +368,7 @@ func (s *Server) attempt(p *store.Pending) {
 		// The subscriber asked for this retry and has now declined the
 		// message for good; the publisher is long gone, so it is kept.
 		s.metrics.retryAttempts.WithLabelValues(protocol.ReasonRejected).Inc()
-		p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(), Error: "rejected: " + r.Message})
+		p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(), Error: rejection(r)})
 		s.deadLetter(p, protocol.ReasonRejected)
 	default:
 		s.metrics.retryAttempts.WithLabelValues("retry").Inc()

@@ -16,7 +16,8 @@ import (
 // Returning an error means the message could not be handled at all: the bus
 // records a failed delivery with the error's text, as it does for a
 // timeout. A handler that understood the message but declines or defers it
-// returns a Result with Processed false (and ShouldRetry) instead.
+// returns a Result with Processed false instead: with ShouldRetry to have
+// it again later, with Reject to refuse it for good.
 //
 // Handlers run on goroutines of their own, several at once (see
 // Options.MaxConcurrentHandlers), and may call any method of the Conn but
@@ -79,7 +80,16 @@ type Result struct {
 	// RetryAfter is the delay ShouldRetry asks for; the wire carries it
 	// in seconds.
 	RetryAfter time.Duration
-	// Message is a human-readable status, relayed in the ack.
+	// Reject refuses the message for good, on any attempt, the first
+	// included: the bus puts it in the dead-letter queue at once, with
+	// reason "rejected" and Message as the reason given, unless another
+	// subscriber handled it. It outweighs ShouldRetry and is ignored
+	// with Processed. Use it for a message that can never succeed (a
+	// chat that blocked the bot, a payload this handler cannot take), so
+	// an operator finds it rather than the publisher alone.
+	Reject bool
+	// Message is a human-readable status, relayed in the ack; with
+	// Reject, the reason the dead letter records.
 	Message string
 }
 
@@ -89,6 +99,7 @@ func (r Result) wire() protocol.ProcessMessageResult {
 		Processed:       r.Processed,
 		ShouldRetry:     r.ShouldRetry,
 		RetrySeconds:    r.RetryAfter.Seconds(),
+		Reject:          r.Reject,
 		Message:         r.Message,
 		StopPropagation: r.StopPropagation,
 	}

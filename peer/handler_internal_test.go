@@ -17,6 +17,9 @@ func TestResultWire(t *testing.T) {
 	data, err := json.Marshal(Result{ShouldRetry: true, RetryAfter: 2500 * time.Millisecond, Message: "later", StopPropagation: true}.wire())
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"processed":false,"should_retry":true,"retry_seconds":2.5,"message":"later","stopPropagation":true}`, string(data))
+	data, err = json.Marshal(Result{Reject: true, Message: "never"}.wire())
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"processed":false,"should_retry":false,"retry_seconds":0,"reject":true,"message":"never","stopPropagation":false}`, string(data))
 }
 
 func TestBackoffIsCappedWithJitter(t *testing.T) {

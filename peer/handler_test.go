@@ -48,6 +48,12 @@ func TestHandlerResultReachesAcks(t *testing.T) {
 			want:   []protocol.Ack{{ClientID: "new", Subscription: "t:*", StopPropagation: true, Message: "halt"}},
 		},
 		{
+			name:   "reject is dead-lettered at once",
+			policy: protocol.PolicyStopOnStop,
+			result: peer.Result{Reject: true, StopPropagation: true, Message: "never"},
+			want:   []protocol.Ack{{ClientID: "new", Subscription: "t:*", StopPropagation: true, Message: "never", DeadLetter: "d-000000000001"}},
+		},
+		{
 			name:   "continueAll goes on despite both",
 			policy: protocol.PolicyContinueAll,
 			result: peer.Result{Processed: true, StopPropagation: true},

@@ -133,6 +133,10 @@ type Ack struct {
 	Retrying    bool   `json:"retrying,omitempty"`
 	Attempt     int    `json:"attempt,omitempty"`
 	NextAttempt string `json:"next_attempt,omitempty"`
+	// DeadLetter is the id of the dead letter the bus made of this
+	// delivery, when the subscriber answered reject and no subscriber of
+	// the pass handled the message.
+	DeadLetter string `json:"dead_letter,omitempty"`
 }
 
 // SendMessageResult is the result of sendMessage, returned once every
@@ -166,7 +170,7 @@ const (
 	ReasonNoSubscribers  = "no_subscribers"  // nobody subscribed (after holding, if the topic is held)
 	ReasonMaxRetries     = "max_retries"     // every attempt asked for a retry or failed
 	ReasonSubscriberGone = "subscriber_gone" // the last attempt found the subscriber absent or unsubscribed
-	ReasonRejected       = "rejected"        // a retry attempt was answered processed: false without should_retry
+	ReasonRejected       = "rejected"        // the subscriber answered reject: true, or a retry attempt processed: false without should_retry
 )
 
 // ProcessMessageParams are the params of processMessage, the bus's call on
@@ -186,12 +190,23 @@ type ProcessMessageParams struct {
 // protocol's {success, stopPropagation} is accepted too: Success counts as
 // Processed (see Handled).
 type ProcessMessageResult struct {
-	Processed       bool    `json:"processed"`
-	ShouldRetry     bool    `json:"should_retry"`
-	RetrySeconds    float64 `json:"retry_seconds"`
-	Message         string  `json:"message,omitempty"`
-	StopPropagation bool    `json:"stopPropagation"`
-	Success         bool    `json:"success,omitempty"`
+	Processed    bool    `json:"processed"`
+	ShouldRetry  bool    `json:"should_retry"`
+	RetrySeconds float64 `json:"retry_seconds"`
+	// Reject refuses the message for good, on any attempt: the bus
+	// dead-letters it at once with ReasonRejected and Message as the
+	// subscriber's reason. It outweighs ShouldRetry and is ignored when
+	// the message was handled (see Rejected).
+	Reject          bool   `json:"reject,omitempty"`
+	Message         string `json:"message,omitempty"`
+	StopPropagation bool   `json:"stopPropagation"`
+	Success         bool   `json:"success,omitempty"`
+}
+
+// Rejected reports whether the subscriber refused the message for good:
+// Reject without having handled it.
+func (r ProcessMessageResult) Rejected() bool {
+	return r.Reject && !r.Handled()
 }
 
 // Handled reports whether the subscriber processed the message, under

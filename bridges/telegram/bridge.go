@@ -167,9 +167,7 @@ type Bridge struct {
 	mu sync.Mutex
 	// progress maps an outbound messageId to the pieces of its text
 	// already sent, so a retry after a failure midway (429 on piece 3)
-	// sends the rest rather than the whole text again, and to Telegram's
-	// permanent refusal, so the retry that dead-letters it does not send
-	// again.
+	// sends the rest rather than the whole text again.
 	progress map[string]progress
 	// threads remembers each chat's forum thread of its latest message,
 	// so that a reply without message_thread_id lands in the thread the
@@ -232,12 +230,10 @@ func New(opts *Options) (*Bridge, error) {
 	return b, nil
 }
 
-// progress is how far a reply got: pieces sent, Telegram's reason if it
-// refused the next one for good, and when last touched.
+// progress is how far a reply got: pieces sent, and when last touched.
 type progress struct {
-	sent    int
-	refused string
-	at      time.Time
+	sent int
+	at   time.Time
 }
 
 // progressTTL bounds how long a partly sent reply is remembered. The bus

@@ -16,6 +16,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 )
 
 const wait = 20 * time.Second
@@ -141,7 +142,7 @@ func (a *agent) none(t *testing.T, tg *telegramtest.Server) {
 	}
 }
 
-func (h *harness) send(topic string, payload any) {
+func (h *harness) send(topic string, payload any) *protocol.SendMessageResult {
 	h.t.Helper()
 	conn, err := peer.Dial(context.Background(), h.bus.URL, &peer.Options{NoReconnect: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -155,6 +156,7 @@ func (h *harness) send(topic string, payload any) {
 	if !res.Success {
 		h.t.Fatalf("send to %s: %+v", topic, res)
 	}
+	return res
 }
 
 func TestInboundMessage(t *testing.T) {

@@ -130,23 +130,32 @@ func deadLetters(t *testing.T, h *harness) []protocol.DeadLetter {
 	return res.Entries
 }
 
+// TestOutboundRefusalsEndInDeadLetterQueue: what Telegram refuses for
+// good, and payloads the bridge cannot send, are rejected on the first
+// attempt: each is in the dead-letter queue, with Telegram's reason,
+// before sendMessage answers, its ack names the dead letter, and no retry
+// is left that a restarted bridge would send again.
 func TestOutboundRefusalsEndInDeadLetterQueue(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.start(telegram.Options{})
 	h.tg.Block(42)
 	h.tg.Unknown(43)
-	h.send("outbound:42", map[string]any{"type": "plaintext_message", "text": "to a blocker"})
-	h.send("outbound:43", map[string]any{"type": "plaintext_message", "text": "to nowhere"})
-	h.send("outbound:44", map[string]any{"type": "image_message", "url": "x"})
-	var dl []protocol.DeadLetter
-	deadline := time.Now().Add(wait)
-	for len(dl) < 3 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-		dl = deadLetters(t, h)
+	for _, r := range []*protocol.SendMessageResult{
+		h.send("outbound:42", map[string]any{"type": "plaintext_message", "text": "to a blocker"}),
+		h.send("outbound:43", map[string]any{"type": "plaintext_message", "text": "to nowhere"}),
+		h.send("outbound:44", map[string]any{"type": "image_message", "url": "x"}),
+	} {
+		if len(r.Acks) != 1 || r.Acks[0].DeadLetter == "" || r.Acks[0].Retrying {
+			t.Errorf("acks %+v, want one naming its dead letter, no retry", r.Acks)
+		}
 	}
+	dl := deadLetters(t, h)
 	reasons := map[string]string{}
 	for _, d := range dl {
+		if len(d.Attempts) != 1 {
+			t.Errorf("%s: %d attempts, want the first only", d.Topic, len(d.Attempts))
+		}
 		last := d.Attempts[len(d.Attempts)-1].Error
 		reasons[d.Topic] = d.Reason + ": " + last
 	}
@@ -158,9 +167,7 @@ func TestOutboundRefusalsEndInDeadLetterQueue(t *testing.T) {
 	if len(h.tg.Sent()) != 0 {
 		t.Fatalf("sent %+v", h.tg.Sent())
 	}
-	// Telegram was asked once per chat, not again on the bus's second
-	// attempt (which is there to dead-letter the message), and the
-	// refusals were logged.
+	// Telegram was asked once per chat, and the refusals were logged.
 	if n := h.tg.Calls("sendMessage"); n != 2 {
 		t.Errorf("sendMessage called %d times, want once for each chat", n)
 	}

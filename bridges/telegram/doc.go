@@ -43,9 +43,9 @@
 // the bus's delivery results: 429 asks for a retry after Telegram's
 // retry_after, network errors and 5xx ask for a retry with the bus's
 // backoff, and a permanent refusal (bot blocked, chat not found, bad
-// payload) is refused, without asking Telegram twice, so that the
-// message ends in the dead-letter queue with the reason (see
-// Bridge.deliver).
+// payload) is answered reject, so that the bus puts the message in the
+// dead-letter queue at once with the reason, and Telegram is asked once
+// (see Bridge.deliver).
 //
 // The bot token never appears in logs or errors: Telegram puts it in
 // every request's URL, so transport errors are redacted before anything

@@ -57,13 +57,11 @@ type Button struct {
 //   - 429: should_retry after Telegram's retry_after.
 //   - network error, 5xx, timeout: should_retry with the bus's backoff.
 //   - a permanent refusal (blocked, chat not found, a payload that is not
-//     a reply): refused, logged, and dead-lettered. The bus dead-letters a
-//     refusal only on a retry attempt (a first delivery's refusal goes
-//     back to its publisher, who may be an agent that does not look), so
-//     on the first attempt the bridge asks for a retry and remembers
-//     Telegram's answer, and refuses the retry with it without asking
-//     Telegram again: the message lands in the dead-letter queue with
-//     reason "rejected" and Telegram's reason in its attempts.
+//     a reply): rejected, on whichever attempt it happens, and logged.
+//     The bus dead-letters a rejection at once, with reason "rejected"
+//     and Telegram's reason in its attempt, so an operator finds it even
+//     when the publisher is an agent that does not read its acks; and
+//     Telegram is asked once, with nothing to remember across a restart.
 func (b *Bridge) deliver(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
 	chatRaw := strings.TrimPrefix(d.Topic, "outbound:")
 	chatID, err := strconv.ParseInt(chatRaw, 10, 64)
@@ -98,13 +96,6 @@ func (b *Bridge) deliver(ctx context.Context, d *peer.Delivery) (peer.Result, er
 		}
 	}
 	b.mu.Unlock()
-	if done.refused != "" && d.Attempt > 1 {
-		// Telegram refused this message for good on an earlier attempt:
-		// asking again would only be refused again (and count against
-		// the bot's rate limit). The retry was for the dead-letter queue.
-		b.forget(d.MessageID)
-		return b.refuse(d, done.refused), nil
-	}
 	from := done.sent
 	for i := from; i < len(pieces); i++ {
 		err := b.sendPiece(ctx, chatID, &r, pieces[i], i == 0, i == len(pieces)-1)
@@ -120,15 +111,8 @@ func (b *Bridge) deliver(ctx context.Context, d *peer.Delivery) (peer.Result, er
 			b.log.Info("Telegram asks to slow down; the bus retries", "chat_id", chatID, "retry_after", retryAfter, "message_id", d.MessageID)
 			return peer.Result{ShouldRetry: true, RetryAfter: retryAfter, Message: "telegram: 429 " + describe(err)}, nil
 		case classPermanent:
-			reason := describe(err)
-			if d.Attempt <= 1 {
-				b.mu.Lock()
-				b.progress[d.MessageID] = progress{sent: i, refused: reason, at: time.Now()}
-				b.mu.Unlock()
-			} else {
-				b.forget(d.MessageID)
-			}
-			return b.refuse(d, reason), nil
+			b.forget(d.MessageID)
+			return b.refuse(d, describe(err)), nil
 		default:
 			b.metrics.sends.WithLabelValues("retry").Inc()
 			b.log.Warn("cannot send to Telegram; the bus retries", "chat_id", chatID, "message_id", d.MessageID, "error", describe(err))
@@ -185,16 +169,12 @@ func keyboard(rows [][]Button) *telego.InlineKeyboardMarkup {
 	return kb
 }
 
-// refuse answers a message that cannot be sent: on its first attempt a
-// retry, so that the bus keeps it; on a retry a refusal, which the bus
-// dead-letters with the reason (see deliver).
+// refuse answers a message that can never be sent with a rejection,
+// which the bus dead-letters at once with the reason (see deliver).
 func (b *Bridge) refuse(d *peer.Delivery, reason string) peer.Result {
 	b.metrics.sends.WithLabelValues("refused").Inc()
 	b.log.Warn("cannot send to Telegram; the message goes to the dead-letter queue", "topic", d.Topic, "message_id", d.MessageID, "attempt", d.Attempt, "reason", reason)
-	if d.Attempt <= 1 {
-		return peer.Result{ShouldRetry: true, Message: "telegram refused: " + reason + " (to the dead-letter queue on the retry)"}
-	}
-	return peer.Result{Message: "telegram refused: " + reason}
+	return peer.Result{Reject: true, Message: "telegram refused: " + reason}
 }
 
 func (b *Bridge) forget(messageID string) {
