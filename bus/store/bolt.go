@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -13,8 +14,9 @@ import (
 )
 
 // storeFormat is the layout version kept under meta/version. Open refuses
-// a file with a newer one.
-const storeFormat = 1
+// a file with a newer one and upgrades an older one. Format 2 is format 1
+// with a checksum in every record (record.go).
+const storeFormat = 2
 
 // Open opens the store in dir, creating dir (0o700) and dir/bub.db (0o600)
 // if needed, and locks the file for this process.
@@ -56,11 +58,16 @@ func openFile(path string, opts *Options) (*Store, error) {
 		if err := checkTree(db); err != nil {
 			return nil, errors.Join(err, db.Close())
 		}
+		if err := db.View(checkRecords); err != nil {
+			return nil, errors.Join(openError(path, err), db.Close())
+		}
 	}
 	if err := db.Update(initBuckets); err != nil {
 		return nil, errors.Join(err, db.Close())
 	}
-	return newStore(&boltDB{db: db}, opts.OnCommit), nil
+	s := newStore(&boltDB{db: db}, opts.OnCommit)
+	s.file = path
+	return s, nil
 }
 
 // restoreHint tells an operator what to do with a store the bus refused.
@@ -111,8 +118,101 @@ func initBuckets(tx *bolt.Tx) error {
 		return fmt.Errorf("%w: meta/version is %q", ErrCorrupt, v)
 	case n > storeFormat:
 		return fmt.Errorf("store format %d is newer than this program reads (%d)", n, storeFormat)
+	case n < storeFormat:
+		if err := upgradeRecords(boltTx{tx}); err != nil {
+			return corrupt("upgrading the store from format %d to %d: %v", n, storeFormat, err)
+		}
+		return meta.Put([]byte("version"), []byte(strconv.Itoa(storeFormat)))
 	}
 	return nil
+}
+
+// recordBuckets are the buckets of records, with their ids' prefixes.
+var recordBuckets = []struct {
+	name   bucket
+	prefix string
+}{{bucketPending, pendingPrefix}, {bucketDeadLetters, deadLetterPrefix}}
+
+// upgradeRecords rewrites every record of an older format in the current
+// one, checksum included, in Open's transaction. Each is decoded in full
+// first, so a damaged one fails the upgrade, and Open, naming it.
+func upgradeRecords(t boltTx) error {
+	for _, b := range recordBuckets {
+		var keys [][]byte
+		if err := t.each(b.name, nil, func(k, _ []byte) (bool, error) {
+			keys = append(keys, bytes.Clone(k))
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			var v []byte
+			var err error
+			switch old := t.get(b.name, k); b.name {
+			case bucketPending:
+				var p *Pending
+				if p, err = decodePending(k, old); err == nil {
+					v, err = encodePending(p)
+				}
+			default:
+				var d *DeadLetter
+				if d, err = decodeDeadLetter(k, old); err == nil {
+					v, err = EncodeDeadLetter(d)
+				}
+			}
+			if err == nil {
+				err = t.put(b.name, k, v)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkRecords checks every record's checksum, and that the record names
+// the id it is stored under, before the bus reads any: a byte changed
+// inside a record would otherwise be delivered as it now reads (a payload,
+// a "from"), and one changed in a key would make a record pass for
+// another. Only the sums and the ids are checked, not the JSON, so this
+// costs about a read of the file. A record without a sum must be of
+// version 1, written before sums; upgradeRecords then decodes it in full.
+func checkRecords(tx *bolt.Tx) error {
+	for _, b := range recordBuckets {
+		bk := tx.Bucket([]byte(b.name))
+		if bk == nil {
+			continue
+		}
+		err := bk.ForEach(func(k, v []byte) error {
+			id := keyID(b.prefix, k)
+			sealed, err := unseal(v)
+			switch {
+			case err != nil:
+				return corrupt("%s record %s: %v", b.name, id, err)
+			case !sealed && !bytes.HasPrefix(v, []byte(`{"v":1,`)):
+				return corrupt("%s record %s has no checksum, or a damaged one", b.name, id)
+			case !namesID(v, id):
+				return corrupt("%s record %s does not hold the id of its key: the key or the id is damaged", b.name, id)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// namesID reports whether the record v begins {"v":N,"id":"id", as every
+// record the store writes does.
+func namesID(v []byte, id string) bool {
+	rest, ok := bytes.CutPrefix(v, []byte(`{"v":`))
+	if !ok {
+		return false
+	}
+	rest = bytes.TrimLeft(rest, "0123456789")
+	return bytes.HasPrefix(rest, []byte(`,"id":"`+id+`"`))
 }
 
 // boltDB is the file store. bbolt commits every Update with an fsync of

@@ -84,7 +84,7 @@ func (s *Store) updatePending(fn func(tx) error, apply func(*pendingIndex)) erro
 		go s.commitLoop()
 	}
 	c.mu.Unlock()
-	return <-w.done
+	return s.where(<-w.done)
 }
 
 // commitLoop commits queued writes, up to maxBatch at a time, until the

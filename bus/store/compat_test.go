@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/bub-bus/bub/bus/store"
 )
@@ -15,9 +16,10 @@ import (
 // TestOpensFormat1: testdata/format1/bub.db was written by the store as
 // it was before group commit and the payload-less schedule (commit
 // c85e3a3, a little-endian machine): two pending entries, a third deleted,
-// and a dead letter. The format has not changed since, and this keeps it
-// so: the file opens, reads back whole, schedules without payloads, and
-// takes new writes with ids after the ones it used.
+// and a dead letter, none with a checksum. The file opens, reads back
+// whole, schedules without payloads, and takes new writes with ids after
+// the ones it used; Open upgraded it to format 2, every record with its
+// checksum.
 func TestOpensFormat1(t *testing.T) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		t.Skip("the file's bbolt meta pages are little-endian")
@@ -62,4 +64,22 @@ func TestOpensFormat1(t *testing.T) {
 	assert.Equal(t, "p-000000000004", p.ID, "p-3 was used and deleted")
 	require.NoError(t, s.Requeue("d-1", retry(10, at(10))))
 	assertCounts(t, s, 4, 0)
+	require.NoError(t, s.Close())
+
+	db, err := bolt.Open(filepath.Join(dir, store.FileName), 0o600, &bolt.Options{ReadOnly: true})
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		assert.Equal(t, "2", string(tx.Bucket([]byte("meta")).Get([]byte("version"))))
+		n := 0
+		for _, b := range []string{"pending", "deadletters"} {
+			require.NoError(t, tx.Bucket([]byte(b)).ForEach(func(k, v []byte) error {
+				n++
+				assert.True(t, store.Sealed(v), "%s %x: %s", b, k, v)
+				return nil
+			}))
+		}
+		assert.Equal(t, 4, n)
+		return nil
+	}))
 }

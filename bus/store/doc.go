@@ -33,18 +33,29 @@
 //
 // The file has three buckets:
 //
-//	meta         "version" → the layout version, "1"
+//	meta         "version" → the layout version, "2"
 //	pending      8-byte big-endian sequence → a Pending as JSON
 //	deadletters  8-byte big-endian sequence → a DeadLetter as JSON
 //
 // The sequence comes from the bucket's NextSequence, which is stored in
 // the file, so ids ("p-000000000042", "d-000000000042") are never reused,
 // even after a restart, and dead letters are listed in the order they
-// were added. Each record carries a version, "v": 1, so that the format
-// can change; the file written before group commit and the payload-less
-// schedule is the same format 1, and TestOpensFormat1 opens one
-// (testdata/format1). A record that does not decode, or is newer than this
-// program, is reported with its bucket and id, never skipped silently.
+// were added. Each record carries a version, "v": 2, so that the format
+// can change, and ends in its checksum, "crc32c": the CRC-32C of the
+// record without it (record.go). bbolt checksums only its meta pages, so
+// without it a byte changed inside a record by a bad disk or a stray
+// write would be read, and delivered, as it now is.
+//
+// Open checks every record's checksum, and that each holds the id of its
+// key, and refuses the file (ErrCorrupt) naming the first record that
+// fails; a read that meets a record damaged later fails with ErrDamaged,
+// naming the record and the file. Neither error shows a record's bytes.
+// Format 1, without checksums ("v": 1), is upgraded by Open in place,
+// every record decoded in full and written again with its checksum, in
+// one transaction; TestOpensFormat1 opens one (testdata/format1). A
+// record without a checksum is read only if it is of version 1. A record
+// that does not decode, or is newer than this program, is reported with
+// its bucket and id, never skipped silently.
 // Values are JSON so that the bbolt command (go.etcd.io/bbolt/cmd/bbolt)
 // can show them while the bus is stopped: bbolt keys --format hex
 // data/bub.db deadletters, then bbolt get --parse-format hex data/bub.db

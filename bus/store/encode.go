@@ -14,8 +14,7 @@ import (
 // then the compaction of a json.RawMessage) were most of the store's CPU
 // per record besides the commit itself. The bytes are exactly those
 // encoding/json writes for a pendingRecord with HTML escaping off
-// (FuzzEncodePending holds the two to that), so the format is unchanged:
-// files written before and after read the same.
+// (FuzzEncodePending holds the two to that), checksum included.
 
 // EncodePending checks p's kind's rules and returns the stored form of
 // p; errors wrap ErrInvalid.
@@ -77,7 +76,7 @@ func encodePending(p *Pending) ([]byte, error) {
 		return nil, err
 	}
 	b = appendOptional(b, `,"askedBy":`, p.AskedBy)
-	return append(b, '}'), nil
+	return seal(append(b, '}')), nil
 }
 
 // appendOptional appends the field name and s, unless s is empty: a

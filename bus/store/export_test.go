@@ -57,7 +57,17 @@ func Write(s *Store, fn func() error) error {
 // EncodeWithJSON returns what encoding/json, with HTML escaping off,
 // makes of p's record: the form Encode must write byte for byte.
 func EncodeWithJSON(p *Pending) ([]byte, error) {
-	return encode(pendingRecord{Version: recordVersion, Pending: *p})
+	b, err := encode(pendingRecord{Version: recordVersion, Pending: *p})
+	if err != nil {
+		return nil, err
+	}
+	return seal(b), nil
+}
+
+// Sealed reports whether v carries a checksum that matches.
+func Sealed(v []byte) bool {
+	sealed, err := unseal(v)
+	return sealed && err == nil
 }
 
 // StoredBytes sums the records of the pending bucket and of the

@@ -142,7 +142,7 @@ func TestOpenNewerFormat(t *testing.T) {
 	require.NoError(t, db.Close())
 
 	_, err = store.Open(dir, nil)
-	assert.EqualError(t, err, "open store "+path+": store format 9 is newer than this program reads (1)")
+	assert.EqualError(t, err, "open store "+path+": store format 9 is newer than this program reads (2)")
 }
 
 func TestOpenUnwritable(t *testing.T) {

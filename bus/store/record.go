@@ -4,15 +4,77 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"strconv"
 	"strings"
 	"time"
 )
 
 // recordVersion is the version written into every record as "v". A record
-// without it, or with a newer one, is refused when read.
-const recordVersion = 1
+// without it, or with a newer one, is refused when read. Version 2
+// records carry a checksum (seal); version 1 records, written before
+// checksums, have none, and are read as they are.
+const recordVersion = 2
+
+// A record of version 2 ends in its checksum: the last member of its JSON
+// object is "crc32c", 8 lowercase hex digits of the CRC-32C (Castagnoli)
+// of the record's bytes without that member. A byte changed anywhere in
+// the record, by a bad disk or a stray write, changes the sum; bbolt
+// checksums its meta pages only. The record stays JSON, so the bbolt
+// command still shows it, and the sum sits at the end at a fixed length,
+// so it is found and checked without parsing the record.
+const (
+	sumMember = `,"crc32c":"`
+	sumDigits = 8
+	sumLen    = len(sumMember) + sumDigits + len(`"}`)
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// seal appends the checksum to body, a JSON object with at least one
+// member, in place of its closing brace.
+func seal(body []byte) []byte {
+	sum := crc32.Checksum(body, castagnoli)
+	b := append(body[:len(body)-1], sumMember...)
+	var digits [sumDigits]byte
+	hex := strconv.AppendUint(digits[:0], uint64(sum), 16)
+	for range sumDigits - len(hex) {
+		b = append(b, '0')
+	}
+	b = append(b, hex...)
+	return append(b, `"}`...)
+}
+
+// errChecksum is the error of a record whose checksum does not match.
+var errChecksum = errors.New("the record fails its CRC-32C checksum: it changed after it was written")
+
+// unseal checks v's checksum and reports whether v carries one: false,
+// and no error, for a record without (version 1, or one damaged where the
+// checksum sits, which its version then refuses); errChecksum for one
+// whose sum does not match.
+func unseal(v []byte) (sealed bool, err error) {
+	n := len(v) - sumLen
+	if n < 1 || !bytes.Equal(v[n:n+len(sumMember)], []byte(sumMember)) || !bytes.HasSuffix(v, []byte(`"}`)) {
+		return false, nil
+	}
+	var want uint32
+	for _, c := range v[n+len(sumMember) : len(v)-2] {
+		switch {
+		case '0' <= c && c <= '9':
+			want = want<<4 | uint32(c-'0')
+		case 'a' <= c && c <= 'f':
+			want = want<<4 | uint32(c-'a'+10)
+		default:
+			return false, nil
+		}
+	}
+	if crc32.Update(crc32.Checksum(v[:n], castagnoli), castagnoli, []byte{'}'}) != want {
+		return true, errChecksum
+	}
+	return true, nil
+}
 
 // Message is the published message a pending delivery or a dead letter
 // carries, kept as the publisher sent it.
@@ -145,7 +207,11 @@ type deadLetterRecord struct {
 // EncodeDeadLetter returns the stored form of d, as is: PrepareDeadLetter
 // makes what it is given.
 func EncodeDeadLetter(d *DeadLetter) ([]byte, error) {
-	return encode(deadLetterRecord{Version: recordVersion, DeadLetter: *d})
+	b, err := encode(deadLetterRecord{Version: recordVersion, DeadLetter: *d})
+	if err != nil {
+		return nil, err
+	}
+	return seal(b), nil
 }
 
 // encode is json.Marshal without its escaping of <, > and &, so that
@@ -232,8 +298,8 @@ func decodeDeadLetter(k, v []byte) (*DeadLetter, error) {
 }
 
 // decode decodes v, stored under k in bucket b, into r and checks it: its
-// version, that its id is the key's, and its fields. Errors name the
-// bucket and the key.
+// checksum, its version, that its id is the key's, and its fields. Errors
+// name the bucket and the key.
 func decode(b bucket, prefix string, k, v []byte, r record) error {
 	if err := decodeRecord(keyID(prefix, k), v, r); err != nil {
 		return fmt.Errorf("decode %s record %s: %w", b, keyID(prefix, k), err)
@@ -241,10 +307,25 @@ func decode(b bucket, prefix string, k, v []byte, r record) error {
 	return nil
 }
 
-// decodeRecord decodes v into r and checks it: its version, that its id
-// is want, and its fields.
+// decodeRecord decodes v into r and checks it: its checksum, its version,
+// that its id is want, and its fields. Its errors wrap ErrDamaged and
+// never quote v.
 func decodeRecord(want string, v []byte, r record) error {
+	if err := checkRecord(want, v, r); err != nil {
+		return fmt.Errorf("%w: %w", ErrDamaged, err)
+	}
+	return nil
+}
+
+func checkRecord(want string, v []byte, r record) error {
+	sealed, err := unseal(v)
+	if err != nil {
+		return err
+	}
 	if err := json.Unmarshal(v, r); err != nil {
+		if syntax, ok := errors.AsType[*json.SyntaxError](err); ok {
+			return fmt.Errorf("not valid JSON at byte %d of %d", syntax.Offset, len(v))
+		}
 		return err
 	}
 	switch version, id := r.header(); {
@@ -252,6 +333,8 @@ func decodeRecord(want string, v []byte, r record) error {
 		return fmt.Errorf("record has no version")
 	case version > recordVersion:
 		return fmt.Errorf("record version %d is newer than this program reads (%d)", version, recordVersion)
+	case version >= 2 && !sealed:
+		return fmt.Errorf("record of version %d has no checksum, or a damaged one", version)
 	case id != want:
 		return fmt.Errorf("record has id %q", id)
 	}

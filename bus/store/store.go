@@ -1,6 +1,8 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -32,7 +34,10 @@ type Options struct {
 // concurrent use; writes are serialized, and concurrent ones share a
 // commit (commit.go).
 type Store struct {
-	db       backend
+	db backend
+	// file is the path of the store's file, "" in memory: errors about
+	// a damaged record name it.
+	file     string
 	onCommit func(time.Duration)
 	pending  pendingIndex
 	commits  committer
@@ -79,5 +84,14 @@ func OpenMemory() *Store {
 }
 
 func (s *Store) view(fn func(tx) error) error {
-	return s.db.view(fn)
+	return s.where(s.db.view(fn))
+}
+
+// where adds the store's file to an error about a damaged record, so that
+// an operator knows which file to look at.
+func (s *Store) where(err error) error {
+	if s.file == "" || !errors.Is(err, ErrDamaged) {
+		return err
+	}
+	return fmt.Errorf("%w (in %s)", err, s.file)
 }

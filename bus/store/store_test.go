@@ -587,10 +587,13 @@ func TestCorruptRecords(t *testing.T) {
 		value string
 		want  string
 	}{
-		{"garbage", "\x00\xffnot json%.0s", "invalid character"},
-		{"truncated", `{"v":1,"id":"%[1]s","reason":"rej`, "unexpected end of JSON input"},
+		{"garbage", "\x00\xffnot json%.0s", "not valid JSON at byte 1 of 10"},
+		{"truncated", `{"v":1,"id":"%[1]s","reason":"rej`, "not valid JSON at byte 42 of 42"},
 		{"no version", `{"id":"%[1]s","reason":"rejected"}`, "record has no version"},
-		{"newer version", `{"v":2,"id":"%[1]s","reason":"rejected"}`, "record version 2 is newer"},
+		{"newer version", `{"v":3,"id":"%[1]s","reason":"rejected"}`, "record version 3 is newer"},
+		{"version 2 without a checksum", `{"v":2,"id":"%[1]s","reason":"rejected"}`, "record of version 2 has no checksum, or a damaged one"},
+		{"checksum mismatch", `{"v":2,"id":"%[1]s","reason":"rejected","crc32c":"0badf00d"}`, "the record fails its CRC-32C checksum"},
+		{"checksum not hex", `{"v":2,"id":"%[1]s","reason":"rejected","crc32c":"0badf00z"}`, "record of version 2 has no checksum, or a damaged one"},
 		{"wrong id", `{"v":1,"id":"d-000000000009","reason":"rejected"}%.0s`, `record has id "d-000000000009"`},
 		{"unknown reason", `{"v":1,"id":"%[1]s","reason":"???"}`, `reason "???"`},
 		{"wrong type", `{"v":1,"id":"%[1]s","reason":"rejected","attempts":"many"}`, "cannot unmarshal"},
@@ -607,6 +610,7 @@ func TestCorruptRecords(t *testing.T) {
 				_, err := s.GetDeadLetter(ids[3])
 				assert.ErrorContains(t, err, prefix)
 				assert.ErrorContains(t, err, tt.want)
+				assert.ErrorIs(t, err, store.ErrDamaged)
 				_, err = s.GetDeadLetter(ids[2])
 				assert.NoError(t, err, "its neighbours still read")
 
@@ -631,7 +635,7 @@ func TestCorruptPending(t *testing.T) {
 		require.NoError(t, s.PutPending(hold(1, at(1))))
 		require.NoError(t, store.PutRaw(s, "p-2", []byte(`{"v":1,"id":"p-000000000002","kind":"maybe"}`)))
 		_, err := s.Pending()
-		assert.ErrorContains(t, err, `list pending: decode pending record p-000000000002: invalid argument: kind "maybe"`)
+		assert.ErrorContains(t, err, `list pending: decode pending record p-000000000002: damaged record: invalid argument: kind "maybe"`)
 		require.NoError(t, s.DeletePending("p-2"))
 		all, err := s.Pending()
 		require.NoError(t, err)
