@@ -153,6 +153,10 @@ func storeFilter(f protocol.DLQFilter) store.Filter {
 
 func storeError(err error) error {
 	switch {
+	case errors.Is(err, store.ErrDamaged):
+		// A damaged record's checks may fail as an invalid argument
+		// would, but the caller's arguments are not at fault.
+		return protocol.Errorf(protocol.ErrInternal, "store: %v", err)
 	case errors.Is(err, store.ErrNotFound):
 		return protocol.Errorf(protocol.ErrNotFound, "%v", err)
 	case errors.Is(err, store.ErrInvalid):

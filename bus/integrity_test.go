@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -145,4 +146,46 @@ func TestStoreDamagedWhileRunning(t *testing.T) {
 			assert.Equal(t, map[string]float64{"": -1}, series(t, srv.Registry(), "bub_dead_letters"))
 		})
 	}
+}
+
+// TestDamagedRecordWhileRunning: a record changed in the file under a
+// running bus fails the dlq.* calls that read it with -32603 naming the
+// record and the file, not its bytes, never an invalid-params error; its
+// neighbours read, and the operator can remove it by id.
+func TestDamagedRecordWhileRunning(t *testing.T) {
+	_, path, c := runningOnStore(t)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	for i := 0; ; {
+		j := bytes.Index(data[i:], []byte(`"id":"m-7"`))
+		if j < 0 {
+			break
+		}
+		_, err := f.WriteAt([]byte("M"), int64(i+j+len(`"id":"`)))
+		require.NoError(t, err)
+		i += j + 1
+	}
+	require.NoError(t, f.Close())
+
+	const id = "d-000000000008"
+	for _, call := range []struct {
+		method string
+		params any
+	}{
+		{protocol.MethodDLQGet, protocol.DLQGetParams{ID: id}},
+		{protocol.MethodDLQList, protocol.DLQListParams{}},
+		{protocol.MethodDLQPurge, protocol.DLQPurgeParams{DLQFilter: protocol.DLQFilter{Reason: protocol.ReasonMaxRetries}}},
+	} {
+		r := c.Call(call.method, call.params)
+		require.NotNil(t, r.Error, call.method)
+		assert.EqualValues(t, protocol.CodeInternalError, r.Error.Code, r.Error.Message)
+		assert.Contains(t, r.Error.Message, "decode deadletters record "+id+": damaged record: the record fails its CRC-32C checksum")
+		assert.Contains(t, r.Error.Message, "(in "+path+")")
+		assert.NotContains(t, r.Error.Message, "M-7")
+	}
+	c.MustCall(protocol.MethodDLQGet, protocol.DLQGetParams{ID: "d-000000000007"}, nil)
+	c.MustCall(protocol.MethodDLQPurge, protocol.DLQPurgeParams{ID: id}, nil)
+	require.Len(t, dlqList(t, c, protocol.DLQListParams{}).Entries, 49)
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -145,4 +146,34 @@ func TestRestoreRefusesDamagedRecords(t *testing.T) {
 	s = mustOpen(t, dir)
 	assertCounts(t, s, 1, 0)
 	require.NoError(t, s.Close())
+}
+
+// TestCheck: Check runs Open's checks on a file without writing to it:
+// an intact file passes, a damaged record fails naming it, and a format
+// 1 file passes and stays format 1.
+func TestCheck(t *testing.T) {
+	file, records := checksummed(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, store.FileName)
+	require.NoError(t, os.WriteFile(path, file, 0o600))
+	require.NoError(t, store.Check(path))
+
+	v := records["deadletters record d-000000000001"]
+	require.NoError(t, os.WriteFile(path, bytes.ReplaceAll(file, v, bytes.Replace(v, []byte(secret), []byte("S3cr3t-payload"), 1)), 0o600))
+	err := store.Check(path)
+	require.ErrorIs(t, err, store.ErrCorrupt)
+	assert.ErrorContains(t, err, "check store "+path+": not a bub store, or corrupt: deadletters record d-000000000001: the record fails its CRC-32C checksum")
+
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		t.Skip("the format 1 file's bbolt meta pages are little-endian")
+	}
+	old, err := os.ReadFile(filepath.Join("testdata", "format1", store.FileName))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, old, 0o600))
+	require.NoError(t, store.Check(path))
+	after, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, old, after, "Check writes nothing")
+
+	assert.ErrorIs(t, store.Check(filepath.Join(dir, "missing.db")), os.ErrNotExist)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -123,6 +124,11 @@ func writeBackup(ctx context.Context, endpoints []string, token, path string, fo
 	}
 	if err := tmp.Close(); err != nil {
 		return 0, fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	// A record damaged in the bus's file is copied as it is, and restore
+	// would refuse the copy: better to learn it now than then.
+	if err := store.Check(tmp.Name()); err != nil {
+		return 0, fmt.Errorf("the copy fails the store's checks, so the bus's store is damaged; nothing written to %s: %w", path, err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return 0, fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)

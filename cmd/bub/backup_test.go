@@ -71,6 +71,49 @@ func TestBackupRestore(t *testing.T) {
 	}
 }
 
+// TestBackupRefusesDamagedStore: a record damaged in the running bus's
+// file (the bus has not read it since) is copied as it is; bub backup
+// checks the copy as Open would, and refuses it, naming the record,
+// rather than write a backup that restore would refuse later.
+func TestBackupRefusesDamagedStore(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	d := startBus(t, dataDir)
+	env := []string{"BUB_BUS_URL=" + d.url}
+	out, errOut, code := bub(t, env, "", "send-message", "--topic", "agent:ghost-d", "--payload", `{"type":"task_request","task_id":"t-damaged"}`)
+	require.Equal(t, 0, code, "send-message: %s%s", out, errOut)
+	require.Contains(t, out, `"held":true`)
+
+	path := filepath.Join(dataDir, store.FileName)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	found := 0
+	for i := 0; ; found++ {
+		j := strings.Index(string(data[i:]), "t-damaged")
+		if j < 0 {
+			break
+		}
+		_, err = f.WriteAt([]byte("T"), int64(i+j))
+		require.NoError(t, err)
+		i += j + 1
+	}
+	require.NoError(t, f.Close())
+	require.Positive(t, found)
+
+	file := filepath.Join(t.TempDir(), "bub-backup.db")
+	_, errOut, code = bub(t, env, "", "backup", file)
+	assert.Equal(t, 1, code)
+	oneLine(t, errOut, "the copy fails the store's checks, so the bus's store is damaged; nothing written to "+file)
+	assert.Contains(t, errOut, "pending record p-000000000001: the record fails its CRC-32C checksum")
+	assert.NotContains(t, errOut, "T-damaged")
+	assert.NoFileExists(t, file)
+	left, err := filepath.Glob(filepath.Join(filepath.Dir(file), ".*partial*"))
+	require.NoError(t, err)
+	assert.Empty(t, left, "temporary files left behind")
+}
+
 // TestBackupNeedsAdmin: with auth on, only a credential with admin gets a
 // copy, and refusals say why without repeating the token.
 func TestBackupNeedsAdmin(t *testing.T) {
