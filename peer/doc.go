@@ -16,7 +16,10 @@
 // to B, whose handler sends to A) without deadlock. At most
 // Options.MaxConcurrentHandlers run at once; a delivery beyond that bound is
 // answered at once with ShouldRetry instead of waiting. A handler that
-// panics is answered with a JSON-RPC error; the process keeps running.
+// knows a message can never succeed answers Result.Reject, and the bus
+// puts it in the dead-letter queue at once, with the handler's reason. A
+// handler that panics is answered with a JSON-RPC error; the process
+// keeps running.
 // A handler's context ends a little before the bus stops waiting for its
 // answer (see Options.HandlerTimeout).
 //
