@@ -36,7 +36,8 @@ type method struct {
 	serve func(*conn, *rpcstream.Request) (any, error)
 	// route, set instead of serve for sendMessage, checks and routes the
 	// message on the read loop (order.go); what it returns is published
-	// off it.
+	// off it. It makes its checks itself, initialize first among them,
+	// in its one look at the connection.
 	route func(*conn, *rpcstream.Request) (*outgoing, error)
 }
 
