@@ -17,19 +17,27 @@ import (
 	"github.com/bub-bus/bub/peer"
 )
 
+// busHolding starts a bus on a data directory of its own that holds one
+// message for topic, a task_request with taskID, and returns the
+// directory and the environment that reaches the bus.
+func busHolding(t *testing.T, topic, taskID string) (dataDir string, env []string) {
+	t.Helper()
+	dataDir = t.TempDir()
+	d := startBus(t, dataDir)
+	env = []string{"BUB_BUS_URL=" + d.url}
+	out, errOut, code := bub(t, env, "", "send-message", "--topic", topic, "--payload", `{"type":"task_request","task_id":"`+taskID+`"}`)
+	require.Equal(t, 0, code, "send-message: %s%s", out, errOut)
+	require.Contains(t, out, `"held":true`)
+	return dataDir, env
+}
+
 // TestBackupRestore: bub backup copies a running bus's store, and a bus
 // started on the copy delivers what the original held.
 func TestBackupRestore(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	d := startBus(t, dataDir)
-	env := []string{"BUB_BUS_URL=" + d.url}
-	out, errOut, code := bub(t, env, "", "send-message", "--topic", "agent:ghost-b", "--payload", `{"type":"task_request","task_id":"t-9"}`)
-	require.Equal(t, 0, code, "send-message: %s%s", out, errOut)
-	require.Contains(t, out, `"held":true`)
-
+	dataDir, env := busHolding(t, "agent:ghost-b", "t-9")
 	file := filepath.Join(t.TempDir(), "bub-backup.db")
-	out, errOut, code = bub(t, env, "", "backup", file)
+	out, errOut, code := bub(t, env, "", "backup", file)
 	require.Equal(t, 0, code, "backup: %s", errOut)
 	assert.Contains(t, out, "wrote "+file)
 	// An existing file is not replaced by mistake.
@@ -77,13 +85,7 @@ func TestBackupRestore(t *testing.T) {
 // rather than write a backup that restore would refuse later.
 func TestBackupRefusesDamagedStore(t *testing.T) {
 	t.Parallel()
-	dataDir := t.TempDir()
-	d := startBus(t, dataDir)
-	env := []string{"BUB_BUS_URL=" + d.url}
-	out, errOut, code := bub(t, env, "", "send-message", "--topic", "agent:ghost-d", "--payload", `{"type":"task_request","task_id":"t-damaged"}`)
-	require.Equal(t, 0, code, "send-message: %s%s", out, errOut)
-	require.Contains(t, out, `"held":true`)
-
+	dataDir, env := busHolding(t, "agent:ghost-d", "t-damaged")
 	path := filepath.Join(dataDir, store.FileName)
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -103,7 +105,7 @@ func TestBackupRefusesDamagedStore(t *testing.T) {
 	require.Positive(t, found)
 
 	file := filepath.Join(t.TempDir(), "bub-backup.db")
-	_, errOut, code = bub(t, env, "", "backup", file)
+	_, errOut, code := bub(t, env, "", "backup", file)
 	assert.Equal(t, 1, code)
 	oneLine(t, errOut, "the copy fails the store's checks, so the bus's store is damaged; nothing written to "+file)
 	assert.Contains(t, errOut, "pending record p-000000000001: the record fails its CRC-32C checksum")
