@@ -25,9 +25,10 @@
 // Server.ServeHTTP accepts a peer (conn.go); its read loop hands each
 // request to conn.handle (dispatch.go), itself or, behind a request that
 // writes to the cluster, through the connection's in-order goroutine
-// (inorder.go); handle answers the quick methods itself, checks and
-// routes sendMessage itself, and runs its walk and the dlq.* methods
-// (admin.go) on goroutines of their own. The router (router.go) gives the
+// (inorder.go); handle looks the method up in the one table of them
+// (methods), answers the quick methods itself, checks and routes
+// sendMessage itself, and runs its walk and the dlq.* methods (admin.go)
+// on goroutines of their own. The router (router.go) gives the
 // topic's chain, newest matching subscription first; each routed message
 // takes a ticket per subscriber (order.go) as it is routed. walk
 // (propagate.go) calls the delivery pipeline (delivery.go) down the chain
