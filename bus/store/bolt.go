@@ -60,7 +60,7 @@ func openFile(path string, opts *Options) (*Store, error) {
 			return nil, errors.Join(err, db.Close())
 		}
 		if err := db.View(checkRecords); err != nil {
-			return nil, errors.Join(openError(path, err), db.Close())
+			return nil, errors.Join(err, db.Close())
 		}
 	}
 	if err := db.Update(initBuckets); err != nil {

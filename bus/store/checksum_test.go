@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -89,7 +90,8 @@ func TestOpenRefusesDamagedRecords(t *testing.T) {
 			}
 			require.ErrorIs(t, err, store.ErrCorrupt, "%s, byte %d", name, off)
 			msg := err.Error()
-			assert.Contains(t, msg, "open store "+path+": not a bub store, or corrupt: ")
+			assert.True(t, strings.HasPrefix(msg, "open store "+path+": not a bub store, or corrupt: "), msg)
+			assert.Equal(t, 1, strings.Count(msg, "open store "), msg)
 			assert.NotContains(t, msg, secret)
 			if off >= 0 {
 				// A changed key may instead break bbolt's order of keys,
