@@ -59,6 +59,7 @@ func encodePending(p *Pending) ([]byte, error) {
 	b = append(b, '}')
 	b = appendOptional(b, `,"clientId":`, p.ClientID)
 	b = appendOptional(b, `,"subscription":`, p.Subscription)
+	b = appendOptional(b, `,"subscriber":`, p.Subscriber)
 	if len(p.Attempts) > 0 {
 		b = append(b, `,"attempts":[`...)
 		for i, a := range p.Attempts {

@@ -102,7 +102,7 @@ func FuzzEncodePending(f *testing.F) {
 			Message: store.Message{ID: text, Topic: topic, From: client, Publisher: text, Payload: payload, Meta: meta, PublishedAt: when.Add(time.Duration(nanos))},
 		}
 		if retry {
-			p.Kind, p.ClientID, p.Subscription, p.AskedBy = store.KindRetry, client, topic, ""
+			p.Kind, p.ClientID, p.Subscription, p.Subscriber, p.AskedBy = store.KindRetry, client, topic, text, ""
 			p.Attempts = []store.Attempt{{At: when}, {At: when.AddDate(int(nanos%9000), 0, 0), Error: text}}
 		}
 		want, wantErr := store.EncodeWithJSON(p)
