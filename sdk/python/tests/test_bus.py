@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import BusServer, run, until
 
-from bub_bus import Bus, CallTimeout, Delivery, Disconnected, MessageTooBig, Policy, Result, Retry, RPCError, TakenOver
+from bub_bus import Bus, CallTimeout, Delivery, Disconnected, MessageTooBig, Policy, Reject, Result, Retry, RPCError, TakenOver
 from bub_bus.errors import Code
 
 
@@ -151,6 +151,48 @@ def test_retries(bus_server: BusServer) -> None:
             await worker.add_subscription("broken:*", broken)
             (ack,) = (await pub.send_message("broken:1", {"type": "job"})).acks
             assert "no good" in ack.error and ack.retrying
+
+    run(main())
+
+
+def test_reject_dead_letters_at_once(bus_server: BusServer) -> None:
+    """Reject raised, or Result(reject=True), refuses the message for good
+    on its first attempt: the ack names the dead letter, which the queue
+    holds with reason rejected and that one attempt; reject outweighs
+    should_retry and is ignored with processed."""
+
+    async def main() -> None:
+        async def refuse(d: Delivery) -> Result:
+            raise Reject(f"cannot take {d.payload['n']}")
+
+        async def refuse_over_retry(d: Delivery) -> Result:
+            return Result(reject=True, should_retry=True, retry_after=0.05, message="never")
+
+        async def handle_anyway(d: Delivery) -> Result:
+            return Result(processed=True, reject=True, message="done")
+
+        async with Bus(bus_server.url, client_id="worker") as worker, Bus(bus_server.url, client_id="pub") as pub:
+            await worker.add_subscription("refused:*", refuse)
+            await worker.add_subscription("never:*", refuse_over_retry)
+            await worker.add_subscription("handled:*", handle_anyway)
+
+            for topic, reason in (("refused:1", "cannot take 1"), ("never:1", "never")):
+                res = await pub.send_message(topic, {"type": "job", "n": 1})
+                (ack,) = res.acks
+                assert (ack.processed, ack.retrying, ack.error, ack.message) == (False, False, "", reason), ack
+                assert ack.dead_letter.startswith("d-"), ack
+                assert "dead_letter" not in ack.extra
+                entry = await pub.call("dlq.get", {"id": ack.dead_letter})
+                assert (entry["messageId"], entry["topic"], entry["client_id"], entry["reason"]) == (res.message_id, topic, "worker", "rejected")
+                (attempt,) = entry["attempts"]
+                assert reason in attempt["error"], attempt
+
+            listed = await pub.call("dlq.list", {"reason": "rejected"})
+            assert sorted(e["topic"] for e in listed["entries"]) == ["never:1", "refused:1"]
+
+            (ack,) = (await pub.send_message("handled:1", {"type": "job"})).acks
+            assert ack.processed and ack.dead_letter == "" and not ack.retrying
+            assert (await pub.call("dlq.list", {"topic": "handled:*"}))["entries"] == []
 
     run(main())
 

@@ -8,7 +8,7 @@ Controllers are in :mod:`bub_bus.bcp`.
 """
 
 from .bus import Bus, __version__
-from .delivery import Ack, Delivery, Handler, Limits, Policy, Result, Retry, SendResult
+from .delivery import Ack, Delivery, Handler, Limits, Policy, Reject, Result, Retry, SendResult
 from .env import DEFAULT_BUS_URL, Env, agent_topic
 from .errors import (
     BusError,
@@ -41,6 +41,7 @@ __all__ = [
     "MessageTooBig",
     "Policy",
     "RPCError",
+    "Reject",
     "Result",
     "Retry",
     "Revoked",

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from . import transport, wire
-from .delivery import Delivery, Handler, Limits, Policy, Result, Retry, SendResult
+from .delivery import Delivery, Handler, Limits, Policy, Reject, Result, Retry, SendResult
 from .env import DEFAULT_BUS_URL, Env, agent_topic, split_urls
 from .errors import (
     BusError,
@@ -523,8 +523,8 @@ class Bus:
             result = await asyncio.wait_for(sub.handler(d), budget)
             if not isinstance(result, Result):
                 raise HandlerError(f"handler for {sub.pattern!r} returned {type(result).__name__}, not a Result")
-        except Retry as r:
-            result = r.result()
+        except (Retry, Reject) as answer:
+            result = answer.result()
         except asyncio.TimeoutError:
             _log.warning("bub_bus: handler for %r gave no answer within %.1fs (message %s)", sub.pattern, budget, d.message_id)
             await self._reply(session, request_id, error=(Code.INTERNAL_ERROR, f"handler for {sub.pattern!r} gave no answer within {budget:.1f}s"))

@@ -1,5 +1,5 @@
 """What a handler gets (:class:`Delivery`) and what it answers
-(:class:`Result`, or :class:`Retry` raised)."""
+(:class:`Result`, or :class:`Retry` or :class:`Reject` raised)."""
 
 from __future__ import annotations
 
@@ -77,8 +77,18 @@ class Result:
     retry_after: float = 0.0
     """The delay should_retry asks for, in seconds; 0 leaves it to the
     bus's backoff."""
+    reject: bool = False
+    """Refuses the message for good, on any attempt, the first included:
+    the bus puts it in the dead-letter queue at once, with reason
+    "rejected" and message as the reason given, unless another subscriber
+    handled it (docs/PROTOCOL.md, "Final refusal"). It outweighs
+    should_retry and is ignored with processed. Use it for a message that
+    can never succeed here (a chat that blocked the bot, a payload this
+    handler cannot take), so an operator finds it rather than the
+    publisher alone."""
     message: str = ""
-    """A human-readable status, relayed in the ack."""
+    """A human-readable status, relayed in the ack; with reject, the reason
+    the dead letter records."""
 
     def wire(self) -> dict[str, Any]:
         """The processMessage result that carries this answer."""
@@ -86,6 +96,7 @@ class Result:
             "processed": self.processed,
             "should_retry": self.should_retry,
             "retry_seconds": self.retry_after,
+            "reject": self.reject,
             "message": self.message,
             "stopPropagation": self.stop_propagation,
         }
@@ -95,8 +106,9 @@ class Retry(Exception):
     """Raised by a handler that could not handle the message now: answered
     as ``Result(should_retry=True, retry_after=after, message=...)``.
 
-    Any other exception is answered as a JSON-RPC error, which the bus
-    records as a failed delivery and retries with its own backoff."""
+    Any other exception but :class:`Reject` is answered as a JSON-RPC
+    error, which the bus records as a failed delivery and retries with its
+    own backoff."""
 
     def __init__(self, message: str = "", after: float = 0.0) -> None:
         super().__init__(message)
@@ -105,6 +117,17 @@ class Retry(Exception):
     def result(self) -> Result:
         """The Result this exception stands for."""
         return Result(should_retry=True, retry_after=self.after, message=str(self))
+
+
+class Reject(Exception):
+    """Raised by a handler that knows the message can never succeed here:
+    answered as ``Result(reject=True, message=...)``, so the bus
+    dead-letters it at once with the message as its reason, on any
+    attempt (docs/PROTOCOL.md, "Final refusal")."""
+
+    def result(self) -> Result:
+        """The Result this exception stands for."""
+        return Result(reject=True, message=str(self))
 
 
 Handler = Callable[[Delivery], Awaitable[Result]]
@@ -126,13 +149,18 @@ class Ack:
     """A retry is scheduled for this subscriber."""
     attempt: int = 0
     next_attempt: str = ""
+    dead_letter: str = ""
+    """The id of the dead letter the bus made of this delivery when the
+    subscriber rejected it (for ``dlq.get``); "" otherwise, and when the
+    dead-letter queue was full (``error`` then says "not dead-lettered
+    yet")."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Members this version of the SDK does not name."""
 
     @classmethod
     def from_wire(cls, m: dict[str, Any]) -> Ack:
         """Reads one ack of a sendMessage result."""
-        known = {"client_id", "subscription", "processed", "message", "stopPropagation", "error", "retrying", "attempt", "next_attempt"}
+        known = {"client_id", "subscription", "processed", "message", "stopPropagation", "error", "retrying", "attempt", "next_attempt", "dead_letter"}
         return cls(
             client_id=str(m.get("client_id", "")),
             subscription=str(m.get("subscription", "")),
@@ -143,6 +171,7 @@ class Ack:
             retrying=bool(m.get("retrying", False)),
             attempt=int(m.get("attempt", 0)),
             next_attempt=str(m.get("next_attempt", "")),
+            dead_letter=str(m.get("dead_letter", "")),
             extra={k: v for k, v in m.items() if k not in known},
         )
 
