@@ -55,6 +55,9 @@ func (n *Node) ClaimClient(ctx context.Context, clientID string, conn uint64) (u
 	if clientID == "" {
 		return 0, errors.New("cluster: claim client: empty clientId")
 	}
+	if err := n.quorum(); err != nil {
+		return 0, fmt.Errorf("cluster: claim clientId %q for conn %d: %w", clientID, conn, err)
+	}
 	value, err := json.Marshal(owner{Node: n.id, Conn: conn})
 	if err != nil {
 		return 0, err
@@ -77,7 +80,7 @@ func (n *Node) ClaimClient(ctx context.Context, clientID string, conn uint64) (u
 		if mine {
 			delete(cs.byClient, clientID)
 		}
-		return 0, fmt.Errorf("cluster: claim clientId %q for conn %d: %w", clientID, conn, err)
+		return 0, fmt.Errorf("cluster: claim clientId %q for conn %d: %w", clientID, conn, n.explain(err))
 	case !mine:
 		// A newer local claim replaced this one while it was written.
 		return rev, fmt.Errorf("%w: clientId %q, conn %d", ErrTakenOver, clientID, conn)
@@ -101,9 +104,12 @@ func (n *Node) ReleaseClient(ctx context.Context, clientID string, conn uint64) 
 	}
 	delete(cs.byClient, clientID)
 	cs.mu.Unlock()
-	err := n.clients.Delete(ctx, clientKey(clientID), jetstream.LastRevision(c.rev))
+	err := n.quorum()
+	if err == nil {
+		err = n.clients.Delete(ctx, clientKey(clientID), jetstream.LastRevision(c.rev))
+	}
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return fmt.Errorf("cluster: release clientId %q of conn %d: %w", clientID, conn, err)
+		return fmt.Errorf("cluster: release clientId %q of conn %d: %w", clientID, conn, n.explain(err))
 	}
 	return nil
 }

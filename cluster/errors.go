@@ -36,6 +36,17 @@ var (
 	// confirm a revision in time; the nodes are named.
 	ErrSyncTimeout = errors.New("cluster: sync timed out")
 
+	// ErrStoreLocked is returned by Start when another node, in this
+	// process or another, runs on the same StoreDir.
+	ErrStoreLocked = errors.New("locked by another process (is another node running on this directory?)")
+
+	// ErrNoQuorum is returned by the operations that write to or read
+	// from JetStream, and by Ready, when this node hears from fewer than
+	// a majority of the cluster's nodes: JetStream cannot answer them
+	// then. The text that follows it says how many nodes it hears, as
+	// "no quorum: 1 of 3 nodes reachable".
+	ErrNoQuorum = errors.New("no quorum")
+
 	// ErrBadFrame is returned when a delivery request or response does
 	// not parse.
 	ErrBadFrame = errors.New("cluster: malformed delivery frame")

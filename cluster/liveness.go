@@ -289,3 +289,39 @@ func deleteAt(ctx context.Context, kv jetstream.KeyValue, e jetstream.KeyValueEn
 	}
 	return nil
 }
+
+// quorum returns nil when this node hears heartbeats from a majority of
+// the cluster's nodes (itself included), and otherwise ErrNoQuorum,
+// saying how many it hears. JetStream needs that majority to elect
+// leaders and take writes; a node in a minority would only wait for
+// answers that cannot come. The cluster's size is the nodes the
+// configuration names, or more if more are live. With an external NATS
+// the quorum is NATS's own, and this always returns nil, as it does
+// before the node's liveness starts.
+func (n *Node) quorum() error {
+	if n.size == 0 {
+		return nil
+	}
+	l := &n.liveness
+	l.mu.Lock()
+	live, started := len(l.seen), l.seen != nil
+	l.mu.Unlock()
+	size := max(n.size, live)
+	if !started || live > size/2 {
+		return nil
+	}
+	return fmt.Errorf("%w: %d of %d nodes reachable", ErrNoQuorum, live, size)
+}
+
+// explain returns err, led by ErrNoQuorum when this node is in a
+// minority: an operation JetStream could not answer fails with a
+// timeout or "no response from stream", which does not say why.
+func (n *Node) explain(err error) error {
+	if err == nil || errors.Is(err, ErrNoQuorum) {
+		return err
+	}
+	if q := n.quorum(); q != nil {
+		return fmt.Errorf("%w (%w)", q, err)
+	}
+	return err
+}

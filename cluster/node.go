@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -157,8 +158,17 @@ type Node struct {
 	log     *slog.Logger
 
 	server *server.Server // nil with an external NATS
-	nc     *nats.Conn
-	js     jetstream.JetStream
+	// serverLog is the embedded server's log, which knows the routes
+	// failing; nil with an external NATS.
+	serverLog *serverLog
+	// storeLock holds StoreDir locked while the embedded server runs.
+	storeLock *os.File
+	// size is how many nodes the configuration names (this one and its
+	// routes), whose majority JetStream needs; 0 with an external NATS,
+	// whose quorum is its own.
+	size int
+	nc   *nats.Conn
+	js   jetstream.JetStream
 
 	subs, clients, nodes, pending jetstream.KeyValue
 	dlq                           jetstream.Stream
@@ -191,6 +201,9 @@ type Node struct {
 	watches []*watch
 
 	syncTimeouts atomic.Uint64
+
+	// startState is what Start waits for, for reportWaiting.
+	startState startState
 }
 
 // Handler is what a node tells its user: the bus, through ForBus.
@@ -244,15 +257,16 @@ func Start(ctx context.Context, opts *Options, h Handler) (*Node, error) {
 }
 
 func (n *Node) start(ctx context.Context) error {
-	nodes, err := n.connect()
+	nodes, err := n.connect(ctx)
 	if err != nil {
 		return err
 	}
+	defer n.reportWaiting(ctx)()
 	n.js, err = jetstream.New(n.nc)
 	if err != nil {
 		return fmt.Errorf("jetstream client: %w", err)
 	}
-	err = retryUntil(ctx, "wait for JetStream (metadata leader)", time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+	err = n.retryUntil(ctx, "wait for JetStream (metadata leader)", time.Second, 100*time.Millisecond, func(ctx context.Context) error {
 		_, err := n.js.AccountInfo(ctx)
 		return err
 	})
@@ -264,7 +278,7 @@ func (n *Node) start(ctx context.Context) error {
 		n.replicas = min(3, nodes)
 	}
 	what := fmt.Sprintf("create buckets with %d replicas", n.replicas)
-	if err := retryUntil(ctx, what, 5*time.Second, 200*time.Millisecond, n.createBuckets); err != nil {
+	if err := n.retryUntil(ctx, what, 5*time.Second, 200*time.Millisecond, n.createBuckets); err != nil {
 		return err
 	}
 	// A previous run of this node may have left keys behind (it crashed
@@ -292,7 +306,7 @@ func (n *Node) start(ctx context.Context) error {
 // connect starts the embedded server, if any, and connects to NATS. It
 // returns how many nodes the configuration names, for the default
 // replica count.
-func (n *Node) connect() (nodes int, err error) {
+func (n *Node) connect(ctx context.Context) (nodes int, err error) {
 	natsOpts := []nats.Option{
 		nats.Name("bub-node-" + n.id),
 		// The node must outlive NATS outages: it reconnects for ever and
@@ -316,10 +330,16 @@ func (n *Node) connect() (nodes int, err error) {
 		}
 		return 1, nil
 	}
-	n.server, nodes, err = startServer(&n.opts, n.log)
+	// Before the server touches StoreDir: a second node there would
+	// damage the first one's JetStream files.
+	if n.storeLock, err = lockStoreDir(n.opts.StoreDir); err != nil {
+		return 0, err
+	}
+	n.server, n.serverLog, nodes, err = startServer(ctx, &n.opts, n.log)
 	if err != nil {
 		return 0, err
 	}
+	n.size = nodes
 	n.nc, err = nats.Connect("", append(natsOpts, nats.InProcessServer(n.server))...)
 	if err != nil {
 		return 0, fmt.Errorf("connect in-process to the embedded server: %w", err)
@@ -332,7 +352,7 @@ func (n *Node) connect() (nodes int, err error) {
 // The cluster's start waits on its peers this way: until JetStream has a
 // metadata leader a request gets no answer at all (hence the bound on
 // each), and until enough servers joined it refuses to place replicas.
-func retryUntil(ctx context.Context, what string, per, pause time.Duration, attempt func(context.Context) error) error {
+func (n *Node) retryUntil(ctx context.Context, what string, per, pause time.Duration, attempt func(context.Context) error) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, per)
 		err := attempt(actx)
@@ -340,6 +360,7 @@ func retryUntil(ctx context.Context, what string, per, pause time.Duration, atte
 		if err == nil {
 			return nil
 		}
+		n.startState.tried(what, err)
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
@@ -474,6 +495,9 @@ func (n *Node) shutdown(clean bool) {
 		n.server.Shutdown()
 		n.server.WaitForShutdown()
 	}
+	if n.storeLock != nil {
+		n.storeLock.Close()
+	}
 }
 
 // Crash stops the node as a kill -9 of its process looks to the rest of
@@ -511,6 +535,9 @@ func (n *Node) goFunc(f func()) bool {
 func (n *Node) Ready() error {
 	if n.closed.Load() {
 		return ErrClosed
+	}
+	if err := n.quorum(); err != nil {
+		return fmt.Errorf("cluster: node %s: %w", n.id, err)
 	}
 	if st := n.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("cluster: node %s: NATS connection %s", n.id, st)

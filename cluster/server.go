@@ -1,19 +1,24 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
 
 // startServer starts the embedded nats-server a node runs with
-// ClusterListen/Routes, and returns it with the number of nodes the
-// configuration names (this one and its distinct routes).
-func startServer(o *Options, log *slog.Logger) (*server.Server, int, error) {
+// ClusterListen/Routes, and returns it with its log and the number of
+// nodes the configuration names (this one and its distinct routes). It
+// returns as soon as the server listens, fails at once when a listener
+// cannot bind, and gives up when ctx ends.
+func startServer(ctx context.Context, o *Options, log *slog.Logger) (*server.Server, *serverLog, int, error) {
 	so := &server.Options{
 		ServerName: o.NodeID,
 		JetStream:  true,
@@ -22,6 +27,11 @@ func startServer(o *Options, log *slog.Logger) (*server.Server, int, error) {
 		NoSigs: true,
 		// Records and deliveries carry the bus's largest message whole.
 		MaxPayload: int32(o.maxPayload()),
+		// Every failed route connection reaches serverLog, which
+		// summarizes them; nats-server would report one attempt an hour
+		// at start, and every attempt after a route was lost.
+		ConnectErrorReports:   1,
+		ReconnectErrorReports: 1,
 	}
 	// The server always listens for clients, even when nobody but this
 	// node (connected in-process) uses it: with DontListen, nats-server
@@ -33,7 +43,7 @@ func startServer(o *Options, log *slog.Logger) (*server.Server, int, error) {
 	}
 	host, port, err := splitListen(clientListen)
 	if err != nil {
-		return nil, 0, fmt.Errorf("client listen address: %w", err)
+		return nil, nil, 0, fmt.Errorf("client listen address: %w", err)
 	}
 	so.Host, so.Port = host, port
 	// Without routes the server runs JetStream standalone: a clustered
@@ -47,14 +57,14 @@ func startServer(o *Options, log *slog.Logger) (*server.Server, int, error) {
 		}
 		host, port, err := splitListen(listen)
 		if err != nil {
-			return nil, 0, fmt.Errorf("cluster listen address: %w", err)
+			return nil, nil, 0, fmt.Errorf("cluster listen address: %w", err)
 		}
 		so.Cluster = server.ClusterOpts{Name: o.Name, Host: host, Port: port}
 	}
 	for _, r := range o.Routes {
 		u, err := url.Parse(r)
 		if err != nil || u.Host == "" {
-			return nil, 0, fmt.Errorf("route %q: want nats://host:port", r)
+			return nil, nil, 0, fmt.Errorf("route %q: want nats://host:port", r)
 		}
 		so.Routes = append(so.Routes, u)
 		if !sameAddress(u.Host, o.ClusterListen) {
@@ -64,18 +74,40 @@ func startServer(o *Options, log *slog.Logger) (*server.Server, int, error) {
 
 	s, err := server.NewServer(so)
 	if err != nil {
-		return nil, 0, fmt.Errorf("embedded NATS server: %w", err)
+		return nil, nil, 0, fmt.Errorf("embedded NATS server: %w", err)
 	}
-	s.SetLoggerV2(serverLog{log.With("component", "nats-server")}, false, false, false)
+	sl := newServerLog(log.With("component", "nats-server"), so.Routes)
+	s.SetLoggerV2(sl, false, false, false)
 	s.Start()
 	// Readiness covers the listeners (client, cluster); JetStream's
 	// leader election is awaited by the caller through the client.
-	if !s.ReadyForConnections(o.StartTimeout) {
+	if err := awaitListeners(ctx, s, sl, o); err != nil {
 		s.Shutdown()
 		s.WaitForShutdown()
-		return nil, 0, fmt.Errorf("embedded NATS server not ready after %v (cluster listen %q)", o.StartTimeout, o.ClusterListen)
+		return nil, nil, 0, err
 	}
-	return s, nodes, nil
+	return s, sl, nodes, nil
+}
+
+// awaitListeners waits until s listens for clients and routes. A
+// listener that cannot bind is a fatal error nats-server only logs (it
+// then runs without it, and JetStream waits for routes for ever): that
+// error, naming the address, ends the wait at once.
+func awaitListeners(ctx context.Context, s *server.Server, sl *serverLog, o *Options) error {
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-sl.fatal:
+			listener := "its client listen address"
+			if strings.Contains(msg, "router port") {
+				listener = "its cluster listen address " + o.ClusterListen
+			}
+			return fmt.Errorf("embedded NATS server cannot listen on %s: %s", listener, msg)
+		case <-ctx.Done():
+			return fmt.Errorf("embedded NATS server not listening yet (cluster listen %q): %w", o.ClusterListen, context.Cause(ctx))
+		default:
+		}
+	}
+	return nil
 }
 
 // splitListen parses host:port; port 0 asks for a free port.
@@ -104,17 +136,3 @@ func sameAddress(route, listen string) bool {
 	lh, lp, err2 := net.SplitHostPort(listen)
 	return err1 == nil && err2 == nil && rh == lh && rp == lp
 }
-
-// serverLog passes the embedded server's log to slog. Its notices are
-// chatty (a banner per start) and go to Debug; Fatalf goes to Error,
-// because the embedded server must never exit the bus's process.
-type serverLog struct{ log *slog.Logger }
-
-func (l serverLog) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l serverLog) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l serverLog) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l serverLog) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l serverLog) Debugf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l serverLog) Tracef(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
-
-var _ server.Logger = serverLog{}

@@ -98,7 +98,7 @@ func (n *Node) openStore(ctx context.Context) (*Store, error) {
 	// Until the bucket's stream has a leader a request gets no answer,
 	// hence a bound on each try.
 	var state jetstream.StreamState
-	err := retryUntil(ctx, "read the state of bucket "+bucketPending, 5*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+	err := n.retryUntil(ctx, "read the state of bucket "+bucketPending, 5*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
 		info, err := n.js.Stream(ctx, "KV_"+bucketPending)
 		if err == nil {
 			state = info.CachedInfo().State
@@ -231,6 +231,28 @@ func (s *Store) opContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(s.n.ctx, opTimeout)
 }
 
+// writeContext is opContext for a write, which it refuses at once when
+// this node is in a minority: JetStream cannot take the write then, and
+// it would only wait out opTimeout. (A read is tried: a replica may
+// answer it.)
+func (s *Store) writeContext() (context.Context, context.CancelFunc, error) {
+	if err := s.n.quorum(); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := s.opContext()
+	return ctx, cancel, nil
+}
+
+// write runs one write under writeContext.
+func (s *Store) write(fn func(ctx context.Context) error) error {
+	ctx, cancel, err := s.writeContext()
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return fn(ctx)
+}
+
 // checkPendingID checks that id is a pending id a node of the cluster
 // made: "p-", a node id, "-" and a number.
 func checkPendingID(id string) error {
@@ -315,7 +337,7 @@ func isWrongRevision(err error) bool {
 // store.ErrNotFound and writes nothing.
 func (s *Store) PutPending(p *store.Pending) error {
 	if err := s.putPending(p); err != nil {
-		return fmt.Errorf("cluster: put pending %s: %w", pendingName(p), err)
+		return fmt.Errorf("cluster: put pending %s: %w", pendingName(p), s.n.explain(err))
 	}
 	return nil
 }
@@ -340,7 +362,10 @@ func (s *Store) putPending(p *store.Pending) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.opContext()
+	ctx, cancel, err := s.writeContext()
+	if err != nil {
+		return err
+	}
 	defer cancel()
 	newRev, err := s.putRecord(ctx, s.key(r.ID), r.CountsAgainst(), v, rev)
 	if isWrongRevision(err) {
@@ -367,12 +392,10 @@ func pendingName(p *store.Pending) string {
 func (s *Store) DeletePending(id string) error {
 	err := checkPendingID(id)
 	if err == nil {
-		ctx, cancel := s.opContext()
-		defer cancel()
-		err = s.deleteRecord(ctx, s.key(id), 0)
+		err = s.write(func(ctx context.Context) error { return s.deleteRecord(ctx, s.key(id), 0) })
 	}
 	if err != nil {
-		return fmt.Errorf("cluster: delete pending %s: %w", id, err)
+		return fmt.Errorf("cluster: delete pending %s: %w", id, s.n.explain(err))
 	}
 	s.forgetRev(id)
 	return nil
@@ -411,7 +434,7 @@ func (s *Store) PendingSchedule() ([]*store.Pending, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cluster: list pending schedule of %s: %w", s.n.id, err)
+		return nil, fmt.Errorf("cluster: list pending schedule of %s: %w", s.n.id, s.n.explain(err))
 	}
 	sortPending(all)
 	return all, nil
@@ -436,7 +459,7 @@ func sortPending(all []*store.Pending) {
 // the entry is no longer there.
 func (s *Store) LoadMessage(p *store.Pending) error {
 	if err := s.loadMessage(p); err != nil {
-		return fmt.Errorf("cluster: load message of pending %s: %w", p.ID, err)
+		return fmt.Errorf("cluster: load message of pending %s: %w", p.ID, s.n.explain(err))
 	}
 	return nil
 }
@@ -542,7 +565,10 @@ func (s *Store) DeadLetter(pendingID string, d *store.DeadLetter) (string, error
 		if err != nil {
 			return err
 		}
-		ctx, cancel := s.opContext()
+		ctx, cancel, err := s.writeContext()
+		if err != nil {
+			return err
+		}
 		defer cancel()
 		ack, err := s.n.js.Publish(ctx, dlqSubject(s.n.id), v, rideElections...)
 		if err != nil {
@@ -559,7 +585,7 @@ func (s *Store) DeadLetter(pendingID string, d *store.DeadLetter) (string, error
 		return nil
 	}()
 	if err != nil {
-		return "", fmt.Errorf("cluster: dead-letter %s: %w", deadLetterName(pendingID, d), err)
+		return "", fmt.Errorf("cluster: dead-letter %s: %w", deadLetterName(pendingID, d), s.n.explain(err))
 	}
 	return d.ID, nil
 }
@@ -609,7 +635,7 @@ func (s *Store) GetDeadLetter(id string) (*store.DeadLetter, error) {
 		d, err = s.getDeadLetter(ctx, seq)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cluster: get dead letter %s: %w", id, err)
+		return nil, fmt.Errorf("cluster: get dead letter %s: %w", id, s.n.explain(err))
 	}
 	return d, nil
 }
@@ -697,7 +723,7 @@ func (s *Store) ListDeadLetters(f store.Filter, cursor string, limit int) (entri
 		})
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("cluster: list dead letters: %w", err)
+		return nil, "", fmt.Errorf("cluster: list dead letters: %w", s.n.explain(err))
 	}
 	return page.Entries, page.Next, nil
 }
@@ -721,12 +747,10 @@ func (s *Store) removeDeadLetter(ctx context.Context, seq uint64) error {
 func (s *Store) RemoveDeadLetter(id string) error {
 	seq, err := store.ParseID("d-", id)
 	if err == nil {
-		ctx, cancel := s.opContext()
-		defer cancel()
-		err = s.removeDeadLetter(ctx, seq)
+		err = s.write(func(ctx context.Context) error { return s.removeDeadLetter(ctx, seq) })
 	}
 	if err != nil {
-		return fmt.Errorf("cluster: remove dead letter %s: %w", id, err)
+		return fmt.Errorf("cluster: remove dead letter %s: %w", id, s.n.explain(err))
 	}
 	return nil
 }
@@ -741,7 +765,10 @@ func (s *Store) Requeue(id string, p *store.Pending) error {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := s.opContext()
+		ctx, cancel, err := s.writeContext()
+		if err != nil {
+			return err
+		}
 		defer cancel()
 		if _, err := s.dlq.GetMsg(ctx, seq); err != nil {
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -765,7 +792,7 @@ func (s *Store) Requeue(id string, p *store.Pending) error {
 		return nil
 	}()
 	if err != nil {
-		return fmt.Errorf("cluster: requeue dead letter %s: %w", id, err)
+		return fmt.Errorf("cluster: requeue dead letter %s: %w", id, s.n.explain(err))
 	}
 	return nil
 }
@@ -780,7 +807,10 @@ func (s *Store) PurgeDeadLetters(f store.Filter) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		ctx, cancel := s.opContext()
+		ctx, cancel, err := s.writeContext()
+		if err != nil {
+			return 0, err
+		}
 		defer cancel()
 		if m == nil {
 			return s.purgeAll(ctx)
@@ -810,7 +840,7 @@ func (s *Store) PurgeDeadLetters(f store.Filter) (int, error) {
 		return int(removed.Load()), err
 	}()
 	if err != nil {
-		return n, fmt.Errorf("cluster: purge dead letters: %w", err)
+		return n, fmt.Errorf("cluster: purge dead letters: %w", s.n.explain(err))
 	}
 	return n, nil
 }
@@ -844,7 +874,7 @@ func (s *Store) DeadLetterUsage() (store.Usage, error) {
 	defer cancel()
 	info, err := s.dlq.Info(ctx)
 	if err != nil {
-		return store.Usage{}, fmt.Errorf("cluster: dead-letter usage: %w", err)
+		return store.Usage{}, fmt.Errorf("cluster: dead-letter usage: %w", s.n.explain(err))
 	}
 	return store.Usage{Entries: int(info.State.Msgs), Bytes: int64(info.State.Bytes)}, nil
 }
@@ -881,7 +911,7 @@ func (s *Store) TakeOver(ctx context.Context, node string) ([]*store.Pending, er
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cluster: take over pending of %s: read: %w", node, err)
+		return nil, fmt.Errorf("cluster: take over pending of %s: read: %w", node, s.n.explain(err))
 	}
 	movedTo := make([]bool, len(entries))
 	err = inParallel(len(entries), func(i int) error {
@@ -915,7 +945,7 @@ func (s *Store) TakeOver(ctx context.Context, node string) ([]*store.Pending, er
 	}
 	sortPending(moved)
 	if err != nil {
-		return moved, fmt.Errorf("cluster: take over pending of %s: %w", node, err)
+		return moved, fmt.Errorf("cluster: take over pending of %s: %w", node, s.n.explain(err))
 	}
 	return moved, nil
 }

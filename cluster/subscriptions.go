@@ -78,9 +78,12 @@ func (n *Node) PutSubscription(ctx context.Context, s Subscription) (uint64, err
 	if err != nil {
 		return 0, fmt.Errorf("cluster: put subscription %q: %w", s.Pattern, err)
 	}
-	rev, err := n.subs.Put(ctx, SubscriptionKey(n.id, s.Conn, s.Pattern), value)
+	var rev uint64
+	if err = n.quorum(); err == nil {
+		rev, err = n.subs.Put(ctx, SubscriptionKey(n.id, s.Conn, s.Pattern), value)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("cluster: put subscription %q of conn %d: %w", s.Pattern, s.Conn, err)
+		return 0, fmt.Errorf("cluster: put subscription %q of conn %d: %w", s.Pattern, s.Conn, n.explain(err))
 	}
 	return rev, nil
 }
@@ -106,9 +109,13 @@ func (n *Node) deleteSubscription(ctx context.Context, key string) (uint64, erro
 	// KV-Operation: DEL), and its ack carries the revision.
 	m := nats.NewMsg("$KV." + bucketSubs + "." + key)
 	m.Header.Set("KV-Operation", "DEL")
-	ack, err := n.js.PublishMsg(ctx, m, rideElections...)
+	var ack *jetstream.PubAck
+	err := n.quorum()
+	if err == nil {
+		ack, err = n.js.PublishMsg(ctx, m, rideElections...)
+	}
 	if err != nil {
-		return 0, err
+		return 0, n.explain(err)
 	}
 	return ack.Sequence, nil
 }
