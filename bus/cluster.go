@@ -93,7 +93,7 @@ type remotePeer struct {
 // joinCluster makes the bus a node of its cluster. The router,
 // scheduler and events exist already: Join applies the current
 // subscriptions before it returns, and they may wake holds.
-func (s *Server) joinCluster(c Cluster) error {
+func (s *Server) joinCluster(ctx context.Context, c Cluster) error {
 	_, self := c.Names()
 	cl := &clusterState{
 		server:     s,
@@ -105,7 +105,7 @@ func (s *Server) joinCluster(c Cluster) error {
 		byClient:   make(map[string][]*conn),
 	}
 	s.cl = cl
-	st, err := c.Join(context.Background(), &ClusterJoin{
+	st, err := c.Join(ctx, &ClusterJoin{
 		Handler: cl, Logger: s.log, MaxMessageBytes: s.opts.MaxMessageBytes, Registry: s.metrics.registry,
 	})
 	if err != nil {

@@ -251,7 +251,12 @@ type Server struct {
 
 // New returns a Server with the given options (nil means all defaults)
 // and resumes the pending retries and holds its store holds.
-func New(opts *Options) (*Server, error) {
+func New(opts *Options) (*Server, error) { return NewContext(context.Background(), opts) }
+
+// NewContext is New with ctx bounding the start: a cluster node waits
+// for a majority of its nodes to join (Options.Cluster), for up to its
+// StartTimeout, and gives up as soon as ctx ends.
+func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -307,7 +312,7 @@ func New(opts *Options) (*Server, error) {
 		}
 		cl = &singleNode{store: st}
 	}
-	if err := s.joinCluster(cl); err != nil {
+	if err := s.joinCluster(ctx, cl); err != nil {
 		s.cancel()
 		name, node := cl.Names()
 		return nil, fmt.Errorf("new bus: join cluster %q as node %q: %w", name, node, err)

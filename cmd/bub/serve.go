@@ -228,7 +228,26 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		defer db.Close()
 		st = db
 	}
-	srv, err := bus.New(&bus.Options{
+	// Listening comes before the bus: a cluster node's start waits for a
+	// majority of its nodes, for up to a minute, and meanwhile /healthz
+	// says the process is alive and /readyz that it is not ready yet.
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return errorf(io, "serve: listen on %s: %v", cfg.listen, err)
+	}
+	scheme := "ws://"
+	var tlsConfig *tls.Config
+	if certs != nil {
+		// One listener for wss:// and HTTPS: the handler sees r.TLS, and
+		// with it a verified client certificate.
+		tlsConfig = certs.listenerConfig()
+		scheme = "wss://"
+	}
+	handOver := serveStarting(ln, tlsConfig, logger)
+	if clusterOpts != nil {
+		logger.Info("cluster node starting: waiting for a majority of the nodes; /healthz answers, /readyz says starting", "url", scheme+ln.Addr().String()+"/")
+	}
+	srv, err := bus.NewContext(ctx, &bus.Options{
 		Store:           st,
 		Cluster:         cl,
 		MaxAttempts:     cfg.maxAttempts,
@@ -249,7 +268,15 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		Hosts:           splitList(cfg.hosts),
 		Limits:          cfg.limits,
 	})
+	handOver()
 	if err != nil {
+		ln.Close()
+		if ctx.Err() != nil {
+			// Asked to stop (SIGINT, SIGTERM) while starting: nothing
+			// was served yet, so there is nothing to drain.
+			logger.Info("stopped while starting", "err", err)
+			return 0
+		}
 		return errorf(io, "serve: %v", err)
 	}
 	running.Store(srv)
@@ -259,18 +286,6 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		logger.Warn(noAuthWarning)
 	} else {
 		logger.Info("auth configured", "file", cfg.file.path, "identities", len(cfg.file.auth.Identities), "issuers", len(cfg.file.auth.Issuers), "anonymous", cfg.file.auth.Anonymous != nil)
-	}
-	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return errorf(io, "serve: listen on %s: %v", cfg.listen, err)
-	}
-	scheme := "ws://"
-	var tlsConfig *tls.Config
-	if certs != nil {
-		// One listener for wss:// and HTTPS: the handler sees r.TLS, and
-		// with it a verified client certificate.
-		tlsConfig = certs.listenerConfig()
-		scheme = "wss://"
 	}
 	// Every accepted connection counts against the connection limits.
 	serveLn := srv.Listener(ln, tlsConfig)
