@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/store"
 )
 
 // Errors of Start and of the Node's operations. Each is wrapped with
@@ -51,3 +52,20 @@ var (
 	// not parse.
 	ErrBadFrame = errors.New("cluster: malformed delivery frame")
 )
+
+// ErrNoBackup is what Store.Backup returns: a cluster's state is in
+// JetStream, in no file the bus could copy. It matches store.ErrNoFile
+// (errors.Is), which the bus answers with 501, and its text says what
+// to do instead, for the operator who ran bub backup.
+var ErrNoBackup error = noBackupError{}
+
+type noBackupError struct{}
+
+func (noBackupError) Error() string {
+	return "a cluster node keeps its state in NATS JetStream, not in a file bub backup can copy: " +
+		"copy each node's DATA_DIR/nats while that node is stopped, one node at a time, " +
+		"or back up the streams KV_BUB_PENDING and BUB_DLQ with the nats CLI (nats stream backup) through --nats-client-listen; " +
+		"see \"Backing up a cluster\" in docs/CLUSTER.md"
+}
+
+func (noBackupError) Is(target error) bool { return target == store.ErrNoFile }

@@ -885,9 +885,10 @@ func (s *Store) CountDeadLetters() (int, error) {
 	return u.Entries, err
 }
 
-// Backup answers store.ErrNoFile: a cluster's state is JetStream's, and
-// is backed up with NATS's own tools (docs/CLUSTER.md).
-func (s *Store) Backup(fn func(store.Snapshot) error) error { return store.ErrNoFile }
+// Backup answers ErrNoBackup, which matches store.ErrNoFile: a
+// cluster's state is JetStream's, and its backup is the operator's, with
+// NATS's tools or a copy of each stopped node's directory.
+func (s *Store) Backup(fn func(store.Snapshot) error) error { return ErrNoBackup }
 
 // TakeOver moves the pending entries of node, presumed dead, to this
 // node and returns them for scheduling, with their payloads dropped;

@@ -183,9 +183,6 @@ func fetchBackup(ctx context.Context, endpoints []string, token string, w io.Wri
 			msg += "; check --token, --token-file or BUB_TOKEN"
 		case http.StatusNotFound:
 			msg = "the bus has no " + bus.BackupPath + " endpoint; is it an older bub serve?"
-		case http.StatusNotImplemented:
-			// A cluster node has no store file: its state is in JetStream.
-			msg += "; a cluster node keeps its state in NATS JetStream, which is backed up with NATS tools (nats stream backup; docs/CLUSTER.md), not bub backup"
 		}
 		return 0, fmt.Errorf("%s: %s: %s", endpoint, resp.Status, msg)
 	}

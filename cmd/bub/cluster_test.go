@@ -169,16 +169,33 @@ func TestPrintConfigRedactsNATSPassword(t *testing.T) {
 	assert.Contains(t, out, "nats://n2:4222")
 }
 
-// TestBackupOfStorelessBus: a bus with no store file (as a cluster node
-// is: its state is in JetStream) answers /backup with 501, and bub
-// backup says in one line how a cluster is backed up instead.
+// TestBackupOfStorelessBus: a bus with no store file answers /backup
+// with 501, and bub backup says why in one line, writing nothing: a bus
+// in memory says so; a cluster node, whose state is in JetStream, says
+// how a cluster is backed up instead (it used to say that its store was
+// in memory).
 func TestBackupOfStorelessBus(t *testing.T) {
-	srv := bustest.Start(t, nil) // an in-memory store: no file either
-	file := filepath.Join(t.TempDir(), "copy.db")
-	_, stderr, code := bub(t, []string{"BUB_BUS_URL=" + srv.URL}, "", "backup", file)
-	assert.Equal(t, 1, code)
-	oneLine(t, stderr, "501 Not Implemented")
-	assert.Contains(t, stderr, "NATS tools")
-	assert.NoFileExists(t, file)
-	assert.False(t, strings.Contains(stderr, "partial"), stderr)
+	memory := bustest.Start(t, nil)
+	node := startBus(t, t.TempDir(), "--cluster-name", "t", "--node-id", "a", "--nats-listen", freeAddr(t))
+	for _, tt := range []struct {
+		name, url string
+		want      []string
+		not       string
+	}{
+		{"in memory", memory.URL, []string{"the store is in memory"}, "cluster"},
+		{"cluster node", node.url, []string{"NATS JetStream", "DATA_DIR/nats while that node is stopped", "nats stream backup", "KV_BUB_PENDING", "docs/CLUSTER.md"}, "in memory"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "copy.db")
+			_, stderr, code := bub(t, []string{"BUB_BUS_URL=" + tt.url}, "", "backup", file)
+			assert.Equal(t, 1, code)
+			oneLine(t, stderr, "501 Not Implemented")
+			for _, want := range tt.want {
+				assert.Contains(t, stderr, want)
+			}
+			assert.NotContains(t, stderr, tt.not)
+			assert.NoFileExists(t, file)
+			assert.False(t, strings.Contains(stderr, "partial"), stderr)
+		})
+	}
 }
