@@ -446,10 +446,16 @@ func (n *Node) SyncTimeouts() uint64 { return n.syncTimeouts.Load() }
 func (n *Node) Close(ctx context.Context) error {
 	var err error
 	n.closeOnce.Do(func() {
+		// In a minority the writes cannot be made, and would only wait
+		// out ctx: the node that acts for the cluster once a majority is
+		// back removes the keys, as for a node that died.
+		removed := n.quorum()
 		n.closed.Store(true)
+		if removed == nil {
+			removed = errors.Join(n.removeNodeKeys(ctx, n.id), n.nodes.Delete(ctx, n.id))
+		}
 		err = errors.Join(
-			n.removeNodeKeys(ctx, n.id),
-			n.nodes.Delete(ctx, n.id),
+			removed,
 			n.nc.Publish(heartbeatSubject(n.id), []byte(beatLeft)),
 			n.nc.FlushWithContext(ctx),
 		)

@@ -1,0 +1,75 @@
+package bus_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// TestClusterMinority: a bus node left alone of three says on /readyz
+// that it is not ready within a node timeout, and answers what it cannot
+// write (a subscribe, a held message, an initialize) with -32603 saying
+// that it has no quorum and how many nodes it reaches, at once instead of
+// after a timeout that names no cause.
+func TestClusterMinority(t *testing.T) {
+	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	a := nodes[0]
+	sub := bustest.Connect(t, a.URL, "sub", bustest.Processed)
+	pub := bustest.Connect(t, a.URL, "pub", nil)
+	fresh := bustest.Dial(t, a.URL)
+
+	bus.Crash(nodes[1].Server)
+	bus.Crash(nodes[2].Server)
+	lost := time.Now()
+	const want = "no quorum: 1 of 3 nodes reachable"
+	readyz := func() (int, string) {
+		resp, err := http.Get(a.HTTP.URL + "/readyz")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for {
+		code, body := readyz()
+		if code == http.StatusServiceUnavailable && strings.Contains(body, want) {
+			t.Logf("/readyz not ready %v after the loss: %s", time.Since(lost).Round(time.Millisecond), strings.TrimSpace(body))
+			break
+		}
+		// The node timeout, a heartbeat to notice, and slack for a
+		// loaded box.
+		if time.Since(lost) > bustest.ClusterNodeTimeout+bustest.ClusterHeartbeat+time.Second {
+			t.Fatalf("/readyz %d %q %v after losing two of three nodes", code, body, time.Since(lost))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	start := time.Now()
+	for _, c := range []struct {
+		what   string
+		client *bustest.Client
+		method string
+		params any
+	}{
+		{"subscribe", sub, protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "job:*"}},
+		{"held publish", pub, protocol.MethodSendMessage, map[string]any{"topic": "agent:nobody", "payload": map[string]any{"type": "task"}}},
+		{"initialize", fresh, protocol.MethodInitialize, protocol.InitializeParams{ClientID: "late"}},
+	} {
+		r := c.client.Call(c.method, c.params)
+		if assert.NotNil(t, r.Error, "%s in a minority succeeded", c.what) {
+			assert.EqualValues(t, protocol.CodeInternalError, r.Error.Code, c.what)
+			assert.Contains(t, r.Error.Message, want, c.what)
+		}
+	}
+	took := time.Since(start)
+	t.Logf("three refusals took %v", took.Round(time.Millisecond))
+	assert.Less(t, took, 3*time.Second, "the refusals waited for timeouts")
+}
