@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -10,12 +11,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/protocol"
 )
 
-// TestClusterMinority: a bus node left alone of three says on /readyz
+// TestClusterMinority: a bus node left alone of three (the others
+// stopped cleanly) says on /readyz
 // that it is not ready within a node timeout, and answers what it cannot
 // write (a subscribe, a held message, an initialize) with -32603 saying
 // that it has no quorum and how many nodes it reaches, at once instead of
@@ -27,8 +28,14 @@ func TestClusterMinority(t *testing.T) {
 	pub := bustest.Connect(t, a.URL, "pub", nil)
 	fresh := bustest.Dial(t, a.URL)
 
-	bus.Crash(nodes[1].Server)
-	bus.Crash(nodes[2].Server)
+	// Stopped cleanly, one after the other, as an operator stops them:
+	// JetStream took about 16 s to notice that, and /readyz said ready
+	// meanwhile.
+	for _, n := range nodes[1:] {
+		ctx, cancel := context.WithTimeout(t.Context(), bustest.ClusterTimeout)
+		require.NoError(t, n.Shutdown(ctx))
+		cancel()
+	}
 	lost := time.Now()
 	const want = "no quorum: 1 of 3 nodes reachable"
 	readyz := func() (int, string) {
