@@ -8,29 +8,15 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 )
 
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Split(strings.TrimSpace(b.buf.String()), "\n")
+// logLines are the lines written to out.
+func logLines(out *bytes.Buffer) []string {
+	return strings.Split(strings.TrimSpace(out.String()), "\n")
 }
 
 // refused is the error nats-server logs when a route's port is closed.
@@ -49,7 +35,7 @@ func refused(addr string) error {
 // outage, reported at once.
 func TestRouteLogSummarizes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var out syncBuffer
+		var out bytes.Buffer
 		routes := []*url.URL{{Scheme: "nats", Host: "127.0.0.1:6223"}, {Scheme: "nats", Host: "c:6222"}}
 		l := newServerLog(slog.New(slog.NewTextHandler(&out, nil)), routes)
 		start := time.Now()
@@ -58,7 +44,7 @@ func TestRouteLogSummarizes(t *testing.T) {
 			l.Errorf(routeConnectError, i+1, refused("127.0.0.1:6223"))
 			time.Sleep(250 * time.Millisecond)
 		}
-		got := out.lines()
+		got := logLines(&out)
 		want := []string{
 			"route to nats://127.0.0.1:6223 unreachable; NATS keeps trying",
 			"route to nats://127.0.0.1:6223 unreachable for 30s",
@@ -90,7 +76,7 @@ func TestRouteLogSummarizes(t *testing.T) {
 		l.Errorf(routeConnectError, 1, refused("127.0.0.1:6223"))
 		// A lost name resolves to nothing: named by its route too.
 		l.Errorf(routeConnectError, 1, fmt.Errorf("lookup c on 127.0.0.11:53: no such host"))
-		got = out.lines()[2:]
+		got = logLines(&out)[2:]
 		if len(got) != 2 || !strings.Contains(got[0], "route to nats://127.0.0.1:6223 unreachable; NATS keeps trying") ||
 			!strings.Contains(got[1], "route to nats://c:6222 unreachable; NATS keeps trying") {
 			t.Errorf("after the route came back and went again:\n%s", strings.Join(got, "\n"))
@@ -118,11 +104,11 @@ func TestDialTarget(t *testing.T) {
 // TestServerLogPassesOtherErrors: errors other than a route's failed
 // attempts are logged as they come.
 func TestServerLogPassesOtherErrors(t *testing.T) {
-	var out syncBuffer
+	var out bytes.Buffer
 	l := newServerLog(slog.New(slog.NewTextHandler(&out, nil)), nil)
 	l.Errorf("JetStream %s", "trouble")
 	l.Errorf("JetStream %s", "trouble")
-	if got := out.lines(); len(got) != 2 || !strings.Contains(got[0], "JetStream trouble") || !strings.Contains(got[0], "level=ERROR") {
+	if got := logLines(&out); len(got) != 2 || !strings.Contains(got[0], "JetStream trouble") || !strings.Contains(got[0], "level=ERROR") {
 		t.Errorf("got %q", got)
 	}
 }
