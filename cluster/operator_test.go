@@ -14,17 +14,18 @@ import (
 	"github.com/bub-bus/bub/cluster"
 )
 
-// soloOptions are one embedded node's options, on storeDir.
+// soloOptions are the options of a node alone on an embedded server,
+// with its JetStream store in storeDir.
 func soloOptions(storeDir string) *cluster.Options {
 	return &cluster.Options{
-		Name: "solo", NodeID: "only",
+		Name: "solo", NodeID: "solo",
 		ClusterListen: "127.0.0.1:0", StoreDir: storeDir,
 		HeartbeatInterval: testHeartbeat, NodeTimeout: testNodeTimeout,
-		StartTimeout:      bound,
-		ApplySubscription: func(cluster.SubscriptionChange) {},
-		Logger:            testLogger(),
+		StartTimeout: bound,
+		Logger:       testLogger(),
 	}
 }
+
 
 // TestStoreDirLocked: a second node started on a running node's
 // directory is refused before its NATS server touches the directory,
@@ -32,11 +33,11 @@ func soloOptions(storeDir string) *cluster.Options {
 // the directory is free again.
 func TestStoreDirLocked(t *testing.T) {
 	dir := t.TempDir()
-	first, err := cluster.Start(t.Context(), soloOptions(dir))
+	first, err := cluster.Start(t.Context(), soloOptions(dir), noHandler)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := cluster.Start(t.Context(), soloOptions(dir))
+	second, err := cluster.Start(t.Context(), soloOptions(dir), noHandler)
 	if err == nil {
 		second.Crash()
 		first.Crash()
@@ -56,7 +57,7 @@ func TestStoreDirLocked(t *testing.T) {
 	if err := first.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	again, err := cluster.Start(t.Context(), soloOptions(dir))
+	again, err := cluster.Start(t.Context(), soloOptions(dir), noHandler)
 	if err != nil {
 		t.Fatalf("start on the directory a closed node left: %v", err)
 	}
@@ -79,7 +80,7 @@ func TestStartFailsFastOnPortInUse(t *testing.T) {
 	opts.ClusterListen = ln.Addr().String()
 	opts.Routes = []string{"nats://127.0.0.1:" + strconv.Itoa(peer)}
 	start := time.Now()
-	n, err := cluster.Start(t.Context(), opts)
+	n, err := cluster.Start(t.Context(), opts, noHandler)
 	took := time.Since(start)
 	if err == nil {
 		n.Crash()
@@ -105,7 +106,7 @@ func TestStartStopsWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(time.Second, cancel)
 	start := time.Now()
-	n, err := cluster.Start(ctx, opts)
+	n, err := cluster.Start(ctx, opts, noHandler)
 	took := time.Since(start)
 	if err == nil {
 		n.Crash()

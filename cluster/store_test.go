@@ -31,11 +31,7 @@ var noHandler = cluster.Handler{ApplySubscription: func(cluster.SubscriptionChan
 // applied, and closes it at the end of the test.
 func startSolo(t *testing.T, dir string, opts func(*cluster.Options)) *cluster.Node {
 	t.Helper()
-	o := &cluster.Options{
-		Name: "solo", NodeID: "solo", ClusterListen: "127.0.0.1:0", StoreDir: dir,
-		HeartbeatInterval: testHeartbeat, NodeTimeout: testNodeTimeout,
-		StartTimeout: bound, Logger: testLogger(),
-	}
+	o := soloOptions(dir)
 	if opts != nil {
 		opts(o)
 	}
