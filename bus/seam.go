@@ -22,7 +22,8 @@ import (
 // cluster. Package cluster implements it on NATS JetStream
 // (cluster.ForBus); the bus links none of that unless an embedder does.
 //
-// The bus calls Names any time, Join once from New, and the other
+// The bus calls Names any time, Join once from New (with NewContext's
+// ctx, which ends a start the operator stopped), and the other
 // methods only after Join succeeded; they are called concurrently.
 type Cluster interface {
 	// Names returns the cluster's name and this node's id; "" for a

@@ -34,5 +34,16 @@
 // A Node runs: one goroutine per watched bucket (subscriptions, clients),
 // one heartbeat loop (heartbeats are core NATS messages, so a JetStream
 // leader election does not delay them), one goroutine per remote delivery being
-// handled, and the embedded server's own. Close ends them all.
+// handled, and the embedded server's own. Close ends them all. While
+// Start waits for JetStream, one more goroutine says every 10 s what it
+// waits for; it ends with Start.
+//
+// # Operating it
+//
+// Start locks StoreDir (ErrStoreLocked for a second node on it), fails
+// at once when the embedded server cannot bind a listener, and gives up
+// when its ctx ends. A node that hears fewer than a majority of the
+// nodes refuses its writes and Ready with ErrNoQuorum. The embedded
+// server's failed route connections are logged once when a route is
+// lost and then every 30 s while it stays unreachable.
 package cluster

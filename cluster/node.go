@@ -531,8 +531,10 @@ func (n *Node) goFunc(f func()) bool {
 	return true
 }
 
-// Ready returns nil when this node can serve: its NATS connection is up
-// and, with an embedded server, JetStream's meta layer on it is current
+// Ready returns nil when this node can serve: it hears a majority of
+// the nodes (else ErrNoQuorum, within a node timeout of losing them),
+// its NATS connection is up and, with an embedded server, JetStream's
+// meta layer on it is current
 // (it knows the meta leader and has caught up with it). A node that
 // came back from a crash or a partition reports why not until then, so
 // that a rolling restart waits for it before it takes the next node down:

@@ -26,7 +26,6 @@ func soloOptions(storeDir string) *cluster.Options {
 	}
 }
 
-
 // TestStoreDirLocked: a second node started on a running node's
 // directory is refused before its NATS server touches the directory,
 // as a second single node is; the first runs on, and once it is closed
