@@ -28,18 +28,6 @@ func httpStatus(url string) (int, string) {
 	return resp.StatusCode, strings.TrimSpace(string(body))
 }
 
-// waitUntil polls cond every 20 ms for up to bound.
-func waitUntil(t *testing.T, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", bound, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestClusterStartServesHealthAndStopsOnSignal: a node whose peers are
 // not up waits for them, and meanwhile answers /healthz (alive), says
 // on /readyz that it is starting, logs which routes it cannot reach,
@@ -55,14 +43,14 @@ func TestClusterStartServesHealthAndStopsOnSignal(t *testing.T) {
 	require.NoError(t, d.cmd.Start())
 	t.Cleanup(d.kill)
 
-	waitUntil(t, 20*time.Second, "/healthz answers while the node starts", func() bool {
+	pollFor(t, "/healthz answers while the node starts", func() bool {
 		code, _ := httpStatus(d.http + "/healthz")
 		return code == http.StatusOK
 	})
 	code, body := httpStatus(d.http + "/readyz")
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, "starting", body)
-	waitUntil(t, 20*time.Second, "the log names both unreachable routes", func() bool {
+	pollFor(t, "the log names both unreachable routes", func() bool {
 		log := d.stderr.String()
 		return strings.Contains(log, "route to nats://"+peer1+" unreachable") && strings.Contains(log, "route to nats://"+peer2+" unreachable")
 	})
