@@ -232,7 +232,7 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	if err := s.Subscribe(t.Context(), &sdk.SubscribeParams{URI: inbox}); err != nil {
 		t.Fatalf("subscribe %s: %v", inbox, err)
 	}
-	if err := s.Subscribe(t.Context(), &sdk.SubscribeParams{URI: "bub://topic/jobs:%5B"}); err == nil || !strings.Contains(err.Error(), `subscribe to "jobs:["`) {
+	if err := s.Subscribe(t.Context(), &sdk.SubscribeParams{URI: "bub://topic/jobs:%5B"}); err == nil || !strings.Contains(err.Error(), `subscribe "jobs:["`) {
 		t.Errorf("subscribing a bad pattern: %v, want the bus's refusal", err)
 	}
 	pub, err := peer.Dial(t.Context(), d.url, &peer.Options{ClientID: "pub"})
