@@ -23,8 +23,10 @@
 // # Watching patterns
 //
 // The first wait_for_message, read or subscription of a pattern subscribes
-// it on the bus (policy continueAll, so that older subscriptions still get
-// every message) for the life of the server. Each delivery is answered
+// it on the bus (policy continueAll, so that older subscriptions of other
+// patterns still get every message) for the life of the server. An older
+// subscription of the identical pattern string is replaced in routing,
+// as the bus's last-match-wins rule says (docs/PROTOCOL.md). Each delivery is answered
 // processed and kept in the pattern's log, the newest Options.History of
 // them; wait_for_message returns the oldest one no earlier call returned.
 package mcp
