@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -78,9 +79,49 @@ func checkUntrusted(t *testing.T, what, text string) {
 	}
 }
 
-// TestMCPStdio drives bub mcp, the real binary started as a desktop
-// assistant starts it, with the Go SDK's client over stdio, against a
-// bus with auth: the tools have input schemas; a subscribed topic
+// readmeMCPCommand is the README's MCP client configuration as an
+// assistant would run it, with the bub binary under test and env's
+// values in place of the README's.
+func readmeMCPCommand(t *testing.T, env map[string]string) *exec.Cmd {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "## Use it from an MCP client")
+	_, block, _ := strings.Cut(section, "```json\n")
+	block, _, _ = strings.Cut(block, "```")
+	var config struct {
+		MCPServers map[string]struct {
+			Command string            `json:"command"`
+			Args    []string          `json:"args"`
+			Env     map[string]string `json:"env"`
+		} `json:"mcpServers"`
+	}
+	if err := json.Unmarshal([]byte(block), &config); err != nil {
+		t.Fatalf("the README's MCP configuration: %v\n%s", err, block)
+	}
+	server, ok := config.MCPServers["bub"]
+	if !ok || server.Command != "bub" {
+		t.Fatalf("the README's MCP configuration has no bub server: %+v", config)
+	}
+	cmd := exec.Command(bubBinary, server.Args...)
+	cmd.Env = os.Environ()
+	for k, v := range server.Env {
+		if _, ok := env[k]; !ok && !strings.HasPrefix(k, "BUB_MCP_") {
+			t.Errorf("the README's MCP configuration sets %s, which the test does not replace", k)
+		}
+		if e, ok := env[k]; ok {
+			v = e
+		}
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	return cmd
+}
+
+// TestMCPStdio drives bub mcp, the real binary started as the README's
+// configuration has a desktop assistant start it, with the Go SDK's
+// client over stdio, against a bus with auth: the tools have input schemas; a subscribed topic
 // resource is notified of a message another peer publishes, which
 // reading it and wait_for_message return as untrusted data; a publish
 // within the grant succeeds, and one outside it and the admin-only
@@ -105,8 +146,11 @@ func TestMCPStdio(t *testing.T) {
 	}
 	d := startBus(t, filepath.Join(dir, "data"), "--config", config)
 
-	cmd := exec.Command(bubBinary, "mcp")
-	cmd.Env = append(os.Environ(), "BUB_BUS_URL="+d.url, "BUB_TOKEN=assistant-token", "BUB_MCP_CLIENT_ID=assistant")
+	tokenFile := filepath.Join(dir, "assistant.token")
+	if err := os.WriteFile(tokenFile, []byte("assistant-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := readmeMCPCommand(t, map[string]string{"BUB_BUS_URL": d.url, "BUB_TOKEN_FILE": tokenFile})
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	t.Cleanup(func() {
@@ -192,6 +236,30 @@ func TestMCPStdio(t *testing.T) {
 	// Subscribe; reading says why.
 	if _, err := s.ReadResource(t.Context(), &sdk.ReadResourceParams{URI: "bub://topic/outbound:*"}); err == nil || !strings.Contains(err.Error(), "outside this server's grant") {
 		t.Errorf("reading a resource outside the grant: %v", err)
+	}
+
+	// A wrong credential ends bub mcp at once, saying where it goes.
+	_, errOut, code := bub(t, []string{"BUB_BUS_URL=" + d.url, "BUB_TOKEN=wrong"}, "", "mcp")
+	if code != 1 || !strings.Contains(errOut, "BUB_TOKEN") {
+		t.Errorf("bub mcp with a wrong token: exit %d, %s", code, errOut)
+	}
+	// A newer connection takes the identity over: bub mcp can act as
+	// nobody, so it ends, saying why.
+	taker, err := peer.Dial(t.Context(), d.url, &peer.Options{ClientID: "assistant", Token: "assistant-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taker.Close()
+	ended := make(chan error, 1)
+	go func() { ended <- s.Wait() }()
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("bub mcp still runs after a takeover; stderr:\n%s", stderr)
+	}
+	var exit *exec.ExitError
+	if err := s.Close(); !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "taken over") {
+		t.Errorf("bub mcp after a takeover: %v, stderr:\n%s", err, stderr)
 	}
 }
 
