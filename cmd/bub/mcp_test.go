@@ -19,6 +19,7 @@ import (
 
 	"github.com/bub-bus/bub/bcp/gateway"
 	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // injection is a payload that tries to close the untrusted block and
@@ -47,6 +48,30 @@ func mcpClient(t *testing.T, transport sdk.Transport, version string) (*sdk.Clie
 	}
 	t.Cleanup(func() { session.Close() })
 	return session, updated
+}
+
+// publishUntilNotified publishes the injection to topic until a
+// resource update notification for uri comes, for at most ten seconds,
+// and returns the last publish's result.
+func publishUntilNotified(t *testing.T, pub *peer.Conn, topic string, updated <-chan string, uri string) *protocol.SendMessageResult {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := pub.SendMessage(t.Context(), topic, json.RawMessage(injection), nil)
+		if err != nil {
+			t.Fatalf("publish to %s: %v", topic, err)
+		}
+		select {
+		case got := <-updated:
+			if got != uri {
+				t.Errorf("notified of %q, want %q", got, uri)
+			}
+			return res
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no resource update notification for %s", uri)
+	return nil
 }
 
 // callTool calls a tool and returns its result's text.
@@ -178,6 +203,12 @@ func TestMCPStdio(t *testing.T) {
 	}
 
 	const uri = "bub://topic/inbound:*"
+	// Reading watches the pattern; the latest protocol's subscribe
+	// (subscriptions/listen) is not answered, so the notification is
+	// awaited by publishing until one comes.
+	if _, err := s.ReadResource(t.Context(), &sdk.ReadResourceParams{URI: uri}); err != nil {
+		t.Fatalf("read %s: %v", uri, err)
+	}
 	if err := s.Subscribe(t.Context(), &sdk.SubscribeParams{URI: uri}); err != nil {
 		t.Fatalf("subscribe %s: %v", uri, err)
 	}
@@ -186,17 +217,9 @@ func TestMCPStdio(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	res, err := other.SendMessage(t.Context(), "inbound:chat-1", json.RawMessage(injection), nil)
-	if err != nil || !res.Success || len(res.Acks) != 1 || res.Acks[0].ClientID != "assistant" {
-		t.Fatalf("publish to the assistant's pattern: %+v, %v", res, err)
-	}
-	select {
-	case got := <-updated:
-		if got != uri {
-			t.Errorf("notified of %q, want %q", got, uri)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no resource update notification; bub mcp's stderr:\n%s", stderr)
+	res := publishUntilNotified(t, other, "inbound:chat-1", updated, uri)
+	if !res.Success || len(res.Acks) != 1 || res.Acks[0].ClientID != "assistant" {
+		t.Fatalf("publish to the assistant's pattern: %+v", res)
 	}
 	read, err := s.ReadResource(t.Context(), &sdk.ReadResourceParams{URI: uri})
 	if err != nil || len(read.Contents) != 1 {
@@ -308,22 +331,19 @@ func TestMCPStreamableHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	if _, err := pub.SendMessage(t.Context(), "agent:helper", json.RawMessage(injection), nil); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case got := <-updated:
-		if got != inbox {
-			t.Errorf("notified of %q, want %q", got, inbox)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no resource update notification over HTTP")
-	}
+	publishUntilNotified(t, pub, "agent:helper", updated, inbox)
 	text, isErr := callTool(t, s, "wait_for_message", map[string]any{"pattern": "agent:helper", "timeout_seconds": 10})
 	if isErr || !strings.Contains(text, `"from": "pub"`) {
 		t.Fatalf("wait_for_message: %s", text)
 	}
 	checkUntrusted(t, "wait_for_message over HTTP", text)
+	// The latest protocol, where subscribing is subscriptions/listen
+	// on a stream of its own.
+	latest, latestUpdated := mcpClient(t, &sdk.StreamableClientTransport{Endpoint: "http://" + addr + "/"}, "")
+	if err := latest.Subscribe(t.Context(), &sdk.SubscribeParams{URI: inbox}); err != nil {
+		t.Fatalf("subscribe %s with the latest protocol: %v", inbox, err)
+	}
+	publishUntilNotified(t, pub, "agent:helper", latestUpdated, inbox)
 
 	text, isErr = callTool(t, s, "list_dead_letters", map[string]any{"topic": "jobs:*"})
 	if isErr || !strings.Contains(text, `"topic": "jobs:1"`) {
