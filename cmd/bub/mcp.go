@@ -77,6 +77,8 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 		}
 	}()
 	if cfg.listen == "" {
+		// Said on stderr, which an assistant keeps as the server's log.
+		fmt.Fprintf(std.err, "bub mcp: serving MCP on stdio as %s\n", conn.ClientID())
 		err = serveMCPStdio(ctx, std, server)
 	} else {
 		err = serveMCPHTTP(ctx, std, server, cfg.listen, conn.ClientID())
@@ -118,6 +120,9 @@ func serveMCPHTTP(ctx context.Context, std stdio, server *sdk.Server, addr, clie
 	// the browser.
 	srv := &http.Server{Handler: http.NewCrossOriginProtection().Handler(handler), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(std.err, "bub mcp: serving Streamable HTTP at http://%s/ as %s\n", ln.Addr(), clientID)
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		fmt.Fprintf(std.err, "bub mcp: warning: %s is not a loopback address, and bub mcp authenticates no client: whoever reaches it acts on the bus as %s\n", ln.Addr(), clientID)
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

@@ -74,8 +74,8 @@ func publishUntilNotified(t *testing.T, pub *peer.Conn, topic string, updated <-
 	return nil
 }
 
-// callTool calls a tool and returns its result's text.
-func callTool(t *testing.T, s *sdk.ClientSession, name string, args map[string]any) (text string, isError bool) {
+// toolResult calls a tool and returns its result.
+func toolResult(t *testing.T, s *sdk.ClientSession, name string, args map[string]any) *sdk.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -83,6 +83,13 @@ func callTool(t *testing.T, s *sdk.ClientSession, name string, args map[string]a
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
+	return res
+}
+
+// callTool calls a tool and returns its result's text.
+func callTool(t *testing.T, s *sdk.ClientSession, name string, args map[string]any) (text string, isError bool) {
+	t.Helper()
+	res := toolResult(t, s, name, args)
 	var b strings.Builder
 	for _, c := range res.Content {
 		if tc, ok := c.(*sdk.TextContent); ok {
@@ -388,12 +395,7 @@ func mcpInProcess(t *testing.T, args ...string) *sdk.ClientSession {
 // structured calls a tool and decodes its structured result into out.
 func structured(t *testing.T, s *sdk.ClientSession, name string, args map[string]any, out any) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	res, err := s.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
+	res := toolResult(t, s, name, args)
 	if res.IsError {
 		t.Fatalf("%s: %v", name, res.Content)
 	}
@@ -465,5 +467,29 @@ func TestMCPBCPRoundTrip(t *testing.T) {
 	d := waitForType(t, controller, "agent:main", gateway.TypeResponseDelivery)
 	if d["query_id"] != asked.QueryID || !strings.Contains(fmt.Sprint(d["response"]), "grace hopper") {
 		t.Errorf("the Controller got %v", d)
+	}
+}
+
+// TestMCPWarnsOffLoopback: bub mcp --listen on an address beyond
+// loopback says that whoever reaches it acts as its identity.
+func TestMCPWarnsOffLoopback(t *testing.T) {
+	t.Parallel()
+	d := startBus(t, t.TempDir())
+	_, port, _ := strings.Cut(freeAddr(t), ":")
+	cmd := exec.Command(bubBinary, "mcp", "--listen", "0.0.0.0:"+port, "--client-id", "exposed")
+	cmd.Env = append(os.Environ(), "BUB_BUS_URL="+d.url)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(stderr)
+	lines.Scan()
+	lines.Scan()
+	if want := "whoever reaches it acts on the bus as exposed"; !strings.Contains(lines.Text(), want) {
+		t.Errorf("bub mcp --listen 0.0.0.0:%s said %q, want a warning saying %q", port, lines.Text(), want)
 	}
 }
