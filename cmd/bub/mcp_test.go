@@ -294,9 +294,10 @@ func TestMCPStdio(t *testing.T) {
 }
 
 // TestMCPStreamableHTTP drives bub mcp --listen with the Go SDK's
-// client over Streamable HTTP, on an open bus: wait_for_message returns
-// a message published after it started, the inbox resource notifies,
-// and an admin may list and replay a dead letter.
+// client over Streamable HTTP, on an open bus given as a list of nodes
+// whose first is down: the inbox resource notifies under both protocol
+// versions, wait_for_message returns the message, and an admin may list
+// and replay a dead letter.
 func TestMCPStreamableHTTP(t *testing.T) {
 	t.Parallel()
 	d := startBus(t, t.TempDir(), "--max-attempts", "1")
@@ -304,7 +305,8 @@ func TestMCPStreamableHTTP(t *testing.T) {
 
 	addr := freeAddr(t)
 	cmd := exec.Command(bubBinary, "mcp", "--listen", addr, "--client-id", "helper")
-	cmd.Env = append(os.Environ(), "BUB_BUS_URL="+d.url)
+	// A list of nodes, the first of which is down: the next answers.
+	cmd.Env = append(os.Environ(), "BUB_BUS_URL=ws://"+freeAddr(t)+"/,"+d.url)
 	stderrPipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
