@@ -59,14 +59,13 @@ type written struct {
 	Meta    any `json:"meta,omitempty" jsonschema:"the publisher's meta object, if any"`
 }
 
-// watch is one pattern the server subscribes to on the bus.
+// watch is one pattern the server subscribes to on the bus. Its fields
+// are guarded by topics.mu.
 type watch struct {
-	pattern string
-	// The fields below are guarded by topics.mu.
-	log     []message // the newest history messages, oldest first
-	next    int64     // Seq of the next message
-	read    int64     // Seq of the last message wait_for_message returned
-	arrived chan struct{}
+	log     []message       // the newest history messages, oldest first
+	next    int64           // Seq of the next message
+	read    int64           // Seq of the last message wait_for_message returned
+	arrived chan struct{}   // closed, and replaced, when a message arrives: wakes the waiters
 	uris    map[string]bool // resource URIs naming the pattern, for notifications
 }
 
@@ -95,7 +94,7 @@ func (t *topics) watch(ctx context.Context, pattern, uri string) (*watch, error)
 		if len(t.watches) >= t.maxWatch {
 			return nil, fmt.Errorf("pattern %q: this server already watches %d patterns, its limit", pattern, t.maxWatch)
 		}
-		w = &watch{pattern: pattern, next: 1, arrived: make(chan struct{}), uris: map[string]bool{}}
+		w = &watch{next: 1, arrived: make(chan struct{}), uris: map[string]bool{}}
 		err := t.conn.Subscribe(ctx, pattern, t.handler(w), &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll})
 		if err != nil {
 			return nil, explain(err, fmt.Sprintf("subscribe to %q", pattern))
