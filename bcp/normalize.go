@@ -10,14 +10,17 @@ import (
 
 // normalizeText is the canonical form of a text answer: invisible and
 // control characters removed (they carry bits a reader cannot see), Unicode
-// NFC (so one visible text has one encoding), lowercase when lower is set
+// NFKC (so one visible text has one encoding: a fullwidth, mathematical or
+// ligature form of a letter or digit is that letter or digit, or a
+// look-alike the Controller cannot tell apart would choose among a dozen
+// byte forms per letter), lowercase when lower is set
 // (capitalization is about a bit per word), every run of Unicode whitespace
 // collapsed to one space, and trimmed. It is idempotent; the validator
 // counts words and characters on its output, so a normalized answer always
 // re-validates to itself.
 //
-// Invisible characters are removed before NFC so that a combining mark split
-// from its base by a zero-width character composes like visible text.
+// Invisible characters are removed before NFKC so that a combining mark
+// split from its base by a zero-width character composes like visible text.
 func normalizeText(s string, lower bool) string {
 	var b strings.Builder
 	b.Grow(len(s))
@@ -30,11 +33,11 @@ func normalizeText(s string, lower bool) string {
 			b.WriteRune(r)
 		}
 	}
-	out := norm.NFC.String(b.String())
+	out := norm.NFKC.String(b.String())
 	if lower {
 		// Lowercasing can decompose (U+0130 becomes i + U+0307), so compose
-		// again to stay in NFC.
-		out = norm.NFC.String(strings.ToLower(out))
+		// again to stay in NFKC.
+		out = norm.NFKC.String(strings.ToLower(out))
 	}
 	return strings.Join(strings.Fields(out), " ")
 }

@@ -409,7 +409,7 @@ func (f *Field) check(path string) []*Error {
 			case strings.TrimSpace(v) == "" || key == "":
 				fail(CodeBadEnum, vp, "enum values must not be empty")
 			case normalizeText(v, false) != v:
-				fail(CodeBadEnum, vp, "enum value %q must be written in normal form (NFC, no control characters, single spaces, trimmed)", truncate(v, maxNameLen))
+				fail(CodeBadEnum, vp, "enum value %q must be written in normal form (NFKC, no control characters, single spaces, trimmed)", truncate(v, maxNameLen))
 			default:
 				if j, dup := seen[key]; dup {
 					fail(CodeBadEnum, vp, "enum value %q repeats values[%d] (values match case-insensitively)", truncate(v, maxNameLen), j)

@@ -148,7 +148,7 @@ func TestFormats(t *testing.T) {
 		{Date, "2024-13-01", ""},
 		{Date, "2024-3-15", ""},
 		{Date, "March 15, 2024", ""},
-		{Date, "２０２４-03-15", ""},
+		{Date, "２０２４-03-15", "2024-03-15"},
 		{Email, "Jane.Smith+bcp@Example.COM", "jane.smith+bcp@example.com"},
 		{Email, "jane@example", ""},
 		{Email, "jane@@example.com", ""},
@@ -346,6 +346,12 @@ func TestControllerSeesNoRawText(t *testing.T) {
 		{"encoding and case", cat2,
 			`{"name":"Ren\u00e9 SMITH","topic":"solar"}`,
 			`{"name":"rene\u0301 smith","topic":"SOLAR"}`},
+		{"fullwidth and mathematical letters", cat2,
+			`{"name":"Jane Smith","topic":"solar"}`,
+			"{\"name\":\"\uff2a\uff41ne Smith\",\"topic\":\"\U0001d42c\U0001d45c\U0001d459\U0001d586r\"}"},
+		{"compatibility digits and ligatures", cat2,
+			`{"name":"Jane","topic":"file 2"}`,
+			`{"name":"Jane","topic":"\ufb01le \u00b2"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
