@@ -152,6 +152,15 @@ def test_retries(bus_server: BusServer) -> None:
             (ack,) = (await pub.send_message("broken:1", {"type": "job"})).acks
             assert "no good" in ack.error and ack.retrying
 
+            async def upstream_timeout(d: Delivery) -> Result:
+                # The handler's own timeout, well within its budget: a
+                # failure, not an overrun of the budget.
+                raise TimeoutError("the upstream API timed out")
+
+            await worker.add_subscription("upstream:*", upstream_timeout)
+            (ack,) = (await pub.send_message("upstream:1", {"type": "job"})).acks
+            assert "the upstream API timed out" in ack.error and "no answer within" not in ack.error
+
     run(main())
 
 

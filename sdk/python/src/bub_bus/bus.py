@@ -519,19 +519,24 @@ class Bus:
 
     async def _run_handler(self, session: _Session, request_id: Any, sub: _Subscription, d: Delivery) -> None:
         budget = self.handler_budget()
+        # The handler's own TimeoutError (a CallTimeout of a call it made,
+        # say) is a failure like any other: only the deadline's expiry
+        # says the handler overran.
+        deadline = asyncio.timeout(budget)
         try:
-            result = await asyncio.wait_for(sub.handler(d), budget)
+            async with deadline:
+                result = await sub.handler(d)
             if not isinstance(result, Result):
                 raise HandlerError(f"handler for {sub.pattern!r} returned {type(result).__name__}, not a Result")
         except (Retry, Reject) as answer:
             result = answer.result()
-        except asyncio.TimeoutError:
-            _log.warning("bub_bus: handler for %r gave no answer within %.1fs (message %s)", sub.pattern, budget, d.message_id)
-            await self._reply(session, request_id, error=(Code.INTERNAL_ERROR, f"handler for {sub.pattern!r} gave no answer within {budget:.1f}s"))
-            return
         except asyncio.CancelledError:
             raise
         except Exception as e:
+            if isinstance(e, TimeoutError) and deadline.expired():
+                _log.warning("bub_bus: handler for %r gave no answer within %.1fs (message %s)", sub.pattern, budget, d.message_id)
+                await self._reply(session, request_id, error=(Code.INTERNAL_ERROR, f"handler for {sub.pattern!r} gave no answer within {budget:.1f}s"))
+                return
             _log.exception("bub_bus: handler for %r failed (message %s on %s)", sub.pattern, d.message_id, d.topic)
             await self._reply(session, request_id, error=(Code.INTERNAL_ERROR, f"handler for {sub.pattern!r} failed: {type(e).__name__}: {e}"))
             return
