@@ -469,6 +469,12 @@ func (g *Gateway) sendOne(topic string) bool {
 		g.log.Error("bcp gateway: dequeue sent message", "topic", m.Topic, "err", err)
 		return false
 	}
+	if m.Outcome != nil {
+		// The follow-up may be queued for another topic, whose queue no
+		// goroutine may be sending: without a wake it would wait for the
+		// next retry tick.
+		g.wake()
+	}
 	return true
 }
 
