@@ -5,8 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"unicode"
-
-	"golang.org/x/text/unicode/norm"
 )
 
 // AnomalyKind names what made an answer suspicious.
@@ -53,7 +51,7 @@ const (
 	RejectAnomalies AnomalyPolicy = "reject"
 )
 
-// The patterns run on the lowercased, NFKC-folded answer, so fullwidth
+// The patterns run on the lowercased normalized (NFKC) answer, so fullwidth
 // letters and compatibility forms of a keyword are caught too. Go's regexp
 // runs in linear time, so hostile answers cannot make them slow.
 var (
@@ -81,7 +79,9 @@ func detectAnomalies(question, raw, text string, skipURL bool) ([]Anomaly, []Evi
 		out = append(out, Anomaly{Question: question, Kind: AnomalyInvisible})
 		evidence = append(evidence, Evidence{Question: question, Kind: AnomalyInvisible, Detail: points})
 	}
-	folded := strings.ToLower(norm.NFKC.String(text))
+	// text is NFKC already (normalizeText): fullwidth and mathematical
+	// letters are plain ones.
+	folded := strings.ToLower(text)
 	patterns := []struct {
 		kind AnomalyKind
 		re   *regexp.Regexp
