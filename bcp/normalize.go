@@ -51,16 +51,18 @@ func foldKey(s string) string {
 // isInvisible reports whether r is a character that renders as nothing (or
 // as nothing a reviewer would notice) and is not whitespace: controls, format
 // characters such as zero-width spaces and bidirectional overrides, private
-// use, noncharacters, unassigned code points, variation selectors, the
-// combining grapheme joiner and the Hangul and Braille blanks.
+// use, noncharacters, unassigned code points, variation selectors (the
+// Mongolian free ones too), Unicode's other default-ignorable code points
+// (the combining grapheme joiner, the Khmer inherent vowels, the Hangul
+// fillers, ...) and the Braille blank.
 func isInvisible(r rune) bool {
 	if r < 0x80 {
 		return r < 0x20 || r == 0x7f // ASCII whitespace is handled before this
 	}
 	switch {
-	case r >= 0xFE00 && r <= 0xFE0F, r >= 0xE0100 && r <= 0xE01EF: // variation selectors
+	case unicode.In(r, unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point):
 		return true
-	case r == 0x034F, r == 0x115F, r == 0x1160, r == 0x3164, r == 0xFFA0, r == 0x2800:
+	case r == 0x2800:
 		return true
 	case r == utf8.RuneError:
 		// Only reachable from invalid input the decoder already refused,
