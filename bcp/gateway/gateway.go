@@ -437,10 +437,10 @@ func (g *Gateway) sendOne(topic string) bool {
 	}()
 	res, err := g.conn.SendMessage(ctx, m.Topic, m.Payload, nil)
 	var perr *protocol.Error
-	if errors.As(err, &perr) {
+	if errors.As(err, &perr) && !refusedForNow(perr.Code) {
 		// The bus refused the message (the gateway's grant lacks the
 		// topic, say): it will refuse it again, and retrying would block
-		// every later message. The audit log keeps it.
+		// every later message of the topic. The audit log keeps it.
 		g.log.Error("bcp gateway: the bus refused a message, dropped", "topic", m.Topic, "err", err)
 		res, err = &protocol.SendMessageResult{Reason: perr.Error()}, nil
 	}
@@ -476,6 +476,19 @@ func (g *Gateway) sendOne(topic string) bool {
 		g.wake()
 	}
 	return true
+}
+
+// refusedForNow reports whether a refusal of the bus is one it may not
+// repeat: too many requests on the connection (the topics' queues send
+// at once), a draining bus, a full pending limit, or the publish rate.
+// The message then stays queued and is sent again, as when the bus cannot
+// be reached: dropping it would lose what the gateway decided.
+func refusedForNow(code int64) bool {
+	switch code {
+	case protocol.CodeTooManyRequests, protocol.CodeShuttingDown, protocol.CodeLimitReached, protocol.CodeRateLimited:
+		return true
+	}
+	return false
 }
 
 // withReason appends the bus's reason to the detail of a queued

@@ -11,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/peer"
@@ -102,5 +103,46 @@ func TestOutboxMigration(t *testing.T) {
 	key, m, ok, err := st.nextOutbox("agent:main")
 	if !ok || err != nil || string(m.Payload) != `{"n":0}` || string(key) != outboxKey("agent:main", 1) {
 		t.Fatalf("next of agent:main = %q %+v %v %v, want the first message", key, m, ok, err)
+	}
+}
+
+// A message the bus refuses for now (the gateway publishing faster than
+// its rate, here) stays queued and goes once the bus takes it: the
+// Controller gets its delivery and the Reader its result, though the two
+// are sent at once and the gateway's bucket holds one publish.
+func TestBusyBusDropsNothing(t *testing.T) {
+	cfg := authConfig()
+	for i := range cfg.Identities {
+		if cfg.Identities[i].Name == "bcp-gateway" {
+			cfg.Identities[i].Grant.Rate = auth.Rate{PerSecond: 2, Burst: 1}
+		}
+	}
+	f := newFixtureWith(t, func(o *bus.Options) {
+		authn, err := auth.New(cfg, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Auth = authn
+	})
+	g := f.gateway(nil)
+	main := f.agent("main")
+	researcher := f.reader("researcher")
+	for i := range 3 {
+		id := main.query(cat1Query("researcher"))
+		researcher.expect(TypeQuery)
+		researcher.send(TopicResponse, answer(id, map[string]any{"is_urgent": i%2 == 0, "sentiment": "neutral"}))
+		researcher.expect(TypeValidationResult)
+		if del := main.expect(TypeResponseDelivery); del["query_id"] != id {
+			t.Fatalf("delivery %v, want %s", del, id)
+		}
+	}
+	records, err := g.Audit(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range records {
+		if r.Event == "undeliverable" {
+			t.Fatalf("audit: %+v", r)
+		}
 	}
 }
