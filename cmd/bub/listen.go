@@ -42,7 +42,7 @@ func (cfg *listenConfig) result() (peer.Result, error) {
 			return peer.Result{}, fmt.Errorf("--retry-seconds goes with --reply retry, not --reply %s", cfg.reply)
 		}
 		if cfg.reply == replyReject {
-			return peer.Result{Message: "rejected by bub listen --reply reject"}, nil
+			return peer.Result{Reject: true, Message: "rejected by bub listen --reply reject"}, nil
 		}
 		return peer.Result{Processed: true}, nil
 	case replyRetry:
@@ -72,10 +72,10 @@ func describeAnswer(r peer.Result) string {
 		return fmt.Sprintf("should_retry: true, retry_seconds: %g", r.RetryAfter.Seconds())
 	case r.ShouldRetry:
 		return "should_retry: true"
-	case r.Processed:
-		return "processed: true"
+	case r.Reject:
+		return "reject: true"
 	}
-	return "processed: false"
+	return "processed: true"
 }
 
 func runListen(ctx context.Context, io stdio, args []string) int {
@@ -87,7 +87,7 @@ func runListen(ctx context.Context, io stdio, args []string) int {
 	cfg.client.addFlags(fs)
 	fs.StringVar(&cfg.topic, "topic", "", "topic pattern to subscribe to: exact, a prefix ending in ':' or '-', or a glob such as 'inbound:*'")
 	fs.StringVar(&cfg.policy, "policy", "", "propagation policy: stopPropagationOnProcessed, stopPropagationOnStop or continueAll (default: the bus's)")
-	fs.StringVar(&cfg.reply, "reply", replyProcessed, "how to answer every delivery: processed; retry (should_retry: the bus delivers it again later, and dead-letters it after --max-attempts); reject (processed: false, a final refusal)")
+	fs.StringVar(&cfg.reply, "reply", replyProcessed, "how to answer every delivery: processed; retry (should_retry: the bus delivers it again later, and dead-letters it after --max-attempts); reject (reject: true, a final refusal: the bus dead-letters it at once with reason rejected)")
 	fs.Float64Var(&cfg.retrySeconds, "retry-seconds", 0, "with --reply retry, the retry_seconds to ask for (0: the bus's backoff)")
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code

@@ -178,12 +178,18 @@ func TestListenReply(t *testing.T) {
 	assert.Equal(t, r.MessageID, dead.Entries[0].MessageID)
 
 	_, stderr, _ = startListen(t, t.Context(), "--bus-url", srv.URL, "--topic", "tasks:*", "--client-id", "refuser", "--reply", "reject")
-	subscribed(stderr, "answered processed: false")
+	subscribed(stderr, "answered reject: true")
 	r = send("tasks:1")
 	require.Len(t, r.Acks, 1)
 	assert.False(t, r.Acks[0].Processed)
 	assert.False(t, r.Acks[0].Retrying)
 	assert.Equal(t, "rejected by bub listen --reply reject", r.Acks[0].Message)
+	// A final refusal on the first attempt: dead-lettered at once, not
+	// handed back to the publisher alone.
+	require.NoError(t, pub.Call(t.Context(), protocol.MethodDLQList, protocol.DLQListParams{DLQFilter: protocol.DLQFilter{Topic: "tasks:*"}}, &dead))
+	require.Len(t, dead.Entries, 1)
+	assert.Equal(t, protocol.ReasonRejected, dead.Entries[0].Reason)
+	assert.Equal(t, r.MessageID, dead.Entries[0].MessageID)
 }
 
 func TestListenReplyUsage(t *testing.T) {
