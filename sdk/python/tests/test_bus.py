@@ -298,6 +298,8 @@ def test_several_urls_and_from_env(bus_server: BusServer) -> None:
             Bus.from_env({})
         with pytest.raises(ValueError, match="bus URL 2 of 2"):
             Bus("ws://a/,ftp://b/")
+        with pytest.raises(ValueError, match=r"empty port; did you mean ws://127\.0\.0\.1:7892/\?"):
+            Bus("ws://127.0.0.1:/")
         with pytest.raises(Disconnected):
             async with Bus(dead):
                 pass

@@ -71,6 +71,10 @@ def split_urls(urls: str) -> list[str]:
             raise ValueError(f"{where}: scheme must be ws or wss, not {u.scheme!r}")
         if not u.netloc:
             raise ValueError(f"{where} has no host")
+        if u.netloc.endswith(":"):
+            # ws://127.0.0.1:/ would dial port 80.
+            fix = url.replace(u.netloc, u.netloc + str(urlsplit(DEFAULT_BUS_URL).port), 1)
+            raise ValueError(f"{where} has an empty port; did you mean {fix}?")
         if u.scheme in ("http", "https"):
             url = "ws" + url[4:]
         out.append(url)
