@@ -32,8 +32,13 @@ func TestClusterMinority(t *testing.T) {
 	// JetStream took about 16 s to notice that, and /readyz said ready
 	// meanwhile.
 	for _, n := range nodes[1:] {
+		// The survivor is under test, not the leave: on a loaded box
+		// the second leave can outlast its timeout while JetStream
+		// moves the first node's leaders, and the node stops anyway.
 		ctx, cancel := context.WithTimeout(t.Context(), bustest.ClusterTimeout)
-		require.NoError(t, n.Shutdown(ctx))
+		if err := n.Shutdown(ctx); err != nil {
+			t.Logf("shutdown of a node: %v", err)
+		}
 		cancel()
 	}
 	lost := time.Now()
