@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -25,13 +28,18 @@ func init() {
 type mcpConfig struct {
 	client clientFlags
 	listen string
+	// tokenFile holds the bearer token HTTP clients must present.
+	tokenFile string
+	// insecure serves --listen without a token, on loopback only.
+	insecure bool
 }
 
 func runMCP(ctx context.Context, std stdio, args []string) int {
 	var cfg mcpConfig
 	fs := newFlagSet(std, "mcp", "mcp [--listen ADDR] [flags]\n\n"+
 		"Serves the bus as an MCP server: over stdin and stdout, as a desktop assistant starts it,\n"+
-		"or with --listen over Streamable HTTP at http://ADDR/. It connects to the bus as one identity\n"+
+		"or with --listen over Streamable HTTP at http://ADDR/, where every request must carry\n"+
+		"Authorization: Bearer and the token in --listen-token-file. It connects to the bus as one identity\n"+
 		"(--client-id, else $BUB_AGENT_ID, else cli- and random hex) with its credential's grants and\n"+
 		"nothing more, and offers the tools send_message, wait_for_message, list_dead_letters and\n"+
 		"replay_dead_letter (admin grant only), bcp_query and bcp_respond, and each topic pattern as\n"+
@@ -40,12 +48,16 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 		"See docs/MCP.md.")
 	cfg.client.addFlags(fs)
 	fs.Lookup("client-id").Usage = "clientId to connect as, the assistant's identity on the bus (default: $BUB_AGENT_ID, else cli- and random hex); it takes over a connection with the same clientId"
-	fs.StringVar(&cfg.listen, "listen", "", "serve Streamable HTTP on this address (e.g. 127.0.0.1:7893) instead of stdio; whoever reaches it acts as this identity, so keep it on loopback or behind an authenticating proxy")
+	fs.StringVar(&cfg.listen, "listen", "", "serve Streamable HTTP on this address (e.g. 127.0.0.1:7893) instead of stdio; needs --listen-token-file, or --listen-insecure on loopback")
+	fs.StringVar(&cfg.tokenFile, "listen-token-file", "", "file holding the token every HTTP client of --listen must present as Authorization: Bearer; surrounding white space is ignored")
+	fs.BoolVar(&cfg.insecure, "listen-insecure", false, "serve --listen without a token, for development: whoever reaches the address acts as this identity; refused on an address other than loopback")
 	// The server's own settings, set once in the assistant's
 	// configuration: BUB_LISTEN and BUB_CLIENT_ID would be other
 	// commands' (bub serve listens too).
 	bindEnvAs(fs, "client-id", "BUB_MCP_CLIENT_ID")
 	bindEnvAs(fs, "listen", "BUB_MCP_LISTEN")
+	bindEnvAs(fs, "listen-token-file", "BUB_MCP_LISTEN_TOKEN_FILE")
+	bindEnvAs(fs, "listen-insecure", "BUB_MCP_LISTEN_INSECURE")
 	if code, ok := parseFlags(fs, std, args); !ok {
 		return code
 	}
@@ -54,6 +66,12 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 	}
 	if cfg.client.clientID == "" {
 		cfg.client.clientID = os.Getenv("BUB_AGENT_ID")
+	}
+	// Checked before dialling the bus: a server that would let anyone
+	// act as its identity does not start.
+	token, err := cfg.listenToken()
+	if err != nil {
+		return usagef(std, "mcp", "%v", err)
 	}
 
 	dialCtx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -81,7 +99,7 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 		fmt.Fprintf(std.err, "bub mcp: serving MCP on stdio as %s\n", conn.ClientID())
 		err = serveMCPStdio(ctx, std, server)
 	} else {
-		err = serveMCPHTTP(ctx, std, server, cfg.listen, conn.ClientID())
+		err = serveMCPHTTP(ctx, std, server, cfg.listen, token, conn.ClientID())
 	}
 	if conn.Err() != nil && !errors.Is(conn.Err(), peer.ErrClosed) {
 		return errorf(std, "the bus connection ended: %v", conn.Err())
@@ -90,6 +108,28 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 		return errorf(std, "%v", err)
 	}
 	return 0
+}
+
+// listenToken checks the HTTP flags and returns the token HTTP clients
+// must present, or "" when --listen-insecure serves without one. Errors
+// name the flag and the file, never the token.
+func (cfg *mcpConfig) listenToken() (string, error) {
+	switch {
+	case cfg.listen == "" && (cfg.tokenFile != "" || cfg.insecure):
+		return "", errors.New("--listen-token-file and --listen-insecure are for --listen (BUB_MCP_LISTEN); on stdio the assistant that starts bub mcp is its only client")
+	case cfg.listen == "":
+		return "", nil
+	case cfg.tokenFile != "" && cfg.insecure:
+		return "", errors.New("give --listen-token-file or --listen-insecure, not both")
+	case cfg.insecure && !isLoopback(cfg.listen):
+		return "", fmt.Errorf("refusing --listen-insecure on %s, which is not a loopback address: whoever reaches it would act on the bus as this identity; give --listen-token-file instead", cfg.listen)
+	case cfg.insecure:
+		return "", nil
+	case cfg.tokenFile == "":
+		return "", fmt.Errorf("--listen %s needs --listen-token-file (or BUB_MCP_LISTEN_TOKEN_FILE), a file holding the token MCP clients must present as Authorization: Bearer; "+
+			"for development on loopback only, --listen-insecure serves without one", cfg.listen)
+	}
+	return readSecret("", cfg.tokenFile, "", "--listen-token-file")
 }
 
 // serveMCPStdio serves one MCP session on stdin and stdout until the
@@ -109,19 +149,25 @@ type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
 
-// serveMCPHTTP serves Streamable HTTP on addr until ctx ends.
-func serveMCPHTTP(ctx context.Context, std stdio, server *sdk.Server, addr, clientID string) error {
+// serveMCPHTTP serves Streamable HTTP on addr until ctx ends, to
+// clients that present token, or to any client if token is "".
+func serveMCPHTTP(ctx context.Context, std stdio, server *sdk.Server, addr, token, clientID string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", addr, err)
 	}
-	handler := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil)
+	var handler http.Handler = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil)
+	if token != "" {
+		handler = requireBearer(token, handler)
+	}
 	// A web page the user visits must not drive the bus identity from
 	// the browser.
 	srv := &http.Server{Handler: http.NewCrossOriginProtection().Handler(handler), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(std.err, "bub mcp: serving Streamable HTTP at http://%s/ as %s\n", ln.Addr(), clientID)
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		fmt.Fprintf(std.err, "bub mcp: warning: %s is not a loopback address, and bub mcp authenticates no client: whoever reaches it acts on the bus as %s\n", ln.Addr(), clientID)
+	if token == "" {
+		fmt.Fprintf(std.err, "bub mcp: warning: --listen-insecure: no client is authenticated; whatever on this host reaches %s acts on the bus as %s\n", ln.Addr(), clientID)
+	} else if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		fmt.Fprintf(std.err, "bub mcp: warning: %s is not a loopback address and serves plain HTTP: the bearer token crosses the network in the clear; put a TLS proxy in front\n", ln.Addr())
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -137,4 +183,29 @@ func serveMCPHTTP(ctx context.Context, std stdio, server *sdk.Server, addr, clie
 	case err := <-served:
 		return fmt.Errorf("serve http on %s: %w", addr, err)
 	}
+}
+
+// requireBearer passes on only requests whose Authorization is a bearer
+// token equal to token, and answers every other 401 with
+// WWW-Authenticate: Bearer. The SDK's auth.RequireBearerToken sends
+// WWW-Authenticate only with OAuth resource metadata or scopes, and
+// refuses a token without an expiry, neither of which a static token
+// has. Digests are compared so that the time taken says nothing of the
+// token's length or content.
+func requireBearer(token string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			challenge := `Bearer realm="bub mcp"`
+			if r.Header.Get("Authorization") != "" {
+				challenge += `, error="invalid_token"`
+			}
+			w.Header().Set("WWW-Authenticate", challenge)
+			http.Error(w, "bub mcp: missing or wrong bearer token; send Authorization: Bearer and the token of bub mcp's --listen-token-file", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -293,21 +294,26 @@ func TestMCPStdio(t *testing.T) {
 	}
 }
 
-// TestMCPStreamableHTTP drives bub mcp --listen with the Go SDK's
-// client over Streamable HTTP, on an open bus given as a list of nodes
-// whose first is down: the inbox resource notifies under both protocol
-// versions, wait_for_message returns the message, and an admin may list
-// and replay a dead letter.
-func TestMCPStreamableHTTP(t *testing.T) {
-	t.Parallel()
-	d := startBus(t, t.TempDir(), "--max-attempts", "1")
-	deadLetter(t, d.url, "jobs:1")
+// mcpToken is the token bub mcp --listen's clients present.
+const mcpToken = "mcp-listen-token"
 
-	addr := freeAddr(t)
-	cmd := exec.Command(bubBinary, "mcp", "--listen", addr, "--client-id", "helper")
-	// A list of nodes, the first of which is down: the next answers.
-	cmd.Env = append(os.Environ(), "BUB_BUS_URL=ws://"+freeAddr(t)+"/,"+d.url)
-	stderrPipe, err := cmd.StderrPipe()
+// bearerTransport sends every request with a bearer token.
+type bearerTransport struct{ token string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// startMCPHTTP starts bub mcp with args and env and waits for its word
+// that it serves Streamable HTTP; the rest of its stderr follows on the
+// returned scanner.
+func startMCPHTTP(t *testing.T, env []string, args ...string) *bufio.Scanner {
+	t.Helper()
+	cmd := exec.Command(bubBinary, append([]string{"mcp"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,8 +321,33 @@ func TestMCPStreamableHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stderrPipe)
-	if !lines.Scan() || !strings.Contains(lines.Text(), "serving Streamable HTTP at http://"+addr+"/ as helper") {
+	lines := bufio.NewScanner(stderr)
+	if !lines.Scan() || !strings.Contains(lines.Text(), "serving Streamable HTTP at http://") {
+		t.Fatalf("bub mcp %v said %q", args, lines.Text())
+	}
+	return lines
+}
+
+// TestMCPStreamableHTTP drives bub mcp --listen with the Go SDK's
+// client over Streamable HTTP, on an open bus given as a list of nodes
+// whose first is down: a request without the token of
+// BUB_MCP_LISTEN_TOKEN_FILE, or with another, is refused 401 with a
+// Bearer challenge; with it, the inbox resource notifies under both
+// protocol versions, wait_for_message returns the message, and an admin
+// may list and replay a dead letter.
+func TestMCPStreamableHTTP(t *testing.T) {
+	t.Parallel()
+	d := startBus(t, t.TempDir(), "--max-attempts", "1")
+	deadLetter(t, d.url, "jobs:1")
+
+	addr := freeAddr(t)
+	tokenFile := writeFile(t, t.TempDir(), "mcp.token", mcpToken+"\n")
+	lines := startMCPHTTP(t, []string{
+		// A list of nodes, the first of which is down: the next answers.
+		"BUB_BUS_URL=ws://" + freeAddr(t) + "/," + d.url,
+		"BUB_MCP_LISTEN_TOKEN_FILE=" + tokenFile,
+	}, "--listen", addr, "--client-id", "helper")
+	if !strings.Contains(lines.Text(), "serving Streamable HTTP at http://"+addr+"/ as helper") {
 		t.Fatalf("bub mcp --listen said %q", lines.Text())
 	}
 	go func() {
@@ -324,9 +355,43 @@ func TestMCPStreamableHTTP(t *testing.T) {
 			t.Log("bub mcp:", lines.Text())
 		}
 	}()
+	endpoint := "http://" + addr + "/"
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	for _, c := range []struct{ authorization, challenge string }{
+		{"", `Bearer realm="bub mcp"`},
+		{"Bearer wrong", `Bearer realm="bub mcp", error="invalid_token"`},
+		{"Bearer " + mcpToken + "x", `Bearer realm="bub mcp", error="invalid_token"`},
+		{"Basic " + mcpToken, `Bearer realm="bub mcp", error="invalid_token"`},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, endpoint, strings.NewReader(initialize))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if c.authorization != "" {
+			req.Header.Set("Authorization", c.authorization)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") != c.challenge || strings.Contains(string(body), mcpToken) {
+			t.Errorf("Authorization %q: %s, WWW-Authenticate %q, %q; want 401, %q", c.authorization, resp.Status, resp.Header.Get("WWW-Authenticate"), body, c.challenge)
+		}
+	}
+	anonymous := sdk.NewClient(&sdk.Implementation{Name: "anonymous", Version: "1"}, nil)
+	if s, err := anonymous.Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: endpoint}, nil); err == nil {
+		s.Close()
+		t.Error("an MCP client without the token connected")
+	}
+
+	withToken := &http.Client{Transport: bearerTransport{mcpToken}}
 	// The version most assistants speak, where resources/subscribe is a
 	// request of its own.
-	s, updated := mcpClient(t, &sdk.StreamableClientTransport{Endpoint: "http://" + addr + "/"}, "2025-11-25")
+	s, updated := mcpClient(t, &sdk.StreamableClientTransport{Endpoint: endpoint, HTTPClient: withToken}, "2025-11-25")
 
 	const inbox = "bub://topic/agent:helper"
 	if err := s.Subscribe(t.Context(), &sdk.SubscribeParams{URI: inbox}); err != nil {
@@ -348,7 +413,7 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	checkUntrusted(t, "wait_for_message over HTTP", text)
 	// The latest protocol, where subscribing is subscriptions/listen
 	// on a stream of its own.
-	latest, latestUpdated := mcpClient(t, &sdk.StreamableClientTransport{Endpoint: "http://" + addr + "/"}, "")
+	latest, latestUpdated := mcpClient(t, &sdk.StreamableClientTransport{Endpoint: endpoint, HTTPClient: withToken}, "")
 	if err := latest.Subscribe(t.Context(), &sdk.SubscribeParams{URI: inbox}); err != nil {
 		t.Fatalf("subscribe %s with the latest protocol: %v", inbox, err)
 	}
@@ -472,26 +537,69 @@ func TestMCPBCPRoundTrip(t *testing.T) {
 	}
 }
 
-// TestMCPWarnsOffLoopback: bub mcp --listen on an address beyond
-// loopback says that whoever reaches it acts as its identity.
+// TestMCPListenNeedsToken: bub mcp --listen does not start without a
+// token file, unless --listen-insecure on a loopback address, and each
+// refusal names the flag; none dials the bus or shows the token.
+func TestMCPListenNeedsToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokenFile := writeFile(t, dir, "mcp.token", mcpToken)
+	empty := writeFile(t, dir, "empty.token", " \n")
+	addr := freeAddr(t)
+	_, port, _ := strings.Cut(addr, ":")
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{nil, []string{"--listen", addr}, "--listen " + addr + " needs --listen-token-file (or BUB_MCP_LISTEN_TOKEN_FILE)"},
+		{[]string{"BUB_MCP_LISTEN=" + addr}, nil, "--listen-insecure serves without one"},
+		{nil, []string{"--listen", "0.0.0.0:" + port, "--listen-insecure"}, "refusing --listen-insecure on 0.0.0.0:" + port + ", which is not a loopback address"},
+		{[]string{"BUB_MCP_LISTEN_INSECURE=true"}, []string{"--listen", ":" + port}, "refusing --listen-insecure on :" + port},
+		{nil, []string{"--listen", addr, "--listen-insecure", "--listen-token-file", tokenFile}, "give --listen-token-file or --listen-insecure, not both"},
+		{[]string{"BUB_MCP_LISTEN_TOKEN_FILE=" + tokenFile}, nil, "--listen-token-file and --listen-insecure are for --listen"},
+		{[]string{"BUB_MCP_LISTEN_TOKEN_FILE=" + empty}, []string{"--listen", addr}, "--listen-token-file " + empty + " is empty"},
+		{nil, []string{"--listen", addr, "--listen-token-file", filepath.Join(dir, "missing")}, "--listen-token-file: open " + filepath.Join(dir, "missing")},
+	} {
+		// A bus that is not there: a refusal after dialling would say so.
+		env := append([]string{"BUB_BUS_URL=ws://" + freeAddr(t) + "/"}, c.env...)
+		_, errOut, code := bub(t, env, "", append([]string{"mcp"}, c.args...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) || strings.Contains(errOut, mcpToken) {
+			t.Errorf("bub mcp %v with %v: exit %d, %q; want exit 2 saying %q", c.args, c.env, code, errOut, c.want)
+		}
+	}
+	out, _, _ := bub(t, nil, "", "mcp", "--help")
+	for _, want := range []string{"--listen-token-file", "BUB_MCP_LISTEN_TOKEN_FILE", "--listen-insecure", "BUB_MCP_LISTEN_INSECURE"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bub mcp --help does not mention %s:\n%s", want, out)
+		}
+	}
+}
+
+// TestMCPWarnsOffLoopback: bub mcp --listen with a token on an address
+// beyond loopback says that the token crosses the network in the clear;
+// --listen-insecure on loopback serves a client without a token and
+// says that whatever reaches it acts as its identity.
 func TestMCPWarnsOffLoopback(t *testing.T) {
 	t.Parallel()
 	d := startBus(t, t.TempDir())
+	env := []string{"BUB_BUS_URL=" + d.url}
+	tokenFile := writeFile(t, t.TempDir(), "mcp.token", mcpToken)
 	_, port, _ := strings.Cut(freeAddr(t), ":")
-	cmd := exec.Command(bubBinary, "mcp", "--listen", "0.0.0.0:"+port, "--client-id", "exposed")
-	cmd.Env = append(os.Environ(), "BUB_BUS_URL="+d.url)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stderr)
+	lines := startMCPHTTP(t, env, "--listen", "0.0.0.0:"+port, "--listen-token-file", tokenFile, "--client-id", "exposed")
 	lines.Scan()
-	lines.Scan()
-	if want := "whoever reaches it acts on the bus as exposed"; !strings.Contains(lines.Text(), want) {
+	if want := "the bearer token crosses the network in the clear"; !strings.Contains(lines.Text(), want) {
 		t.Errorf("bub mcp --listen 0.0.0.0:%s said %q, want a warning saying %q", port, lines.Text(), want)
+	}
+
+	addr := freeAddr(t)
+	lines = startMCPHTTP(t, env, "--listen", addr, "--listen-insecure", "--client-id", "dev")
+	lines.Scan()
+	if want := "no client is authenticated; whatever on this host reaches " + addr + " acts on the bus as dev"; !strings.Contains(lines.Text(), want) {
+		t.Errorf("bub mcp --listen-insecure said %q, want a warning saying %q", lines.Text(), want)
+	}
+	s, _ := mcpClient(t, &sdk.StreamableClientTransport{Endpoint: "http://" + addr + "/"}, "")
+	if _, err := s.ListTools(t.Context(), nil); err != nil {
+		t.Errorf("list tools without a token under --listen-insecure: %v", err)
 	}
 }
