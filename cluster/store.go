@@ -478,11 +478,7 @@ func (s *Store) loadMessage(p *store.Pending) error {
 	if err != nil {
 		return err
 	}
-	if stored.Message.ID != p.Message.ID {
-		return fmt.Errorf("the stored entry is for message %q, not %q", stored.Message.ID, p.Message.ID)
-	}
-	p.Message.Payload, p.Message.Meta = stored.Message.Payload, stored.Message.Meta
-	return nil
+	return p.RestoreMessage(stored)
 }
 
 // leaderGet reads the entry the bucket's stream holds last for subject,
@@ -585,21 +581,9 @@ func (s *Store) DeadLetter(pendingID string, d *store.DeadLetter) (string, error
 		return nil
 	}()
 	if err != nil {
-		return "", fmt.Errorf("cluster: dead-letter %s: %w", deadLetterName(pendingID, d), s.n.explain(err))
+		return "", fmt.Errorf("cluster: dead-letter %s: %w", store.DeadLetterName(pendingID, d), s.n.explain(err))
 	}
 	return d.ID, nil
-}
-
-// deadLetterName names the subject of DeadLetter in an error.
-func deadLetterName(pendingID string, d *store.DeadLetter) string {
-	name := "message"
-	if d != nil {
-		name += " " + d.Message.ID
-	}
-	if pendingID != "" {
-		name += " (pending " + pendingID + ")"
-	}
-	return name
 }
 
 // decodeDeadLetter decodes the dead letter stored at seq.

@@ -149,7 +149,7 @@ func (s *Store) DeadLetter(pendingID string, d *DeadLetter) (string, error) {
 		return err
 	}()
 	if err != nil {
-		return "", fmt.Errorf("dead-letter %s: %w", deadLetterName(pendingID, d), err)
+		return "", fmt.Errorf("dead-letter %s: %w", DeadLetterName(pendingID, d), err)
 	}
 	return d.ID, nil
 }
@@ -183,8 +183,9 @@ func PrepareDeadLetter(d *DeadLetter) (DeadLetter, error) {
 	return r, nil
 }
 
-// deadLetterName names the subject of DeadLetter in an error.
-func deadLetterName(pendingID string, d *DeadLetter) string {
+// DeadLetterName names what a DeadLetter call moves, for its error: the
+// message, and the pending entry when there is one.
+func DeadLetterName(pendingID string, d *DeadLetter) string {
 	name := "message"
 	if d != nil {
 		name += " " + d.Message.ID

@@ -205,16 +205,24 @@ func (s *Store) LoadMessage(p *Pending) error {
 			if err != nil {
 				return err
 			}
-			if stored.Message.ID != p.Message.ID {
-				return fmt.Errorf("the stored entry is for message %q, not %q", stored.Message.ID, p.Message.ID)
-			}
-			p.Message.Payload, p.Message.Meta = stored.Message.Payload, stored.Message.Meta
-			return nil
+			return p.RestoreMessage(stored)
 		})
 	}
 	if err != nil {
 		return fmt.Errorf("load message of pending %s: %w", p.ID, err)
 	}
+	return nil
+}
+
+// RestoreMessage sets p.Message's Payload and Meta, which a schedule
+// leaves out, to those of stored: the same entry as a store holds it in
+// full. It fails when stored is the entry of another message, so that a
+// payload never goes out under another message's id.
+func (p *Pending) RestoreMessage(stored *Pending) error {
+	if stored.Message.ID != p.Message.ID {
+		return fmt.Errorf("the stored entry is for message %q, not %q", stored.Message.ID, p.Message.ID)
+	}
+	p.Message.Payload, p.Message.Meta = stored.Message.Payload, stored.Message.Meta
 	return nil
 }
 
