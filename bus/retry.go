@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/backoff"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -20,18 +20,10 @@ import (
 // exponential from RetryBaseDelay with jitter; both capped by
 // RetryDelayCap.
 func (s *Server) backoff(attempts int, retrySeconds float64) time.Duration {
-	limit := s.opts.RetryDelayCap
 	if retrySeconds > 0 {
 		return s.askedDelay(retrySeconds)
 	}
-	d := s.opts.RetryBaseDelay
-	for i := 1; i < attempts && d < limit; i++ {
-		d *= 2
-	}
-	d = min(d, limit)
-	// Equal jitter: half fixed, half random, so retries of many messages
-	// that failed together spread out.
-	return d/2 + rand.N(d/2+1)
+	return backoff.Jitter(backoff.Exponential(s.opts.RetryBaseDelay, s.opts.RetryDelayCap, attempts-1))
 }
 
 // askedDelay is the delay a subscriber asked for in retry_seconds, capped

@@ -3,11 +3,11 @@ package peer
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/bub-bus/bub/internal/backoff"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -93,11 +93,5 @@ func (c *Conn) reconnect() *session {
 // from ReconnectMin up to ReconnectMax, of which a random half, so that
 // peers that lost the bus together do not all return at the same instant.
 func (c *Conn) backoff(n int) time.Duration {
-	d := c.opts.ReconnectMax
-	if n < 32 {
-		if grown := c.opts.ReconnectMin << n; grown > 0 && grown < d {
-			d = grown
-		}
-	}
-	return d/2 + rand.N(d/2+1)
+	return backoff.Jitter(backoff.Exponential(c.opts.ReconnectMin, c.opts.ReconnectMax, n))
 }

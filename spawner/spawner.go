@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/internal/backoff"
 	"github.com/bub-bus/bub/internal/buildinfo"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
@@ -666,13 +667,7 @@ func (s *Spawner) backoff(n int) time.Duration {
 	if n <= 1 {
 		return 0
 	}
-	d := s.opts.RestartDelayMax
-	if n-2 < 32 {
-		if grown := s.opts.RestartDelay << (n - 2); grown > 0 && grown < d {
-			d = grown
-		}
-	}
-	return d
+	return backoff.Exponential(s.opts.RestartDelay, s.opts.RestartDelayMax, n-2)
 }
 
 // restart starts sl's agent again after a crash, unless something else

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/mymmrac/telego"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bub-bus/bub/internal/backoff"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -319,7 +319,7 @@ func (b *Bridge) whoAmI(ctx context.Context) error {
 			return fmt.Errorf("telegram: getMe: %s", describe(err))
 		}
 		b.log.Warn("cannot reach the Bot API; retrying", "api_url", b.opts.APIURL, "error", describe(err))
-		if !sleep(ctx, backoff(attempt, b.opts.retryMax)) {
+		if !sleep(ctx, retryWait(attempt, b.opts.retryMax)) {
 			return nil
 		}
 	}
@@ -351,18 +351,16 @@ func (b *Bridge) dialBus(ctx context.Context) (*peer.Conn, error) {
 			return nil, ctx.Err()
 		}
 		b.log.Warn("cannot reach the bus; retrying", "bus", b.opts.BusURL, "error", err)
-		if !sleep(ctx, backoff(attempt, b.opts.retryMax)) {
+		if !sleep(ctx, retryWait(attempt, b.opts.retryMax)) {
 			return nil, ctx.Err()
 		}
 	}
 }
 
-// backoff is the wait before retry attempt+1: 100ms doubling, capped,
+// retryWait is the wait before retry attempt+1: 100ms doubling, capped,
 // with jitter so that many bridges do not hammer a bus back in step.
-func backoff(attempt int, max time.Duration) time.Duration {
-	d := 100 * time.Millisecond << min(attempt, 10)
-	d = min(d, max)
-	return d/2 + rand.N(d/2+1)
+func retryWait(attempt int, max time.Duration) time.Duration {
+	return backoff.Jitter(backoff.Exponential(100*time.Millisecond, max, attempt))
 }
 
 // sleep waits d or until ctx ends; it reports whether d passed.

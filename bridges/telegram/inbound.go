@@ -339,7 +339,7 @@ func (b *Bridge) forward(ctx context.Context, in *inbound, once bool) error {
 			level = b.log.Debug // said once per message is enough
 		}
 		level("the bus did not accept a Telegram message; retrying", "topic", in.topic(), "update_id", in.updateID, "error", err)
-		if !sleep(ctx, backoff(attempt, b.opts.retryMax)) {
+		if !sleep(ctx, retryWait(attempt, b.opts.retryMax)) {
 			return ctx.Err()
 		}
 	}

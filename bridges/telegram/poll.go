@@ -28,7 +28,7 @@ func (b *Bridge) poll(ctx context.Context) error {
 			return ErrTokenRefused
 		}
 		b.log.Warn("deleteWebhook failed; retrying", "error", describe(err))
-		if !sleep(ctx, backoff(attempt, b.opts.retryMax)) {
+		if !sleep(ctx, retryWait(attempt, b.opts.retryMax)) {
 			return nil
 		}
 	}
@@ -48,7 +48,7 @@ func (b *Bridge) poll(ctx context.Context) error {
 				return ErrTokenRefused
 			}
 			b.log.Warn("getUpdates failed; retrying", "error", describe(err))
-			if !sleep(ctx, backoff(attempt, b.opts.retryMax)) {
+			if !sleep(ctx, retryWait(attempt, b.opts.retryMax)) {
 				return nil
 			}
 			attempt++

@@ -34,7 +34,7 @@ func (b *Bridge) setWebhook(ctx context.Context) error {
 			return &transportError{msg: "setWebhook " + b.opts.WebhookURL + ": " + describe(err)}
 		}
 		b.log.Warn("setWebhook failed; retrying", "error", describe(err))
-		if !sleep(ctx, backoff(attempt, b.opts.retryMax)) {
+		if !sleep(ctx, retryWait(attempt, b.opts.retryMax)) {
 			return nil
 		}
 	}
