@@ -14,8 +14,8 @@ func TestPermissionMatrix(t *testing.T) {
 	dir := t.TempDir()
 	key := newKey(t, dir, "spawner")
 	grants := map[string]auth.Grant{
-		// The BCP Reader of the issue: publishes bcp:* only, reads its
-		// own agent topic only.
+		// A BCP Reader: publishes bcp:* only, reads its own agent
+		// topic only.
 		"reader": {
 			ClientIDs: []string{"researcher"},
 			Publish:   auth.Rules{Allow: []string{"bcp:*"}},

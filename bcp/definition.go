@@ -64,8 +64,8 @@ type Subscription struct {
 	ID   string `json:"id"`
 	Spec *Spec  `json:"spec"`
 	// MaxPushesPerHour caps the publishes a gateway accepts in any
-	// sliding hour; 0 means no cap. An extension of the seed, from its
-	// "future work".
+	// sliding hour, so that a Reader cannot flood its Controller with
+	// pushes that each pass validation; 0 means no cap.
 	MaxPushesPerHour int `json:"max_pushes_per_hour,omitempty"`
 }
 

@@ -11,9 +11,10 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// The dead-letter queue's administration methods. They take no special
-// rights: any initialized peer may call them, which is why bub serve
-// listens on loopback by default.
+// The dead-letter queue's administration methods. With authentication on,
+// only a credential with admin may call them (conn.checkAdmin); without
+// it any initialized peer may, which is why bub serve listens on
+// loopback by default.
 
 // maxListLimit bounds a dlq.list page, so one call cannot load the whole
 // queue into memory.

@@ -347,16 +347,16 @@ func (c *conn) checkReplayIDs(n int) error {
 	return nil
 }
 
-// admitPublish applies the publish-path limits to a sendMessage before it
-// is routed, and returns the identity the message is published as: the
-// connection's rate, then the pending caps on what counts against the
-// identity (the held messages it published, the retries waiting on it)
-// and on the bus. The caps are checked up front, for every publish,
-// because once a message has been delivered to some subscribers the
-// retries the others need must be stored, never dropped; so an admitted
-// publish may take the counts a little past a cap (by the publishes in
-// flight), and an identity at its cap publishes nothing until its pending
-// work drains.
+// admitPublish applies the publish-path limits to a sendMessage, routed
+// on the read loop but not yet delivered or stored, and returns the
+// identity the message is published as: the connection's rate, then the
+// pending caps on what counts against the identity (the held messages it
+// published, the retries waiting on it) and on the bus. The caps are
+// checked up front, for every publish, because once a message has been
+// delivered to some subscribers the retries the others need must be
+// stored, never dropped; so an admitted publish may take the counts a
+// little past a cap (by the publishes in flight), and an identity at its
+// cap publishes nothing until its pending work drains.
 func (c *conn) admitPublish() (identity string, err error) {
 	s := c.server
 	l := s.limits()

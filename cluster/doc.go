@@ -31,12 +31,22 @@
 //
 // # Goroutines
 //
-// A Node runs: one goroutine per watched bucket (subscriptions, clients),
-// one heartbeat loop (heartbeats are core NATS messages, so a JetStream
-// leader election does not delay them), one goroutine per remote delivery being
-// handled, and the embedded server's own. Close ends them all. While
-// Start waits for JetStream, one more goroutine says every 10 s what it
-// waits for; it ends with Start.
+// A Node runs, each counted so that Close waits for it:
+//   - one goroutine per watched bucket (subscriptions, clients, nodes);
+//   - one heartbeat loop (heartbeats are core NATS messages, so a
+//     JetStream leader election does not delay them);
+//   - one loop that removes old delete markers from the buckets;
+//   - for remote deliveries: per sending connection with requests queued,
+//     one goroutine that hands them on in order, and one per delivery
+//     being handled;
+//   - per node that dies: one that handles the death, which starts one
+//     that restarts the watches and, on the acting node, one that removes
+//     the dead node's keys.
+//
+// Besides these run the embedded server's and the NATS client's own; the
+// count of pending entries runs on the client's. Close ends them all.
+// While Start waits for JetStream, one more goroutine says every 10 s
+// what it waits for; it ends with Start.
 //
 // # Operating it
 //

@@ -108,9 +108,9 @@ func TestPayloadType(t *testing.T) {
 // benchmarks send.
 var sendParams = []byte(`{"topic":"agent:analyzer","payload":{"type":"task_request","text":"` + strings.Repeat("lorem ipsum ", 80) + `"},"meta":{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}`)
 
-// BenchmarkScanSendMessage reads params in place, as the bus does since
-// issue 14; BenchmarkDecodeSendMessage is the json.Unmarshal decode and
-// payload check it replaced. Neither counts the json.Valid pass the
+// BenchmarkScanSendMessage reads params in place, as the bus does;
+// BenchmarkDecodeSendMessage is the json.Unmarshal decode and payload
+// check that reading in place saves. Neither counts the json.Valid pass the
 // Stream makes over the whole message.
 func BenchmarkScanSendMessage(b *testing.B) {
 	b.ReportAllocs()

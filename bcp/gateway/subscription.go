@@ -113,9 +113,8 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 // bus has routed or held the delivery, controller_unavailable (and an
 // audit record) when the bus could do neither. On this bus an absent
 // Controller is not unavailable: agent:* is held until it connects (the
-// spawner may start it), which is bcp-subscriptions.md's "starting a new
-// session". Unavailable is the case the seed names, a session that could
-// not be started: the bus refuses agent:{controller} to the gateway, or
+// spawner may start it), which is how this bus starts a new Controller
+// session. Unavailable is a session that could not be started: the bus refuses agent:{controller} to the gateway, or
 // does not hold it and nobody subscribes (docs/BCP.md,
 // "controller_unavailable").
 func (g *Gateway) deliverPush(t *txn, controller, reader, subscriptionID string, res *bcp.Result, detail string) error {

@@ -15,7 +15,7 @@ const (
 	TopicResponse = "bcp:response" // Readers: bcp_response
 )
 
-// Message types, as the seeds name them.
+// Message types, as docs/BCP.md names them.
 const (
 	TypeQueryRequest     = "bcp_query_request"
 	TypeSessionStart     = "bcp_session_start"

@@ -19,9 +19,10 @@ const (
 )
 
 // Message is the payload of telegram_message and telegram_edited_message.
-// The first five fields are the seed's; the rest are what an agent needs
-// to answer well. Ids that Telegram gives as numbers stay numbers, except
-// chat_id, a string as in the seed (and in the topic).
+// The first five fields are what every agent may rely on; the rest are
+// what an agent needs to answer well. Ids that Telegram gives as numbers
+// stay numbers, except chat_id, a string as in the topic (tg:<chat_id>),
+// so that an agent can address its reply with it as it came.
 type Message struct {
 	Type      string `json:"type"`
 	Text      string `json:"text"`

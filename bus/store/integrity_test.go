@@ -17,8 +17,8 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// These tests damage a store of 100 dead letters the ways issue 16 found
-// crashing or silently emptying the bus, and check that Open refuses each
+// These tests damage a store of 100 dead letters in ways that, unchecked,
+// crash the bus or silently empty it, and check that Open refuses each
 // with one line that names the file, what is wrong and how to recover.
 
 const pageSize = 4096 // what bbolt used for these files; checked in damagedStore
