@@ -71,11 +71,11 @@ func (b *testBus) stop() {
 func (b *testBus) restart() {
 	b.stop()
 	var ln net.Listener
-	eventually(b.t, 5*time.Second, func() bool {
+	require.Eventually(b.t, func() bool {
 		var err error
 		ln, err = net.Listen("tcp", b.addr)
 		return err == nil
-	})
+	}, 5*time.Second, 5*time.Millisecond)
 	b.serve(ln)
 }
 
@@ -99,18 +99,6 @@ func dial(t testing.TB, url, clientID string, opts *peer.Options) *peer.Conn {
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// eventually polls cond until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // processed is a handler that handles everything.

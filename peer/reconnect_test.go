@@ -38,11 +38,11 @@ func TestReconnectRestoresSubscriptionsInOrder(t *testing.T) {
 	b.restart()
 	pub := dial(t, b.URL, "pub", &peer.Options{NoReconnect: true})
 	// Patterns come back one by one; x:1, the newest, comes back last.
-	eventually(t, 5*time.Second, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		r, err := pub.SendMessage(ctx, "x:1", msg("x"), nil)
-		require.NoError(t, err)
-		return len(r.Acks) == 1 && r.Acks[0].Subscription == "x:1"
-	})
+		require.NoError(c, err)
+		assert.True(c, len(r.Acks) == 1 && r.Acks[0].Subscription == "x:1", "acks %v", r.Acks)
+	}, 5*time.Second, 5*time.Millisecond)
 	r, err := pub.SendMessage(ctx, "x:2", msg("x"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, []protocol.Ack{{ClientID: "agent", Subscription: "x:*", Message: "wide"}}, r.Acks)
@@ -67,10 +67,10 @@ func TestCallsFailFastWhileDisconnected(t *testing.T) {
 	b.stop()
 
 	var err error
-	eventually(t, 5*time.Second, func() bool {
+	require.Eventually(t, func() bool {
 		_, err = c.SendMessage(t.Context(), "s", msg("x"), nil)
 		return err != nil
-	})
+	}, 5*time.Second, 5*time.Millisecond)
 	require.ErrorIs(t, err, peer.ErrDisconnected)
 
 	for name, call := range map[string]func() error{
@@ -213,11 +213,11 @@ func TestReconnectMovesToTheNextURL(t *testing.T) {
 	require.False(t, reaches(b)(), "and not to the second")
 
 	a.stop()
-	eventually(t, 10*time.Second, reaches(b))
+	require.Eventually(t, reaches(b), 10*time.Second, 5*time.Millisecond)
 
 	a.restart()
 	b.stop()
-	eventually(t, 10*time.Second, reaches(a))
+	require.Eventually(t, reaches(a), 10*time.Second, 5*time.Millisecond)
 }
 
 // A first URL with nothing behind it is skipped at once: Dial connects to

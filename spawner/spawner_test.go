@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/internal/leakcheck"
@@ -157,9 +159,9 @@ func newHarnessAs(t *testing.T, opts spawner.Options, busOpts *bus.Options, toke
 	})
 	// The spawner serves once its fallback is in place: a message then
 	// gets an ack from it instead of no_subscribers.
-	poll(t, "the spawner to subscribe", func() bool {
+	require.Eventually(t, func() bool {
 		return strings.Contains(h.log.String(), "spawner serving")
-	})
+	}, wait, 10*time.Millisecond, "the spawner to subscribe")
 	return h
 }
 
@@ -228,23 +230,11 @@ func (h *harness) event(t *testing.T, name string) spawner.Event {
 	}
 }
 
-// poll waits until cond holds.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func chat(text string) map[string]any {
 	return map[string]any{"type": "telegram_message", "text": text}
 }
 
-// TestFirstMessageReachesNewAgent is the core promise: the first
+// TestFirstMessageReachesNewAgent is the spawner's core promise: the first
 // message to a new chat is answered by the agent spawned for it, which
 // then keeps the conversation.
 func TestFirstMessageReachesNewAgent(t *testing.T) {
@@ -366,7 +356,7 @@ func TestSpawnTimeout(t *testing.T) {
 	if exited.ExitCode == nil || *exited.ExitCode != -1 || !strings.Contains(exited.Status, "terminated") || exited.Restarting {
 		t.Errorf("exited %+v: want terminated by the spawner, not restarting", exited)
 	}
-	poll(t, "the agent to be reaped", func() bool { return len(h.sp.Agents()) == 0 })
+	require.Eventually(t, func() bool { return len(h.sp.Agents()) == 0 }, wait, 10*time.Millisecond, "the agent to be reaped")
 }
 
 // TestExitBeforeReadyBacksOff: an agent that exits at once fails its
@@ -387,9 +377,9 @@ func TestExitBeforeReadyBacksOff(t *testing.T) {
 	// The bus routes it again soon (the spawner asks for no delay after
 	// a first failure, so the bus's own retry backoff applies): the
 	// second try fails too, and the third waits.
-	poll(t, "a backed-off answer", func() bool {
+	require.Eventually(t, func() bool {
 		return strings.Contains(h.log.String(), "next_start") || strings.Count(h.log.String(), "agent spawn_failed") >= 2
-	})
+	}, wait, 10*time.Millisecond, "a backed-off answer")
 	res = h.send(t, "tg:2", chat("two"))
 	if len(res.Acks) != 1 || !strings.Contains(res.Acks[0].Message, "backing off") {
 		t.Errorf("acks %+v: want a backoff", res.Acks)
@@ -423,9 +413,9 @@ func TestCrashedAgentRestartsWithItsID(t *testing.T) {
 		res, _ := h.client.SendMessage(context.Background(), "tg:5", map[string]any{"type": "telegram_message", "text": "slow", "delay_ms": 1500}, nil)
 		sent <- res
 	}()
-	poll(t, "the agent to take the slow message", func() bool {
+	require.Eventually(t, func() bool {
 		return strings.Count(h.log.String(), "handling message") >= 2
-	})
+	}, wait, 10*time.Millisecond, "the agent to take the slow message")
 	proc, err := os.FindProcess(spawned.PID)
 	if err != nil {
 		t.Fatal(err)
@@ -523,7 +513,7 @@ func TestCleanExitIsFinalUntilADirectMessage(t *testing.T) {
 	if exited := h.event(t, spawner.EventExited); exited.Restarting || exited.ExitCode == nil || *exited.ExitCode != 0 {
 		t.Errorf("exited %+v: want status 0, no restart", exited)
 	}
-	poll(t, "the agent to be reaped", func() bool { return len(h.sp.Agents()) == 0 })
+	require.Eventually(t, func() bool { return len(h.sp.Agents()) == 0 }, wait, 10*time.Millisecond, "the agent to be reaped")
 
 	res := h.send(t, peer.AgentTopic(first.AgentID), map[string]any{"type": "plaintext_message", "text": "direct"})
 	if !res.Success {

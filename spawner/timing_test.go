@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
@@ -21,16 +24,12 @@ import (
 func (h *harness) deadLetter(t *testing.T, topic string) *store.DeadLetter {
 	t.Helper()
 	var found *store.DeadLetter
-	poll(t, "the dead letter of "+topic, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		list, _, err := h.bus.Store.ListDeadLetters(store.Filter{Topic: topic}, "", 10)
-		if err != nil {
-			t.Fatalf("list dead letters: %v", err)
-		}
-		if len(list) > 0 {
-			found = list[0]
-		}
-		return found != nil
-	})
+		require.NoError(c, err, "list dead letters")
+		require.NotEmpty(c, list, "the dead letter of "+topic)
+		found = list[0]
+	}, wait, 10*time.Millisecond)
 	return found
 }
 

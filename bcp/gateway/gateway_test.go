@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
@@ -221,10 +223,10 @@ func TestSessionResetsBudget(t *testing.T) {
 	// A new connection of main is a new session too.
 	main.conn.Close()
 	f.agent("main")
-	waitFor(t, "the budget reset on main's reconnect", func() bool {
+	require.Eventually(t, func() bool {
 		u, err := g.Usage("main", "researcher")
 		return err == nil && u.SpentBits == 0
-	})
+	}, bustest.Timeout, 10*time.Millisecond, "the budget reset on main's reconnect")
 }
 
 // A Reader publishes against a Controller's subscription: validated,

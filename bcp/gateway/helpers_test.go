@@ -211,10 +211,8 @@ type agent struct {
 }
 
 // lastResponse returns the response of the latest delivery re-encoded
-// with sorted keys: the bus's JSON-RPC library (sourcegraph/jsonrpc2)
-// decodes params into a map, so key order does not survive the bus and
-// the spec order the gateway writes arrives sorted. Either order is
-// canonical, which is what closes the field-order channel.
+// with sorted keys, so that a test compares the fields and values the
+// gateway wrote, not the order it wrote them in.
 func (a *agent) lastResponse() string {
 	var m struct{ Response map[string]any }
 	if err := json.Unmarshal(a.last, &m); err != nil {
@@ -363,16 +361,4 @@ func cat2Query(target string, maxWords int) map[string]any {
 
 func answer(queryID string, response any) map[string]any {
 	return map[string]any{"type": TypeResponse, "query_id": queryID, "response": response}
-}
-
-// waitFor polls cond until it holds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bustest.Timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus/bustest"
 )
 
 // Crossing 80% of a budget publishes one alert; the metrics count bits,
@@ -65,7 +69,7 @@ func TestRefusedMessageDoesNotBlock(t *testing.T) {
 	researcher.expect(TypeQuery)
 	main.query(cat1Query("researcher"))
 	researcher.expect(TypeQuery)
-	waitFor(t, "the refused alert in the audit log", func() bool {
+	require.Eventually(t, func() bool {
 		records, _ := g.Audit(0)
 		for _, r := range records {
 			if r.Event == "undeliverable" && strings.Contains(r.Outcome, "forbidden") {
@@ -73,5 +77,5 @@ func TestRefusedMessageDoesNotBlock(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}, bustest.Timeout, 10*time.Millisecond, "the refused alert in the audit log")
 }

@@ -3,6 +3,10 @@ package gateway
 import (
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus/bustest"
 )
 
 // readerReady reports what the gateway's state says of reader.
@@ -41,10 +45,10 @@ func TestReaderHearsListBeforeWaitingQueries(t *testing.T) {
 			t.Fatalf("query %v, want %s (in order)", q["query_id"], id)
 		}
 	}
-	waitFor(t, "the researcher to be ready", func() bool { return readerReady(t, g, "researcher") })
+	require.Eventually(t, func() bool { return readerReady(t, g, "researcher") }, bustest.Timeout, 10*time.Millisecond, "the researcher to be ready")
 
 	researcher.conn.Close()
-	waitFor(t, "the gateway to hear the researcher left", func() bool { return !readerReady(t, g, "researcher") })
+	require.Eventually(t, func() bool { return !readerReady(t, g, "researcher") }, bustest.Timeout, 10*time.Millisecond, "the gateway to hear the researcher left")
 	third := main.query(cat1Query("researcher"))
 	back := f.agent("researcher")
 	back.expect(TypeSubscriptionsActive)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/bub-bus/bub/auth"
@@ -47,7 +48,7 @@ func TestSilentReaderDelaysNoOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the researcher to be ready", func() bool { return readerReady(t, g, "researcher") })
+	require.Eventually(t, func() bool { return readerReady(t, g, "researcher") }, bustest.Timeout, 10*time.Millisecond, "the researcher to be ready")
 	main.query(cat1Query("researcher"))
 	for typ := ""; typ != TypeQuery; {
 		select {

@@ -5,7 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
 )
 
 func alertsPush() map[string]any {
@@ -52,18 +56,16 @@ func TestPushControllerUnavailable(t *testing.T) {
 		t.Fatalf("validation result = %v, want controller_unavailable", vr)
 	}
 	researcher.quiet(100 * time.Millisecond)
-	waitFor(t, "the controller_unavailable audit record", func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		recs, err := g.Audit(0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(c, err)
 		for _, r := range recs {
 			if r.Event == "publish" && r.Outcome == CodeControllerUnavailable && r.SubscriptionID == "alerts" && r.Controller == "main" {
-				return true
+				return
 			}
 		}
-		return false
-	})
+		c.Errorf("no controller_unavailable audit record among %d", len(recs))
+	}, bustest.Timeout, 10*time.Millisecond)
 
 	// Connected, main gets the next push and the Reader hears success.
 	main := f.agent("main")

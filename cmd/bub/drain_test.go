@@ -56,10 +56,10 @@ func TestServeDrain(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, strings.TrimSpace(string(body))
 	}
-	pollFor(t, "/readyz to say draining", func() bool {
+	require.Eventually(t, func() bool {
 		code, _ := get("/readyz")
 		return code == http.StatusServiceUnavailable
-	})
+	}, 20*time.Second, 20*time.Millisecond, "/readyz to say draining")
 	code, body := get("/readyz")
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, "draining", body)

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -42,16 +45,12 @@ func TestHoldLifetimeAcrossRestart(t *testing.T) {
 	ready := time.Now()
 	env = []string{"BUB_BUS_URL=" + d.url}
 	var list protocol.DLQListResult
-	pollFor(t, "the held message to be dead-lettered", func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out, errOut, code := bub(t, env, "", "dlq", "list", "--json")
-		if code != 0 {
-			t.Fatalf("dlq list: exit %d: %s%s", code, out, errOut)
-		}
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			t.Fatalf("dlq list output %q: %v", out, err)
-		}
-		return len(list.Entries) > 0
-	})
+		require.Zero(c, code, "dlq list: %s%s", out, errOut)
+		require.NoError(c, json.Unmarshal([]byte(out), &list), "dlq list output %q", out)
+		require.NotEmpty(c, list.Entries, "the held message to be dead-lettered")
+	}, 20*time.Second, 20*time.Millisecond)
 	e := list.Entries[0]
 	if e.Topic != "agent:ghost-1" || e.Reason != protocol.ReasonNoSubscribers {
 		t.Errorf("dead letter %+v: want agent:ghost-1, no_subscribers", e)

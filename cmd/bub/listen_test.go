@@ -157,7 +157,7 @@ func TestListenReply(t *testing.T) {
 		return r
 	}
 	subscribed := func(stderr *lockedBuffer, want string) {
-		pollFor(t, "listen's subscribed line", func() bool { return strings.Contains(stderr.String(), "subscribed to") })
+		require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "subscribed to") }, 20*time.Second, 20*time.Millisecond, "listen's subscribed line")
 		line := stderr.String()
 		assert.Equal(t, 1, strings.Count(line, "\n"), line)
 		assert.Contains(t, line, want)
@@ -170,10 +170,10 @@ func TestListenReply(t *testing.T) {
 	assert.True(t, r.Acks[0].Retrying)
 	assert.Equal(t, "retry asked by bub listen --reply retry", r.Acks[0].Message)
 	var dead protocol.DLQListResult
-	pollFor(t, "the retried message in the dead-letter queue", func() bool {
-		require.NoError(t, pub.Call(t.Context(), protocol.MethodDLQList, protocol.DLQListParams{}, &dead))
-		return len(dead.Entries) == 1
-	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, pub.Call(t.Context(), protocol.MethodDLQList, protocol.DLQListParams{}, &dead))
+		require.Len(c, dead.Entries, 1, "the retried message in the dead-letter queue")
+	}, 20*time.Second, 20*time.Millisecond)
 	assert.Equal(t, protocol.ReasonMaxRetries, dead.Entries[0].Reason)
 	assert.Equal(t, r.MessageID, dead.Entries[0].MessageID)
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/spawner"
 )
 
@@ -101,7 +103,7 @@ func TestDeadLetterReadme(t *testing.T) {
 	// The listener that asks for retries; its subscribed line is the
 	// README's.
 	retrier := startBub(t, env, steps[0].args...)
-	pollFor(t, "the listener's subscribed line", func() bool { return strings.Contains(retrier.stderr.String(), "\n") })
+	require.Eventually(t, func() bool { return strings.Contains(retrier.stderr.String(), "\n") }, 20*time.Second, 20*time.Millisecond, "the listener's subscribed line")
 	sameAsReadme(t, steps[0], retrier.stderr.String())
 
 	out, errOut, code := bub(t, env, "", steps[1].args...)
@@ -122,17 +124,17 @@ func TestDeadLetterReadme(t *testing.T) {
 			t.Fatalf("no attempt %d; listen: %s", want, retrier.stderr)
 		}
 	}
-	pollFor(t, "the dead letter", func() bool {
+	require.Eventually(t, func() bool {
 		out, _, _ := bub(t, env, "", steps[2].args...)
 		return strings.Contains(out, "max_retries")
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the dead letter")
 	out, _, _ = bub(t, env, "", steps[2].args...)
 	sameAsReadme(t, steps[2], out)
 
 	// Ctrl-C, and a listener that processes.
 	_ = retrier.cmd.Process.Signal(syscall.SIGINT)
 	processor := startBub(t, env, "listen", "--topic", "jobs:*")
-	pollFor(t, "the processing listener's subscribed line", func() bool { return strings.Contains(processor.stderr.String(), "answered processed: true") })
+	require.Eventually(t, func() bool { return strings.Contains(processor.stderr.String(), "answered processed: true") }, 20*time.Second, 20*time.Millisecond, "the processing listener's subscribed line")
 
 	if out, errOut, code := bub(t, env, "", steps[3].args...); code != 0 || !strings.Contains(out, "max_retries") || !strings.Contains(out, `"n": 1`) {
 		t.Errorf("dlq show: exit %d:\n%s%s", code, out, errOut)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestSecuringTheBus is the README's "Securing the bus" walkthrough, as
@@ -48,10 +50,10 @@ func TestSecuringTheBus(t *testing.T) {
 
 	_, lines, listenErr := startListenProcess(t, env, "inbound:*")
 	payload := `{"type":"plaintext_message","text":"hello"}`
-	pollFor(t, "send-message with BUB_TOKEN to reach the listener", func() bool {
+	require.Eventually(t, func() bool {
 		_, _, code := bub(t, env, "", "send-message", "--topic", "inbound:chat-1", "--payload", payload)
 		return code == 0
-	})
+	}, 20*time.Second, 20*time.Millisecond, "send-message with BUB_TOKEN to reach the listener")
 	select {
 	case line := <-lines:
 		if !strings.Contains(line, `"topic":"inbound:chat-1"`) {

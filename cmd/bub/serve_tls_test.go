@@ -106,14 +106,14 @@ func startServe(t *testing.T, scheme string, client *http.Client, args ...string
 			t.Errorf("the race detector fired in bub serve:\n%s", d.stderr)
 		}
 	})
-	pollFor(t, "bub serve to answer /readyz", func() bool {
+	require.Eventually(t, func() bool {
 		resp, err := client.Get(d.http + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	})
+	}, 20*time.Second, 20*time.Millisecond, "bub serve to answer /readyz")
 	return d, addr
 }
 
@@ -196,12 +196,12 @@ func TestServeTLS(t *testing.T) {
 
 	second.install(t, certFile, keyFile)
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
-	pollFor(t, "the new certificate after SIGHUP", func() bool {
+	require.Eventually(t, func() bool {
 		serial, err := servedSerial(t, addr, first, second)
 		return err == nil && serial.Cmp(second.cert.SerialNumber) == 0
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the new certificate after SIGHUP")
 	// The new certificate is served before the reload is logged.
-	pollFor(t, "the reload's log line", func() bool { return strings.Contains(d.stderr.String(), "configuration reloaded") })
+	require.Eventually(t, func() bool { return strings.Contains(d.stderr.String(), "configuration reloaded") }, 20*time.Second, 20*time.Millisecond, "the reload's log line")
 	// The open connection keeps working on the certificate it shook
 	// hands with.
 	require.NoError(t, wsjson.Write(ctx, ws, map[string]any{"jsonrpc": "2.0", "id": 2, "method": protocol.MethodPing}))
@@ -210,9 +210,9 @@ func TestServeTLS(t *testing.T) {
 	// A reload whose key no longer matches changes nothing.
 	require.NoError(t, os.WriteFile(keyFile, first.keyPEM, 0o600))
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
-	pollFor(t, "the failed reload to be logged", func() bool {
+	require.Eventually(t, func() bool {
 		return strings.Contains(d.stderr.String(), "configuration reload failed; nothing changed")
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the failed reload to be logged")
 	serial, err = servedSerial(t, addr, first, second)
 	require.NoError(t, err)
 	assert.Equal(t, second.cert.SerialNumber, serial)
@@ -276,14 +276,14 @@ func TestServeReloadInvalidFile(t *testing.T) {
 	writeFile(t, filepath.Dir(path), "bub.yaml", "limits:\n  max_subscriptions: 100\n  max_subscribtions: 5\n")
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
 	var logged map[string]any
-	pollFor(t, "the failed reload to be logged", func() bool {
+	require.Eventually(t, func() bool {
 		for _, line := range strings.Split(d.stderr.String(), "\n") {
 			if strings.Contains(line, "configuration reload failed") {
 				return json.Unmarshal([]byte(line), &logged) == nil
 			}
 		}
 		return false
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the failed reload to be logged")
 	assert.Equal(t, "ERROR", logged["level"])
 	assert.Contains(t, logged["err"], path+`:3: unknown key "max_subscribtions" in limits`)
 	assert.NotContains(t, d.stderr.String(), "configuration reloaded")
@@ -301,9 +301,9 @@ func TestServeReloadInvalidFile(t *testing.T) {
 			t.Logf("bub serve logged:\n%s", d.stderr.String())
 		}
 	})
-	pollFor(t, "the reload to be logged", func() bool {
+	require.Eventually(t, func() bool {
 		return strings.Contains(d.stderr.String(), `"msg":"configuration reloaded"`)
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the reload to be logged")
 	assert.Contains(t, d.stderr.String(), `"msg":"changed settings take effect only after a restart","keys":["delivery_timeout"]`)
 	d.stop(t)
 }
@@ -320,14 +320,14 @@ func TestServeOpenBusAllInterfaces(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	d := &daemon{cmd: cmd, stderr: stderr}
 	t.Cleanup(d.kill)
-	pollFor(t, "bub serve on 0.0.0.0 to answer", func() bool {
+	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://127.0.0.1:" + port + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	})
+	}, 20*time.Second, 20*time.Millisecond, "bub serve on 0.0.0.0 to answer")
 	assert.Contains(t, stderr.String(), "no auth configured: any peer may act as any clientId; see docs/SECURITY.md")
 	d.stop(t)
 }
@@ -355,9 +355,9 @@ func TestServeReloadAuthAndLimits(t *testing.T) {
 			t.Logf("bub serve logged:\n%s", d.stderr.String())
 		}
 	})
-	pollFor(t, "the reload to be logged", func() bool {
+	require.Eventually(t, func() bool {
 		return strings.Contains(d.stderr.String(), `msg="configuration reloaded"`)
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the reload to be logged")
 	assert.Contains(t, d.stderr.String(), "identities=2 issuers=0")
 	assert.Contains(t, d.stderr.String(), "limits_changed=true")
 	assert.NotContains(t, d.stderr.String(), token, "the token is never logged")
@@ -366,9 +366,9 @@ func TestServeReloadAuthAndLimits(t *testing.T) {
 	// changes nothing, and the error names the file and the section.
 	writeFile(t, dir, "bub.yaml", "auth:\n  issuers:\n    - {name: s, public_key_file: absent.pub}\n")
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
-	pollFor(t, "the failed reload to be logged", func() bool {
+	require.Eventually(t, func() bool {
 		return strings.Contains(d.stderr.String(), "configuration reload failed")
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the failed reload to be logged")
 	assert.Contains(t, d.stderr.String(), path+":1: auth:")
 	d.stop(t)
 }
@@ -397,12 +397,12 @@ func TestServeCountsConnectionsFromAccept(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	pollFor(t, "a 4th connection refused", func() bool {
+	require.Eventually(t, func() bool {
 		code, body := healthz()
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "max_connections_per_addr 3")
-	})
-	pollFor(t, "the idle connections closed after the handshake timeout", func() bool {
+	}, 20*time.Second, 20*time.Millisecond, "a 4th connection refused")
+	require.Eventually(t, func() bool {
 		code, _ := healthz()
 		return code == http.StatusOK
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the idle connections closed after the handshake timeout")
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/spawner"
 )
 
@@ -79,18 +81,6 @@ func startBub(t *testing.T, env []string, args ...string) *process {
 	return p
 }
 
-// pollFor waits up to 20s for cond.
-func pollFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // echoReply is a delivery of the echo agent's reply, as bub listen prints
 // it.
 type echoReply struct {
@@ -119,14 +109,14 @@ func TestSpawnerEndToEnd(t *testing.T) {
 	outbound := startBub(t, env, "listen", "--topic", "outbound:*")
 	events := startBub(t, env, "listen", "--topic", "system:agent.*", "--policy", "continueAll")
 	for _, probe := range []string{"outbound:probe", "system:agent.probe"} {
-		pollFor(t, "a listener on "+probe, func() bool {
+		require.Eventually(t, func() bool {
 			_, _, code := bub(t, env, "", "send-message", "--topic", probe, "--payload", `{"type":"probe"}`)
 			return code == 0
-		})
+		}, 20*time.Second, 20*time.Millisecond, "a listener on "+probe)
 	}
 	root := filepath.Join(t.TempDir(), "workspaces")
 	sp := startBub(t, env, "spawner", "--command", agentBin, "--workspace-root", root, "--spawn-timeout", "10s")
-	pollFor(t, "the spawner to serve", func() bool { return strings.Contains(sp.stderr.String(), "spawner serving") })
+	require.Eventually(t, func() bool { return strings.Contains(sp.stderr.String(), "spawner serving") }, 20*time.Second, 20*time.Millisecond, "the spawner to serve")
 
 	replies := make(chan echoReply, 100)
 	go func() {
@@ -278,7 +268,7 @@ func TestSpawnerEndToEnd(t *testing.T) {
 		if err := slow.Start(); err != nil {
 			t.Fatal(err)
 		}
-		pollFor(t, "the agent to take the message", func() bool { return handled() > before })
+		require.Eventually(t, func() bool { return handled() > before }, 20*time.Second, 20*time.Millisecond, "the agent to take the message")
 		if err := syscall.Kill(spawned.PID, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill agent %s (pid %d): %v", agentID, spawned.PID, err)
 		}

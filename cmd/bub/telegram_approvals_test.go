@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bcp/gateway"
 	"github.com/bub-bus/bub/bridges/telegram/telegramtest"
 	"github.com/bub-bus/bub/peer"
@@ -23,7 +25,7 @@ func approvalBridge(t *testing.T, url string) (*telegramtest.Server, *process) {
 		"BUB_TELEGRAM_TOKEN=" + telegramtest.Token, "BUB_TELEGRAM_API_URL=" + tg.URL},
 		"telegram", "--poll-timeout", "1s", "--data-dir", filepath.Join(t.TempDir(), "tg"),
 		"--allow-users", "99", "--approver-chat", "-1001", "--approvers", "42")
-	pollFor(t, "the bridge to be ready", func() bool { return strings.Contains(bridge.stderr.String(), "telegram bridge ready") })
+	require.Eventually(t, func() bool { return strings.Contains(bridge.stderr.String(), "telegram bridge ready") }, 20*time.Second, 20*time.Millisecond, "the bridge to be ready")
 	return tg, bridge
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bridges/telegram/telegramtest"
 	"github.com/bub-bus/bub/spawner"
 )
@@ -34,7 +36,7 @@ func startTelegramStack(t *testing.T) *telegramStack {
 	d := startBus(t, t.TempDir(), "--retry-base-delay", "100ms", "--hold-patterns", "agent:*,outbound:*")
 	env := []string{"BUB_BUS_URL=" + d.url, "GORACE=atexit_sleep_ms=0"}
 	sp := startBub(t, env, "spawner", "--command", agentBin, "--workspace-root", filepath.Join(t.TempDir(), "ws"), "--spawn-timeout", "10s")
-	pollFor(t, "the spawner to serve", func() bool { return strings.Contains(sp.stderr.String(), "spawner serving") })
+	require.Eventually(t, func() bool { return strings.Contains(sp.stderr.String(), "spawner serving") }, 20*time.Second, 20*time.Millisecond, "the spawner to serve")
 	return &telegramStack{bus: d, tg: telegramtest.Start(t), sp: sp, env: env}
 }
 
@@ -43,7 +45,7 @@ func (s *telegramStack) bridge(t *testing.T, args ...string) *process {
 	t.Helper()
 	env := append(append([]string{}, s.env...), "BUB_TELEGRAM_TOKEN="+telegramtest.Token, "BUB_TELEGRAM_API_URL="+s.tg.URL)
 	p := startBub(t, env, append([]string{"telegram", "--poll-timeout", "1s"}, args...)...)
-	pollFor(t, "the bridge to be ready", func() bool { return strings.Contains(p.stderr.String(), "telegram bridge ready") })
+	require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), "telegram bridge ready") }, 20*time.Second, 20*time.Millisecond, "the bridge to be ready")
 	return p
 }
 
@@ -286,7 +288,7 @@ func TestTelegramReadme(t *testing.T) {
 		p := startBub(t, env, args...)
 		procs = append(procs, p)
 		want := map[string]string{"serve": "bus listening", "spawner": "spawner serving", "telegram": "telegram bridge ready"}[args[0]]
-		pollFor(t, "bub "+args[0], func() bool { return strings.Contains(p.stderr.String(), want) })
+		require.Eventually(t, func() bool { return strings.Contains(p.stderr.String(), want) }, 20*time.Second, 20*time.Millisecond, "bub "+args[0])
 	}
 	var id int64
 	for _, c := range userID {
@@ -296,8 +298,8 @@ func TestTelegramReadme(t *testing.T) {
 	if !tg.Wait(30*time.Second, func() bool { m := tg.SentTo(id); return len(m) == 1 && m[0].Text == "echo: hi" }) {
 		t.Fatalf("no echo: sent %+v; bridge: %s", tg.Sent(), procs[2].stderr)
 	}
-	pollFor(t, "the offset in the README's --data-dir", func() bool {
+	require.Eventually(t, func() bool {
 		_, err := os.Stat(filepath.Join(dir, "data", "telegram", "telegram-state.json"))
 		return err == nil
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the offset in the README's --data-dir")
 }
