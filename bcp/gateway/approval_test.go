@@ -46,7 +46,7 @@ func TestCategory3Approval(t *testing.T) {
 		req["justification"] != "the report has no structure to ask about" || req["controller"] != "main" || req["reader"] != "scraper" {
 		t.Fatalf("escalation request = %v", req)
 	}
-	scraper.quiet(100 * time.Millisecond)
+	scraper.quiet()
 
 	// Neither agent may decide, though both may publish on bcp:*.
 	scraper.refused(TopicApproval, decision("escalation-"+id, "approve"), CodeNotAnApprover)
@@ -76,7 +76,7 @@ func TestCategory3Approval(t *testing.T) {
 		!strings.Contains(req["warning"].(string), "UNTRUSTED") || len(req["anomalies"].([]any)) == 0 {
 		t.Fatalf("summary request = %v", req)
 	}
-	main.quiet(100 * time.Millisecond)
+	main.quiet()
 
 	alice.refused(TopicApproval, decision("summary-"+id, "edit", "summary", strings.Repeat("word ", 11)), "too_many_words")
 	_, ack = alice.send(TopicApproval, decision("summary-"+id, "edit", "summary", "The report covers Q3 revenue."))
@@ -111,7 +111,7 @@ func TestCategory3Rejections(t *testing.T) {
 	if failed := main.expect(TypeQueryFailed); failed["query_id"] != id || failed["code"] != CodeApprovalRejected {
 		t.Fatalf("bcp_query_failed = %v", failed)
 	}
-	scraper.quiet(100 * time.Millisecond)
+	scraper.quiet()
 
 	// Summary rejected.
 	id = main.query(cat3Query("needed"))
@@ -181,7 +181,7 @@ func TestCategory3PushNeedsApproval(t *testing.T) {
 		req["summary"] != "three pages changed." || !strings.Contains(req["warning"].(string), "UNTRUSTED") {
 		t.Fatalf("summary request = %v", req)
 	}
-	main.quiet(100 * time.Millisecond)
+	main.quiet()
 	alice.send(TopicApproval, decision("summary-"+id, "approve"))
 	del := main.expect(TypeResponseDelivery)
 	if del["subscription_id"] != "digest" || del["query_id"] != nil || del["category"] != 3.0 ||
@@ -200,7 +200,7 @@ func TestCategory3PushNeedsApproval(t *testing.T) {
 		!strings.Contains(vr["detail"].(string), "an injection") {
 		t.Fatalf("validation result = %v, want approval_rejected with the reason", vr)
 	}
-	main.quiet(200 * time.Millisecond)
+	main.quiet()
 }
 
 // max_cat3_queries bounds the escalations a session may ask for, however
@@ -238,7 +238,7 @@ func TestEscalationExpires(t *testing.T) {
 		t.Fatalf("bcp_approval_closed = %v", c)
 	}
 	alice.refused(TopicApproval, decision("escalation-"+id, "approve"), CodeApprovalClosed)
-	scraper.quiet(200 * time.Millisecond)
+	scraper.quiet()
 }
 
 // A pending approval survives a gateway restart: the decision made

@@ -95,7 +95,7 @@ func TestReaderCannotPublishToController(t *testing.T) {
 	if protocol.CodeOf(err) != protocol.CodeForbidden {
 		t.Fatalf("reader publishing to agent:main: err = %v, want forbidden (%d)", err, protocol.CodeForbidden)
 	}
-	main.quiet(200 * time.Millisecond)
+	main.quiet()
 }
 
 // Every refusal of a query request is a non-processed ack starting with
@@ -128,7 +128,7 @@ func TestQueryRefusals(t *testing.T) {
 	main.refused(TopicQuery, cat2Query("researcher", 1), "cat2_queries_exhausted")
 	researcher.expect(TypeQuery)
 	researcher.expect(TypeQuery)
-	researcher.quiet(100 * time.Millisecond)
+	researcher.quiet()
 }
 
 // Invalid answers are refused to the Reader with the validator's code;
@@ -153,7 +153,7 @@ func TestInvalidAnswersFailTheQuery(t *testing.T) {
 		t.Fatalf("bcp_query_failed = %v, want only type, query_id and code validation_failed", failed)
 	}
 	researcher.refused(TopicResponse, answer(id, map[string]any{"sender": "Jane"}), CodeQueryClosed)
-	main.quiet(200 * time.Millisecond)
+	main.quiet()
 }
 
 // Only the Reader a query went to may answer it; another Reader is
@@ -303,7 +303,7 @@ func TestSubscriptionPublish(t *testing.T) {
 	if vr := researcher.expect(TypeValidationResult); vr["code"] != "budget_exhausted" || !strings.Contains(vr["detail"].(string), `channel to "main"`) {
 		t.Fatalf("validation result = %v", vr)
 	}
-	main.quiet(100 * time.Millisecond)
+	main.quiet()
 }
 
 // The gateway restarts between a query and its answer, while the

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bcp"
 	"github.com/bub-bus/bub/bus"
@@ -150,6 +152,8 @@ type fixture struct {
 	srv     *bustest.Server
 	defs    []*bcp.Definition
 	dataDir string
+	// g is the gateway started last, which agent.quiet waits on.
+	g *Gateway
 }
 
 func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
@@ -196,6 +200,7 @@ func (f *fixture) gateway(tune func(*Options)) *Gateway {
 		f.t.Fatalf("start gateway: %v", err)
 	}
 	f.t.Cleanup(func() { g.Close() })
+	f.g = g
 	return g
 }
 
@@ -203,6 +208,7 @@ func (f *fixture) gateway(tune func(*Options)) *Gateway {
 // its agent: topic; every delivery is answered processed and kept.
 type agent struct {
 	t     *testing.T
+	f     *fixture
 	name  string
 	conn  *peer.Conn
 	inbox chan *peer.Delivery
@@ -236,7 +242,7 @@ func (f *fixture) dial(name, pattern string) *agent {
 	if err != nil {
 		f.t.Fatalf("dial %s: %v", name, err)
 	}
-	a := &agent{t: f.t, name: name, conn: conn, inbox: make(chan *peer.Delivery, 64)}
+	a := &agent{t: f.t, f: f, name: name, conn: conn, inbox: make(chan *peer.Delivery, 64)}
 	f.t.Cleanup(func() { conn.Close() })
 	err = conn.Subscribe(ctx, pattern, func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
 		a.inbox <- d
@@ -331,13 +337,24 @@ func (a *agent) expectAfter(skip, typ string) map[string]any {
 	}
 }
 
-// quiet requires that nothing arrives within d.
-func (a *agent) quiet(d time.Duration) {
+// quiet requires that the gateway sent a nothing: it waits until the
+// gateway has handed every message it queued to the bus, and the bus
+// answers a send once the subscribers have it, so anything for a is in
+// its inbox by then. The gateway queues a step's messages in the step's
+// own commit, before it acks the step, so this covers every step acked
+// so far; not what a timer decides later.
+func (a *agent) quiet() {
 	a.t.Helper()
+	if g := a.f.g; g != nil {
+		require.Eventually(a.t, func() bool {
+			topics, err := g.state.outboxTopics()
+			return err == nil && len(topics) == 0
+		}, bustest.Timeout, 5*time.Millisecond, "the gateway's outbox to empty")
+	}
 	select {
 	case m := <-a.inbox:
 		a.t.Fatalf("%s got %s (%s), want nothing", a.name, m.Type(), m.Payload)
-	case <-time.After(d):
+	default:
 	}
 }
 

@@ -27,7 +27,7 @@ func TestBudgetAlertAndMetrics(t *testing.T) {
 	researcher.expect(TypeValidationResult)
 	researcher.send(TopicResponse, answer(id, map[string]any{"sender": "Ada"}))
 	researcher.expect(TypeValidationResult)
-	ops.quiet(100 * time.Millisecond)
+	ops.quiet()
 
 	main.query(cat2Query("researcher", 15)) // 176 of 200: over 80%
 	alert := ops.expect(TypeBudgetAlert)

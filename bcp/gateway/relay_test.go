@@ -3,7 +3,6 @@ package gateway
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 // A relay decides only for the humans listed for it, and says which one
@@ -36,7 +35,7 @@ func TestRelayDecidesForListedUsersOnly(t *testing.T) {
 	relay.refused(TopicApproval, decision(esc, "approve", "on_behalf_of", "tg:4 2"), CodeMalformed)
 	// An agent cannot pose as a relay, nor claim a listed human.
 	main.refused(TopicApproval, decision(esc, "approve", "on_behalf_of", "tg:42"), CodeNotAnApprover)
-	scraper.quiet(100 * time.Millisecond)
+	scraper.quiet()
 
 	_, ok := relay.send(TopicApproval, decision(esc, "approve", "on_behalf_of", "tg:42"))
 	if !ok.Processed {

@@ -55,7 +55,7 @@ func TestPushControllerUnavailable(t *testing.T) {
 		!strings.Contains(vr["detail"].(string), `controller "main" is unavailable`) {
 		t.Fatalf("validation result = %v, want controller_unavailable", vr)
 	}
-	researcher.quiet(100 * time.Millisecond)
+	researcher.quiet()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		recs, err := g.Audit(0)
 		require.NoError(c, err)
