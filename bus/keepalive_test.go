@@ -17,8 +17,13 @@ import (
 // TestKeepaliveKeepsAnsweringPeer: the one pinger serving every
 // connection drops a silent peer and its subscription, and keeps pinging,
 // and keeping, a peer beside it that answers.
+//
+// The live peer reads from the moment it connects, as a real one does: a
+// pong goes out only while the socket is read. The interval is long
+// enough that a loaded machine's scheduling delays do not make the live
+// peer miss a ping.
 func TestKeepaliveKeepsAnsweringPeer(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{PingInterval: 50 * time.Millisecond})
+	srv := bustest.Start(t, &bus.Options{PingInterval: 300 * time.Millisecond})
 	ctx := t.Context()
 	pings := make(chan struct{}, 1)
 	live, _, err := websocket.Dial(ctx, srv.URL, &websocket.DialOptions{OnPingReceived: func(context.Context, []byte) bool {
@@ -29,30 +34,42 @@ func TestKeepaliveKeepsAnsweringPeer(t *testing.T) {
 		return true
 	}})
 	require.NoError(t, err)
-	defer live.CloseNow()
-	silent, _, err := websocket.Dial(ctx, srv.URL, nil)
-	require.NoError(t, err)
-	defer silent.CloseNow()
-	for ws, id := range map[*websocket.Conn]string{live: "live", silent: "silent"} {
-		for _, frame := range []string{
-			`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"` + id + `"},"id":1}`,
-			`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"` + id + `"},"id":2}`,
-		} {
-			require.NoError(t, ws.Write(ctx, websocket.MessageText, []byte(frame)))
-			_, _, err := ws.Read(ctx) // the answer; the silent peer never reads again
-			require.NoError(t, err)
-		}
-	}
+	answers := make(chan []byte, 2)
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
 		for {
-			if _, _, err := live.Read(context.Background()); err != nil {
+			_, data, err := live.Read(context.Background())
+			if err != nil {
 				return
 			}
+			answers <- data
 		}
 	}()
 	defer func() { live.CloseNow(); <-readDone }()
+	silent, _, err := websocket.Dial(ctx, srv.URL, nil)
+	require.NoError(t, err)
+	defer silent.CloseNow()
+	setup := func(id string) []string {
+		return []string{
+			`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"` + id + `"},"id":1}`,
+			`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"` + id + `"},"id":2}`,
+		}
+	}
+	for _, frame := range setup("live") {
+		require.NoError(t, live.Write(ctx, websocket.MessageText, []byte(frame)))
+		select {
+		case answer := <-answers:
+			require.NotContains(t, string(answer), `"error"`)
+		case <-time.After(bustest.Timeout):
+			t.Fatal("no answer to the live peer's " + frame)
+		}
+	}
+	for _, frame := range setup("silent") {
+		require.NoError(t, silent.Write(ctx, websocket.MessageText, []byte(frame)))
+		_, _, err := silent.Read(ctx) // the answer; the silent peer never reads again
+		require.NoError(t, err)
+	}
 
 	metrics := func() string {
 		resp, err := srv.HTTP.Client().Get(srv.HTTP.URL + "/metrics")
