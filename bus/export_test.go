@@ -1,6 +1,25 @@
 package bus
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
+
+// HoldDue reports whether a message held on topic is due now: woken by a
+// subscription, or done waiting. Subscribe wakes holds before it answers,
+// so a test can ask right after a subscription whether it woke one.
+func HoldDue(s *Server, topic string) bool {
+	q := s.sched
+	now := time.Now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for e := range q.holds[topic] {
+		if !e.p.NextAt.After(now) {
+			return true
+		}
+	}
+	return false
+}
 
 // SetMaxEventBacklog lowers the system:client.* backlog that disconnects a
 // subscriber, for the test's duration; the test must not run in parallel.
