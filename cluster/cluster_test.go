@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
@@ -157,18 +159,6 @@ func startCluster(t *testing.T, ids []string, deliver func(string) func(context.
 	return nodes, recs
 }
 
-// waitFor polls cond until it holds or bound passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", bound, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // echo is a Deliver handler that answers with what it got, or fails,
 // hangs, takes slowTurn, or says the milliseconds left until its
 // deadline, on request.
@@ -204,7 +194,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("live", func(t *testing.T) {
 		for _, n := range nodes {
-			waitFor(t, n.ID()+" sees all three live", func() bool { return slices.Equal(n.Live(), ids) })
+			require.Eventually(t, func() bool { return slices.Equal(n.Live(), ids) }, bound, 20*time.Millisecond, n.ID()+" sees all three live")
 			if n.Replicas() != 3 {
 				t.Errorf("%s: replicas %d, want 3", n.ID(), n.Replicas())
 			}
@@ -299,9 +289,9 @@ func TestCluster(t *testing.T) {
 		if _, err := b.ClaimClient(ctx, "agent:one", 21); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "a hears agent:one taken over from conn 11", func() bool {
+		require.Eventually(t, func() bool {
 			return slices.Equal(recs[0].takenOverList(), []string{"agent:one/11"})
-		})
+		}, bound, 20*time.Millisecond, "a hears agent:one taken over from conn 11")
 
 		// Two claims racing: the later revision wins, the other hears it.
 		var revA, revC uint64
@@ -315,9 +305,9 @@ func TestCluster(t *testing.T) {
 			loser, loserRec, loserConn, loserErr = c, recs[2], "agent:race/32", errC
 		}
 		if loserErr == nil {
-			waitFor(t, loser.ID()+" hears it lost agent:race", func() bool {
+			require.Eventually(t, func() bool {
 				return slices.Contains(loserRec.takenOverList(), loserConn)
-			})
+			}, bound, 20*time.Millisecond, loser.ID()+" hears it lost agent:race")
 		} else if !errors.Is(loserErr, cluster.ErrTakenOver) {
 			t.Fatal(loserErr)
 		}
@@ -408,8 +398,8 @@ func TestCluster(t *testing.T) {
 		killed := time.Now()
 
 		for i, r := range recs[:2] {
-			waitFor(t, ids[i]+" hears c is down", func() bool { return slices.Equal(r.downList(), []string{"c"}) })
-			waitFor(t, ids[i]+" drops c's subscriptions", func() bool { return !held(r) })
+			require.Eventually(t, func() bool { return slices.Equal(r.downList(), []string{"c"}) }, bound, 20*time.Millisecond, ids[i]+" hears c is down")
+			require.Eventually(t, func() bool { return !held(r) }, bound, 20*time.Millisecond, ids[i]+" drops c's subscriptions")
 		}
 		t.Logf("c's subscriptions left the order %v after it died (node timeout %v)", time.Since(killed).Round(10*time.Millisecond), testNodeTimeout)
 		for _, n := range nodes[:2] {

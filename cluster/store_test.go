@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
@@ -382,8 +383,6 @@ func TestStoreMaxPayloadRefused(t *testing.T) {
 func TestStoreCluster(t *testing.T) {
 	nodes, _ := startCluster(t, []string{"a", "b", "c"}, nil)
 	a, b, c := nodes[0].Store(), nodes[1].Store(), nodes[2].Store()
-	ctx, cancel := context.WithTimeout(t.Context(), bound)
-	defer cancel()
 
 	// The largest message the default MaxMessageBytes (1 MiB) lets in,
 	// so that its records exceed NATS's default max_payload.
@@ -407,10 +406,10 @@ func TestStoreCluster(t *testing.T) {
 			t.Errorf("a's counts: %+v in all, %+v pubA's", aTotal, aMine)
 		}
 		for _, st := range []*cluster.Store{b, c} {
-			waitFor(t, "b and c count a's entries", func() bool {
+			require.Eventually(t, func() bool {
 				total, mine, _ := st.PendingUsage("pubA")
 				return total == aTotal && mine == aMine
-			})
+			}, bound, 20*time.Millisecond, "b and c count a's entries")
 		}
 		if all, err := b.PendingSchedule(); err != nil || len(all) != 0 {
 			t.Errorf("b's schedule holds %d entries (%v); a's are a's", len(all), err)
@@ -439,10 +438,10 @@ func TestStoreCluster(t *testing.T) {
 			if n, err := st.CountDeadLetters(); n != 2 || err != nil {
 				t.Errorf("count dead letters: %d %v", n, err)
 			}
-			waitFor(t, "the dead-lettered entries leave the counts", func() bool {
+			require.Eventually(t, func() bool {
 				total, _, _ := st.PendingUsage("pubA")
 				return total.Entries == 1
-			})
+			}, bound, 20*time.Millisecond, "the dead-lettered entries leave the counts")
 			if u, err := st.DeadLetterUsage(); u.Entries != 2 || u.Bytes <= int64(len(big)) || err != nil {
 				t.Errorf("dead-letter usage: %+v %v", u, err)
 			}
@@ -475,14 +474,14 @@ func TestStoreCluster(t *testing.T) {
 		if err := c.DeletePending(rq.ID); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "every count back to zero", func() bool {
+		require.Eventually(t, func() bool {
 			for _, st := range []*cluster.Store{a, b, c} {
 				if n, _ := st.CountPending(); n != 0 {
 					return false
 				}
 			}
 			return true
-		})
+		}, bound, 20*time.Millisecond, "every count back to zero")
 	})
 
 	t.Run("takeover race", func(t *testing.T) {
@@ -502,6 +501,10 @@ func TestStoreCluster(t *testing.T) {
 		}
 		nodes[2].Crash()
 
+		// The bound starts here, not with the test: under load the
+		// subtest before can take most of it.
+		ctx, cancel := context.WithTimeout(t.Context(), bound)
+		defer cancel()
 		var moved [2][]*store.Pending
 		var errs [2]error
 		var wg sync.WaitGroup
@@ -563,11 +566,11 @@ func TestStoreCluster(t *testing.T) {
 				}
 			}
 		}
-		waitFor(t, "the counts hold each entry once", func() bool {
+		require.Eventually(t, func() bool {
 			// The big message is pubA's.
 			total, mine, _ := a.PendingUsage("pubR")
 			return total.Entries == entries && mine.Entries == entries-1
-		})
+		}, bound, 20*time.Millisecond, "the counts hold each entry once")
 		// Nothing is left to take over.
 		if again, err := a.TakeOver(ctx, "c"); err != nil || len(again) != 0 {
 			t.Errorf("second takeover: %d moved, %v", len(again), err)

@@ -277,16 +277,75 @@ func (n *Node) startSyncService() error {
 
 // currentEntries returns the entries of kv matching filter now (deletes
 // excluded), read with a watch that ends at the current values. ctx
-// bounds it. A watch made while the bucket has no leader (its node just
-// died) waits for the election; starting it again meanwhile only makes it
-// wait longer (tried: a takeover that restarted a silent read every few
-// seconds missed its deadline more often than one that waited).
+// bounds it.
+//
+// Around a node's death the watch's consumer may not be made at once.
+// JetStream refuses the request while it knows it has no leader, and
+// ignores it while its servers still take the dead node for the leader:
+// that request is never answered. So a refused or unanswered request is
+// made again, until ctx ends. A watch once made is not restarted: a
+// stream with no leader (its node just died) delivers after the
+// election, and restarting a silent read only made it later (a takeover
+// that did so every few seconds missed its deadline more often).
 func currentEntries(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
+	for {
+		out, err := watchCurrent(ctx, kv, filter)
+		if err == nil {
+			return out, nil
+		}
+		if !errors.Is(err, errWatchUnanswered) && !isLeaderless(err) {
+			return nil, err
+		}
+		select {
+		case <-time.After(leaderlessPause):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (tried again until %w)", err, ctx.Err())
+		}
 	}
-	return readCurrent(ctx, w)
+}
+
+// watchCurrent is one try of currentEntries. The watch's context must
+// outlive the read (the client unsubscribes when it ends), so the bound
+// on the request is a timer that cancels it, stopped once the watch is
+// made.
+func watchCurrent(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(watchCreateTry, cancel)
+	w, err := kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
+	late := !timer.Stop() && ctx.Err() == nil
+	var out []jetstream.KeyValueEntry
+	if err == nil {
+		// Late or not, readCurrent stops the watch.
+		out, err = readCurrent(wctx, w)
+	}
+	if late {
+		return nil, fmt.Errorf("%w within %v", errWatchUnanswered, watchCreateTry)
+	}
+	return out, err
+}
+
+var errWatchUnanswered = errors.New("no answer to the request for a watch")
+
+// watchCreateTry bounds one request for a watch's consumer: it is made
+// in well under a second even on a loaded machine, and a leader election
+// takes 4–9 s, so a request unanswered after longer than that was lost.
+const watchCreateTry = 10 * time.Second
+
+// leaderlessPause is the wait before asking JetStream again after it
+// answered that it has no leader.
+const leaderlessPause = 250 * time.Millisecond
+
+// isLeaderless reports whether err is JetStream's refusal while it has
+// no leader to serve a request (503: "JetStream system temporarily
+// unavailable"), or that no server answered at all: worth asking again
+// once a leader is elected.
+func isLeaderless(err error) bool {
+	var legacy *nats.APIError
+	var api *jetstream.APIError
+	return errors.Is(err, nats.ErrNoResponders) ||
+		errors.As(err, &legacy) && legacy.Code == 503 ||
+		errors.As(err, &api) && api.Code == 503
 }
 
 // watchAll returns the last entry of every key of kv, deletes included.
