@@ -5,20 +5,18 @@ import (
 	"time"
 )
 
-// HoldDue reports whether a message held on topic is due now: woken by a
-// subscription, or done waiting. Subscribe wakes holds before it answers,
-// so a test can ask right after a subscription whether it woke one.
-func HoldDue(s *Server, topic string) bool {
+// HeldUntil returns when each message held on topic is next due: the end
+// of its wait, or a past time once a subscription woke it (subscribe
+// wakes holds before it answers) and until its attempt's answer.
+func HeldUntil(s *Server, topic string) []time.Time {
 	q := s.sched
-	now := time.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	var due []time.Time
 	for e := range q.holds[topic] {
-		if !e.p.NextAt.After(now) {
-			return true
-		}
+		due = append(due, e.p.NextAt)
 	}
-	return false
+	return due
 }
 
 // SetMaxEventBacklog lowers the system:client.* backlog that disconnects a

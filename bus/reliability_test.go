@@ -297,8 +297,12 @@ func TestHeldOutlastsTheRetrySchedule(t *testing.T) {
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	r := pub.Publish("agent:late", "t")
 	require.True(t, r.Held)
-	// fastRetries(2) would have dead-lettered it after one 20 ms backoff.
-	time.Sleep(300 * time.Millisecond)
+	// fastRetries(2) would dead-letter it after one 20 ms backoff; held,
+	// it is due only when the hold lifetime (an hour) ends.
+	var due []time.Time
+	require.Eventually(t, func() bool { due = bus.HeldUntil(srv.Server, "agent:late"); return len(due) == 1 },
+		bustest.Timeout, 5*time.Millisecond, "the message held")
+	assert.Greater(t, time.Until(due[0]), 50*time.Minute, "held until the hold lifetime ends, not on the retry schedule")
 	assert.Empty(t, dlqList(t, pub, protocol.DLQListParams{}).Entries)
 	seen := make(chan protocol.ProcessMessageParams, 1)
 	bustest.Connect(t, srv.URL, "late", attempts(seen, protocol.ProcessMessageResult{Processed: true})).Subscribe("agent:late", "")
