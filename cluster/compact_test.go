@@ -2,13 +2,14 @@ package cluster_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/cluster"
@@ -50,16 +51,10 @@ func TestCompactRemovesOldDeleteMarkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := cluster.SubscriptionKey("solo", 1, "gone:*")
-	for {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := kv.History(ctx, gone)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the delete marker of %s is still there after %v (last: %v)", gone, bound, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		assert.ErrorIs(c, err, jetstream.ErrKeyNotFound, "the delete marker of %s is still there", gone)
+	}, bound, 50*time.Millisecond)
 	if _, err := kv.Get(ctx, cluster.SubscriptionKey("solo", 1, "kept:*")); err != nil {
 		t.Fatalf("a live subscription went with the markers: %v", err)
 	}

@@ -39,11 +39,7 @@ func (g *gate) hold(t *testing.T, write func() error) <-chan error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- write() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for g.commits.Load() == 0 {
-		require.True(t, time.Now().Before(deadline), "the first commit never happened")
-		time.Sleep(time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return g.commits.Load() > 0 }, 10*time.Second, time.Millisecond, "the first commit never happened")
 	return done
 }
 
@@ -65,11 +61,7 @@ func (g *gate) queue(t *testing.T, s *store.Store, write func() error) <-chan er
 		assert.True(t, g.released.Load(), "a write returned before its commit")
 		done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for store.Queued(s) == before {
-		require.True(t, time.Now().Before(deadline), "the write was never queued")
-		time.Sleep(time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return store.Queued(s) != before }, 10*time.Second, time.Millisecond, "the write was never queued")
 	return done
 }
 

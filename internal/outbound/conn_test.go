@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/internal/leakcheck"
 )
@@ -65,19 +66,11 @@ func readFrame(t *testing.T, r io.Reader) (byte, string) {
 // waitWriting waits until some goroutine owns c's socket.
 func waitWriting(t *testing.T, c *Conn) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	require.Eventually(t, func() bool {
 		c.mu.Lock()
-		w := c.writing
-		c.mu.Unlock()
-		if w {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no write started")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer c.mu.Unlock()
+		return c.writing
+	}, 5*time.Second, time.Millisecond, "no write started")
 }
 
 // A message written while nothing else is: one write call, made before
@@ -422,17 +415,9 @@ func TestLargeFrameKeepsItsPlaceInLine(t *testing.T) {
 // waitLined waits until n frames have had to wait for their turn.
 func waitLined(t *testing.T, c *Conn, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	require.Eventually(t, func() bool {
 		c.mu.Lock()
-		lined := c.lined
-		c.mu.Unlock()
-		if lined >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d frames waiting, want %d", lined, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer c.mu.Unlock()
+		return c.lined >= n
+	}, 5*time.Second, time.Millisecond, "%d frames waiting for their turn", n)
 }
