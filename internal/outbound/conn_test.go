@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coder/websocket"
@@ -63,14 +64,14 @@ func readFrame(t *testing.T, r io.Reader) (byte, string) {
 	return h[0] & 0x0f, string(p)
 }
 
-// waitWriting waits until some goroutine owns c's socket.
-func waitWriting(t *testing.T, c *Conn) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.writing
-	}, 5*time.Second, time.Millisecond, "no write started")
+// settled waits, in a synctest bubble, until every goroutine of the
+// bubble waits, and returns c's state then: whether a write is under way,
+// and how many frames have had to wait for their turn.
+func settled(c *Conn) (writing bool, lined uint64) {
+	synctest.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writing, c.lined
 }
 
 // A message written while nothing else is: one write call, made before
@@ -98,66 +99,75 @@ func TestLoneMessageWrittenInline(t *testing.T) {
 // Frames written while a write is under way leave together in one write
 // call once it returns, whole and in order.
 func TestQueuedFramesLeaveInOneWrite(t *testing.T) {
-	c, peer := pipe(t, 5*time.Second)
-	first := make(chan error, 1)
-	go func() { first <- c.WriteMessage(websocket.MessageBinary, []byte("first")) }()
-	waitWriting(t, c) // blocked in the pipe until the peer reads
-	for i := range 5 {
-		if err := c.WriteMessage(websocket.MessageText, []byte(strings.Repeat("x", i*100))); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		c, peer := pipe(t, 5*time.Second)
+		first := make(chan error, 1)
+		go func() { first <- c.WriteMessage(websocket.MessageBinary, []byte("first")) }()
+		writing, _ := settled(c)
+		require.True(t, writing, "the first write is not blocked in the pipe")
+		for i := range 5 {
+			if err := c.WriteMessage(websocket.MessageText, []byte(strings.Repeat("x", i*100))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := bufio.NewReader(peer)
+		if op, p := readFrame(t, r); op != 2 || p != "first" {
+			t.Fatalf("first frame: op %d %q", op, p)
+		}
+		for i := range 5 {
+			if op, p := readFrame(t, r); op != 1 || p != strings.Repeat("x", i*100) {
+				t.Fatalf("frame %d: op %d, %d bytes", i, op, len(p))
+			}
+		}
+		if err := <-first; err != nil {
 			t.Fatal(err)
 		}
-	}
-	r := bufio.NewReader(peer)
-	if op, p := readFrame(t, r); op != 2 || p != "first" {
-		t.Fatalf("first frame: op %d %q", op, p)
-	}
-	for i := range 5 {
-		if op, p := readFrame(t, r); op != 1 || p != strings.Repeat("x", i*100) {
-			t.Fatalf("frame %d: op %d, %d bytes", i, op, len(p))
+		if writes, frames := c.Stats(); writes != 2 || frames != 6 {
+			t.Fatalf("%d writes for %d frames; want 2 for 6", writes, frames)
 		}
-	}
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	if writes, frames := c.Stats(); writes != 2 || frames != 6 {
-		t.Fatalf("%d writes for %d frames; want 2 for 6", writes, frames)
-	}
+	})
 }
 
-// A peer that stops reading fails the Conn within the write timeout: the
+// A peer that stops reading fails the Conn at the write timeout: the
 // writer under way, a writer waiting for room in the queue and every later
-// one get the error, and the socket is closed.
+// one get the error, and the socket is closed. The pipe runs in memory,
+// so the test runs in a synctest bubble: the clock moves only when every
+// goroutine waits, and the failure comes exactly at the timeout however
+// loaded the machine is.
 func TestStalledPeerFailsWithinTimeout(t *testing.T) {
-	const timeout = 100 * time.Millisecond
-	c, peer := pipe(t, timeout)
-	start := time.Now()
-	errs := make(chan error, 3)
-	go func() { errs <- c.WriteMessage(websocket.MessageBinary, []byte("never read")) }()
-	waitWriting(t, c)
-	// Fill the queue, then one more writer must wait for room.
-	big := make([]byte, maxQueued)
-	if err := c.WriteMessage(websocket.MessageBinary, big); err != nil {
-		t.Fatal(err)
-	}
-	go func() { errs <- c.WriteMessage(websocket.MessageBinary, big) }()
-	go func() { errs <- c.WriteMessage(websocket.MessageBinary, []byte("small")) }()
-	for range 3 {
-		if err := <-errs; err == nil {
-			t.Fatal("a write to a stalled peer succeeded")
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		c, peer := pipe(t, timeout)
+		start := time.Now()
+		errs := make(chan error, 3)
+		go func() { errs <- c.WriteMessage(websocket.MessageBinary, []byte("never read")) }()
+		writing, _ := settled(c)
+		require.True(t, writing, "the first write is not under way")
+		// Fill the queue, then one more writer must wait for room.
+		big := make([]byte, maxQueued)
+		if err := c.WriteMessage(websocket.MessageBinary, big); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if elapsed := time.Since(start); elapsed > 20*timeout {
-		t.Logf("failing took %v (write timeout %v); the machine is slow", elapsed, timeout)
-	}
-	if err := c.WriteMessage(websocket.MessageText, []byte("later")); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
-		var ne net.Error
-		if !errors.As(err, &ne) || !ne.Timeout() {
-			t.Fatalf("later write: %v, want the timeout", err)
+		go func() { errs <- c.WriteMessage(websocket.MessageBinary, big) }()
+		go func() { errs <- c.WriteMessage(websocket.MessageBinary, []byte("small")) }()
+		for range 3 {
+			if err := <-errs; err == nil {
+				t.Fatal("a write to a stalled peer succeeded")
+			}
 		}
-	}
-	if _, err := peer.Read(make([]byte, 1)); err == nil {
-		t.Fatal("the socket is still open")
-	}
+		if elapsed := time.Since(start); elapsed != timeout {
+			t.Errorf("the writes failed after %v, want the write timeout, %v", elapsed, timeout)
+		}
+		if err := c.WriteMessage(websocket.MessageText, []byte("later")); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Fatalf("later write: %v, want the timeout", err)
+			}
+		}
+		if _, err := peer.Read(make([]byte, 1)); err == nil {
+			t.Fatal("the socket is still open")
+		}
+	})
 }
 
 // Only whole control frames may come through Write, and after a close
@@ -387,37 +397,32 @@ func BenchmarkWriteAtDepth(b *testing.B) {
 // frames written after it wait behind it instead of taking the room it
 // waits for: it cannot be starved by a stream of small ones.
 func TestLargeFrameKeepsItsPlaceInLine(t *testing.T) {
-	c, peer := pipe(t, 5*time.Second)
-	errs := make(chan error, 3)
-	go func() { errs <- c.WriteMessage(websocket.MessageText, []byte("first")) }()
-	waitWriting(t, c) // blocked in the pipe until the peer reads
-	if err := c.WriteMessage(websocket.MessageText, []byte("small-1")); err != nil {
-		t.Fatal(err)
-	}
-	big := strings.Repeat("b", maxQueued)
-	go func() { errs <- c.WriteMessage(websocket.MessageText, []byte(big)) }()
-	waitLined(t, c, 1)
-	go func() { errs <- c.WriteMessage(websocket.MessageText, []byte("small-2")) }()
-	waitLined(t, c, 2)
-	r := bufio.NewReader(peer)
-	for _, want := range []string{"first", "small-1", big, "small-2"} {
-		if _, p := readFrame(t, r); p != want {
-			t.Fatalf("read %.16q (%d bytes), want %.16q", p, len(p), want)
-		}
-	}
-	for range 3 {
-		if err := <-errs; err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		c, peer := pipe(t, 5*time.Second)
+		errs := make(chan error, 3)
+		go func() { errs <- c.WriteMessage(websocket.MessageText, []byte("first")) }()
+		writing, _ := settled(c)
+		require.True(t, writing, "the first write is not blocked in the pipe")
+		if err := c.WriteMessage(websocket.MessageText, []byte("small-1")); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-// waitLined waits until n frames have had to wait for their turn.
-func waitLined(t *testing.T, c *Conn, n uint64) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.lined >= n
-	}, 5*time.Second, time.Millisecond, "%d frames waiting for their turn", n)
+		big := strings.Repeat("b", maxQueued)
+		go func() { errs <- c.WriteMessage(websocket.MessageText, []byte(big)) }()
+		_, lined := settled(c)
+		require.Equal(t, uint64(1), lined, "the big frame waits its turn")
+		go func() { errs <- c.WriteMessage(websocket.MessageText, []byte("small-2")) }()
+		_, lined = settled(c)
+		require.Equal(t, uint64(2), lined, "the small frame waits behind the big one")
+		r := bufio.NewReader(peer)
+		for _, want := range []string{"first", "small-1", big, "small-2"} {
+			if _, p := readFrame(t, r); p != want {
+				t.Fatalf("read %.16q (%d bytes), want %.16q", p, len(p), want)
+			}
+		}
+		for range 3 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
