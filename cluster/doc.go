@@ -46,7 +46,9 @@
 // Besides these run the embedded server's and the NATS client's own; the
 // count of pending entries runs on the client's. Close ends them all.
 // While Start waits for JetStream, one more goroutine says every 10 s
-// what it waits for; it ends with Start.
+// what it waits for; it ends with Start. The node as the bus uses it
+// makes some removals off the bus's path, one goroutine each, and waits
+// for them when it leaves.
 //
 // # Operating it
 //

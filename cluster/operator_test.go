@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster"
@@ -129,7 +131,7 @@ func TestMinority(t *testing.T) {
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	waitFor(t, "a ready", func() bool { return a.Ready() == nil })
+	require.Eventually(t, func() bool { return a.Ready() == nil }, bound, 20*time.Millisecond, "a ready")
 	if err := b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

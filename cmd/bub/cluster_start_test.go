@@ -43,17 +43,17 @@ func TestClusterStartServesHealthAndStopsOnSignal(t *testing.T) {
 	require.NoError(t, d.cmd.Start())
 	t.Cleanup(d.kill)
 
-	pollFor(t, "/healthz answers while the node starts", func() bool {
+	require.Eventually(t, func() bool {
 		code, _ := httpStatus(d.http + "/healthz")
 		return code == http.StatusOK
-	})
+	}, 20*time.Second, 20*time.Millisecond, "/healthz answers while the node starts")
 	code, body := httpStatus(d.http + "/readyz")
 	assert.Equal(t, http.StatusServiceUnavailable, code)
 	assert.Equal(t, "starting", body)
-	pollFor(t, "the log names both unreachable routes", func() bool {
+	require.Eventually(t, func() bool {
 		log := d.stderr.String()
 		return strings.Contains(log, "route to nats://"+peer1+" unreachable") && strings.Contains(log, "route to nats://"+peer2+" unreachable")
-	})
+	}, 20*time.Second, 20*time.Millisecond, "the log names both unreachable routes")
 
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
 	signalled := time.Now()
