@@ -89,6 +89,8 @@ type conn struct {
 	subs   map[string]*subscription // by pattern string
 
 	connLimits
+	// activity has a lock of its own (activity.go).
+	activity activity
 
 	// The keepalive schedule (keepalive.go), guarded by pinger.mu.
 	pingPrev, pingNext *conn

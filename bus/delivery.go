@@ -48,7 +48,7 @@ type layer func(deliverFunc) deliverFunc
 
 // chain builds the delivery pipeline, outermost layer first.
 func (s *Server) chain() deliverFunc {
-	layers := []layer{s.measure, s.skipSlow, s.timeout}
+	layers := []layer{s.measure, s.skipSlow, s.timeout, s.track}
 	deliver := deliverFunc(s.call)
 	for i := len(layers) - 1; i >= 0; i-- {
 		deliver = layers[i](deliver)
@@ -59,7 +59,7 @@ func (s *Server) chain() deliverFunc {
 // deliverLocal is the pipeline for deliveries another node of a cluster
 // asks this one to make: that node measures them.
 func (s *Server) deliverLocal(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-	return s.skipSlow(s.timeout(s.call))(ctx, d)
+	return s.skipSlow(s.timeout(s.track(s.call)))(ctx, d)
 }
 
 // Failure kinds of a delivery, also its metrics outcome.

@@ -285,10 +285,13 @@ func TestDeadLetterEventsDroppedForFullQueueOnly(t *testing.T) {
 	}
 	recv(t, published)
 	// The slow subscriber's own event is out to it, and has its place in
-	// the queue until answered: one dead letter more than extra found it
-	// full.
-	assert.Equal(t, map[string]float64{"reason=subscriber_queue_full,topic=" + bus.TopicDeadLettered + ",": extra + 1},
-		series(t, srv.Registry(), "bub_events_dropped_total"))
+	// the queue until answered, as do the failing subscriber's busy and
+	// idle events, which are never dropped: at least one dead letter more
+	// than extra found it full, and nothing else was dropped.
+	dropped := series(t, srv.Registry(), "bub_events_dropped_total")
+	key := "reason=subscriber_queue_full,topic=" + bus.TopicDeadLettered + ","
+	assert.GreaterOrEqual(t, dropped[key], float64(extra+1))
+	assert.Len(t, dropped, 1, "only dead letters dropped: %v", dropped)
 	release()
 }
 
@@ -314,4 +317,43 @@ func TestEventBacklogDisconnects(t *testing.T) {
 	if st := slow.Closed(); st != websocket.StatusPolicyViolation {
 		t.Fatalf("slow subscriber closed with %d, want %d", st, websocket.StatusPolicyViolation)
 	}
+}
+
+// TestClientBusyAndIdleEvents: a client's first message in flight is
+// reported on system:client.busy, and the end of its last one, answered
+// or not, on system:client.idle; messages that overlap make one pair, and
+// the bus's own events, delivered to the observer, report nobody busy.
+func TestClientBusyAndIdleEvents(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Start(t, &bus.Options{})
+	seen := make(chan protocol.ProcessMessageParams, 64)
+	bustest.Connect(t, srv.URL, "watcher", answering(seen, protocol.ProcessMessageResult{})).Subscribe(protocol.ClientEventsPattern, protocol.PolicyContinueAll)
+
+	gate := make(chan struct{})
+	started := make(chan struct{}, 2)
+	worker := bustest.Connect(t, srv.URL, "worker", func(protocol.ProcessMessageParams) any {
+		started <- struct{}{}
+		<-gate
+		return protocol.ProcessMessageResult{Processed: true}
+	})
+	worker.Subscribe("jobs:*", "")
+	require.Equal(t, "connected worker ", nextAbout(t, seen, "worker").String())
+	require.Equal(t, "subscribed worker jobs:*", nextAbout(t, seen, "worker").String())
+
+	publisher := bustest.Connect(t, srv.URL, "publisher", nil)
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		var wg sync.WaitGroup
+		for _, topic := range []string{"jobs:1", "jobs:2"} {
+			wg.Go(func() { publisher.Publish(topic, "job") })
+		}
+		wg.Wait()
+	}()
+	recv(t, started)
+	recv(t, started)
+	require.Equal(t, "busy worker ", nextAbout(t, seen, "worker", "watcher").String())
+	close(gate)
+	recv(t, published)
+	require.Equal(t, "idle worker ", nextAbout(t, seen, "worker", "watcher").String())
 }

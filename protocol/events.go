@@ -8,7 +8,11 @@ const (
 	TopicClientDisconnected = "system:client.disconnected"
 	TopicClientSubscribed   = "system:client.subscribed"
 	TopicClientUnsubscribed = "system:client.unsubscribed"
-	TopicDeadLettered       = "system:message.dead_lettered"
+	// TopicClientBusy and TopicClientIdle report a client's first
+	// delivery in flight, and its last one answered (or failed).
+	TopicClientBusy   = "system:client.busy"
+	TopicClientIdle   = "system:client.idle"
+	TopicDeadLettered = "system:message.dead_lettered"
 
 	// ClientEventsPattern subscribes every client lifecycle event.
 	ClientEventsPattern = "system:client.*"
@@ -24,6 +28,8 @@ const (
 	EventDisconnected = "disconnected"
 	EventSubscribed   = "subscribed"
 	EventUnsubscribed = "unsubscribed"
+	EventBusy         = "busy"
+	EventIdle         = "idle"
 )
 
 // ClientEvent is the payload of the system:client.* events.

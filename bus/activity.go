@@ -1,0 +1,57 @@
+package bus
+
+import (
+	"context"
+	"sync"
+
+	"github.com/bub-bus/bub/protocol"
+)
+
+// activity counts the messages a connection is being delivered, so that
+// the bus can tell observers (the spawner, which stops idle agents) when a
+// client starts and stops being busy.
+type activity struct {
+	// mu is held across the count's change and the event it causes, so
+	// that a client's busy and idle events are emitted in the order its
+	// count changed. Lock order: before events.mu; conn.mu is not held.
+	mu       sync.Mutex
+	inFlight int
+}
+
+// track reports a local connection's deliveries of published messages on
+// system:client.busy (its first in flight) and system:client.idle (its
+// last answered, or failed). Bus events are not counted: an observer is
+// delivered the busy events themselves, which would report it busy in
+// turn, without end.
+func (s *Server) track(next deliverFunc) deliverFunc {
+	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+		if d.conn.peer != nil || d.Message.From == s.opts.ServerID {
+			return next(ctx, d)
+		}
+		s.countDelivery(d.conn, d.ClientID, 1)
+		defer s.countDelivery(d.conn, d.ClientID, -1)
+		return next(ctx, d)
+	}
+}
+
+// countDelivery adds delta to c's deliveries in flight and emits the event
+// of an edge.
+func (s *Server) countDelivery(c *conn, clientID string, delta int) {
+	c.activity.mu.Lock()
+	defer c.activity.mu.Unlock()
+	before := c.activity.inFlight
+	c.activity.inFlight += delta
+	var topic, name string
+	switch {
+	case before == 0 && c.activity.inFlight > 0:
+		topic, name = protocol.TopicClientBusy, protocol.EventBusy
+	case before > 0 && c.activity.inFlight == 0:
+		topic, name = protocol.TopicClientIdle, protocol.EventIdle
+	default:
+		return
+	}
+	c.mu.Lock()
+	identity := c.identity
+	c.mu.Unlock()
+	s.clientEvent(topic, name, clientID, identity, "", false, "")
+}
