@@ -40,17 +40,43 @@ type agent struct {
 	// ready is set once the agent subscribed to a pattern matching its
 	// slot's topic; it never goes back.
 	ready bool
-	// stopping says the spawner itself stopped the agent (shutdown or
-	// spawn timeout), so its exit is no crash to restart after.
+	// stopping says the spawner itself stopped the agent (shutdown,
+	// hibernation or spawn timeout), so its exit is no crash to restart
+	// after.
 	stopping bool
 	// failure is why the spawn failed, set before the agent is stopped.
 	failure error
 	// watchdog stops the agent if it is not ready in time.
 	watchdog *time.Timer
+
+	// reserved is when the agent was counted; readyAt when it became
+	// ready.
+	reserved, readyAt time.Time
+	// wake is why the agent was started again after a hibernation (a
+	// Reason…), "" for any other start.
+	wake string
+	// connectedAt is the bus's time of the agent's latest connect, so
+	// that busy and idle events of its previous process are told apart.
+	connectedAt time.Time
+	// busy says a delivery to the agent is in flight, as the bus last
+	// reported; served, that one has been answered since it started.
+	busy, served bool
+	// lastActive is when the agent last became idle (or ready): the
+	// least recently active idle agent makes room at capacity.
+	lastActive time.Time
+	// idleTimer hibernates the agent after IdleTimeout without a
+	// delivery.
+	idleTimer *time.Timer
+	// hibernate is why the spawner is stopping the agent to hibernate it
+	// (ReasonIdle, ReasonCapacity), "" when it is not.
+	hibernate string
+	// rewake says a delivery reached the agent after it was asked to
+	// stop: it is started again once it has exited, for the bus's retry.
+	rewake bool
 }
 
 func newAgent(id string, sl *slot) *agent {
-	return &agent{id: id, slot: sl, exited: make(chan struct{}), changed: make(chan struct{})}
+	return &agent{id: id, slot: sl, exited: make(chan struct{}), changed: make(chan struct{}), reserved: time.Now()}
 }
 
 // holdsLocked reports whether the agent has a regular subscription that

@@ -19,6 +19,8 @@ const (
 	TopicReady       = "system:agent.ready"
 	TopicExited      = "system:agent.exited"
 	TopicSpawnFailed = "system:agent.spawn_failed"
+	TopicHibernated  = "system:agent.hibernated"
+	TopicWoken       = "system:agent.woken"
 )
 
 // Event names, the "event" field of an Event.
@@ -27,6 +29,8 @@ const (
 	EventReady       = "ready"
 	EventExited      = "exited"
 	EventSpawnFailed = "spawn_failed"
+	EventHibernated  = "hibernated"
+	EventWoken       = "woken"
 )
 
 // EventType is the payload "type" of every lifecycle event, the spec's
@@ -37,7 +41,8 @@ const EventType = "agent_event"
 type Event struct {
 	// Type is always EventType.
 	Type string `json:"type"`
-	// Event is EventSpawned, EventReady, EventExited or EventSpawnFailed.
+	// Event is EventSpawned, EventReady, EventExited, EventSpawnFailed,
+	// EventHibernated or EventWoken.
 	Event string `json:"event"`
 	// AgentID is the agent's BUB_AGENT_ID, its clientId on the bus.
 	AgentID string `json:"agent_id"`
@@ -60,6 +65,10 @@ type Event struct {
 	NextStart  string `json:"next_start,omitempty"`
 	// Error says why a spawn failed (spawn_failed).
 	Error string `json:"error,omitempty"`
+	// Reason says why the agent was hibernated (ReasonIdle,
+	// ReasonCapacity) or woken (ReasonMessage, ReasonRetry, or another a
+	// caller of Wake gave).
+	Reason string `json:"reason,omitempty"`
 	// Timestamp is when it happened, RFC 3339 with nanoseconds.
 	Timestamp string `json:"timestamp"`
 }
@@ -73,6 +82,10 @@ func eventTopic(name string) string {
 		return TopicReady
 	case EventExited:
 		return TopicExited
+	case EventHibernated:
+		return TopicHibernated
+	case EventWoken:
+		return TopicWoken
 	default:
 		return TopicSpawnFailed
 	}
@@ -125,6 +138,9 @@ func (p *publisher) publish(ev Event) {
 	}
 	if ev.Error != "" {
 		attrs = append(attrs, "err", ev.Error)
+	}
+	if ev.Reason != "" {
+		attrs = append(attrs, "reason", ev.Reason)
 	}
 	if ev.Restarting {
 		attrs = append(attrs, "next_start", ev.NextStart)

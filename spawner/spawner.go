@@ -67,10 +67,24 @@ type Options struct {
 	// default): the message waits, undelivered, for that long.
 	// Default: 20s.
 	SpawnTimeout time.Duration
-	// MaxAgents bounds the agent processes running at once. A message
-	// that needs one more is answered should_retry, so the bus tries it
-	// again later. Default: 64.
+	// MaxAgents bounds the agent processes running at once, those
+	// stopping included. A message that needs one more makes room: the
+	// least recently used agent that holds no delivery is hibernated.
+	// When every agent holds one, the message waits for the first place
+	// to free, for as long as the bus waits for the spawner's answer, and
+	// is then answered should_retry after 1s, to wait again.
+	// Default: 64.
 	MaxAgents int
+	// IdleTimeout is how long an agent may go without a delivery before
+	// it is hibernated: stopped (SIGTERM, then SIGKILL after StopTimeout)
+	// while its workspace and agent id stay, and started again, with the
+	// same id in the same workspace, by the next message for its
+	// conversation. Default: 10m; negative: never.
+	IdleTimeout time.Duration
+	// DataDir holds what the spawner keeps across restarts: the agent id
+	// of every topic it has served. Default: ".spawner" in WorkspaceRoot
+	// (no workspace has a name starting with a dot).
+	DataDir string
 	// RestartDelay is the crash-loop backoff's first step. After the n-th
 	// failure in a row of a topic's agent (a crash, or a spawn that
 	// failed), no agent is started for that topic for 0 (n = 1), then
@@ -88,7 +102,8 @@ type Options struct {
 	// Default: 5.
 	MaxRestarts int
 	// StopTimeout is how long an agent has to exit after SIGTERM, on
-	// shutdown or a failed spawn, before it gets SIGKILL. Default: 5s.
+	// shutdown, hibernation or a failed spawn, before it gets SIGKILL.
+	// Default: 5s.
 	StopTimeout time.Duration
 	// Logger receives the spawner's log, agents' output included, one
 	// record per line with the agent's id. Default: slog.Default().
@@ -180,6 +195,9 @@ func (o *Options) setDefaults() {
 	if o.MaxAgents <= 0 {
 		o.MaxAgents = 64
 	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 10 * time.Minute
+	}
 	if o.RestartDelay <= 0 {
 		o.RestartDelay = time.Second
 	}
@@ -200,10 +218,10 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// capacityRetryAfter is the delay a message asks for when MaxAgents agents
-// are running: long enough not to spin, short enough that a freed place is
-// used soon.
-const capacityRetryAfter = 5 * time.Second
+// capacityRetryAfter is the delay a message asks for when it waited for a
+// place as long as the bus waits for the spawner's answer: it waits again
+// soon, not after a backoff that grows.
+const capacityRetryAfter = time.Second
 
 // Spawner is the default handler: a peer that serves Options.Patterns as a
 // fallback and starts an agent for each topic that has none. Create it
@@ -215,6 +233,8 @@ type Spawner struct {
 	root    string   // absolute WorkspaceRoot
 	events  *publisher
 	running atomic.Bool
+	state   *state
+	metrics *metrics
 
 	// agentsDone counts agents that have not been reaped. Add only under
 	// mu while !closing, so shutdown's Wait never races an Add.
@@ -228,6 +248,11 @@ type Spawner struct {
 	slots   map[string]*slot  // by topic
 	byAgent map[string]*slot  // by agent:{id} of the slot's agent id
 	agents  map[string]*agent // unreaped agents, by id
+	// freed is closed and replaced when a place may have freed: an agent
+	// was reaped, or became idle and could make room.
+	freed chan struct{}
+	// waiting counts the conversations waiting for a place.
+	waiting int
 }
 
 // slot is one topic the spawner has served, and the stable agent id it
@@ -244,6 +269,9 @@ type slot struct {
 	notBefore time.Time
 	// restart is the timer of a pending restart, or nil.
 	restart *time.Timer
+	// asleep says the slot's agent was hibernated (or ran before the
+	// spawner's restart), so its next start is a wake.
+	asleep bool
 }
 
 // New checks opts and returns a Spawner. It resolves the agent program
@@ -282,16 +310,32 @@ func New(opts *Options) (*Spawner, error) {
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("spawner: workspace root: %w", err)
 	}
-	return &Spawner{
+	if o.DataDir == "" {
+		o.DataDir = filepath.Join(root, ".spawner")
+	}
+	st, known, err := openState(o.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("spawner: %w", err)
+	}
+	s := &Spawner{
 		opts:    o,
 		log:     o.Logger,
 		command: append([]string{program}, o.Command[1:]...),
 		root:    root,
 		events:  newPublisher(o.Logger),
+		state:   st,
 		slots:   make(map[string]*slot),
 		byAgent: make(map[string]*slot),
 		agents:  make(map[string]*agent),
-	}, nil
+		freed:   make(chan struct{}),
+	}
+	for topic, id := range known {
+		sl := &slot{topic: topic, agentID: id, asleep: true}
+		s.slots[topic] = sl
+		s.byAgent[peer.AgentTopic(id)] = sl
+	}
+	s.metrics = newMetrics(s)
+	return s, nil
 }
 
 // Run connects to the bus, subscribes, and serves until ctx is done or
@@ -307,6 +351,11 @@ func (s *Spawner) Run(ctx context.Context) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("spawner: Run called twice")
 	}
+	defer func() {
+		if err := s.state.close(); err != nil {
+			s.log.Warn("close the spawner's data", "err", err)
+		}
+	}()
 	conn, err := peer.Dial(ctx, s.opts.BusURL, &peer.Options{
 		ClientID:   s.opts.ClientID,
 		ClientInfo: &protocol.ClientInfo{Name: "bub-spawner", Version: buildinfo.Version()},
@@ -342,7 +391,8 @@ func (s *Spawner) Run(ctx context.Context) error {
 		}
 	}
 	s.log.Info("spawner serving", "bus", s.opts.BusURL, "client_id", s.opts.ClientID, "patterns", s.opts.Patterns,
-		"command", s.command, "workspace_root", s.root, "max_agents", s.opts.MaxAgents)
+		"command", s.command, "workspace_root", s.root, "data_dir", s.opts.DataDir, "max_agents", s.opts.MaxAgents,
+		"idle_timeout", s.opts.IdleTimeout, "known_topics", len(s.slots))
 	select {
 	case <-ctx.Done():
 		return nil
@@ -358,7 +408,10 @@ type AgentInfo struct {
 	Workspace string
 	PID       int // 0 while starting
 	Ready     bool
-	Started   time.Time
+	// Busy says a delivery to the agent is in flight, as the bus last
+	// reported (system:client.busy and system:client.idle).
+	Busy    bool
+	Started time.Time
 }
 
 // Agents returns the agents that are starting or running, by topic.
@@ -367,7 +420,7 @@ func (s *Spawner) Agents() []AgentInfo {
 	defer s.mu.Unlock()
 	list := make([]AgentInfo, 0, len(s.agents))
 	for _, a := range s.agents {
-		info := AgentInfo{ID: a.id, Topic: a.slot.topic, Workspace: a.workspace, Ready: a.ready, Started: a.started}
+		info := AgentInfo{ID: a.id, Topic: a.slot.topic, Workspace: a.workspace, Ready: a.ready, Busy: a.busy, Started: a.started}
 		if a.proc != nil {
 			info.PID = a.proc.Pid
 		}
@@ -378,49 +431,16 @@ func (s *Spawner) Agents() []AgentInfo {
 }
 
 // handleFallback handles a message that no agent subscribes to: it finds
-// or starts the topic's agent, waits until the agent subscribes to a
-// pattern matching the topic, and asks the bus to route the message again,
-// so that the agent gets it through its own subscription. It never answers
-// processed: the message is the agent's to process.
+// or starts (wakes) the topic's agent, waits until the agent subscribes
+// to a pattern matching the topic, and asks the bus to route the message
+// again, so that the agent gets it through its own subscription. It never
+// answers processed: the message is the agent's to process.
 func (s *Spawner) handleFallback(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
-	a, launch, err := s.claim(d.Topic)
-	if err != nil {
-		return s.refusal(d.Topic, err), nil
+	a, refusal := s.await(ctx, d.Topic, ReasonMessage)
+	if refusal != nil {
+		return *refusal, nil
 	}
-	if launch {
-		s.launch(a)
-	}
-	// A starting agent is bounded by its watchdog, and its exit tells the
-	// backoff to ask for; a running one that lacks the subscription gets
-	// SpawnTimeout to (re)make it, say after a reconnect.
-	limit := time.NewTimer(s.opts.SpawnTimeout)
-	defer limit.Stop()
-	for {
-		s.mu.Lock()
-		holds, ready, changed := a.holdsLocked(d.Topic), a.ready, a.changed
-		s.mu.Unlock()
-		if holds {
-			return peer.Result{ShouldRetry: true, Message: fmt.Sprintf("agent %s subscribes to %s; route the message again", a.id, d.Topic)}, nil
-		}
-		select {
-		case <-changed:
-		case <-a.exited:
-			s.mu.Lock()
-			failure, wait := a.failure, time.Until(a.slot.notBefore)
-			s.mu.Unlock()
-			if failure == nil {
-				failure = errors.New("agent exited")
-			}
-			return peer.Result{ShouldRetry: true, RetryAfter: max(wait, 0), Message: fmt.Sprintf("agent %s for %s: %v", a.id, a.slot.topic, failure)}, nil
-		case <-limit.C:
-			if ready {
-				return peer.Result{ShouldRetry: true, RetryAfter: time.Second, Message: fmt.Sprintf("agent %s holds no subscription matching %s after %s", a.id, d.Topic, s.opts.SpawnTimeout)}, nil
-			}
-			limit.Reset(s.opts.SpawnTimeout)
-		case <-ctx.Done():
-			return peer.Result{ShouldRetry: true, RetryAfter: time.Second, Message: fmt.Sprintf("gave up waiting for agent %s for %s: %v", a.id, a.slot.topic, context.Cause(ctx))}, nil
-		}
-	}
+	return peer.Result{ShouldRetry: true, Message: fmt.Sprintf("agent %s subscribes to %s; route the message again", a.id, d.Topic)}, nil
 }
 
 // refusal is the answer to a message no agent can be started for now.
@@ -442,26 +462,32 @@ func (s *Spawner) refusal(topic string, err error) peer.Result {
 }
 
 // claim returns the agent that serves topic, reserving a new one when
-// there is none; launch says the caller must start it. A message on
-// agent:{id} of an agent the spawner knows goes to that agent's slot, so
-// a direct message brings back the agent it was meant for.
-func (s *Spawner) claim(topic string) (a *agent, launch bool, err error) {
+// there is none; launch says the caller must start it, and created is a
+// slot made for a topic never served, whose agent id the caller records.
+// A message on agent:{id} of an agent the spawner knows goes to that
+// agent's slot, so a direct message brings back the agent it was meant
+// for. reason is why, should the start be a wake.
+func (s *Spawner) claim(topic, reason string) (a *agent, launch bool, created *slot, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sl := s.slotOfLocked(topic)
-	if sl == nil {
+	if sl == nil && !s.closing {
 		sl = &slot{topic: topic, agentID: s.newAgentIDLocked()}
 		s.slots[topic] = sl
 		s.byAgent[peer.AgentTopic(sl.agentID)] = sl
+		created = sl
 	}
-	if sl.agent != nil {
-		return sl.agent, false, nil
+	if sl != nil && sl.agent != nil {
+		return sl.agent, false, created, nil
 	}
-	a, err = s.reserveLocked(sl)
+	if sl == nil {
+		return nil, false, nil, ErrClosed
+	}
+	a, err = s.reserveLocked(sl, reason)
 	if err != nil {
-		return nil, false, err
+		return nil, false, created, err
 	}
-	return a, true, nil
+	return a, true, created, nil
 }
 
 // slotOfLocked returns the slot that serves topic, or nil.
@@ -485,8 +511,9 @@ func (s *Spawner) newAgentIDLocked() string {
 }
 
 // reserveLocked counts a new agent for sl, if the limits allow one; the
-// caller then starts it with launch.
-func (s *Spawner) reserveLocked(sl *slot) (*agent, error) {
+// caller then starts it with launch. When sl's agent was hibernated, the
+// start is a wake, for reason.
+func (s *Spawner) reserveLocked(sl *slot, reason string) (*agent, error) {
 	switch {
 	case s.closing:
 		return nil, ErrClosed
@@ -496,6 +523,10 @@ func (s *Spawner) reserveLocked(sl *slot) (*agent, error) {
 		return nil, fmt.Errorf("%w: %d in a row, next start at %s", ErrBackedOff, sl.failures, sl.notBefore.UTC().Format(time.RFC3339))
 	}
 	a := newAgent(sl.agentID, sl)
+	if sl.asleep {
+		a.wake = reason
+		sl.asleep = false
+	}
 	sl.agent = a
 	s.agents[a.id] = a
 	s.agentsDone.Add(1)
@@ -545,6 +576,10 @@ func (s *Spawner) launch(a *agent) {
 	}
 	s.mu.Unlock()
 	s.events.publish(Event{Event: EventSpawned, AgentID: a.id, Topic: topic, Workspace: dir, PID: cmd.Process.Pid})
+	if a.wake != "" {
+		s.metrics.wakes.WithLabelValues(a.wake).Inc()
+		s.events.publish(Event{Event: EventWoken, AgentID: a.id, Topic: topic, Workspace: dir, PID: cmd.Process.Pid, Reason: a.wake})
+	}
 	if stop {
 		s.terminate(a)
 	}
@@ -600,10 +635,22 @@ func (s *Spawner) finish(a *agent, cmd *exec.Cmd, waitErr error) {
 	if a.watchdog != nil {
 		a.watchdog.Stop()
 	}
+	if a.idleTimer != nil {
+		a.idleTimer.Stop()
+	}
 	delete(s.agents, a.id)
 	if sl.agent == a {
 		sl.agent = nil
 	}
+	// Hibernated: asleep until the next message, unless the bus gave
+	// it one as it stopped and will retry that to its id.
+	hibernated := a.hibernate != "" && a.failure == nil
+	rewake := hibernated && a.rewake && !s.closing
+	if hibernated {
+		sl.asleep = true
+		s.metrics.hibernations.WithLabelValues(a.hibernate).Inc()
+	}
+	s.freedLocked()
 	var status string
 	code := 0
 	if cmd != nil {
@@ -659,6 +706,12 @@ func (s *Spawner) finish(a *agent, cmd *exec.Cmd, waitErr error) {
 		s.events.publish(Event{Event: EventExited, AgentID: a.id, Topic: sl.topic, Workspace: workspace, PID: pid,
 			Status: status, ExitCode: &code, Restarting: restart, NextStart: next})
 	}
+	if hibernated {
+		s.events.publish(Event{Event: EventHibernated, AgentID: a.id, Topic: sl.topic, Workspace: workspace, PID: pid, Reason: a.hibernate})
+	}
+	if rewake {
+		go s.wakeForRetry(sl)
+	}
 	s.agentsDone.Done()
 }
 
@@ -679,7 +732,7 @@ func (s *Spawner) restart(sl *slot) {
 		s.mu.Unlock()
 		return
 	}
-	a, err := s.reserveLocked(sl)
+	a, err := s.reserveLocked(sl, ReasonRetry)
 	s.mu.Unlock()
 	if err != nil {
 		s.events.publish(Event{Event: EventSpawnFailed, AgentID: sl.agentID, Topic: sl.topic, Error: fmt.Sprintf("restart: %v", err)})
@@ -707,12 +760,43 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 	at, _ := time.Parse(time.RFC3339Nano, ev.Timestamp)
 	s.mu.Lock()
 	a := s.agents[ev.ClientID]
+	if a == nil && ev.Event == protocol.EventBusy {
+		// Delivered a message as it stopped, and reaped since: the bus
+		// retries that message to the agent's id.
+		if sl := s.byAgent[peer.AgentTopic(ev.ClientID)]; sl != nil && sl.agent == nil && sl.asleep && !s.closing {
+			go s.wakeForRetry(sl)
+		}
+	}
 	if a == nil || (ev.Fallback != nil && *ev.Fallback) {
 		s.mu.Unlock()
 		return peer.Result{}, nil
 	}
 	var becameReady bool
+	var wakeTime time.Duration
 	switch ev.Event {
+	case protocol.EventConnected:
+		a.connectedAt = at
+	case protocol.EventBusy, protocol.EventIdle:
+		if a.connectedAt.IsZero() || at.Before(a.connectedAt) {
+			// Of the agent's previous process, which has gone.
+			break
+		}
+		a.busy = ev.Event == protocol.EventBusy
+		a.lastActive = time.Now()
+		if a.busy {
+			if a.idleTimer != nil {
+				a.idleTimer.Stop()
+			}
+			// Stopping to hibernate, it was delivered a message after
+			// all: it is woken again for the bus's retry of it.
+			a.rewake = a.rewake || a.hibernate != ""
+			break
+		}
+		a.served = true
+		if !a.stopping {
+			s.armIdleLocked(a)
+		}
+		s.freedLocked()
 	case protocol.EventSubscribed:
 		p, err := protocol.ParsePattern(ev.Pattern)
 		if err != nil {
@@ -727,6 +811,14 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 			becameReady = true
 			if a.watchdog != nil {
 				a.watchdog.Stop()
+			}
+			a.readyAt = time.Now()
+			a.lastActive = a.readyAt
+			if !a.stopping {
+				s.armIdleLocked(a)
+			}
+			if a.wake != "" {
+				wakeTime = a.readyAt.Sub(a.reserved)
 			}
 		}
 		a.notifyLocked()
@@ -752,6 +844,9 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 	s.mu.Unlock()
 	if becameReady {
 		s.events.publish(info)
+	}
+	if wakeTime > 0 {
+		s.metrics.wakeSeconds.Observe(wakeTime.Seconds())
 	}
 	return peer.Result{}, nil
 }

@@ -2,10 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/peer"
@@ -25,6 +32,9 @@ type spawnerConfig struct {
 	workspaceRoot   string
 	spawnTimeout    time.Duration
 	maxAgents       int
+	idleTimeout     time.Duration
+	dataDir         string
+	metricsListen   string
 	restartDelay    time.Duration
 	restartDelayMax time.Duration
 	maxRestarts     int
@@ -51,18 +61,24 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 		"Agents run in their workspace, so a relative path in an argument is looked up there and\n"+
 		"fails: write --command \"python3 $PWD/agent.py\", not \"python3 agent.py\" (the program\n"+
 		"itself is resolved when the spawner starts, so bin/echo-agent works).\n"+
-		"Agent lifecycle events go to system:agent.{spawned,ready,exited,spawn_failed}.")
+		"An agent with no delivery for --idle-timeout, or the least recently used idle one when\n"+
+		"--max-agents are running and a new conversation needs a place, is hibernated: stopped,\n"+
+		"its workspace and agent id kept (in --data-dir) for the next message, which wakes it.\n"+
+		"Agent lifecycle events go to system:agent.{spawned,ready,exited,spawn_failed,hibernated,woken}.")
 	fs.StringVar(&cfg.busURL, "bus-url", peer.DefaultBusURL, busURLUsage+"; agents get it, the whole list, as BUB_BUS_URL")
 	fs.StringVar(&cfg.clientID, "client-id", "spawner", "clientId of the spawner; a second spawner with the same id takes over from the first")
 	fs.StringVar(&cfg.command, "command", "", "the agent program and its arguments (required), e.g. 'bin/echo-agent' or \"python3 $PWD/agent.py --verbose\"; paths in arguments in full (see above)")
 	fs.StringVar(&cfg.patterns, "patterns", strings.Join(spawner.DefaultPatterns(), ","), "comma-separated topic patterns to serve as the fallback")
 	fs.StringVar(&cfg.workspaceRoot, "workspace-root", "./workspaces", "directory holding one workspace directory per topic; created if missing")
 	fs.DurationVar(&cfg.spawnTimeout, "spawn-timeout", 20*time.Second, "how long a new agent has to subscribe to its topic; keep it below the bus's --delivery-timeout")
-	fs.IntVar(&cfg.maxAgents, "max-agents", 64, "agents running at once; a message needing one more is retried later")
+	fs.IntVar(&cfg.maxAgents, "max-agents", 64, "agent processes at once; a conversation needing one more hibernates the least recently used idle agent, or waits for one to finish its delivery")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 10*time.Minute, "hibernate an agent after this long without a delivery (0: never); the next message wakes it with the same id and workspace")
+	fs.StringVar(&cfg.dataDir, "data-dir", "", "directory keeping each topic's agent id across restarts (default: .spawner in --workspace-root)")
+	fs.StringVar(&cfg.metricsListen, "metrics-listen", "", "address to serve the spawner's Prometheus /metrics on, e.g. 127.0.0.1:9101 (default: none)")
 	fs.DurationVar(&cfg.restartDelay, "restart-delay", time.Second, "crash-loop backoff: the wait after the second failure in a row of a topic's agent, doubling after each further one")
 	fs.DurationVar(&cfg.restartDelayMax, "restart-delay-max", time.Minute, "longest crash-loop backoff; an agent that ran this long counts as healthy")
 	fs.IntVar(&cfg.maxRestarts, "max-restarts", 5, "crashes in a row after which an agent is no longer restarted until a new message")
-	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", 5*time.Second, "how long an agent has to exit after SIGTERM before it gets SIGKILL")
+	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", 5*time.Second, "how long an agent has to exit after SIGTERM (on hibernation or shutdown) before it gets SIGKILL")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "text or json")
 	cfg.cred.addFlags(fs)
@@ -77,6 +93,7 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	bindEnvAs(fs, "client-id", "BUB_SPAWNER_CLIENT_ID")
 	bindEnvAs(fs, "command", "BUB_SPAWNER_COMMAND")
 	bindEnvAs(fs, "patterns", "BUB_SPAWNER_PATTERNS")
+	bindEnvAs(fs, "data-dir", "BUB_SPAWNER_DATA_DIR")
 	bindAllEnv(fs)
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
@@ -86,6 +103,13 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	}
 	if cfg.command == "" {
 		return usagef(io, "spawner", "no agent: pass --command")
+	}
+	if cfg.idleTimeout < 0 {
+		return usagef(io, "spawner", "--idle-timeout %s is negative (0 never hibernates an idle agent)", cfg.idleTimeout)
+	}
+	idleTimeout := cfg.idleTimeout
+	if idleTimeout == 0 {
+		idleTimeout = -1 // spawner.Options: never
 	}
 	if err := checkBusURL(cfg.busURL); err != nil {
 		return usagef(io, "spawner", "%v", err)
@@ -140,6 +164,8 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 		Env:             env,
 		SpawnTimeout:    cfg.spawnTimeout,
 		MaxAgents:       cfg.maxAgents,
+		IdleTimeout:     idleTimeout,
+		DataDir:         cfg.dataDir,
 		RestartDelay:    cfg.restartDelay,
 		RestartDelayMax: cfg.restartDelayMax,
 		MaxRestarts:     cfg.maxRestarts,
@@ -149,9 +175,34 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return errorf(io, "%v", err)
 	}
+	if cfg.metricsListen != "" {
+		stop, err := serveMetrics(cfg.metricsListen, sp.Registry(), logger)
+		if err != nil {
+			return errorf(io, "--metrics-listen: %v", err)
+		}
+		defer stop()
+	}
 	if err := sp.Run(ctx); err != nil {
 		return errorf(io, "%v", dialHint(err, cfg.busURL))
 	}
 	logger.Info("spawner stopped")
 	return 0
+}
+
+// serveMetrics serves reg on http://addr/metrics until stop is called.
+func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "addr", addr, "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }

@@ -1,0 +1,250 @@
+package spawner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bub-bus/bub/peer"
+)
+
+// Why an agent was hibernated or woken: the "reason" of the
+// system:agent.hibernated and system:agent.woken events. More wake
+// reasons may come (a tool's event for a hibernated agent); readers
+// should accept any.
+const (
+	// ReasonIdle: the agent had no delivery for Options.IdleTimeout.
+	ReasonIdle = "idle"
+	// ReasonCapacity: a conversation with no agent needed its place, and
+	// it was the least recently used agent holding no message.
+	ReasonCapacity = "capacity"
+	// ReasonMessage: a message came for its conversation, or for
+	// agent:{id}.
+	ReasonMessage = "message"
+	// ReasonRetry: the bus delivered it a message as it stopped, and
+	// retries that message to its id.
+	ReasonRetry = "retry"
+)
+
+// Wake starts the agent that serves topic (a topic the spawner serves, or
+// agent:{id} of an agent it started) unless it runs, and returns once the
+// agent subscribes to a pattern matching topic. At capacity it makes room
+// as a message would: it hibernates the least recently used agent that
+// holds no message, or waits until one does. reason goes into the
+// system:agent.woken event (ReasonMessage, or a reason of the caller's).
+// It is how something other than a message to the spawner brings a
+// hibernated agent back.
+func (s *Spawner) Wake(ctx context.Context, topic, reason string) error {
+	if _, refusal := s.await(ctx, topic, reason); refusal != nil {
+		return errors.New(refusal.Message)
+	}
+	return nil
+}
+
+// await returns topic's agent once it subscribes to a pattern matching
+// topic, starting it if needed; it outlives a hibernation that ends the
+// agent meanwhile by waking it again. When no agent can be had, it
+// returns instead the answer for the bus: should_retry, and when.
+func (s *Spawner) await(ctx context.Context, topic, reason string) (*agent, *peer.Result) {
+	for {
+		a, err := s.acquire(ctx, topic, reason)
+		if err != nil {
+			r := s.refusal(topic, err)
+			return nil, &r
+		}
+		// A starting agent is bounded by its watchdog, and its exit
+		// tells the backoff to ask for; a running one that lacks the
+		// subscription gets SpawnTimeout to (re)make it, say after a
+		// reconnect.
+		limit := time.NewTimer(s.opts.SpawnTimeout)
+		again, r := s.awaitSubscription(ctx, a, topic, limit)
+		limit.Stop()
+		if !again {
+			return a, r
+		}
+	}
+}
+
+// awaitSubscription waits until a subscribes to a pattern matching topic
+// (r is nil), or it cannot (r is the answer for the bus), or a was
+// hibernated first (again: wake it anew).
+func (s *Spawner) awaitSubscription(ctx context.Context, a *agent, topic string, limit *time.Timer) (again bool, r *peer.Result) {
+	for {
+		s.mu.Lock()
+		holds, ready, changed := a.holdsLocked(topic), a.ready, a.changed
+		s.mu.Unlock()
+		if holds {
+			return false, nil
+		}
+		select {
+		case <-changed:
+		case <-a.exited:
+			s.mu.Lock()
+			failure, hibernated, wait := a.failure, a.hibernate != "", time.Until(a.slot.notBefore)
+			s.mu.Unlock()
+			if hibernated && failure == nil {
+				return true, nil
+			}
+			if failure == nil {
+				failure = errors.New("agent exited")
+			}
+			return false, &peer.Result{ShouldRetry: true, RetryAfter: max(wait, 0), Message: fmt.Sprintf("agent %s for %s: %v", a.id, a.slot.topic, failure)}
+		case <-limit.C:
+			if ready {
+				return false, &peer.Result{ShouldRetry: true, RetryAfter: time.Second, Message: fmt.Sprintf("agent %s holds no subscription matching %s after %s", a.id, topic, s.opts.SpawnTimeout)}
+			}
+			limit.Reset(s.opts.SpawnTimeout)
+		case <-ctx.Done():
+			return false, &peer.Result{ShouldRetry: true, RetryAfter: time.Second, Message: fmt.Sprintf("gave up waiting for agent %s for %s: %v", a.id, a.slot.topic, context.Cause(ctx))}
+		}
+	}
+}
+
+// acquire returns the agent that serves topic, starting one when there is
+// none. At capacity it asks an idle agent to make room and waits for a
+// place, until ctx ends.
+func (s *Spawner) acquire(ctx context.Context, topic, reason string) (*agent, error) {
+	waiting := false
+	defer func() {
+		if waiting {
+			s.mu.Lock()
+			s.waiting--
+			s.mu.Unlock()
+		}
+	}()
+	for {
+		a, launch, created, err := s.claim(topic, reason)
+		if created != nil {
+			s.remember(created)
+		}
+		if err == nil {
+			if launch {
+				s.launch(a)
+			}
+			return a, nil
+		}
+		if !errors.Is(err, ErrAtCapacity) {
+			return nil, err
+		}
+		s.mu.Lock()
+		if !waiting {
+			waiting = true
+			s.waiting++
+		}
+		victim := s.makeRoomLocked()
+		freed := s.freed
+		s.mu.Unlock()
+		if victim != nil {
+			s.terminate(victim)
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (waited for a place: %v)", err, context.Cause(ctx))
+		}
+	}
+}
+
+// remember records a new slot's agent id in the data dir, so a restarted
+// spawner gives the topic the same id. A failure costs only that, so it
+// is logged and the agent starts all the same.
+func (s *Spawner) remember(sl *slot) {
+	if err := s.state.put(sl.topic, sl.agentID); err != nil {
+		s.log.Error("the agent id of a topic is not kept across a restart", "agent_id", sl.agentID, "topic", sl.topic, "err", err)
+	}
+}
+
+// makeRoomLocked hibernates the least recently used idle agent for a
+// conversation that waits for a place, unless enough agents are already
+// stopping to make room for every waiting one. It returns the agent the
+// caller must terminate, or nil.
+func (s *Spawner) makeRoomLocked() *agent {
+	leaving := 0
+	for _, a := range s.agents {
+		if a.hibernate == ReasonCapacity {
+			leaving++
+		}
+	}
+	if leaving >= s.waiting {
+		return nil
+	}
+	var victim *agent
+	for _, a := range s.agents {
+		if s.idleLocked(a) && (victim == nil || a.lastActive.Before(victim.lastActive)) {
+			victim = a
+		}
+	}
+	if victim != nil {
+		s.hibernateLocked(victim, ReasonCapacity)
+	}
+	return victim
+}
+
+// idleLocked reports whether a may be hibernated now: it is ready, holds
+// no delivery, and is not stopping. A new agent must first have answered
+// a delivery (the message that started it is on its way) or have had
+// SpawnTimeout to get one.
+func (s *Spawner) idleLocked(a *agent) bool {
+	return a.ready && !a.busy && !a.stopping && (a.served || time.Since(a.readyAt) >= s.opts.SpawnTimeout)
+}
+
+// hibernateLocked marks a as stopping to hibernate; the caller then
+// terminates it. Its exit is no failure, and its slot keeps its id for the
+// next wake.
+func (s *Spawner) hibernateLocked(a *agent, reason string) {
+	a.stopping = true
+	a.hibernate = reason
+	if a.idleTimer != nil {
+		a.idleTimer.Stop()
+	}
+}
+
+// armIdleLocked (re)starts a's idle timer from now, when idle agents are
+// stopped at all.
+func (s *Spawner) armIdleLocked(a *agent) {
+	if s.opts.IdleTimeout <= 0 {
+		return
+	}
+	if a.idleTimer == nil {
+		a.idleTimer = time.AfterFunc(s.opts.IdleTimeout, func() { s.expireIdle(a) })
+		return
+	}
+	a.idleTimer.Reset(s.opts.IdleTimeout)
+}
+
+// expireIdle hibernates a when it has had no delivery for IdleTimeout.
+func (s *Spawner) expireIdle(a *agent) {
+	s.mu.Lock()
+	if !s.idleLocked(a) {
+		// Busy: its idle event arms the timer again. Stopping: done.
+		s.mu.Unlock()
+		return
+	}
+	if rest := s.opts.IdleTimeout - time.Since(a.lastActive); rest > 0 {
+		a.idleTimer.Reset(rest)
+		s.mu.Unlock()
+		return
+	}
+	s.hibernateLocked(a, ReasonIdle)
+	s.mu.Unlock()
+	s.terminate(a)
+}
+
+// freedLocked wakes the conversations waiting for a place: an agent
+// exited, or one became idle and can make room.
+func (s *Spawner) freedLocked() {
+	close(s.freed)
+	s.freed = make(chan struct{})
+}
+
+// wakeForRetry starts sl's agent again for the retry of a message the bus
+// delivered to it as it stopped: the bus addresses that retry to the
+// agent's id.
+func (s *Spawner) wakeForRetry(sl *slot) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.opts.SpawnTimeout)
+	defer cancel()
+	if err := s.Wake(ctx, sl.topic, ReasonRetry); err != nil {
+		s.log.Warn("could not wake an agent for the retry of a message it was delivered as it stopped", "agent_id", sl.agentID, "topic", sl.topic, "err", err)
+	}
+}
