@@ -410,8 +410,12 @@ type AgentInfo struct {
 	Ready     bool
 	// Busy says a delivery to the agent is in flight, as the bus last
 	// reported (system:client.busy and system:client.idle).
-	Busy    bool
-	Started time.Time
+	Busy bool
+	// LastActive is when the agent last answered a delivery, or became
+	// ready: the least recently active idle agent makes room at
+	// capacity.
+	LastActive time.Time
+	Started    time.Time
 }
 
 // Agents returns the agents that are starting or running, by topic.
@@ -420,7 +424,7 @@ func (s *Spawner) Agents() []AgentInfo {
 	defer s.mu.Unlock()
 	list := make([]AgentInfo, 0, len(s.agents))
 	for _, a := range s.agents {
-		info := AgentInfo{ID: a.id, Topic: a.slot.topic, Workspace: a.workspace, Ready: a.ready, Busy: a.busy, Started: a.started}
+		info := AgentInfo{ID: a.id, Topic: a.slot.topic, Workspace: a.workspace, Ready: a.ready, Busy: a.busy, LastActive: a.lastActive, Started: a.started}
 		if a.proc != nil {
 			info.PID = a.proc.Pid
 		}
@@ -692,9 +696,8 @@ func (s *Spawner) finish(a *agent, cmd *exec.Cmd, waitErr error) {
 	if a.proc != nil {
 		pid = a.proc.Pid
 	}
-	close(a.exited)
-	s.mu.Unlock()
-
+	// Published before the place is given up, so that the exit is
+	// reported before the spawn of an agent taking the place.
 	next := ""
 	if restart {
 		next = sl.notBefore.UTC().Format(time.RFC3339Nano)
@@ -709,6 +712,8 @@ func (s *Spawner) finish(a *agent, cmd *exec.Cmd, waitErr error) {
 	if hibernated {
 		s.events.publish(Event{Event: EventHibernated, AgentID: a.id, Topic: sl.topic, Workspace: workspace, PID: pid, Reason: a.hibernate})
 	}
+	close(a.exited)
+	s.mu.Unlock()
 	if rewake {
 		go s.wakeForRetry(sl)
 	}

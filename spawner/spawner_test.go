@@ -386,18 +386,6 @@ func TestExitBeforeReadyBacksOff(t *testing.T) {
 	}
 }
 
-// TestMaxAgents: at capacity, a new chat is asked to wait, not dropped.
-func TestMaxAgents(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, spawner.Options{MaxAgents: 1}, nil)
-	h.send(t, "tg:10", chat("first"))
-	h.reply(t)
-	res := h.send(t, "tg:11", chat("second"))
-	if len(res.Acks) != 1 || !strings.Contains(res.Acks[0].Message, "at capacity") {
-		t.Errorf("acks %+v: want at capacity", res.Acks)
-	}
-}
-
 // TestCrashedAgentRestartsWithItsID: an agent killed while it holds a
 // message comes back with the same id, and the bus's retry of that
 // message reaches it.

@@ -41,43 +41,6 @@ func logAttempts(t *testing.T, d *store.DeadLetter) {
 	}
 }
 
-// TestAtCapacityWaitsAsAsked: at --max-agents, the spawner asks for the
-// message again in 5 s; the bus routes it again no sooner, and keeps it
-// for the hold lifetime, not for max-attempts routings.
-func TestAtCapacityWaitsAsAsked(t *testing.T) {
-	t.Parallel()
-	const lifetime = 6 * time.Second
-	h := newHarness(t, spawner.Options{MaxAgents: 1}, &bus.Options{HoldLifetime: lifetime})
-	h.send(t, "tg:10", chat("first"))
-	h.reply(t) // tg:10's agent now takes the only place, and keeps it
-
-	res := h.send(t, "tg:11", chat("second"))
-	if len(res.Acks) != 1 || !res.Acks[0].Retrying || !strings.Contains(res.Acks[0].Message, "at capacity") {
-		t.Fatalf("acks %+v: want the spawner's at capacity, retrying", res.Acks)
-	}
-	d := h.deadLetter(t, "tg:11")
-	if d.Reason != protocol.ReasonNoSubscribers {
-		t.Errorf("reason %q, want %q", d.Reason, protocol.ReasonNoSubscribers)
-	}
-	logAttempts(t, d)
-	// The publish at 0 s and the routing at 5 s, both at capacity; the
-	// lifetime ends at 6 s, before the next routing the spawner asked for.
-	if len(d.Attempts) != 3 {
-		t.Fatalf("%d attempts, want 3: %+v", len(d.Attempts), d.Attempts)
-	}
-	for i, a := range d.Attempts[:2] {
-		if !strings.Contains(a.Error, "at capacity") {
-			t.Errorf("attempt %d: %q, want the spawner's at capacity", i+1, a.Error)
-		}
-	}
-	if gap := d.Attempts[1].At.Sub(d.Attempts[0].At); gap < 5*time.Second {
-		t.Errorf("routed again after %s; the spawner asked for 5s", gap)
-	}
-	if lived := d.DeadAt.Sub(d.Attempts[0].At); lived < lifetime {
-		t.Errorf("dead-lettered after %s, before the hold lifetime of %s", lived, lifetime)
-	}
-}
-
 // TestCrashLoopWaitsForTheBackoff: an agent command that fails at once
 // makes the spawner back off, longer after each failure in a row; the bus
 // routes the message again only when the backoff allows a start, so the

@@ -1,0 +1,177 @@
+package spawner_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/spawner"
+)
+
+// slowChat is a chat message the echo agent takes delay to answer.
+func slowChat(text string, delay time.Duration) map[string]any {
+	return map[string]any{"type": "telegram_message", "text": text, "delay_ms": delay.Milliseconds()}
+}
+
+// TestCapacityHibernatesLeastRecentlyUsed: at --max-agents, a new
+// conversation is served at once: the agent used least recently is
+// hibernated to make room, and the next message for its conversation
+// wakes it with the same id in the same workspace.
+func TestCapacityHibernatesLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, spawner.Options{MaxAgents: 2}, nil)
+	h.send(t, "tg:1", chat("one"))
+	first := h.reply(t)
+	h.send(t, "tg:2", chat("two"))
+	second := h.reply(t)
+	h.send(t, "tg:1", chat("one again")) // tg:2 is now the least recently used
+	h.replyWithText(t, "echo: one again")
+	// The spawner learns of it from the bus's idle event, after the
+	// reply.
+	poll(t, "the spawner to see tg:1 used last", func() bool {
+		last := map[string]time.Time{}
+		for _, a := range h.sp.Agents() {
+			if !a.Busy {
+				last[a.Topic] = a.LastActive
+			}
+		}
+		return last["tg:1"].After(last["tg:2"]) && !last["tg:2"].IsZero()
+	})
+
+	h.send(t, "tg:3", chat("three"))
+	h.replyWithText(t, "echo: three")
+	hibernated := h.event(t, spawner.EventHibernated)
+	if hibernated.AgentID != second.AgentID || hibernated.Topic != "tg:2" || hibernated.Reason != spawner.ReasonCapacity {
+		t.Errorf("hibernated %+v: want tg:2's agent %s, for capacity", hibernated, second.AgentID)
+	}
+	if st := h.sp.Stats(); st.Running > 2 || st.Hibernated != 1 {
+		t.Errorf("stats %+v: want at most 2 running, 1 hibernated", st)
+	}
+
+	h.send(t, "tg:2", chat("two again"))
+	if r := h.replyWithText(t, "echo: two again"); r.AgentID != second.AgentID {
+		t.Errorf("tg:2 answered by %s, want its agent %s", r.AgentID, second.AgentID)
+	}
+	// tg:1 had been used before tg:3, and not since: its agent made
+	// room this time, and went before tg:2's woke.
+	if again := h.event(t, spawner.EventHibernated); again.AgentID != first.AgentID {
+		t.Errorf("hibernated %+v: want tg:1's agent %s", again, first.AgentID)
+	}
+	woken := h.event(t, spawner.EventWoken)
+	if woken.AgentID != second.AgentID || woken.Reason != spawner.ReasonMessage || woken.Workspace != hibernated.Workspace {
+		t.Errorf("woken %+v: want %s in %s, for a message", woken, second.AgentID, hibernated.Workspace)
+	}
+}
+
+// TestCapacityWaitIsServedWhenAPlaceFrees: when every agent holds a
+// delivery, a new conversation waits, and is served as soon as one
+// answers, not after a backoff; the busy agent is not stopped before it
+// has answered.
+func TestCapacityWaitIsServedWhenAPlaceFrees(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, spawner.Options{MaxAgents: 1}, &bus.Options{RetryBaseDelay: 5 * time.Second})
+	h.send(t, "tg:10", chat("warm up"))
+	busy := h.reply(t)
+
+	const hold = 1500 * time.Millisecond
+	go h.client.SendMessage(context.Background(), "tg:10", slowChat("slow", hold), nil)
+	poll(t, "the agent to be busy", func() bool {
+		agents := h.sp.Agents()
+		return len(agents) == 1 && agents[0].Busy
+	})
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		h.client.SendMessage(context.Background(), "tg:11", chat("waiting"), nil)
+	}()
+	poll(t, "the new conversation to wait", func() bool { return h.sp.Stats().Waiting == 1 })
+
+	slow := h.replyWithText(t, "echo: slow")
+	answeredAt := time.Now()
+	if slow.AgentID != busy.AgentID {
+		t.Errorf("slow message answered by %s, want %s", slow.AgentID, busy.AgentID)
+	}
+	h.replyWithText(t, "echo: waiting")
+	// The bus's own retry would come after 5s; the wait ends with the
+	// busy agent's hibernation and the new agent's start.
+	if gap := time.Since(answeredAt); gap > 3*time.Second {
+		t.Errorf("the waiting conversation was served %s after a place freed", gap)
+	}
+	<-sent
+	if ev := h.event(t, spawner.EventHibernated); ev.AgentID != busy.AgentID || ev.Reason != spawner.ReasonCapacity {
+		t.Errorf("hibernated %+v", ev)
+	}
+}
+
+// TestIdleAgentHibernatesOnlyAfterItsDelivery: an agent that holds a
+// delivery longer than the idle timeout is not stopped until it has
+// answered; then, idle, it is hibernated, and the next message wakes it
+// with its id.
+func TestIdleAgentHibernatesOnlyAfterItsDelivery(t *testing.T) {
+	t.Parallel()
+	const idle = 300 * time.Millisecond
+	h := newHarness(t, spawner.Options{IdleTimeout: idle}, nil)
+	h.send(t, "tg:20", slowChat("slow", 4*idle))
+	r := h.replyWithText(t, "echo: slow")
+	repliedAt := time.Now()
+	ev := h.event(t, spawner.EventHibernated)
+	if ev.AgentID != r.AgentID || ev.Reason != spawner.ReasonIdle {
+		t.Errorf("hibernated %+v: want %s, idle", ev, r.AgentID)
+	}
+	if at, _ := time.Parse(time.RFC3339Nano, ev.Timestamp); at.Before(repliedAt.Add(-100 * time.Millisecond)) {
+		t.Errorf("hibernated at %s, before its reply at %s", at, repliedAt)
+	}
+	poll(t, "the agent to be reaped", func() bool { return h.sp.Stats() == spawner.Stats{Hibernated: 1} })
+
+	h.send(t, "tg:20", chat("back"))
+	if again := h.replyWithText(t, "echo: back"); again.AgentID != r.AgentID {
+		t.Errorf("woken agent %s, want %s", again.AgentID, r.AgentID)
+	}
+	if woken := h.event(t, spawner.EventWoken); woken.AgentID != r.AgentID || woken.Reason != spawner.ReasonMessage {
+		t.Errorf("woken %+v", woken)
+	}
+}
+
+// TestRestartKeepsAgentIDs: a spawner started again on the same data
+// dir gives a conversation it served before the same agent id.
+func TestRestartKeepsAgentIDs(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	h := newHarness(t, spawner.Options{WorkspaceRoot: root}, nil)
+	h.send(t, "tg:30", chat("before"))
+	before := h.reply(t)
+	h.shutdown(t)
+
+	bin, err := echoAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuffer{}
+	sp, err := spawner.New(&spawner.Options{BusURL: h.bus.URL, Command: []string{bin}, WorkspaceRoot: root, Logger: slog.New(slog.NewTextHandler(log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := sp.Stats(); st.Hibernated != 1 {
+		t.Errorf("stats after restart %+v: want tg:30 hibernated", st)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- sp.Run(ctx) }()
+	defer func() {
+		stop()
+		if err := <-stopped; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("second spawner's log:\n%s", log)
+		}
+	}()
+	poll(t, "the second spawner to serve", func() bool { return strings.Contains(log.String(), "spawner serving") })
+	h.send(t, "tg:30", chat("after"))
+	if after := h.replyWithText(t, "echo: after"); after.AgentID != before.AgentID {
+		t.Errorf("after the restart tg:30 is served by %s, before by %s", after.AgentID, before.AgentID)
+	}
+}
