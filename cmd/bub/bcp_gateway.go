@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -141,17 +139,12 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "%v", dialHint(err, busURL))
 	}
 	if metricsListen != "" {
-		ln, err := net.Listen("tcp", metricsListen)
+		stop, err := serveMetrics(metricsListen, g.MetricsHandler(), logger)
 		if err != nil {
 			g.Close()
 			return errorf(io, "--metrics-listen %s: %v", metricsListen, err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", g.MetricsHandler())
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go srv.Serve(ln)
-		defer srv.Close()
-		logger.Info("bcp gateway metrics", "addr", ln.Addr().String())
+		defer stop()
 	}
 	logger.Info("bcp gateway serving", "bus", busURL, "client_id", clientID, "agents", len(defs), "data_dir", dataDir)
 	<-ctx.Done()

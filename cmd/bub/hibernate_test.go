@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -90,7 +92,8 @@ func TestSpawnerServesManyConversationsWithFewAgents(t *testing.T) {
 	}
 
 	root := filepath.Join(t.TempDir(), "workspaces")
-	sp := startBub(t, env, "spawner", "--command", agentBin, "--workspace-root", root,
+	metrics := freeAddr(t)
+	sp := startBub(t, env, "spawner", "--command", agentBin, "--workspace-root", root, "--metrics-listen", metrics,
 		"--max-agents", strconv.Itoa(maxAgents), "--idle-timeout", "1s", "--spawn-timeout", "10s")
 	pollFor(t, "the spawner to serve", func() bool { return strings.Contains(sp.stderr.String(), "spawner serving") })
 
@@ -141,6 +144,17 @@ func TestSpawnerServesManyConversationsWithFewAgents(t *testing.T) {
 	if m := maxByEvents.Load(); m > maxAgents {
 		t.Errorf("%d agent processes at once by the spawner's events, want at most %d", m, maxAgents)
 	}
+	// Every agent that took no new message for 1s is hibernated.
+	pollFor(t, "every agent to hibernate", func() bool {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(body), "bub_spawner_agents_running 0") &&
+			strings.Contains(string(body), fmt.Sprintf("bub_spawner_agents_hibernated %d", n))
+	})
 	out, errOut, code := bub(t, env, "", "dlq", "list")
 	if code != 0 || strings.Contains(out, "tg:") {
 		t.Errorf("dlq list: exit %d, %s%s; want no dead letters", code, out, errOut)

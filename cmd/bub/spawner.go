@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bub-bus/bub/auth"
@@ -94,6 +93,7 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	bindEnvAs(fs, "command", "BUB_SPAWNER_COMMAND")
 	bindEnvAs(fs, "patterns", "BUB_SPAWNER_PATTERNS")
 	bindEnvAs(fs, "data-dir", "BUB_SPAWNER_DATA_DIR")
+	bindEnvAs(fs, "metrics-listen", "BUB_SPAWNER_METRICS_LISTEN")
 	bindAllEnv(fs)
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
@@ -176,9 +176,9 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "%v", err)
 	}
 	if cfg.metricsListen != "" {
-		stop, err := serveMetrics(cfg.metricsListen, sp.Registry(), logger)
+		stop, err := serveMetrics(cfg.metricsListen, promhttp.HandlerFor(sp.Registry(), promhttp.HandlerOpts{}), logger)
 		if err != nil {
-			return errorf(io, "--metrics-listen: %v", err)
+			return errorf(io, "--metrics-listen %s: %v", cfg.metricsListen, err)
 		}
 		defer stop()
 	}
@@ -189,14 +189,15 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	return 0
 }
 
-// serveMetrics serves reg on http://addr/metrics until stop is called.
-func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+// serveMetrics serves metrics on http://addr/metrics until stop is
+// called.
+func serveMetrics(addr string, metrics http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", metrics)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
