@@ -160,9 +160,10 @@ func (s *Spawner) remember(sl *slot) {
 // stopping to make room for every waiting one. It returns the agent the
 // caller must terminate, or nil.
 func (s *Spawner) makeRoomLocked() *agent {
+	// Every agent stopping, whatever for, frees a place when it exits.
 	leaving := 0
 	for _, a := range s.agents {
-		if a.hibernate == ReasonCapacity {
+		if a.stopping {
 			leaving++
 		}
 	}

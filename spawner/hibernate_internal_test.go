@@ -1,0 +1,67 @@
+package spawner
+
+import (
+	"testing"
+	"time"
+)
+
+// TestMakeRoomChoosesLeastRecentlyUsedIdle: at capacity, the agent
+// hibernated is the idle one used least recently; an agent holding a
+// delivery, stopping, not yet ready, or new and not yet served is never
+// chosen, and no more agents are stopped than conversations wait.
+func TestMakeRoomChoosesLeastRecentlyUsedIdle(t *testing.T) {
+	now := time.Now()
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	type spec struct {
+		id         string
+		ready      bool
+		busy       bool
+		stopping   string // hibernate reason when stopping
+		served     bool
+		readyAgo   time.Duration
+		lastActive time.Duration // ago
+	}
+	idle := func(id string, last time.Duration) spec {
+		return spec{id: id, ready: true, served: true, readyAgo: time.Hour, lastActive: last}
+	}
+	for _, tc := range []struct {
+		name    string
+		agents  []spec
+		waiting int
+		want    string // "" for none
+	}{
+		{"oldest idle", []spec{idle("a", time.Minute), idle("b", time.Hour), idle("c", time.Second)}, 1, "b"},
+		{"busy is kept", []spec{idle("a", time.Minute), {id: "b", ready: true, busy: true, served: true, readyAgo: time.Hour, lastActive: time.Hour}}, 1, "a"},
+		{"every agent busy", []spec{{id: "a", ready: true, busy: true, served: true, readyAgo: time.Hour}}, 1, ""},
+		{"starting is kept", []spec{{id: "a", readyAgo: time.Hour, lastActive: time.Hour}, idle("b", time.Second)}, 1, "b"},
+		{"new, its message on its way", []spec{{id: "a", ready: true, readyAgo: 0, lastActive: 0}}, 1, ""},
+		{"new, no message for the spawn timeout", []spec{{id: "a", ready: true, readyAgo: 2 * time.Second, lastActive: 2 * time.Second}}, 1, "a"},
+		{"one already leaving for the one waiting", []spec{{id: "a", ready: true, served: true, stopping: ReasonCapacity}, idle("b", time.Hour)}, 1, ""},
+		{"one leaving, two waiting", []spec{{id: "a", ready: true, served: true, stopping: ReasonCapacity}, idle("b", time.Hour)}, 2, "b"},
+		{"one leaving for idleness makes the room", []spec{{id: "a", ready: true, served: true, stopping: ReasonIdle, lastActive: time.Hour}, idle("b", time.Minute)}, 1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Spawner{opts: Options{SpawnTimeout: time.Second}, agents: map[string]*agent{}, waiting: tc.waiting}
+			for _, sp := range tc.agents {
+				a := newAgent(sp.id, &slot{topic: "tg:" + sp.id, agentID: sp.id})
+				a.ready, a.busy, a.served = sp.ready, sp.busy, sp.served
+				a.readyAt, a.lastActive = ago(sp.readyAgo), ago(sp.lastActive)
+				if sp.stopping != "" {
+					a.stopping, a.hibernate = true, sp.stopping
+				}
+				s.agents[sp.id] = a
+			}
+			victim := s.makeRoomLocked()
+			got := ""
+			if victim != nil {
+				got = victim.id
+				if !victim.stopping || victim.hibernate != ReasonCapacity {
+					t.Errorf("victim %s not marked stopping for capacity", got)
+				}
+			}
+			if got != tc.want {
+				t.Errorf("victim %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
