@@ -28,9 +28,23 @@
 // while its agent starts wait for the same agent; there is never more
 // than one per topic.
 //
+// # Hibernation
+//
+// An agent with no delivery for Options.IdleTimeout is hibernated: stopped
+// (SIGTERM, then SIGKILL after StopTimeout), its workspace and agent id
+// kept, and started again, woken, by the next message for its topic. The
+// spawner knows which agents hold a delivery from the bus's
+// system:client.busy and system:client.idle events, and never stops one
+// that does. At MaxAgents a message that needs an agent hibernates the
+// least recently used idle one and takes its place; when every agent
+// holds a delivery it waits, and is served as soon as one is idle. Each
+// topic's agent id is kept in Options.DataDir, so a restarted spawner
+// wakes an agent with the id the bus's retries and holds address. Wake
+// starts an agent for a caller other than a message.
+//
 // # Agents' lives
 //
-// An agent runs until it exits. Its stdout and stderr go to the
+// An agent runs until it exits or is hibernated. Its stdout and stderr go to the
 // spawner's log, a record per line with its id. When it exits it is
 // reaped and no longer counts towards MaxAgents. An agent that crashes
 // (exits non-zero or is killed, when the spawner did not ask) after it
@@ -47,8 +61,9 @@
 //
 // The spawner publishes an agent_event on system:agent.spawned,
 // system:agent.ready, system:agent.exited (with the exit status and
-// whether it restarts) and system:agent.spawn_failed (with the error);
-// see Event. They are system: topics so that they neither match the
+// whether it restarts), system:agent.spawn_failed (with the error),
+// system:agent.hibernated and system:agent.woken (with the reason); see
+// Event. Registry holds its metrics. They are system: topics so that they neither match the
 // spawner's own agent:* pattern nor the bus's agent:* hold pattern.
 //
 // # Caveats
@@ -58,7 +73,7 @@
 //     that stops propagation, keeps those events from it, and spawns then
 //     time out: observers of system events should subscribe with policy
 //     continueAll, as the spawner does.
-//   - The spawner remembers every topic it served (its agent id and
-//     backoff), for as long as it runs.
+//   - The spawner remembers every topic it served (its agent id, on
+//     disk too, and backoff), in memory for as long as it runs.
 //   - Secrets belong in Options.Env, never in Options.Command.
 package spawner
