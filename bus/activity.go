@@ -13,7 +13,7 @@ import (
 type activity struct {
 	// mu is held across the count's change and the event it causes, so
 	// that a client's busy and idle events are emitted in the order its
-	// count changed. Lock order: before events.mu; conn.mu is not held.
+	// count changed. It is the first lock a delivery takes (bus/doc.go).
 	mu       sync.Mutex
 	inFlight int
 }

@@ -51,6 +51,7 @@
 // Options.WriteTimeout. The Server has one scheduler goroutine
 // (plus up to 64 running attempts) and one event goroutine per
 // connection with events waiting. Locks are taken in this order:
+// a connection's activity.mu (activity.go, taken only by a delivery),
 // Server.mu, conn.mu, events.mu, router.mu, scheduler.mu; a lane's mutex
 // (order.go) is taken alone. clusterState.mu comes before a stand-in's
 // conn.mu and router.mu, and a local conn's mu is never held while taking
