@@ -50,6 +50,10 @@ func (s *Server) countDelivery(c *conn, clientID string, delta int) {
 	default:
 		return
 	}
+	if len(s.router.route(topic)) == 0 {
+		// Nobody listens: spare every delivery an event's encoding.
+		return
+	}
 	c.mu.Lock()
 	identity := c.identity
 	c.mu.Unlock()
