@@ -214,15 +214,20 @@ func (s *Spawner) armIdleLocked(a *agent) {
 	a.idleTimer.Reset(s.opts.IdleTimeout)
 }
 
-// expireIdle hibernates a when it has had no delivery for IdleTimeout.
+// expireIdle hibernates a when it has had no delivery for IdleTimeout,
+// and a new agent not before SpawnTimeout if none came.
 func (s *Spawner) expireIdle(a *agent) {
 	s.mu.Lock()
-	if !s.idleLocked(a) {
+	if a.stopping || a.busy || !a.ready {
 		// Busy: its idle event arms the timer again. Stopping: done.
 		s.mu.Unlock()
 		return
 	}
-	if rest := s.opts.IdleTimeout - time.Since(a.lastActive); rest > 0 {
+	due := a.lastActive.Add(s.opts.IdleTimeout)
+	if !a.served {
+		due = latest(due, a.readyAt.Add(s.opts.SpawnTimeout))
+	}
+	if rest := time.Until(due); rest > 0 {
 		a.idleTimer.Reset(rest)
 		s.mu.Unlock()
 		return
@@ -230,6 +235,14 @@ func (s *Spawner) expireIdle(a *agent) {
 	s.hibernateLocked(a, ReasonIdle)
 	s.mu.Unlock()
 	s.terminate(a)
+}
+
+// latest returns the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // freedLocked wakes the conversations waiting for a place: an agent

@@ -2,6 +2,7 @@ package spawner
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -64,4 +65,59 @@ func TestMakeRoomChoosesLeastRecentlyUsedIdle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIdleTimer: an agent is hibernated for idleness IdleTimeout after
+// its last delivery, never while it holds one, and a new agent that was
+// delivered nothing not before SpawnTimeout.
+func TestIdleTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &Spawner{opts: Options{IdleTimeout: time.Second, SpawnTimeout: 5 * time.Second, StopTimeout: time.Second}, agents: map[string]*agent{}}
+		start := func(id string, served bool) *agent {
+			a := newAgent(id, &slot{topic: "tg:" + id, agentID: id})
+			a.ready, a.served, a.readyAt, a.lastActive = true, served, time.Now(), time.Now()
+			s.mu.Lock()
+			s.agents[id] = a
+			s.armIdleLocked(a)
+			s.mu.Unlock()
+			return a
+		}
+		reason := func(a *agent) string {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return a.hibernate
+		}
+		served, fresh, busy := start("served", true), start("fresh", false), start("busy", true)
+		s.mu.Lock()
+		busy.busy = true
+		busy.idleTimer.Stop()
+		s.mu.Unlock()
+
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		if reason(served) != "" {
+			t.Fatal("hibernated before its idle timeout")
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if got := reason(served); got != ReasonIdle {
+			t.Fatalf("served agent: %q after its idle timeout, want %q", got, ReasonIdle)
+		}
+		if reason(fresh) != "" {
+			t.Fatal("a new agent was hibernated before its first delivery could come")
+		}
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		if got := reason(fresh); got != ReasonIdle {
+			t.Fatalf("new agent: %q after the spawn timeout, want %q", got, ReasonIdle)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if reason(busy) != "" {
+			t.Fatal("an agent holding a delivery was hibernated")
+		}
+		for _, a := range []*agent{served, fresh, busy} {
+			a.idleTimer.Stop()
+		}
+	})
 }
