@@ -75,6 +75,16 @@ func TestCapacityWaitIsServedWhenAPlaceFrees(t *testing.T) {
 	h := newHarness(t, spawner.Options{MaxAgents: 1}, &bus.Options{RetryBaseDelay: 5 * time.Second})
 	h.send(t, "tg:10", chat("warm up"))
 	busy := h.reply(t)
+	// The spawner learns that the agent answered from the bus's idle
+	// event, after the reply; until then it could take the warm-up's
+	// busy state for the slow message's, and make room with the agent
+	// as the slow message reaches it.
+	ready := h.event(t, spawner.EventReady)
+	readyAt, _ := time.Parse(time.RFC3339Nano, ready.Timestamp)
+	poll(t, "the spawner to see the warm-up answered", func() bool {
+		agents := h.sp.Agents()
+		return len(agents) == 1 && !agents[0].Busy && agents[0].LastActive.After(readyAt)
+	})
 
 	const hold = 1500 * time.Millisecond
 	go h.client.SendMessage(context.Background(), "tg:10", slowChat("slow", hold), nil)
