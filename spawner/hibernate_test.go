@@ -3,11 +3,14 @@ package spawner_test
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/spawner"
 )
 
@@ -183,5 +186,54 @@ func TestRestartKeepsAgentIDs(t *testing.T) {
 	h.send(t, "tg:30", chat("after"))
 	if after := h.replyWithText(t, "echo: after"); after.AgentID != before.AgentID {
 		t.Errorf("after the restart tg:30 is served by %s, before by %s", after.AgentID, before.AgentID)
+	}
+}
+
+// slowStop is an agent wrapper that stops its agent a second after it is
+// asked to, and marks the moment it was asked in its workspace: the agent
+// runs in a session of its own, out of reach of the spawner's signal to
+// the wrapper's process group.
+const slowStop = `setsid "$1" &
+child=$!
+trap 'touch "$BUB_WORKSPACE/stopping"; sleep 1; kill -TERM $child; wait $child; exit 0' TERM
+wait $child
+`
+
+// TestMessageToAStoppingAgentReachesItsNextStart: a message the bus
+// delivers to an agent the spawner is hibernating, which is stopped with
+// the message in hand, is delivered again to the agent's next start,
+// woken for it with the same id.
+func TestMessageToAStoppingAgentReachesItsNextStart(t *testing.T) {
+	t.Parallel()
+	bin, err := echoAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "slow-stop.sh")
+	if err := os.WriteFile(script, []byte(slowStop), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, spawner.Options{Command: []string{"/bin/sh", script, bin}, IdleTimeout: 300 * time.Millisecond},
+		&bus.Options{RetryBaseDelay: 200 * time.Millisecond, MaxAttempts: 10})
+	h.send(t, "tg:40", chat("first"))
+	first := h.reply(t)
+	spawned := h.event(t, spawner.EventSpawned)
+	poll(t, "the agent to be asked to stop", func() bool {
+		_, err := os.Stat(filepath.Join(spawned.Workspace, "stopping"))
+		return err == nil
+	})
+
+	res := h.send(t, "tg:40", slowChat("during", 3*time.Second))
+	if len(res.Acks) != 1 || res.Acks[0].ClientID != first.AgentID || !res.Acks[0].Retrying {
+		t.Errorf("acks %+v: want the stopping agent's, retrying", res.Acks)
+	}
+	if r := h.replyWithText(t, "echo: during"); r.AgentID != first.AgentID {
+		t.Errorf("answered by %s, want %s", r.AgentID, first.AgentID)
+	}
+	if woken := h.event(t, spawner.EventWoken); woken.AgentID != first.AgentID || woken.Reason != spawner.ReasonRetry {
+		t.Errorf("woken %+v: want %s, for the retry", woken, first.AgentID)
+	}
+	if list, _, err := h.bus.Store.ListDeadLetters(store.Filter{}, "", 10); err != nil || len(list) != 0 {
+		t.Errorf("dead letters %v, %v; want none", list, err)
 	}
 }
