@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/spawner"
@@ -34,7 +36,7 @@ func TestCapacityHibernatesLeastRecentlyUsed(t *testing.T) {
 	h.replyWithText(t, "echo: one again")
 	// The spawner learns of it from the bus's idle event, after the
 	// reply.
-	poll(t, "the spawner to see tg:1 used last", func() bool {
+	require.Eventually(t, func() bool {
 		last := map[string]time.Time{}
 		for _, a := range h.sp.Agents() {
 			if !a.Busy {
@@ -42,7 +44,7 @@ func TestCapacityHibernatesLeastRecentlyUsed(t *testing.T) {
 			}
 		}
 		return last["tg:1"].After(last["tg:2"]) && !last["tg:2"].IsZero()
-	})
+	}, wait, 10*time.Millisecond, "the spawner to see tg:1 used last")
 
 	h.send(t, "tg:3", chat("three"))
 	h.replyWithText(t, "echo: three")
@@ -84,23 +86,23 @@ func TestCapacityWaitIsServedWhenAPlaceFrees(t *testing.T) {
 	// as the slow message reaches it.
 	ready := h.event(t, spawner.EventReady)
 	readyAt, _ := time.Parse(time.RFC3339Nano, ready.Timestamp)
-	poll(t, "the spawner to see the warm-up answered", func() bool {
+	require.Eventually(t, func() bool {
 		agents := h.sp.Agents()
 		return len(agents) == 1 && !agents[0].Busy && agents[0].LastActive.After(readyAt)
-	})
+	}, wait, 10*time.Millisecond, "the spawner to see the warm-up answered")
 
 	const hold = 1500 * time.Millisecond
 	go h.client.SendMessage(context.Background(), "tg:10", slowChat("slow", hold), nil)
-	poll(t, "the agent to be busy", func() bool {
+	require.Eventually(t, func() bool {
 		agents := h.sp.Agents()
 		return len(agents) == 1 && agents[0].Busy
-	})
+	}, wait, 10*time.Millisecond, "the agent to be busy")
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
 		h.client.SendMessage(context.Background(), "tg:11", chat("waiting"), nil)
 	}()
-	poll(t, "the new conversation to wait", func() bool { return h.sp.Stats().Waiting == 1 })
+	require.Eventually(t, func() bool { return h.sp.Stats().Waiting == 1 }, wait, 10*time.Millisecond, "the new conversation to wait")
 
 	slow := h.replyWithText(t, "echo: slow")
 	answeredAt := time.Now()
@@ -137,7 +139,7 @@ func TestIdleAgentHibernatesOnlyAfterItsDelivery(t *testing.T) {
 	if at, _ := time.Parse(time.RFC3339Nano, ev.Timestamp); at.Before(repliedAt.Add(-100 * time.Millisecond)) {
 		t.Errorf("hibernated at %s, before its reply at %s", at, repliedAt)
 	}
-	poll(t, "the agent to be reaped", func() bool { return h.sp.Stats() == spawner.Stats{Hibernated: 1} })
+	require.Eventually(t, func() bool { return h.sp.Stats() == spawner.Stats{Hibernated: 1} }, wait, 10*time.Millisecond, "the agent to be reaped")
 
 	h.send(t, "tg:20", chat("back"))
 	if again := h.replyWithText(t, "echo: back"); again.AgentID != r.AgentID {
@@ -182,7 +184,7 @@ func TestRestartKeepsAgentIDs(t *testing.T) {
 			t.Logf("second spawner's log:\n%s", log)
 		}
 	}()
-	poll(t, "the second spawner to serve", func() bool { return strings.Contains(log.String(), "spawner serving") })
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "spawner serving") }, wait, 10*time.Millisecond, "the second spawner to serve")
 	h.send(t, "tg:30", chat("after"))
 	if after := h.replyWithText(t, "echo: after"); after.AgentID != before.AgentID {
 		t.Errorf("after the restart tg:30 is served by %s, before by %s", after.AgentID, before.AgentID)
@@ -218,10 +220,10 @@ func TestMessageToAStoppingAgentReachesItsNextStart(t *testing.T) {
 	h.send(t, "tg:40", chat("first"))
 	first := h.reply(t)
 	spawned := h.event(t, spawner.EventSpawned)
-	poll(t, "the agent to be asked to stop", func() bool {
+	require.Eventually(t, func() bool {
 		_, err := os.Stat(filepath.Join(spawned.Workspace, "stopping"))
 		return err == nil
-	})
+	}, wait, 10*time.Millisecond, "the agent to be asked to stop")
 
 	res := h.send(t, "tg:40", slowChat("during", 3*time.Second))
 	if len(res.Acks) != 1 || res.Acks[0].ClientID != first.AgentID || !res.Acks[0].Retrying {

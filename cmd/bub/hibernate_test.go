@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/spawner"
 )
@@ -95,7 +97,7 @@ func TestSpawnerServesManyConversationsWithFewAgents(t *testing.T) {
 	metrics := freeAddr(t)
 	sp := startBub(t, env, "spawner", "--command", agentBin, "--workspace-root", root, "--metrics-listen", metrics,
 		"--max-agents", strconv.Itoa(maxAgents), "--idle-timeout", "1s", "--spawn-timeout", "10s")
-	pollFor(t, "the spawner to serve", func() bool { return strings.Contains(sp.stderr.String(), "spawner serving") })
+	require.Eventually(t, func() bool { return strings.Contains(sp.stderr.String(), "spawner serving") }, 20*time.Second, 20*time.Millisecond, "the spawner to serve")
 
 	var maxChildren atomic.Int64
 	watching := make(chan struct{})
@@ -145,7 +147,7 @@ func TestSpawnerServesManyConversationsWithFewAgents(t *testing.T) {
 		t.Errorf("%d agent processes at once by the spawner's events, want at most %d", m, maxAgents)
 	}
 	// Every agent that took no new message for 1s is hibernated.
-	pollFor(t, "every agent to hibernate", func() bool {
+	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + metrics + "/metrics")
 		if err != nil {
 			return false
@@ -154,7 +156,7 @@ func TestSpawnerServesManyConversationsWithFewAgents(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return strings.Contains(string(body), "bub_spawner_agents_running 0") &&
 			strings.Contains(string(body), fmt.Sprintf("bub_spawner_agents_hibernated %d", n))
-	})
+	}, 20*time.Second, 20*time.Millisecond, "every agent to hibernate")
 	out, errOut, code := bub(t, env, "", "dlq", "list")
 	if code != 0 || strings.Contains(out, "tg:") {
 		t.Errorf("dlq list: exit %d, %s%s; want no dead letters", code, out, errOut)
