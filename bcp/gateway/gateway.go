@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,9 +123,13 @@ type Gateway struct {
 	// (something was queued while it was busy).
 	sendingMu sync.Mutex
 	sending   map[string]bool
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	closed    sync.Once
+	// failing holds the topics whose last send failed, so that the log
+	// says once that a topic's sends fail and once that they go again,
+	// not once per attempt. Guarded by sendingMu.
+	failing map[string]bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  sync.Once
 }
 
 // Start checks the definitions, opens the state file, connects to the bus
@@ -175,7 +180,7 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	st.readers = readers
 	g := &Gateway{
 		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, approverNames: approverNames, relays: relays, metrics: newMetrics(st),
-		kick: make(chan struct{}, 1), sending: map[string]bool{}, stop: make(chan struct{}),
+		kick: make(chan struct{}, 1), sending: map[string]bool{}, failing: map[string]bool{}, stop: make(chan struct{}),
 	}
 	st.metrics = g.metrics
 	conn, err := peer.Dial(ctx, opts.BusURL, &peer.Options{
@@ -390,11 +395,20 @@ func (g *Gateway) startSending() {
 }
 
 // sendTopic sends topic's queue until it is empty (or the bus cannot be
-// reached), then stops.
+// reached), then stops. A topic the bus refuses for now waits here, as
+// long as the bus asks or a retry period, and keeps its place: new
+// messages queued meanwhile do not send it again sooner.
 func (g *Gateway) sendTopic(topic string) {
 	defer g.wg.Done()
 	for {
-		for g.sendOne(topic) {
+		for {
+			sent, wait := g.sendOne(topic)
+			if sent {
+				continue
+			}
+			if wait <= 0 || !g.sleep(wait) {
+				break
+			}
 		}
 		g.sendingMu.Lock()
 		again := g.sending[topic]
@@ -410,21 +424,57 @@ func (g *Gateway) sendTopic(topic string) {
 	}
 }
 
-// sendOne sends the oldest message queued for topic; false means stop
-// for now.
-func (g *Gateway) sendOne(topic string) bool {
+// sleep waits d, or until the gateway closes; false means it closed.
+func (g *Gateway) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-g.stop:
 		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// sendFailed logs that topic's send failed, the first time of a streak
+// only.
+func (g *Gateway) sendFailed(topic string, err error) {
+	g.sendingMu.Lock()
+	first := !g.failing[topic]
+	g.failing[topic] = true
+	g.sendingMu.Unlock()
+	if first {
+		g.log.Warn("bcp gateway: send failed; will retry until the bus takes it", "topic", topic, "err", err)
+	}
+}
+
+// sendWorks ends topic's streak of failed sends, logging that it did.
+func (g *Gateway) sendWorks(topic string) {
+	g.sendingMu.Lock()
+	ended := g.failing[topic]
+	delete(g.failing, topic)
+	g.sendingMu.Unlock()
+	if ended {
+		g.log.Info("bcp gateway: the bus takes the topic's messages again", "topic", topic)
+	}
+}
+
+// sendOne sends the oldest message queued for topic. When it sent none
+// it says how long to wait before trying again; zero means stop until the
+// sender wakes the topic.
+func (g *Gateway) sendOne(topic string) (sent bool, wait time.Duration) {
+	select {
+	case <-g.stop:
+		return false, 0
 	default:
 	}
 	key, m, ok, err := g.state.nextOutbox(topic)
 	if err != nil {
 		g.log.Error("bcp gateway: read outbox", "err", err)
-		return false
+		return false, 0
 	}
 	if !ok {
-		return false
+		return false, 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -437,7 +487,10 @@ func (g *Gateway) sendOne(topic string) bool {
 	}()
 	res, err := g.conn.SendMessage(ctx, m.Topic, m.Payload, nil)
 	var perr *protocol.Error
-	if errors.As(err, &perr) && !refusedForNow(perr.Code) {
+	if errors.As(err, &perr) {
+		wait = refusedForNow(perr)
+	}
+	if perr != nil && wait == 0 {
 		// The bus refused the message (the gateway's grant lacks the
 		// topic, say): it will refuse it again, and retrying would block
 		// every later message of the topic. The audit log keeps it.
@@ -445,9 +498,10 @@ func (g *Gateway) sendOne(topic string) bool {
 		res, err = &protocol.SendMessageResult{Reason: perr.Error()}, nil
 	}
 	if err != nil {
-		g.log.Warn("bcp gateway: send failed; will retry", "topic", m.Topic, "err", err)
-		return false
+		g.sendFailed(topic, err)
+		return false, wait
 	}
+	g.sendWorks(topic)
 	delivered := res.Success || res.Held
 	if !delivered {
 		// Nobody subscribes and the bus does not hold the topic: retrying
@@ -467,7 +521,7 @@ func (g *Gateway) sendOne(topic string) bool {
 	}
 	if err := g.state.finishOutbox(time.Now(), key, &m, res, delivered); err != nil {
 		g.log.Error("bcp gateway: dequeue sent message", "topic", m.Topic, "err", err)
-		return false
+		return false, 0
 	}
 	if m.Outcome != nil {
 		// The follow-up may be queued for another topic, whose queue no
@@ -475,20 +529,62 @@ func (g *Gateway) sendOne(topic string) bool {
 		// next retry tick.
 		g.wake()
 	}
-	return true
+	return true, 0
 }
 
-// refusedForNow reports whether a refusal of the bus is one it may not
-// repeat: too many requests on the connection (the topics' queues send
-// at once), a draining bus, a full pending limit, or the publish rate.
-// The message then stays queued and is sent again, as when the bus cannot
-// be reached: dropping it would lose what the gateway decided.
-func refusedForNow(code int64) bool {
-	switch code {
-	case protocol.CodeTooManyRequests, protocol.CodeShuttingDown, protocol.CodeLimitReached, protocol.CodeRateLimited:
-		return true
+// retryPeriod is how long a topic the bus refused for now waits before
+// its message is sent again, unless the bus says how long.
+const retryPeriod = time.Second
+
+// maxRetryAfter bounds the wait a bus may ask for with retry_after_ms.
+const maxRetryAfter = time.Minute
+
+// transientLimits are the limits named in a -32011 to sendMessage that
+// free up as stored work drains. Any other limit (a future one included)
+// would refuse the message again, forever.
+var transientLimits = map[string]bool{
+	"max_pending": true, "max_pending_per_identity": true,
+	"max_stored_bytes": true, "max_stored_bytes_per_identity": true,
+}
+
+// refusedForNow returns how long to wait before sending again a message
+// the bus refused for now: too many requests on the connection (the
+// topics' queues send at once), a draining bus, a full pending limit, or
+// the publish rate (as long as the bus's retry_after_ms says). The message
+// then stays queued, as when the bus cannot be reached: dropping it would
+// lose what the gateway decided. Zero means the bus would refuse it again
+// (a topic too long, a grant without it, ...).
+func refusedForNow(e *protocol.Error) time.Duration {
+	switch e.Code {
+	case protocol.CodeTooManyRequests, protocol.CodeShuttingDown:
+		return retryPeriod
+	case protocol.CodeLimitReached:
+		// The bus names the limit first: "limit reached: max_pending: ...".
+		rest, _ := strings.CutPrefix(e.Message, protocol.ErrLimitReached.Message+": ")
+		limit, _, _ := strings.Cut(rest, ":")
+		if transientLimits[limit] {
+			return retryPeriod
+		}
+	case protocol.CodeRateLimited:
+		return retryAfter(e.Data)
 	}
-	return false
+	return 0
+}
+
+// retryAfter is the wait a -32012's data asks for, retryPeriod when it
+// says none, bounded by maxRetryAfter.
+func retryAfter(data any) time.Duration {
+	var d struct {
+		RetryAfterMS float64 `json:"retry_after_ms"`
+	}
+	raw, ok := data.(json.RawMessage)
+	if !ok || json.Unmarshal(raw, &d) != nil || !(d.RetryAfterMS > 0) {
+		return retryPeriod
+	}
+	if d.RetryAfterMS >= float64(maxRetryAfter/time.Millisecond) {
+		return maxRetryAfter
+	}
+	return time.Duration(d.RetryAfterMS * float64(time.Millisecond))
 }
 
 // withReason appends the bus's reason to the detail of a queued

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -378,4 +379,46 @@ func cat2Query(target string, maxWords int) map[string]any {
 
 func answer(queryID string, response any) map[string]any {
 	return map[string]any{"type": TypeResponse, "query_id": queryID, "response": response}
+}
+
+// logLines is a slog.Handler that keeps every record's level, message
+// and attributes, for tests of what the gateway logs.
+type logLines struct {
+	mu    sync.Mutex
+	lines []logLine
+}
+
+type logLine struct {
+	level slog.Level
+	msg   string
+	attrs map[string]string
+}
+
+func (h *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logLines) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logLines) WithGroup(string) slog.Handler            { return h }
+
+func (h *logLines) Handle(_ context.Context, r slog.Record) error {
+	l := logLine{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+	r.Attrs(func(a slog.Attr) bool {
+		l.attrs[a.Key] = a.Value.String()
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lines = append(h.lines, l)
+	return nil
+}
+
+// matching returns the lines whose message contains part.
+func (h *logLines) matching(part string) []logLine {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []logLine
+	for _, l := range h.lines {
+		if strings.Contains(l.msg, part) {
+			out = append(out, l)
+		}
+	}
+	return out
 }

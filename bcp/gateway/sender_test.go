@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // A Reader that stops answering holds up its own channel only: with the
@@ -125,7 +127,8 @@ func TestBusyBusDropsNothing(t *testing.T) {
 		}
 		o.Auth = authn
 	})
-	g := f.gateway(nil)
+	logs := &logLines{}
+	g := f.gateway(func(o *Options) { o.Logger = slog.New(logs) })
 	main := f.agent("main")
 	researcher := f.reader("researcher")
 	for i := range 3 {
@@ -144,6 +147,71 @@ func TestBusyBusDropsNothing(t *testing.T) {
 	for _, r := range records {
 		if r.Event == "undeliverable" {
 			t.Fatalf("audit: %+v", r)
+		}
+	}
+
+	// Each topic's refusals are logged once when they start and once when
+	// they end, not once per attempt.
+	failed := logs.matching("send failed")
+	if len(failed) == 0 {
+		t.Fatal("the bus refused nothing: the test proves nothing")
+	}
+	// The last recovery line follows the bus's answer, which may come
+	// after the subscriber got the message.
+	var bad string
+	require.Eventually(t, func() bool {
+		streaks := map[string]int{}
+		for _, l := range logs.matching("") {
+			topic := l.attrs["topic"]
+			switch {
+			case strings.Contains(l.msg, "send failed"):
+				if streaks[topic]++; streaks[topic] != 1 {
+					bad = topic + ": a second failure line within one refusal streak"
+					return true
+				}
+			case strings.Contains(l.msg, "takes the topic's messages again"):
+				if streaks[topic]--; streaks[topic] != 0 {
+					bad = topic + ": a recovery line without a failure line"
+					return true
+				}
+			}
+		}
+		for _, n := range streaks {
+			if n != 0 {
+				return false
+			}
+		}
+		return true
+	}, bustest.Timeout, 10*time.Millisecond, "a refusal streak did not end")
+	if bad != "" {
+		t.Fatal(bad)
+	}
+}
+
+// The refusals a message may outlast are retried, after as long as the
+// bus asks for a rate limit; the others drop it.
+func TestRefusedForNow(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  *protocol.Error
+		want time.Duration
+	}{
+		{"pending", &protocol.Error{Code: protocol.CodeLimitReached, Message: "limit reached: max_pending: 100000 pending messages; try again once they drain"}, retryPeriod},
+		{"stored per identity", &protocol.Error{Code: protocol.CodeLimitReached, Message: "limit reached: max_stored_bytes_per_identity: x"}, retryPeriod},
+		{"topic bytes", &protocol.Error{Code: protocol.CodeLimitReached, Message: "limit reached: max_topic_bytes: topic is 2000 bytes"}, 0},
+		{"subscriptions", &protocol.Error{Code: protocol.CodeLimitReached, Message: "limit reached: max_subscriptions: this connection holds 1000 subscriptions"}, 0},
+		{"unnamed limit", &protocol.Error{Code: protocol.CodeLimitReached, Message: "limit reached"}, 0},
+		{"rate", &protocol.Error{Code: protocol.CodeRateLimited, Message: "rate limited", Data: json.RawMessage(`{"retry_after_ms":180}`)}, 180 * time.Millisecond},
+		{"rate without data", &protocol.Error{Code: protocol.CodeRateLimited, Message: "rate limited"}, retryPeriod},
+		{"rate, negative", &protocol.Error{Code: protocol.CodeRateLimited, Data: json.RawMessage(`{"retry_after_ms":-5}`)}, retryPeriod},
+		{"rate, huge", &protocol.Error{Code: protocol.CodeRateLimited, Data: json.RawMessage(`{"retry_after_ms":1e300}`)}, maxRetryAfter},
+		{"too many requests", &protocol.Error{Code: protocol.CodeTooManyRequests}, retryPeriod},
+		{"draining", &protocol.Error{Code: protocol.CodeShuttingDown}, retryPeriod},
+		{"forbidden", &protocol.Error{Code: protocol.CodeForbidden, Message: "forbidden"}, 0},
+		{"invalid params", &protocol.Error{Code: protocol.CodeInvalidParams, Message: "invalid params: topic is 2000 bytes, more than max_topic_bytes 1024"}, 0},
+	} {
+		if got := refusedForNow(tc.err); got != tc.want {
+			t.Errorf("%s: refusedForNow(%d %q) = %v, want %v", tc.name, tc.err.Code, tc.err.Message, got, tc.want)
 		}
 	}
 }
