@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -258,12 +259,12 @@ func Dial(ctx context.Context, url string, opts *Options) (*Conn, error) {
 	}
 	o.setDefaults()
 	if err := protocol.ValidateClientID(o.ClientID); err != nil {
-		return nil, fmt.Errorf("dial %s: %w", url, err)
+		return nil, fmt.Errorf("dial %s: %w", redact.URLs(url), err)
 	}
 	c := &Conn{
 		urls:      urls,
 		opts:      o,
-		log:       o.Logger.With("bus", url, "client", o.ClientID),
+		log:       o.Logger.With("bus", redact.URLs(url), "client", o.ClientID),
 		slots:     make(chan struct{}, o.MaxConcurrentHandlers),
 		byPattern: make(map[string]*subscription),
 	}
@@ -298,16 +299,17 @@ func splitURLs(list string) ([]string, error) {
 	urls := make([]string, 0, len(parts))
 	for i, raw := range parts {
 		raw = strings.TrimSpace(raw)
-		where := fmt.Sprintf("bus URL %q", raw)
+		// A URL may carry user:password, which an error must not show.
+		where := fmt.Sprintf("bus URL %q", redact.URL(raw))
 		if len(parts) > 1 {
-			where = fmt.Sprintf("bus URL %d of %d (%q) in %q", i+1, len(parts), raw, list)
+			where = fmt.Sprintf("bus URL %d of %d (%q) in %q", i+1, len(parts), redact.URL(raw), redact.URLs(list))
 		}
 		if raw == "" {
 			return nil, fmt.Errorf("%s is empty", where)
 		}
 		u, err := neturl.Parse(raw)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+			return nil, fmt.Errorf("%s: %w", where, redact.ParseError(err))
 		}
 		switch {
 		case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":
@@ -395,11 +397,13 @@ func (c *Conn) end(reason error) {
 // re-subscribe yet.
 func (c *Conn) establish(ctx context.Context, url string) (*session, error) {
 	ws, resp, err := websocket.Dial(ctx, url, c.dialOptions())
+	// url may carry user:password, which an error must not show.
+	shown := redact.URL(url)
 	if err != nil {
 		if resp != nil && resp.StatusCode == http.StatusUnauthorized {
 			err = ErrUnauthorized
 		}
-		return nil, fmt.Errorf("dial %s: %w", url, err)
+		return nil, fmt.Errorf("dial %s: %w", shown, err)
 	}
 	ws.SetReadLimit(c.opts.MaxMessageBytes)
 	s := &session{stream: rpcstream.New(ws, c.opts.WriteTimeout), done: make(chan struct{})}
@@ -409,7 +413,7 @@ func (c *Conn) establish(ctx context.Context, url string) (*session, error) {
 	var result protocol.InitializeResult
 	if err := c.callOn(ctx, s, protocol.MethodInitialize, params, &result, 0); err != nil {
 		s.close()
-		return nil, fmt.Errorf("initialize %s as %q: %w", url, c.opts.ClientID, err)
+		return nil, fmt.Errorf("initialize %s as %q: %w", shown, c.opts.ClientID, err)
 	}
 	s.serverID = result.ServerID
 
@@ -432,7 +436,7 @@ func (c *Conn) establish(ctx context.Context, url string) (*session, error) {
 	for _, sub := range subs {
 		if err := c.callOn(ctx, s, protocol.MethodSubscribe, sub.params(), nil, 0); err != nil {
 			c.drop(s)
-			return nil, fmt.Errorf("re-subscribe %q on %s: %w", sub.pattern, url, err)
+			return nil, fmt.Errorf("re-subscribe %q on %s: %w", sub.pattern, shown, err)
 		}
 	}
 	return s, nil

@@ -8,6 +8,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bub-bus/bub/internal/backoff"
+	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -48,10 +49,10 @@ func (c *Conn) lost(s *session) *session {
 		c.end(fmt.Errorf("%w: %v", ErrRevoked, cause))
 		return nil
 	case c.opts.NoReconnect:
-		c.end(fmt.Errorf("connection to %s lost: %w", c.urls[c.at], cause))
+		c.end(fmt.Errorf("connection to %s lost: %w", redact.URL(c.urls[c.at]), cause))
 		return nil
 	}
-	c.log.Warn("connection to the bus lost; reconnecting", "url", c.urls[c.at], "err", cause)
+	c.log.Warn("connection to the bus lost; reconnecting", "url", redact.URL(c.urls[c.at]), "err", cause)
 	return c.reconnect()
 }
 
@@ -78,13 +79,13 @@ func (c *Conn) reconnect() *session {
 			s, err := c.establish(ctx, c.urls[c.at])
 			cancel()
 			if err == nil {
-				c.log.Info("reconnected to the bus", "url", c.urls[c.at], "attempts", attempts)
+				c.log.Info("reconnected to the bus", "url", redact.URL(c.urls[c.at]), "attempts", attempts)
 				return s
 			}
 			if c.ctx.Err() != nil {
 				return nil
 			}
-			c.log.Info("reconnect failed", "url", c.urls[c.at], "attempt", attempts, "err", err)
+			c.log.Info("reconnect failed", "url", redact.URL(c.urls[c.at]), "attempt", attempts, "err", err)
 		}
 	}
 }

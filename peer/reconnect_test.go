@@ -271,9 +271,14 @@ func TestDialNamesTheBadURL(t *testing.T) {
 		{"ws://a/,ws://%zz/," + b.URL, `bus URL 2 of 3 ("ws://%zz/")`},
 		{"", `bus URL "" is empty`},
 		{"tcp://x/", `bus URL "tcp://x/": scheme must be ws or wss`},
+		// A URL's user:password is never shown.
+		{"ws://alice:s3cret@127.0.0.1:/", `bus URL "ws://127.0.0.1:/" has an empty port`},
+		{"ws://a/,ws://alice:s3cret@%zz/", `bus URL 2 of 2 ("ws://%zz/") in "ws://a/,ws://%zz/"`},
+		{"ws://alice:s3cret@127.0.0.1:1/", `dial ws://127.0.0.1:1/`},
 	} {
 		_, err := peer.Dial(t.Context(), tc.list, &peer.Options{Logger: quiet})
 		require.Error(t, err, tc.list)
 		assert.Contains(t, err.Error(), tc.want, tc.list)
+		assert.NotContains(t, err.Error(), "s3cret", tc.list)
 	}
 }

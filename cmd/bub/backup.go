@@ -14,6 +14,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -84,7 +85,7 @@ func runBackup(ctx context.Context, std stdio, args []string) int {
 func backupURL(busURL string) (string, error) {
 	u, err := url.Parse(busURL)
 	if err != nil {
-		return "", fmt.Errorf("bus URL %q: %w", busURL, err)
+		return "", fmt.Errorf("bus URL %q: %w", redact.URL(busURL), redact.ParseError(err))
 	}
 	switch u.Scheme {
 	case "ws":

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -77,7 +78,7 @@ func dialHint(err error, busURL string) error {
 	case errors.Is(err, peer.ErrUnauthorized) || protocol.CodeOf(err) == protocol.CodeUnauthorized:
 		return fmt.Errorf("%w; check --token, --token-file or BUB_TOKEN (the bus's log says why it refused)", err)
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("%w: nothing listens there; check that bub serve runs at %s, or point --bus-url (BUB_BUS_URL) at it", err, busURL)
+		return fmt.Errorf("%w: nothing listens there; check that bub serve runs at %s, or point --bus-url (BUB_BUS_URL) at it", err, redact.URLs(busURL))
 	}
 	return err
 }
@@ -99,9 +100,11 @@ func busURLs(list string) []string {
 func checkBusURL(list string) error {
 	urls := busURLs(list)
 	for i, raw := range urls {
+		// A URL may carry user:password, which an error must not show.
+		raw = redact.URL(raw)
 		where := fmt.Sprintf("bus URL %q (--bus-url or BUB_BUS_URL)", raw)
 		if len(urls) > 1 {
-			where = fmt.Sprintf("bus URL %d of %d (%q) in %q (--bus-url or BUB_BUS_URL)", i+1, len(urls), raw, list)
+			where = fmt.Sprintf("bus URL %d of %d (%q) in %q (--bus-url or BUB_BUS_URL)", i+1, len(urls), raw, redact.URLs(list))
 		}
 		if raw == "" {
 			return fmt.Errorf("%s is empty", where)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/cluster"
+	"github.com/bub-bus/bub/internal/redact"
 )
 
 // clusterFlags are bub serve's cluster settings (docs/CLUSTER.md). With
@@ -122,10 +123,10 @@ func (c *clusterFlags) options(fs *flag.FlagSet, dataDir string) (*cluster.Optio
 func checkRoute(route string) error {
 	u, err := url.Parse(route)
 	if err != nil {
-		return fmt.Errorf("route %q: %w", route, err)
+		return fmt.Errorf("route %q: %w", redact.URL(route), redact.ParseError(err))
 	}
 	if u.Scheme != "nats" || u.Hostname() == "" || u.Port() == "" {
-		return fmt.Errorf("route %q: want nats://host:port", route)
+		return fmt.Errorf("route %q: want nats://host:port", redact.URL(route))
 	}
 	return nil
 }

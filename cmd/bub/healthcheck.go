@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/bub-bus/bub/internal/redact"
 )
 
 func init() {
@@ -45,7 +47,7 @@ func runHealthcheck(ctx context.Context, io stdio, args []string) int {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usagef(io, "healthcheck", "--url %q is not an http:// or https:// URL, such as %s", rawURL, defaultHealthURL)
+		return usagef(io, "healthcheck", "--url %q is not an http:// or https:// URL, such as %s", redact.URL(rawURL), defaultHealthURL)
 	}
 	if err := probe(ctx, u.String(), timeout, insecure); err != nil {
 		return errorf(io, "%s: %v", u.Redacted(), err)

@@ -27,6 +27,16 @@ func TestMessagesSayWhatWasWrong(t *testing.T) {
 			1, []string{"bub send-message: ", "ws://127.0.0.1:7892/"}},
 		{"bus URL with an empty port", nil, []string{"send-message", "--bus-url", "ws://127.0.0.1:/", "--topic", "t", "--payload", `{"type":"x"}`},
 			1, []string{"bub send-message: ", `"ws://127.0.0.1:/" (--bus-url or BUB_BUS_URL) has an empty port; did you mean ws://127.0.0.1:7892/?`}},
+		{"bus URL with a password and an empty port", nil, []string{"send-message", "--bus-url", "ws://alice:s3cret@127.0.0.1:/", "--topic", "t", "--payload", `{"type":"x"}`},
+			1, []string{"bub send-message: ", `"ws://127.0.0.1:/" (--bus-url or BUB_BUS_URL) has an empty port; did you mean ws://127.0.0.1:7892/?`}},
+		{"bus URL with a password, not a WebSocket URL", nil, []string{"send-message", "--bus-url", "ws://a/,http://alice:s3cret@127.0.0.1:7892", "--topic", "t", "--payload", `{"type":"x"}`},
+			1, []string{"bub send-message: ", `("http://127.0.0.1:7892") in "ws://a/,http://127.0.0.1:7892"`, "did you mean ws://127.0.0.1:7892/?"}},
+		{"route with a password", nil, []string{"serve", "--data-dir", t.TempDir(), "--cluster-name", "c", "--node-id", "n1", "--nats-routes", "http://bob:s3cret@n2:6222"},
+			2, []string{"bub serve: ", `"http://n2:6222"`}},
+		{"healthcheck URL with a password", nil, []string{"healthcheck", "--url", "ftp://alice:s3cret@h/"},
+			2, []string{"bub healthcheck: ", `"ftp://h/"`}},
+		{"nothing listens, with a password", nil, []string{"send-message", "--bus-url", strings.Replace(dead, "ws://", "ws://alice:s3cret@", 1), "--topic", "t", "--payload", `{"type":"x"}`},
+			1, []string{"bub send-message: ", "check that bub serve runs at " + dead}},
 		{"spawner with nothing listening", nil, []string{"spawner", "--bus-url", dead, "--command", "true"},
 			1, []string{"bub spawner: ", "check that bub serve runs at " + dead}},
 		{"bcp gateway with nothing listening", nil, []string{"bcp", "gateway", "--bus-url", dead, "--agents", "../../examples/agents", "--data-dir", t.TempDir()},
@@ -67,6 +77,9 @@ func TestMessagesSayWhatWasWrong(t *testing.T) {
 				if !strings.Contains(stderr, want) {
 					t.Errorf("stderr %q does not say %q", stderr, want)
 				}
+			}
+			if strings.Contains(stderr, "s3cret") {
+				t.Errorf("stderr %q shows the URL's password", stderr)
 			}
 			if strings.Contains(stderr, "parse error") {
 				t.Errorf("stderr %q says only parse error", stderr)

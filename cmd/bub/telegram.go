@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bub-bus/bub/bridges/telegram"
+	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -125,7 +126,7 @@ func runTelegram(ctx context.Context, io stdio, args []string) int {
 	if cfg.webhookURL != "" {
 		u, err := url.Parse(cfg.webhookURL)
 		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
-			return usagef(io, "telegram", "--webhook-url %q: want an https:// URL", cfg.webhookURL)
+			return usagef(io, "telegram", "--webhook-url %q: want an https:// URL", redact.URL(cfg.webhookURL))
 		}
 		if cfg.listen == "" {
 			return usagef(io, "telegram", "--webhook-url needs --listen, the address Telegram's requests reach")
