@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -33,6 +32,9 @@ const (
 	replyReject    = "reject"
 )
 
+// maxRetrySeconds is the largest --retry-seconds: a day.
+const maxRetrySeconds = 24 * 60 * 60
+
 // result is the answer --reply and --retry-seconds ask for, or a usage
 // error saying what was wrong with them.
 func (cfg *listenConfig) result() (peer.Result, error) {
@@ -46,8 +48,11 @@ func (cfg *listenConfig) result() (peer.Result, error) {
 		}
 		return peer.Result{Processed: true}, nil
 	case replyRetry:
-		if cfg.retrySeconds < 0 || math.IsNaN(cfg.retrySeconds) || math.IsInf(cfg.retrySeconds, 0) {
-			return peer.Result{}, fmt.Errorf("--retry-seconds %v: want 0 (the bus's backoff) or more", cfg.retrySeconds)
+		// !(x <= max) refuses NaN too; a day is far beyond any bus's
+		// --retry-delay-cap, and a larger value would overflow a
+		// time.Duration.
+		if cfg.retrySeconds < 0 || !(cfg.retrySeconds <= maxRetrySeconds) {
+			return peer.Result{}, fmt.Errorf("--retry-seconds %v: want 0 (the bus's backoff) to %d (a day; the bus caps it at its --retry-delay-cap anyway)", cfg.retrySeconds, maxRetrySeconds)
 		}
 		return peer.Result{ShouldRetry: true, RetryAfter: time.Duration(cfg.retrySeconds * float64(time.Second)), Message: "retry asked by bub listen --reply retry"}, nil
 	}
@@ -88,7 +93,7 @@ func runListen(ctx context.Context, io stdio, args []string) int {
 	fs.StringVar(&cfg.topic, "topic", "", "topic pattern to subscribe to: exact, a prefix ending in ':' or '-', or a glob such as 'inbound:*'")
 	fs.StringVar(&cfg.policy, "policy", "", "propagation policy: stopPropagationOnProcessed, stopPropagationOnStop or continueAll (default: the bus's)")
 	fs.StringVar(&cfg.reply, "reply", replyProcessed, "how to answer every delivery: processed; retry (should_retry: the bus delivers it again later, and dead-letters it after --max-attempts); reject (reject: true, a final refusal: the bus dead-letters it at once with reason rejected)")
-	fs.Float64Var(&cfg.retrySeconds, "retry-seconds", 0, "with --reply retry, the retry_seconds to ask for (0: the bus's backoff)")
+	fs.Float64Var(&cfg.retrySeconds, "retry-seconds", 0, "with --reply retry, the retry_seconds to ask for (0: the bus's backoff); at most 86400")
 	if code, ok := parseFlags(fs, io, args); !ok {
 		return code
 	}

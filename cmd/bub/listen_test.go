@@ -200,7 +200,11 @@ func TestListenReplyUsage(t *testing.T) {
 		{[]string{"--reply", "maybe"}, `--reply "maybe": want processed, retry or reject`},
 		{[]string{"--retry-seconds", "2"}, "--retry-seconds goes with --reply retry, not --reply processed"},
 		{[]string{"--reply", "reject", "--retry-seconds", "2"}, "not --reply reject"},
-		{[]string{"--reply", "retry", "--retry-seconds", "-1"}, "want 0 (the bus's backoff) or more"},
+		{[]string{"--reply", "retry", "--retry-seconds", "-1"}, "--retry-seconds -1: want 0 (the bus's backoff) to 86400 (a day"},
+		{[]string{"--reply", "retry", "--retry-seconds", "1e300"}, "--retry-seconds 1e+300: want 0 (the bus's backoff) to 86400 (a day"},
+		{[]string{"--reply", "retry", "--retry-seconds", "86401"}, "--retry-seconds 86401: want 0"},
+		{[]string{"--reply", "retry", "--retry-seconds", "NaN"}, "--retry-seconds NaN: want 0"},
+		{[]string{"--reply", "retry", "--retry-seconds", "+Inf"}, "--retry-seconds +Inf: want 0"},
 	} {
 		code, _, stderr := runBub(t, "", append([]string{"listen", "--topic", "t"}, tt.args...)...)
 		assert.Equal(t, 2, code, "%v", tt.args)
