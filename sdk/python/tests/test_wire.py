@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bub_bus import wire
+from bub_bus import Result, Retry, wire
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,16 @@ def test_decode_batch_and_encode() -> None:
         wire.encode_object(42, "payload")  # type: ignore[arg-type]
     assert wire.splice({"type": "q"}, '{ "category": 1}') == '{"type":"q","category": 1}'
     assert wire.splice({"type": "q"}, "{ }") == '{"type":"q"}'
+
+
+@pytest.mark.parametrize("after", [float("nan"), float("inf"), float("-inf")])
+def test_retry_after_must_be_finite(after: float) -> None:
+    # json.dumps would write NaN or Infinity: not JSON, and the bus would
+    # drop the answer.
+    with pytest.raises(ValueError, match=rf"retry_after {after!r}: want a finite number of seconds"):
+        Result(should_retry=True, retry_after=after)
+    with pytest.raises(ValueError, match=rf"retry_after {after!r}"):
+        Retry("later", after=after)
+    assert wire.dumps(Result(should_retry=True, retry_after=1.5).wire()) == (
+        '{"processed":false,"should_retry":true,"retry_seconds":1.5,"reject":false,"message":"","stopPropagation":false}'
+    )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -90,6 +91,9 @@ class Result:
     """A human-readable status, relayed in the ack; with reject, the reason
     the dead letter records."""
 
+    def __post_init__(self) -> None:
+        _check_retry_after(self.retry_after)
+
     def wire(self) -> dict[str, Any]:
         """The processMessage result that carries this answer."""
         return {
@@ -102,6 +106,13 @@ class Result:
         }
 
 
+def _check_retry_after(seconds: float) -> None:
+    """Refuses a retry delay JSON cannot carry: json.dumps would write NaN
+    or Infinity, which is not JSON, and the bus would drop the answer."""
+    if not math.isfinite(seconds):
+        raise ValueError(f"retry_after {seconds!r}: want a finite number of seconds (0: the bus's backoff)")
+
+
 class Retry(Exception):
     """Raised by a handler that could not handle the message now: answered
     as ``Result(should_retry=True, retry_after=after, message=...)``.
@@ -112,6 +123,7 @@ class Retry(Exception):
 
     def __init__(self, message: str = "", after: float = 0.0) -> None:
         super().__init__(message)
+        _check_retry_after(after)
         self.after = after
 
     def result(self) -> Result:
