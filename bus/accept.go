@@ -54,7 +54,8 @@ func (s *Server) Listener(l net.Listener, tlsConfig *tls.Config) net.Listener {
 // body, and so the whole request) and IdleTimeout (between requests on
 // a kept-alive connection), where they are zero. It also lets the
 // WebSocket upgrade know a connection Listener counted already, so it is
-// not counted twice.
+// not counted twice. The HTTP timeouts are copied once: a later SetLimits
+// does not change them, as hs may be serving already.
 func (s *Server) ConfigureHTTP(hs *http.Server) {
 	if hs.Handler == nil {
 		hs.Handler = s
@@ -107,7 +108,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 		if release != nil {
 			return &countedConn{Conn: c, release: release}, nil
 		}
-		l.s.log.Warn("connection refused: limit reached", "limit", limit, "max", bound, "remote", c.RemoteAddr().String())
+		l.s.refusedConnection(limit, bound, c.RemoteAddr().String())
 		l.refuse(c, limit, bound)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/bub-bus/bub/internal/streak"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -119,10 +121,21 @@ type limitState struct {
 	deadLettersFull prometheus.Gauge
 	// deadFull is set while it is, so that the log says so once.
 	deadFull atomic.Bool
+	// refusedConns summarizes refused connections by limit: under a
+	// connection flood a line per refusal would flood the log.
+	refusedConns *streak.Log
 }
 
-func newLimitState(l Limits, reg *prometheus.Registry) *limitState {
+// refusedConnsEvery is how often the log counts the connections refused
+// under a limit while refusals go on.
+const refusedConnsEvery = 10 * time.Second
+
+func newLimitState(l Limits, reg *prometheus.Registry, log *slog.Logger) *limitState {
 	st := &limitState{
+		refusedConns: streak.New(refusedConnsEvery, func(limit string, sum streak.Summary) {
+			log.Warn(fmt.Sprintf("connections refused: limit reached, %d more in the last %v", sum.Events, refusedConnsEvery),
+				"limit", limit, "refused", sum.Total, "since", sum.Since)
+		}),
 		byAddr: make(map[string]int),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bub_limit_refusals_total", Help: "Work refused, or connections closed, because a limit was reached, by limit.",
@@ -184,11 +197,21 @@ func (s *Server) admitConnection(w http.ResponseWriter, r *http.Request) (releas
 	}
 	release, limit, bound := s.limitState.admit(s.limits(), remoteIP(r.RemoteAddr))
 	if release == nil {
-		s.log.Warn("connection refused: limit reached", "limit", limit, "max", bound, "remote", r.RemoteAddr)
+		s.refusedConnection(limit, bound, r.RemoteAddr)
 		http.Error(w, strings.TrimSuffix(refusalBody(limit, bound), "\n"), http.StatusServiceUnavailable)
 		return nil, false
 	}
 	return release, true
+}
+
+// refusedConnection logs a connection refused under limit: the first of
+// a run of refusals, then a count every refusedConnsEvery while they go
+// on (and bub_limit_refusals_total counts each).
+func (s *Server) refusedConnection(limit string, bound int, remote string) {
+	if s.limitState.refusedConns.Add(limit) {
+		s.log.Warn(fmt.Sprintf("connection refused: limit reached (further refusals are counted every %v while they go on)", refusedConnsEvery),
+			"limit", limit, "max", bound, "remote", remote)
+	}
 }
 
 // remoteIP is the IP address of a request's RemoteAddr, the key of the

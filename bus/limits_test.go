@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -101,6 +102,23 @@ func TestLimitConnections(t *testing.T) {
 	// a moment after the close handshake: dial until admitted.
 	require.Eventually(t, func() bool { code, _ := dialStatus(t, srv.URL); return code == http.StatusSwitchingProtocols },
 		bustest.Timeout, time.Millisecond)
+}
+
+// A connection flood is one log line, not one per refused connection;
+// the metric counts each, and the log counts them every 10 s while they
+// go on (internal/streak's TestRuns).
+func TestLimitConnectionsLogOnce(t *testing.T) {
+	var log lockedLog
+	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{MaxConnections: 1}, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	bustest.Connect(t, srv.URL, "only", nil)
+	const flood = 20
+	for range flood {
+		code, _ := dialStatus(t, srv.URL)
+		require.Equal(t, http.StatusServiceUnavailable, code)
+	}
+	require.Equal(t, float64(flood), refusals(t, srv, "max_connections"))
+	require.Equal(t, 1, strings.Count(log.String(), "connection refused"), log.String())
+	require.Contains(t, log.String(), "limit=max_connections max=1")
 }
 
 func TestLimitConnectionsPerAddr(t *testing.T) {

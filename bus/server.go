@@ -298,7 +298,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		holdPatterns: holds,
 	}
 	s.auth.Store(o.Auth)
-	s.limitState = newLimitState(o.Limits, s.metrics.registry)
+	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver = s.chain()
 	s.events = newEvents(s)
@@ -475,6 +475,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	s.events.stop()
 	s.pinger.close()
+	s.limitState.refusedConns.Stop()
 	for _, c := range conns {
 		c.close(websocket.StatusGoingAway, closeShutdown)
 	}

@@ -94,7 +94,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	l := &c.limits
 	fs.IntVar(&l.MaxConnections, "max-connections", 0, "connections in all (0: 10000; negative: no limit)")
 	fs.IntVar(&l.MaxConnectionsPerAddr, "max-connections-per-addr", 0, "connections from one remote IP address (0: 256; negative: no limit)")
-	fs.DurationVar(&l.HandshakeTimeout, "handshake-timeout", 0, "time a connection has to initialize before it is closed, and to send an HTTP request or idle between two (0: 10s)")
+	fs.DurationVar(&l.HandshakeTimeout, "handshake-timeout", 0, "time a connection has to initialize before it is closed, and to send an HTTP request or idle between two (0: 10s); a reload (SIGHUP) changes the initialize deadline only, the HTTP timeouts stay those bub serve started with")
 	fs.IntVar(&l.MaxSubscriptions, "max-subscriptions", 0, "subscriptions per connection (0: 1000; negative: no limit)")
 	fs.IntVar(&l.MaxTopicBytes, "max-topic-bytes", 0, "longest topic or pattern, in bytes (0: the protocol's maximum)")
 	fs.IntVar(&l.MaxPatternWildcards, "max-pattern-wildcards", 0, "wildcards (* and ?) and classes in one pattern, so no subscription makes routing slow (0: 8)")
