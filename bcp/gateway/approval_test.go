@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -308,5 +309,62 @@ func TestApproverNeedsATopic(t *testing.T) {
 	_, err := Start(ctx, Options{BusURL: f.srv.URL, Token: tokens["bcp-gateway"], Definitions: f.defs, DataDir: f.dataDir, Approvers: []string{"al*ce"}})
 	if err == nil || !strings.Contains(err.Error(), `approver "al*ce"`) {
 		t.Fatalf("start with approver al*ce: %v", err)
+	}
+}
+
+// An approver with no client subscribed misses every approval message:
+// the audit log records each request it missed, once, and the log says
+// once that it is away, not once per message; the approver connected
+// still hears everything.
+func TestAbsentApproverLoggedOnce(t *testing.T) {
+	f := newFixture(t)
+	logs := &logLines{}
+	g := f.gateway(func(o *Options) {
+		o.Approvers = []string{"alice", "bob"}
+		o.Logger = slog.New(logs)
+	})
+	main := f.agent("main")
+	f.reader("scraper")
+	alice := f.dial("alice", ApprovalTopic("alice"))
+	const queries = 3 // the channel's Category-3 budget
+	for i := range queries {
+		id := main.query(cat3Query("the report has no structure to ask about"))
+		if req := alice.expect(TypeApprovalRequest); req["approval_id"] != "escalation-"+id {
+			t.Fatalf("query %d: alice got %v", i, req)
+		}
+		if i == queries-1 {
+			break // bob's last request comes after every closing before it
+		}
+		if _, ack := alice.send(TopicApproval, decision("escalation-"+id, "reject")); !ack.Processed {
+			t.Fatalf("alice's decision refused: %s", ack.Message)
+		}
+		if closed := alice.expect(TypeApprovalClosed); closed["approval_id"] != "escalation-"+id {
+			t.Fatalf("query %d: alice got %v", i, closed)
+		}
+	}
+	missed := func() (n int) {
+		records, err := g.Audit(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range records {
+			if r.Event == "undeliverable" {
+				if r.Detail != ApprovalTopic("bob") {
+					t.Fatalf("audit: %+v", r)
+				}
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "bob's last request to be dropped", func() bool { return missed() >= queries })
+	if n := missed(); n != queries {
+		t.Errorf("%d undeliverable records for bob, want one per request: %d", n, queries)
+	}
+	if away := logs.matching("approver not connected"); len(away) != 1 || away[0].attrs["approver"] != "bob" {
+		t.Errorf("log lines about bob away: %+v, want one", away)
+	}
+	if lines := logs.matching("undeliverable"); len(lines) != 0 {
+		t.Errorf("a line per dropped message: %+v", lines)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bcp"
+	"github.com/bub-bus/bub/internal/streak"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -127,9 +128,13 @@ type Gateway struct {
 	// says once that a topic's sends fail and once that they go again,
 	// not once per attempt. Guarded by sendingMu.
 	failing map[string]bool
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	closed  sync.Once
+	// absent summarizes the approval messages dropped for an approver
+	// with no client subscribed: every message goes to every approver, so
+	// an approver away would otherwise be a line per message.
+	absent *streak.Log
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed sync.Once
 }
 
 // Start checks the definitions, opens the state file, connects to the bus
@@ -182,6 +187,10 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 		opts: opts, log: opts.Logger, registry: registry, state: st, approvers: approvers, approverNames: approverNames, relays: relays, metrics: newMetrics(st),
 		kick: make(chan struct{}, 1), sending: map[string]bool{}, failing: map[string]bool{}, stop: make(chan struct{}),
 	}
+	g.absent = streak.New(absentApproverEvery, func(approver string, sum streak.Summary) {
+		g.log.Warn(fmt.Sprintf("bcp gateway: approver still not connected; %d more approval messages dropped in the last %v", sum.Events, absentApproverEvery),
+			"approver", approver, "dropped", sum.Total, "since", sum.Since)
+	})
 	st.metrics = g.metrics
 	conn, err := peer.Dial(ctx, opts.BusURL, &peer.Options{
 		ClientID:   opts.ClientID,
@@ -239,6 +248,7 @@ func (g *Gateway) Close() error {
 		close(g.stop)
 		err = g.conn.Close()
 		g.wg.Wait()
+		g.absent.Stop()
 		if cerr := g.state.close(); err == nil {
 			err = cerr
 		}
@@ -506,10 +516,11 @@ func (g *Gateway) sendOne(topic string) (sent bool, wait time.Duration) {
 	if !delivered {
 		// Nobody subscribes and the bus does not hold the topic: retrying
 		// would block every later message. The audit log keeps it.
-		g.log.Warn("bcp gateway: message undeliverable, dropped", "topic", m.Topic, "reason", res.Reason)
-		_ = g.state.update(time.Now(), func(t *txn) error {
-			return t.audit(AuditRecord{Event: "undeliverable", Outcome: res.Reason, Detail: m.Topic})
-		})
+		if g.undeliverable(m, res.Reason) {
+			_ = g.state.update(time.Now(), func(t *txn) error {
+				return t.audit(AuditRecord{Event: "undeliverable", Outcome: res.Reason, Detail: m.Topic})
+			})
+		}
 		if m.Outcome != nil && m.Outcome.Undeliverable != nil {
 			// The follow-up says why; its detail is filled in here, as
 			// only the bus's answer knows the reason.
@@ -530,6 +541,30 @@ func (g *Gateway) sendOne(topic string) (sent bool, wait time.Duration) {
 		g.wake()
 	}
 	return true, 0
+}
+
+// absentApproverEvery is how often the log counts the approval messages
+// an approver with no client subscribed missed, while it stays away.
+const absentApproverEvery = time.Minute
+
+// undeliverable logs a message nobody took, and reports whether the
+// audit log records it. An approver away misses every approval message:
+// the log says so once, then counts them (absent); the audit log records
+// each request it missed, not the closing notices that follow.
+func (g *Gateway) undeliverable(m outMessage, reason string) (audit bool) {
+	approver, ok := strings.CutPrefix(m.Topic, TopicApprovalRequested+".")
+	if !ok || !g.approvers[approver] {
+		g.log.Warn("bcp gateway: message undeliverable, dropped", "topic", m.Topic, "reason", reason)
+		return true
+	}
+	if g.absent.Add(approver) {
+		g.log.Warn(fmt.Sprintf("bcp gateway: approver not connected; its approval messages are dropped (counted every %v while it stays away)", absentApproverEvery),
+			"approver", approver, "topic", m.Topic, "reason", reason)
+	}
+	var p struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(m.Payload, &p) != nil || p.Type != TypeApprovalClosed
 }
 
 // retryPeriod is how long a topic the bus refused for now waits before
