@@ -22,6 +22,7 @@ import (
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/internal/backoff"
 	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -390,14 +391,14 @@ func (s *Spawner) Run(ctx context.Context) error {
 			return fmt.Errorf("spawner: %w", err)
 		}
 	}
-	s.log.Info("spawner serving", "bus", s.opts.BusURL, "client_id", s.opts.ClientID, "patterns", s.opts.Patterns,
+	s.log.Info("spawner serving", "bus", redact.URLs(s.opts.BusURL), "client_id", s.opts.ClientID, "patterns", s.opts.Patterns,
 		"command", s.command, "workspace_root", s.root, "data_dir", s.opts.DataDir, "max_agents", s.opts.MaxAgents,
 		"idle_timeout", s.opts.IdleTimeout, "known_topics", len(s.slots))
 	select {
 	case <-ctx.Done():
 		return nil
 	case <-conn.Done():
-		return fmt.Errorf("spawner: connection to %s ended: %w", s.opts.BusURL, conn.Err())
+		return fmt.Errorf("spawner: connection to %s ended: %w", redact.URLs(s.opts.BusURL), conn.Err())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bcp"
+	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/internal/streak"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
@@ -200,7 +201,7 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	})
 	if err != nil {
 		st.close()
-		return nil, fmt.Errorf("bcp gateway: connect to %s as %s: %w", opts.BusURL, opts.ClientID, err)
+		return nil, fmt.Errorf("bcp gateway: connect to %s as %s: %w", redact.URLs(opts.BusURL), opts.ClientID, err)
 	}
 	g.conn = conn
 	// The bus's client events go on to everyone else who listens (the

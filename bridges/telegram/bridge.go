@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bub-bus/bub/internal/backoff"
+	urlredact "github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -292,7 +293,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 func (b *Bridge) markReady() {
 	b.readyOnce.Do(func() {
 		close(b.ready)
-		b.log.Info("telegram bridge ready", "bot", b.botUsername, "bus", b.opts.BusURL, "mode", b.mode(), "group_mode", b.opts.GroupMode)
+		b.log.Info("telegram bridge ready", "bot", b.botUsername, "bus", urlredact.URLs(b.opts.BusURL), "mode", b.mode(), "group_mode", b.opts.GroupMode)
 	})
 }
 
@@ -350,7 +351,7 @@ func (b *Bridge) dialBus(ctx context.Context) (*peer.Conn, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		b.log.Warn("cannot reach the bus; retrying", "bus", b.opts.BusURL, "error", err)
+		b.log.Warn("cannot reach the bus; retrying", "bus", urlredact.URLs(b.opts.BusURL), "error", err)
 		if !sleep(ctx, retryWait(attempt, b.opts.retryMax)) {
 			return nil, ctx.Err()
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bub-bus/bub/bcp"
 	"github.com/bub-bus/bub/bcp/gateway"
+	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -146,7 +147,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 		}
 		defer stop()
 	}
-	logger.Info("bcp gateway serving", "bus", busURL, "client_id", clientID, "agents", len(defs), "data_dir", dataDir)
+	logger.Info("bcp gateway serving", "bus", redact.URLs(busURL), "client_id", clientID, "agents", len(defs), "data_dir", dataDir)
 	<-ctx.Done()
 	if err := g.Close(); err != nil {
 		return errorf(io, "close: %v", err)

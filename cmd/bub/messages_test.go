@@ -41,6 +41,8 @@ func TestMessagesSayWhatWasWrong(t *testing.T) {
 			1, []string{"bub spawner: ", "check that bub serve runs at " + dead}},
 		{"bcp gateway with nothing listening", nil, []string{"bcp", "gateway", "--bus-url", dead, "--agents", "../../examples/agents", "--data-dir", t.TempDir()},
 			1, []string{"bub bcp gateway: ", "check that bub serve runs at " + dead}},
+		{"bcp gateway with nothing listening, with a password", nil, []string{"bcp", "gateway", "--bus-url", strings.Replace(dead, "ws://", "ws://alice:s3cret@", 1), "--agents", "../../examples/agents", "--data-dir", t.TempDir()},
+			1, []string{"bub bcp gateway: ", "connect to " + dead}},
 		{"bcp query without an agent id", []string{"BUB_AGENT_ID=", "BUB_BUS_URL=" + dead}, []string{"bcp", "query", "--to", "researcher", "--spec", writeFile(t, t.TempDir(), "spec.json", `{"category":1}`)},
 			2, []string{"bub bcp query: ", "set BUB_AGENT_ID", "--client-id"}},
 		{"nothing listens", nil, []string{"send-message", "--bus-url", dead, "--topic", "t", "--payload", `{"type":"x"}`},
