@@ -37,7 +37,7 @@ func TestMessagesSayWhatWasWrong(t *testing.T) {
 			2, []string{"bub healthcheck: ", `"ftp://h/"`}},
 		{"nothing listens, with a password", nil, []string{"send-message", "--bus-url", strings.Replace(dead, "ws://", "ws://alice:s3cret@", 1), "--topic", "t", "--payload", `{"type":"x"}`},
 			1, []string{"bub send-message: ", "check that bub serve runs at " + dead}},
-		{"spawner with nothing listening", nil, []string{"spawner", "--bus-url", dead, "--command", "true"},
+		{"spawner with nothing listening", nil, []string{"spawner", "--bus-url", dead, "--command", "true", "--workspace-root", t.TempDir()},
 			1, []string{"bub spawner: ", "check that bub serve runs at " + dead}},
 		{"bcp gateway with nothing listening", nil, []string{"bcp", "gateway", "--bus-url", dead, "--agents", "../../examples/agents", "--data-dir", t.TempDir()},
 			1, []string{"bub bcp gateway: ", "check that bub serve runs at " + dead}},
@@ -176,7 +176,7 @@ func TestSpawnerHelpShowsFullPaths(t *testing.T) {
 func TestDaemonsNameTheRefusedToken(t *testing.T) {
 	url := startBCPBus(t)
 	for _, args := range [][]string{
-		{"spawner", "--command", "true"},
+		{"spawner", "--command", "true", "--workspace-root", t.TempDir()},
 		{"bcp", "gateway", "--agents", "../../examples/agents", "--data-dir", t.TempDir()},
 		{"listen", "--topic", "t"},
 	} {
