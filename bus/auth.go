@@ -137,11 +137,41 @@ func (s *Server) hostAllowed(r *http.Request) bool {
 	return false
 }
 
-// authorizeInitialize decides who an initializing connection is: it
-// returns the principal and its access for clientID, or the refusal.
-// With no auth in force both are nil and everything is allowed.
-func (c *conn) authorizeInitialize(p *protocol.InitializeParams) (*auth.Principal, *auth.Access, error) {
+// handshakeGrant is what authorizeInitialize found a connection to be,
+// and the Authenticator it checked against (nil: an open bus).
+type handshakeGrant struct {
+	principal *auth.Principal
+	access    *auth.Access
+	against   *auth.Authenticator
+}
+
+// authorizeInitialize decides who an initializing connection is, against
+// the Authenticator in force: the principal and its access for
+// clientID, or the refusal. With no auth in force both are nil and
+// everything is allowed.
+func (c *conn) authorizeInitialize(p *protocol.InitializeParams) (handshakeGrant, error) {
 	a := c.server.auth.Load()
+	principal, access, err := c.authorizeAgainst(a, p)
+	return handshakeGrant{principal: principal, access: access, against: a}, err
+}
+
+// reauthorizeLocked checks the connection again when a reload replaced
+// the Authenticator since g was found. The caller holds Server.mu, which
+// SetAuth takes to swap it: once initialize commits under that lock with
+// a grant from the Authenticator in force, a later reload sees the
+// connection initialized and checks it, and an earlier one was seen
+// here. Without it, a connection whose credential a reload revoked
+// between its check and its commit would keep what it was granted.
+func (c *conn) reauthorizeLocked(p *protocol.InitializeParams, g *handshakeGrant) error {
+	if c.server.auth.Load() == g.against {
+		return nil
+	}
+	var err error
+	*g, err = c.authorizeInitialize(p)
+	return err
+}
+
+func (c *conn) authorizeAgainst(a *auth.Authenticator, p *protocol.InitializeParams) (*auth.Principal, *auth.Access, error) {
 	if a == nil {
 		return nil, nil, nil
 	}

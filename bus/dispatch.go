@@ -8,7 +8,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/internal/buildinfo"
 	"github.com/bub-bus/bub/internal/rpcstream"
@@ -228,7 +227,7 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 		}
 	}
 
-	principal, access, err := c.authorizeInitialize(&p)
+	grant, err := c.authorizeInitialize(&p)
 	if err != nil {
 		return nil, err
 	}
@@ -239,17 +238,17 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 			return nil, err
 		}
 	}
-	identity := ""
-	if principal != nil {
-		identity = principal.Name()
-	}
 
-	old, err := c.commitInitialize(&p, principal, access)
+	old, err := c.commitInitialize(&p, &grant)
 	if err != nil {
 		if !p.PublishOnly {
 			s.release(c, p.ClientID)
 		}
 		return nil, err
+	}
+	identity := ""
+	if grant.principal != nil {
+		identity = grant.principal.Name()
 	}
 
 	if old != nil && old != c {
@@ -288,16 +287,20 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 var initializeHook func(clientID string)
 
 // commitInitialize registers c as p.ClientID's connection and marks it
-// initialized, under the server's and the connection's locks, and
-// returns the connection it takes over, if any. Both locks are released
+// initialized with grant, checked again first if a reload replaced its
+// Authenticator (reauthorizeLocked), under the server's and the
+// connection's locks, and returns the connection it takes over, if any. Both locks are released
 // by defer: initialize runs inside guard, which recovers a panic, and
 // the server's lock left held would stop every connection of the bus.
-func (c *conn) commitInitialize(p *protocol.InitializeParams, principal *auth.Principal, access *auth.Access) (old *conn, err error) {
+func (c *conn) commitInitialize(p *protocol.InitializeParams, grant *handshakeGrant) (old *conn, err error) {
 	s := c.server
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.draining.Load() {
 		return nil, protocol.Errorf(protocol.ErrShuttingDown, "no new clients")
+	}
+	if err := c.reauthorizeLocked(p, grant); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -312,7 +315,7 @@ func (c *conn) commitInitialize(p *protocol.InitializeParams, principal *auth.Pr
 	c.publishOnly = p.PublishOnly
 	c.clientID = p.ClientID
 	c.defaultTopic = p.DefaultTopic
-	c.setAccessLocked(principal, access)
+	c.setAccessLocked(grant.principal, grant.access)
 	return old, nil
 }
 

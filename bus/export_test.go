@@ -69,3 +69,23 @@ func PanicInInitialize(t testing.TB, clientID string) {
 	}
 	t.Cleanup(func() { initializeHook = nil })
 }
+
+// OpenIdentities returns the identity of every initialized connection
+// that is not closing, as the bus sees them now.
+func OpenIdentities(s *Server) []string {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	var ids []string
+	for _, c := range conns {
+		c.mu.Lock()
+		if c.initialized && !c.closed {
+			ids = append(ids, c.identity)
+		}
+		c.mu.Unlock()
+	}
+	return ids
+}
