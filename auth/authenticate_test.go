@@ -301,3 +301,68 @@ func TestKeyFiles(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// TestMaxTokenLifetime: a JWT valid for longer than the maximum token
+// lifetime, from its iat (or from now without one) to its exp, is
+// refused, however far off its exp: one past the year 2318 once made the
+// bus's expiry timer overflow and spin.
+func TestMaxTokenLifetime(t *testing.T) {
+	f := newFixture(t)
+	hourly := newFixtureWith(t, f, time.Hour)
+	claims := auth.Claims{Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}"}}}
+	far := time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC)
+	signed := func(c jwt.MapClaims) string {
+		c["iss"], c["sub"] = "spawner", "agent-1"
+		s, err := jwt.NewWithClaims(signingEdDSA, c).SignedString(f.spawnerKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	tests := []struct {
+		name  string
+		auth  *auth.Authenticator
+		token string
+		ok    bool
+	}{
+		{"the default maximum", f.auth, f.mint(t, "agent-1", claims, auth.DefaultMaxTokenLifetime, now), true},
+		{"a second over the default", f.auth, f.mint(t, "agent-1", claims, auth.DefaultMaxTokenLifetime+time.Second, now), false},
+		{"a long life mostly spent still counts whole", f.auth, f.mint(t, "agent-1", claims, auth.DefaultMaxTokenLifetime+time.Hour, now.Add(-auth.DefaultMaxTokenLifetime)), false},
+		{"exp in 2400", f.auth, signed(jwt.MapClaims{"iat": now.Unix(), "exp": far.Unix()}), false},
+		{"exp in 2400, no iat", f.auth, signed(jwt.MapClaims{"exp": far.Unix()}), false},
+		{"exp some 31 million years ahead", f.auth, signed(jwt.MapClaims{"iat": now.Unix(), "exp": 1e15}), false},
+		{"iat later than now counts from now", f.auth, signed(jwt.MapClaims{"iat": now.Add(20 * time.Second).Unix(), "exp": now.Add(auth.DefaultMaxTokenLifetime + 10*time.Second).Unix()}), false},
+		{"within a configured hour", hourly, f.mint(t, "agent-1", claims, time.Hour, now), true},
+		{"over a configured hour", hourly, f.mint(t, "agent-1", claims, time.Hour+time.Second, now), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := tt.auth.Authenticate(tt.token, now)
+			switch {
+			case tt.ok && err != nil:
+				t.Fatalf("refused: %v", err)
+			case !tt.ok && err == nil:
+				t.Fatalf("accepted as %s, expiring %v", p.Name(), p.Expires())
+			case !tt.ok && (!errors.Is(err, auth.ErrBadCredential) || !strings.Contains(err.Error(), "longer than the maximum token lifetime")):
+				t.Fatalf("err %v, want ErrBadCredential naming the maximum token lifetime", err)
+			}
+		})
+	}
+	if _, err := auth.New(auth.Config{MaxTokenLifetime: -time.Second}, f.dir); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Errorf("a negative maximum: err %v, want one naming it negative", err)
+	}
+}
+
+// newFixtureWith compiles f's spawner issuer again with a maximum token
+// lifetime of max.
+func newFixtureWith(t *testing.T, f *fixture, max time.Duration) *auth.Authenticator {
+	t.Helper()
+	a, err := auth.New(auth.Config{
+		Issuers:          []auth.Issuer{{Name: "spawner", PublicKeyFile: "spawner.pub", ClientIDs: []string{"agent-*"}, Ceiling: auth.Grant{Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}"}}}}},
+		MaxTokenLifetime: max,
+	}, f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

@@ -16,6 +16,8 @@ type Authenticator struct {
 	// anonymous is nil when connections without a credential are
 	// refused.
 	anonymous *Principal
+	// maxLifetime is Config.MaxTokenLifetime, its default applied.
+	maxLifetime time.Duration
 }
 
 // New compiles cfg. Key files are read relative to baseDir. Every error
@@ -25,9 +27,16 @@ type Authenticator struct {
 // that each token_sha256 is 64 hex digits used by one identity only,
 // that each identity has a token or a cert_subject, that client_ids are
 // given and valid, that every rule pattern compiles once {{clientId}} is
-// replaced, and that each issuer's public key is an Ed25519 PEM key.
+// replaced, that each issuer's public key is an Ed25519 PEM key, and
+// that MaxTokenLifetime is not negative.
 func New(cfg Config, baseDir string) (*Authenticator, error) {
-	a := &Authenticator{bySubject: map[string]*Principal{}, issuers: map[string]*jwtIssuer{}}
+	a := &Authenticator{bySubject: map[string]*Principal{}, issuers: map[string]*jwtIssuer{}, maxLifetime: cfg.MaxTokenLifetime}
+	switch {
+	case a.maxLifetime < 0:
+		return nil, fmt.Errorf("auth: maximum token lifetime %s is negative", a.maxLifetime)
+	case a.maxLifetime == 0:
+		a.maxLifetime = DefaultMaxTokenLifetime
+	}
 	names := map[string]bool{}
 	hashes := map[[32]byte]string{}
 	for i := range cfg.Identities {

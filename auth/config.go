@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/bub-bus/bub/protocol"
 )
@@ -76,7 +77,19 @@ type Config struct {
 	// Anonymous, when set, is what a connection without a credential
 	// may do; when nil such a connection is refused.
 	Anonymous *Grant `yaml:"anonymous"`
+	// MaxTokenLifetime refuses a JWT whose exp is further than this from
+	// its iat (from the time of the check when it has no iat, or one
+	// later than that): a leaked token is good for no longer than this,
+	// whatever its issuer signed. It is not read from the auth: section;
+	// bub serve sets it from --max-token-lifetime. Zero:
+	// DefaultMaxTokenLifetime.
+	MaxTokenLifetime time.Duration `yaml:"-"`
 }
+
+// DefaultMaxTokenLifetime is Config.MaxTokenLifetime's default: thirty
+// days, far beyond the day the spawner and bub auth issue mint for, and
+// short of a credential that outlives its owner's interest in it.
+const DefaultMaxTokenLifetime = 30 * 24 * time.Hour
 
 // clientIDVar is the placeholder a rule pattern may hold for the
 // connection's clientId.

@@ -116,6 +116,9 @@ func (a *Authenticator) authenticateJWT(token string, now time.Time) (*Principal
 	if err != nil {
 		return nil, fmt.Errorf("%w: jwt (iss %q, sub %q): %s", ErrBadCredential, clip(tc.Issuer), clip(tc.Subject), jwtReason(err))
 	}
+	if lifetime := tokenLifetime(&tc, now); lifetime > a.maxLifetime {
+		return nil, fmt.Errorf("%w: jwt from issuer %q for %q: valid for %s (exp %s), longer than the maximum token lifetime %s", ErrBadCredential, iss.name, clip(tc.Subject), lifetime, tc.ExpiresAt.UTC().Format(time.RFC3339), a.maxLifetime)
+	}
 	sub := tc.Subject
 	if !plainClientID(sub) {
 		return nil, fmt.Errorf("%w: jwt from issuer %q: sub %q is empty or has one of %s", ErrBadCredential, iss.name, sub, notInClientID)
@@ -149,6 +152,18 @@ func (a *Authenticator) authenticateJWT(token string, now time.Time) (*Principal
 		rate:       iss.rate,
 		maxPending: iss.pending,
 	}, nil
+}
+
+// tokenLifetime is how long a verified token says it is valid: from its
+// iat to its exp, or from now when it has no iat or one later than now
+// (within the skew allowance), so that a token cannot shorten its
+// lifetime by claiming a later issue. The parser required exp.
+func tokenLifetime(tc *tokenClaims, now time.Time) time.Duration {
+	from := now
+	if tc.IssuedAt != nil && tc.IssuedAt.Before(now) {
+		from = tc.IssuedAt.Time
+	}
+	return tc.ExpiresAt.Sub(from)
 }
 
 // jwtReason names why a JWT was refused, in words an operator reading the

@@ -221,13 +221,14 @@ func (c *conn) setAccessLocked(principal *auth.Principal, access *auth.Access) {
 	if principal == nil {
 		return
 	}
-	if exp := principal.Expires(); !exp.IsZero() {
+	if exp := principal.Expires(); !exp.IsZero() && !c.closed {
 		// A credential is cut when it expires, not at the next reload:
 		// the check is the reload's own, against what is in force then,
 		// once the token is past its exp and the skew allowance. A
 		// runtime timer, not a goroutine, so an idle connection pays a
-		// few dozen bytes for it.
-		c.expiry = time.AfterFunc(time.Until(exp)+auth.ClockSkew+time.Second, func() {
+		// few dozen bytes for it. A closed connection arms none: a
+		// reload's check may run after its cleanup.
+		c.expiry = time.AfterFunc(expiryDelay(exp, time.Now()), func() {
 			c.recheck(c.server.auth.Load())
 		})
 	}
@@ -235,6 +236,20 @@ func (c *conn) setAccessLocked(principal *auth.Principal, access *auth.Access) {
 	c.maxPending = access.MaxPending()
 	r := access.Rate()
 	c.rate, c.rateBurst = r.PerSecond, r.Burst
+}
+
+// maxExpiryWait bounds the expiry timer's delay. A credential that
+// expires later is checked when the timer fires, which arms it again
+// for the time left; the sum below stays far from overflowing whatever
+// exp a token carries (one past the year 2318 once made it negative, so
+// the timer fired, re-armed and fired again without end).
+const maxExpiryWait = 24 * time.Hour
+
+// expiryDelay is how long after now a credential that expires at exp is
+// checked: once it is past exp and the skew allowance, or after
+// maxExpiryWait if that comes first.
+func expiryDelay(exp, now time.Time) time.Duration {
+	return min(exp.Sub(now), maxExpiryWait) + auth.ClockSkew + time.Second
 }
 
 // limitKeyLocked is whom the connection's publishes count against for
@@ -330,6 +345,11 @@ func (s *Server) SetAuth(a *auth.Authenticator) {
 // close reason, or "" when it goes on.
 func (c *conn) recheck(a *auth.Authenticator) string {
 	c.mu.Lock()
+	if c.closed {
+		// Going away already: nothing to check, no timer to arm.
+		c.mu.Unlock()
+		return ""
+	}
 	if a == nil || !c.initialized {
 		// Not initialized yet: initialize checks against what is in
 		// force by then.

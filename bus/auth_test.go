@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/auth/authtest"
@@ -360,16 +361,33 @@ func TestSpawnerMintedTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tok := range map[string]string{
-		"expired":         f.mint(t, "agent-a", claims, -auth.ClockSkew-time.Second),
-		"wrong key":       other,
-		"unknown issuer":  unknown,
-		"alg none":        jwtNone("spawner", "agent-a"),
-		"not for agent-*": f.mint(t, "main", claims, time.Hour),
+		"expired":                   f.mint(t, "agent-a", claims, -auth.ClockSkew-time.Second),
+		"wrong key":                 other,
+		"unknown issuer":            unknown,
+		"alg none":                  jwtNone("spawner", "agent-a"),
+		"not for agent-*":           f.mint(t, "main", claims, time.Hour),
+		"past the maximum lifetime": f.mint(t, "agent-a", claims, auth.DefaultMaxTokenLifetime+time.Hour),
+		"exp in the year 2400":      f.signExp(t, "agent-a", time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC)),
 	} {
 		if _, err := bustest.DialWS(f.srv.URL, tok); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
 			t.Errorf("%s token: %v, want HTTP 401", name, err)
 		}
 	}
+}
+
+// signExp signs a token for clientID from the spawner issuer, issued now
+// and expiring at exp, which auth.Mint cannot reach past the year 2318
+// (its ttl is a time.Duration).
+func (f *authFixture) signExp(t *testing.T, clientID string, exp time.Time) string {
+	t.Helper()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.RegisteredClaims{
+		Issuer: "spawner", Subject: clientID,
+		IssuedAt: jwt.NewNumericDate(time.Now()), ExpiresAt: jwt.NewNumericDate(exp),
+	}).SignedString(f.key)
+	if err != nil {
+		t.Fatalf("sign: %v", err)
+	}
+	return tok
 }
 
 // jwtNone is an unsigned token, alg "none".
@@ -563,5 +581,58 @@ func TestCredentialExpiresMidConnection(t *testing.T) {
 	a.Subscribe("agent:agent-a", "")
 	if st := a.Closed(); st != protocol.CloseCredentialRevoked {
 		t.Errorf("expired credential closed with %d, want %d", st, protocol.CloseCredentialRevoked)
+	}
+}
+
+// TestExpiryDelay: the credential expiry timer waits until exp and the
+// skew allowance, at most MaxExpiryWait, and never a negative time,
+// whatever exp a token carries (past the year 2318 the old sum
+// overflowed, and the timer fired and re-armed without end).
+func TestExpiryDelay(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	allowance := auth.ClockSkew + time.Second
+	tests := []struct {
+		name string
+		exp  time.Time
+		want time.Duration
+	}{
+		{"in an hour", now.Add(time.Hour), time.Hour + allowance},
+		{"just expired", now.Add(-time.Second), allowance - time.Second},
+		{"in a week: checked daily", now.Add(7 * 24 * time.Hour), bus.MaxExpiryWait + allowance},
+		{"in the year 2400", time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC), bus.MaxExpiryWait + allowance},
+		{"at the end of time", time.Unix(1<<62, 0), bus.MaxExpiryWait + allowance},
+	}
+	for _, tt := range tests {
+		if got := bus.ExpiryDelay(tt.exp, now); got != tt.want {
+			t.Errorf("%s: delay %s, want %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestExpiryTimerEndsWithConnection: a connection's credential expiry
+// timer is stopped when the connection ends, and a reload's check that
+// reaches the connection after its cleanup (SetAuth takes its list of
+// connections first) arms none again.
+func TestExpiryTimerEndsWithConnection(t *testing.T) {
+	f := startAuth(t)
+	claims := auth.Claims{Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}"}}}
+	a, got := initialize(t, f.srv.URL, f.mint(t, "agent-a", claims, time.Hour), "agent-a", false)
+	if got != 0 {
+		t.Fatalf("initialize: %d", got)
+	}
+	c := bus.ClientConn(f.srv.Server, "agent-a")
+	if c == nil || !c.ExpiryArmed() {
+		t.Fatal("an initialized connection with a signed token has no expiry timer")
+	}
+	_ = a.WS.Close(websocket.StatusNormalClosure, "")
+	deadline := time.Now().Add(bustest.Timeout)
+	for c.ExpiryArmed() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the expiry timer is still set %s after the connection closed", bustest.Timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if why := c.Recheck(); why != "" || c.ExpiryArmed() {
+		t.Errorf("a reload's check after the cleanup armed the timer again (close reason %q)", why)
 	}
 }

@@ -212,6 +212,7 @@ func (c *conn) cleanup() {
 	id, identity, takenOver, publishOnly := c.clientID, c.identity, c.takenOver, c.publishOnly
 	if c.expiry != nil {
 		c.expiry.Stop()
+		c.expiry = nil
 	}
 	c.mu.Unlock()
 	if id != "" && !publishOnly {

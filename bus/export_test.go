@@ -89,3 +89,33 @@ func OpenIdentities(s *Server) []string {
 	}
 	return ids
 }
+
+// ExpiryDelay is how long after now a connection's credential, expiring
+// at exp, is checked; MaxExpiryWait bounds it, the skew allowance aside.
+var ExpiryDelay = expiryDelay
+
+// MaxExpiryWait is maxExpiryWait.
+const MaxExpiryWait = maxExpiryWait
+
+// Conn is a connection, for tests that reach into one.
+type Conn = conn
+
+// ClientConn returns the connection initialized as clientID, nil if
+// none. The test may keep it after the connection ends.
+func ClientConn(s *Server, clientID string) *Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clients[clientID]
+}
+
+// Recheck runs a reload's check of the connection against the
+// Authenticator in force, as SetAuth does for each connection it found.
+func (c *conn) Recheck() string { return c.recheck(c.server.auth.Load()) }
+
+// ExpiryArmed reports whether the connection's credential expiry timer
+// is set.
+func (c *conn) ExpiryArmed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.expiry != nil
+}

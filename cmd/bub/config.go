@@ -443,15 +443,21 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 	return fields
 }
 
-// loadAuth compiles the file's auth section; nil, nil when there is none,
-// which leaves the bus open. It is the one place serve builds an
-// Authenticator, at start and on SIGHUP; key files are read relative to
-// the configuration file's directory.
-func loadAuth(cf *configFile) (*auth.Authenticator, error) {
+// loadAuth compiles the file's auth section under --max-token-lifetime;
+// nil, nil when there is none, which leaves the bus open. It is the one
+// place serve builds an Authenticator, at start and on SIGHUP; key files
+// are read relative to the configuration file's directory.
+func loadAuth(cfg *serveConfig) (*auth.Authenticator, error) {
+	if cfg.maxTokenLifetime <= 0 {
+		return nil, fmt.Errorf("--max-token-lifetime %s: want a positive duration", cfg.maxTokenLifetime)
+	}
+	cf := cfg.file
 	if cf == nil || cf.auth == nil {
 		return nil, nil
 	}
-	a, err := auth.New(*cf.auth, filepath.Dir(cf.path))
+	ac := *cf.auth
+	ac.MaxTokenLifetime = cfg.maxTokenLifetime
+	a, err := auth.New(ac, filepath.Dir(cf.path))
 	if err != nil {
 		return nil, fmt.Errorf("%s:%d: %w", cf.path, cf.authLine, err)
 	}

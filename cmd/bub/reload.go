@@ -48,7 +48,7 @@ func (r *reloader) apply() error {
 	if err := checkOpenBus(r.listen, cfg.hasAuth(), r.allowAnonymous); err != nil {
 		return fmt.Errorf("the file has no auth: section: %w", err)
 	}
-	authn, err := loadAuth(cfg.file)
+	authn, err := loadAuth(cfg)
 	if err != nil {
 		return err
 	}
@@ -101,8 +101,8 @@ func (r *reloader) apply() error {
 func (r *reloader) needRestart(fs *flag.FlagSet) []string {
 	var stale []string
 	fs.VisitAll(func(f *flag.Flag) {
-		if limitFlags[f.Name] || notFileKeys[f.Name] {
-			return
+		if limitFlags[f.Name] || notFileKeys[f.Name] || f.Name == "max-token-lifetime" {
+			return // reloaded, or not a setting
 		}
 		if r.certs != nil && (f.Name == "tls-cert" || f.Name == "tls-key" || f.Name == "tls-client-ca") && cfgHasTLS(fs) {
 			return // reloaded from their new paths

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster"
@@ -59,6 +60,10 @@ type serveConfig struct {
 	limits         bus.Limits
 	cluster        clusterFlags
 
+	// maxTokenLifetime bounds the JWTs the bus accepts; a reload applies
+	// it with the auth: section.
+	maxTokenLifetime time.Duration
+
 	// file is the loaded configuration file; nil without --config.
 	file *configFile
 }
@@ -90,6 +95,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA file: peers may present a client certificate signed by it, whose subject CN names an auth identity (mutual TLS)")
 	fs.StringVar(&c.hosts, "hosts", "", "comma-separated Host header values an upgrade may carry besides the listen address (the names the bus is reached by), against DNS rebinding")
 	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "allow an open bus (no auth: section) on a non-loopback --listen address")
+	fs.DurationVar(&c.maxTokenLifetime, "max-token-lifetime", auth.DefaultMaxTokenLifetime, "longest a signed token (JWT) may be valid, from its iat to its exp; a longer one is refused. SIGHUP reloads it with auth:")
 
 	l := &c.limits
 	fs.IntVar(&l.MaxConnections, "max-connections", 0, "connections in all (0: 10000; negative: no limit)")
@@ -202,7 +208,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 			return errorf(io, "serve: %v", err)
 		}
 	}
-	authn, err := loadAuth(cfg.file)
+	authn, err := loadAuth(cfg)
 	if err != nil {
 		return errorf(io, "serve: %v", err)
 	}
