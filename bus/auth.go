@@ -208,6 +208,26 @@ func (c *conn) authorizeAgainst(a *auth.Authenticator, p *protocol.InitializePar
 	return principal, access, nil
 }
 
+// serverIDPrefix starts every serverId the bus makes up (Options.ServerID).
+// No clientId may start with it, in any case.
+const serverIDPrefix = "bub-"
+
+// checkReservedClientID refuses the bus's serverId, in any case, and
+// every id starting with serverIDPrefix as a clientId, whatever the
+// credential grants: the bus's events come from its serverId, peers (the
+// spawner) trust a message by that from, and a peer's from is its
+// clientId. Every peer learns the serverId from initialize and a
+// cluster's is predictable, so the id alone is no secret; the prefix
+// keeps a bus's next random serverId free too.
+func (c *conn) checkReservedClientID(id string) error {
+	serverID := c.server.opts.ServerID
+	if !strings.EqualFold(id, serverID) && (len(id) < len(serverIDPrefix) || !strings.EqualFold(id[:len(serverIDPrefix)], serverIDPrefix)) {
+		return nil
+	}
+	return c.refuse(refuseClientID, "", id, "reserved clientId",
+		protocol.Errorf(protocol.ErrInvalidClientInfo, "clientId %q is reserved: the bus's own events come from its serverId %q, and ids starting with %q are kept for serverIds", id, serverID, serverIDPrefix))
+}
+
 // setAccessLocked records what the connection's credential is and
 // allows, its own limits included (zero: the bus's). The caller holds
 // c.mu.

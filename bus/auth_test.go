@@ -636,3 +636,57 @@ func TestExpiryTimerEndsWithConnection(t *testing.T) {
 		t.Errorf("a reload's check after the cleanup armed the timer again (close reason %q)", why)
 	}
 }
+
+// TestServerIDReserved: no peer may initialize as the bus's serverId, in
+// any case, or as any id starting with bub-, on an open bus or with a
+// grant whose client_ids match it; so no message a peer publishes comes
+// from the serverId the bus's events come from.
+func TestServerIDReserved(t *testing.T) {
+	dir := t.TempDir()
+	everyone, err := auth.New(auth.Config{Anonymous: &auth.Grant{ClientIDs: []string{"*"}, Publish: auth.Rules{Allow: []string{"*"}}}}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := bustest.Start(t, nil)
+	generated := bustest.Dial(t, open.URL).Initialize("first").ServerID
+	if !strings.HasPrefix(generated, "bub-") {
+		t.Fatalf("generated serverId %q does not start with bub-", generated)
+	}
+	hub := bustest.Start(t, &bus.Options{ServerID: "hub", Auth: everyone})
+	cluster := bustest.Start(t, &bus.Options{ServerID: "bub-prod"}) // as a cluster named prod would be
+	tests := []struct {
+		srv      *bustest.Server
+		clientID string
+		reserved bool
+	}{
+		{open, generated, true},
+		{open, strings.ToUpper(generated), true},
+		{open, "bub-", true},
+		{open, "bub-next-restart", true},
+		{open, "Bub-x", true},
+		{open, "bub", false},
+		{open, "bubble", false},
+		{open, "agent-bub-1", false},
+		{hub, "hub", true},
+		{hub, "HUB", true},
+		{hub, "bub-x", true},
+		{hub, "hubby", false},
+		{cluster, "bub-prod", true},
+		{cluster, "bub-prod-2", true},
+	}
+	for _, tt := range tests {
+		for _, publishOnly := range []bool{false, true} {
+			c := bustest.Dial(t, tt.srv.URL)
+			r := c.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: tt.clientID, PublishOnly: publishOnly})
+			switch {
+			case tt.reserved && code(r) != protocol.CodeInvalidClientInfo:
+				t.Errorf("%q (publishOnly %v): %+v, want %d", tt.clientID, publishOnly, r.Error, protocol.CodeInvalidClientInfo)
+			case tt.reserved && !strings.Contains(r.Error.Message, "reserved"):
+				t.Errorf("%q: refusal %q does not say the id is reserved", tt.clientID, r.Error.Message)
+			case !tt.reserved && r.Error != nil:
+				t.Errorf("%q (publishOnly %v): refused: %v", tt.clientID, publishOnly, r.Error)
+			}
+			_ = c.WS.CloseNow()
+		}
+	}
+}

@@ -221,6 +221,9 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	if err := protocol.ValidateClientID(p.ClientID); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidClientInfo, "%v", err)
 	}
+	if err := c.checkReservedClientID(p.ClientID); err != nil {
+		return nil, err
+	}
 	if p.DefaultTopic != "" {
 		if err := protocol.ValidateTopic(p.DefaultTopic); err != nil {
 			return nil, protocol.Errorf(protocol.ErrInvalidParams, "defaultTopic: %v", err)

@@ -26,8 +26,9 @@ import (
 // default.
 type Options struct {
 	// ServerID is reported in initialize results and is the from of the
-	// bus's events. Default: "bub-" and random hex; in a cluster, "bub-"
-	// and the cluster's name, the same on every node.
+	// bus's events; no peer may take it, or any id starting with "bub-",
+	// as its clientId. Default: "bub-" and random hex; in a cluster,
+	// "bub-" and the cluster's name, the same on every node.
 	ServerID string
 	// DefaultPolicy applies to subscriptions that name none. Default:
 	// stopPropagationOnProcessed.
@@ -164,7 +165,7 @@ func (o *Options) setDefaults() {
 	if o.ServerID == "" {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
-		o.ServerID = "bub-" + hex.EncodeToString(b)
+		o.ServerID = serverIDPrefix + hex.EncodeToString(b)
 	}
 	if o.DefaultPolicy == "" {
 		o.DefaultPolicy = protocol.PolicyStopOnProcessed
@@ -267,7 +268,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		// the events any node publishes come from it, so a peer that
 		// trusts only its bus's events (the spawner) trusts every node's.
 		name, _ := o.Cluster.Names()
-		o.ServerID = "bub-" + name
+		o.ServerID = serverIDPrefix + name
 	}
 	if o.Cluster != nil && o.Store != nil {
 		return nil, errors.New("new bus: Store and Cluster exclude each other: a cluster keeps its state in JetStream")

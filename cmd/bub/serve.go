@@ -70,7 +70,7 @@ type serveConfig struct {
 
 func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7892", "address to serve WebSocket peers and /healthz, /readyz, /metrics on")
-	fs.StringVar(&c.serverID, "server-id", "", "serverId reported to peers (default: bub- and random hex)")
+	fs.StringVar(&c.serverID, "server-id", "", "serverId reported to peers and the from of the bus's events; no peer may take it, or any bub- id, as its clientId (default: bub- and random hex)")
 	fs.StringVar(&c.defaultPolicy, "default-policy", string(protocol.PolicyStopOnProcessed), "propagation policy of subscriptions that name none: stopPropagationOnProcessed, stopPropagationOnStop or continueAll")
 	fs.DurationVar(&c.deliveryTimeout, "delivery-timeout", 30*time.Second, "how long a subscriber has to answer one processMessage")
 	fs.Int64Var(&c.maxMessageBytes, "max-message-bytes", 1<<20, "largest WebSocket message accepted; larger closes the connection with 1009")
