@@ -27,6 +27,9 @@ const (
 	closeTakenOver = "clientId taken over by a newer connection"
 	closePingLost  = "ping timed out"
 	closeTooBig    = "message too big"
+	// closeInvalidUTF8: a text message that is not valid UTF-8; the
+	// Stream has closed with 1007.
+	closeInvalidUTF8 = "text message not valid UTF-8"
 	// closeEventBacklog: more system:client.* events wait for the peer
 	// than maxEventBacklog.
 	closeEventBacklog = "too many lifecycle events waiting"
@@ -142,6 +145,10 @@ func (c *conn) readLoop() {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				c.log.Info("closing peer", "client", c.id(), "reason", closeTooBig, "max_message_bytes", c.server.opts.MaxMessageBytes)
 				c.server.metrics.closes.WithLabelValues(closeTooBig).Inc()
+			}
+			if errors.Is(err, rpcstream.ErrInvalidUTF8) {
+				c.log.Info("closing peer", "client", c.id(), "reason", closeInvalidUTF8, "err", err)
+				c.server.metrics.closes.WithLabelValues(closeInvalidUTF8).Inc()
 			}
 			return
 		}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/bub-bus/bub/bus"
 )
@@ -50,6 +51,13 @@ func parseDelivery(b []byte) (*Delivery, error) {
 	}
 	if attempt > 1<<32-1 {
 		return nil, fmt.Errorf("%w: attempt %d out of range", ErrBadFrame, attempt)
+	}
+	if !utf8.Valid(r.b) {
+		// The node writes the payload to its subscriber as it is, as
+		// a text message; a node that read it from a peer checked it,
+		// but one of another version, or anything else on the subject,
+		// may not have.
+		return nil, fmt.Errorf("%w: payload is not valid UTF-8", ErrBadFrame)
 	}
 	d.Attempt = uint32(attempt)
 	d.Payload = r.b

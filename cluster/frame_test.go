@@ -3,7 +3,9 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestDeliveryFrameRoundTrip(t *testing.T) {
@@ -11,6 +13,7 @@ func TestDeliveryFrameRoundTrip(t *testing.T) {
 		{},
 		{ClientID: "agent:one", Conn: 1<<64 - 1, Pattern: "order:*", Attempt: 1<<32 - 1, Payload: []byte(`{"a":1}`)},
 		{ClientID: "ü", Pattern: "", Attempt: 3, Payload: bytes.Repeat([]byte{0}, 300)},
+		{ClientID: "c", Payload: []byte(`{"payload":"é € 😀"}`)},
 	} {
 		got, err := parseDelivery(appendDelivery(nil, d))
 		if err != nil {
@@ -36,10 +39,16 @@ func TestParseDeliveryRejects(t *testing.T) {
 			t.Errorf("%s: %v, want ErrBadFrame", name, err)
 		}
 	}
+	// A node writes the payload to its subscriber as a text message.
+	notUTF8 := appendDelivery(nil, &Delivery{ClientID: "c", Pattern: "p", Payload: []byte(`{"payload":"` + "\xff" + `"}`)})
+	if _, err := parseDelivery(notUTF8); !errors.Is(err, ErrBadFrame) || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("payload not UTF-8: %v, want ErrBadFrame naming UTF-8", err)
+	}
 }
 
 // FuzzParseDelivery: any bytes from the network parse or fail with
-// ErrBadFrame, never panic, and what parses frames back to the same.
+// ErrBadFrame, never panic, what parses has a payload of valid UTF-8
+// (a subscriber gets it as a text message), and frames back to the same.
 func FuzzParseDelivery(f *testing.F) {
 	f.Add(appendDelivery(nil, &Delivery{ClientID: "agent", Conn: 7, Pattern: "a:*", Attempt: 2, Payload: []byte(`{}`)}))
 	f.Add([]byte{frameVersion})
@@ -50,6 +59,9 @@ func FuzzParseDelivery(f *testing.F) {
 				t.Fatalf("error not ErrBadFrame: %v", err)
 			}
 			return
+		}
+		if !utf8.Valid(d.Payload) {
+			t.Fatalf("payload %q is not valid UTF-8", d.Payload)
 		}
 		again, err := parseDelivery(appendDelivery(nil, d))
 		if err != nil || again.ClientID != d.ClientID || again.Conn != d.Conn || again.Pattern != d.Pattern ||

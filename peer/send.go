@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -30,7 +31,9 @@ type SendOptions struct {
 // Options.DefaultTopic. payload is a json.RawMessage (or []byte), sent
 // byte for byte as it is, or any value, marshalled to JSON; either way it
 // must be a JSON object with a string "type", else the bus answers code
-// -32602. opts may be nil.
+// -32602. Raw bytes that are not valid JSON, or not valid UTF-8 (for
+// which the bus would close the connection with 1007), are refused
+// before sending. opts may be nil.
 //
 // A message that no subscription matched is not an error: the result's
 // NoSubscribers reports it (a held message is not one of those; see
@@ -138,6 +141,10 @@ func encodeJSON(v any) ([]byte, error) {
 	}
 	if !json.Valid(raw) {
 		return nil, errors.New("is not valid JSON")
+	}
+	if at := rpcstream.InvalidUTF8At(raw); at >= 0 {
+		// The bus would close the connection with 1007.
+		return nil, fmt.Errorf("is not valid UTF-8 at byte %d", at)
 	}
 	// Surrounding whitespace is not the value's, and the bus would count
 	// it against the limit.

@@ -119,6 +119,10 @@ func TestSendMessageRejectsBadJSONLocally(t *testing.T) {
 	_, err := c.SendMessage(t.Context(), "t", json.RawMessage(`{"type":`), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not valid JSON")
+	// The bus would close the connection with 1007 for it.
+	_, err = c.SendMessage(t.Context(), "t", json.RawMessage(`{"type":"caf`+"\xe9"+`"}`), nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not valid UTF-8 at byte 12")
 	_, err = c.SendMessage(t.Context(), "t", nil, nil)
 	require.Error(t, err)
 	_, err = c.SendMessage(t.Context(), "t", func() {}, nil)

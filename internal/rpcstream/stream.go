@@ -13,7 +13,10 @@
 // the connection stays open through all of it: invalid JSON gets -32700
 // with a null id, a value that is not a request gets -32600, a batch is
 // split into its requests and their responses are joined into one array,
-// and every request id is echoed byte for byte. To echo ids exactly, each
+// and every request id is echoed byte for byte. One thing ends the
+// connection: a text message that is not valid UTF-8, which RFC 6455
+// requires failing with 1007; nothing of it is handed over, so a bus
+// never forwards such bytes. To echo ids exactly, each
 // request is handed over under a synthetic id of the Stream's own, which
 // Reply turns back into the peer's; a handler must therefore answer each
 // request exactly once, and never answer a notification.
@@ -28,6 +31,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -39,6 +43,12 @@ import (
 // ErrClosed is returned by Call when the connection ends before the
 // answer arrives, or had ended before the call.
 var ErrClosed = errors.New("rpcstream: connection closed")
+
+// ErrInvalidUTF8 is returned by ReadRequest for a text message that is
+// not valid UTF-8; the Stream has failed the connection with status 1007
+// (invalid frame payload data), as RFC 6455 section 8.1 requires, and
+// handed over nothing of the message.
+var ErrInvalidUTF8 = errors.New("rpcstream: text message is not valid UTF-8")
 
 // Stream is a JSON-RPC 2.0 connection over a WebSocket connection.
 //
@@ -160,6 +170,15 @@ func (s *Stream) next() (message, error) {
 		if typ != websocket.MessageText {
 			s.reply(errorReply(nil, protocol.CodeInvalidRequest, "invalid request: binary messages are not accepted; send JSON-RPC as text"))
 			continue
+		}
+		if at := InvalidUTF8At(data); at >= 0 {
+			// json.Valid does not look inside strings, and websocket
+			// does not check text messages: without this, the bytes
+			// would be handed over, and a bus would forward them to
+			// subscribers whose WebSocket libraries fail on them.
+			s.failCalls()
+			_ = s.ws.Close(websocket.StatusInvalidFramePayloadData, fmt.Sprintf("text message is not valid UTF-8 at byte %d", at))
+			return message{}, fmt.Errorf("%w at byte %d", ErrInvalidUTF8, at)
 		}
 		s.accept(data)
 	}
@@ -574,6 +593,22 @@ func validID(raw json.RawMessage) bool {
 		return true // json.Valid admits only "null" here
 	}
 	return false
+}
+
+// InvalidUTF8At returns the offset of the first byte of data that does
+// not start a valid UTF-8 sequence, or -1 when data is valid UTF-8.
+func InvalidUTF8At(data []byte) int {
+	if utf8.Valid(data) {
+		return -1 // the common case, at memory speed for ASCII
+	}
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return -1 // not reached: utf8.Valid said otherwise
 }
 
 func firstByte(data []byte) byte {
