@@ -362,11 +362,15 @@ func (s *Server) SetAuth(a *auth.Authenticator) {
 }
 
 // recheck applies a new Authenticator to the connection and returns the
-// close reason, or "" when it goes on.
+// close reason, or "" when it goes on. A check against an Authenticator
+// that a reload has replaced meanwhile (an expiry timer's, or a slow
+// one) changes nothing: the reload checks the connection itself, and a
+// stale check applied after it would undo what it decided.
 func (c *conn) recheck(a *auth.Authenticator) string {
 	c.mu.Lock()
-	if c.closed {
-		// Going away already: nothing to check, no timer to arm.
+	if c.closed || c.server.auth.Load() != a {
+		// Going away already, or stale: nothing to check, no timer
+		// to arm.
 		c.mu.Unlock()
 		return ""
 	}
@@ -381,6 +385,9 @@ func (c *conn) recheck(a *auth.Authenticator) string {
 	c.mu.Unlock()
 
 	principal, err := c.server.authenticate(a, cred)
+	if c.server.auth.Load() != a {
+		return ""
+	}
 	if err != nil {
 		c.log.Warn("closing connection: credential no longer accepted", "client", id, "identity", oldIdentity, "reason", err)
 		c.close(websocket.StatusCode(protocol.CloseCredentialRevoked), closeRevoked)
@@ -388,6 +395,12 @@ func (c *conn) recheck(a *auth.Authenticator) string {
 	}
 	access := principal.Bind(id)
 	c.mu.Lock()
+	if c.server.auth.Load() != a {
+		// Replaced since the check above: the reload that replaced
+		// it applies its own, now or after this.
+		c.mu.Unlock()
+		return ""
+	}
 	why := ""
 	switch {
 	case !principal.AllowsClientID(id):

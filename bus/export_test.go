@@ -3,6 +3,8 @@ package bus
 import (
 	"testing"
 	"time"
+
+	"github.com/bub-bus/bub/auth"
 )
 
 // HeldUntil returns when each message held on topic is next due: the end
@@ -111,6 +113,10 @@ func ClientConn(s *Server, clientID string) *Conn {
 // Recheck runs a reload's check of the connection against the
 // Authenticator in force, as SetAuth does for each connection it found.
 func (c *conn) Recheck() string { return c.recheck(c.server.auth.Load()) }
+
+// RecheckAgainst runs that check against a, as a check that started
+// before a reload replaced a would.
+func (c *conn) RecheckAgainst(a *auth.Authenticator) string { return c.recheck(a) }
 
 // ExpiryArmed reports whether the connection's credential expiry timer
 // is set.
