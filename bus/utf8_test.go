@@ -1,9 +1,11 @@
 package bus_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/protocol"
@@ -35,5 +37,12 @@ func TestInvalidUTF8NotForwarded(t *testing.T) {
 	}
 	if p := <-got; string(p.Payload) != `{"type":"good"}` {
 		t.Errorf("the subscriber's first delivery is %s, want the valid message", p.Payload)
+	}
+	if err := testutil.GatherAndCompare(srv.Registry(), strings.NewReader(`
+# HELP bub_connection_closes_total Connections the bus closed, by reason.
+# TYPE bub_connection_closes_total counter
+bub_connection_closes_total{reason="text message not valid UTF-8"} 1
+`), "bub_connection_closes_total"); err != nil {
+		t.Error(err)
 	}
 }
