@@ -63,7 +63,7 @@ func authFlagSet(std stdio, sub string, issue *authIssueConfig, out *string) *fl
 		fs.BoolVar(&issue.admin, "admin", false, "may call the dlq.* methods (if the issuer's ceiling allows it too)")
 		fs.BoolVar(&issue.fallback, "fallback", false, "may hold a fallback subscription (if the ceiling allows it too)")
 		fs.BoolVar(&issue.publishOnly, "publish-only", false, "may only connect publish-only: no subscriptions, no takeover")
-		fs.DurationVar(&issue.ttl, "ttl", 24*time.Hour, "how long the token is valid")
+		fs.DurationVar(&issue.ttl, "ttl", 24*time.Hour, "how long the token is valid; a bus refuses one valid longer than its --max-token-lifetime (default 720h)")
 	default:
 		return nil
 	}
