@@ -145,10 +145,9 @@ type handshakeGrant struct {
 	against   *auth.Authenticator
 }
 
-// authorizeInitialize decides who an initializing connection is, against
-// the Authenticator in force: the principal and its access for
-// clientID, or the refusal. With no auth in force both are nil and
-// everything is allowed.
+// authorizeInitialize decides who an initializing connection is under
+// the Authenticator in force (authorizeAgainst), and notes which that
+// was.
 func (c *conn) authorizeInitialize(p *protocol.InitializeParams) (handshakeGrant, error) {
 	a := c.server.auth.Load()
 	principal, access, err := c.authorizeAgainst(a, p)
@@ -171,6 +170,9 @@ func (c *conn) reauthorizeLocked(p *protocol.InitializeParams, g *handshakeGrant
 	return err
 }
 
+// authorizeAgainst decides who an initializing connection is under a:
+// the principal and its access for clientID, or the refusal. With a nil
+// (an open bus) both are nil and everything is allowed.
 func (c *conn) authorizeAgainst(a *auth.Authenticator, p *protocol.InitializeParams) (*auth.Principal, *auth.Access, error) {
 	if a == nil {
 		return nil, nil, nil
@@ -221,7 +223,9 @@ const serverIDPrefix = "bub-"
 // keeps a bus's next random serverId free too.
 func (c *conn) checkReservedClientID(id string) error {
 	serverID := c.server.opts.ServerID
-	if !strings.EqualFold(id, serverID) && (len(id) < len(serverIDPrefix) || !strings.EqualFold(id[:len(serverIDPrefix)], serverIDPrefix)) {
+	reserved := strings.EqualFold(id, serverID) ||
+		(len(id) >= len(serverIDPrefix) && strings.EqualFold(id[:len(serverIDPrefix)], serverIDPrefix))
+	if !reserved {
 		return nil
 	}
 	return c.refuse(refuseClientID, "", id, "reserved clientId",
