@@ -23,14 +23,14 @@ type activity struct {
 // last answered, or failed). Bus events are not counted: an observer is
 // delivered the busy events themselves, which would report it busy in
 // turn, without end.
-func (s *Server) track(next deliverFunc) deliverFunc {
-	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-		if d.conn.peer != nil || d.Message.From == s.opts.ServerID {
-			return next(ctx, d)
+func (s *Server) track(next localFunc) localFunc {
+	return func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
+		if d.Message.From == s.opts.ServerID {
+			return next(ctx, c, d)
 		}
-		s.countDelivery(d.conn, d.ClientID, 1)
-		defer s.countDelivery(d.conn, d.ClientID, -1)
-		return next(ctx, d)
+		s.countDelivery(c, d.ClientID, 1)
+		defer s.countDelivery(c, d.ClientID, -1)
+		return next(ctx, c, d)
 	}
 }
 

@@ -276,14 +276,14 @@ func expiryDelay(exp, now time.Time) time.Duration {
 	return min(exp.Sub(now), maxExpiryWait) + auth.ClockSkew + time.Second
 }
 
-// limitKeyLocked is whom the connection's publishes count against for
-// the pending caps: its credential's name, or on an open bus its
-// clientId. The caller holds c.mu.
-func (c *conn) limitKeyLocked() string {
-	if c.identity != "" {
-		return c.identity
+// limitKeyLocked is whom the subscriber's publishes and retries count
+// against for the pending caps: its credential's name, or on an open bus
+// its clientId. The caller holds h.mu.
+func (h *holding) limitKeyLocked() string {
+	if h.identity != "" {
+		return h.identity
 	}
-	return c.clientID
+	return h.clientID
 }
 
 // refuse counts and logs a refusal and returns err, the answer to the

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -21,10 +23,10 @@ import (
 //   - a subscription is written to the cluster's one order before the
 //     subscriber hears it is made, and enters the router with its
 //     revision as its seq, so every node orders the chain alike;
-//   - another node's connection that holds subscriptions is a stand-in
-//     conn here (peer set), so the router, the walk, the publisher's
-//     lanes, the event queues and the slow-subscriber rule treat it as
-//     any connection; only call sends its deliveries through NATS;
+//   - another node's connection that holds subscriptions is a standIn
+//     here, a subscriber as a local connection is, so the router, the
+//     walk, the publisher's lanes and the event queues treat it as any;
+//     its deliveries go to its node, where that node's layers apply;
 //   - retries, holds and the dead-letter queue are in the store the
 //     cluster gives (JetStream for package cluster), and the pending work
 //     of a node that died is taken over by the acting node.
@@ -48,9 +50,9 @@ type clusterState struct {
 	self    string
 	cluster Cluster
 
-	// mu guards the maps. Lock order: clusterState.mu, then a stand-in
-	// conn's mu, then router.mu; a local conn's mu is never held while
-	// taking clusterState.mu.
+	// mu guards the maps. Lock order: clusterState.mu, then a stand-in's
+	// mu, then router.mu; a local conn's mu is never held while taking
+	// clusterState.mu.
 	mu sync.Mutex
 	// local are this node's initialized connections, by cid: deliveries,
 	// takeovers and deletes from other nodes name them so.
@@ -58,9 +60,9 @@ type clusterState struct {
 	// remotes stand in for other nodes' connections holding
 	// subscriptions; remoteSubs are those subscriptions, by key, and
 	// byClient the stand-ins of each clientId, for retries.
-	remotes    map[remotePeer]*conn
+	remotes    map[remotePeer]*standIn
 	remoteSubs map[string]*subscription
-	byClient   map[string][]*conn
+	byClient   map[string][]*standIn
 
 	// async counts the takeovers of dead nodes' work, so Shutdown waits
 	// for them before leaving; leaving, under mu, refuses more once the
@@ -90,6 +92,30 @@ type remotePeer struct {
 	cid  uint64
 }
 
+// standIn is another node's connection that holds subscriptions, as
+// this node routes to it.
+type standIn struct {
+	holding
+	peer remotePeer
+}
+
+// deliver sends d to the stand-in's node, which makes it through its own
+// layers: the subscriber's timeout and the slow-subscriber rule apply
+// there, where late answers are seen, and come back as this delivery's
+// failure. The wait here is the subscriber's timeout and remoteMargin.
+func (in *standIn) deliver(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, in.server.opts.DeliveryTimeout+remoteMargin)
+	defer cancel()
+	return in.server.callRemote(ctx, in.peer, d)
+}
+
+// close does nothing: the connection is its node's to close.
+func (in *standIn) close(websocket.StatusCode, string) {}
+
+// pendingCapLocked is the Limits' cap: the grant of the connection's
+// credential is known on its node only.
+func (in *standIn) pendingCapLocked(l *Limits) int { return l.MaxPendingPerIdentity }
+
 // joinCluster makes the bus a node of its cluster. The router,
 // scheduler and events exist already: Join applies the current
 // subscriptions before it returns, and they may wake holds.
@@ -100,9 +126,9 @@ func (s *Server) joinCluster(ctx context.Context, c Cluster) error {
 		self:       self,
 		cluster:    c,
 		local:      make(map[uint64]*conn),
-		remotes:    make(map[remotePeer]*conn),
+		remotes:    make(map[remotePeer]*standIn),
 		remoteSubs: make(map[string]*subscription),
-		byClient:   make(map[string][]*conn),
+		byClient:   make(map[string][]*standIn),
 	}
 	s.cl = cl
 	st, err := c.Join(ctx, &ClusterJoin{
@@ -146,24 +172,25 @@ func (cl *clusterState) ApplySubscription(ch SubscriptionChange) {
 	cl.mu.Lock()
 	cl.dropRemoteLocked(s, ch.Key)
 	peer := remotePeer{sub.Node, sub.Conn}
-	c := cl.remotes[peer]
-	if c == nil {
-		c = &conn{
-			server:      s,
-			log:         s.log.With("node", sub.Node, "client", sub.ClientID),
-			peer:        &peer,
-			initialized: true,
-			clientID:    sub.ClientID,
-			identity:    sub.Identity,
-			subs:        make(map[string]*subscription),
+	in := cl.remotes[peer]
+	if in == nil {
+		in = &standIn{
+			holding: holding{
+				server:   s,
+				log:      s.log.With("node", sub.Node, "client", sub.ClientID),
+				clientID: sub.ClientID,
+				identity: sub.Identity,
+				subs:     make(map[string]*subscription),
+			},
+			peer: peer,
 		}
-		cl.remotes[peer] = c
-		cl.byClient[sub.ClientID] = append(cl.byClient[sub.ClientID], c)
+		cl.remotes[peer] = in
+		cl.byClient[sub.ClientID] = append(cl.byClient[sub.ClientID], in)
 	}
-	rs := &subscription{seq: ch.Revision, key: ch.Key, pattern: pattern, policy: sub.Policy, fallback: sub.Fallback, conn: c}
-	c.mu.Lock()
-	c.subs[sub.Pattern] = rs
-	c.mu.Unlock()
+	rs := &subscription{seq: ch.Revision, key: ch.Key, pattern: pattern, policy: sub.Policy, fallback: sub.Fallback, to: in}
+	in.mu.Lock()
+	in.subs[sub.Pattern] = rs
+	in.mu.Unlock()
 	s.router.insert(rs)
 	cl.remoteSubs[ch.Key] = rs
 	cl.mu.Unlock()
@@ -179,31 +206,31 @@ func (cl *clusterState) dropRemoteLocked(s *Server, key string) {
 	}
 	delete(cl.remoteSubs, key)
 	s.router.remove(rs)
-	c := rs.conn
-	c.mu.Lock()
-	if c.subs[rs.pattern.String()] == rs {
-		delete(c.subs, rs.pattern.String())
+	in := rs.to.(*standIn)
+	in.mu.Lock()
+	if in.subs[rs.pattern.String()] == rs {
+		delete(in.subs, rs.pattern.String())
 	}
-	empty := len(c.subs) == 0
+	empty := len(in.subs) == 0
 	if empty {
-		c.closed = true
+		in.closed = true
 	}
-	c.mu.Unlock()
+	in.mu.Unlock()
 	if !empty {
 		return
 	}
-	delete(cl.remotes, *c.peer)
-	list := cl.byClient[c.clientID]
+	delete(cl.remotes, in.peer)
+	list := cl.byClient[in.clientID]
 	for i, other := range list {
-		if other == c {
+		if other == in {
 			list = append(list[:i], list[i+1:]...)
 			break
 		}
 	}
 	if len(list) == 0 {
-		delete(cl.byClient, c.clientID)
+		delete(cl.byClient, in.clientID)
 	} else {
-		cl.byClient[c.clientID] = list
+		cl.byClient[in.clientID] = list
 	}
 }
 
@@ -351,10 +378,10 @@ func (cl *clusterState) TakenOver(clientID string, cid uint64) {
 
 // remoteStandIns returns the stand-ins of clientID's connections on
 // other nodes.
-func (cl *clusterState) remoteStandIns(clientID string) []*conn {
+func (cl *clusterState) remoteStandIns(clientID string) []*standIn {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return append([]*conn(nil), cl.byClient[clientID]...)
+	return append([]*standIn(nil), cl.byClient[clientID]...)
 }
 
 // NodeDown hears that node stopped: its stand-ins leave the router at
@@ -364,7 +391,7 @@ func (cl *clusterState) NodeDown(node string, acting bool) {
 	s := cl.server
 	cl.mu.Lock()
 	for key, rs := range cl.remoteSubs {
-		if rs.conn.peer.node == node {
+		if rs.to.(*standIn).peer.node == node {
 			cl.dropRemoteLocked(s, key)
 		}
 	}
@@ -425,9 +452,8 @@ type remoteAnswer struct {
 // callRemote delivers d to a subscriber on another node, through that
 // node. The params are encoded here, once, exactly as a local delivery's
 // would be, and the subscriber's node writes them as they are.
-func (s *Server) callRemote(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+func (s *Server) callRemote(ctx context.Context, peer remotePeer, d *delivery) (protocol.ProcessMessageResult, error) {
 	var result protocol.ProcessMessageResult
-	peer := d.conn.peer
 	bp := paramsPool.Get().(*[]byte)
 	params := d.AppendParams((*bp)[:0])
 	rd := &RemoteDelivery{ClientID: d.ClientID, Conn: peer.cid, Pattern: d.Subscription, Attempt: uint32(d.Attempt), Payload: params}
@@ -498,8 +524,8 @@ func (cl *clusterState) Deliver(ctx context.Context, rd *RemoteDelivery) (answer
 	case c == nil || !c.holds(rd.ClientID, rd.Pattern):
 		err = &deliveryError{failDisconnected, fmt.Sprintf("client %q holds no subscription to %q on node %s any more", rd.ClientID, rd.Pattern, cl.self)}
 	default:
-		d := &delivery{Message: &store.Message{}, ClientID: rd.ClientID, Subscription: rd.Pattern, Attempt: int(rd.Attempt), conn: c, params: rd.Payload, written: rd.Written}
-		r, err = s.deliverLocal(ctx, d)
+		d := &delivery{Message: &store.Message{}, ClientID: rd.ClientID, Subscription: rd.Pattern, Attempt: int(rd.Attempt), to: c, params: rd.Payload, written: rd.Written}
+		r, err = c.deliver(ctx, d)
 	}
 	var a remoteAnswer
 	var derr *deliveryError

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"errors"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -44,20 +43,18 @@ const StatusTryAgainLater websocket.StatusCode = 1013
 
 // conn is one peer's WebSocket connection.
 type conn struct {
-	server *Server
-	ws     *websocket.Conn
+	// holding has the connection's subscriptions, and the mu that
+	// guards them and the fields below that say so.
+	holding
+	ws *websocket.Conn
 	// out writes the connection's frames, coalesced; ws only reads and
 	// closes.
 	out    *outbound.Conn
 	stream *rpcstream.Stream
-	log    *slog.Logger
 	remote string
 	// cid numbers the connection on this node; a cluster names it by
 	// node and cid.
 	cid uint64
-	// peer is set on a stand-in for a connection on another node of a
-	// cluster (cluster.go): deliveries to it go through that node.
-	peer *remotePeer
 
 	// slots bounds the requests running off the read loop.
 	slots chan struct{}
@@ -68,15 +65,10 @@ type conn struct {
 	inOrder   inOrder
 	closeOnce sync.Once
 
-	// mu guards the fields below. Lock order: Server.mu, conn.mu, router.mu.
-	mu          sync.Mutex
-	initialized bool
-	// closed is set when the connection stops taking subscriptions:
-	// it is closing, or another connection took its clientId over.
-	closed       bool
+	// holding.mu guards the fields below.
+	initialized  bool
 	takenOver    bool
 	publishOnly  bool
-	clientID     string
 	defaultTopic string
 	// cred is what the connection presented; principal, access and
 	// identity are what it was found to be at initialize (or the last
@@ -84,12 +76,8 @@ type conn struct {
 	cred      credential
 	principal *auth.Principal
 	access    *auth.Access
-	// identity is the credential's name, "" on an open bus; whom the
-	// connection's publishes count against is limitKey.
-	identity string
 	// expiry closes the connection when its credential expires.
 	expiry *time.Timer
-	subs   map[string]*subscription // by pattern string
 
 	connLimits
 	// activity has a lock of its own (activity.go).
@@ -104,15 +92,13 @@ type conn struct {
 func (s *Server) newConn(ws *websocket.Conn, out *outbound.Conn, remote string) *conn {
 	ws.SetReadLimit(s.opts.MaxMessageBytes)
 	c := &conn{
-		server: s,
-		ws:     ws,
-		out:    out,
-		stream: rpcstream.NewOutbound(ws, out),
-		log:    s.log.With("remote", remote),
-		remote: remote,
-		cid:    s.connSeq.Add(1),
-		slots:  make(chan struct{}, s.opts.MaxInFlight),
-		subs:   make(map[string]*subscription),
+		holding: holding{server: s, log: s.log.With("remote", remote), subs: make(map[string]*subscription)},
+		ws:      ws,
+		out:     out,
+		stream:  rpcstream.NewOutbound(ws, out),
+		remote:  remote,
+		cid:     s.connSeq.Add(1),
+		slots:   make(chan struct{}, s.opts.MaxInFlight),
 	}
 	c.inOrder.init()
 	// An answer that comes after its call timed out still shows the peer
@@ -180,21 +166,10 @@ func (c *conn) takeOver() int {
 	return n
 }
 
-// id returns the clientId, or "" before initialize.
-func (c *conn) id() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.clientID
-}
-
 // close closes the connection with a status and reason. Its subscriptions
 // go at once, so no delivery waits on a peer that is going away; the rest
 // of the cleanup runs in serve once the JSON-RPC connection notices.
 func (c *conn) close(code websocket.StatusCode, reason string) {
-	if c.peer != nil {
-		// A stand-in: the connection is another node's to close.
-		return
-	}
 	c.detach()
 	c.closeOnce.Do(func() {
 		c.server.metrics.closes.WithLabelValues(reason).Inc()
@@ -246,11 +221,9 @@ func (c *conn) detach() int {
 	subs := c.subs
 	c.subs = nil
 	var keys []string
-	if c.peer == nil {
-		for _, sub := range subs {
-			if sub.seq != 0 {
-				keys = append(keys, sub.key)
-			}
+	for _, sub := range subs {
+		if sub.seq != 0 {
+			keys = append(keys, sub.key)
 		}
 	}
 	c.mu.Unlock()

@@ -22,7 +22,7 @@ type delivery struct {
 	ClientID     string
 	Subscription string
 	Attempt      int // from 1
-	conn         *conn
+	to           subscriber
 	// shared is the params every delivery of the walk shares, nil for a
 	// lone delivery (see sharedParams).
 	shared *sharedParams
@@ -41,25 +41,33 @@ type delivery struct {
 // *deliveryError when there was none.
 type deliverFunc func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error)
 
-// layer wraps a deliverFunc with one per-attempt concern. Retries and
+// localFunc makes one delivery to c, one of this node's connections.
+type localFunc func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error)
+
+// layer wraps a localFunc with one per-attempt concern. Retries and
 // dead-lettering are decided per routing pass (propagate.go, retry.go),
 // not per attempt, so they are not layers.
-type layer func(deliverFunc) deliverFunc
+type layer func(localFunc) localFunc
 
-// chain builds the delivery pipeline, outermost layer first.
-func (s *Server) chain() deliverFunc {
-	layers := []layer{s.measure, s.skipSlow, s.timeout, s.track}
-	deliver := deliverFunc(s.call)
+// chain builds the delivery pipelines: every delivery is measured and
+// made by its subscriber; a local connection's goes through the layers,
+// outermost first, and a stand-in's to its node (standIn.deliver), where
+// that node's layers apply.
+func (s *Server) chain() (deliverFunc, localFunc) {
+	layers := []layer{s.skipSlow, s.timeout, s.track}
+	local := localFunc(s.call)
 	for i := len(layers) - 1; i >= 0; i-- {
-		deliver = layers[i](deliver)
+		local = layers[i](local)
 	}
-	return deliver
+	return s.measure(func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+		return d.to.deliver(ctx, d)
+	}), local
 }
 
-// deliverLocal is the pipeline for deliveries another node of a cluster
-// asks this one to make: that node measures them.
-func (s *Server) deliverLocal(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-	return s.skipSlow(s.timeout(s.track(s.call)))(ctx, d)
+// deliver makes one delivery to c, unmeasured: Server.deliver measures
+// its own, and another node of a cluster those it asks this one to make.
+func (c *conn) deliver(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+	return c.server.deliverLocal(ctx, c, d)
 }
 
 // Failure kinds of a delivery, also its metrics outcome.
@@ -84,16 +92,13 @@ func (e *deliveryError) Error() string {
 // its answer. The params are encoded by hand around the payload and meta,
 // which go out byte for byte as the publisher sent them, and the answer
 // comes back through the Stream, not jsonrpc2's codec.
-func (s *Server) call(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-	if d.conn.peer != nil {
-		return s.callRemote(ctx, d)
-	}
+func (s *Server) call(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
 	var result protocol.ProcessMessageResult
 	written := d.written
 	if d.turn != nil {
 		written = d.turn.pass
 	}
-	raw, err := d.conn.stream.CallAppend(ctx, protocol.MethodProcessMessage, d, written)
+	raw, err := c.stream.CallAppend(ctx, protocol.MethodProcessMessage, d, written)
 	var rerr *rpcstream.ResponseError
 	switch {
 	case err == nil:
@@ -211,15 +216,11 @@ func appendJSONString(dst []byte, s string) []byte {
 }
 
 // timeout bounds each attempt by Options.DeliveryTimeout.
-func (s *Server) timeout(next deliverFunc) deliverFunc {
-	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-		limit := s.opts.DeliveryTimeout
-		if d.conn.peer != nil {
-			limit += remoteMargin
-		}
-		ctx, cancel := context.WithTimeout(ctx, limit)
+func (s *Server) timeout(next localFunc) localFunc {
+	return func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
+		ctx, cancel := context.WithTimeout(ctx, s.opts.DeliveryTimeout)
 		defer cancel()
-		return next(ctx, d)
+		return next(ctx, c, d)
 	}
 }
 

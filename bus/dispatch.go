@@ -382,7 +382,7 @@ func (c *conn) addSubscription(topic string, pattern *protocol.Pattern, policy p
 	if err := c.checkSubscribe(pattern, fallback); err != nil {
 		return nil, "", "", err
 	}
-	sub = &subscription{pattern: pattern, policy: policy, fallback: fallback, conn: c}
+	sub = &subscription{pattern: pattern, policy: policy, fallback: fallback, to: c}
 	c.subs[topic] = sub
 	c.server.metrics.subscriptions.Inc()
 	return sub, c.clientID, c.identity, nil

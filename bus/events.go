@@ -93,7 +93,7 @@ type events struct {
 	// mu guards everything below and the state of every eventWalk.
 	// Lock order: after conn.mu, before router.mu (bus/doc.go).
 	mu      sync.Mutex
-	queues  map[*conn]*eventQueue
+	queues  map[subscriber]*eventQueue
 	stopped bool
 }
 
@@ -108,9 +108,9 @@ type eventWalk struct {
 	stopped bool
 }
 
-// eventQueue is the events waiting for one connection, oldest first.
+// eventQueue is the events waiting for one subscriber, oldest first.
 type eventQueue struct {
-	conn    *conn
+	to      subscriber
 	entries []eventEntry
 	// ready wakes the queue's goroutine when its head may go or will
 	// never go; its lock is events.mu.
@@ -127,7 +127,7 @@ type eventEntry struct {
 }
 
 func newEvents(s *Server) *events {
-	return &events{server: s, queues: make(map[*conn]*eventQueue)}
+	return &events{server: s, queues: make(map[subscriber]*eventQueue)}
 }
 
 // publish routes m and queues it for each subscriber in its chain.
@@ -151,7 +151,7 @@ func (e *events) publish(m *store.Message) {
 	// delivery would: the others do not wait for it.
 	w := &eventWalk{msg: m, chain: chain[:0]}
 	for _, sub := range chain {
-		q := e.queues[sub.conn]
+		q := e.queues[sub.to]
 		if q != nil && droppable && len(q.entries) >= eventQueueSize {
 			s.metrics.eventsDropped.WithLabelValues(m.Topic, dropQueueFull).Inc()
 			continue
@@ -161,17 +161,18 @@ func (e *events) publish(m *store.Message) {
 				q.evicted = true
 				// Not under mu: closing takes conn.mu, which comes first
 				// in the lock order.
-				go func(c *conn, waiting int) {
-					c.log.Warn("closing peer", "client", c.id(), "reason", closeEventBacklog, "events_waiting", waiting)
-					c.close(websocket.StatusPolicyViolation, closeEventBacklog)
-				}(sub.conn, len(q.entries))
+				go func(to subscriber, waiting int) {
+					h := to.held()
+					h.log.Warn("closing peer", "client", h.id(), "reason", closeEventBacklog, "events_waiting", waiting)
+					to.close(websocket.StatusPolicyViolation, closeEventBacklog)
+				}(sub.to, len(q.entries))
 			}
 			continue
 		}
 		if q == nil {
-			q = &eventQueue{conn: sub.conn}
+			q = &eventQueue{to: sub.to}
 			q.ready.L = &e.mu
-			e.queues[sub.conn] = q
+			e.queues[sub.to] = q
 			s.work.Add(1)
 			go e.serve(q)
 		}
@@ -188,7 +189,7 @@ func (e *events) advance(w *eventWalk) {
 	for w.open < len(w.chain) {
 		sub := w.chain[w.open]
 		w.open++
-		e.queues[sub.conn].ready.Signal()
+		e.queues[sub.to].ready.Signal()
 		if sub.policy.MayStop() {
 			return
 		}
@@ -209,7 +210,7 @@ func (e *events) answered(w *eventWalk, at int, stops bool) {
 	}
 	w.stopped = true
 	for _, sub := range w.chain[w.open:] {
-		e.queues[sub.conn].ready.Signal()
+		e.queues[sub.to].ready.Signal()
 	}
 }
 
@@ -235,21 +236,21 @@ func (e *events) serve(q *eventQueue) {
 		q.entries = q.entries[1:]
 		e.answered(w, head.at, stops)
 	}
-	delete(e.queues, q.conn)
+	delete(e.queues, q.to)
 }
 
 // deliver hands m to sub, unless sub is gone, and reports whether its
 // answer stops propagation under sub's policy.
 func (e *events) deliver(m *store.Message, sub *subscription) bool {
-	s, c, pattern := e.server, sub.conn, sub.pattern.String()
-	c.mu.Lock()
-	live, clientID := c.subs[pattern] == sub, c.clientID
-	c.mu.Unlock()
+	s, h, pattern := e.server, sub.to.held(), sub.pattern.String()
+	h.mu.Lock()
+	live, clientID := h.subs[pattern] == sub, h.clientID
+	h.mu.Unlock()
 	if !live {
 		// Unsubscribed or disconnected since the event was routed.
 		return false
 	}
-	d := &delivery{Message: m, ClientID: clientID, Subscription: pattern, Attempt: 1, conn: c}
+	d := &delivery{Message: m, ClientID: clientID, Subscription: pattern, Attempt: 1, to: sub.to}
 	r, err := s.deliver(s.ctx, d)
 	return err == nil && sub.policy.Stops(r.Handled(), r.StopPropagation)
 }

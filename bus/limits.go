@@ -496,11 +496,12 @@ func (s *Server) pendingFull(l *Limits, identity string, perIdentity int, bus bo
 // when what counts against it has reached its caps, since it is the one
 // holding the message up. The delivery is then dead-lettered at once
 // (walk), and why says so.
-func (s *Server) retryRoom(sub *conn) (identity, why string) {
+func (s *Server) retryRoom(sub subscriber) (identity, why string) {
 	l := s.limits()
-	sub.mu.Lock()
-	identity, perIdentity := sub.limitKeyLocked(), sub.pendingCapLocked(l)
-	sub.mu.Unlock()
+	h := sub.held()
+	h.mu.Lock()
+	identity, perIdentity := h.limitKeyLocked(), sub.pendingCapLocked(l)
+	h.mu.Unlock()
 	full, err := s.pendingFull(l, identity, perIdentity, false)
 	if err != nil || full == nil {
 		// A count that fails is the store failing: the retry's own
@@ -584,15 +585,8 @@ func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool
 // subscriber's consecutive timeouts, and once they reach the limit fails
 // its deliveries at once, as for a subscriber that went away, until it
 // answers again (a late answer counts: see noteAnswer) or reconnects.
-func (s *Server) skipSlow(next deliverFunc) deliverFunc {
-	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-		c := d.conn
-		if c.peer != nil {
-			// A stand-in: the subscriber's own node applies the rule,
-			// where late answers are seen, and its refusal comes back
-			// as this delivery's failure.
-			return next(ctx, d)
-		}
+func (s *Server) skipSlow(next localFunc) localFunc {
+	return func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
 		if c.answeredLate.Swap(false) {
 			c.noteAnswer(d.ClientID)
 		}
@@ -601,7 +595,7 @@ func (s *Server) skipSlow(next deliverFunc) deliverFunc {
 			return protocol.ProcessMessageResult{}, &deliveryError{failSlowSubscriber,
 				fmt.Sprintf("not sent: client %q left its last %d deliveries unanswered; the bus waits on it again once it answers one", d.ClientID, c.timeouts.Load())}
 		}
-		r, err := next(ctx, d)
+		r, err := next(ctx, c, d)
 		if err == nil {
 			c.noteAnswer(d.ClientID)
 			return r, err

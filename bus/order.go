@@ -45,7 +45,7 @@ type ticket struct {
 // lanes are a publisher connection's lanes, by subscriber connection;
 // only the goroutine handling its requests in order touches them (handle).
 type lanes struct {
-	by map[*conn]*lane
+	by map[subscriber]*lane
 	// pruneAt is the size at which idle lanes to closed connections are
 	// dropped, so a long-lived publisher does not keep one lane per
 	// subscriber it ever reached.
@@ -57,18 +57,18 @@ type lanes struct {
 // so tickets are taken in the order the publisher sent its messages.
 func (ls *lanes) issue(chain []*subscription, tickets []ticket) []ticket {
 	if ls.by == nil {
-		ls.by = make(map[*conn]*lane)
+		ls.by = make(map[subscriber]*lane)
 		ls.pruneAt = 64
 	}
 	tickets = tickets[:0]
 	for _, sub := range chain {
-		l := ls.by[sub.conn]
+		l := ls.by[sub.to]
 		if l == nil {
 			if len(ls.by) >= ls.pruneAt {
 				ls.prune()
 			}
 			l = &lane{}
-			ls.by[sub.conn] = l
+			ls.by[sub.to] = l
 		}
 		tickets = append(tickets, ticket{lane: l, n: l.next})
 		l.next++
@@ -80,7 +80,7 @@ func (ls *lanes) issue(chain []*subscription, tickets []ticket) []ticket {
 // and moves the next prune to twice the lanes left.
 func (ls *lanes) prune() {
 	for c, l := range ls.by {
-		if !c.isClosed() {
+		if !c.held().isClosed() {
 			continue
 		}
 		l.mu.Lock()
@@ -144,12 +144,4 @@ func (t *ticket) pass() {
 		delete(l.waiting, l.turn)
 		close(ch)
 	}
-}
-
-// isClosed reports whether c takes no more deliveries: it is closing or
-// was taken over.
-func (c *conn) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
 }

@@ -100,7 +100,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 	made := len(chain)
 	for i, sub := range chain {
 		d := &deliveries[i]
-		*d = delivery{Message: m, ClientID: sub.conn.clientID, Subscription: sub.pattern.String(), Attempt: 1, conn: sub.conn, shared: shared}
+		*d = delivery{Message: m, ClientID: sub.to.held().clientID, Subscription: sub.pattern.String(), Attempt: 1, to: sub.to, shared: shared}
 		if tickets != nil {
 			d.turn = &tickets[i]
 		}
@@ -129,7 +129,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		ack     int
 		attempt store.Attempt
 		delay   time.Duration
-		sub     *conn
+		sub     subscriber
 	}
 	// retries need another attempt; rejects, whose delay is unused, are
 	// dead-lettered at once.
@@ -139,7 +139,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 	for i, sub := range chain[:made] {
 		o := &outcomes[i]
 		r, err := o.result, o.err
-		ack := protocol.Ack{ClientID: sub.conn.clientID, Subscription: sub.pattern.String()}
+		ack := protocol.Ack{ClientID: sub.to.held().clientID, Subscription: sub.pattern.String()}
 		if err != nil {
 			ack.Error = err.Error()
 		} else {
@@ -147,14 +147,14 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		}
 		switch {
 		case err == nil && r.Rejected():
-			rejects = append(rejects, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, 0, sub.conn})
+			rejects = append(rejects, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, 0, sub.to})
 		case sub.fallback && err == nil && r.ShouldRetry && !r.Handled():
 			if reroute == nil {
 				delay := s.askedDelay(r.RetrySeconds)
-				reroute = &retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, delay, sub.conn}
+				reroute = &retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, delay, sub.to}
 			}
 		case needsRetry(r, err):
-			retries = append(retries, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, s.backoff(1, r.RetrySeconds), sub.conn})
+			retries = append(retries, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, s.backoff(1, r.RetrySeconds), sub.to})
 		}
 		result.Acks = append(result.Acks, ack)
 		// A rejection's own stopPropagation ends the walk but is no
@@ -171,9 +171,10 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 	}
 	for _, rj := range rejects {
 		ack := &result.Acks[rj.ack]
-		rj.sub.mu.Lock()
-		subscriber := rj.sub.limitKeyLocked()
-		rj.sub.mu.Unlock()
+		h := rj.sub.held()
+		h.mu.Lock()
+		subscriber := h.limitKeyLocked()
+		h.mu.Unlock()
 		p := &store.Pending{Kind: store.KindRetry, Message: *m, ClientID: ack.ClientID, Subscription: ack.Subscription,
 			Subscriber: subscriber, Attempts: []store.Attempt{rj.attempt}}
 		if ack.DeadLetter = s.deadLetter(p, protocol.ReasonRejected); ack.DeadLetter == "" {

@@ -345,7 +345,7 @@ func (s *Server) attempt(p *store.Pending) {
 			Detail: fmt.Sprintf("client %q is not connected or no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)})
 		return
 	}
-	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: number, conn: c}
+	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: number, to: c}
 	r, err := s.deliver(s.ctx, d)
 	if err != nil && s.draining.Load() {
 		// Perhaps cut off by the shutdown itself: not counted. The store
@@ -413,44 +413,26 @@ func (s *Server) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageRe
 	s.sched.add(p)
 }
 
-// findSubscriber returns clientID's connection and the pattern to deliver
+// findSubscriber returns clientID's subscriber and the pattern to deliver
 // under: the same pattern when the client still holds it, else its newest
-// pattern that matches topic.
-func (s *Server) findSubscriber(clientID, pattern, topic string) (*conn, string) {
+// pattern that matches topic; or nil.
+func (s *Server) findSubscriber(clientID, pattern, topic string) (subscriber, string) {
 	s.mu.Lock()
 	c := s.clients[clientID]
 	s.mu.Unlock()
-	if c == nil {
-		// Connected to another node of the cluster, perhaps.
-		for _, rc := range s.cl.remoteStandIns(clientID) {
-			if found, p := rc.subscriberFor(pattern, topic); found != nil {
-				return found, p
-			}
+	if c != nil {
+		if p := c.patternFor(pattern, topic); p != "" {
+			return c, p
 		}
 		return nil, ""
 	}
-	return c.subscriberFor(pattern, topic)
-}
-
-// subscriberFor returns c and the pattern to deliver topic under: pattern
-// when c still holds it, else c's newest pattern that matches topic; or
-// nil when none does.
-func (c *conn) subscriberFor(pattern, topic string) (*conn, string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.subs[pattern]; ok {
-		return c, pattern
-	}
-	var best *subscription
-	for _, sub := range c.subs {
-		if sub.pattern.Match(topic) && (best == nil || sub.seq > best.seq) {
-			best = sub
+	// Connected to another node of the cluster, perhaps.
+	for _, in := range s.cl.remoteStandIns(clientID) {
+		if p := in.patternFor(pattern, topic); p != "" {
+			return in, p
 		}
 	}
-	if best == nil {
-		return nil, ""
-	}
-	return c, best.pattern.String()
+	return nil, ""
 }
 
 // forget deletes settled work from the store; work the store never took

@@ -19,7 +19,7 @@ type subscription struct {
 	pattern  *protocol.Pattern
 	policy   protocol.Policy
 	fallback bool
-	conn     *conn
+	to       subscriber
 }
 
 // router is the bus's subscription table: every subscription in the order
@@ -196,10 +196,11 @@ func (r *router) route(topic string) []*subscription {
 			continue
 		}
 		patterns[s.pattern.String()] = struct{}{}
-		if _, dup := clients[s.conn.clientID]; dup {
+		client := s.to.held().clientID
+		if _, dup := clients[client]; dup {
 			continue
 		}
-		clients[s.conn.clientID] = struct{}{}
+		clients[client] = struct{}{}
 		chain = append(chain, s)
 	}
 	return chain

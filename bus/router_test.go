@@ -12,9 +12,12 @@ import (
 // testSeq numbers the subscriptions add makes, as a node's order would.
 var testSeq atomic.Uint64
 
+// testConn is a connection the router can hold, clientID its only state.
+func testConn(clientID string) *conn { return &conn{holding: holding{clientID: clientID}} }
+
 // add inserts a subscription as the newest and returns it.
 func (r *router) add(c *conn, p *protocol.Pattern, policy protocol.Policy, fallback bool) *subscription {
-	s := &subscription{seq: testSeq.Add(1), pattern: p, policy: policy, fallback: fallback, conn: c}
+	s := &subscription{seq: testSeq.Add(1), pattern: p, policy: policy, fallback: fallback, to: c}
 	r.insert(s)
 	return s
 }
@@ -39,7 +42,7 @@ func applySteps(t *testing.T, r *router, steps []string) {
 		}
 		c := conns[client]
 		if c == nil {
-			c = &conn{clientID: client}
+			c = testConn(client)
 			conns[client] = c
 		}
 		raw, fallback := strings.CutPrefix(pattern, "~")
@@ -54,7 +57,7 @@ func applySteps(t *testing.T, r *router, steps []string) {
 func chainOf(r *router, topic string) string {
 	var out []string
 	for _, s := range r.route(topic) {
-		out = append(out, s.conn.clientID)
+		out = append(out, s.to.held().clientID)
 	}
 	return strings.Join(out, ",")
 }
@@ -109,7 +112,7 @@ func TestRouteLastMatchWins(t *testing.T) {
 
 func TestRouterCountsAndRemoveTwice(t *testing.T) {
 	r := newRouter()
-	c := &conn{clientID: "A"}
+	c := testConn("A")
 	var subs []*subscription
 	for _, p := range []string{"a", "a:", "a:*"} {
 		pat, _ := protocol.ParsePattern(p)
@@ -133,11 +136,11 @@ func benchRouter(b *testing.B, n int) *router {
 	r := newRouter()
 	for i := range n {
 		p, _ := protocol.ParsePattern(fmt.Sprintf("agent:agent-%d", i))
-		r.add(&conn{clientID: fmt.Sprintf("agent-%d", i)}, p, protocol.PolicyStopOnProcessed, false)
+		r.add(testConn(fmt.Sprintf("agent-%d", i)), p, protocol.PolicyStopOnProcessed, false)
 	}
 	for _, s := range []string{"inbound:*", "outbound:", "tg:[0-9]*", "system:*"} {
 		p, _ := protocol.ParsePattern(s)
-		r.add(&conn{clientID: "bridge-" + s}, p, protocol.PolicyStopOnProcessed, false)
+		r.add(testConn("bridge-"+s), p, protocol.PolicyStopOnProcessed, false)
 	}
 	return r
 }
@@ -166,7 +169,7 @@ func BenchmarkRoute(b *testing.B) {
 			s = fmt.Sprintf("task:%d:*", i)
 		}
 		p, _ := protocol.ParsePattern(s)
-		mixed.add(&conn{clientID: fmt.Sprintf("c%d", i)}, p, protocol.PolicyStopOnProcessed, false)
+		mixed.add(testConn(fmt.Sprintf("c%d", i)), p, protocol.PolicyStopOnProcessed, false)
 	}
 	for _, topic := range []string{"agent:a3000", "tg:3001:x", "task:3002:y", "nothing:here"} {
 		b.Run("mixed/subs=10000/"+topic, func(b *testing.B) {
@@ -197,7 +200,7 @@ func TestRouteIndexMatchesScan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		subs = append(subs, r.add(&conn{clientID: raw}, p, protocol.PolicyContinueAll, false))
+		subs = append(subs, r.add(testConn(raw), p, protocol.PolicyContinueAll, false))
 	}
 	check := func() {
 		t.Helper()

@@ -213,6 +213,7 @@ type Server struct {
 	router       *router
 	metrics      *metrics
 	deliver      deliverFunc
+	deliverLocal localFunc
 	store        Store
 	sched        *scheduler
 	pinger       *pinger
@@ -301,7 +302,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	s.auth.Store(o.Auth)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.deliver = s.chain()
+	s.deliver, s.deliverLocal = s.chain()
 	s.events = newEvents(s)
 	s.sched = newScheduler(s)
 	s.pinger = newPinger(o.PingInterval)
