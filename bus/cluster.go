@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/drain"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -64,26 +65,10 @@ type clusterState struct {
 	remoteSubs map[string]*subscription
 	byClient   map[string][]*standIn
 
-	// async counts the takeovers of dead nodes' work, so Shutdown waits
-	// for them before leaving; leaving, under mu, refuses more once the
-	// wait has begun.
-	async   sync.WaitGroup
-	leaving bool
-}
-
-// goAsync runs f on a goroutine Shutdown waits for, unless the node is
-// leaving already: then what f would do is the next node's to act.
-func (cl *clusterState) goAsync(f func()) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.leaving {
-		return
-	}
-	cl.async.Add(1)
-	go func() {
-		defer cl.async.Done()
-		f()
-	}()
+	// takeovers are the takeovers of dead nodes' work under way, which
+	// Shutdown waits for before leaving; once it has begun, a takeover
+	// is the next acting node's.
+	takeovers drain.Group
 }
 
 // remotePeer names a connection on another node.
@@ -399,7 +384,7 @@ func (cl *clusterState) NodeDown(node string, acting bool) {
 	if !acting {
 		return
 	}
-	cl.goAsync(func() {
+	cl.takeovers.Go(func() {
 		s.takeOver(node)
 	})
 }
@@ -560,17 +545,6 @@ func (s *Server) leaveCluster() error {
 	cl := s.cl
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
-	cl.mu.Lock()
-	cl.leaving = true
-	cl.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		cl.async.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	_ = cl.takeovers.Close(ctx) // what is still under way is the next node's
 	return cl.cluster.Leave(ctx)
 }

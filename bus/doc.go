@@ -54,8 +54,8 @@
 // a connection's activity.mu (activity.go, taken only by a delivery),
 // Server.mu, conn.mu, events.mu, router.mu, scheduler.mu; a lane's mutex
 // (order.go) is taken alone. clusterState.mu comes before a stand-in's
-// conn.mu and router.mu, and a local conn's mu is never held while taking
-// it (cluster.go). None is held across network I/O or a store commit.
+// mu and router.mu, and a local conn's mu is never held while taking it
+// (cluster.go). A conn's mu is its holding's (subscriber.go). None is held across network I/O or a store commit.
 //
 // Request handlers and retry attempts run under guard and guardAttempt
 // (recover.go), which recover a panic so that one request's bug does not

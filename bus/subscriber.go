@@ -39,9 +39,8 @@ type holding struct {
 	server *Server
 	log    *slog.Logger
 
-	// mu guards the fields below, and a conn's own. Lock order:
-	// Server.mu, clusterState.mu, holding.mu, router.mu; a local conn's
-	// mu is never held while taking clusterState.mu.
+	// mu guards the fields below, and a conn's own; it is the conn.mu
+	// of the lock order (bus/doc.go).
 	mu sync.Mutex
 	// closed is set when the subscriber stops taking subscriptions: its
 	// connection is closing, another connection took its clientId over,

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/drain"
 )
 
 // ForBus returns the bus's view of a node of the cluster opts describe,
@@ -29,27 +29,19 @@ type busNode struct {
 	node    *Node
 	started chan struct{}
 
-	// async counts the removals made off the bus's path, so Leave waits
-	// for them; leaving, under mu, refuses more once the wait has begun:
-	// Close removes every key of the node then.
-	mu      sync.Mutex
-	leaving bool
-	async   sync.WaitGroup
+	// removals are those made off the bus's path, which Leave waits
+	// for; once it has begun, Close removes every key of the node.
+	removals drain.Group
 }
 
 // removalTimeout bounds one removal made off the bus's path. JetStream
 // answers in milliseconds when it has a quorum.
 const removalTimeout = 10 * time.Second
 
-// goAsync runs f on a goroutine Leave waits for, unless the node is
-// leaving already.
+// goAsync runs f, bounded by removalTimeout, on a goroutine Leave waits
+// for, unless the node is leaving already.
 func (b *busNode) goAsync(f func(ctx context.Context)) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.leaving {
-		return
-	}
-	b.async.Go(func() {
+	b.removals.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), removalTimeout)
 		defer cancel()
 		f(ctx)
@@ -176,18 +168,7 @@ func (b *busNode) Ready() error { return b.node.Ready() }
 // Leave gives the removals under way until ctx ends, then closes the
 // node: those still waiting fail fast.
 func (b *busNode) Leave(ctx context.Context) error {
-	b.mu.Lock()
-	b.leaving = true
-	b.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		b.async.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	_ = b.removals.Close(ctx) // those still waiting fail fast in Close
 	return b.node.Close(ctx)
 }
 
