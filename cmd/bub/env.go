@@ -12,7 +12,7 @@ import (
 
 // Environment variables set only what a deployment sets once and every
 // invocation shares: where the bus is, the credentials, and the daemons'
-// settings (every flag of serve and spawner). A flag is bound explicitly
+// settings (the flags of serve, spawner, telegram, bcp gateway and mcp). A flag is bound explicitly
 // where it is defined, with bindEnv or bindEnvAs. Per-invocation
 // arguments of one-shot commands (a topic, a payload, --all) are flags
 // only: one variable would mean different things to different commands,

@@ -108,29 +108,20 @@ func TestHelpNamesBoundVariables(t *testing.T) {
 			t.Errorf("bub %s --help: exit %d, want the usage on stdout and nothing on stderr; stdout %q, stderr %q", command, code, out.String(), errOut.String())
 		}
 		var got []string
-		flags := 0
-		for _, line := range strings.Split(out.String(), "\n") {
-			line = strings.TrimSpace(line)
-			if !strings.HasPrefix(line, "--") {
-				continue
-			}
-			flags++
-			name, _, _ := strings.Cut(strings.TrimPrefix(line, "--"), " ")
-			_, env, bound := strings.Cut(line, "(env ")
-			if !bound {
+		flags := helpFlags(out.String())
+		for _, f := range flags {
+			if f.env == "" {
 				if want == nil {
-					t.Errorf("bub %s --help: --%s is a daemon's setting but names no variable", command, name)
+					t.Errorf("bub %s --help: --%s is a daemon's setting but names no variable", command, f.name)
 				}
 				continue
 			}
-			env, _, _ = strings.Cut(env, ",")
-			env = strings.TrimSuffix(env, ")")
-			got = append(got, env)
-			if want == nil && env != envName(name) {
-				t.Errorf("bub %s --help: --%s is bound to %s, want %s", command, name, env, envName(name))
+			got = append(got, f.env)
+			if want == nil && f.env != envName(f.name) {
+				t.Errorf("bub %s --help: --%s is bound to %s, want %s", command, f.name, f.env, envName(f.name))
 			}
 		}
-		if flags == 0 && command != "version" && command != "bcp check" {
+		if len(flags) == 0 && command != "version" && command != "bcp check" {
 			t.Errorf("bub %s --help lists no flags:\n%s", command, out.String())
 		}
 		if want != nil {
@@ -146,6 +137,29 @@ func TestHelpNamesBoundVariables(t *testing.T) {
 			t.Errorf("bub %s: not in boundVariables; decide which of its flags a deployment sets", name)
 		}
 	}
+}
+
+// helpFlag is a flag as a --help lists it: its name and, when bound,
+// its variable.
+type helpFlag struct{ name, env string }
+
+// helpFlags reads the flags out of a command's --help.
+func helpFlags(help string) []helpFlag {
+	var flags []helpFlag
+	for _, line := range strings.Split(help, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "--") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(line, "--"), " ")
+		_, env, bound := strings.Cut(line, "(env ")
+		if bound {
+			env, _, _ = strings.Cut(env, ",")
+			env = strings.TrimSuffix(env, ")")
+		}
+		flags = append(flags, helpFlag{name, env})
+	}
+	return flags
 }
 
 // TestPerInvocationFlagsIgnoreTheEnvironment, with the real binary: the

@@ -78,8 +78,9 @@ func usage(w io.Writer) {
 	for _, name := range names {
 		fmt.Fprintf(w, "  %-14s %s\n", name, commands[name].summary)
 	}
-	fmt.Fprintln(w, "\nThe environment sets what a deployment sets: BUB_BUS_URL for every command, and")
-	fmt.Fprintln(w, "every flag of serve and spawner; a command's --help names each flag's variable.")
+	fmt.Fprintln(w, "\nThe environment sets what a deployment sets: BUB_BUS_URL and BUB_TOKEN for every")
+	fmt.Fprintln(w, "command that talks to the bus, and the settings of the daemons serve, spawner,")
+	fmt.Fprintln(w, "telegram, bcp gateway and mcp; a command's --help names each flag's variable.")
 	fmt.Fprintln(w, "Run 'bub <command> --help' for a command's flags; 'bub --version' for the build.")
 }
 
