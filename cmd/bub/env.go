@@ -12,12 +12,13 @@ import (
 
 // Environment variables set only what a deployment sets once and every
 // invocation shares: where the bus is, the credentials, and the daemons'
-// settings (the flags of serve, spawner, telegram, bcp gateway and mcp). A flag is bound explicitly
-// where it is defined, with bindEnv or bindEnvAs. Per-invocation
-// arguments of one-shot commands (a topic, a payload, --all) are flags
-// only: one variable would mean different things to different commands,
-// and a destructive command must never take its confirmation from an
-// environment the user has forgotten about.
+// settings (the flags of serve, spawner, telegram, bcp gateway and mcp).
+// A flag is bound explicitly where it is defined, with bindEnv or
+// bindEnvAs. Per-invocation arguments of one-shot commands (a topic, a
+// payload, --all) are flags only: one variable would mean different
+// things to different commands, and a destructive command must never
+// take its confirmation from an environment the user has forgotten
+// about.
 
 // envName is the variable bindEnv gives a flag: --max-message-bytes is
 // BUB_MAX_MESSAGE_BYTES.
