@@ -13,7 +13,7 @@ SDK = Path(__file__).resolve().parents[1]
 
 
 def test_pip_install_offline(tmp_path: Path) -> None:
-    """README: python3 -m venv --system-site-packages .venv, then
+    """README: /usr/bin/python3 -m venv --system-site-packages .venv, then
     .venv/bin/pip install --no-index --no-build-isolation ./sdk/python;
     the installed package carries py.typed."""
     if subprocess.run([sys.executable, "-c", "import venv, ensurepip"], capture_output=True).returncode != 0:
