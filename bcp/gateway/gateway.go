@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bcp"
+	"github.com/bub-bus/bub/internal/buildinfo"
 	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/internal/streak"
 	"github.com/bub-bus/bub/peer"
@@ -195,7 +196,7 @@ func Start(ctx context.Context, opts Options) (*Gateway, error) {
 	st.metrics = g.metrics
 	conn, err := peer.Dial(ctx, opts.BusURL, &peer.Options{
 		ClientID:   opts.ClientID,
-		ClientInfo: &protocol.ClientInfo{Name: "bub-bcp-gateway"},
+		ClientInfo: &protocol.ClientInfo{Name: "bub-bcp-gateway", Version: buildinfo.Version()},
 		Token:      opts.Token,
 		Logger:     opts.Logger,
 	})
