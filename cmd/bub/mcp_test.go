@@ -117,11 +117,7 @@ func checkUntrusted(t *testing.T, what, text string) {
 // values in place of the README's.
 func readmeMCPCommand(t *testing.T, env map[string]string) *exec.Cmd {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(readme), "## Use it from an MCP client")
+	section := readmeSection(t, "## Use it from an MCP client")
 	_, block, _ := strings.Cut(section, "```json\n")
 	block, _, _ = strings.Cut(block, "```")
 	var config struct {

@@ -21,10 +21,9 @@ type readmeStep struct {
 	want string
 }
 
-// readmeSteps returns the bin/bub commands of the README section under
-// heading, in order, each with the output block that follows its ```sh
-// block (the output of the block's last command).
-func readmeSteps(t *testing.T, heading string) []readmeStep {
+// readmeSection returns the README's text under heading (a whole line,
+// such as "## Securing the bus"), up to the next "## " heading.
+func readmeSection(t *testing.T, heading string) string {
 	t.Helper()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -35,6 +34,15 @@ func readmeSteps(t *testing.T, heading string) []readmeStep {
 		t.Fatalf("README has no %q section", heading)
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
+	return section
+}
+
+// readmeSteps returns the bin/bub commands of the README section under
+// heading, in order, each with the output block that follows its ```sh
+// block (the output of the block's last command).
+func readmeSteps(t *testing.T, heading string) []readmeStep {
+	t.Helper()
+	section := readmeSection(t, heading)
 	var steps []readmeStep
 	blocks := strings.Split(section, "```")
 	for i := 1; i < len(blocks); i += 2 {

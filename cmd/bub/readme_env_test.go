@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -33,15 +32,7 @@ var readmeVariable = regexp.MustCompile("`(BUB_[A-Z_]*(<FLAG>)?)`")
 // spawner, whose rows say so), and bub --help names every command that
 // has settings of its own there.
 func TestReadmeNamesEveryVariable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, table, ok := strings.Cut(string(readme), "### Settings from the environment")
-	if !ok {
-		t.Fatal("README has no Settings from the environment section")
-	}
-	table, _, _ = strings.Cut(table, "\n## ")
+	table := readmeSection(t, "### Settings from the environment")
 	names := map[string]bool{}
 	var families []string
 	for _, m := range readmeVariable.FindAllStringSubmatch(table, -1) {

@@ -237,15 +237,7 @@ func TestTelegramTokenStaysSecret(t *testing.T) {
 // bus at a free port and the bridge at the fake, as a user's points it at
 // api.telegram.org.
 func TestTelegramReadme(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "## Talk to your agents from Telegram\n")
-	if !ok {
-		t.Fatal("no Telegram section in the README")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := readmeSection(t, "## Talk to your agents from Telegram")
 	var commands [][]string
 	var userID string
 	for _, block := range strings.Split(section, "```sh\n")[1:] {
