@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	neturl "net/url"
 	"strings"
 	"sync"
 	"time"
@@ -307,9 +306,9 @@ func splitURLs(list string) ([]string, error) {
 		if raw == "" {
 			return nil, fmt.Errorf("%s is empty", where)
 		}
-		u, err := neturl.Parse(raw)
+		u, err := redact.Parse(raw)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", where, redact.ParseError(err))
+			return nil, fmt.Errorf("%s: %w", where, err)
 		}
 		switch {
 		case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":

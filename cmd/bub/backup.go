@@ -83,9 +83,9 @@ func runBackup(ctx context.Context, std stdio, args []string) int {
 // backupURL is the bus's /backup endpoint, at the address of its
 // WebSocket URL: ws:// becomes http://, wss:// https://.
 func backupURL(busURL string) (string, error) {
-	u, err := url.Parse(busURL)
+	u, err := redact.Parse(busURL)
 	if err != nil {
-		return "", fmt.Errorf("bus URL %q: %w", redact.URL(busURL), redact.ParseError(err))
+		return "", fmt.Errorf("bus URL %q: %w", redact.URL(busURL), err)
 	}
 	switch u.Scheme {
 	case "ws":

@@ -121,9 +121,9 @@ func (c *clusterFlags) options(fs *flag.FlagSet, dataDir string) (*cluster.Optio
 // checkRoute accepts nats://host:port, the form the embedded server
 // dials; anything else would only fail later, inside the server's logs.
 func checkRoute(route string) error {
-	u, err := url.Parse(route)
+	u, err := redact.Parse(route)
 	if err != nil {
-		return fmt.Errorf("route %q: %w", redact.URL(route), redact.ParseError(err))
+		return fmt.Errorf("route %q: %w", redact.URL(route), err)
 	}
 	if u.Scheme != "nats" || u.Hostname() == "" || u.Port() == "" {
 		return fmt.Errorf("route %q: want nats://host:port", redact.URL(route))
