@@ -1,9 +1,14 @@
 package spawner
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // TestMakeRoomChoosesLeastRecentlyUsedIdle: at capacity, the agent
@@ -118,6 +123,52 @@ func TestIdleTimer(t *testing.T) {
 		}
 		for _, a := range []*agent{served, fresh, busy} {
 			a.idleTimer.Stop()
+		}
+	})
+}
+
+// TestReconnectEndsBusy: an agent that connects again holds no delivery,
+// so it is idle and hibernated after IdleTimeout, even though the idle
+// event of its last connection never came (a bus restart loses it).
+func TestReconnectEndsBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &Spawner{opts: Options{IdleTimeout: time.Second, SpawnTimeout: time.Second, StopTimeout: time.Second},
+			agents: map[string]*agent{}, freed: make(chan struct{})}
+		a := newAgent("a", &slot{topic: "tg:a", agentID: "a"})
+		a.ready, a.served, a.readyAt, a.lastActive = true, true, time.Now(), time.Now()
+		s.agents["a"] = a
+		event := func(name string) {
+			t.Helper()
+			time.Sleep(time.Millisecond)
+			payload, err := json.Marshal(protocol.ClientEvent{Type: protocol.TypeClientEvent, Event: name, ClientID: "a",
+				Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A Conn never dialled has the serverId "", as the From.
+			if _, err := s.handleClientEvent(context.Background(), &peer.Delivery{Topic: "system:client." + name, Payload: payload, Conn: &peer.Conn{}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		state := func() (busy bool, hibernate string) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return a.busy, a.hibernate
+		}
+		event(protocol.EventConnected)
+		event(protocol.EventBusy)
+		if busy, _ := state(); !busy {
+			t.Fatal("not busy after its busy event")
+		}
+		// The bus restarts: no idle event; the agent connects again.
+		event(protocol.EventConnected)
+		if busy, _ := state(); busy {
+			t.Fatal("still busy on a new connection")
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if _, reason := state(); reason != ReasonIdle {
+			t.Fatalf("hibernated for %q after its idle timeout, want %q", reason, ReasonIdle)
 		}
 	})
 }

@@ -782,6 +782,19 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 	switch ev.Event {
 	case protocol.EventConnected:
 		a.connectedAt = at
+		if a.busy {
+			// A new connection holds no delivery. The idle event of
+			// the last one may never come: a bus that restarts cuts
+			// the delivery and loses its event. Kept busy, the agent
+			// would never be hibernated nor make room until its next
+			// delivery, which a quiet conversation never sends.
+			a.busy = false
+			a.lastActive = time.Now()
+			if !a.stopping && a.ready {
+				s.armIdleLocked(a)
+			}
+			s.freedLocked()
+		}
 	case protocol.EventBusy, protocol.EventIdle:
 		if a.connectedAt.IsZero() || at.Before(a.connectedAt) {
 			// Of the agent's previous process, which has gone.
