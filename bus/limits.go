@@ -483,9 +483,12 @@ func (s *Server) pendingFull(l *Limits, identity string, perIdentity int, bus bo
 	if bus {
 		caps[2].n, caps[3].n = int64(total.Entries), total.Bytes
 	}
-	for i := range caps {
-		if c := &caps[i]; c.bound >= 0 && c.n >= c.bound {
-			return c, nil
+	for _, c := range caps {
+		if c.bound >= 0 && c.n >= c.bound {
+			// A copy, so that caps stays on the stack: only a refusal
+			// costs an allocation, not every publish.
+			full := c
+			return &full, nil
 		}
 	}
 	return nil, nil
