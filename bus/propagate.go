@@ -178,7 +178,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		p := &store.Pending{Kind: store.KindRetry, Message: *m, ClientID: ack.ClientID, Subscription: ack.Subscription,
 			Subscriber: subscriber, Attempts: []store.Attempt{rj.attempt}}
 		if ack.DeadLetter = s.deadLetter(p, protocol.ReasonRejected); ack.DeadLetter == "" {
-			ack.Error = joinErrors(ack.Error, "not dead-lettered yet; the bus tries again later")
+			ack.Error = joinErrors(ack.Error, notDeadLettered)
 		}
 	}
 	for _, rt := range retries {
@@ -201,7 +201,9 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 			ack.Error = joinErrors(ack.Error, refused)
 		}
 		if s.opts.MaxAttempts <= 1 || refused != "" {
-			s.deadLetter(p, protocol.ReasonMaxRetries)
+			if s.deadLetter(p, protocol.ReasonMaxRetries) == "" {
+				ack.Error = joinErrors(ack.Error, notDeadLettered)
+			}
 			continue
 		}
 		if err := s.store.PutPending(p); err != nil {
@@ -242,6 +244,10 @@ func (s *Server) deliverInTurn(d *delivery, o *outcome) {
 	o.at = time.Now()
 	o.result, o.err = s.deliver(s.ctx, d)
 }
+
+// notDeadLettered is added to the ack of a delivery the bus gave up on
+// whose dead letter the queue or the store refused: it stays pending.
+const notDeadLettered = "not dead-lettered yet; the bus tries again later"
 
 func joinErrors(a, b string) string {
 	if a == "" {

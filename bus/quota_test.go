@@ -182,3 +182,26 @@ func TestClusterLimitDeadLetters(t *testing.T) {
 		return r.Error != nil && strings.Contains(r.Error.Message, `max_pending_per_identity: identity "p" holds`)
 	}, bustest.ClusterTimeout, time.Millisecond)
 }
+
+// TestDeadLetterFullAckSaysSo: a delivery the bus gives up on at once
+// (one attempt allowed, or its subscriber at its cap) that meets a full
+// dead-letter queue stays pending, and its ack says so, as a rejection's
+// does, rather than read as given up for good.
+func TestDeadLetterFullAckSaysSo(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{MaxAttempts: 1, RetryDelayCap: time.Hour, Limits: bus.Limits{MaxDeadLetters: 1}})
+	failing := bustest.Connect(t, srv.URL, "failing", func(protocol.ProcessMessageParams) any {
+		return &protocol.Error{Code: protocol.CodeInternalError, Message: "down"}
+	})
+	failing.Subscribe("work", "")
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	r := pub.Publish("work", "t")
+	require.Len(t, r.Acks, 1)
+	require.NotContains(t, r.Acks[0].Error, "not dead-lettered yet", "the queue had room")
+	r = pub.Publish("work", "t")
+	require.Len(t, r.Acks, 1)
+	require.False(t, r.Acks[0].Retrying)
+	require.Contains(t, r.Acks[0].Error, "not dead-lettered yet; the bus tries again later")
+	pending, err := srv.Store.CountPending()
+	require.NoError(t, err)
+	require.Equal(t, 1, pending, "the second message stays pending")
+}
