@@ -480,15 +480,28 @@ func (c *conn) route(req *rpcstream.Request) (*outgoing, error) {
 // Whatever happens, its tickets are passed, so the publisher's next
 // messages are not kept waiting.
 func (out *outgoing) publish(*rpcstream.Request) (any, error) {
-	defer func() {
-		for i := range out.tickets {
-			out.tickets[i].pass()
-		}
-	}()
-	identity, err := out.conn.admitPublish()
-	if err != nil {
+	defer out.pass()
+	if err := out.admit(); err != nil {
 		return nil, err
 	}
-	out.message.Publisher = identity
 	return out.conn.server.publishRouted(&out.message, out.chain, out.tickets, true)
+}
+
+// admit applies the publish-path limits (admitPublish) and notes who
+// the message is published as.
+func (out *outgoing) admit() error {
+	identity, err := out.conn.admitPublish()
+	if err != nil {
+		return err
+	}
+	out.message.Publisher = identity
+	return nil
+}
+
+// pass passes the message's tickets, so the publisher's next messages
+// are not kept waiting.
+func (out *outgoing) pass() {
+	for i := range out.tickets {
+		out.tickets[i].pass()
+	}
 }

@@ -23,11 +23,7 @@ func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*p
 // publishRouted is publish for a message already routed to chain, with
 // its tickets (order.go) when it keeps its publisher's order.
 func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets []ticket, reliable bool) (*protocol.SendMessageResult, error) {
-	// A replayed message keeps its id, so subscribers can tell it again.
-	if m.ID == "" {
-		m.ID = s.bootID + "-" + strconv.FormatUint(s.messageSeq.Add(1), 10)
-		m.PublishedAt = time.Now()
-	}
+	s.name(m)
 	result := &protocol.SendMessageResult{MessageID: m.ID, Acks: []protocol.Ack{}}
 	if len(chain) == 0 {
 		result.Reason = protocol.ReasonNoSubscribers
@@ -44,6 +40,15 @@ func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets 
 	s.metrics.published.WithLabelValues("routed").Inc()
 	s.walk(m, chain, tickets, result, reliable, nil)
 	return result, nil
+}
+
+// name gives m its id and publication time, unless it has an id: a
+// replayed message keeps its id, so subscribers can tell it again.
+func (s *Server) name(m *store.Message) {
+	if m.ID == "" {
+		m.ID = s.bootID + "-" + strconv.FormatUint(s.messageSeq.Add(1), 10)
+		m.PublishedAt = time.Now()
+	}
 }
 
 // pass delivers m down chain until a policy says stop; see walk. It keeps

@@ -88,6 +88,10 @@ type Options struct {
 	// but publish to the bus's own topics. SetAuth replaces it at run
 	// time.
 	Auth *auth.Authenticator
+	// IdempotencyWindow is how long an idempotency key of a publish
+	// (HTTP Idempotency-Key) is kept:
+	// a repeat within it gets the first answer. Default: 24 h.
+	IdempotencyWindow time.Duration
 	// Hosts are the Host header values a WebSocket upgrade may carry
 	// besides the address the bus listens on, so that a web page cannot
 	// reach a loopback bus through DNS rebinding.
@@ -185,6 +189,9 @@ func (o *Options) setDefaults() {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 256
 	}
+	if o.IdempotencyWindow <= 0 {
+		o.IdempotencyWindow = 24 * time.Hour
+	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 5
 	}
@@ -215,6 +222,11 @@ type Server struct {
 	deliver      deliverFunc
 	deliverLocal localFunc
 	store        Store
+	// idempotent keeps idempotency keys; nil when the store cannot
+	// (a cluster's), and the keys are refused.
+	idempotent idempotentStore
+	// http holds the HTTP API's publishers (httpapi.go).
+	http         httpPublishers
 	sched        *scheduler
 	pinger       *pinger
 	events       *events
@@ -313,6 +325,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 			st = store.OpenMemory()
 		}
 		cl = &singleNode{store: st}
+		s.idempotent, _ = st.(idempotentStore)
 	}
 	if err := s.joinCluster(ctx, cl); err != nil {
 		s.cancel()
@@ -375,6 +388,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 	case BackupPath:
 		s.serveBackup(w, r)
+	case PathMessages:
+		s.serveMessages(w, r)
+	case PathOpenAPI:
+		serveOpenAPI(w, r)
 	case "/":
 		s.serveWebSocket(w, r)
 	default:
