@@ -80,16 +80,6 @@ type httpError struct {
 	Error *protocol.Error `json:"error"`
 }
 
-// asProtocolError is err as the JSON-RPC error the WebSocket API would
-// answer.
-func asProtocolError(err error) *protocol.Error {
-	var perr *protocol.Error
-	if errors.As(err, &perr) {
-		return perr
-	}
-	return &protocol.Error{Code: protocol.CodeInternalError, Message: protocol.ErrInternal.Message + ": " + err.Error()}
-}
-
 // statusOf is the HTTP status of a JSON-RPC error code.
 func statusOf(code int64) int {
 	switch code {
@@ -111,7 +101,7 @@ func statusOf(code int64) int {
 // writeError answers err as JSON with its status; a rate-limited answer
 // says when to retry in Retry-After too.
 func writeError(w http.ResponseWriter, status int, err error) {
-	perr := asProtocolError(err)
+	perr := protocol.WireError(err)
 	if status == 0 {
 		status = statusOf(perr.Code)
 	}
@@ -186,8 +176,12 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
-		status, answer := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack")
-		writeJSON(w, status, answer)
+		answer, err := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack")
+		if err != nil {
+			writeError(w, 0, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, answer)
 		return
 	}
 	s.publishIdempotent(w, r, p, key, body)
@@ -317,58 +311,52 @@ func (s *Server) httpPublisher(cred credential, clientID, remote string) (*httpP
 }
 
 // publishHTTP publishes body (sendMessage's params) through p and
-// returns the status and body of the answer. Without wait it answers
+// returns the answer. Without wait it answers
 // once the message is accepted: admitted and routed, or held; with it,
 // once the walk is done, as sendMessage does.
-func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (int, any) {
+func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publishAnswer, error) {
 	c := p.c
 	select {
 	case c.slots <- struct{}{}:
 	default:
-		return errorAnswer(protocol.Errorf(protocol.ErrTooManyRequests, "%d requests of this publisher already running; wait for their answers", cap(c.slots)))
+		return nil, protocol.Errorf(protocol.ErrTooManyRequests, "%d requests of this publisher already running; wait for their answers", cap(c.slots))
 	}
 	defer func() { <-c.slots }()
 	if err := s.beginRequest(); err != nil {
-		return errorAnswer(err)
+		return nil, err
 	}
 	p.order.Lock()
 	out, err := c.route(&rpcstream.Request{Method: protocol.MethodSendMessage, Params: body, ID: "http"})
 	p.order.Unlock()
 	if err != nil {
 		s.requests.Done()
-		return errorAnswer(err)
+		return nil, err
 	}
 	if err := out.admit(); err != nil {
 		out.pass()
 		s.requests.Done()
-		return errorAnswer(err)
+		return nil, err
 	}
 	s.name(&out.message)
-	answer := publishAnswer{MessageID: out.message.ID}
+	answer := &publishAnswer{MessageID: out.message.ID}
 	if !wait && len(out.chain) > 0 {
 		go func() {
 			defer s.requests.Done()
 			defer out.pass()
 			_, _ = s.publishRouted(&out.message, out.chain, out.tickets, true)
 		}()
-		return http.StatusCreated, answer
+		return answer, nil
 	}
 	defer s.requests.Done()
 	defer out.pass()
 	result, err := s.publishRouted(&out.message, out.chain, out.tickets, true)
 	if err != nil {
-		return errorAnswer(err)
+		return nil, err
 	}
 	if wait {
 		answer.Result = result
 	}
-	return http.StatusCreated, answer
-}
-
-// errorAnswer is the status and body answering err.
-func errorAnswer(err error) (int, any) {
-	perr := asProtocolError(err)
-	return statusOf(perr.Code), httpError{Error: perr}
+	return answer, nil
 }
 
 // publishIdempotent publishes a request that carries an Idempotency-Key:
@@ -405,23 +393,21 @@ func (s *Server) publishIdempotent(w http.ResponseWriter, r *http.Request, p *ht
 			return
 		}
 		w.Header().Set("Idempotent-Replayed", "true")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(rec.Status)
-		_, _ = w.Write(rec.Answer)
+		writeJSON(w, rec.Status, rec.Answer)
 		return
 	}
-	status, answer := s.publishHTTP(p, body, wait)
-	if status == http.StatusCreated {
-		b, _ := json.Marshal(answer)
-		b = append(b, '\n')
-		err := s.idempotent.PutIdempotent(identity, key, &store.Idempotent{BodyHash: sum[:], Status: status, Answer: b, Expires: now.Add(s.opts.IdempotencyWindow)}, now)
-		if err != nil {
-			// Published but not recorded: say so, for a retry would
-			// publish again.
-			s.log.Error("idempotency key not recorded; a retry will publish again", "identity", identity, "err", err)
-		}
+	answer, err := s.publishHTTP(p, body, wait)
+	if err != nil {
+		writeError(w, 0, err)
+		return
 	}
-	writeJSON(w, status, answer)
+	b, _ := json.Marshal(answer)
+	err = s.idempotent.PutIdempotent(identity, key, &store.Idempotent{BodyHash: sum[:], Status: http.StatusCreated, Answer: b, Expires: now.Add(s.opts.IdempotencyWindow)}, now)
+	if err != nil {
+		// Published but not recorded: a retry would publish again.
+		s.log.Error("idempotency key not recorded; a retry will publish again", "identity", identity, "err", err)
+	}
+	writeJSON(w, http.StatusCreated, json.RawMessage(b))
 }
 
 // lockKey serializes the requests with one idempotency key and returns
