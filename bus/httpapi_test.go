@@ -278,7 +278,7 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	TestHTTPPublishIdempotent(t)
 	TestHTTPPublishFailures(t)
 	var doc struct {
-		OpenAPI string                                                    `json:"openapi"`
+		OpenAPI string                                                   `json:"openapi"`
 		Paths   map[string]map[string]struct{ Responses map[string]any } `json:"paths"`
 	}
 	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {

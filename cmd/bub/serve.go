@@ -46,9 +46,12 @@ type serveConfig struct {
 	retryDelayCap   time.Duration
 	holdPatterns    string
 	holdLifetime    time.Duration
-	allowedOrigins  string
-	logLevel        string
-	logFormat       string
+	// idempotencyWindow is how long an HTTP publish's Idempotency-Key is
+	// kept.
+	idempotencyWindow time.Duration
+	allowedOrigins    string
+	logLevel          string
+	logFormat         string
 
 	configPath     string
 	printConfig    bool
@@ -83,6 +86,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retryBaseDelay, "retry-base-delay", time.Second, "first retry delay when the subscriber gives no retry_seconds; doubles per attempt, with jitter")
 	fs.DurationVar(&c.retryDelayCap, "retry-delay-cap", 5*time.Minute, "longest retry delay, retry_seconds included")
 	fs.DurationVar(&c.holdLifetime, "hold-lifetime", time.Hour, "how long a held message waits for a subscriber, from its publish, before it is dead-lettered (no_subscribers); survives restarts")
+	fs.DurationVar(&c.idempotencyWindow, "idempotency-window", 24*time.Hour, "how long POST /v1/messages keeps an Idempotency-Key: a repeat with the same key and body within it gets the first answer and publishes nothing; survives restarts (refused on a cluster)")
 	fs.StringVar(&c.holdPatterns, "hold-patterns", "agent:*", "comma-separated topic patterns whose messages are held when nobody subscribes, until a subscriber appears")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated browser origins (host patterns) allowed to connect; clients without an Origin header are always allowed")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -254,25 +258,26 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		logger.Info("cluster node starting: waiting for a majority of the nodes; /healthz answers, /readyz says starting", "url", scheme+ln.Addr().String()+"/")
 	}
 	srv, err := bus.NewContext(ctx, &bus.Options{
-		Store:           st,
-		Cluster:         cl,
-		MaxAttempts:     cfg.maxAttempts,
-		RetryBaseDelay:  cfg.retryBaseDelay,
-		RetryDelayCap:   cfg.retryDelayCap,
-		HoldPatterns:    splitList(cfg.holdPatterns),
-		HoldLifetime:    cfg.holdLifetime,
-		ServerID:        cfg.serverID,
-		DefaultPolicy:   protocol.Policy(cfg.defaultPolicy),
-		DeliveryTimeout: cfg.deliveryTimeout,
-		MaxMessageBytes: cfg.maxMessageBytes,
-		WriteTimeout:    cfg.writeTimeout,
-		PingInterval:    cfg.pingInterval,
-		MaxInFlight:     cfg.maxInFlight,
-		OriginPatterns:  splitList(cfg.allowedOrigins),
-		Logger:          logger,
-		Auth:            authn,
-		Hosts:           splitList(cfg.hosts),
-		Limits:          cfg.limits,
+		Store:             st,
+		Cluster:           cl,
+		MaxAttempts:       cfg.maxAttempts,
+		RetryBaseDelay:    cfg.retryBaseDelay,
+		RetryDelayCap:     cfg.retryDelayCap,
+		HoldPatterns:      splitList(cfg.holdPatterns),
+		HoldLifetime:      cfg.holdLifetime,
+		IdempotencyWindow: cfg.idempotencyWindow,
+		ServerID:          cfg.serverID,
+		DefaultPolicy:     protocol.Policy(cfg.defaultPolicy),
+		DeliveryTimeout:   cfg.deliveryTimeout,
+		MaxMessageBytes:   cfg.maxMessageBytes,
+		WriteTimeout:      cfg.writeTimeout,
+		PingInterval:      cfg.pingInterval,
+		MaxInFlight:       cfg.maxInFlight,
+		OriginPatterns:    splitList(cfg.allowedOrigins),
+		Logger:            logger,
+		Auth:              authn,
+		Hosts:             splitList(cfg.hosts),
+		Limits:            cfg.limits,
 	})
 	handOver()
 	if err != nil {
