@@ -479,12 +479,28 @@ func (c *conn) route(req *rpcstream.Request) (*outgoing, error) {
 // publish admits and publishes a routed sendMessage, off the read loop.
 // Whatever happens, its tickets are passed, so the publisher's next
 // messages are not kept waiting.
-func (out *outgoing) publish(*rpcstream.Request) (any, error) {
+func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 	defer out.pass()
 	if err := out.admit(); err != nil {
 		return nil, err
 	}
-	return out.conn.server.publishRouted(&out.message, out.chain, out.tickets, true)
+	s := out.conn.server
+	key, err := idempotencyKeyOf(out.message.Meta)
+	if err != nil {
+		return nil, err
+	}
+	if key == "" {
+		return s.publishRouted(&out.message, out.chain, out.tickets, true)
+	}
+	// meta.idempotency_key: a repeat gets the first result and publishes
+	// nothing (idempotency.go).
+	result, _, err := s.idempotently(out.message.Publisher, key, idempotencySum(req.Params), func() (any, error) {
+		return s.publishRouted(&out.message, out.chain, out.tickets, true)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return result, nil
 }
 
 // admit applies the publish-path limits (admitPublish) and notes who

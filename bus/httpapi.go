@@ -12,9 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -28,9 +26,6 @@ const (
 	// PathOpenAPI serves the API's OpenAPI 3.1 document.
 	PathOpenAPI = "/v1/openapi.json"
 )
-
-// maxIdempotencyKey bounds an Idempotency-Key header.
-const maxIdempotencyKey = 255
 
 // maxHTTPPublishers bounds the publishers the HTTP API keeps; beyond it
 // they are forgotten all at once, their rate buckets full again.
@@ -65,14 +60,6 @@ type httpPublisher struct {
 	order sync.Mutex
 	c     *conn
 }
-
-// idempotentStore is a Store that keeps idempotency keys.
-type idempotentStore interface {
-	GetIdempotent(identity, key string, now time.Time) (*store.Idempotent, error)
-	PutIdempotent(identity, key string, rec *store.Idempotent, now time.Time) error
-}
-
-var _ idempotentStore = (*store.Store)(nil)
 
 // httpError is the body of an HTTP API error: the JSON-RPC error object
 // the WebSocket API would answer.
@@ -166,7 +153,8 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var head struct {
-		ClientID string `json:"clientId"`
+		ClientID string          `json:"clientId"`
+		Meta     json.RawMessage `json:"meta"`
 	}
 	_ = json.Unmarshal(body, &head)
 	p, err := s.httpPublisher(cred, head.ClientID, r.RemoteAddr)
@@ -175,7 +163,14 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
-	if key == "" {
+	if _, ok := r.Header["Idempotency-Key"]; !ok {
+		// Or in meta, as on sendMessage.
+		if key, err = idempotencyKeyOf(head.Meta); err != nil {
+			writeError(w, 0, err)
+			return
+		}
+	}
+	if key == "" && r.Header["Idempotency-Key"] == nil {
 		answer, err := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack")
 		if err != nil {
 			writeError(w, 0, err)
@@ -359,84 +354,28 @@ func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publish
 	return answer, nil
 }
 
-// publishIdempotent publishes a request that carries an Idempotency-Key:
-// the first with the key is published and its answer kept for the
-// window; a repeat with the same body gets that answer and publishes
-// nothing; one with another body is refused with 409.
+// publishIdempotent publishes a request that carries an Idempotency-Key
+// (idempotently); a key used for another body is refused with 409.
 func (s *Server) publishIdempotent(w http.ResponseWriter, r *http.Request, p *httpPublisher, key string, body []byte) {
-	if len(key) > maxIdempotencyKey || strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
-		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "Idempotency-Key must be 1 to %d printable ASCII characters", maxIdempotencyKey))
-		return
-	}
-	if s.idempotent == nil {
-		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "this bus keeps no idempotency keys: a cluster's store does not yet; retry without Idempotency-Key"))
-		return
-	}
 	p.c.mu.Lock()
 	identity := p.c.limitKeyLocked()
 	p.c.mu.Unlock()
 	wait := r.URL.Query().Get("wait") == "ack"
 	sum := sha256.Sum256(append([]byte(strconv.FormatBool(wait)+"\n"), body...))
-	// One request per key at a time: the second waits for the first's
-	// record instead of publishing too.
-	unlock := s.http.lockKey(identity + "\x00" + key)
-	defer unlock()
-	now := time.Now()
-	rec, err := s.idempotent.GetIdempotent(identity, key, now)
-	if err != nil {
-		writeError(w, 0, protocol.Errorf(protocol.ErrInternal, "read idempotency key: %v", err))
+	answer, replayed, err := s.idempotently(identity, key, sum[:], func() (any, error) {
+		return s.publishHTTP(p, body, wait)
+	})
+	switch {
+	case errors.Is(err, errKeyReused):
+		writeError(w, http.StatusConflict, err)
 		return
-	}
-	if rec != nil {
-		if !bytes.Equal(rec.BodyHash, sum[:]) {
-			writeError(w, http.StatusConflict, protocol.Errorf(protocol.ErrInvalidParams, "Idempotency-Key %q was used for another request within the idempotency window; use a new key", key))
-			return
-		}
-		w.Header().Set("Idempotent-Replayed", "true")
-		writeJSON(w, rec.Status, rec.Answer)
-		return
-	}
-	answer, err := s.publishHTTP(p, body, wait)
-	if err != nil {
+	case err != nil:
 		writeError(w, 0, err)
 		return
 	}
-	b, _ := json.Marshal(answer)
-	err = s.idempotent.PutIdempotent(identity, key, &store.Idempotent{BodyHash: sum[:], Status: http.StatusCreated, Answer: b, Expires: now.Add(s.opts.IdempotencyWindow)}, now)
-	if err != nil {
-		// Published but not recorded: a retry would publish again.
-		s.log.Error("idempotency key not recorded; a retry will publish again", "identity", identity, "err", err)
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	writeJSON(w, http.StatusCreated, json.RawMessage(b))
+	writeJSON(w, http.StatusCreated, answer)
 }
 
-// lockKey serializes the requests with one idempotency key and returns
-// the unlock.
-func (h *httpPublishers) lockKey(k string) func() {
-	h.mu.Lock()
-	if h.keys == nil {
-		h.keys = make(map[string]*keyLock)
-	}
-	l := h.keys[k]
-	if l == nil {
-		l = &keyLock{}
-		h.keys[k] = l
-	}
-	l.users++
-	h.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		h.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(h.keys, k)
-		}
-		h.mu.Unlock()
-	}
-}
-
-// keyLock is the lock of one idempotency key, with the requests using it.
-type keyLock struct {
-	mu    sync.Mutex
-	users int
-}

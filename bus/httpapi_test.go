@@ -231,7 +231,7 @@ func TestHTTPPublishIdempotent(t *testing.T) {
 func TestHTTPPublishIdempotencyExpires(t *testing.T) {
 	st := store.OpenMemory()
 	now := time.Now()
-	rec := &store.Idempotent{BodyHash: []byte{1}, Status: 201, Answer: []byte(`{}`), Expires: now.Add(time.Minute)}
+	rec := &store.Idempotent{BodyHash: []byte{1}, Answer: []byte(`{}`), Expires: now.Add(time.Minute)}
 	if err := st.PutIdempotent("id", "k", rec, now); err != nil {
 		t.Fatal(err)
 	}
@@ -331,4 +331,46 @@ func TestHTTPIdempotencyRefusedOnCluster(t *testing.T) {
 	if a := httpDo(t, node, "POST", "/v1/messages", body, nil); a.status != 201 {
 		t.Fatalf("without a key: %d %s", a.status, a.body)
 	}
+}
+
+// TestSendMessageIdempotencyKey checks meta.idempotency_key on
+// sendMessage: a repeat gets the first result and publishes nothing,
+// other params with the key are -32602, and a key that is no string is
+// refused.
+func TestSendMessageIdempotencyKey(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	_, got := bustest.Collect(t, srv.URL, "worker", "jobs:*")
+	pub := bustest.Dial(t, srv.URL)
+	pub.Initialize("pub")
+	params := map[string]any{"topic": "jobs:a", "payload": map[string]any{"type": "t"}, "meta": map[string]any{"idempotency_key": "k1"}}
+	var first, again protocol.SendMessageResult
+	pub.MustCall(protocol.MethodSendMessage, params, &first)
+	pub.MustCall(protocol.MethodSendMessage, params, &again)
+	if again.MessageID != first.MessageID || len(again.Acks) != 1 {
+		t.Fatalf("repeat: %+v; want the first result %+v", again, first)
+	}
+	params["payload"] = map[string]any{"type": "other"}
+	if r := pub.Call(protocol.MethodSendMessage, params); code(r) != protocol.CodeInvalidParams {
+		t.Fatalf("another request with the key: %+v; want -32602", r)
+	}
+	params["meta"] = map[string]any{"idempotency_key": 7}
+	if r := pub.Call(protocol.MethodSendMessage, params); code(r) != protocol.CodeInvalidParams {
+		t.Fatalf("a key that is no string: %+v; want -32602", r)
+	}
+	// Over HTTP, meta.idempotency_key works as the header does.
+	body := `{"topic":"jobs:b","payload":{"type":"t"},"meta":{"idempotency_key":"k2"}}`
+	a := httpDo(t, srv, "POST", "/v1/messages", body, nil)
+	b := httpDo(t, srv, "POST", "/v1/messages", body, nil)
+	if a.status != 201 || b.status != 201 || a.messageID(t) != b.messageID(t) {
+		t.Fatalf("HTTP with meta key: %d %s then %d %s; want one message", a.status, a.body, b.status, b.body)
+	}
+	var ids []string
+	for range 2 {
+		ids = append(ids, (<-got).MessageID)
+	}
+	if ids[0] != first.MessageID || ids[1] != a.messageID(t) {
+		t.Fatalf("delivered %v; want %s then %s, each once", ids, first.MessageID, a.messageID(t))
+	}
+	// A repeat that published would have been delivered before its
+	// result came back, so before the HTTP publish: ids holds them all.
 }

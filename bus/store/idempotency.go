@@ -17,8 +17,7 @@ type Idempotent struct {
 	// BodyHash is the SHA-256 of the request that first used the key; a
 	// request with the key and another body is refused.
 	BodyHash []byte `json:"bodyHash"`
-	// Status is the HTTP status of the first answer, Answer its body.
-	Status int             `json:"status"`
+	// Answer is the first answer's body.
 	Answer json.RawMessage `json:"answer"`
 	// Expires is when the key may be used for another request.
 	Expires time.Time `json:"expires"`
