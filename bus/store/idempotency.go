@@ -38,6 +38,11 @@ func (s *Store) GetIdempotent(identity, key string, now time.Time) (*Idempotent,
 		if v == nil {
 			return nil
 		}
+		// A damaged record must not answer for another request: its
+		// checksum is checked as every record's is.
+		if sealed, err := unseal(v); err != nil || !sealed {
+			return fmt.Errorf("%w: idempotency record of %q: checksum missing or wrong", ErrInvalid, identity)
+		}
 		rec = new(Idempotent)
 		if err := json.Unmarshal(v, rec); err != nil {
 			return fmt.Errorf("%w: idempotency record of %q: %v", ErrInvalid, identity, err)
@@ -79,7 +84,7 @@ func (s *Store) PutIdempotent(identity, key string, rec *Idempotent, now time.Ti
 				return err
 			}
 		}
-		return t.put(bucketIdempotency, idempotencyKey(identity, key), v)
+		return t.put(bucketIdempotency, idempotencyKey(identity, key), seal(v))
 	})
 }
 
