@@ -378,4 +378,3 @@ func (s *Server) publishIdempotent(w http.ResponseWriter, r *http.Request, p *ht
 	}
 	writeJSON(w, http.StatusCreated, answer)
 }
-
