@@ -156,7 +156,10 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 		ClientID string          `json:"clientId"`
 		Meta     json.RawMessage `json:"meta"`
 	}
-	_ = json.Unmarshal(body, &head)
+	if err := json.Unmarshal(body, &head); err != nil {
+		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "clientId must be a string"))
+		return
+	}
 	p, err := s.httpPublisher(cred, head.ClientID, r.RemoteAddr)
 	if err != nil {
 		writeError(w, 0, err)

@@ -124,6 +124,7 @@ func TestHTTPPublishStatuses(t *testing.T) {
 		{"no payload type", "POST", "/v1/messages", `{"topic":"inbound:x","payload":1}`, bearerHeader("tool-token"), 400, protocol.CodeInvalidParams},
 		{"meta not an object", "POST", "/v1/messages", `{"topic":"inbound:x","payload":{"type":"t"},"meta":3}`, bearerHeader("tool-token"), 400, protocol.CodeInvalidParams},
 		{"bad idempotency key", "POST", "/v1/messages", `{"topic":"inbound:x","payload":{"type":"t"}}`, map[string]string{"Authorization": "Bearer tool-token", "Idempotency-Key": strings.Repeat("k", 256)}, 400, protocol.CodeInvalidParams},
+		{"clientId not a string", "POST", "/v1/messages", `{"topic":"inbound:x","payload":{"type":"t"},"clientId":7}`, bearerHeader("tool-token"), 400, protocol.CodeInvalidParams},
 		{"no credential", "POST", "/v1/messages", `{"topic":"inbound:x","payload":{"type":"t"}}`, nil, 401, protocol.CodeUnauthorized},
 		{"wrong token", "POST", "/v1/messages", `{"topic":"inbound:x","payload":{"type":"t"}}`, bearerHeader("nope"), 401, protocol.CodeUnauthorized},
 		{"not a bearer", "POST", "/v1/messages", `{"topic":"inbound:x","payload":{"type":"t"}}`, map[string]string{"Authorization": "Basic dG9vbDp4"}, 401, protocol.CodeUnauthorized},
