@@ -251,7 +251,7 @@ func (s *Server) checkBrowser(r *http.Request) error {
 		}
 	}
 	s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
-	return protocol.Errorf(protocol.ErrForbidden, "Origin %q is not allowed; an operator adds it with --origins", origin)
+	return protocol.Errorf(protocol.ErrForbidden, "Origin %q is not allowed; an operator adds it with --allowed-origins", origin)
 }
 
 // httpPublisher authenticates cred as clientID (by default the
@@ -309,9 +309,9 @@ func (s *Server) httpPublisher(cred credential, clientID, remote string) (*httpP
 }
 
 // publishHTTP publishes body (sendMessage's params) through p and
-// returns the answer. Without wait it answers
-// once the message is accepted: admitted and routed, or held; with it,
-// once the walk is done, as sendMessage does.
+// returns the answer. Without wait it answers once the message is
+// accepted: admitted and routed, or held or found with no subscriber;
+// with it, once the walk is done, as sendMessage does.
 func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publishAnswer, error) {
 	c := p.c
 	select {
@@ -319,35 +319,40 @@ func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publish
 	default:
 		return nil, protocol.Errorf(protocol.ErrTooManyRequests, "%d requests of this publisher already running; wait for their answers", cap(c.slots))
 	}
-	defer func() { <-c.slots }()
 	if err := s.beginRequest(); err != nil {
+		<-c.slots
 		return nil, err
+	}
+	// The slot and the running request are held until the walk is done,
+	// answered or not, as on a WebSocket connection.
+	done := func() {
+		s.requests.Done()
+		<-c.slots
 	}
 	p.order.Lock()
 	out, err := c.route(&rpcstream.Request{Method: protocol.MethodSendMessage, Params: body, ID: "http"})
 	p.order.Unlock()
 	if err != nil {
-		s.requests.Done()
+		done()
 		return nil, err
 	}
 	if err := out.admit(); err != nil {
 		out.pass()
-		s.requests.Done()
+		done()
 		return nil, err
 	}
 	s.name(&out.message)
 	answer := &publishAnswer{MessageID: out.message.ID}
+	walk := func() (*protocol.SendMessageResult, error) {
+		defer done()
+		defer out.pass()
+		return s.publishRouted(&out.message, out.chain, out.tickets, true)
+	}
 	if !wait && len(out.chain) > 0 {
-		go func() {
-			defer s.requests.Done()
-			defer out.pass()
-			_, _ = s.publishRouted(&out.message, out.chain, out.tickets, true)
-		}()
+		go func() { _, _ = walk() }()
 		return answer, nil
 	}
-	defer s.requests.Done()
-	defer out.pass()
-	result, err := s.publishRouted(&out.message, out.chain, out.tickets, true)
+	result, err := walk()
 	if err != nil {
 		return nil, err
 	}
