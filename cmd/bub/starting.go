@@ -42,10 +42,15 @@ func serveStarting(ln net.Listener, tlsConfig *tls.Config, log *slog.Logger) (ha
 		_ = h.setDeadline(time.Now())
 		<-done
 		_ = h.setDeadline(time.Time{})
-		// Closes the connections kept alive between health probes.
+		// Closes the connections kept alive between health probes, and
+		// then any still in a request (one stuck in its headers would
+		// otherwise stay open until ReadHeaderTimeout, while the bus
+		// serves).
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_ = hs.Shutdown(ctx)
+		if hs.Shutdown(ctx) != nil {
+			_ = hs.Close()
+		}
 	}
 }
 

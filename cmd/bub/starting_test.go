@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,4 +59,47 @@ func TestServeStartingHandsOver(t *testing.T) {
 	code, body := get("/readyz")
 	assert.Equal(t, http.StatusOK, code)
 	assert.Equal(t, "ready", body)
+}
+
+// TestServeStartingHandOverClosesStuckRequest: a new connection stuck in
+// its first request's headers when the bus takes over is closed once the
+// second the hand-over gives it has passed, not left open until
+// ReadHeaderTimeout (10 s) while the bus serves.
+func TestServeStartingHandOverClosesStuckRequest(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer inner.Close()
+	ln := &acceptSignal{Listener: inner, accepted: make(chan struct{}, 1)}
+	handOver := serveStarting(ln, nil, slog.New(slog.DiscardHandler))
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = io.WriteString(c, "GET /healthz HTTP/1.1\r\n")
+	require.NoError(t, err)
+	<-ln.accepted
+
+	handOver()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	_, err = c.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the stuck request's connection is closed at hand-over")
+}
+
+// acceptSignal tells on accepted when its Accept has returned a connection.
+type acceptSignal struct {
+	net.Listener
+	accepted chan struct{}
+}
+
+func (a *acceptSignal) Accept() (net.Conn, error) {
+	c, err := a.Listener.Accept()
+	if err == nil {
+		a.accepted <- struct{}{}
+	}
+	return c, err
+}
+
+// SetDeadline lets the hand-over wake the Accept under way.
+func (a *acceptSignal) SetDeadline(t time.Time) error {
+	return a.Listener.(*net.TCPListener).SetDeadline(t)
 }
