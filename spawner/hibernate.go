@@ -252,6 +252,19 @@ func (s *Spawner) freedLocked() {
 	s.freed = make(chan struct{})
 }
 
+// goWakeLocked runs wakeForRetry(sl) unless the spawner is closing, and
+// counts it for shutdown to wait for.
+func (s *Spawner) goWakeLocked(sl *slot) {
+	if s.closing {
+		return
+	}
+	s.wakes.Add(1)
+	go func() {
+		defer s.wakes.Done()
+		s.wakeForRetry(sl)
+	}()
+}
+
 // wakeForRetry starts sl's agent again for the retry of a message the bus
 // delivered to it as it stopped: the bus addresses that retry to the
 // agent's id.

@@ -3,6 +3,7 @@ package spawner
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -169,6 +170,45 @@ func TestReconnectEndsBusy(t *testing.T) {
 		synctest.Wait()
 		if _, reason := state(); reason != ReasonIdle {
 			t.Fatalf("hibernated for %q after its idle timeout, want %q", reason, ReasonIdle)
+		}
+	})
+}
+
+// TestShutdownWaitsForWakes: a wake for the retry of a message delivered
+// to a reaped agent, under way at shutdown (here waiting for a place),
+// has ended when shutdown returns.
+func TestShutdownWaitsForWakes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &Spawner{opts: Options{MaxAgents: 1, SpawnTimeout: time.Second, StopTimeout: time.Second},
+			log: slog.New(slog.DiscardHandler), agents: map[string]*agent{}, slots: map[string]*slot{},
+			byAgent: map[string]*slot{}, freed: make(chan struct{})}
+		busy := newAgent("a", &slot{topic: "tg:a", agentID: "a"})
+		busy.ready, busy.busy = true, true
+		s.agents["a"] = busy
+		asleep := &slot{topic: "tg:b", agentID: "b", asleep: true}
+		s.slots["tg:b"], s.byAgent[peer.AgentTopic("b")] = asleep, asleep
+
+		payload, err := json.Marshal(protocol.ClientEvent{Type: protocol.TypeClientEvent, Event: protocol.EventBusy, ClientID: "b",
+			Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.handleClientEvent(context.Background(), &peer.Delivery{Topic: protocol.TopicClientBusy, Payload: payload, Conn: &peer.Conn{}}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		s.mu.Lock()
+		waiting := s.waiting
+		s.mu.Unlock()
+		if waiting != 1 {
+			t.Fatalf("%d waiting for a place, want the wake", waiting)
+		}
+		s.shutdown()
+		s.mu.Lock()
+		waiting = s.waiting
+		s.mu.Unlock()
+		if waiting != 0 {
+			t.Fatal("the wake still waits for a place after shutdown")
 		}
 	})
 }

@@ -241,6 +241,10 @@ type Spawner struct {
 	// mu while !closing, so shutdown's Wait never races an Add.
 	agentsDone sync.WaitGroup
 
+	// wakes counts the wakes for a retry under way. Add only under mu
+	// while !closing, so shutdown's Wait never races an Add.
+	wakes sync.WaitGroup
+
 	// mu guards the fields below and the mutable fields of every slot and
 	// agent. It is never held across a process start, a wait or a call
 	// to the bus.
@@ -714,10 +718,10 @@ func (s *Spawner) finish(a *agent, cmd *exec.Cmd, waitErr error) {
 		s.events.publish(Event{Event: EventHibernated, AgentID: a.id, Topic: sl.topic, Workspace: workspace, PID: pid, Reason: a.hibernate})
 	}
 	close(a.exited)
-	s.mu.Unlock()
 	if rewake {
-		go s.wakeForRetry(sl)
+		s.goWakeLocked(sl)
 	}
+	s.mu.Unlock()
 	s.agentsDone.Done()
 }
 
@@ -769,8 +773,8 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 	if a == nil && ev.Event == protocol.EventBusy {
 		// Delivered a message as it stopped, and reaped since: the bus
 		// retries that message to the agent's id.
-		if sl := s.byAgent[peer.AgentTopic(ev.ClientID)]; sl != nil && sl.agent == nil && sl.asleep && !s.closing {
-			go s.wakeForRetry(sl)
+		if sl := s.byAgent[peer.AgentTopic(ev.ClientID)]; sl != nil && sl.agent == nil && sl.asleep {
+			s.goWakeLocked(sl)
 		}
 	}
 	if a == nil || (ev.Fallback != nil && *ev.Fallback) {
@@ -886,6 +890,9 @@ func (s *Spawner) shutdown() {
 			sl.restart = nil
 		}
 	}
+	// Conversations waiting for a place, and wakes, look again and find
+	// the spawner closing.
+	s.freedLocked()
 	s.mu.Unlock()
 	if len(running) > 0 {
 		s.log.Info("stopping agents", "count", len(running), "stop_timeout", s.opts.StopTimeout)
@@ -894,4 +901,16 @@ func (s *Spawner) shutdown() {
 		s.terminate(a)
 	}
 	s.agentsDone.Wait()
+	// With every agent reaped a wake has nothing left to wait for; the
+	// bound is only against a wake stuck elsewhere.
+	wakesDone := make(chan struct{})
+	go func() {
+		s.wakes.Wait()
+		close(wakesDone)
+	}()
+	select {
+	case <-wakesDone:
+	case <-time.After(s.opts.StopTimeout):
+		s.log.Warn("wakes for a retry still under way at shutdown", "waited", s.opts.StopTimeout)
+	}
 }
