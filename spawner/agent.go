@@ -59,9 +59,10 @@ type agent struct {
 	// that busy and idle events of its previous process are told apart.
 	connectedAt time.Time
 	// busy says a delivery to the agent is in flight, as the bus last
-	// reported; served, that one has been answered since it started.
+	// reported (see Spawner.busyLocked); served, that one has been
+	// answered since it started.
 	busy, served bool
-	// lastActive is when the agent last became idle (or ready): the
+	// lastActive is when the agent last became busy, idle or ready: the
 	// least recently active idle agent makes room at capacity.
 	lastActive time.Time
 	// idleTimer hibernates the agent after IdleTimeout without a

@@ -187,7 +187,26 @@ func (s *Spawner) makeRoomLocked() *agent {
 // a delivery (the message that started it is on its way) or have had
 // SpawnTimeout to get one.
 func (s *Spawner) idleLocked(a *agent) bool {
-	return a.ready && !a.busy && !a.stopping && (a.served || time.Since(a.readyAt) >= s.opts.SpawnTimeout)
+	return a.ready && !s.busyLocked(a) && !a.stopping && (a.served || time.Since(a.readyAt) >= s.opts.SpawnTimeout)
+}
+
+// busyLocked reports whether a holds a delivery: the bus said it became
+// busy, and has not said it became idle since, for no longer than the
+// bus's delivery timeout and busyMargin. Past that its idle event was
+// lost (the spawner's own connection to the bus dropped meanwhile), as a
+// delivery ends by the timeout at the latest; so an agent kept busy by
+// deliveries that overlap without end counts as idle too.
+func (s *Spawner) busyLocked(a *agent) bool {
+	return a.busy && time.Since(a.lastActive) < s.busyLimit()
+}
+
+// busyMargin is how much longer than the bus's delivery timeout an agent
+// counts as busy without an idle event: the event's way from the bus.
+const busyMargin = 10 * time.Second
+
+// busyLimit is how long an agent counts as busy without an idle event.
+func (s *Spawner) busyLimit() time.Duration {
+	return s.deliveryTimeout + busyMargin
 }
 
 // hibernateLocked marks a as stopping to hibernate; the caller then
@@ -218,12 +237,16 @@ func (s *Spawner) armIdleLocked(a *agent) {
 // and a new agent not before SpawnTimeout if none came.
 func (s *Spawner) expireIdle(a *agent) {
 	s.mu.Lock()
-	if a.stopping || a.busy || !a.ready {
-		// Busy: its idle event arms the timer again. Stopping: done.
+	if a.stopping || !a.ready {
 		s.mu.Unlock()
 		return
 	}
 	due := a.lastActive.Add(s.opts.IdleTimeout)
+	if a.busy {
+		// Its idle event arms the timer again; without one, it is
+		// idle from when it stops counting as busy.
+		due = a.lastActive.Add(s.busyLimit() + s.opts.IdleTimeout)
+	}
 	if !a.served {
 		due = latest(due, a.readyAt.Add(s.opts.SpawnTimeout))
 	}

@@ -38,7 +38,8 @@ func TestMakeRoomChoosesLeastRecentlyUsedIdle(t *testing.T) {
 		want    string // "" for none
 	}{
 		{"oldest idle", []spec{idle("a", time.Minute), idle("b", time.Hour), idle("c", time.Second)}, 1, "b"},
-		{"busy is kept", []spec{idle("a", time.Minute), {id: "b", ready: true, busy: true, served: true, readyAgo: time.Hour, lastActive: time.Hour}}, 1, "a"},
+		{"busy is kept", []spec{idle("a", time.Minute), {id: "b", ready: true, busy: true, served: true, readyAgo: time.Hour, lastActive: time.Second}}, 1, "a"},
+		{"busy past the delivery timeout lost its idle event", []spec{idle("a", time.Minute), {id: "b", ready: true, busy: true, served: true, readyAgo: time.Hour, lastActive: time.Hour}}, 1, "b"},
 		{"every agent busy", []spec{{id: "a", ready: true, busy: true, served: true, readyAgo: time.Hour}}, 1, ""},
 		{"starting is kept", []spec{{id: "a", readyAgo: time.Hour, lastActive: time.Hour}, idle("b", time.Second)}, 1, "b"},
 		{"new, its message on its way", []spec{{id: "a", ready: true, readyAgo: 0, lastActive: 0}}, 1, ""},
@@ -209,6 +210,50 @@ func TestShutdownWaitsForWakes(t *testing.T) {
 		s.mu.Unlock()
 		if waiting != 0 {
 			t.Fatal("the wake still waits for a place after shutdown")
+		}
+	})
+}
+
+// TestLostIdleEventEndsBusy: an agent whose idle event never comes (the
+// spawner's connection to the bus dropped meanwhile) counts as busy no
+// longer than the bus's delivery timeout and busyMargin, and is then
+// hibernated for idleness IdleTimeout later, and may make room.
+func TestLostIdleEventEndsBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &Spawner{opts: Options{IdleTimeout: time.Second, SpawnTimeout: time.Second, StopTimeout: time.Second},
+			deliveryTimeout: 2 * time.Second, agents: map[string]*agent{}, freed: make(chan struct{})}
+		a := newAgent("a", &slot{topic: "tg:a", agentID: "a"})
+		a.ready, a.served, a.readyAt, a.lastActive = true, true, time.Now(), time.Now()
+		s.agents["a"] = a
+		for _, name := range []string{protocol.EventConnected, protocol.EventBusy} {
+			time.Sleep(time.Millisecond)
+			payload, err := json.Marshal(protocol.ClientEvent{Type: protocol.TypeClientEvent, Event: name, ClientID: "a",
+				Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.handleClientEvent(context.Background(), &peer.Delivery{Topic: "system:client." + name, Payload: payload, Conn: &peer.Conn{}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		state := func() (idle bool, hibernate string) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.idleLocked(a), a.hibernate
+		}
+		time.Sleep(s.busyLimit() - time.Millisecond)
+		synctest.Wait()
+		if idle, reason := state(); idle || reason != "" {
+			t.Fatalf("idle %v, hibernated for %q within the delivery timeout and margin", idle, reason)
+		}
+		time.Sleep(time.Millisecond)
+		if idle, _ := state(); !idle {
+			t.Fatal("still busy past the delivery timeout and margin")
+		}
+		time.Sleep(s.opts.IdleTimeout)
+		synctest.Wait()
+		if _, reason := state(); reason != ReasonIdle {
+			t.Fatalf("hibernated for %q, want %q", reason, ReasonIdle)
 		}
 	})
 }

@@ -224,6 +224,10 @@ func (o *Options) setDefaults() {
 // soon, not after a backoff that grows.
 const capacityRetryAfter = time.Second
 
+// defaultDeliveryTimeout is bub serve's --delivery-timeout, taken for a
+// bus that announces none.
+const defaultDeliveryTimeout = 30 * time.Second
+
 // Spawner is the default handler: a peer that serves Options.Patterns as a
 // fallback and starts an agent for each topic that has none. Create it
 // with New and run it with Run.
@@ -236,6 +240,10 @@ type Spawner struct {
 	running atomic.Bool
 	state   *state
 	metrics *metrics
+
+	// deliveryTimeout is the bus's, as it announced at initialize: the
+	// longest a delivery to an agent can last.
+	deliveryTimeout time.Duration
 
 	// agentsDone counts agents that have not been reaped. Add only under
 	// mu while !closing, so shutdown's Wait never races an Add.
@@ -382,6 +390,10 @@ func (s *Spawner) Run(ctx context.Context) error {
 		return fmt.Errorf("spawner: %w", err)
 	}
 	go s.events.run(conn)
+	s.deliveryTimeout = time.Duration(conn.Limits().DeliveryTimeoutMs) * time.Millisecond
+	if s.deliveryTimeout <= 0 {
+		s.deliveryTimeout = defaultDeliveryTimeout
+	}
 	defer func() {
 		s.shutdown()
 		s.events.close(5 * time.Second)
@@ -414,7 +426,8 @@ type AgentInfo struct {
 	PID       int // 0 while starting
 	Ready     bool
 	// Busy says a delivery to the agent is in flight, as the bus last
-	// reported (system:client.busy and system:client.idle).
+	// reported (system:client.busy and system:client.idle), for no longer
+	// than the bus's delivery timeout and a margin.
 	Busy bool
 	// LastActive is when the agent last answered a delivery, or became
 	// ready: the least recently active idle agent makes room at
@@ -429,7 +442,7 @@ func (s *Spawner) Agents() []AgentInfo {
 	defer s.mu.Unlock()
 	list := make([]AgentInfo, 0, len(s.agents))
 	for _, a := range s.agents {
-		info := AgentInfo{ID: a.id, Topic: a.slot.topic, Workspace: a.workspace, Ready: a.ready, Busy: a.busy, LastActive: a.lastActive, Started: a.started}
+		info := AgentInfo{ID: a.id, Topic: a.slot.topic, Workspace: a.workspace, Ready: a.ready, Busy: s.busyLocked(a), LastActive: a.lastActive, Started: a.started}
 		if a.proc != nil {
 			info.PID = a.proc.Pid
 		}
@@ -807,8 +820,8 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 		a.busy = ev.Event == protocol.EventBusy
 		a.lastActive = time.Now()
 		if a.busy {
-			if a.idleTimer != nil {
-				a.idleTimer.Stop()
+			if !a.stopping {
+				s.armIdleLocked(a)
 			}
 			// Stopping to hibernate, it was delivered a message after
 			// all: it is woken again for the bus's retry of it.
