@@ -35,7 +35,8 @@
 // kept, and started again, woken, by the next message for its topic. The
 // spawner knows which agents hold a delivery from the bus's
 // system:client.busy and system:client.idle events, and never stops one
-// that does. At MaxAgents a message that needs an agent hibernates the
+// that does; busy past the bus's delivery timeout and a margin, its idle
+// event was lost, and it counts as idle. At MaxAgents a message that needs an agent hibernates the
 // least recently used idle one and takes its place; when every agent
 // holds a delivery it waits, and is served as soon as one is idle. Each
 // topic's agent id is kept in Options.DataDir, so a restarted spawner
