@@ -82,6 +82,9 @@ type remotePeer struct {
 type standIn struct {
 	holding
 	peer remotePeer
+	// maxPending is the subscriber's grant's cap, as its latest
+	// subscription carried it; guarded by mu.
+	maxPending int
 }
 
 // deliver sends d to the stand-in's node, which makes it through its own
@@ -97,9 +100,14 @@ func (in *standIn) deliver(ctx context.Context, d *delivery) (protocol.ProcessMe
 // close does nothing: the connection is its node's to close.
 func (in *standIn) close(websocket.StatusCode, string) {}
 
-// pendingCapLocked is the Limits' cap: the grant of the connection's
-// credential is known on its node only.
-func (in *standIn) pendingCapLocked(l *Limits) int { return l.MaxPendingPerIdentity }
+// pendingCapLocked is the cap of the subscriber's grant, which its node
+// shares with its subscriptions, else the Limits'. The caller holds mu.
+func (in *standIn) pendingCapLocked(l *Limits) int {
+	if in.maxPending > 0 {
+		return in.maxPending
+	}
+	return l.MaxPendingPerIdentity
+}
 
 // joinCluster makes the bus a node of its cluster. The router,
 // scheduler and events exist already: Join applies the current
@@ -175,6 +183,7 @@ func (cl *clusterState) ApplySubscription(ch SubscriptionChange) {
 	rs := &subscription{seq: ch.Revision, key: ch.Key, pattern: pattern, policy: sub.Policy, fallback: sub.Fallback, to: in}
 	in.mu.Lock()
 	in.subs[sub.Pattern] = rs
+	in.maxPending = sub.MaxPending
 	in.mu.Unlock()
 	s.router.insert(rs)
 	cl.remoteSubs[ch.Key] = rs
@@ -257,10 +266,14 @@ func (c *conn) shareSubscription(sub *subscription, clientID, identity string) e
 	s := c.server
 	cl := s.cl
 	pattern := sub.pattern.String()
+	c.mu.Lock()
+	maxPending := c.maxPending
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, clusterWriteTimeout)
 	defer cancel()
 	key, rev, err := cl.cluster.PutSubscription(ctx, SharedSubscription{
 		Conn: c.cid, Pattern: pattern, Policy: sub.policy, Fallback: sub.fallback, ClientID: clientID, Identity: identity,
+		MaxPending: maxPending,
 	})
 	c.mu.Lock()
 	sub.key = key

@@ -79,3 +79,33 @@ func TestRemoteDeliveryPastDeadline(t *testing.T) {
 		t.Errorf("answer %+v, written %v: want a timeout that says it was not sent", a, written)
 	}
 }
+
+// TestRemoteSubscriberPendingCap: the stand-in of a subscriber on another
+// node counts its retries against its grant's max_pending, which its
+// subscription carries, and against the bus's cap when it carries none.
+func TestRemoteSubscriberPendingCap(t *testing.T) {
+	s, err := New(&Options{Logger: slog.New(slog.DiscardHandler), Limits: Limits{MaxPendingPerIdentity: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	for i, tt := range []struct {
+		maxPending, want int
+	}{{3, 3}, {0, 100}} {
+		topic := fmt.Sprintf("cap%d:x", i)
+		s.cl.ApplySubscription(SubscriptionChange{Key: "b.1." + topic, Revision: uint64(i + 1), Subscription: SharedSubscription{
+			Node: "b", Conn: uint64(i + 1), Pattern: topic, Policy: protocol.PolicyContinueAll, ClientID: "far", Identity: "far", MaxPending: tt.maxPending,
+		}})
+		chain := s.router.route(topic)
+		if len(chain) != 1 {
+			t.Fatalf("chain %v, want the remote subscription", chain)
+		}
+		in := chain[0].to.(*standIn)
+		in.mu.Lock()
+		got := in.pendingCapLocked(s.limits())
+		in.mu.Unlock()
+		if got != tt.want {
+			t.Errorf("max_pending %d shared: cap %d, want %d", tt.maxPending, got, tt.want)
+		}
+	}
+}

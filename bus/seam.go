@@ -119,6 +119,9 @@ type SharedSubscription struct {
 	Fallback bool
 	ClientID string
 	Identity string
+	// MaxPending is the cap of the subscriber's grant on what counts
+	// against its identity (0: the Limits'), which its node alone knows.
+	MaxPending int
 }
 
 // SubscriptionChange is one change of the order, as every node applies

@@ -28,6 +28,9 @@ type Subscription struct {
 	Fallback bool            `json:"fallback,omitempty"`
 	ClientID string          `json:"clientId"`
 	Identity string          `json:"identity,omitempty"`
+	// MaxPending is the cap of the subscriber's grant on its identity's
+	// pending entries, 0 for the bus's.
+	MaxPending int `json:"maxPending,omitempty"`
 }
 
 // SubscriptionChange is one change of the subscription order, as every
