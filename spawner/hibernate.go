@@ -275,17 +275,12 @@ func (s *Spawner) freedLocked() {
 	s.freed = make(chan struct{})
 }
 
-// goWakeLocked runs wakeForRetry(sl) unless the spawner is closing, and
-// counts it for shutdown to wait for.
+// goWakeLocked runs wakeForRetry(sl), for shutdown to wait for, unless
+// the spawner is closing.
 func (s *Spawner) goWakeLocked(sl *slot) {
-	if s.closing {
-		return
+	if !s.closing {
+		s.wakes.Go(func() { s.wakeForRetry(sl) })
 	}
-	s.wakes.Add(1)
-	go func() {
-		defer s.wakes.Done()
-		s.wakeForRetry(sl)
-	}()
 }
 
 // wakeForRetry starts sl's agent again for the retry of a message the bus

@@ -142,15 +142,7 @@ func TestReconnectEndsBusy(t *testing.T) {
 		event := func(name string) {
 			t.Helper()
 			time.Sleep(time.Millisecond)
-			payload, err := json.Marshal(protocol.ClientEvent{Type: protocol.TypeClientEvent, Event: name, ClientID: "a",
-				Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			// A Conn never dialled has the serverId "", as the From.
-			if _, err := s.handleClientEvent(context.Background(), &peer.Delivery{Topic: "system:client." + name, Payload: payload, Conn: &peer.Conn{}}); err != nil {
-				t.Fatal(err)
-			}
+			clientEvent(t, s, name, "a")
 		}
 		state := func() (busy bool, hibernate string) {
 			s.mu.Lock()
@@ -189,14 +181,7 @@ func TestShutdownWaitsForWakes(t *testing.T) {
 		asleep := &slot{topic: "tg:b", agentID: "b", asleep: true}
 		s.slots["tg:b"], s.byAgent[peer.AgentTopic("b")] = asleep, asleep
 
-		payload, err := json.Marshal(protocol.ClientEvent{Type: protocol.TypeClientEvent, Event: protocol.EventBusy, ClientID: "b",
-			Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.handleClientEvent(context.Background(), &peer.Delivery{Topic: protocol.TopicClientBusy, Payload: payload, Conn: &peer.Conn{}}); err != nil {
-			t.Fatal(err)
-		}
+		clientEvent(t, s, protocol.EventBusy, "b")
 		synctest.Wait()
 		s.mu.Lock()
 		waiting := s.waiting
@@ -227,14 +212,7 @@ func TestLostIdleEventEndsBusy(t *testing.T) {
 		s.agents["a"] = a
 		for _, name := range []string{protocol.EventConnected, protocol.EventBusy} {
 			time.Sleep(time.Millisecond)
-			payload, err := json.Marshal(protocol.ClientEvent{Type: protocol.TypeClientEvent, Event: name, ClientID: "a",
-				Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.handleClientEvent(context.Background(), &peer.Delivery{Topic: "system:client." + name, Payload: payload, Conn: &peer.Conn{}}); err != nil {
-				t.Fatal(err)
-			}
+			clientEvent(t, s, name, "a")
 		}
 		state := func() (idle bool, hibernate string) {
 			s.mu.Lock()
@@ -256,4 +234,18 @@ func TestLostIdleEventEndsBusy(t *testing.T) {
 			t.Fatalf("hibernated for %q, want %q", reason, ReasonIdle)
 		}
 	})
+}
+
+// clientEvent hands s the bus's event name about clientID, timed now.
+func clientEvent(t *testing.T, s *Spawner, name, clientID string) {
+	t.Helper()
+	payload, err := json.Marshal(protocol.ClientEvent{Type: protocol.TypeClientEvent, Event: name, ClientID: clientID,
+		Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Conn never dialled has the serverId "", as the From.
+	if _, err := s.handleClientEvent(context.Background(), &peer.Delivery{Topic: "system:client." + name, Payload: payload, Conn: &peer.Conn{}}); err != nil {
+		t.Fatal(err)
+	}
 }

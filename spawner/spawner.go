@@ -22,6 +22,7 @@ import (
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/internal/backoff"
 	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/internal/drain"
 	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
@@ -249,9 +250,9 @@ type Spawner struct {
 	// mu while !closing, so shutdown's Wait never races an Add.
 	agentsDone sync.WaitGroup
 
-	// wakes counts the wakes for a retry under way. Add only under mu
-	// while !closing, so shutdown's Wait never races an Add.
-	wakes sync.WaitGroup
+	// wakes are the wakes for a retry under way, which shutdown waits
+	// for.
+	wakes drain.Group
 
 	// mu guards the fields below and the mutable fields of every slot and
 	// agent. It is never held across a process start, a wait or a call
@@ -916,14 +917,9 @@ func (s *Spawner) shutdown() {
 	s.agentsDone.Wait()
 	// With every agent reaped a wake has nothing left to wait for; the
 	// bound is only against a wake stuck elsewhere.
-	wakesDone := make(chan struct{})
-	go func() {
-		s.wakes.Wait()
-		close(wakesDone)
-	}()
-	select {
-	case <-wakesDone:
-	case <-time.After(s.opts.StopTimeout):
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout)
+	defer cancel()
+	if s.wakes.Close(ctx) != nil {
 		s.log.Warn("wakes for a retry still under way at shutdown", "waited", s.opts.StopTimeout)
 	}
 }
