@@ -430,9 +430,9 @@ type AgentInfo struct {
 	// reported (system:client.busy and system:client.idle), for no longer
 	// than the bus's delivery timeout and a margin.
 	Busy bool
-	// LastActive is when the agent last answered a delivery, or became
-	// ready: the least recently active idle agent makes room at
-	// capacity.
+	// LastActive is when the agent last became busy, idle or ready (as
+	// the bus's system:client.busy/idle events tell): the least recently
+	// active idle agent makes room at capacity.
 	LastActive time.Time
 	Started    time.Time
 }
