@@ -116,6 +116,7 @@ func compilePrincipal(name string, g *Grant) (*Principal, error) {
 	if err != nil {
 		return nil, err
 	}
+	cg.durable, cg.waker = g.Durable, g.Waker
 	return &Principal{name: name, clientIDs: ids, grants: []*grant{cg}, rate: g.Rate, maxPending: g.MaxPending}, nil
 }
 
@@ -137,6 +138,7 @@ func compileIssuer(iss *Issuer, baseDir string) (*jwtIssuer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ceiling: %w", err)
 	}
+	ceiling.durable, ceiling.waker = iss.Ceiling.Durable, iss.Ceiling.Waker
 	if iss.PublicKeyFile == "" {
 		return nil, fmt.Errorf("public_key_file is required")
 	}

@@ -35,6 +35,13 @@ type Grant struct {
 	Admin       bool     `yaml:"admin" json:"admin,omitempty"`
 	Fallback    bool     `yaml:"fallback" json:"fallback,omitempty"`
 	PublishOnly bool     `yaml:"publish_only" json:"publish_only,omitempty"`
+	// Durable lets the credential hold durable subscriptions, which
+	// outlive its connections (docs/PROTOCOL.md, "Durable
+	// subscriptions"); Waker lets it register as the waker of a clientId
+	// that holds them (subscriptions.setWaker), as the spawner does for
+	// its agents.
+	Durable bool `yaml:"durable" json:"durable,omitempty"`
+	Waker   bool `yaml:"waker" json:"waker,omitempty"`
 	// Rate limits publishes per connection; zero: the bus default.
 	Rate Rate `yaml:"rate" json:"rate,omitempty"`
 	// MaxPending caps the retries and held messages this identity's

@@ -22,6 +22,8 @@ type Claims struct {
 	Admin       bool  `json:"admin,omitempty"`
 	Fallback    bool  `json:"fallback,omitempty"`
 	PublishOnly bool  `json:"publish_only,omitempty"`
+	Durable     bool  `json:"durable,omitempty"`
+	Waker       bool  `json:"waker,omitempty"`
 }
 
 // tokenClaims is the whole claim set of a bub JWT.
@@ -134,6 +136,7 @@ func (a *Authenticator) authenticateJWT(token string, now time.Time) (*Principal
 	if err != nil {
 		return nil, fmt.Errorf("%w: jwt from issuer %q for %q: bub claims: %w", ErrBadCredential, iss.name, sub, err)
 	}
+	claims.durable, claims.waker = tc.Bub.Durable, tc.Bub.Waker
 	exact, err := protocol.ParsePattern(sub)
 	if err != nil || exact.Kind() != protocol.Exact {
 		// An id ending in ':' or '-' parses as a prefix, which would let

@@ -154,6 +154,7 @@ func (b *boundRules) allowsPattern(p *protocol.Pattern) bool {
 type grant struct {
 	publish, subscribe       ruleSet
 	admin, fallback, pubOnly bool
+	durable, waker           bool
 }
 
 func compileGrant(publish, subscribe Rules, admin, fallback, publishOnly bool) (*grant, error) {
@@ -177,6 +178,7 @@ func compileGrant(publish, subscribe Rules, admin, fallback, publishOnly bool) (
 type Access struct {
 	publish, subscribe []boundRules
 	admin, fallback    bool
+	durable, waker     bool
 	publishOnly        bool
 	rate               Rate
 	maxPending         int
@@ -232,6 +234,14 @@ func (a *Access) Admin() bool { return a != nil && a.admin }
 // Fallback reports whether a fallback subscription may be held: only
 // when every grant says so.
 func (a *Access) Fallback() bool { return a != nil && a.fallback }
+
+// Durable reports whether durable subscriptions may be held: only when
+// every grant says so.
+func (a *Access) Durable() bool { return a != nil && a.durable }
+
+// Waker reports whether the credential may register as a clientId's
+// waker: only when every grant says so.
+func (a *Access) Waker() bool { return a != nil && a.waker }
 
 // PublishOnly reports whether the credential is limited to publish-only
 // connections (no subscriptions, no takeover of its clientId). It is a

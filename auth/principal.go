@@ -72,6 +72,8 @@ func (p *Principal) Bind(clientID string) *Access {
 	a := &Access{
 		admin:      len(p.grants) > 0,
 		fallback:   len(p.grants) > 0,
+		durable:    len(p.grants) > 0,
+		waker:      len(p.grants) > 0,
 		rate:       p.rate,
 		maxPending: p.maxPending,
 	}
@@ -80,6 +82,8 @@ func (p *Principal) Bind(clientID string) *Access {
 		a.subscribe = append(a.subscribe, g.subscribe.bind(clientID))
 		a.admin = a.admin && g.admin
 		a.fallback = a.fallback && g.fallback
+		a.durable = a.durable && g.durable
+		a.waker = a.waker && g.waker
 		a.publishOnly = a.publishOnly || g.pubOnly
 	}
 	return a

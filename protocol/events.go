@@ -45,8 +45,11 @@ type ClientEvent struct {
 	// always sent, false included: a reader (the spawner waits for
 	// fallback: false) must not have to know that a missing field means
 	// false. Other events have no subscription, so no fallback.
-	Fallback  *bool  `json:"fallback,omitempty"`
-	Reason    string `json:"reason,omitempty"`
+	Fallback *bool  `json:"fallback,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// Waker is set on wake events only: the clientId asked to start
+	// ClientID.
+	Waker     string `json:"waker,omitempty"`
 	Timestamp string `json:"timestamp"`
 	// Node is the cluster node the client is connected to; absent on a
 	// bus that is not a cluster (docs/CLUSTER.md).

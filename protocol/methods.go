@@ -95,6 +95,12 @@ type SubscribeParams struct {
 	Topic    string `json:"topic"`
 	Policy   Policy `json:"policy,omitempty"`
 	Fallback bool   `json:"fallback,omitempty"`
+	// Durable makes the subscription the clientId's, not the
+	// connection's: it outlives disconnects and restarts of the bus, and
+	// messages matching it while its owner is away are held for the
+	// owner (docs/PROTOCOL.md, "Durable subscriptions"). It needs a
+	// grant with durable: true.
+	Durable bool `json:"durable,omitempty"`
 }
 
 // UnsubscribeParams are the params of unsubscribe: the exact pattern string
@@ -133,6 +139,10 @@ type Ack struct {
 	Retrying    bool   `json:"retrying,omitempty"`
 	Attempt     int    `json:"attempt,omitempty"`
 	NextAttempt string `json:"next_attempt,omitempty"`
+	// Held is true when the subscriber is a durable subscriber that is
+	// away: the message is held for it, and delivered when it is back
+	// (NextAttempt says when its hold lifetime ends).
+	Held bool `json:"held,omitempty"`
 	// DeadLetter is the id of the dead letter the bus made of this
 	// delivery, when the subscriber answered reject and no subscriber of
 	// the pass handled the message.

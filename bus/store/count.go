@@ -59,10 +59,11 @@ func (m *Message) CountsAgainst() string {
 
 // CountsAgainst is whom p counts against for the bus's per-identity caps:
 // a retry, the subscriber it waits on (Subscriber), since its silence is
-// what keeps the entry; a hold, the publisher (Message.CountsAgainst),
-// and so is a retry stored before Subscriber existed.
+// what keeps the entry, and so a message held for an away durable
+// subscriber; a hold, the publisher (Message.CountsAgainst), and so is a
+// retry stored before Subscriber existed.
 func (p *Pending) CountsAgainst() string {
-	if p.Kind == KindRetry && p.Subscriber != "" {
+	if (p.Kind == KindRetry || p.Kind == KindDurable) && p.Subscriber != "" {
 		return p.Subscriber
 	}
 	return p.Message.CountsAgainst()

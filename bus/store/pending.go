@@ -14,6 +14,11 @@ const (
 	// KindHold is a message that found no subscriber and is routed again
 	// at NextAt.
 	KindHold = "hold"
+	// KindDurable is a message held for the owner of a durable
+	// subscription while it is away (docs/PROTOCOL.md, "Durable
+	// subscriptions"): delivered when the owner is back, dead-lettered
+	// when NextAt, the end of its hold lifetime, comes first.
+	KindDurable = "durable"
 )
 
 // Pending is a delivery waiting for its next attempt.
@@ -21,12 +26,12 @@ type Pending struct {
 	// ID is assigned by PutPending when empty, as "p-" and a zero-padded
 	// number, and stays the same afterwards.
 	ID string `json:"id"`
-	// Kind is KindRetry or KindHold.
+	// Kind is KindRetry, KindHold or KindDurable.
 	Kind    string  `json:"kind"`
 	Message Message `json:"message"`
 	// ClientID and Subscription name the subscriber identity a retry
 	// targets, its clientId and the pattern it subscribed with; both are
-	// required for KindRetry and empty for KindHold.
+	// required for KindRetry and KindDurable and empty for KindHold.
 	ClientID     string `json:"clientId,omitempty"`
 	Subscription string `json:"subscription,omitempty"`
 	// Subscriber is, for a retry, the identity of the subscriber it
@@ -67,8 +72,15 @@ func checkKind(p *Pending) error {
 		if p.ClientID != "" || p.Subscription != "" || p.Subscriber != "" {
 			return fmt.Errorf("%w: a hold has no client id, subscription or subscriber", ErrInvalid)
 		}
+	case KindDurable:
+		if p.ClientID == "" || p.Subscription == "" || p.Subscriber == "" {
+			return fmt.Errorf("%w: a message held for a durable subscriber needs its client id, subscription and identity", ErrInvalid)
+		}
+		if p.AskedBy != "" {
+			return fmt.Errorf("%w: only a hold names the client that asked it to wait", ErrInvalid)
+		}
 	default:
-		return fmt.Errorf("%w: kind %q, want %q or %q", ErrInvalid, p.Kind, KindRetry, KindHold)
+		return fmt.Errorf("%w: kind %q, want %q, %q or %q", ErrInvalid, p.Kind, KindRetry, KindHold, KindDurable)
 	}
 	return nil
 }
