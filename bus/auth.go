@@ -33,6 +33,8 @@ const (
 	refuseBusTopic     = "bus_topic"
 	refuseSubscribe    = "subscribe"
 	refuseFallback     = "fallback"
+	refuseDurable      = "durable"
+	refuseWaker        = "waker"
 	refuseAdmin        = "admin"
 	closeRevoked       = "credential revoked"
 	closePermsChanged  = "permissions no longer allow a subscription"

@@ -227,6 +227,8 @@ func (c *conn) detach() int {
 		}
 	}
 	c.mu.Unlock()
+	// Durable ones stay in the router, as their owner's while it is away.
+	c.server.durables.leaveDurable(c, subs)
 	for _, sub := range subs {
 		c.server.router.remove(sub)
 	}

@@ -51,6 +51,10 @@ var methods = map[string]method{
 	protocol.MethodDLQGet:      {queued: true, admin: true, serve: (*conn).dlqGet},
 	protocol.MethodDLQReplay:   {queued: true, admin: true, serve: (*conn).dlqReplay},
 	protocol.MethodDLQPurge:    {queued: true, admin: true, serve: (*conn).dlqPurge},
+
+	protocol.MethodSubscriptionsList:   {queued: true, admin: true, serve: (*conn).subscriptionsList},
+	protocol.MethodSubscriptionsRemove: {queued: true, admin: true, serve: (*conn).subscriptionsRemove},
+	protocol.MethodSubscriptionsWaker:  {inOrder: true, serve: (*conn).subscriptionsWaker},
 }
 
 // run checks that the connection may call m, then serves req.
@@ -340,13 +344,22 @@ func (c *conn) subscribe(req *rpcstream.Request) (any, error) {
 	} else if !policy.Valid() {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "policy %q is not one of %v", p.Policy, protocol.Policies)
 	}
-	sub, clientID, identity, err := c.addSubscription(p.Topic, pattern, policy, p.Fallback)
-	if err != nil {
-		return nil, err
+	if p.Durable {
+		if err := c.subscribeDurable(p.Topic, pattern, policy, p.Fallback); err != nil {
+			return nil, err
+		}
+	} else {
+		sub, clientID, identity, err := c.addSubscription(p.Topic, pattern, policy, p.Fallback)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.shareSubscription(sub, clientID, identity); err != nil {
+			return nil, err
+		}
 	}
-	if err := c.shareSubscription(sub, clientID, identity); err != nil {
-		return nil, err
-	}
+	c.mu.Lock()
+	clientID, identity := c.clientID, c.identity
+	c.mu.Unlock()
 	// Waking holds (a look at the held topics) and the event happen
 	// after the connection's lock is released, so retry attempts and
 	// publishes that read the connection do not wait on them. Order is
@@ -401,6 +414,12 @@ func (c *conn) unsubscribe(req *rpcstream.Request) (any, error) {
 		return nil, protocol.Errorf(protocol.ErrSubscriptionNotFound, "this connection holds no subscription to %q", p.Topic)
 	}
 	c.server.cl.unshareNow(sub)
+	if sub.durable {
+		// The owner ends it: its record goes too.
+		if _, err := c.server.durables.unsubscribeDurable(clientID, p.Topic); err != nil {
+			return nil, protocol.Errorf(protocol.ErrInternal, "unsubscribe %q: the durable subscription was not removed from the store: %v", p.Topic, err)
+		}
+	}
 	// After the unlock, as in subscribe; handle keeps the order.
 	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", clientID, identity, p.Topic, sub.fallback, "")
 	return protocol.SuccessResult{Success: true}, nil

@@ -39,6 +39,7 @@ const (
 	limitReplayIDs          = "max_replay_ids"
 	limitSlowSubscriber     = "slow_subscriber_timeouts"
 	limitPublishRate        = "publish_rate"
+	limitDurablePerIdentity = "max_durable_per_identity"
 )
 
 // limitNames is the closed label set of bub_limit_refusals_total.
@@ -46,7 +47,7 @@ var limitNames = []string{
 	limitConnections, limitConnectionsPerAddr, limitHandshakeTimeout, limitSubscriptions,
 	limitTopicBytes, limitPatternWildcards, limitPending, limitPendingPerIdentity,
 	limitStoredBytes, limitStoredPerIdentity, limitDeadLetters, limitDeadLetterBytes,
-	limitReplayIDs, limitSlowSubscriber, limitPublishRate,
+	limitReplayIDs, limitSlowSubscriber, limitPublishRate, limitDurablePerIdentity,
 }
 
 // closeHandshakeTimeout is the close reason (and closes metric label) of a
@@ -74,6 +75,7 @@ func (l *Limits) setDefaults() {
 	def(&l.MaxDeadLetters, 100000)
 	def(&l.MaxDeadLetterBytes, 1<<30)
 	def(&l.MaxReplayIDs, 1000)
+	def(&l.MaxDurablePerIdentity, 100)
 	def(&l.SlowSubscriberTimeouts, 3)
 	if l.HandshakeTimeout == 0 {
 		l.HandshakeTimeout = 10 * time.Second

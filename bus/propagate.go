@@ -119,7 +119,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		}
 		s.deliverInTurn(d, &outcomes[i])
 		o := &outcomes[i]
-		if o.err == nil && sub.policy.Stops(o.result.Handled(), o.result.StopPropagation) {
+		if o.stops(sub.policy) {
 			made = i + 1
 			break
 		}
@@ -140,6 +140,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 	// dead-lettered at once.
 	var retries, rejects []retry
 	var reroute *retry
+	var helds []retry
 	handled := false
 	for i, sub := range chain[:made] {
 		o := &outcomes[i]
@@ -151,6 +152,8 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 			ack.Processed, ack.Message, ack.StopPropagation = r.Handled(), r.Message, r.StopPropagation
 		}
 		switch {
+		case err == errHeld:
+			helds = append(helds, retry{ack: len(result.Acks), sub: sub.to})
 		case err == nil && r.Rejected():
 			rejects = append(rejects, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, 0, sub.to})
 		case sub.fallback && err == nil && r.ShouldRetry && !r.Handled():
@@ -164,8 +167,15 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		result.Acks = append(result.Acks, ack)
 		// A rejection's own stopPropagation ends the walk but is no
 		// subscriber handling the message: it is dead-lettered still.
-		if err == nil && !r.Rejected() && sub.policy.Stops(ack.Processed, ack.StopPropagation) {
+		if !r.Rejected() && o.stops(sub.policy) {
 			handled = true
+		}
+	}
+	if reliable {
+		// Held for its owner whatever the others did: the owner was
+		// reached, and answers when it is back (durable_sub.go).
+		for _, h := range helds {
+			s.holdForOwner(m, h.sub.(*absent), &result.Acks[h.ack])
 		}
 	}
 	if handled || !reliable {
@@ -224,6 +234,17 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		s.sched.add(p)
 		s.metrics.retriesScheduled.Inc()
 	}
+}
+
+// stops reports whether o stops the walk under policy. A message held
+// for an away durable subscriber counts as processed, without
+// stopPropagation: the owner takes it when it is back (docs/PROTOCOL.md,
+// "Durable subscriptions").
+func (o *outcome) stops(policy protocol.Policy) bool {
+	if o.err == errHeld {
+		return policy.Stops(true, false)
+	}
+	return o.err == nil && policy.Stops(o.result.Handled(), o.result.StopPropagation)
 }
 
 // deliverInTurn makes one delivery of a walk into o: it waits for the

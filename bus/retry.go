@@ -90,8 +90,11 @@ type scheduler struct {
 	// without visiting the others: an exact pattern looks its topic up,
 	// any other ranges over the topics that start with its literal head
 	// (every topic it matches does; a glob with none scans them all).
-	holds   map[string]map[*scheduled]struct{}
-	topics  []string
+	holds  map[string]map[*scheduled]struct{}
+	topics []string
+	// owners indexes the queued messages held for away durable
+	// subscribers by clientId (durable_sub.go).
+	owners  map[string]map[*scheduled]struct{}
 	stopped bool
 }
 
@@ -104,7 +107,7 @@ type scheduled struct {
 
 func newScheduler(s *Server) *scheduler {
 	return &scheduler{s: s, wake: make(chan struct{}, 1), running: make(chan struct{}, 64),
-		holds: make(map[string]map[*scheduled]struct{})}
+		holds: make(map[string]map[*scheduled]struct{}), owners: make(map[string]map[*scheduled]struct{})}
 }
 
 // add queues p for its NextAt. p belongs to the scheduler from here on.
@@ -131,8 +134,11 @@ func (q *scheduler) push(e *scheduled) (first bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	heap.Push(&q.queue, e)
-	if e.p.Kind == store.KindHold {
+	switch e.p.Kind {
+	case store.KindHold:
 		q.indexHold(e)
+	case store.KindDurable:
+		q.indexOwner(e)
 	}
 	return e.index == 0
 }
@@ -290,8 +296,11 @@ func (q *scheduler) next(now time.Time) (due *store.Pending, wait time.Duration)
 		return nil, d
 	}
 	e := heap.Pop(&q.queue).(*scheduled)
-	if e.p.Kind == store.KindHold {
+	switch e.p.Kind {
+	case store.KindHold:
 		q.unindexHold(e)
+	case store.KindDurable:
+		q.unindexOwner(e)
 	}
 	return e.p, 0
 }
@@ -337,8 +346,17 @@ func (s *Server) attempt(p *store.Pending) {
 		s.attemptHold(p)
 		return
 	}
+	if p.Kind == store.KindDurable {
+		s.attemptDurable(p)
+		return
+	}
 	number := len(p.Attempts) + 1
 	c, pattern := s.findSubscriber(p.ClientID, p.Subscription, p.Message.Topic)
+	if a, ok := c.(*absent); ok {
+		// Its owner is away: held for it rather than tried.
+		s.holdRetry(p, a)
+		return
+	}
 	if c == nil {
 		s.metrics.retryAttempts.WithLabelValues(protocol.ReasonSubscriberGone).Inc()
 		s.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, &deliveryError{Kind: protocol.ReasonSubscriberGone,
@@ -430,6 +448,12 @@ func (s *Server) findSubscriber(clientID, pattern, topic string) (subscriber, st
 	for _, in := range s.cl.remoteStandIns(clientID) {
 		if p := in.patternFor(pattern, topic); p != "" {
 			return in, p
+		}
+	}
+	// Away, with a durable subscription that takes it, perhaps.
+	if a := s.durables.absentee(clientID); a != nil {
+		if p := a.patternFor(pattern, topic); p != "" {
+			return a, p
 		}
 	}
 	return nil, ""

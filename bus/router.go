@@ -19,7 +19,10 @@ type subscription struct {
 	pattern  *protocol.Pattern
 	policy   protocol.Policy
 	fallback bool
-	to       subscriber
+	// durable is set for a durable subscription held by its owner's
+	// connection (durable_sub.go); guarded by the connection's mu.
+	durable bool
+	to      subscriber
 }
 
 // router is the bus's subscription table: every subscription in the order
@@ -121,6 +124,10 @@ func (r *router) insertLocked(s *subscription) {
 func (r *router) remove(s *subscription) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.removeLocked(s)
+}
+
+func (r *router) removeLocked(s *subscription) {
 	switch s.pattern.Kind() {
 	case protocol.Exact:
 		removeFrom(r.exact, s.pattern.String(), s)

@@ -163,6 +163,10 @@ type Limits struct {
 	PublishRate float64
 	// PublishBurst is the bucket's size. Default: max(1, PublishRate).
 	PublishBurst int
+	// MaxDurablePerIdentity bounds the durable subscriptions of one
+	// identity (the clientId when no auth is configured), across its
+	// clientIds. Default: 100.
+	MaxDurablePerIdentity int
 }
 
 func (o *Options) setDefaults() {
@@ -234,6 +238,8 @@ type Server struct {
 	// auth is the Authenticator in force; nil: an open bus.
 	auth       atomic.Pointer[auth.Authenticator]
 	limitState *limitState
+	// durables are the durable subscriptions (durable_sub.go).
+	durables *durables
 
 	// ctx is the lifetime of accepted work: publishing outlives the
 	// publisher's connection, but not the Server.
@@ -317,6 +323,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	s.deliver, s.deliverLocal = s.chain()
 	s.events = newEvents(s)
 	s.sched = newScheduler(s)
+	s.durables = newDurables(s)
 	s.pinger = newPinger(o.PingInterval)
 	cl := o.Cluster
 	if cl == nil {
@@ -326,6 +333,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		}
 		cl = &singleNode{store: st}
 		s.idempotent, _ = st.(idempotentStore)
+		s.durables.store, _ = st.(durableStore)
 	}
 	if err := s.joinCluster(ctx, cl); err != nil {
 		s.cancel()
@@ -341,6 +349,9 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	// the first publish the scan.
 	if _, _, err := s.store.PendingUsage(""); err != nil {
 		return fail(fmt.Errorf("new bus: count pending work: %w", err))
+	}
+	if err := s.durables.restore(ctx); err != nil {
+		return fail(fmt.Errorf("new bus: restore durable subscriptions: %w", err))
 	}
 	pending, err := s.store.PendingSchedule()
 	if err != nil {
