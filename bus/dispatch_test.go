@@ -29,6 +29,10 @@ func TestMethodTable(t *testing.T) {
 		protocol.MethodDLQGet:      {Queued: true, Admin: true},
 		protocol.MethodDLQReplay:   {Queued: true, Admin: true},
 		protocol.MethodDLQPurge:    {Queued: true, Admin: true},
+
+		protocol.MethodSubscriptionsList:   {Queued: true, Admin: true},
+		protocol.MethodSubscriptionsRemove: {Queued: true, Admin: true},
+		protocol.MethodSubscriptionsWaker:  {InOrder: true},
 	}
 	require.Equal(t, want, bus.MethodTable())
 

@@ -24,6 +24,14 @@ type SubscribeOptions struct {
 	// default handler spawns an agent and then hands it the message.
 	// Default: false, a regular subscription.
 	Fallback bool
+	// Durable makes the subscription the clientId's rather than the
+	// connection's (docs/PROTOCOL.md, "Durable subscriptions"): it
+	// outlives this Conn and restarts of the bus, messages matching it
+	// while no connection of the clientId holds it are held for it, and
+	// subscribing to it again (a new process with the same clientId, or
+	// this Conn after a reconnect) delivers them, in order. Unsubscribe
+	// ends it. It needs a grant with durable: true. Default: false.
+	Durable bool
 }
 
 // subscription is one pattern the Conn holds, with its handler.
@@ -31,11 +39,12 @@ type subscription struct {
 	pattern  string
 	policy   protocol.Policy
 	fallback bool
+	durable  bool
 	handler  Handler
 }
 
 func (s *subscription) params() protocol.SubscribeParams {
-	return protocol.SubscribeParams{Topic: s.pattern, Policy: s.policy, Fallback: s.fallback}
+	return protocol.SubscribeParams{Topic: s.pattern, Policy: s.policy, Fallback: s.fallback, Durable: s.durable}
 }
 
 // Subscribe subscribes pattern (an exact topic, a prefix ending in ':' or
@@ -56,6 +65,7 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, handler Handler, o
 	if opts != nil {
 		sub.policy = opts.Policy
 		sub.fallback = opts.Fallback
+		sub.durable = opts.Durable
 	}
 	s, err := c.lockSubscriptions()
 	if err != nil {

@@ -275,21 +275,22 @@ func (s *Spawner) freedLocked() {
 	s.freed = make(chan struct{})
 }
 
-// goWakeLocked runs wakeForRetry(sl), for shutdown to wait for, unless
-// the spawner is closing.
-func (s *Spawner) goWakeLocked(sl *slot) {
+// goWakeLocked runs wakeFor(sl, reason), for shutdown to wait for,
+// unless the spawner is closing.
+func (s *Spawner) goWakeLocked(sl *slot, reason string) {
 	if !s.closing {
-		s.wakes.Go(func() { s.wakeForRetry(sl) })
+		s.wakes.Go(func() { s.wakeFor(sl, reason) })
 	}
 }
 
-// wakeForRetry starts sl's agent again for the retry of a message the bus
-// delivered to it as it stopped: the bus addresses that retry to the
-// agent's id.
-func (s *Spawner) wakeForRetry(sl *slot) {
+// wakeFor starts sl's agent again for a message addressed to it while it
+// was not running: the retry of a message the bus delivered to it as it
+// stopped (ReasonRetry), which the bus addresses to the agent's id, or
+// one the bus holds for it on a durable subscription (ReasonMessage).
+func (s *Spawner) wakeFor(sl *slot, reason string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*s.opts.SpawnTimeout)
 	defer cancel()
-	if err := s.Wake(ctx, sl.topic, ReasonRetry); err != nil {
-		s.log.Warn("could not wake an agent for the retry of a message it was delivered as it stopped", "agent_id", sl.agentID, "topic", sl.topic, "err", err)
+	if err := s.Wake(ctx, sl.topic, reason); err != nil {
+		s.log.Warn("could not wake an agent for a message addressed to it", "agent_id", sl.agentID, "topic", sl.topic, "reason", reason, "err", err)
 	}
 }

@@ -253,6 +253,9 @@ type Spawner struct {
 	// wakes are the wakes for a retry under way, which shutdown waits
 	// for.
 	wakes drain.Group
+	// wakerOf are the agent ids the spawner registered as the waker of
+	// since it started (waker.go); guarded by mu.
+	wakerOf map[string]bool
 
 	// mu guards the fields below and the mutable fields of every slot and
 	// agent. It is never held across a process start, a wait or a call
@@ -733,7 +736,7 @@ func (s *Spawner) finish(a *agent, cmd *exec.Cmd, waitErr error) {
 	}
 	close(a.exited)
 	if rewake {
-		s.goWakeLocked(sl)
+		s.goWakeLocked(sl, ReasonRetry)
 	}
 	s.mu.Unlock()
 	s.agentsDone.Done()
@@ -783,12 +786,17 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 	}
 	at, _ := time.Parse(time.RFC3339Nano, ev.Timestamp)
 	s.mu.Lock()
+	if ev.Event == protocol.EventWake {
+		s.wakeHeldLocked(&ev)
+		s.mu.Unlock()
+		return peer.Result{}, nil
+	}
 	a := s.agents[ev.ClientID]
 	if a == nil && ev.Event == protocol.EventBusy {
 		// Delivered a message as it stopped, and reaped since: the bus
 		// retries that message to the agent's id.
 		if sl := s.byAgent[peer.AgentTopic(ev.ClientID)]; sl != nil && sl.agent == nil && sl.asleep {
-			s.goWakeLocked(sl)
+			s.goWakeLocked(sl, ReasonRetry)
 		}
 	}
 	if a == nil || (ev.Fallback != nil && *ev.Fallback) {
@@ -881,6 +889,7 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 	s.mu.Unlock()
 	if becameReady {
 		s.events.publish(info)
+		s.registerWaker(d.Conn, info.AgentID)
 	}
 	if wakeTime > 0 {
 		s.metrics.wakeSeconds.Observe(wakeTime.Seconds())

@@ -13,6 +13,11 @@
 // to outbound:{chat_id}, taking chat_id from the payload, else from its
 // default topic tg:{chat_id}. Other payload types are left unprocessed.
 //
+// With ECHO_DURABLE=1 it subscribes its default topic durably
+// (docs/PROTOCOL.md, "Durable subscriptions"): while it is hibernated,
+// its conversation's messages are held for it and wake it through the
+// spawner, its waker.
+//
 // A payload may carry "delay_ms" to make the agent wait that long before
 // answering, as a model would: the tests use it to kill an agent while it
 // holds a message.
@@ -58,7 +63,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	defer conn.Close()
-	if err := conn.Subscribe(ctx, env.DefaultTopic, a.handle, nil); err != nil {
+	if err := conn.Subscribe(ctx, env.DefaultTopic, a.handle, &peer.SubscribeOptions{Durable: os.Getenv("ECHO_DURABLE") == "1"}); err != nil {
 		return err
 	}
 	log.Info("echo-agent ready", "agent_id", env.AgentID, "topic", env.DefaultTopic, "workspace", env.Workspace)
