@@ -43,6 +43,7 @@ var limitFlags = map[string]bool{
 	"max-dead-letters":              true,
 	"max-dead-letter-bytes":         true,
 	"max-replay-ids":                true,
+	"max-durable-per-identity":      true,
 	"slow-subscriber-timeouts":      true,
 	"publish-rate":                  true,
 	"publish-burst":                 true,

@@ -115,6 +115,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxDeadLetters, "max-dead-letters", 0, "entries in the dead-letter queue; at the cap, messages due there stay pending (0: 100000; negative: no limit)")
 	fs.IntVar(&l.MaxDeadLetterBytes, "max-dead-letter-bytes", 0, "bytes in the dead-letter queue (0: 1 GiB; negative: no limit)")
 	fs.IntVar(&l.MaxReplayIDs, "max-replay-ids", 0, "ids one dlq.replay takes (0: 1000)")
+	fs.IntVar(&l.MaxDurablePerIdentity, "max-durable-per-identity", 0, "durable subscriptions one identity may hold, across its clientIds (0: 100; negative: no limit)")
 	fs.IntVar(&l.SlowSubscriberTimeouts, "slow-subscriber-timeouts", 0, "consecutive delivery timeouts after which the bus stops waiting on a subscriber (0: 3)")
 	fs.Float64Var(&l.PublishRate, "publish-rate", 0, "sendMessage calls per second per connection, a token bucket; an identity may set its own (0: no limit)")
 	fs.IntVar(&l.PublishBurst, "publish-burst", 0, "size of the publish token bucket (0: max(1, --publish-rate))")
