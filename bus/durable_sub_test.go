@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -8,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/auth/authtest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
@@ -153,4 +156,195 @@ func TestDurableHoldLifetimeDeadLetters(t *testing.T) {
 	assert.Equal(t, "owner", list.Entries[0].ClientID)
 	assert.Equal(t, protocol.ReasonSubscriberGone, list.Entries[0].Reason)
 	assert.Equal(t, 0, pendingCount(t, srv))
+}
+
+// durableAuth starts a bus whose credentials are: "agent" (agent-*, may
+// hold durable subscriptions to agent:*), "plain" (the same without
+// durable), "waker" (may be a waker) and "ops" (admin).
+func durableAuth(t *testing.T, opts *bus.Options) *bustest.Server {
+	t.Helper()
+	all := auth.Rules{Allow: []string{"agent:*", "system:client.*"}}
+	cfg := auth.Config{Identities: []auth.Identity{
+		{Name: "agent", TokenSHA256: authtest.SHA256("agent-token"), Grant: auth.Grant{ClientIDs: []string{"agent-*"}, Publish: all, Subscribe: all, Durable: true}},
+		{Name: "plain", TokenSHA256: authtest.SHA256("plain-token"), Grant: auth.Grant{ClientIDs: []string{"plain-*"}, Publish: all, Subscribe: all}},
+		{Name: "waker", TokenSHA256: authtest.SHA256("waker-token"), Grant: auth.Grant{ClientIDs: []string{"spawner"}, Publish: all, Subscribe: all, Waker: true}},
+		{Name: "ops", TokenSHA256: authtest.SHA256("ops-token"), Grant: auth.Grant{ClientIDs: []string{"ops"}, Admin: true}},
+	}}
+	a, err := auth.New(cfg, t.TempDir())
+	require.NoError(t, err)
+	if opts == nil {
+		opts = &bus.Options{}
+	}
+	opts.Auth = a
+	return bustest.Start(t, opts)
+}
+
+// TestDurableNeedsGrant: subscribe with durable, subscriptions.setWaker
+// and the admin methods are refused (-32010, naming what) to a credential
+// whose grant lacks durable, waker or admin, and allowed with it.
+func TestDurableNeedsGrant(t *testing.T) {
+	srv := durableAuth(t, nil)
+	plain, c := initialize(t, srv.URL, "plain-token", "plain-1", false)
+	require.Zero(t, c)
+	r := plain.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:plain-1", Durable: true})
+	require.NotNil(t, r.Error)
+	assert.EqualValues(t, protocol.CodeForbidden, r.Error.Code)
+	assert.Contains(t, r.Error.Message, "durable")
+	r = plain.Call(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "agent-1"})
+	require.NotNil(t, r.Error)
+	assert.EqualValues(t, protocol.CodeForbidden, r.Error.Code)
+	assert.Contains(t, r.Error.Message, "waker")
+	for _, m := range []string{protocol.MethodSubscriptionsList, protocol.MethodSubscriptionsRemove} {
+		assert.EqualValues(t, protocol.CodeForbidden, code(plain.Call(m, map[string]any{})), m)
+	}
+	// Without durable, the same pattern is fine.
+	plain.Subscribe("agent:plain-1", "")
+
+	agent, c := initialize(t, srv.URL, "agent-token", "agent-1", false)
+	require.Zero(t, c)
+	agent.MustCall(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:agent-1", Durable: true}, nil)
+	// Subscribing again durably is no error: it is held already.
+	agent.MustCall(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:agent-1", Durable: true}, nil)
+	waker, c := initialize(t, srv.URL, "waker-token", "spawner", false)
+	require.Zero(t, c)
+	waker.MustCall(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "agent-1"}, nil)
+	ops, c := initialize(t, srv.URL, "ops-token", "ops", false)
+	require.Zero(t, c)
+	var list protocol.SubscriptionsListResult
+	ops.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{}, &list)
+	require.Len(t, list.Subscriptions, 1)
+	assert.Equal(t, protocol.DurableSubscription{ClientID: "agent-1", Identity: "agent", Pattern: "agent:agent-1",
+		Policy: protocol.PolicyStopOnProcessed, Created: list.Subscriptions[0].Created, Waker: "spawner"}, list.Subscriptions[0])
+}
+
+// TestDurableLimitPerIdentity: an identity holds at most
+// MaxDurablePerIdentity durable subscriptions, across its clientIds;
+// -32011 names the limit, and an unsubscribe makes room.
+func TestDurableLimitPerIdentity(t *testing.T) {
+	srv := durableAuth(t, &bus.Options{Limits: bus.Limits{MaxDurablePerIdentity: 2}})
+	a1, _ := initialize(t, srv.URL, "agent-token", "agent-1", false)
+	a2, _ := initialize(t, srv.URL, "agent-token", "agent-2", false)
+	subscribeDurable(t, a1, "agent:a", "")
+	subscribeDurable(t, a2, "agent:b", "")
+	r := a2.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:c", Durable: true})
+	require.NotNil(t, r.Error)
+	assert.EqualValues(t, protocol.CodeLimitReached, r.Error.Code)
+	assert.Contains(t, r.Error.Message, "max_durable_per_identity")
+	a1.MustCall(protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: "agent:a"}, nil)
+	subscribeDurable(t, a2, "agent:c", "")
+}
+
+// TestDurableAwayInChain: how an away durable subscriber takes part in
+// a chain (docs/PROTOCOL.md, "Durable subscriptions"): its hold counts as
+// processed, without stopPropagation, under its own policy.
+func TestDurableAwayInChain(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy protocol.Policy
+		// older is whether the older, connected subscriber is asked too.
+		older bool
+	}{
+		{"stopPropagationOnProcessed stops at the hold", protocol.PolicyStopOnProcessed, false},
+		{"stopPropagationOnStop goes on", protocol.PolicyStopOnStop, true},
+		{"continueAll goes on", protocol.PolicyContinueAll, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := bustest.Start(t, nil)
+			seen := make(chan protocol.ProcessMessageParams, 4)
+			older := bustest.Connect(t, srv.URL, "older", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
+			older.Subscribe("agent:*", "")
+			owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
+			subscribeDurable(t, owner, "agent:x", tc.policy)
+			leave(t, srv.URL, owner, "owner")
+
+			pub := bustest.Connect(t, srv.URL, "pub", nil)
+			r := pub.Publish("agent:x", "m")
+			require.True(t, r.Success)
+			require.True(t, r.Acks[0].Held, "%+v", r.Acks)
+			assert.Equal(t, "owner", r.Acks[0].ClientID)
+			if tc.older {
+				require.Len(t, r.Acks, 2, "%+v", r.Acks)
+				assert.Equal(t, "older", r.Acks[1].ClientID)
+				assert.True(t, r.Acks[1].Processed)
+				assert.Equal(t, r.MessageID, recv(t, seen).MessageID)
+			} else {
+				require.Len(t, r.Acks, 1, "%+v", r.Acks)
+			}
+			assert.Equal(t, 1, pendingCount(t, srv), "held for the owner in every case")
+		})
+	}
+	// A newer connected subscriber that processes stops the walk before
+	// the away owner: nothing is held.
+	srv := bustest.Start(t, nil)
+	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
+	subscribeDurable(t, owner, "agent:*", "")
+	leave(t, srv.URL, owner, "owner")
+	newer := bustest.Connect(t, srv.URL, "newer", bustest.Processed)
+	newer.Subscribe("agent:x", "")
+	r := bustest.Connect(t, srv.URL, "pub", nil).Publish("agent:x", "m")
+	require.Len(t, r.Acks, 1, "%+v", r.Acks)
+	assert.Equal(t, "newer", r.Acks[0].ClientID)
+	assert.Equal(t, 0, pendingCount(t, srv))
+}
+
+// TestDurableHeldCountsAgainstOwner: messages held for an away owner
+// count against its pending cap; past it, the message is dead-lettered
+// for the owner at once, and the ack says so.
+func TestDurableHeldCountsAgainstOwner(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{MaxPendingPerIdentity: 1}})
+	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
+	subscribeDurable(t, owner, "feed:x", "")
+	leave(t, srv.URL, owner, "owner")
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	first := pub.Publish("feed:x", "one")
+	require.True(t, first.Acks[0].Held)
+	second := pub.Publish("feed:x", "two")
+	assert.False(t, second.Acks[0].Held, "%+v", second.Acks[0])
+	assert.NotEmpty(t, second.Acks[0].DeadLetter)
+	assert.Contains(t, second.Acks[0].Error, "max_pending_per_identity")
+	assert.Contains(t, second.Acks[0].Error, `"owner"`)
+}
+
+// TestDurableWakeEvent: a message held for an away owner with a waker
+// sends system:client.wake, naming the owner and the waker; one without
+// a waker does not.
+func TestDurableWakeEvent(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	events := make(chan protocol.ProcessMessageParams, 8)
+	watcher := bustest.Connect(t, srv.URL, "spawner", attempts(events, protocol.ProcessMessageResult{}))
+	watcher.Subscribe(protocol.TopicClientWake, protocol.PolicyContinueAll)
+	for _, id := range []string{"woken", "sleeper"} {
+		owner := bustest.Connect(t, srv.URL, id, bustest.Processed)
+		subscribeDurable(t, owner, "feed:"+id, "")
+		leave(t, srv.URL, owner, id)
+	}
+	watcher.MustCall(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "woken"}, nil)
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	require.True(t, pub.Publish("feed:sleeper", "m").Acks[0].Held)
+	require.True(t, pub.Publish("feed:woken", "m").Acks[0].Held)
+	p := recv(t, events)
+	var ev protocol.ClientEvent
+	require.NoError(t, json.Unmarshal(p.Payload, &ev))
+	assert.Equal(t, protocol.EventWake, ev.Event)
+	assert.Equal(t, "woken", ev.ClientID)
+	assert.Equal(t, "spawner", ev.Waker)
+	assert.Equal(t, "feed:woken", ev.Pattern)
+	assert.Equal(t, protocol.ReasonWakeMessage, ev.Reason)
+}
+
+// TestDurableAdminRemove: subscriptions.remove ends an away owner's
+// durable subscription: nothing more is held for it.
+func TestDurableAdminRemove(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
+	subscribeDurable(t, owner, "feed:x", "")
+	leave(t, srv.URL, owner, "owner")
+	ops := bustest.Connect(t, srv.URL, "ops", nil)
+	ops.MustCall(protocol.MethodSubscriptionsRemove, protocol.SubscriptionsRemoveParams{ClientID: "owner", Topic: "feed:x"}, nil)
+	assert.EqualValues(t, protocol.CodeNotFound, code(ops.Call(protocol.MethodSubscriptionsRemove, protocol.SubscriptionsRemoveParams{ClientID: "owner", Topic: "feed:x"})))
+	r := ops.Publish("feed:x", "m")
+	assert.False(t, r.Success)
+	var list protocol.SubscriptionsListResult
+	ops.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{}, &list)
+	assert.Empty(t, list.Subscriptions)
 }
