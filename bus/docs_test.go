@@ -192,6 +192,7 @@ var docScenarios = []struct {
 		}
 	}},
 	{"dead-letter queue", []string{"### The dead-letter queue"}, replayDeadLetters},
+	{"durable subscriptions", []string{"### Durable subscriptions"}, replayDurable},
 }
 
 // docServerID is the serverId the doc's examples show. The buses of this
