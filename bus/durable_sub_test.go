@@ -348,3 +348,78 @@ func TestDurableAdminRemove(t *testing.T) {
 	ops.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{}, &list)
 	assert.Empty(t, list.Subscriptions)
 }
+
+// TestDurableDrainCutKeepsTheRest: an owner whose connection goes while
+// its held messages are delivered leaves the rest held, the one cut off
+// included; its next return delivers them all, in order.
+func TestDurableDrainCutKeepsTheRest(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
+	subscribeDurable(t, owner, "feed:x", "")
+	leave(t, srv.URL, owner, "owner")
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	var ids []string
+	for i := range 3 {
+		ids = append(ids, pub.Publish("feed:x", fmt.Sprint("m", i)).MessageID)
+	}
+
+	cut := make(chan string, 1)
+	var flaky *bustest.Client
+	flaky = bustest.Dial(t, srv.URL)
+	flaky.OnProcess(func(p protocol.ProcessMessageParams) any {
+		cut <- p.MessageID
+		_ = flaky.WS.CloseNow()
+		return protocol.ProcessMessageResult{Processed: true}
+	})
+	flaky.Initialize("owner")
+	subscribeDurable(t, flaky, "feed:x", "")
+	assert.Equal(t, ids[0], recv(t, cut))
+	require.Eventually(t, func() bool {
+		var r protocol.SubscriptionsListResult
+		pub.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{ClientID: "owner"}, &r)
+		return len(r.Subscriptions) == 1 && r.Subscriptions[0].Away && r.Subscriptions[0].Held == 3
+	}, bustest.Timeout, 10*time.Millisecond, "all three held again")
+
+	seen := make(chan protocol.ProcessMessageParams, 8)
+	back := bustest.Connect(t, srv.URL, "owner", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
+	subscribeDurable(t, back, "feed:x", "")
+	for i := range 3 {
+		assert.Equal(t, ids[i], recv(t, seen).MessageID, "delivery %d", i)
+	}
+	require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
+}
+
+// TestDurableRetryHeldWhenOwnerLeaves: a retry for a durable subscriber
+// that is away when it falls due is held for it instead of spending its
+// attempts, and delivered when it is back.
+func TestDurableRetryHeldWhenOwnerLeaves(t *testing.T) {
+	opts := fastRetries(3)
+	opts.RetryDelayCap = time.Minute
+	srv := bustest.Start(t, opts)
+	// A second before the retry: the owner is gone by then, however
+	// loaded the machine; if not, a third attempt is left.
+	owner := bustest.Connect(t, srv.URL, "owner", func(protocol.ProcessMessageParams) any {
+		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 1}
+	})
+	subscribeDurable(t, owner, "feed:x", "")
+	r := bustest.Connect(t, srv.URL, "pub", nil).Publish("feed:x", "m")
+	require.True(t, r.Acks[0].Retrying, "%+v", r.Acks[0])
+	leave(t, srv.URL, owner, "owner")
+	require.Eventually(t, func() bool {
+		var l protocol.SubscriptionsListResult
+		lister := bustest.Connect(t, srv.URL, "lister", nil)
+		defer lister.WS.CloseNow()
+		lister.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{ClientID: "owner"}, &l)
+		return len(l.Subscriptions) == 1 && l.Subscriptions[0].Held == 1
+	}, bustest.Timeout, 20*time.Millisecond, "the retry held for the owner")
+	n, err := srv.Store.CountDeadLetters()
+	require.NoError(t, err)
+	require.Zero(t, n, "held, not tried and dead-lettered")
+
+	seen := make(chan protocol.ProcessMessageParams, 2)
+	back := bustest.Connect(t, srv.URL, "owner", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
+	subscribeDurable(t, back, "feed:x", "")
+	p := recv(t, seen)
+	assert.Equal(t, r.MessageID, p.MessageID)
+	assert.GreaterOrEqual(t, p.Attempt, 2)
+}

@@ -393,3 +393,45 @@ def test_subscribe_that_timed_out(bus_server: BusServer) -> None:
             assert bus.patterns == ["unsure:*"]
 
     run(main())
+
+
+def test_durable_subscription_holds_while_away(bus_server: BusServer) -> None:
+    """A durable subscription outlives its Bus: what is published while no
+    connection holds it is held, then delivered in order when a new Bus of
+    the same clientId subscribes again."""
+
+    async def main() -> None:
+        async def ignore(d: Delivery) -> Result:
+            return Result(processed=True)
+
+        async with Bus(bus_server.url, client_id="keeper") as first:
+            await first.add_subscription("feed:x", ignore, durable=True)
+
+        async with Bus(bus_server.url, client_id="publisher") as pub:
+
+            async def away() -> bool:
+                listed = await pub.call("subscriptions.list", {"clientId": "keeper"})
+                return [s["away"] for s in listed["subscriptions"]] == [True]
+
+            deadline = asyncio.get_running_loop().time() + 20
+            while not await away():
+                assert asyncio.get_running_loop().time() < deadline, "the owner never went away"
+                await asyncio.sleep(0.02)
+            sent = []
+            for i in range(3):
+                res = await pub.send_message("feed:x", {"type": "item", "n": i})
+                assert [(a.client_id, a.held) for a in res.acks] == [("keeper", True)]
+                sent.append(res.message_id)
+
+            got: list[str] = []
+
+            async def collect(d: Delivery) -> Result:
+                got.append(d.message_id)
+                return Result(processed=True)
+
+            async with Bus(bus_server.url, client_id="keeper") as back:
+                await back.add_subscription("feed:x", collect, durable=True)
+                await until(lambda: len(got) == 3, "the held messages")
+                assert got == sent
+
+    run(main())

@@ -62,6 +62,7 @@ class _Subscription:
     handler: Handler
     policy: Policy | str | None
     fallback: bool
+    durable: bool = False
 
     def params(self) -> dict[str, Any]:
         p: dict[str, Any] = {"topic": self.pattern}
@@ -69,6 +70,8 @@ class _Subscription:
             p["policy"] = self.policy.value if isinstance(self.policy, Policy) else self.policy
         if self.fallback:
             p["fallback"] = True
+        if self.durable:
+            p["durable"] = True
         return p
 
 
@@ -673,7 +676,7 @@ class Bus:
 
     # --- subscriptions -----------------------------------------------------
 
-    def subscribe(self, pattern: str, *, policy: Policy | str | None = None, fallback: bool = False) -> Callable[[H], H]:
+    def subscribe(self, pattern: str, *, policy: Policy | str | None = None, fallback: bool = False, durable: bool = False) -> Callable[[H], H]:
         """A decorator that subscribes pattern (an exact topic, a prefix
         ending in ':' or '-', or a glob; docs/PROTOCOL.md) with the
         decorated async handler::
@@ -686,12 +689,16 @@ class Bus:
         it is made in the background: await subscriptions_ready() (or
         wait_closed()) to learn of a refusal. Either way the Bus holds it
         across reconnects. policy is a Policy (default: the bus's default
-        policy); fallback makes a fallback subscription."""
+        policy); fallback makes a fallback subscription; durable makes it
+        the clientId's rather than the connection's: messages for it are
+        held while no connection holds it, and delivered, in order, when it
+        is subscribed again (docs/PROTOCOL.md, "Durable subscriptions";
+        the credential needs durable: true)."""
 
         def register(handler: H) -> H:
             if pattern in self._subs:
                 raise ValueError(f"subscribe {pattern!r}: this Bus already subscribed to it")
-            sub = _Subscription(pattern, handler, policy, fallback)
+            sub = _Subscription(pattern, handler, policy, fallback, durable)
             self._subs[pattern] = sub
             if self._started:
                 task = asyncio.create_task(self._subscribe_in_background(sub))
@@ -726,12 +733,12 @@ class Bus:
             error, self._subscribe_errors = self._subscribe_errors[0], []
             raise error
 
-    async def add_subscription(self, pattern: str, handler: Handler, *, policy: Policy | str | None = None, fallback: bool = False) -> None:
+    async def add_subscription(self, pattern: str, handler: Handler, *, policy: Policy | str | None = None, fallback: bool = False, durable: bool = False) -> None:
         """Subscribes pattern with handler now, raising what the bus
         answers (RPCError: -32003 when held already, -32010 outside the
         grant). Raises Disconnected at once while reconnecting: it is not
-        queued."""
-        sub = _Subscription(pattern, handler, policy, fallback)
+        queued. durable is as for subscribe."""
+        sub = _Subscription(pattern, handler, policy, fallback, durable)
         self._current()
         async with self._sub_lock:
             session = self._current()

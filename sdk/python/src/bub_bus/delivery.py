@@ -161,6 +161,9 @@ class Ack:
     """A retry is scheduled for this subscriber."""
     attempt: int = 0
     next_attempt: str = ""
+    held: bool = False
+    """The subscriber is a durable subscriber that is away: the message is
+    held for it (next_attempt: when its hold lifetime ends)."""
     dead_letter: str = ""
     """The id of the dead letter the bus made of this delivery when the
     subscriber rejected it (for ``dlq.get``); "" otherwise, and when the
@@ -172,7 +175,7 @@ class Ack:
     @classmethod
     def from_wire(cls, m: dict[str, Any]) -> Ack:
         """Reads one ack of a sendMessage result."""
-        known = {"client_id", "subscription", "processed", "message", "stopPropagation", "error", "retrying", "attempt", "next_attempt", "dead_letter"}
+        known = {"client_id", "subscription", "processed", "message", "stopPropagation", "error", "retrying", "attempt", "next_attempt", "held", "dead_letter"}
         return cls(
             client_id=str(m.get("client_id", "")),
             subscription=str(m.get("subscription", "")),
@@ -183,6 +186,7 @@ class Ack:
             retrying=bool(m.get("retrying", False)),
             attempt=int(m.get("attempt", 0)),
             next_attempt=str(m.get("next_attempt", "")),
+            held=bool(m.get("held", False)),
             dead_letter=str(m.get("dead_letter", "")),
             extra={k: v for k, v in m.items() if k not in known},
         )
