@@ -43,16 +43,24 @@ func leave(t *testing.T, url string, c *bustest.Client, clientID string) {
 	watch.WS.CloseNow()
 }
 
+// startAway starts a bus with opts on which "owner" holds a durable
+// subscription to pattern and has gone away.
+func startAway(t *testing.T, opts *bus.Options, pattern string) *bustest.Server {
+	t.Helper()
+	srv := bustest.Start(t, opts)
+	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
+	subscribeDurable(t, owner, pattern, "")
+	leave(t, srv.URL, owner, "owner")
+	return srv
+}
+
 // TestDurableHeldWhileAwayDeliveredInOrderOnce: messages published while
 // a durable subscriber is away are held for it, acked as held, and
 // delivered once each, in the order they were published, when it
 // subscribes again on a new connection; what is published after that
 // comes after them.
 func TestDurableHeldWhileAwayDeliveredInOrderOnce(t *testing.T) {
-	srv := bustest.Start(t, nil)
-	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
-	subscribeDurable(t, owner, "feed:x", "")
-	leave(t, srv.URL, owner, "owner")
+	srv := startAway(t, nil, "feed:x")
 
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	var ids []string
@@ -139,10 +147,7 @@ func TestDurableUnsubscribeEnds(t *testing.T) {
 // TestDurableHoldLifetimeDeadLetters: a message held for an owner that
 // does not come back is dead-lettered when its hold lifetime ends.
 func TestDurableHoldLifetimeDeadLetters(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{HoldLifetime: 200 * time.Millisecond})
-	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
-	subscribeDurable(t, owner, "feed:x", "")
-	leave(t, srv.URL, owner, "owner")
+	srv := startAway(t, &bus.Options{HoldLifetime: 200 * time.Millisecond}, "feed:x")
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	r := pub.Publish("feed:x", "m")
 	require.True(t, r.Acks[0].Held)
@@ -275,10 +280,7 @@ func TestDurableAwayInChain(t *testing.T) {
 	}
 	// A newer connected subscriber that processes stops the walk before
 	// the away owner: nothing is held.
-	srv := bustest.Start(t, nil)
-	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
-	subscribeDurable(t, owner, "agent:*", "")
-	leave(t, srv.URL, owner, "owner")
+	srv := startAway(t, nil, "agent:*")
 	newer := bustest.Connect(t, srv.URL, "newer", bustest.Processed)
 	newer.Subscribe("agent:x", "")
 	r := bustest.Connect(t, srv.URL, "pub", nil).Publish("agent:x", "m")
@@ -291,10 +293,7 @@ func TestDurableAwayInChain(t *testing.T) {
 // count against its pending cap; past it, the message is dead-lettered
 // for the owner at once, and the ack says so.
 func TestDurableHeldCountsAgainstOwner(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{MaxPendingPerIdentity: 1}})
-	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
-	subscribeDurable(t, owner, "feed:x", "")
-	leave(t, srv.URL, owner, "owner")
+	srv := startAway(t, &bus.Options{Limits: bus.Limits{MaxPendingPerIdentity: 1}}, "feed:x")
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	first := pub.Publish("feed:x", "one")
 	require.True(t, first.Acks[0].Held)
@@ -335,10 +334,7 @@ func TestDurableWakeEvent(t *testing.T) {
 // TestDurableAdminRemove: subscriptions.remove ends an away owner's
 // durable subscription: nothing more is held for it.
 func TestDurableAdminRemove(t *testing.T) {
-	srv := bustest.Start(t, nil)
-	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
-	subscribeDurable(t, owner, "feed:x", "")
-	leave(t, srv.URL, owner, "owner")
+	srv := startAway(t, nil, "feed:x")
 	ops := bustest.Connect(t, srv.URL, "ops", nil)
 	ops.MustCall(protocol.MethodSubscriptionsRemove, protocol.SubscriptionsRemoveParams{ClientID: "owner", Topic: "feed:x"}, nil)
 	assert.EqualValues(t, protocol.CodeNotFound, code(ops.Call(protocol.MethodSubscriptionsRemove, protocol.SubscriptionsRemoveParams{ClientID: "owner", Topic: "feed:x"})))
@@ -353,10 +349,7 @@ func TestDurableAdminRemove(t *testing.T) {
 // its held messages are delivered leaves the rest held, the one cut off
 // included; its next return delivers them all, in order.
 func TestDurableDrainCutKeepsTheRest(t *testing.T) {
-	srv := bustest.Start(t, nil)
-	owner := bustest.Connect(t, srv.URL, "owner", bustest.Processed)
-	subscribeDurable(t, owner, "feed:x", "")
-	leave(t, srv.URL, owner, "owner")
+	srv := startAway(t, nil, "feed:x")
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	var ids []string
 	for i := range 3 {

@@ -67,21 +67,10 @@ type dlqConfig struct {
 }
 
 func runDLQ(ctx context.Context, std stdio, args []string) int {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprintf(std.out, "Usage: bub %s\n", dlqUsage)
-		return 0
-	}
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(std.err, "Usage: bub %s\n", dlqUsage)
-		return 2
-	}
-	sub, args := args[0], args[1:]
-	synopsis, ok := dlqSynopses[sub]
+	sub, synopsis, args, code, ok := subcommand(&std, "dlq", dlqUsage, dlqSynopses, args)
 	if !ok {
-		fmt.Fprintf(std.err, "bub dlq: unknown subcommand %q\n\nUsage: bub %s\n", sub, dlqUsage)
-		return 2
+		return code
 	}
-	std.cmd = "dlq " + sub
 	var cfg dlqConfig
 	fs := newFlagSet(std, "dlq "+sub, synopsis)
 	cfg.client.addFlags(fs)
@@ -177,6 +166,28 @@ func runDLQ(ctx context.Context, std stdio, args []string) int {
 		}
 		return cfg.print(std, r, func(w io.Writer) { fmt.Fprintf(w, "purged %d\n", r.Purged) })
 	}
+}
+
+// subcommand reads the subcommand of command from args: its name, its
+// synopsis (synopses holds them) and the arguments after it; std.cmd
+// names it from then on. Help, a missing or an unknown subcommand print
+// usage and give the exit code, with ok false.
+func subcommand(std *stdio, command, usage string, synopses map[string]string, args []string) (sub, synopsis string, rest []string, code int, ok bool) {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintf(std.out, "Usage: bub %s\n", usage)
+		return "", "", nil, 0, false
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(std.err, "Usage: bub %s\n", usage)
+		return "", "", nil, 2, false
+	}
+	sub, rest = args[0], args[1:]
+	if synopsis, ok = synopses[sub]; !ok {
+		fmt.Fprintf(std.err, "bub %s: unknown subcommand %q\n\nUsage: bub %s\n", command, sub, usage)
+		return "", "", nil, 2, false
+	}
+	std.cmd = command + " " + sub
+	return sub, synopsis, rest, 0, true
 }
 
 // purgeSelectors names the purge flags given on the command line, as

@@ -70,12 +70,15 @@ var boundVariables = map[string][]string{
 	"dlq show":     {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"dlq replay":   {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"dlq purge":    {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
-	"bcp check":    {},
-	"bcp validate": {},
-	"version":      {},
-	"auth":         {}, // one help for every auth subcommand
-	"auth keygen":  {},
-	"auth issue":   {},
+
+	"subscriptions list":   {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"subscriptions remove": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"bcp check":            {},
+	"bcp validate":         {},
+	"version":              {},
+	"auth":                 {}, // one help for every auth subcommand
+	"auth keygen":          {},
+	"auth issue":           {},
 	"spawner": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_ISSUER_KEY", "BUB_ISSUER_NAME", "BUB_AGENT_TOKEN_TTL",
 		"BUB_AGENT_PUBLISH", "BUB_AGENT_SUBSCRIBE", "BUB_SPAWNER_CLIENT_ID", "BUB_SPAWNER_COMMAND", "BUB_SPAWNER_PATTERNS",
 		"BUB_WORKSPACE_ROOT", "BUB_SPAWN_TIMEOUT", "BUB_MAX_AGENTS", "BUB_RESTART_DELAY", "BUB_RESTART_DELAY_MAX",

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -39,21 +38,10 @@ var subscriptionsSynopses = map[string]string{
 }
 
 func runSubscriptions(ctx context.Context, std stdio, args []string) int {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprintf(std.out, "Usage: bub %s\n", subscriptionsUsage)
-		return 0
-	}
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(std.err, "Usage: bub %s\n", subscriptionsUsage)
-		return 2
-	}
-	sub, args := args[0], args[1:]
-	synopsis, ok := subscriptionsSynopses[sub]
+	sub, synopsis, args, code, ok := subcommand(&std, "subscriptions", subscriptionsUsage, subscriptionsSynopses, args)
 	if !ok {
-		fmt.Fprintf(std.err, "bub subscriptions: unknown subcommand %q\n\nUsage: bub %s\n", sub, subscriptionsUsage)
-		return 2
+		return code
 	}
-	std.cmd = "subscriptions " + sub
 	var (
 		client  clientFlags
 		asJSON  bool
