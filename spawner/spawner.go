@@ -137,6 +137,11 @@ type Issuer struct {
 	// Subscribe is the subscribe template. Default: agent:{{clientId}}
 	// and {{topic}}.
 	Subscribe auth.Rules
+	// Durable lets the agents hold durable subscriptions (on what
+	// Subscribe allows), which the bus keeps while they are hibernated
+	// and which wake them through the spawner; the issuer's ceiling must
+	// allow it too. Default: false.
+	Durable bool
 }
 
 // DefaultAgentPublish and DefaultAgentSubscribe are an agent's grants
@@ -172,7 +177,7 @@ func (i *Issuer) mint(id, topic string, now time.Time) (string, error) {
 	if ttl <= 0 {
 		ttl = 24 * time.Hour
 	}
-	return auth.Mint(i.Key, i.Name, id, auth.Claims{Publish: expand(pub), Subscribe: expand(subs)}, ttl, now)
+	return auth.Mint(i.Key, i.Name, id, auth.Claims{Publish: expand(pub), Subscribe: expand(subs), Durable: i.Durable}, ttl, now)
 }
 
 func (o *Options) setDefaults() {

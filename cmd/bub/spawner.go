@@ -45,6 +45,7 @@ type spawnerConfig struct {
 	issuerName      string
 	agentTokenTTL   time.Duration
 	agentPublish    string
+	agentDurable    bool
 	agentSubscribe  string
 }
 
@@ -85,6 +86,7 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 	fs.StringVar(&cfg.issuerName, "issuer-name", "spawner", "the issuer name the bus's config gives that key")
 	fs.DurationVar(&cfg.agentTokenTTL, "agent-token-ttl", 24*time.Hour, "how long an agent's credential is valid; it must outlive the agent, which reconnects with it")
 	fs.StringVar(&cfg.agentPublish, "agent-publish", strings.Join(spawner.DefaultAgentPublish.Allow, ","), "comma-separated topics an agent may publish to; {{clientId}} is the agent's id, {{topic}} the topic it was started for, {{chat}} that topic after its first ':'")
+	fs.BoolVar(&cfg.agentDurable, "agent-durable", false, "let agents hold durable subscriptions, kept while they are hibernated and waking them (the issuer's ceiling must allow durable too)")
 	fs.StringVar(&cfg.agentSubscribe, "agent-subscribe", strings.Join(spawner.DefaultAgentSubscribe.Allow, ","), "comma-separated patterns an agent may subscribe to, with the same placeholders")
 	// Every flag of the daemon is a deployment's setting. Those whose
 	// BUB_<FLAG> would not say whose setting it is are named for the
@@ -151,6 +153,7 @@ func runSpawner(ctx context.Context, io stdio, args []string) int {
 			Name: cfg.issuerName, Key: key, TTL: cfg.agentTokenTTL,
 			Publish:   auth.Rules{Allow: splitList(cfg.agentPublish)},
 			Subscribe: auth.Rules{Allow: splitList(cfg.agentSubscribe)},
+			Durable:   cfg.agentDurable,
 		}
 	}
 	sp, err := spawner.New(&spawner.Options{
