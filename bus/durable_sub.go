@@ -359,9 +359,18 @@ func (c *conn) resume(topic string) error {
 	case c.closed:
 		c.mu.Unlock()
 		return protocol.Errorf(protocol.ErrShuttingDown, "connection is closing")
+	case c.publishOnly:
+		// It does not hold the clientId: another connection may.
+		c.mu.Unlock()
+		return protocol.Errorf(protocol.ErrInvalidParams, "this connection initialized with publishOnly and cannot subscribe")
 	case c.subs[topic] != nil:
 		c.mu.Unlock()
 		return nil
+	}
+	// The credential of today must allow what the owner subscribed to.
+	if err := c.checkSubscribe(away.pattern, away.fallback); err != nil {
+		c.mu.Unlock()
+		return err
 	}
 	if err := c.checkSubscriptions(len(c.subs)); err != nil {
 		c.mu.Unlock()

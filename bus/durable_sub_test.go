@@ -416,3 +416,30 @@ func TestDurableRetryHeldWhenOwnerLeaves(t *testing.T) {
 	assert.Equal(t, r.MessageID, p.MessageID)
 	assert.GreaterOrEqual(t, p.Attempt, 2)
 }
+
+// TestDurableResumeChecksTheConnection: an away owner's subscription is
+// not taken back by a publish-only connection of its clientId, which
+// does not hold the clientId. (Taking it back checks the credential's
+// subscribe rules as a subscribe does.)
+func TestDurableResumeChecksTheConnection(t *testing.T) {
+	srv := durableAuth(t, nil)
+	owner, _ := initialize(t, srv.URL, "agent-token", "agent-1", false)
+	subscribeDurable(t, owner, "agent:agent-1", "")
+	require.NoError(t, owner.WS.CloseNow())
+	ops, _ := initialize(t, srv.URL, "ops-token", "ops", false)
+	require.Eventually(t, func() bool {
+		var r protocol.SubscriptionsListResult
+		ops.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{ClientID: "agent-1"}, &r)
+		return len(r.Subscriptions) == 1 && r.Subscriptions[0].Away
+	}, bustest.Timeout, 10*time.Millisecond)
+
+	sender, c := initialize(t, srv.URL, "agent-token", "agent-1", true)
+	require.Zero(t, c)
+	r := sender.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:agent-1", Durable: true})
+	require.NotNil(t, r.Error)
+	assert.EqualValues(t, protocol.CodeInvalidParams, r.Error.Code)
+	assert.Contains(t, r.Error.Message, "publishOnly")
+	var list protocol.SubscriptionsListResult
+	ops.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{ClientID: "agent-1"}, &list)
+	require.True(t, list.Subscriptions[0].Away, "still away")
+}
