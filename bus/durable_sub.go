@@ -389,10 +389,18 @@ func (c *conn) resume(topic string) error {
 	return nil
 }
 
+// deliverableLocked reports whether messages held for o under pattern
+// go to c now: c is o's connection, and holds pattern again (draining or
+// live) or no longer at all (they are then dead-lettered); not while the
+// pattern is away. d.mu is held.
+func (o *owner) deliverableLocked(c *conn, pattern string) bool {
+	return o.conn == c && c != nil && (o.pending[pattern] != nil || o.away.subs[pattern] == nil)
+}
+
 // startDrainLocked starts delivering o's held messages to its
 // connection, unless that is under way; d.mu is held.
 func (d *durables) startDrainLocked(o *owner) {
-	if o.draining || o.conn == nil || len(o.pending) == 0 {
+	if o.draining || o.conn == nil {
 		return
 	}
 	o.draining = true
@@ -412,7 +420,7 @@ func (d *durables) startDrainLocked(o *owner) {
 func (d *durables) drain(o *owner, c *conn) {
 	s := d.server
 	for {
-		batch := s.sched.takeOwner(o.rec.ClientID, func(pattern string) bool { return d.isPending(o, c, pattern) })
+		batch := s.sched.takeOwner(o.rec.ClientID, func(pattern string) bool { return d.deliverable(o, c, pattern) })
 		if len(batch) == 0 {
 			if d.finishDrain(o, c) {
 				return
@@ -437,11 +445,11 @@ func (d *durables) drain(o *owner, c *conn) {
 	}
 }
 
-// isPending reports whether pattern drains to c.
-func (d *durables) isPending(o *owner, c *conn, pattern string) bool {
+// deliverable is deliverableLocked, locked.
+func (d *durables) deliverable(o *owner, c *conn, pattern string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return o.conn == c && o.pending[pattern] != nil
+	return o.deliverableLocked(c, pattern)
 }
 
 // finishDrain makes o's draining patterns live on c, in the router in one
@@ -451,7 +459,7 @@ func (d *durables) finishDrain(o *owner, c *conn) bool {
 	s := d.server
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if o.conn == c && s.sched.countOwner(o.rec.ClientID, func(p string) bool { return o.pending[p] != nil }) > 0 {
+	if o.conn == c && s.sched.countOwner(o.rec.ClientID, func(p string) bool { return o.deliverableLocked(c, p) }) > 0 {
 		return false
 	}
 	o.draining = false
@@ -539,6 +547,12 @@ func (s *Server) holdForOwner(m *store.Message, a *absent, ack *protocol.Ack) {
 // for the owner, not on the retry schedule.
 func (s *Server) holdRetry(p *store.Pending, a *absent) {
 	p.Kind = store.KindDurable
+	if p.Subscriber == "" {
+		// Stored before retries named their subscriber.
+		a.mu.Lock()
+		p.Subscriber = a.limitKeyLocked()
+		a.mu.Unlock()
+	}
 	p.NextAt = time.Now().Add(s.opts.HoldLifetime)
 	s.storeOp("hold retry for away owner", func() error { return s.store.PutPending(p) })
 	s.sched.add(p)
@@ -580,11 +594,15 @@ func (s *Server) attemptDurable(p *store.Pending) {
 	d := s.durables
 	d.mu.Lock()
 	o := d.owners[p.ClientID]
-	back := o != nil && o.conn != nil && o.pending[p.Subscription] != nil
+	back := o != nil && o.deliverableLocked(o.conn, p.Subscription)
 	d.mu.Unlock()
 	if back {
+		// Its drain takes it.
 		p.NextAt = time.Now().Add(s.opts.RetryBaseDelay)
 		s.sched.add(p)
+		d.mu.Lock()
+		d.startDrainLocked(o)
+		d.mu.Unlock()
 		return
 	}
 	if !s.loadMessage(p) {
