@@ -36,7 +36,10 @@
 // their answers; after the walk it stores the retries it needs. The scheduler
 // (retry.go) runs stored retries and holds (hold.go) when due, and moves
 // exhausted ones to the dead-letter queue (deadletter.go). Bus events go
-// out through a queue per subscriber, each in order (events.go).
+// out through a queue per subscriber, each in order (events.go). A
+// durable subscription (durable_sub.go) stays in the router while its
+// owner is away, as a subscriber whose deliveries the walk holds for the
+// owner, and one goroutine per returning owner delivers them in order.
 //
 // # Goroutines and locks
 //
