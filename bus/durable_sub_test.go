@@ -43,6 +43,14 @@ func leave(t *testing.T, url string, c *bustest.Client, clientID string) {
 	watch.WS.CloseNow()
 }
 
+// refused checks that r is an error with code whose message says what.
+func refused(t *testing.T, r bustest.Response, code int64, what string) {
+	t.Helper()
+	require.NotNil(t, r.Error, "want error %d", code)
+	assert.EqualValues(t, code, r.Error.Code)
+	assert.Contains(t, r.Error.Message, what)
+}
+
 // startAway starts a bus with opts on which "owner" holds a durable
 // subscription to pattern and has gone away.
 func startAway(t *testing.T, opts *bus.Options, pattern string) *bustest.Server {
@@ -192,13 +200,9 @@ func TestDurableNeedsGrant(t *testing.T) {
 	plain, c := initialize(t, srv.URL, "plain-token", "plain-1", false)
 	require.Zero(t, c)
 	r := plain.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:plain-1", Durable: true})
-	require.NotNil(t, r.Error)
-	assert.EqualValues(t, protocol.CodeForbidden, r.Error.Code)
-	assert.Contains(t, r.Error.Message, "durable")
+	refused(t, r, protocol.CodeForbidden, "durable")
 	r = plain.Call(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "agent-1"})
-	require.NotNil(t, r.Error)
-	assert.EqualValues(t, protocol.CodeForbidden, r.Error.Code)
-	assert.Contains(t, r.Error.Message, "waker")
+	refused(t, r, protocol.CodeForbidden, "waker")
 	for _, m := range []string{protocol.MethodSubscriptionsList, protocol.MethodSubscriptionsRemove} {
 		assert.EqualValues(t, protocol.CodeForbidden, code(plain.Call(m, map[string]any{})), m)
 	}
@@ -232,9 +236,7 @@ func TestDurableLimitPerIdentity(t *testing.T) {
 	subscribeDurable(t, a1, "agent:a", "")
 	subscribeDurable(t, a2, "agent:b", "")
 	r := a2.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:c", Durable: true})
-	require.NotNil(t, r.Error)
-	assert.EqualValues(t, protocol.CodeLimitReached, r.Error.Code)
-	assert.Contains(t, r.Error.Message, "max_durable_per_identity")
+	refused(t, r, protocol.CodeLimitReached, "max_durable_per_identity")
 	a1.MustCall(protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: "agent:a"}, nil)
 	subscribeDurable(t, a2, "agent:c", "")
 }
@@ -438,9 +440,7 @@ func TestDurableResumeChecksTheConnection(t *testing.T) {
 	sender, c := initialize(t, srv.URL, "agent-token", "agent-1", true)
 	require.Zero(t, c)
 	r := sender.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "agent:agent-1", Durable: true})
-	require.NotNil(t, r.Error)
-	assert.EqualValues(t, protocol.CodeInvalidParams, r.Error.Code)
-	assert.Contains(t, r.Error.Message, "publishOnly")
+	refused(t, r, protocol.CodeInvalidParams, "publishOnly")
 	var list protocol.SubscriptionsListResult
 	ops.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{ClientID: "agent-1"}, &list)
 	require.True(t, list.Subscriptions[0].Away, "still away")
@@ -453,9 +453,7 @@ func TestDurableRefusedOnCluster(t *testing.T) {
 	node := bustest.StartCluster(t, nil, "n1")[0]
 	c := bustest.Connect(t, node.URL, "owner", bustest.Processed)
 	r := c.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "feed:x", Durable: true})
-	require.NotNil(t, r.Error)
-	assert.EqualValues(t, protocol.CodeInvalidParams, r.Error.Code)
-	assert.Contains(t, r.Error.Message, "cluster")
+	refused(t, r, protocol.CodeInvalidParams, "cluster")
 	r = c.Call(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "agent-1"})
 	require.NotNil(t, r.Error)
 	assert.Contains(t, r.Error.Message, "cluster")

@@ -246,7 +246,13 @@ func parseWhen(flagName, s string) (time.Time, error) {
 
 // print writes v as JSON with --json, else as text.
 func (cfg *dlqConfig) print(std stdio, v any, text func(io.Writer)) int {
-	if cfg.json {
+	return printResult(std, cfg.json, v, text)
+}
+
+// printResult writes v as indented JSON when asJSON is set, else as text
+// writes it.
+func printResult(std stdio, asJSON bool, v any, text func(io.Writer)) int {
+	if asJSON {
 		enc := json.NewEncoder(std.out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(v); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -79,30 +78,18 @@ func runSubscriptions(ctx context.Context, std stdio, args []string) int {
 		return errorf(std, "subscriptions %s: %v", sub, err)
 	}
 	defer conn.Close()
-	print := func(v any, text func(io.Writer)) int {
-		if !asJSON {
-			text(std.out)
-			return 0
-		}
-		enc := json.NewEncoder(std.out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(v); err != nil {
-			return errorf(std, "write: %v", err)
-		}
-		return 0
-	}
 	if sub == "list" {
 		var r protocol.SubscriptionsListResult
 		if err := conn.Call(ctx, protocol.MethodSubscriptionsList, p, &r); err != nil {
 			return errorf(std, "subscriptions list: %v", err)
 		}
-		return print(r, func(w io.Writer) { printSubscriptions(w, r) })
+		return printResult(std, asJSON, r, func(w io.Writer) { printSubscriptions(w, r) })
 	}
 	var r protocol.SuccessResult
 	if err := conn.Call(ctx, protocol.MethodSubscriptionsRemove, protocol.SubscriptionsRemoveParams{ClientID: positional[0], Topic: positional[1]}, &r); err != nil {
 		return errorf(std, "subscriptions remove: %v", err)
 	}
-	return print(r, func(w io.Writer) { fmt.Fprintf(w, "removed %s of %s\n", positional[1], positional[0]) })
+	return printResult(std, asJSON, r, func(w io.Writer) { fmt.Fprintf(w, "removed %s of %s\n", positional[1], positional[0]) })
 }
 
 func printSubscriptions(w io.Writer, r protocol.SubscriptionsListResult) {
