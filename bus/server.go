@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,17 @@ type Options struct {
 	// (HTTP Idempotency-Key) is kept:
 	// a repeat within it gets the first answer. Default: 24 h.
 	IdempotencyWindow time.Duration
+	// MaxToolSubscriptionsPerThread bounds the active tool subscriptions
+	// of one thread (group_id). Default: 16.
+	MaxToolSubscriptionsPerThread int
+	// MaxToolSubscriptions bounds the active tool subscriptions of the
+	// bus, each a few hundred bytes of store and memory. Default: 100000.
+	MaxToolSubscriptions int
+	// ToolEventRate limits the events of each tool subscription, per
+	// second (a token bucket of ToolEventBurst); beyond it a callback
+	// answers 429. Default: 10 per second, a burst of 20.
+	ToolEventRate  float64
+	ToolEventBurst int
 	// Hosts are the Host header values a WebSocket upgrade may carry
 	// besides the address the bus listens on, so that a web page cannot
 	// reach a loopback bus through DNS rebinding.
@@ -192,6 +204,18 @@ func (o *Options) setDefaults() {
 	if o.IdempotencyWindow <= 0 {
 		o.IdempotencyWindow = 24 * time.Hour
 	}
+	if o.MaxToolSubscriptionsPerThread <= 0 {
+		o.MaxToolSubscriptionsPerThread = defaultMaxToolSubscriptionsPerThread
+	}
+	if o.MaxToolSubscriptions <= 0 {
+		o.MaxToolSubscriptions = defaultMaxToolSubscriptions
+	}
+	if o.ToolEventRate <= 0 {
+		o.ToolEventRate = defaultToolEventRate
+	}
+	if o.ToolEventBurst <= 0 {
+		o.ToolEventBurst = max(defaultToolEventBurst, int(o.ToolEventRate))
+	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 5
 	}
@@ -225,6 +249,8 @@ type Server struct {
 	// idempotent keeps idempotency keys; nil when the store cannot
 	// (a cluster's), and the keys are refused.
 	idempotent idempotentStore
+	// toolSubs keeps the tool subscriptions (toolsub.go).
+	toolSubs *toolSubscriptions
 	// http holds the HTTP API's publishers (httpapi.go).
 	http         httpPublishers
 	sched        *scheduler
@@ -319,6 +345,9 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	s.sched = newScheduler(s)
 	s.pinger = newPinger(o.PingInterval)
 	cl := o.Cluster
+	// subs keeps the tool subscriptions: a single node's store does; a
+	// cluster's does not yet, and they are refused.
+	var subs toolSubStore
 	if cl == nil {
 		st := s.store
 		if st == nil {
@@ -326,7 +355,14 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		}
 		cl = &singleNode{store: st}
 		s.idempotent, _ = st.(idempotentStore)
+		subs, _ = st.(toolSubStore)
 	}
+	ts, err := newToolSubscriptions(s, subs)
+	if err != nil {
+		s.cancel()
+		return nil, fmt.Errorf("new bus: %w", err)
+	}
+	s.toolSubs = ts
 	if err := s.joinCluster(ctx, cl); err != nil {
 		s.cancel()
 		name, node := cl.Names()
@@ -395,6 +431,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/":
 		s.serveWebSocket(w, r)
 	default:
+		if strings.HasPrefix(r.URL.Path, PathCallbacks) {
+			s.serveCallback(w, r)
+			return
+		}
 		http.NotFound(w, r)
 	}
 }
