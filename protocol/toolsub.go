@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -74,6 +75,13 @@ func ParseSubscriptionEvent(b []byte) (*SubscriptionEvent, error) {
 	if err := json.Unmarshal(b, &fields); err != nil {
 		return nil, fmt.Errorf("the body must be a JSON object: %v", err)
 	}
+	for k := range fields {
+		for _, name := range subscriptionEventFields {
+			if k != name && strings.EqualFold(k, name) {
+				return nil, fmt.Errorf("%s: the field is %s, in lower case", k, name)
+			}
+		}
+	}
 	var ev SubscriptionEvent
 	for _, f := range []struct {
 		name     string
@@ -119,6 +127,9 @@ func ParseSubscriptionEvent(b []byte) (*SubscriptionEvent, error) {
 	}
 	return &ev, nil
 }
+
+// subscriptionEventFields are the members of a subscription_event.
+var subscriptionEventFields = []string{"type", "group_id", "tool_call_id", "text", "associative", "final"}
 
 // MaxToolSubscriptionIDBytes bounds a group_id and a tool_call_id.
 const MaxToolSubscriptionIDBytes = 256
