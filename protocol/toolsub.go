@@ -202,3 +202,38 @@ type CancelToolCall struct {
 	ToolCallID string `json:"tool_call_id"`
 	ThreadID   string `json:"thread_id"`
 }
+
+// Payload types of a tool call over the bus, from an agent to a tool
+// that is a bus peer (docs/PROTOCOL.md, "Tool subscriptions").
+const (
+	// TypeToolCall invokes a tool: the message an agent sends to the
+	// tool's topic.
+	TypeToolCall = "tool_call"
+	// TypeToolResult is the tool's answer, in the message of its ack.
+	TypeToolResult = "tool_result"
+)
+
+// ToolCall is a tool invocation. For a subscription tool it carries the
+// callback the tool posts its events to.
+type ToolCall struct {
+	Type string `json:"type"`
+	// ID is the tool call's id: the tool_call_id of its events.
+	ID string `json:"id"`
+	// GroupID is the calling thread: the group_id of its events.
+	GroupID   string          `json:"group_id"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// CallbackURL is where the tool POSTs its subscription_event
+	// messages; CallbackTopic is where a bus peer may send them instead.
+	CallbackURL   string `json:"callback_url,omitempty"`
+	CallbackTopic string `json:"callback_topic,omitempty"`
+}
+
+// ToolResult is a tool's answer to a ToolCall. A subscription tool sets
+// Subscription once it has stored the callback.
+type ToolResult struct {
+	Type         string `json:"type"`
+	ID           string `json:"id"`
+	Text         string `json:"text"`
+	Subscription bool   `json:"subscription,omitempty"`
+	IsError      bool   `json:"is_error,omitempty"`
+}
