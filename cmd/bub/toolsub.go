@@ -81,7 +81,7 @@ func runToolSubs(ctx context.Context, std stdio, args []string) int {
 		fs.StringVar(&cfg.topic, "topic", "", "where the events are delivered (default: agent:$BUB_AGENT_ID, else the clientId's agent: topic)")
 		fs.StringVar(&cfg.tool, "tool", "", "the tool's topic, which a cancel notifies")
 	}
-	if code, ok := parseArgs(fs, std, args); !ok {
+	if code, ok := parseFlags(fs, std, args); !ok {
 		return code
 	}
 	if sub != "list" && (cfg.groupID == "" || cfg.toolCallID == "") {
