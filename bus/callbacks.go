@@ -48,7 +48,7 @@ func (s *Server) serveCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	answer, err := s.toolEvent(id, body.Bytes())
 	switch {
-	case errors.Is(err, errUnknownCallback):
+	case protocol.CodeOf(err) == protocol.CodeNotFound:
 		writeError(w, http.StatusNotFound, err)
 	case err != nil:
 		writeError(w, 0, err)

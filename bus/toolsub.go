@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -61,10 +60,6 @@ type toolSubStore interface {
 }
 
 var _ toolSubStore = (*store.Store)(nil)
-
-// errUnknownCallback: no active subscription has the callback; the
-// HTTP answer is 404.
-var errUnknownCallback = errors.New("unknown callback")
 
 // toolSubscriptions is the bus's side of the tool subscriptions.
 type toolSubscriptions struct {
@@ -397,7 +392,7 @@ type toolEventAnswer struct {
 
 // toolEvent takes one event posted to callback id (by HTTP or on the
 // callback topic): body must be a subscription_event of that callback's
-// subscription. Errors: errUnknownCallback wrapped in -32008, -32602
+// subscription. Errors: -32008 for no active subscription, -32602
 // naming the field, -32012 over the subscription's rate, and what the
 // publish answers.
 func (s *Server) toolEvent(id string, body []byte) (*toolEventAnswer, error) {
@@ -410,7 +405,7 @@ func (s *Server) toolEvent(id string, body []byte) (*toolEventAnswer, error) {
 	if ts == nil {
 		t.events.WithLabelValues(toolEventUnknown).Inc()
 		s.log.Info("tool event discarded: no active subscription has its callback (cancelled, final, or never made)")
-		return nil, fmt.Errorf("%w: %w", protocol.Errorf(protocol.ErrNotFound, "no active tool subscription has this callback: it was cancelled, ended by a final event, or never made; send no more events"), errUnknownCallback)
+		return nil, protocol.Errorf(protocol.ErrNotFound, "no active tool subscription has this callback: it was cancelled, ended by a final event, or never made; send no more events")
 	}
 	ev, err := protocol.ParseSubscriptionEvent(body)
 	if err != nil {
@@ -441,7 +436,7 @@ func (s *Server) toolEvent(id string, body []byte) (*toolEventAnswer, error) {
 	defer live.order.Unlock()
 	if live.ended {
 		t.events.WithLabelValues(toolEventUnknown).Inc()
-		return nil, fmt.Errorf("%w: %w", protocol.Errorf(protocol.ErrNotFound, "the subscription of this callback was cancelled or ended by a final event; send no more events"), errUnknownCallback)
+		return nil, protocol.Errorf(protocol.ErrNotFound, "the subscription of this callback was cancelled or ended by a final event; send no more events")
 	}
 	// A final event ends the subscription before it is published, so
 	// that none after it goes through, and again if the publish fails.

@@ -189,7 +189,7 @@ func (a *echoAgent) command(ctx context.Context, d *peer.Delivery, command strin
 				return "", err
 			}
 		}
-		return fmt.Sprintf("cancelled %d subscriptions", len(subs)), nil
+		return fmt.Sprintf("cancelled: %d subscriptions", len(subs)), nil
 	}
 	return "echo: /" + command, nil
 }
