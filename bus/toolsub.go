@@ -268,6 +268,9 @@ func (c *conn) cancelToolSubscription(req *rpcstream.Request) (any, error) {
 		return nil, err
 	}
 	live := t.liveOf(ts)
+	if live == nil {
+		return nil, notFound
+	}
 	live.order.Lock()
 	wasEnded := live.ended
 	live.ended = true
@@ -331,17 +334,21 @@ func (c *conn) listToolSubscriptions(req *rpcstream.Request) (any, error) {
 	return res, nil
 }
 
-// liveOf returns ts's live state, made on its first use.
+// liveOf returns ts's live state, made on its first use; nil once ts
+// ended (forget), which an event read from the store just before may
+// not know yet.
 func (t *toolSubscriptions) liveOf(ts *store.ToolSubscription) *liveToolSub {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.threads[ts.GroupID][ts.ToolCallID] != ts.Key {
+		return nil
+	}
 	if l := t.live[ts.Key]; l != nil {
 		return l
 	}
 	s := t.s
 	pub := &conn{
 		holding: holding{server: s, log: s.log.With("tool_subscription", ts.GroupID+"/"+ts.ToolCallID), subs: make(map[string]*subscription)},
-		slots:   make(chan struct{}, 1),
 	}
 	pub.cid = s.connSeq.Add(1)
 	// closed: it holds no subscription; it only publishes.
@@ -420,7 +427,14 @@ func (s *Server) toolEvent(id string, body []byte) (*toolEventAnswer, error) {
 		t.events.WithLabelValues(toolEventMismatch).Inc()
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "subscription_event: tool_call_id %q is not the tool call of this callback's subscription", ev.ToolCallID)
 	}
+	gone := func() error {
+		t.events.WithLabelValues(toolEventUnknown).Inc()
+		return protocol.Errorf(protocol.ErrNotFound, "the subscription of this callback was cancelled or ended by a final event; send no more events")
+	}
 	live := t.liveOf(ts)
+	if live == nil {
+		return nil, gone()
+	}
 	if r := live.limiter.Reserve(); r.Delay() > 0 {
 		wait := r.Delay()
 		r.Cancel()
@@ -435,8 +449,7 @@ func (s *Server) toolEvent(id string, body []byte) (*toolEventAnswer, error) {
 	live.order.Lock()
 	defer live.order.Unlock()
 	if live.ended {
-		t.events.WithLabelValues(toolEventUnknown).Inc()
-		return nil, protocol.Errorf(protocol.ErrNotFound, "the subscription of this callback was cancelled or ended by a final event; send no more events")
+		return nil, gone()
 	}
 	// A final event ends the subscription before it is published, so
 	// that none after it goes through, and again if the publish fails.

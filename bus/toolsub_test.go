@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -348,4 +349,55 @@ func errorMessage(a httpAnswer) string {
 		return ""
 	}
 	return e.Error.Message
+}
+
+// TestToolSubscriptionFinalIsLast: events posted at once with a final
+// one: each is either delivered (200) or refused as gone (404), the
+// final one is delivered last, and every 200 was delivered once.
+func TestToolSubscriptionFinalIsLast(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{ToolEventRate: 1000, ToolEventBurst: 1000})
+	agent, got := agentOn(t, srv, "agent-1", "tg:1")
+	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
+	const n = 20
+	statuses := make(chan int, n)
+	for i := range n {
+		go func() {
+			a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", strconv.Itoa(i), i == n/2), nil)
+			statuses <- a.status
+		}()
+	}
+	delivered := 0
+	for range n {
+		switch s := <-statuses; s {
+		case 200:
+			delivered++
+		case 404:
+		default:
+			t.Errorf("status %d", s)
+		}
+	}
+	require.GreaterOrEqual(t, delivered, 1, "the final event was refused")
+	// The test's client answers deliveries concurrently, so the order
+	// they reach got says nothing; the bus names messages in the order
+	// it publishes them.
+	last, final := -1, -1
+	for range delivered {
+		p := recvEvent(t, got)
+		var ev protocol.SubscriptionEvent
+		require.NoError(t, json.Unmarshal(p.Payload, &ev))
+		_, num, _ := strings.Cut(p.MessageID, "-")
+		seq, err := strconv.Atoi(num)
+		require.NoError(t, err, p.MessageID)
+		last = max(last, seq)
+		if ev.Final {
+			assert.Equal(t, strconv.Itoa(n/2), ev.Text)
+			final = seq
+		}
+	}
+	assert.Equal(t, last, final, "an event was published after the final one")
+	select {
+	case p := <-got:
+		t.Fatalf("more deliveries than 200s: %s", p.Payload)
+	case <-time.After(100 * time.Millisecond):
+	}
 }
