@@ -62,7 +62,7 @@ type conversation struct {
 	counts map[string]int
 	agents map[string]bool // the agent_id of each reply
 	woken  map[string]int  // system:agent.woken by reason
-	asleep int            // system:agent.hibernated
+	asleep int             // system:agent.hibernated
 	// replied hears each reply's text.
 	replied chan string
 	// hibernated hears each hibernation.

@@ -78,7 +78,7 @@ type tool struct {
 	state string
 
 	mu     sync.Mutex
-	timers map[string]*timer            // by tool_call_id
+	timers map[string]*timer             // by tool_call_id
 	stops  map[string]context.CancelFunc // by tool_call_id
 	ctx    context.Context
 	wg     sync.WaitGroup
