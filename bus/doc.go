@@ -36,7 +36,10 @@
 // their answers; after the walk it stores the retries it needs. The scheduler
 // (retry.go) runs stored retries and holds (hold.go) when due, and moves
 // exhausted ones to the dead-letter queue (deadletter.go). Bus events go
-// out through a queue per subscriber, each in order (events.go).
+// out through a queue per subscriber, each in order (events.go). Tool
+// subscriptions (toolsub.go) take a tool's events at a callback
+// (callbacks.go, or the topic callback:{id}) and publish each on the
+// subscription's topic.
 //
 // # Goroutines and locks
 //
@@ -56,6 +59,10 @@
 // (order.go) is taken alone. clusterState.mu comes before a stand-in's
 // mu and router.mu, and a local conn's mu is never held while taking it
 // (cluster.go). A conn's mu is its holding's (subscriber.go). None is held across network I/O or a store commit.
+// The exception is a tool subscription's order (toolsub.go), held while
+// one of its events is checked, published and, when final, removed
+// from the store, so that its events go through one at a time; it is
+// taken before any other lock, and toolSubscriptions.mu alone.
 //
 // Request handlers and retry attempts run under guard and guardAttempt
 // (recover.go), which recover a panic so that one request's bug does not
