@@ -29,6 +29,10 @@ func TestMethodTable(t *testing.T) {
 		protocol.MethodDLQGet:      {Queued: true, Admin: true},
 		protocol.MethodDLQReplay:   {Queued: true, Admin: true},
 		protocol.MethodDLQPurge:    {Queued: true, Admin: true},
+
+		protocol.MethodToolSubscriptionStart:  {Queued: true},
+		protocol.MethodToolSubscriptionCancel: {Queued: true},
+		protocol.MethodToolSubscriptionList:   {Queued: true},
 	}
 	require.Equal(t, want, bus.MethodTable())
 
