@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 	"github.com/bub-bus/bub/spawner"
 )
 
@@ -274,4 +276,44 @@ func TestToolSubscriptionSurvivesKill(t *testing.T) {
 	out, errOut, code = bub(t, env, "", "tool-subscriptions", "list", "--client-id", "tester")
 	assert.Equal(t, 0, code, errOut)
 	assert.NotContains(t, out, "timer-", "the tester started no subscription; it sees none")
+}
+
+// TestToolSubscriptionsCommand: bub tool-subscriptions start, list and
+// cancel against a real bus, with the callback URL it prints.
+func TestToolSubscriptionsCommand(t *testing.T) {
+	t.Parallel()
+	d := startBus(t, t.TempDir())
+	env := []string{"BUB_BUS_URL=" + d.url, "BUB_AGENT_ID="}
+	_, errOut, code := bub(t, env, "", "tool-subscriptions", "start", "--client-id", "a1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--group-id and --tool-call-id are required")
+	_, errOut, code = bub(t, env, "", "tool-subscriptions", "list")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "give --client-id")
+
+	out, errOut, code := bub(t, env, "", "tool-subscriptions", "start", "--client-id", "a1", "--group-id", "g", "--tool-call-id", "c", "--topic", "tg:x", "--json")
+	require.Equal(t, 0, code, errOut)
+	var started struct {
+		CallbackURL string `json:"callback_url"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &started), out)
+	require.True(t, strings.HasPrefix(started.CallbackURL, d.http+"/v1/callbacks/"), started.CallbackURL)
+	post := func() error {
+		return peer.PostSubscriptionEvent(context.Background(), nil, started.CallbackURL, protocol.SubscriptionEvent{GroupID: "g", ToolCallID: "c", Text: "x"})
+	}
+	require.NoError(t, post(), "nobody subscribes tg:x: taken, and orphaned")
+
+	out, errOut, code = bub(t, env, "", "tool-subscriptions", "list", "--client-id", "a1")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `(?m)^g +c +tg:x +a1 `, out)
+	_, errOut, code = bub(t, env, "", "tool-subscriptions", "cancel", "--client-id", "a2", "--group-id", "g", "--tool-call-id", "c")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "forbidden")
+	out, errOut, code = bub(t, env, "", "tool-subscriptions", "cancel", "--client-id", "a1", "--group-id", "g", "--tool-call-id", "c")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "cancelled; no tool topic to notify\n", out)
+	assert.ErrorIs(t, post(), peer.ErrSubscriptionGone)
+	_, errOut, code = bub(t, env, "", "tool-subscriptions", "cancel", "--client-id", "a1", "--group-id", "g", "--tool-call-id", "c")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `thread "g" has no active subscription of tool call "c"`)
 }
