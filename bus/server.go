@@ -345,9 +345,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	s.sched = newScheduler(s)
 	s.pinger = newPinger(o.PingInterval)
 	cl := o.Cluster
-	// subs keeps the tool subscriptions: a single node's store does; a
-	// cluster's does not yet, and they are refused.
-	var subs toolSubStore
 	if cl == nil {
 		st := s.store
 		if st == nil {
@@ -355,14 +352,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		}
 		cl = &singleNode{store: st}
 		s.idempotent, _ = st.(idempotentStore)
-		subs, _ = st.(toolSubStore)
 	}
-	ts, err := newToolSubscriptions(s, subs)
-	if err != nil {
-		s.cancel()
-		return nil, fmt.Errorf("new bus: %w", err)
-	}
-	s.toolSubs = ts
 	if err := s.joinCluster(ctx, cl); err != nil {
 		s.cancel()
 		name, node := cl.Names()
@@ -373,6 +363,12 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		_ = s.cl.cluster.Leave(context.Background())
 		return nil, err
 	}
+	subs, _ := s.store.(toolSubStore)
+	ts, err := newToolSubscriptions(ctx, s, subs)
+	if err != nil {
+		return fail(fmt.Errorf("new bus: %w", err))
+	}
+	s.toolSubs = ts
 	// The pending caps count what the store holds; counting now spares
 	// the first publish the scan.
 	if _, _, err := s.store.PendingUsage(""); err != nil {

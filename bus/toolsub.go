@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -54,22 +55,31 @@ const (
 // toolSubStore is a Store that keeps tool subscriptions.
 type toolSubStore interface {
 	PutToolSubscription(ts *store.ToolSubscription) error
-	DeleteToolSubscription(key string) (bool, error)
+	DeleteToolSubscription(key string) error
 	GetToolSubscription(key string) (*store.ToolSubscription, error)
 	ToolSubscriptions() ([]*store.ToolSubscription, error)
 }
 
 var _ toolSubStore = (*store.Store)(nil)
 
+// toolSubWatcher is a toolSubStore the other nodes of a cluster write to
+// as well: the index follows it, each node's changes included.
+// WatchToolSubscriptions applies every subscription held before it
+// returns, then each change, ts nil for a removal of key.
+type toolSubWatcher interface {
+	WatchToolSubscriptions(ctx context.Context, apply func(key string, ts *store.ToolSubscription)) error
+}
+
 // toolSubscriptions is the bus's side of the tool subscriptions.
 type toolSubscriptions struct {
 	s     *Server
-	store toolSubStore // nil: refused (a cluster's store keeps none yet)
+	store toolSubStore // nil: refused (a store that cannot keep them)
 
 	mu sync.Mutex
-	// threads indexes the store: group_id → tool_call_id → key.
+	// threads indexes the store: group_id → tool_call_id → key; byKey
+	// holds each indexed subscription.
 	threads map[string]map[string]string
-	count   int
+	byKey   map[string]*store.ToolSubscription
 	// live holds each subscription's rate bucket, order and publisher.
 	live map[string]*liveToolSub
 
@@ -90,10 +100,24 @@ type liveToolSub struct {
 }
 
 // newToolSubscriptions loads the index from st (nil: the bus keeps
-// none) and registers the metrics.
-func newToolSubscriptions(s *Server, st toolSubStore) (*toolSubscriptions, error) {
-	t := &toolSubscriptions{s: s, store: st, threads: map[string]map[string]string{}, live: map[string]*liveToolSub{}}
-	if st != nil {
+// none), and follows it if other nodes write to it (toolSubWatcher),
+// and registers the metrics. ctx bounds the load.
+func newToolSubscriptions(ctx context.Context, s *Server, st toolSubStore) (*toolSubscriptions, error) {
+	t := &toolSubscriptions{s: s, store: st, threads: map[string]map[string]string{}, byKey: map[string]*store.ToolSubscription{}, live: map[string]*liveToolSub{}}
+	if w, ok := st.(toolSubWatcher); ok {
+		err := w.WatchToolSubscriptions(ctx, func(key string, ts *store.ToolSubscription) {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if ts == nil {
+				t.unindexLocked(key)
+				return
+			}
+			t.indexLocked(ts)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("watch tool subscriptions: %w", err)
+		}
+	} else if st != nil {
 		all, err := st.ToolSubscriptions()
 		if err != nil {
 			return nil, fmt.Errorf("load tool subscriptions: %w", err)
@@ -113,35 +137,42 @@ func newToolSubscriptions(s *Server, st toolSubStore) (*toolSubscriptions, error
 	}, func() float64 {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		return float64(t.count)
+		return float64(len(t.byKey))
 	}))
 	return t, nil
 }
 
-// indexLocked adds ts to the index. The caller holds t.mu.
+// indexLocked adds ts to the index, in place of another subscription of
+// its tool call. Adding one twice (a node's own change, which its watch
+// brings back) changes nothing. The caller holds t.mu.
 func (t *toolSubscriptions) indexLocked(ts *store.ToolSubscription) {
 	calls := t.threads[ts.GroupID]
 	if calls == nil {
 		calls = map[string]string{}
 		t.threads[ts.GroupID] = calls
 	}
-	if _, ok := calls[ts.ToolCallID]; !ok {
-		t.count++
+	if old, ok := calls[ts.ToolCallID]; ok && old != ts.Key {
+		delete(t.byKey, old)
 	}
 	calls[ts.ToolCallID] = ts.Key
+	t.byKey[ts.Key] = ts
 }
 
-// unindexLocked removes a subscription from the index. The caller holds
-// t.mu.
-func (t *toolSubscriptions) unindexLocked(groupID, toolCallID string) {
-	calls := t.threads[groupID]
-	if _, ok := calls[toolCallID]; !ok {
+// unindexLocked removes the subscription with key from the index, if it
+// is there. The caller holds t.mu.
+func (t *toolSubscriptions) unindexLocked(key string) {
+	ts := t.byKey[key]
+	if ts == nil {
 		return
 	}
-	delete(calls, toolCallID)
-	t.count--
+	delete(t.byKey, key)
+	delete(t.live, key)
+	calls := t.threads[ts.GroupID]
+	if calls[ts.ToolCallID] == key {
+		delete(calls, ts.ToolCallID)
+	}
 	if len(calls) == 0 {
-		delete(t.threads, groupID)
+		delete(t.threads, ts.GroupID)
 	}
 }
 
@@ -164,10 +195,10 @@ func checkToolSubIDs(groupID, toolCallID string) error {
 	return nil
 }
 
-// refuseUnkept is the error of a method when the bus keeps no tool
-// subscriptions.
+// refuseUnkept is the error of a method when the bus's store keeps no
+// tool subscriptions (an embedder's Store may not).
 func refuseUnkept() error {
-	return protocol.Errorf(protocol.ErrInvalidParams, "this bus keeps no tool subscriptions: a cluster's store does not yet")
+	return protocol.Errorf(protocol.ErrInvalidParams, "this bus keeps no tool subscriptions: its store cannot")
 }
 
 // startToolSubscription serves toolSubscriptions.start.
@@ -219,15 +250,15 @@ func (c *conn) startToolSubscription(req *rpcstream.Request) (any, error) {
 	case len(t.threads[p.GroupID]) >= c.server.opts.MaxToolSubscriptionsPerThread:
 		t.mu.Unlock()
 		return nil, protocol.Errorf(protocol.ErrLimitReached, "thread %q has %d active tool subscriptions, the most it may (--max-tool-subscriptions-per-thread); cancel one first", p.GroupID, c.server.opts.MaxToolSubscriptionsPerThread)
-	case t.count >= c.server.opts.MaxToolSubscriptions:
+	case len(t.byKey) >= c.server.opts.MaxToolSubscriptions:
 		t.mu.Unlock()
-		return nil, protocol.Errorf(protocol.ErrLimitReached, "the bus has %d active tool subscriptions, the most it keeps (--max-tool-subscriptions)", t.count)
+		return nil, protocol.Errorf(protocol.ErrLimitReached, "the bus has %d active tool subscriptions, the most it keeps (--max-tool-subscriptions)", len(t.byKey))
 	}
 	t.indexLocked(ts)
 	t.mu.Unlock()
 	if err := t.store.PutToolSubscription(ts); err != nil {
 		t.mu.Lock()
-		t.unindexLocked(ts.GroupID, ts.ToolCallID)
+		t.unindexLocked(ts.Key)
 		t.mu.Unlock()
 		return nil, protocol.Errorf(protocol.ErrInternal, "record tool subscription: %v", err)
 	}
@@ -274,8 +305,7 @@ func (c *conn) cancelToolSubscription(req *rpcstream.Request) (any, error) {
 	live.order.Lock()
 	wasEnded := live.ended
 	live.ended = true
-	_, err = t.store.DeleteToolSubscription(key)
-	if err != nil {
+	if err := t.store.DeleteToolSubscription(key); err != nil {
 		live.ended = wasEnded
 		live.order.Unlock()
 		return nil, protocol.Errorf(protocol.ErrInternal, "remove tool subscription: %v", err)
@@ -366,8 +396,7 @@ func (t *toolSubscriptions) liveOf(ts *store.ToolSubscription) *liveToolSub {
 func (t *toolSubscriptions) forget(ts *store.ToolSubscription) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.unindexLocked(ts.GroupID, ts.ToolCallID)
-	delete(t.live, ts.Key)
+	t.unindexLocked(ts.Key)
 }
 
 // notifyCancel publishes cancel_tool_call to ts's tool, best effort, and
@@ -461,7 +490,7 @@ func (s *Server) toolEvent(id string, body []byte) (*toolEventAnswer, error) {
 		return nil, err
 	}
 	if ev.Final {
-		if _, err := t.store.DeleteToolSubscription(ts.Key); err != nil {
+		if err := t.store.DeleteToolSubscription(ts.Key); err != nil {
 			// Delivered; a restart finds it again, and the tool sends
 			// no event after a final one.
 			s.log.Error("tool subscription ended by its final event, but not removed from the store", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID, "err", err)

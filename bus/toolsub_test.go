@@ -328,16 +328,33 @@ func TestToolSubscriptionSurvivesRestart(t *testing.T) {
 	assert.Equal(t, float64(0), metric(t, srv, "bub_tool_subscriptions", ""))
 }
 
-// TestToolSubscriptionRefusedOnCluster: a cluster's store keeps no tool
-// subscriptions yet; start says so instead of pretending.
-func TestToolSubscriptionRefusedOnCluster(t *testing.T) {
-	node := bustest.StartCluster(t, nil, "n1")[0]
-	agent := bustest.Connect(t, node.URL, "agent-1", bustest.Processed)
-	r := agent.Call(protocol.MethodToolSubscriptionStart, protocol.ToolSubscriptionStartParams{GroupID: "g", ToolCallID: "c", Topic: "tg:1"})
-	require.NotNil(t, r.Error)
-	assert.Contains(t, r.Error.Message, "cluster")
-	a := httpDo(t, node, "POST", "/v1/callbacks/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", event("g", "c", "x", false), nil)
-	assert.Equal(t, 404, a.status)
+// TestToolSubscriptionsOnCluster: a subscription started on one node
+// is known to the other, through the cluster's store: an event posted
+// to the other node reaches the agent on the first; a cancel on the
+// other node ends it on both.
+func TestToolSubscriptionsOnCluster(t *testing.T) {
+	nodes := bustest.StartCluster(t, nil, "n1", "n2")
+	agent, got := agentOn(t, nodes[0], "agent-1", "tg:1")
+	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
+	// The other node's index follows the bucket's watch.
+	require.Eventually(t, func() bool { return metric(t, nodes[1], "bub_tool_subscriptions", "") == 1 }, bustest.Timeout, 10*time.Millisecond)
+	a := httpDo(t, nodes[1], "POST", cb.CallbackPath, event("tg:1", "call-1", "via n2", false), nil)
+	require.Equal(t, 200, a.status, string(a.body))
+	p := recvEvent(t, got)
+	assert.Contains(t, string(p.Payload), "via n2")
+
+	// The agent's own clientId, publish-only, so as not to take its
+	// connection over.
+	other := bustest.Dial(t, nodes[1].URL)
+	other.MustCall(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "agent-1", PublishOnly: true}, nil)
+	var list protocol.ToolSubscriptionListResult
+	other.MustCall(protocol.MethodToolSubscriptionList, map[string]any{"group_id": "tg:1"}, &list)
+	require.Len(t, list.Subscriptions, 1)
+	other.MustCall(protocol.MethodToolSubscriptionCancel, protocol.ToolSubscriptionCancelParams{GroupID: "tg:1", ToolCallID: "call-1"}, nil)
+	require.Eventually(t, func() bool {
+		return httpDo(t, nodes[0], "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil).status == 404
+	}, bustest.Timeout, 10*time.Millisecond, "the first node to see the cancel")
+	assert.Equal(t, float64(0), metric(t, nodes[0], "bub_tool_subscriptions", ""))
 }
 
 // errorMessage is the message of an error answer, "" for another.

@@ -45,27 +45,31 @@ func (s *Store) PutToolSubscription(ts *ToolSubscription) error {
 	if ts.Key == "" {
 		return fmt.Errorf("%w: a tool subscription needs a key", ErrInvalid)
 	}
-	v, err := json.Marshal(toolSubscriptionRecord{V: recordVersion, ToolSubscription: ts})
+	v, err := EncodeToolSubscription(ts)
 	if err != nil {
-		return fmt.Errorf("encode tool subscription: %w", err)
+		return err
 	}
 	return s.update(func(t tx) error {
-		return t.put(bucketToolSubscriptions, []byte(ts.Key), seal(v))
+		return t.put(bucketToolSubscriptions, []byte(ts.Key), v)
 	})
 }
 
-// DeleteToolSubscription removes the subscription with key, durably, and
-// says whether there was one.
-func (s *Store) DeleteToolSubscription(key string) (bool, error) {
-	var found bool
-	err := s.update(func(t tx) error {
-		found = t.get(bucketToolSubscriptions, []byte(key)) != nil
-		if !found {
-			return nil
-		}
+// EncodeToolSubscription returns the stored form of ts, version and
+// checksum included, which DecodeToolSubscription reads.
+func EncodeToolSubscription(ts *ToolSubscription) ([]byte, error) {
+	v, err := json.Marshal(toolSubscriptionRecord{V: recordVersion, ToolSubscription: ts})
+	if err != nil {
+		return nil, fmt.Errorf("encode tool subscription: %w", err)
+	}
+	return seal(v), nil
+}
+
+// DeleteToolSubscription removes the subscription with key, durably;
+// one that is not there is no error.
+func (s *Store) DeleteToolSubscription(key string) error {
+	return s.update(func(t tx) error {
 		return t.delete(bucketToolSubscriptions, []byte(key))
 	})
-	return found && err == nil, err
 }
 
 // GetToolSubscription returns the subscription with key, nil when there
