@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -55,6 +56,10 @@ var methods = map[string]method{
 	protocol.MethodSubscriptionsList:   {queued: true, admin: true, serve: (*conn).subscriptionsList},
 	protocol.MethodSubscriptionsRemove: {queued: true, admin: true, serve: (*conn).subscriptionsRemove},
 	protocol.MethodSubscriptionsWaker:  {inOrder: true, serve: (*conn).subscriptionsWaker},
+	// Tool subscriptions (toolsub.go).
+	protocol.MethodToolSubscriptionStart:  {queued: true, serve: (*conn).startToolSubscription},
+	protocol.MethodToolSubscriptionCancel: {queued: true, serve: (*conn).cancelToolSubscription},
+	protocol.MethodToolSubscriptionList:   {queued: true, serve: (*conn).listToolSubscriptions},
 }
 
 // run checks that the connection may call m, then serves req.
@@ -448,6 +453,9 @@ type outgoing struct {
 	message store.Message
 	chain   []*subscription
 	tickets []ticket
+	// callback is set for an event sent to callback:{id}: the bus takes
+	// it itself (toolsub.go), routed to nobody.
+	callback string
 }
 
 // route checks a sendMessage, routes it and takes its tickets (order.go).
@@ -480,6 +488,9 @@ func (c *conn) route(req *rpcstream.Request) (*outgoing, error) {
 	if err := c.checkTopic(p.Topic); err != nil {
 		return nil, err
 	}
+	if id, ok := strings.CutPrefix(p.Topic, protocol.CallbackTopicPrefix); ok {
+		return &outgoing{conn: c, message: store.Message{Topic: p.Topic, Payload: p.Payload}, callback: id}, nil
+	}
 	if err := c.checkPublish(access, identity, from, p.Topic); err != nil {
 		return nil, err
 	}
@@ -500,6 +511,9 @@ func (c *conn) route(req *rpcstream.Request) (*outgoing, error) {
 // messages are not kept waiting.
 func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 	defer out.pass()
+	if out.callback != "" {
+		return out.conn.server.callbackEvent(out.callback, out.message.Payload)
+	}
 	if err := out.admit(); err != nil {
 		return nil, err
 	}

@@ -30,9 +30,12 @@ func TestMethodTable(t *testing.T) {
 		protocol.MethodDLQReplay:   {Queued: true, Admin: true},
 		protocol.MethodDLQPurge:    {Queued: true, Admin: true},
 
-		protocol.MethodSubscriptionsList:   {Queued: true, Admin: true},
-		protocol.MethodSubscriptionsRemove: {Queued: true, Admin: true},
-		protocol.MethodSubscriptionsWaker:  {InOrder: true},
+		protocol.MethodSubscriptionsList:      {Queued: true, Admin: true},
+		protocol.MethodSubscriptionsRemove:    {Queued: true, Admin: true},
+		protocol.MethodSubscriptionsWaker:     {InOrder: true},
+		protocol.MethodToolSubscriptionStart:  {Queued: true},
+		protocol.MethodToolSubscriptionCancel: {Queued: true},
+		protocol.MethodToolSubscriptionList:   {Queued: true},
 	}
 	require.Equal(t, want, bus.MethodTable())
 

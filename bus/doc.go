@@ -40,6 +40,10 @@
 // durable subscription (durable_sub.go) stays in the router while its
 // owner is away, as a subscriber whose deliveries the walk holds for the
 // owner, and one goroutine per returning owner delivers them in order.
+// out through a queue per subscriber, each in order (events.go). Tool
+// subscriptions (toolsub.go) take a tool's events at a callback
+// (callbacks.go, or the topic callback:{id}) and publish each on the
+// subscription's topic.
 //
 // # Goroutines and locks
 //
@@ -60,6 +64,10 @@
 // (order.go) is taken alone. clusterState.mu comes before a stand-in's
 // mu and router.mu, and a local conn's mu is never held while taking it
 // (cluster.go). A conn's mu is its holding's (subscriber.go). None is held across network I/O or a store commit.
+// The exception is a tool subscription's order (toolsub.go), held while
+// one of its events is checked, published and, when final, removed
+// from the store, so that its events go through one at a time; it is
+// taken before any other lock, and toolSubscriptions.mu alone.
 //
 // Request handlers and retry attempts run under guard and guardAttempt
 // (recover.go), which recover a panic so that one request's bug does not

@@ -332,6 +332,10 @@ func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publish
 	p.order.Lock()
 	out, err := c.route(&rpcstream.Request{Method: protocol.MethodSendMessage, Params: body, ID: "http"})
 	p.order.Unlock()
+	if err == nil && out.callback != "" {
+		out.pass()
+		err = protocol.Errorf(protocol.ErrInvalidParams, "a tool posts its events to %s{id}, not to %s", protocol.PathCallbacks, PathMessages)
+	}
 	if err != nil {
 		done()
 		return nil, err

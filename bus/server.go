@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,17 @@ type Options struct {
 	// (HTTP Idempotency-Key) is kept:
 	// a repeat within it gets the first answer. Default: 24 h.
 	IdempotencyWindow time.Duration
+	// MaxToolSubscriptionsPerThread bounds the active tool subscriptions
+	// of one thread (group_id). Default: 16.
+	MaxToolSubscriptionsPerThread int
+	// MaxToolSubscriptions bounds the active tool subscriptions of the
+	// bus, each a few hundred bytes of store and memory. Default: 100000.
+	MaxToolSubscriptions int
+	// ToolEventRate limits the events of each tool subscription, per
+	// second (a token bucket of ToolEventBurst); beyond it a callback
+	// answers 429. Default: 10 per second, a burst of 20.
+	ToolEventRate  float64
+	ToolEventBurst int
 	// Hosts are the Host header values a WebSocket upgrade may carry
 	// besides the address the bus listens on, so that a web page cannot
 	// reach a loopback bus through DNS rebinding.
@@ -196,6 +208,18 @@ func (o *Options) setDefaults() {
 	if o.IdempotencyWindow <= 0 {
 		o.IdempotencyWindow = 24 * time.Hour
 	}
+	if o.MaxToolSubscriptionsPerThread <= 0 {
+		o.MaxToolSubscriptionsPerThread = defaultMaxToolSubscriptionsPerThread
+	}
+	if o.MaxToolSubscriptions <= 0 {
+		o.MaxToolSubscriptions = defaultMaxToolSubscriptions
+	}
+	if o.ToolEventRate <= 0 {
+		o.ToolEventRate = defaultToolEventRate
+	}
+	if o.ToolEventBurst <= 0 {
+		o.ToolEventBurst = max(defaultToolEventBurst, int(o.ToolEventRate))
+	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 5
 	}
@@ -229,6 +253,8 @@ type Server struct {
 	// idempotent keeps idempotency keys; nil when the store cannot
 	// (a cluster's), and the keys are refused.
 	idempotent idempotentStore
+	// toolSubs keeps the tool subscriptions (toolsub.go).
+	toolSubs *toolSubscriptions
 	// http holds the HTTP API's publishers (httpapi.go).
 	http         httpPublishers
 	sched        *scheduler
@@ -345,6 +371,12 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		_ = s.cl.cluster.Leave(context.Background())
 		return nil, err
 	}
+	subs, _ := s.store.(toolSubStore)
+	ts, err := newToolSubscriptions(ctx, s, subs)
+	if err != nil {
+		return fail(fmt.Errorf("new bus: %w", err))
+	}
+	s.toolSubs = ts
 	// The pending caps count what the store holds; counting now spares
 	// the first publish the scan.
 	if _, _, err := s.store.PendingUsage(""); err != nil {
@@ -406,6 +438,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/":
 		s.serveWebSocket(w, r)
 	default:
+		if strings.HasPrefix(r.URL.Path, PathCallbacks) {
+			s.serveCallback(w, r)
+			return
+		}
 		http.NotFound(w, r)
 	}
 }

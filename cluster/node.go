@@ -171,9 +171,11 @@ type Node struct {
 	js   jetstream.JetStream
 
 	subs, clients, nodes, pending jetstream.KeyValue
-	dlq                           jetstream.Stream
-	replicas                      int
-	store                         *Store
+	// toolSubs holds the tool subscriptions (toolsub.go).
+	toolSubs jetstream.KeyValue
+	dlq      jetstream.Stream
+	replicas int
+	store    *Store
 
 	// ctx ends when the node closes; handlers of remote deliveries run
 	// under it.
@@ -375,7 +377,10 @@ const (
 	bucketClients = "BUB_CLIENTS"
 	bucketNodes   = "BUB_NODES"
 	bucketPending = "BUB_PENDING"
-	streamDLQ     = "BUB_DLQ"
+	// bucketToolSubs: the tool subscriptions, by the hash of their
+	// callback id.
+	bucketToolSubs = "BUB_TOOL_SUBSCRIPTIONS"
+	streamDLQ      = "BUB_DLQ"
 )
 
 // createBuckets creates the buckets and the dead-letter stream, or binds
@@ -412,6 +417,9 @@ func (n *Node) createBuckets(ctx context.Context) error {
 		return err
 	}
 	if n.pending, err = kv(bucketPending, "bub: retries and held messages"); err != nil {
+		return err
+	}
+	if n.toolSubs, err = kv(bucketToolSubs, "bub: tool subscriptions"); err != nil {
 		return err
 	}
 	n.dlq, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{

@@ -470,7 +470,7 @@ func (s *Store) loadMessage(p *store.Pending) error {
 	}
 	ctx, cancel := s.opContext()
 	defer cancel()
-	data, err := s.leaderGet(ctx, kvSubjectPrefix+s.key(p.ID))
+	data, err := s.leaderGet(ctx, bucketPending, kvSubjectPrefix+s.key(p.ID))
 	if err != nil {
 		return err
 	}
@@ -481,21 +481,21 @@ func (s *Store) loadMessage(p *store.Pending) error {
 	return p.RestoreMessage(stored)
 }
 
-// leaderGet reads the entry the bucket's stream holds last for subject,
+// leaderGet reads the entry bucket's stream holds last for subject,
 // as its leader answers: store.ErrNotFound when there is none, or it was
 // deleted. Not kv.Get, nor the client's stream reads: the bucket allows
 // direct gets, which the client then uses and any replica answers, and a
 // replica that has not applied a put yet answers "not found" for an
 // entry just stored, which the bus takes for settled work and drops. The
 // leader has every write acknowledged to this node.
-func (s *Store) leaderGet(ctx context.Context, subject string) ([]byte, error) {
+func (s *Store) leaderGet(ctx context.Context, bucket, subject string) ([]byte, error) {
 	req, err := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{subject})
 	if err != nil {
 		return nil, err
 	}
-	msg, err := s.n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucketPending, req)
+	msg, err := s.n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
 	if err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ type Event struct {
 	// Error says why a spawn failed (spawn_failed).
 	Error string `json:"error,omitempty"`
 	// Reason says why the agent was hibernated (ReasonIdle,
-	// ReasonCapacity) or woken (ReasonMessage, ReasonRetry, or another a
+	// ReasonCapacity) or woken (ReasonMessage, ReasonRetry, ReasonToolEvent, or another a
 	// caller of Wake gave).
 	Reason string `json:"reason,omitempty"`
 	// Timestamp is when it happened, RFC 3339 with nanoseconds.

@@ -11,8 +11,7 @@ import (
 
 // Why an agent was hibernated or woken: the "reason" of the
 // system:agent.hibernated and system:agent.woken events. More wake
-// reasons may come (a tool's event for a hibernated agent); readers
-// should accept any.
+// reasons may come; readers should accept any.
 const (
 	// ReasonIdle: the agent had no delivery for Options.IdleTimeout.
 	ReasonIdle = "idle"
@@ -25,6 +24,10 @@ const (
 	// ReasonRetry: the bus delivered it a message as it stopped, and
 	// retries that message to its id.
 	ReasonRetry = "retry"
+	// ReasonToolEvent: the message was a subscription_event, an event
+	// of a tool subscription the agent started (docs/PROTOCOL.md, "Tool
+	// subscriptions").
+	ReasonToolEvent = "tool event"
 )
 
 // Wake starts the agent that serves topic (a topic the spawner serves, or

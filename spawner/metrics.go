@@ -18,7 +18,7 @@ func newMetrics(s *Spawner) *metrics {
 			Name: "bub_spawner_hibernations_total", Help: "Agents hibernated, by reason (idle, capacity).",
 		}, []string{"reason"}),
 		wakes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bub_spawner_wakes_total", Help: "Hibernated agents started again, by reason (message, retry).",
+			Name: "bub_spawner_wakes_total", Help: "Hibernated agents started again, by reason (message, retry, tool event).",
 		}, []string{"reason"}),
 		wakeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "bub_spawner_wake_seconds", Help: "Time from the wake of a hibernated agent to its subscription to its topic.",
@@ -28,7 +28,7 @@ func newMetrics(s *Spawner) *metrics {
 	for _, reason := range []string{ReasonIdle, ReasonCapacity} {
 		m.hibernations.WithLabelValues(reason)
 	}
-	for _, reason := range []string{ReasonMessage, ReasonRetry} {
+	for _, reason := range []string{ReasonMessage, ReasonRetry, ReasonToolEvent} {
 		m.wakes.WithLabelValues(reason)
 	}
 	m.registry.MustRegister(m.hibernations, m.wakes, m.wakeSeconds,

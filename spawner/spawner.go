@@ -467,7 +467,11 @@ func (s *Spawner) Agents() []AgentInfo {
 // again, so that the agent gets it through its own subscription. It never
 // answers processed: the message is the agent's to process.
 func (s *Spawner) handleFallback(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
-	a, refusal := s.await(ctx, d.Topic, ReasonMessage)
+	reason := ReasonMessage
+	if d.Type() == protocol.TypeSubscriptionEvent {
+		reason = ReasonToolEvent
+	}
+	a, refusal := s.await(ctx, d.Topic, reason)
 	if refusal != nil {
 		return *refusal, nil
 	}

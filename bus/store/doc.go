@@ -36,6 +36,7 @@
 //	meta         "version" → the layout version, "2"
 //	pending      8-byte big-endian sequence → a Pending as JSON
 //	deadletters  8-byte big-endian sequence → a DeadLetter as JSON
+//	toolsubscriptions  SHA-256 of a callback id, in hex → a ToolSubscription
 //
 // The sequence comes from the bucket's NextSequence, which is stored in
 // the file, so ids ("p-000000000042", "d-000000000042") are never reused,

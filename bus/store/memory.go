@@ -22,7 +22,7 @@ type memory struct {
 
 func newMemory() *memory {
 	return &memory{
-		buckets:   map[bucket]map[string][]byte{bucketMeta: {}, bucketPending: {}, bucketDeadLetters: {}, bucketIdempotency: {}, bucketDurable: {}},
+		buckets:   map[bucket]map[string][]byte{bucketMeta: {}, bucketPending: {}, bucketDeadLetters: {}, bucketIdempotency: {}, bucketDurable: {}, bucketToolSubscriptions: {}},
 		sequences: map[bucket]uint64{},
 	}
 }

@@ -116,7 +116,13 @@ var handedOut = struct {
 // dataDir and waits until /readyz answers.
 func startBus(t *testing.T, dataDir string, flags ...string) *daemon {
 	t.Helper()
-	addr := freeAddr(t)
+	return startBusAt(t, freeAddr(t), dataDir, flags...)
+}
+
+// startBusAt is startBus on addr, as a restart on the address the peers
+// know.
+func startBusAt(t *testing.T, addr, dataDir string, flags ...string) *daemon {
+	t.Helper()
 	args := append([]string{"serve", "--listen", addr, "--data-dir", dataDir}, flags...)
 	d := &daemon{cmd: exec.Command(bubBinary, args...), url: "ws://" + addr + "/", http: "http://" + addr, stderr: &lockedBuffer{}}
 	d.cmd.Stderr = d.stderr

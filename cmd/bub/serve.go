@@ -49,9 +49,13 @@ type serveConfig struct {
 	// idempotencyWindow is how long an HTTP publish's Idempotency-Key is
 	// kept.
 	idempotencyWindow time.Duration
-	allowedOrigins    string
-	logLevel          string
-	logFormat         string
+	// toolSubs are the tool subscription limits.
+	toolSubsPerThread, toolSubsMax int
+	toolEventRate                  float64
+	toolEventBurst                 int
+	allowedOrigins                 string
+	logLevel                       string
+	logFormat                      string
 
 	configPath     string
 	printConfig    bool
@@ -87,6 +91,10 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retryDelayCap, "retry-delay-cap", 5*time.Minute, "longest retry delay, retry_seconds included")
 	fs.DurationVar(&c.holdLifetime, "hold-lifetime", time.Hour, "how long a held message waits for a subscriber, from its publish, before it is dead-lettered (no_subscribers); survives restarts")
 	fs.DurationVar(&c.idempotencyWindow, "idempotency-window", 24*time.Hour, "how long POST /v1/messages keeps an Idempotency-Key: a repeat with the same key and body within it gets the first answer and publishes nothing; survives restarts (refused on a cluster)")
+	fs.IntVar(&c.toolSubsPerThread, "max-tool-subscriptions-per-thread", 16, "active tool subscriptions one thread (group_id) may have; toolSubscriptions.start past it is refused with -32011")
+	fs.IntVar(&c.toolSubsMax, "max-tool-subscriptions", 100000, "active tool subscriptions the bus keeps in all")
+	fs.Float64Var(&c.toolEventRate, "tool-event-rate", 10, "events per second one tool subscription may post to its callback, a token bucket; beyond it the callback answers 429 with Retry-After")
+	fs.IntVar(&c.toolEventBurst, "tool-event-burst", 20, "size of each tool subscription's event token bucket")
 	fs.StringVar(&c.holdPatterns, "hold-patterns", "agent:*", "comma-separated topic patterns whose messages are held when nobody subscribes, until a subscriber appears")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated browser origins (host patterns) allowed to connect; clients without an Origin header are always allowed")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -267,18 +275,24 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		HoldPatterns:      splitList(cfg.holdPatterns),
 		HoldLifetime:      cfg.holdLifetime,
 		IdempotencyWindow: cfg.idempotencyWindow,
-		ServerID:          cfg.serverID,
-		DefaultPolicy:     protocol.Policy(cfg.defaultPolicy),
-		DeliveryTimeout:   cfg.deliveryTimeout,
-		MaxMessageBytes:   cfg.maxMessageBytes,
-		WriteTimeout:      cfg.writeTimeout,
-		PingInterval:      cfg.pingInterval,
-		MaxInFlight:       cfg.maxInFlight,
-		OriginPatterns:    splitList(cfg.allowedOrigins),
-		Logger:            logger,
-		Auth:              authn,
-		Hosts:             splitList(cfg.hosts),
-		Limits:            cfg.limits,
+
+		MaxToolSubscriptionsPerThread: cfg.toolSubsPerThread,
+		MaxToolSubscriptions:          cfg.toolSubsMax,
+		ToolEventRate:                 cfg.toolEventRate,
+		ToolEventBurst:                cfg.toolEventBurst,
+
+		ServerID:        cfg.serverID,
+		DefaultPolicy:   protocol.Policy(cfg.defaultPolicy),
+		DeliveryTimeout: cfg.deliveryTimeout,
+		MaxMessageBytes: cfg.maxMessageBytes,
+		WriteTimeout:    cfg.writeTimeout,
+		PingInterval:    cfg.pingInterval,
+		MaxInFlight:     cfg.maxInFlight,
+		OriginPatterns:  splitList(cfg.allowedOrigins),
+		Logger:          logger,
+		Auth:            authn,
+		Hosts:           splitList(cfg.hosts),
+		Limits:          cfg.limits,
 	})
 	handOver()
 	if err != nil {

@@ -21,6 +21,17 @@
 // A payload may carry "delay_ms" to make the agent wait that long before
 // answering, as a model would: the tests use it to kill an agent while it
 // holds a message.
+//
+// It also shows tool subscriptions (docs/PROTOCOL.md, "Tool
+// subscriptions"): the text "/timer 2s 5" subscribes it to the timer tool
+// (examples/timer-tool, on tool:timer) for five ticks two seconds apart,
+// with its conversation (its default topic) as the thread, and "/cancel"
+// cancels the thread's subscriptions. Each event reaches the agent on
+// agent:{its id}, waking it if it is hibernated, and it answers
+//
+//	{"type":"plaintext_message","text":"event: {\"tick\":1}","chat_id":...,"agent_id":...}
+//
+// on outbound:{chat_id}, "event (final): ..." for the last.
 package main
 
 import (
@@ -31,12 +42,17 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 )
+
+// timerTopic is where the timer tool (examples/timer-tool) takes calls.
+const timerTopic = "tool:timer"
 
 // maxDelay bounds delay_ms, so that a message cannot park the agent for
 // longer than the bus waits for an answer.
@@ -103,6 +119,8 @@ type reply struct {
 func (a *echoAgent) handle(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
 	switch d.Type() {
 	case "telegram_message", "plaintext_message":
+	case protocol.TypeSubscriptionEvent:
+		return a.handleEvent(ctx, d)
 	default:
 		return peer.Result{Message: fmt.Sprintf("echo-agent does not handle %q", d.Type())}, nil
 	}
@@ -122,9 +140,70 @@ func (a *echoAgent) handle(ctx context.Context, d *peer.Delivery) (peer.Result, 
 			return peer.Result{}, ctx.Err()
 		}
 	}
+	text := "echo: " + msg.Text
+	if command, ok := strings.CutPrefix(msg.Text, "/"); ok {
+		if text, err = a.command(ctx, d, command); err != nil {
+			return peer.Result{}, err
+		}
+	}
+	return a.reply(ctx, d, chatID, text)
+}
+
+// handleEvent answers a tool subscription's event in the conversation.
+func (a *echoAgent) handleEvent(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+	ev, ok := d.SubscriptionEvent()
+	if !ok {
+		return peer.Result{Reject: true, Message: "not a valid subscription_event"}, nil
+	}
+	a.log.Info("handling tool event", "message_id", d.MessageID, "tool_call_id", ev.ToolCallID, "final", ev.Final, "attempt", d.Attempt)
+	chatID, err := a.chatID(nil)
+	if err != nil {
+		return peer.Result{Message: err.Error()}, nil
+	}
+	prefix := "event: "
+	if ev.Final {
+		prefix = "event (final): "
+	}
+	return a.reply(ctx, d, chatID, prefix+ev.Text)
+}
+
+// command runs a chat command: "/timer EVERY COUNT" subscribes the
+// conversation to the timer tool, "/cancel" cancels its subscriptions.
+// The answer is the text to reply; an error leaves the message
+// unprocessed, to be delivered again.
+func (a *echoAgent) command(ctx context.Context, d *peer.Delivery, command string) (string, error) {
+	fields := strings.Fields(command)
+	switch {
+	case len(fields) == 3 && fields[0] == "timer":
+		count, err := strconv.Atoi(fields[2])
+		if err != nil {
+			return "usage: /timer EVERY COUNT, as /timer 2s 5", nil
+		}
+		sub, err := d.Conn.SubscribeTool(ctx, timerTopic, a.defaultTopic, "timer-"+d.MessageID, map[string]any{"every": fields[1], "count": count}, nil)
+		if err != nil {
+			return "subscribe failed: " + err.Error(), nil
+		}
+		return "subscribed: " + sub.Result.Text, nil
+	case len(fields) == 1 && fields[0] == "cancel":
+		subs, err := d.Conn.ToolSubscriptions(ctx, a.defaultTopic)
+		if err != nil {
+			return "", err
+		}
+		for _, s := range subs {
+			if _, err := d.Conn.CancelToolSubscription(ctx, s.GroupID, s.ToolCallID); err != nil {
+				return "", err
+			}
+		}
+		return fmt.Sprintf("cancelled: %d subscriptions", len(subs)), nil
+	}
+	return "echo: /" + command, nil
+}
+
+// reply sends text to outbound:{chatID}.
+func (a *echoAgent) reply(ctx context.Context, d *peer.Delivery, chatID json.RawMessage, text string) (peer.Result, error) {
 	// d.Conn, not the Conn DialEnv returns: a message held for this
 	// agent arrives the moment DialEnv subscribes, before it returns.
-	out := reply{Type: "plaintext_message", Text: "echo: " + msg.Text, ChatID: chatID, AgentID: a.id}
+	out := reply{Type: "plaintext_message", Text: text, ChatID: chatID, AgentID: a.id}
 	topic := "outbound:" + chatIDString(chatID)
 	res, err := d.Conn.SendMessage(ctx, topic, out, nil)
 	if err != nil {
