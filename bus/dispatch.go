@@ -490,11 +490,13 @@ func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 		return nil, err
 	}
 	if key == "" {
+		out.accepted()
 		return s.publishRouted(&out.message, out.chain, out.tickets, true)
 	}
 	// meta.idempotency_key: a repeat gets the first result and publishes
 	// nothing (idempotency.go).
 	result, _, err := s.idempotently(out.message.Publisher, key, idempotencySum(req.Params), func() (any, error) {
+		out.accepted()
 		return s.publishRouted(&out.message, out.chain, out.tickets, true)
 	})
 	if err != nil {
@@ -512,6 +514,14 @@ func (out *outgoing) admit() error {
 	}
 	out.message.Publisher = identity
 	return nil
+}
+
+// accepted names the message and journals its acceptance; a repeat of
+// an idempotent publish, which publishes nothing, never gets here.
+func (out *outgoing) accepted() {
+	s := out.conn.server
+	s.name(&out.message)
+	s.journalAccepted(out.conn, &out.message, apiOf(out.conn))
 }
 
 // pass passes the message's tickets, so the publisher's next messages

@@ -341,7 +341,7 @@ func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publish
 		done()
 		return nil, err
 	}
-	s.name(&out.message)
+	out.accepted()
 	answer := &publishAnswer{MessageID: out.message.ID}
 	walk := func() (*protocol.SendMessageResult, error) {
 		defer done()

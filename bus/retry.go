@@ -410,6 +410,7 @@ func (s *Server) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageRe
 	// Scheduled even when the write fails: the store still holds the
 	// previous attempt's record, which a restart would resume.
 	s.storeOp("reschedule retry", func() error { return s.store.PutPending(p) })
+	s.journalPending(p)
 	s.sched.add(p)
 }
 
