@@ -278,6 +278,7 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	TestHTTPPublishRateLimited(t)
 	TestHTTPPublishIdempotent(t)
 	TestHTTPPublishFailures(t)
+	TestJournalStatuses(t)
 	var doc struct {
 		OpenAPI string                                                   `json:"openapi"`
 		Paths   map[string]map[string]struct{ Responses map[string]any } `json:"paths"`

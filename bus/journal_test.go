@@ -403,6 +403,9 @@ func TestJournalStatuses(t *testing.T) {
 	}
 	_, status, _ := openStream(t, f.srv, "", "", nil)
 	require.Equal(t, 401, status)
+	_, status, stop := openStream(t, f.srv, "", "", ops)
+	require.Equal(t, 200, status)
+	stop()
 
 	off := bustest.Start(t, &bus.Options{Journal: bus.JournalOptions{Off: true}})
 	a := httpDo(t, off, "GET", bus.PathEvents, "", nil)
