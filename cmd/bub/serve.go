@@ -49,9 +49,12 @@ type serveConfig struct {
 	// idempotencyWindow is how long an HTTP publish's Idempotency-Key is
 	// kept.
 	idempotencyWindow time.Duration
-	allowedOrigins    string
-	logLevel          string
-	logFormat         string
+	// journal is on unless --journal=false; journalOpts is the rest.
+	journal        bool
+	journalOpts    bus.JournalOptions
+	allowedOrigins string
+	logLevel       string
+	logFormat      string
 
 	configPath     string
 	printConfig    bool
@@ -87,6 +90,10 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retryDelayCap, "retry-delay-cap", 5*time.Minute, "longest retry delay, retry_seconds included")
 	fs.DurationVar(&c.holdLifetime, "hold-lifetime", time.Hour, "how long a held message waits for a subscriber, from its publish, before it is dead-lettered (no_subscribers); survives restarts")
 	fs.DurationVar(&c.idempotencyWindow, "idempotency-window", 24*time.Hour, "how long POST /v1/messages keeps an Idempotency-Key: a repeat with the same key and body within it gets the first answer and publishes nothing; survives restarts (refused on a cluster)")
+	fs.BoolVar(&c.journal, "journal", true, "record what happens to each message in memory, for GET /v1/events, bub trace and bub tail (docs/OPERATIONS.md, Message journal)")
+	fs.DurationVar(&c.journalOpts.MaxAge, "journal-max-age", time.Hour, "drop journal events older than this")
+	fs.Int64Var(&c.journalOpts.MaxBytes, "journal-max-bytes", 64<<20, "memory the journal may hold, as estimated; the oldest events are dropped beyond it")
+	fs.BoolVar(&c.journalOpts.Payloads, "journal-payloads", false, "also journal each accepted message's payload (off: payloads may be private, and large)")
 	fs.StringVar(&c.holdPatterns, "hold-patterns", "agent:*", "comma-separated topic patterns whose messages are held when nobody subscribes, until a subscriber appears")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated browser origins (host patterns) allowed to connect; clients without an Origin header are always allowed")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -266,6 +273,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		HoldPatterns:      splitList(cfg.holdPatterns),
 		HoldLifetime:      cfg.holdLifetime,
 		IdempotencyWindow: cfg.idempotencyWindow,
+		Journal:           cfg.journalOptions(),
 		ServerID:          cfg.serverID,
 		DefaultPolicy:     protocol.Policy(cfg.defaultPolicy),
 		DeliveryTimeout:   cfg.deliveryTimeout,
@@ -390,4 +398,12 @@ func newLogger(io stdio, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(io.err, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// journalOptions are the journal's options from --journal and the
+// --journal-* flags.
+func (c *serveConfig) journalOptions() bus.JournalOptions {
+	o := c.journalOpts
+	o.Off = !c.journal
+	return o
 }
