@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -59,7 +60,7 @@ const journalBlockSize = 256
 
 // journalEventBytes is what an event costs in memory besides its
 // strings: the struct in its block.
-const journalEventBytes = 320
+const journalEventBytes = int(unsafe.Sizeof(protocol.JournalEvent{}))
 
 // journal is the bus's message journal; nil when off.
 type journal struct {
@@ -69,9 +70,12 @@ type journal struct {
 	node, boot string
 
 	recorded prometheus.Counter
-	dropped  *prometheus.CounterVec
-	retained prometheus.GaugeFunc
-	size     prometheus.GaugeFunc
+	// dropped counts by reason; droppedAge and droppedBytes are its
+	// two series, looked up once.
+	dropped                  *prometheus.CounterVec
+	droppedAge, droppedBytes prometheus.Counter
+	retained                 prometheus.GaugeFunc
+	size                     prometheus.GaugeFunc
 
 	mu sync.Mutex
 	// blocks are oldest first; the last is the one written to.
@@ -107,6 +111,7 @@ func newJournal(o JournalOptions, node, boot string, reg prometheus.Registerer) 
 	j.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bub_journal_dropped_total", Help: "Journal events dropped by retention, oldest first, by reason (age, bytes).",
 	}, []string{"reason"})
+	j.droppedAge, j.droppedBytes = j.dropped.WithLabelValues("age"), j.dropped.WithLabelValues("bytes")
 	j.retained = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "bub_journal_events", Help: "Events the message journal holds now.",
 	}, func() float64 {
@@ -179,19 +184,19 @@ func (j *journal) lastLocked() *journalBlock {
 func (j *journal) trimLocked(now time.Time) {
 	for len(j.blocks) > 1 {
 		b := j.blocks[0]
-		reason := ""
+		var count prometheus.Counter
 		switch {
 		case j.bytes > j.opts.MaxBytes:
-			reason = "bytes"
+			count = j.droppedBytes
 		case now.Sub(b.events[b.n-1].Time) > j.opts.MaxAge:
-			reason = "age"
+			count = j.droppedAge
 		default:
 			return
 		}
 		j.blocks[0] = nil
 		j.blocks = j.blocks[1:]
 		j.bytes -= b.bytes
-		j.dropped.WithLabelValues(reason).Add(float64(b.n))
+		count.Add(float64(b.n))
 	}
 }
 

@@ -341,8 +341,10 @@ func (s *Server) attempt(p *store.Pending) {
 	c, pattern := s.findSubscriber(p.ClientID, p.Subscription, p.Message.Topic)
 	if c == nil {
 		s.metrics.retryAttempts.WithLabelValues(protocol.ReasonSubscriberGone).Inc()
-		s.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, &deliveryError{Kind: protocol.ReasonSubscriberGone,
-			Detail: fmt.Sprintf("client %q is not connected or no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)})
+		err := &deliveryError{Kind: protocol.ReasonSubscriberGone,
+			Detail: fmt.Sprintf("client %q is not connected or no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)}
+		s.journalDelivery(&delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: p.Subscription, Attempt: number}, protocol.ReasonSubscriberGone, err)
+		s.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, err)
 		return
 	}
 	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: number, to: c}
