@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/protocol"
@@ -413,4 +414,26 @@ func TestJournalStatuses(t *testing.T) {
 	require.Contains(t, string(a.body), "journal is off")
 	_, status, _ = openStream(t, off, "", "", nil)
 	require.Equal(t, 404, status)
+}
+
+// TestJournalStreamEndsWhenCredentialRevoked checks that a reload that
+// no longer accepts a stream reader's credential ends its stream at the
+// next event, showing it nothing more.
+func TestJournalStreamEndsWhenCredentialRevoked(t *testing.T) {
+	f := startAuth(t)
+	events, status, _ := openStream(t, f.srv, "", "", bearerHeader("main-token"))
+	require.Equal(t, 200, status)
+	cfg := f.config
+	cfg.Identities = slices.DeleteFunc(slices.Clone(cfg.Identities), func(id auth.Identity) bool { return id.Name == "main" })
+	a, err := auth.New(cfg, f.dir)
+	require.NoError(t, err)
+	f.srv.SetAuth(a)
+	ops := httpDo(t, f.srv, "POST", "/v1/messages", `{"topic":"inbound:x","payload":{"type":"t"},"clientId":"ops-1"}`, bearerHeader("ops-token"))
+	require.Equal(t, 201, ops.status)
+	select {
+	case ev, ok := <-events:
+		require.False(t, ok, "the stream showed %+v after its credential was revoked", ev.ev)
+	case <-time.After(bustest.Timeout):
+		t.Fatal("the stream did not end")
+	}
 }
