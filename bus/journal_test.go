@@ -437,3 +437,40 @@ func TestJournalStreamEndsWhenCredentialRevoked(t *testing.T) {
 		t.Fatal("the stream did not end")
 	}
 }
+
+// TestJournalPerNodeInCluster checks what docs/PROTOCOL.md says a node's
+// journal shows: a message published on node a to a subscriber on node b
+// is in a's journal, named a, delivery included; b's shows nothing of it;
+// the reply published on b is in b's journal, found by the original id.
+func TestJournalPerNodeInCluster(t *testing.T) {
+	nodes := bustest.StartCluster(t, nil, "a", "b")
+	a, b := nodes[0], nodes[1]
+	bustest.Connect(t, b.URL, "worker", bustest.Processed).Subscribe("jobs:*", protocol.PolicyContinueAll)
+	pub := bustest.Connect(t, a.URL, "pub", nil)
+	var id string
+	require.Eventually(t, func() bool {
+		// The subscription reaches a's order once the cluster applied it.
+		r := pub.Publish("jobs:1", "t")
+		id = r.MessageID
+		return len(r.Acks) == 1 && r.Acks[0].Processed
+	}, bustest.Timeout, 20*time.Millisecond)
+	events := storyOf(t, a, id, []string{"accepted", "routed:worker", "delivery:worker:processed"})
+	for _, ev := range events {
+		require.Equal(t, "a", ev.Node)
+	}
+	reply := bustest.Connect(t, b.URL, "replier", nil)
+	var r protocol.SendMessageResult
+	reply.MustCall(protocol.MethodSendMessage, map[string]any{"topic": "outbound:x", "payload": map[string]any{"type": "t"},
+		"meta": map[string]any{"correlation_id": id}}, &r)
+	events = storyOf(t, b, id, []string{"accepted", "routed:no_subscribers"})
+	require.Equal(t, r.MessageID, events[0].MessageID)
+	require.Equal(t, "b", events[0].Node)
+
+	// A cursor of node a reads on b as the start of b's journal.
+	page := journalPage(t, b, "after="+url.QueryEscape(events[0].Cursor), nil)
+	aPage := journalPage(t, a, "limit=1", nil)
+	fromA := journalPage(t, b, "after="+url.QueryEscape(aPage.Next), nil)
+	require.NotEmpty(t, fromA.Events)
+	require.Equal(t, journalPage(t, b, "", nil).Events[0].Cursor, fromA.Events[0].Cursor)
+	require.NotContains(t, kinds(page.Events), "accepted")
+}
