@@ -36,7 +36,10 @@
 // their answers; after the walk it stores the retries it needs. The scheduler
 // (retry.go) runs stored retries and holds (hold.go) when due, and moves
 // exhausted ones to the dead-letter queue (deadletter.go). Bus events go
-// out through a queue per subscriber, each in order (events.go).
+// out through a queue per subscriber, each in order (events.go). Each of
+// those steps calls a journal hook (journal.go), which records what
+// happened to the message for GET /v1/events and its stream
+// (journalhttp.go), and does nothing when the journal is off.
 //
 // # Goroutines and locks
 //
