@@ -56,7 +56,7 @@
 // connection with events waiting. Locks are taken in this order:
 // a connection's activity.mu (activity.go, taken only by a delivery),
 // Server.mu, conn.mu, events.mu, router.mu, scheduler.mu; a lane's mutex
-// (order.go) is taken alone. clusterState.mu comes before a stand-in's
+// (order.go) and journal.mu are taken alone. clusterState.mu comes before a stand-in's
 // mu and router.mu, and a local conn's mu is never held while taking it
 // (cluster.go). A conn's mu is its holding's (subscriber.go). None is held across network I/O or a store commit.
 //
