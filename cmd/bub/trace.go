@@ -334,8 +334,12 @@ const tailRetry = 2 * time.Second
 // reconnects after a loss with the last id it printed, until ctx ends.
 func (t *tailer) follow(ctx context.Context, endpoints []string, q url.Values) int {
 	connected := false
+	query := ""
+	if len(q) > 0 {
+		query = "?" + q.Encode()
+	}
 	for i := 0; ; i = (i + 1) % len(endpoints) {
-		endpoint := endpoints[i] + "?" + q.Encode()
+		endpoint := endpoints[i] + query
 		header := http.Header{}
 		if t.lastID != "" {
 			header.Set("Last-Event-ID", t.lastID)
