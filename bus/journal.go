@@ -420,6 +420,10 @@ func (s *Server) journalDeadLetter(kind string, d *store.DeadLetter, id, reason 
 	s.journal.record(&ev)
 }
 
+// maxPurgeJournaled bounds the purged dead letters one purge journals:
+// more would not fit the default journal anyway.
+const maxPurgeJournaled = 100000
+
 // journalPurging reads the dead letters a purge is about to remove, the
 // one id or those f matches, and returns what records them once the
 // purge is done. A dead letter added while the purge runs may go
@@ -429,17 +433,26 @@ func (s *Server) journalPurging(f store.Filter, id string) (purged func()) {
 		return func() {}
 	}
 	var gone []*store.DeadLetter
+	// keep holds what the events need of d: not its payload or attempts,
+	// so that purging a queue of a gigabyte does not read it all into
+	// memory at once.
+	keep := func(d *store.DeadLetter) {
+		gone = append(gone, &store.DeadLetter{ID: d.ID, ClientID: d.ClientID, Subscription: d.Subscription,
+			Message: store.Message{ID: d.Message.ID, Topic: d.Message.Topic, Meta: d.Message.Meta}})
+	}
 	if id != "" {
 		if d, err := s.store.GetDeadLetter(id); err == nil {
-			gone = append(gone, d)
+			keep(d)
 		}
 	} else {
-		for cursor := ""; ; {
+		for cursor := ""; len(gone) < maxPurgeJournaled; {
 			page, next, err := s.store.ListDeadLetters(f, cursor, 0)
 			if err != nil {
 				break
 			}
-			gone = append(gone, page...)
+			for _, d := range page {
+				keep(d)
+			}
 			if next == "" {
 				break
 			}
