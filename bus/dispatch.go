@@ -429,6 +429,9 @@ type outgoing struct {
 	message store.Message
 	chain   []*subscription
 	tickets []ticket
+	// remote is the publisher's address when it is not conn's (an HTTP
+	// request), for the journal.
+	remote string
 }
 
 // route checks a sendMessage, routes it and takes its tickets (order.go).
@@ -521,7 +524,7 @@ func (out *outgoing) admit() error {
 func (out *outgoing) accepted() {
 	s := out.conn.server
 	s.name(&out.message)
-	s.journalAccepted(out.conn, &out.message, apiOf(out.conn))
+	s.journalAccepted(out.conn, &out.message, out.remote)
 }
 
 // pass passes the message's tickets, so the publisher's next messages

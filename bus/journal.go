@@ -353,14 +353,17 @@ func chainIDs(chain []*subscription) []string {
 // The hooks below are what the rest of the bus calls; each does nothing,
 // and allocates nothing, when the journal is off.
 
-// journalAccepted records that c's publish of m was accepted, and where
-// it was routed: chain, or held, or nowhere.
-func (s *Server) journalAccepted(c *conn, m *store.Message, api string) {
+// journalAccepted records that c's publish of m was accepted, from
+// remote (c's own address when empty).
+func (s *Server) journalAccepted(c *conn, m *store.Message, remote string) {
 	if s.journal == nil {
 		return
 	}
+	if remote == "" {
+		remote = c.remote
+	}
 	ev := messageEvent(protocol.JournalAccepted, m)
-	ev.From, ev.Identity, ev.Remote, ev.API = m.From, m.Publisher, c.remote, api
+	ev.From, ev.Identity, ev.Remote, ev.API = m.From, m.Publisher, remote, apiOf(c)
 	if s.journal.opts.Payloads {
 		ev.Payload = bytes.Clone(m.Payload)
 	}

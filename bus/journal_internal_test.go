@@ -107,7 +107,7 @@ func TestJournalHooksOffAllocateNothing(t *testing.T) {
 	d := &delivery{Message: m, ClientID: "w", Subscription: "jobs:*", Attempt: 1}
 	chain := []*subscription{}
 	allocs := testing.AllocsPerRun(100, func() {
-		s.journalAccepted(&conn{}, m, "websocket")
+		s.journalAccepted(&conn{}, m, "")
 		s.journalRouted(protocol.JournalRouted, m, chain, "")
 		s.journalDelivery(d, "processed", nil)
 	})

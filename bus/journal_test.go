@@ -474,3 +474,24 @@ func TestJournalPerNodeInCluster(t *testing.T) {
 	require.Equal(t, journalPage(t, b, "", nil).Events[0].Cursor, fromA.Events[0].Cursor)
 	require.NotContains(t, kinds(page.Events), "accepted")
 }
+
+// TestJournalRecordsEachHTTPRequestsAddress checks that two HTTP
+// publishes of one clientId, over two connections, are journaled each
+// with its own address, though one publisher serves both.
+func TestJournalRecordsEachHTTPRequestsAddress(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	var ids []string
+	for range 2 {
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		res, err := client.Post(srv.HTTP.URL+"/v1/messages", "application/json", strings.NewReader(`{"topic":"jobs:a","payload":{"type":"t"}}`))
+		require.NoError(t, err)
+		var a struct{ MessageID string }
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&a))
+		res.Body.Close()
+		ids = append(ids, a.MessageID)
+	}
+	first := journalPage(t, srv, "correlationId="+ids[0], nil).Events[0]
+	second := journalPage(t, srv, "correlationId="+ids[1], nil).Events[0]
+	require.Equal(t, protocol.JournalAccepted, first.Kind)
+	require.NotEqual(t, first.Remote, second.Remote, "each request's own address")
+}
