@@ -60,7 +60,7 @@ func main() {
 	flag.IntVar(&cfg.held, "held", 5000, "messages held, then woken, in the held scenario")
 	flag.IntVar(&cfg.spawns, "spawns", 20, "agents spawned, one after another, in the spawn scenario")
 	flag.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of the bus under relay load (with -only retries: stored retries) into this directory, and do nothing else")
-	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, cluster, retries, held, spawn, idle, route")
+	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, cluster, retries, held, journal, spawn, idle, route")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")

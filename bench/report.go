@@ -17,6 +17,7 @@ type results struct {
 	SDK     []cell        `json:"sdk,omitempty"`
 	Cluster []cell        `json:"cluster,omitempty"`
 	Durable []cell        `json:"durable,omitempty"`
+	Journal []cell        `json:"journal,omitempty"`
 	Spawn   []cell        `json:"spawn,omitempty"`
 	Idle    []idleResult  `json:"idle,omitempty"`
 	Route   []routeResult `json:"route,omitempty"`
@@ -52,7 +53,10 @@ type cell struct {
 	// ClusterVsSingle is the cross-node relay's figures over the single
 	// bus's, in the cluster scenario.
 	ClusterVsSingle ratios `json:"cluster_vs_single"`
-	better          better
+	// JournalVsOff is the bus's figures with the message journal on
+	// over those with it off, in the journal scenario.
+	JournalVsOff ratios `json:"journal_vs_off"`
+	better       better
 }
 
 // ratios compares the bus with a baseline; above 1 the bus has more
@@ -227,6 +231,16 @@ func printReport(w io.Writer, r *results) {
 		}
 		tw.Flush()
 	}
+	if len(r.Journal) > 0 {
+		fmt.Fprintln(w, "\nMessage journal (bus with the journal on, the default, next to one with --journal=false, same rounds; µs CPU per relay)")
+		fmt.Fprintln(tw, "scenario\ton msg/s\toff msg/s\ton/off\ton p50\ton p99\toff p50\toff p99\ton µs CPU\toff µs CPU\t")
+		for _, c := range r.Journal {
+			on, off := c.Median["bus"], c.Median[journalOffName]
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t\n", c.Name, on.Throughput, off.Throughput, c.JournalVsOff.Throughput,
+				us(on.P50), us(on.P99), us(off.P50), us(off.P99), on.ServerCPUPerMsg, off.ServerCPUPerMsg)
+		}
+		tw.Flush()
+	}
 	if len(r.Idle) > 0 {
 		fmt.Fprintln(w, "\nIdle connections (server RSS growth / connections; one subscription each)")
 		fmt.Fprintln(tw, "system\tconnections\tRSS before\tRSS after\tKiB per conn\t")
@@ -300,6 +314,9 @@ func evaluateTargets(r *results) []target {
 	}
 	if best > 0 {
 		ts = append(ts, target{"≥ 10,000 stored retries/s", fmt.Sprintf("%.0f/s", best), best >= 10000})
+	}
+	for _, c := range r.Journal {
+		ts = append(ts, target{"journal on ≥ 0.85× off, relay 1 KiB ×64 (issue 24)", fmt.Sprintf("%.2f×", c.JournalVsOff.Throughput), c.JournalVsOff.Throughput >= 0.85})
 	}
 	var r10, r10k float64
 	for _, rr := range r.Route {

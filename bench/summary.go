@@ -61,6 +61,10 @@ func printSummary(w io.Writer, r *results) {
 			row(c.Name, rate(c.Median["bus"]), "", "", "", "", c.Median["bus"].ServerCPUPerMsg)
 		}
 	}
+	for _, c := range r.Journal {
+		on := c.Median["bus"]
+		row(c.Name+fmt.Sprintf(" (%.2f× off)", c.JournalVsOff.Throughput), rate(on), "", "", "", "", on.ServerCPUPerMsg)
+	}
 	for _, c := range r.Spawn {
 		b := c.Median["bus"]
 		row(c.Name, fmt.Sprintf("p50 %s, max %s", us(b.P50), us(b.Max)), "", "", "", "", b.ServerCPUPerMsg)

@@ -101,10 +101,16 @@ type busSystem struct {
 	// topic, when set, is the one topic published to (a subscriber, if
 	// any, subscribes it exactly); default a new topic per open.
 	topic string
+	// label, when set, is the system's name: a bus run with other flags
+	// next to the default one.
+	label string
 }
 
 func (b *busSystem) name() string {
-	if b.nodes != nil {
+	switch {
+	case b.label != "":
+		return b.label
+	case b.nodes != nil:
 		return "cluster"
 	}
 	return "bus"

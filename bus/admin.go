@@ -99,6 +99,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 		if err := s.store.Requeue(id, p); err != nil {
 			return deadLetterError(id, err)
 		}
+		s.journalDeadLetter(protocol.JournalReplayed, d, id, to)
 		s.sched.add(p)
 		out.Accepted = true
 		return nil
@@ -115,6 +116,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 	if err := s.store.RemoveDeadLetter(id); err != nil {
 		return deadLetterError(id, err)
 	}
+	s.journalDeadLetter(protocol.JournalReplayed, d, id, to)
 	out.Accepted = true
 	return nil
 }
@@ -131,18 +133,22 @@ func (c *conn) dlqPurge(req *rpcstream.Request) (any, error) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "purge by id %q or by filter (topic, reason, since, until) or all, not both", p.ID)
 	}
 	if p.ID != "" {
+		purged := c.server.journalPurging(store.Filter{}, p.ID)
 		if err := st.RemoveDeadLetter(p.ID); err != nil {
 			return nil, deadLetterError(p.ID, err)
 		}
+		purged()
 		return protocol.DLQPurgeResult{Purged: 1}, nil
 	}
 	if !p.All && p.DLQFilter == (protocol.DLQFilter{}) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "say what to purge: an id, a filter (topic, reason, since, until), or all: true")
 	}
+	purged := c.server.journalPurging(storeFilter(p.DLQFilter), "")
 	n, err := st.PurgeDeadLetters(storeFilter(p.DLQFilter))
 	if err != nil {
 		return nil, storeError(err)
 	}
+	purged()
 	return protocol.DLQPurgeResult{Purged: n}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // deadLetter moves pending work to the dead-letter queue in one store
@@ -35,6 +36,7 @@ func (s *Server) deadLetter(p *store.Pending, reason string) string {
 		return ""
 	}
 	s.metrics.deadLettered.WithLabelValues(reason).Inc()
+	s.journalDeadLetter(protocol.JournalDeadLettered, d, id, reason)
 	s.log.Warn("message dead-lettered", "id", id, "message_id", p.Message.ID, "topic", p.Message.Topic,
 		"client", p.ClientID, "reason", reason, "attempts", len(p.Attempts))
 	s.emit(TopicDeadLettered, map[string]any{

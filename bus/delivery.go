@@ -243,6 +243,7 @@ func (s *Server) measure(next deliverFunc) deliverFunc {
 			outcome = protocol.ReasonRejected
 		}
 		s.metrics.deliveries.WithLabelValues(outcome).Inc()
+		s.journalDelivery(d, outcome, err)
 		return r, err
 	}
 }

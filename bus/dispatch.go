@@ -456,6 +456,9 @@ type outgoing struct {
 	// callback is set for an event sent to callback:{id}: the bus takes
 	// it itself (toolsub.go), routed to nobody.
 	callback string
+	// remote is the publisher's address when it is not conn's (an HTTP
+	// request), for the journal.
+	remote string
 }
 
 // route checks a sendMessage, routes it and takes its tickets (order.go).
@@ -523,11 +526,13 @@ func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 		return nil, err
 	}
 	if key == "" {
+		out.accepted()
 		return s.publishRouted(&out.message, out.chain, out.tickets, true)
 	}
 	// meta.idempotency_key: a repeat gets the first result and publishes
 	// nothing (idempotency.go).
 	result, _, err := s.idempotently(out.message.Publisher, key, idempotencySum(req.Params), func() (any, error) {
+		out.accepted()
 		return s.publishRouted(&out.message, out.chain, out.tickets, true)
 	})
 	if err != nil {
@@ -545,6 +550,14 @@ func (out *outgoing) admit() error {
 	}
 	out.message.Publisher = identity
 	return nil
+}
+
+// accepted names the message and journals its acceptance; a repeat of
+// an idempotent publish, which publishes nothing, never gets here.
+func (out *outgoing) accepted() {
+	s := out.conn.server
+	s.name(&out.message)
+	s.journalAccepted(out.conn, &out.message, out.remote)
 }
 
 // pass passes the message's tickets, so the publisher's next messages

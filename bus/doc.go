@@ -40,10 +40,12 @@
 // durable subscription (durable_sub.go) stays in the router while its
 // owner is away, as a subscriber whose deliveries the walk holds for the
 // owner, and one goroutine per returning owner delivers them in order.
-// out through a queue per subscriber, each in order (events.go). Tool
-// subscriptions (toolsub.go) take a tool's events at a callback
+// Tool subscriptions (toolsub.go) take a tool's events at a callback
 // (callbacks.go, or the topic callback:{id}) and publish each on the
-// subscription's topic.
+// subscription's topic. Each of those steps calls a journal hook
+// (journal.go), which records what happened to the message for
+// GET /v1/events and its stream (journalhttp.go), and does nothing when
+// the journal is off.
 //
 // # Goroutines and locks
 //
@@ -61,7 +63,7 @@
 // a connection's activity.mu (activity.go, taken only by a delivery),
 // Server.mu, durables.mu (durable_sub.go), conn.mu, events.mu, router.mu,
 // scheduler.mu; a lane's mutex
-// (order.go) is taken alone. clusterState.mu comes before a stand-in's
+// (order.go) and journal.mu are taken alone. clusterState.mu comes before a stand-in's
 // mu and router.mu, and a local conn's mu is never held while taking it
 // (cluster.go). A conn's mu is its holding's (subscriber.go). None is held across network I/O or a store commit.
 // The exception is a tool subscription's order (toolsub.go), held while

@@ -174,7 +174,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if key == "" && r.Header["Idempotency-Key"] == nil {
-		answer, err := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack")
+		answer, err := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack", r.RemoteAddr)
 		if err != nil {
 			writeError(w, 0, err)
 			return
@@ -311,8 +311,10 @@ func (s *Server) httpPublisher(cred credential, clientID, remote string) (*httpP
 // publishHTTP publishes body (sendMessage's params) through p and
 // returns the answer. Without wait it answers once the message is
 // accepted: admitted and routed, or held or found with no subscriber;
-// with it, once the walk is done, as sendMessage does.
-func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publishAnswer, error) {
+// with it, once the walk is done, as sendMessage does. remote is the
+// request's address, for the journal: p serves every request of its
+// identity and clientId, from wherever they come.
+func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool, remote string) (*publishAnswer, error) {
 	c := p.c
 	select {
 	case c.slots <- struct{}{}:
@@ -345,7 +347,8 @@ func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publish
 		done()
 		return nil, err
 	}
-	s.name(&out.message)
+	out.remote = remote
+	out.accepted()
 	answer := &publishAnswer{MessageID: out.message.ID}
 	walk := func() (*protocol.SendMessageResult, error) {
 		defer done()
@@ -375,7 +378,7 @@ func (s *Server) publishIdempotent(w http.ResponseWriter, r *http.Request, p *ht
 	wait := r.URL.Query().Get("wait") == "ack"
 	sum := sha256.Sum256(append([]byte(strconv.FormatBool(wait)+"\n"), body...))
 	answer, replayed, err := s.idempotently(identity, key, sum[:], func() (any, error) {
-		return s.publishHTTP(p, body, wait)
+		return s.publishHTTP(p, body, wait, r.RemoteAddr)
 	})
 	switch {
 	case errors.Is(err, errKeyReused):

@@ -284,6 +284,7 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	TestToolSubscriptionEvents(t)
 	TestToolSubscriptionBadEvents(t)
 	TestToolSubscriptionRateLimited(t)
+	TestJournalStatuses(t)
 	var doc struct {
 		OpenAPI string                                                   `json:"openapi"`
 		Paths   map[string]map[string]struct{ Responses map[string]any } `json:"paths"`

@@ -35,9 +35,11 @@ func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets 
 			return result, nil
 		}
 		s.metrics.published.WithLabelValues(protocol.ReasonNoSubscribers).Inc()
+		s.journalRouted(protocol.JournalRouted, m, nil, protocol.ReasonNoSubscribers)
 		return result, nil
 	}
 	s.metrics.published.WithLabelValues("routed").Inc()
+	s.journalRouted(protocol.JournalRouted, m, chain, "")
 	s.walk(m, chain, tickets, result, reliable, nil)
 	return result, nil
 }
@@ -230,6 +232,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 			ack.Error = joinErrors(ack.Error, "retry kept in memory only, not stored: "+err.Error())
 		}
 		ack.Retrying, ack.Attempt, ack.NextAttempt = true, 2, p.NextAt.UTC().Format(time.RFC3339Nano)
+		s.journalPending(p)
 		// From here on p belongs to the scheduler.
 		s.sched.add(p)
 		s.metrics.retriesScheduled.Inc()

@@ -359,8 +359,10 @@ func (s *Server) attempt(p *store.Pending) {
 	}
 	if c == nil {
 		s.metrics.retryAttempts.WithLabelValues(protocol.ReasonSubscriberGone).Inc()
-		s.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, &deliveryError{Kind: protocol.ReasonSubscriberGone,
-			Detail: fmt.Sprintf("client %q is not connected or no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)})
+		err := &deliveryError{Kind: protocol.ReasonSubscriberGone,
+			Detail: fmt.Sprintf("client %q is not connected or no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)}
+		s.journalDelivery(&delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: p.Subscription, Attempt: number}, protocol.ReasonSubscriberGone, err)
+		s.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, err)
 		return
 	}
 	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: number, to: c}
@@ -428,6 +430,7 @@ func (s *Server) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageRe
 	// Scheduled even when the write fails: the store still holds the
 	// previous attempt's record, which a restart would resume.
 	s.storeOp("reschedule retry", func() error { return s.store.PutPending(p) })
+	s.journalPending(p)
 	s.sched.add(p)
 }
 

@@ -111,6 +111,9 @@ type Options struct {
 
 	Limits Limits
 
+	// Journal configures the message journal (journal.go).
+	Journal JournalOptions
+
 	// Cluster makes the bus one node of a cluster (docs/CLUSTER.md):
 	// the subscription order, deliveries to subscribers on other nodes,
 	// client ownership, retries, holds and the dead-letter queue go
@@ -260,6 +263,7 @@ type Server struct {
 	sched        *scheduler
 	pinger       *pinger
 	events       *events
+	journal      *journal // nil: off
 	holdPatterns []*protocol.Pattern
 	// auth is the Authenticator in force; nil: an open bus.
 	auth       atomic.Pointer[auth.Authenticator]
@@ -366,6 +370,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		name, node := cl.Names()
 		return nil, fmt.Errorf("new bus: join cluster %q as node %q: %w", name, node, err)
 	}
+	s.journal = newJournal(o.Journal, s.cl.self, s.bootID, s.metrics.registry)
 	fail := func(err error) (*Server, error) {
 		s.cancel()
 		_ = s.cl.cluster.Leave(context.Background())
@@ -435,6 +440,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveMessages(w, r)
 	case PathOpenAPI:
 		serveOpenAPI(w, r)
+	case PathEvents:
+		s.serveEvents(w, r)
+	case PathEventsStream:
+		s.serveEventStream(w, r)
 	case "/":
 		s.serveWebSocket(w, r)
 	default:
@@ -521,6 +530,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining.Store(true)
 	s.mu.Unlock()
+	if s.journal != nil {
+		s.journal.close()
+	}
 	done := make(chan struct{})
 	go func() {
 		s.requests.Wait()

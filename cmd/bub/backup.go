@@ -14,7 +14,6 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
-	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -83,19 +82,7 @@ func runBackup(ctx context.Context, std stdio, args []string) int {
 // backupURL is the bus's /backup endpoint, at the address of its
 // WebSocket URL: ws:// becomes http://, wss:// https://.
 func backupURL(busURL string) (string, error) {
-	u, err := redact.Parse(busURL)
-	if err != nil {
-		return "", fmt.Errorf("bus URL %q: %w", redact.URL(busURL), err)
-	}
-	switch u.Scheme {
-	case "ws":
-		u.Scheme = "http"
-	case "wss":
-		u.Scheme = "https"
-	}
-	// Relative to the bus's path, so a bus behind a proxy at /bub/ is
-	// asked at /bub/backup.
-	return u.ResolveReference(&url.URL{Path: strings.TrimPrefix(bus.BackupPath, "/")}).String(), nil
+	return busHTTPURL(busURL, bus.BackupPath)
 }
 
 // writeBackup writes the copy to path through a temporary file in the

@@ -92,6 +92,8 @@ var boundVariables = map[string][]string{
 		"BUB_TELEGRAM_WEBHOOK_URL", "BUB_TELEGRAM_WEBHOOK_SECRET_FILE", "BUB_TELEGRAM_LISTEN", "BUB_TELEGRAM_TYPING_MAX",
 		"BUB_TELEGRAM_APPROVER_CHAT", "BUB_TELEGRAM_APPROVERS", "BUB_TELEGRAM_BCP_GATEWAY_ID"},
 	"backup":      {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"trace":       {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"tail":        {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"mcp":         {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_MCP_CLIENT_ID", "BUB_MCP_LISTEN", "BUB_MCP_LISTEN_TOKEN_FILE", "BUB_MCP_LISTEN_INSECURE"},
 	"restore":     {"BUB_DATA_DIR"},        // the bus's own, for the same directory
 	"healthcheck": {"BUB_HEALTHCHECK_URL"}, // set once per deployment; the image's HEALTHCHECK stays the same

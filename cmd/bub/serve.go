@@ -49,6 +49,9 @@ type serveConfig struct {
 	// idempotencyWindow is how long an HTTP publish's Idempotency-Key is
 	// kept.
 	idempotencyWindow time.Duration
+	// journal is on unless --journal=false; journalOpts is the rest.
+	journal     bool
+	journalOpts bus.JournalOptions
 	// toolSubs are the tool subscription limits.
 	toolSubsPerThread, toolSubsMax int
 	toolEventRate                  float64
@@ -95,6 +98,10 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.toolSubsMax, "max-tool-subscriptions", 100000, "active tool subscriptions the bus keeps in all")
 	fs.Float64Var(&c.toolEventRate, "tool-event-rate", 10, "events per second one tool subscription may post to its callback, a token bucket; beyond it the callback answers 429 with Retry-After")
 	fs.IntVar(&c.toolEventBurst, "tool-event-burst", 20, "size of each tool subscription's event token bucket")
+	fs.BoolVar(&c.journal, "journal", true, "record what happens to each message in memory, for GET /v1/events, bub trace and bub tail (docs/OPERATIONS.md, Message journal)")
+	fs.DurationVar(&c.journalOpts.MaxAge, "journal-max-age", time.Hour, "drop journal events older than this")
+	fs.Int64Var(&c.journalOpts.MaxBytes, "journal-max-bytes", 64<<20, "memory the journal may hold, as estimated; the oldest events are dropped beyond it")
+	fs.BoolVar(&c.journalOpts.Payloads, "journal-payloads", false, "also journal each accepted message's payload (off: payloads may be private, and large)")
 	fs.StringVar(&c.holdPatterns, "hold-patterns", "agent:*", "comma-separated topic patterns whose messages are held when nobody subscribes, until a subscriber appears")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated browser origins (host patterns) allowed to connect; clients without an Origin header are always allowed")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -275,6 +282,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		HoldPatterns:      splitList(cfg.holdPatterns),
 		HoldLifetime:      cfg.holdLifetime,
 		IdempotencyWindow: cfg.idempotencyWindow,
+		Journal:           cfg.journalOptions(),
 
 		MaxToolSubscriptionsPerThread: cfg.toolSubsPerThread,
 		MaxToolSubscriptions:          cfg.toolSubsMax,
@@ -405,4 +413,12 @@ func newLogger(io stdio, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(io.err, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// journalOptions are the journal's options from --journal and the
+// --journal-* flags.
+func (c *serveConfig) journalOptions() bus.JournalOptions {
+	o := c.journalOpts
+	o.Off = !c.journal
+	return o
 }

@@ -1,0 +1,479 @@
+package bus
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// The message journal records what happens to each message this node
+// handles, for GET /v1/events, its stream (journalhttp.go) and bub trace.
+// It lives in memory, bounded by age and bytes: it is a window for
+// diagnosis, not a log of record (the store keeps what must survive),
+// and fsyncing every event would cost the relay far more than the
+// journal is worth (docs/OPERATIONS.md, "Message journal").
+//
+// Events are kept in blocks of journalBlockSize. Only the newest block is
+// written to, under mu; a reader takes mu only to copy the list of blocks
+// and the newest block's length, and reads the events without it: an
+// event is never changed once written, and a block dropped by retention
+// stays whole for a reader still holding it. Retention drops whole
+// blocks, oldest first.
+
+// JournalOptions configure the message journal.
+type JournalOptions struct {
+	// Off turns the journal off: nothing is recorded and GET /v1/events
+	// answers 404.
+	Off bool
+	// MaxAge drops events older than it. Default: 1h.
+	MaxAge time.Duration
+	// MaxBytes bounds the journal's memory, as estimated per event
+	// (journalEventBytes plus its strings). Default: 64 MiB.
+	MaxBytes int64
+	// Payloads records each accepted message's payload; off by default,
+	// as whoever may read the journal is not every message's subscriber
+	// in spirit, and payloads may be large.
+	Payloads bool
+}
+
+func (o *JournalOptions) setDefaults() {
+	if o.MaxAge <= 0 {
+		o.MaxAge = time.Hour
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 64 << 20
+	}
+}
+
+// journalBlockSize is the events in one block: the unit retention drops.
+const journalBlockSize = 256
+
+// journalEventBytes is what an event costs in memory besides its
+// strings: the struct in its block.
+const journalEventBytes = int(unsafe.Sizeof(protocol.JournalEvent{}))
+
+// journal is the bus's message journal; nil when off.
+type journal struct {
+	opts JournalOptions
+	// node is recorded in every event; boot starts every cursor, so that
+	// a cursor of an earlier process or another node is recognised.
+	node, boot string
+
+	recorded prometheus.Counter
+	// dropped counts by reason; droppedAge and droppedBytes are its
+	// two series, looked up once.
+	dropped                  *prometheus.CounterVec
+	droppedAge, droppedBytes prometheus.Counter
+	retained                 prometheus.GaugeFunc
+	size                     prometheus.GaugeFunc
+
+	mu sync.Mutex
+	// blocks are oldest first; the last is the one written to.
+	blocks []*journalBlock
+	// next is the sequence number of the next event; the first is 1.
+	next  uint64
+	bytes int64
+	// wake, when a reader waits for events, is closed by the next
+	// record; nil when nobody waits, so that recording allocates nothing
+	// for readers that are not there.
+	wake chan struct{}
+	// closed ends the streams (Shutdown).
+	closed chan struct{}
+}
+
+// journalBlock holds events first, first+1, ... in events[:n].
+type journalBlock struct {
+	first  uint64
+	n      int
+	bytes  int64
+	events [journalBlockSize]protocol.JournalEvent
+}
+
+func newJournal(o JournalOptions, node, boot string, reg prometheus.Registerer) *journal {
+	if o.Off {
+		return nil
+	}
+	o.setDefaults()
+	j := &journal{opts: o, node: node, boot: boot, next: 1, closed: make(chan struct{})}
+	j.recorded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "bub_journal_events_total", Help: "Events recorded in the message journal.",
+	})
+	j.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bub_journal_dropped_total", Help: "Journal events dropped by retention, oldest first, by reason (age, bytes).",
+	}, []string{"reason"})
+	j.droppedAge, j.droppedBytes = j.dropped.WithLabelValues("age"), j.dropped.WithLabelValues("bytes")
+	j.retained = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bub_journal_events", Help: "Events the message journal holds now.",
+	}, func() float64 {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if len(j.blocks) == 0 {
+			return 0
+		}
+		return float64(j.next - j.blocks[0].first)
+	})
+	j.size = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "bub_journal_bytes", Help: "Bytes the message journal holds now, as estimated (--journal-max-bytes bounds it).",
+	}, func() float64 {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		return float64(j.bytes)
+	})
+	reg.MustRegister(j.recorded, j.dropped, j.retained, j.size)
+	return j
+}
+
+// eventBytes estimates what ev holds in memory.
+func eventBytes(ev *protocol.JournalEvent) int64 {
+	n := journalEventBytes + len(ev.MessageID) + len(ev.Topic) + len(ev.CorrelationID) + len(ev.From) +
+		len(ev.Identity) + len(ev.Remote) + len(ev.ClientID) + len(ev.Subscription) + len(ev.Error) +
+		len(ev.DeadLetterID) + len(ev.Payload) + 16*len(ev.Chain)
+	for _, c := range ev.Chain {
+		n += len(c)
+	}
+	return int64(n)
+}
+
+// record appends ev, stamped with the time and node, and drops what
+// retention says to.
+func (j *journal) record(ev *protocol.JournalEvent) {
+	ev.Time = time.Now()
+	ev.Node = j.node
+	size := eventBytes(ev)
+	j.mu.Lock()
+	last := j.lastLocked()
+	if last == nil || last.n == journalBlockSize {
+		// A new block is the one allocation, once per journalBlockSize
+		// events.
+		last = &journalBlock{first: j.next}
+		j.blocks = append(j.blocks, last)
+	}
+	last.events[last.n] = *ev
+	last.n++
+	last.bytes += size
+	j.bytes += size
+	j.next++
+	j.trimLocked(ev.Time)
+	if j.wake != nil {
+		close(j.wake)
+		j.wake = nil
+	}
+	j.mu.Unlock()
+	j.recorded.Inc()
+}
+
+func (j *journal) lastLocked() *journalBlock {
+	if len(j.blocks) == 0 {
+		return nil
+	}
+	return j.blocks[len(j.blocks)-1]
+}
+
+// trimLocked drops the oldest blocks while the journal is over its bytes
+// or their newest event is past its age; the block written to stays.
+func (j *journal) trimLocked(now time.Time) {
+	for len(j.blocks) > 1 {
+		b := j.blocks[0]
+		var count prometheus.Counter
+		switch {
+		case j.bytes > j.opts.MaxBytes:
+			count = j.droppedBytes
+		case now.Sub(b.events[b.n-1].Time) > j.opts.MaxAge:
+			count = j.droppedAge
+		default:
+			return
+		}
+		j.blocks[0] = nil
+		j.blocks = j.blocks[1:]
+		j.bytes -= b.bytes
+		count.Add(float64(b.n))
+	}
+}
+
+// close ends every stream waiting for events.
+func (j *journal) close() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	select {
+	case <-j.closed:
+	default:
+		close(j.closed)
+	}
+}
+
+// journalQuery selects events: those of one message and of the messages
+// correlated with it, of topics matching a pattern, since a time. may
+// says whether the reader may see a topic (its grant).
+type journalQuery struct {
+	correlationID string
+	topic         *protocol.Pattern
+	since         time.Time
+	may           func(topic string) bool
+}
+
+func (q *journalQuery) match(ev *protocol.JournalEvent, oldest time.Time) bool {
+	if ev.Time.Before(oldest) || ev.Time.Before(q.since) {
+		return false
+	}
+	if q.correlationID != "" && ev.MessageID != q.correlationID && ev.CorrelationID != q.correlationID {
+		return false
+	}
+	if q.topic != nil && !q.topic.Match(ev.Topic) {
+		return false
+	}
+	return q.may == nil || q.may(ev.Topic)
+}
+
+// cursor is the cursor of event seq.
+func (j *journal) cursor(seq uint64) string {
+	return j.boot + "." + strconv.FormatUint(seq, 10)
+}
+
+// parseCursor reads a cursor: the sequence number of the event it names.
+// A cursor of another process (an earlier run, another node) reads as 0:
+// every event this journal holds is after it.
+func (j *journal) parseCursor(c string) (uint64, error) {
+	if c == "" {
+		return 0, nil
+	}
+	boot, n, ok := strings.Cut(c, ".")
+	seq, err := strconv.ParseUint(n, 10, 64)
+	if !ok || boot == "" || err != nil {
+		return 0, fmt.Errorf("cursor %q is not one this API gave (BOOT.SEQUENCE)", c)
+	}
+	if boot != j.boot {
+		return 0, nil
+	}
+	j.mu.Lock()
+	next := j.next
+	j.mu.Unlock()
+	if seq >= next {
+		return 0, fmt.Errorf("cursor %q is ahead of this journal's newest event", c)
+	}
+	return seq, nil
+}
+
+// read returns up to limit events after seq that q matches, the sequence
+// number of the last event it looked at (the next page's start), whether
+// events were left, and whether events after seq were dropped already.
+func (j *journal) read(after uint64, limit int, q *journalQuery) (page []protocol.JournalEvent, last uint64, more, gap bool) {
+	j.mu.Lock()
+	blocks := append([]*journalBlock(nil), j.blocks...)
+	end := j.next
+	j.mu.Unlock()
+	last = after
+	if len(blocks) == 0 {
+		return nil, last, false, false
+	}
+	if first := blocks[0].first; after+1 < first {
+		gap = after > 0
+		last = first - 1
+	}
+	oldest := time.Now().Add(-j.opts.MaxAge)
+	for _, b := range blocks {
+		if b.first+uint64(journalBlockSize) <= last+1 {
+			continue
+		}
+		// Only events before end were written when the blocks were
+		// copied; b.n may have moved since, and is not read unlocked.
+		n := int(min(end-b.first, journalBlockSize))
+		for i := int(last + 1 - b.first); i < n; i++ {
+			if len(page) == limit {
+				return page, last, true, gap
+			}
+			ev := &b.events[i]
+			last = b.first + uint64(i)
+			if q.match(ev, oldest) {
+				e := *ev
+				e.Cursor = j.cursor(last)
+				page = append(page, e)
+			}
+		}
+	}
+	return page, last, false, gap
+}
+
+// waitFor returns a channel closed once an event after seq is recorded,
+// or nil if one is there already.
+func (j *journal) waitFor(seq uint64) <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.next > seq+1 {
+		return nil
+	}
+	if j.wake == nil {
+		j.wake = make(chan struct{})
+	}
+	return j.wake
+}
+
+// correlationOf is meta.correlation_id, if meta has one; the look for the
+// key spares the decode to messages without it.
+func correlationOf(meta json.RawMessage) string {
+	if len(meta) == 0 || !bytes.Contains(meta, []byte(`"correlation_id"`)) {
+		return ""
+	}
+	var m struct {
+		CorrelationID any `json:"correlation_id"`
+	}
+	if json.Unmarshal(meta, &m) != nil {
+		return ""
+	}
+	if s, ok := m.CorrelationID.(string); ok {
+		return s
+	}
+	return ""
+}
+
+// messageEvent is an event of kind about m, with the fields every event
+// of a message carries.
+func messageEvent(kind string, m *store.Message) protocol.JournalEvent {
+	return protocol.JournalEvent{Kind: kind, MessageID: m.ID, Topic: m.Topic, CorrelationID: correlationOf(m.Meta)}
+}
+
+// chainIDs is the clientIds of chain, in order.
+func chainIDs(chain []*subscription) []string {
+	ids := make([]string, len(chain))
+	for i, sub := range chain {
+		ids[i] = sub.to.held().clientID
+	}
+	return ids
+}
+
+// The hooks below are what the rest of the bus calls; each does nothing,
+// and allocates nothing, when the journal is off.
+
+// journalAccepted records that c's publish of m was accepted, from
+// remote (c's own address when empty).
+func (s *Server) journalAccepted(c *conn, m *store.Message, remote string) {
+	if s.journal == nil {
+		return
+	}
+	if remote == "" {
+		remote = c.remote
+	}
+	ev := messageEvent(protocol.JournalAccepted, m)
+	ev.From, ev.Identity, ev.Remote, ev.API = m.From, m.Publisher, remote, apiOf(c)
+	if s.journal.opts.Payloads {
+		ev.Payload = bytes.Clone(m.Payload)
+	}
+	s.journal.record(&ev)
+}
+
+// journalRouted records the chain a message was routed to; reason says
+// why it is empty.
+func (s *Server) journalRouted(kind string, m *store.Message, chain []*subscription, reason string) {
+	if s.journal == nil {
+		return
+	}
+	ev := messageEvent(kind, m)
+	ev.Chain, ev.Reason = chainIDs(chain), reason
+	s.journal.record(&ev)
+}
+
+// journalDelivery records one delivery attempt and its answer.
+func (s *Server) journalDelivery(d *delivery, outcome string, err error) {
+	if s.journal == nil {
+		return
+	}
+	ev := messageEvent(protocol.JournalDelivery, d.Message)
+	ev.ClientID, ev.Subscription, ev.Attempt, ev.Outcome = d.ClientID, d.Subscription, d.Attempt, outcome
+	if err != nil {
+		ev.Error = err.Error()
+	}
+	s.journal.record(&ev)
+}
+
+// journalPending records pending work: a retry scheduled or a hold.
+func (s *Server) journalPending(p *store.Pending) {
+	if s.journal == nil {
+		return
+	}
+	kind := protocol.JournalRetryScheduled
+	if p.Kind == store.KindHold {
+		kind = protocol.JournalHeld
+	}
+	ev := messageEvent(kind, &p.Message)
+	ev.ClientID, ev.Subscription, ev.NextAt = p.ClientID, p.Subscription, p.NextAt
+	if p.Kind != store.KindHold {
+		ev.Attempt = len(p.Attempts) + 1
+	}
+	s.journal.record(&ev)
+}
+
+// journalDeadLetter records what became of dead letter id: dead-lettered
+// (reason), replayed (to) or purged.
+func (s *Server) journalDeadLetter(kind string, d *store.DeadLetter, id, reason string) {
+	if s.journal == nil {
+		return
+	}
+	ev := messageEvent(kind, &d.Message)
+	ev.ClientID, ev.Subscription, ev.DeadLetterID, ev.Reason = d.ClientID, d.Subscription, id, reason
+	ev.Attempt = len(d.Attempts)
+	s.journal.record(&ev)
+}
+
+// maxPurgeJournaled bounds the purged dead letters one purge journals:
+// more would not fit the default journal anyway.
+const maxPurgeJournaled = 100000
+
+// journalPurging reads the dead letters a purge is about to remove, the
+// one id or those f matches, and returns what records them once the
+// purge is done. A dead letter added while the purge runs may go
+// unrecorded; the journal is a window, not an audit log.
+func (s *Server) journalPurging(f store.Filter, id string) (purged func()) {
+	if s.journal == nil {
+		return func() {}
+	}
+	var gone []*store.DeadLetter
+	// keep holds what the events need of d: not its payload or attempts,
+	// so that purging a queue of a gigabyte does not read it all into
+	// memory at once.
+	keep := func(d *store.DeadLetter) {
+		gone = append(gone, &store.DeadLetter{ID: d.ID, ClientID: d.ClientID, Subscription: d.Subscription,
+			Message: store.Message{ID: d.Message.ID, Topic: d.Message.Topic, Meta: d.Message.Meta}})
+	}
+	if id != "" {
+		if d, err := s.store.GetDeadLetter(id); err == nil {
+			keep(d)
+		}
+	} else {
+		for cursor := ""; len(gone) < maxPurgeJournaled; {
+			page, next, err := s.store.ListDeadLetters(f, cursor, 0)
+			if err != nil {
+				break
+			}
+			for _, d := range page {
+				keep(d)
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+	}
+	return func() {
+		for _, d := range gone {
+			s.journalDeadLetter(protocol.JournalPurged, d, d.ID, "")
+		}
+	}
+}
+
+// apiOf is how c reached the bus: the HTTP API's publishers have no
+// stream.
+func apiOf(c *conn) string {
+	if c.stream == nil {
+		return "http"
+	}
+	return "websocket"
+}

@@ -1,0 +1,179 @@
+package bus
+
+import (
+	"net/url"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
+)
+
+func testJournal(o JournalOptions) *journal {
+	return newJournal(o, "", "b00t", prometheus.NewRegistry())
+}
+
+func recordN(j *journal, n int) {
+	for i := range n {
+		j.record(&protocol.JournalEvent{Kind: protocol.JournalAccepted, MessageID: "m" + strconv.Itoa(i), Topic: "jobs:a"})
+	}
+}
+
+// TestJournalRetentionByAge checks that blocks whose events are all past
+// the age are dropped, oldest first, and counted, and that a reader never
+// sees an event past the age even before its block is dropped.
+func TestJournalRetentionByAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := testJournal(JournalOptions{MaxAge: time.Minute})
+		recordN(j, 3*journalBlockSize)
+		time.Sleep(2 * time.Minute)
+		page, _, _, _ := j.read(0, maxEventsLimit, &journalQuery{})
+		require.Empty(t, page, "past the age, though still held")
+
+		recordN(j, 1)
+		require.Equal(t, float64(3*journalBlockSize), testutil.ToFloat64(j.dropped.WithLabelValues("age")))
+		require.Equal(t, float64(1), testutil.ToFloat64(j.retained))
+		page, _, _, gap := j.read(1, maxEventsLimit, &journalQuery{})
+		require.True(t, gap, "events after cursor 1 were dropped")
+		require.Len(t, page, 1)
+		require.Equal(t, j.cursor(3*journalBlockSize+1), page[0].Cursor)
+	})
+}
+
+// TestJournalRetentionByBytes checks that the journal stays within its
+// bytes, dropping the oldest blocks and counting their events, and that
+// a reader behind them is told of the gap and goes on from the oldest
+// event kept.
+func TestJournalRetentionByBytes(t *testing.T) {
+	per := eventBytes(&protocol.JournalEvent{MessageID: "m000", Topic: "jobs:a"})
+	j := testJournal(JournalOptions{MaxBytes: 2 * journalBlockSize * per})
+	recordN(j, 10*journalBlockSize)
+	require.LessOrEqual(t, j.bytes, j.opts.MaxBytes)
+	dropped := testutil.ToFloat64(j.dropped.WithLabelValues("bytes"))
+	require.Positive(t, dropped)
+	require.Equal(t, float64(10*journalBlockSize)-dropped, testutil.ToFloat64(j.retained))
+	page, last, more, gap := j.read(5, 10, &journalQuery{})
+	require.True(t, gap)
+	require.True(t, more)
+	require.Equal(t, j.cursor(uint64(dropped)+1), page[0].Cursor, "the oldest kept")
+	require.Equal(t, uint64(dropped)+10, last)
+}
+
+// TestJournalConcurrentReadersSeeEveryEventOnce records from several
+// goroutines while readers page through: each reader sees every event,
+// once, in order (run it with -race).
+func TestJournalConcurrentReadersSeeEveryEventOnce(t *testing.T) {
+	j := testJournal(JournalOptions{})
+	const writers, each = 4, 2000
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() { recordN(j, each) })
+	}
+	for range 2 {
+		wg.Go(func() {
+			var after uint64
+			for after < writers*each {
+				page, last, _, _ := j.read(after, 97, &journalQuery{})
+				for i, ev := range page {
+					if ev.Cursor != j.cursor(after+uint64(i)+1) {
+						t.Errorf("event %s after %d; want %s", ev.Cursor, after, j.cursor(after+uint64(i)+1))
+						return
+					}
+				}
+				after = last
+				if len(page) == 0 {
+					if wake := j.waitFor(after); wake != nil {
+						<-wake
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestJournalHooksOffAllocateNothing checks that with the journal off
+// the hooks on the relay's path allocate nothing.
+func TestJournalHooksOffAllocateNothing(t *testing.T) {
+	s := &Server{}
+	m := &store.Message{ID: "m1", Topic: "jobs:a", Meta: []byte(`{"correlation_id":"x"}`)}
+	d := &delivery{Message: m, ClientID: "w", Subscription: "jobs:*", Attempt: 1}
+	chain := []*subscription{}
+	allocs := testing.AllocsPerRun(100, func() {
+		s.journalAccepted(&conn{}, m, "")
+		s.journalRouted(protocol.JournalRouted, m, chain, "")
+		s.journalDelivery(d, "processed", nil)
+	})
+	require.Zero(t, allocs)
+}
+
+// TestJournalRecordAllocatesOnlyBlocks checks that recording a delivery
+// allocates nothing per event but its block, once per journalBlockSize.
+func TestJournalRecordAllocatesOnlyBlocks(t *testing.T) {
+	s := &Server{journal: testJournal(JournalOptions{})}
+	d := &delivery{Message: &store.Message{ID: "m1", Topic: "jobs:a"}, ClientID: "w", Subscription: "jobs:*", Attempt: 1}
+	allocs := testing.AllocsPerRun(10*journalBlockSize, func() { s.journalDelivery(d, "processed", nil) })
+	require.Less(t, allocs, 1.0)
+}
+
+// BenchmarkJournalRecord measures the record path of one delivery, on
+// and off. On, the B/op is the blocks' (one per journalBlockSize
+// events), and the time includes the collector's scan of the retained
+// journal, which a real bus pays too.
+func BenchmarkJournalRecord(b *testing.B) {
+	d := &delivery{Message: &store.Message{ID: "0a1b2c3d4e5f-12345", Topic: "jobs:a"}, ClientID: "worker", Subscription: "jobs:*", Attempt: 1}
+	for _, bc := range []struct {
+		name string
+		s    *Server
+	}{{"off", &Server{}}, {"on", &Server{journal: testJournal(JournalOptions{})}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.s.journalDelivery(d, "processed", nil)
+			}
+		})
+	}
+}
+
+// FuzzJournalQuery feeds query strings to the journal's parser: it never
+// panics, refuses with an error rather than guessing, and a cursor it
+// gave reads back as the event it names.
+func FuzzJournalQuery(f *testing.F) {
+	for _, seed := range []string{
+		"correlationId=b00t-1&topic=jobs:*&since=15m&after=b00t.3&limit=10",
+		"since=2026-01-02T15:04:05Z", "after=other.99", "after=b00t.99999999999999999999", "after=.1", "after=b00t.",
+		"topic=a%20b", "limit=-1", "limit=1&limit=2", "x=1", "since=-1h", "topic=[a-", "correlationId=",
+	} {
+		f.Add(seed)
+	}
+	j := testJournal(JournalOptions{})
+	recordN(j, 10)
+	now := time.Now()
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		req, err := j.parseEventsQuery(v, now)
+		if err != nil {
+			require.NotEmpty(t, err.Error())
+			return
+		}
+		require.LessOrEqual(t, req.after, uint64(10), "a cursor past the newest event is refused")
+		require.True(t, req.limit >= 1 && req.limit <= maxEventsLimit)
+		page, last, _, _ := j.read(req.after, req.limit, &req.q)
+		require.GreaterOrEqual(t, last, req.after)
+		for _, ev := range page {
+			seq, err := j.parseCursor(ev.Cursor)
+			require.NoError(t, err)
+			require.Greater(t, seq, req.after)
+		}
+	})
+}

@@ -1,0 +1,287 @@
+package bus
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// The message journal over HTTP (docs/PROTOCOL.md, "Message journal"):
+// a page of events, and a Server-Sent Events stream of them. Both take
+// the credential POST /v1/messages does, and show a reader only the
+// events of topics its grant lets it subscribe to; an admin sees all.
+const (
+	// PathEvents answers a page of journal events.
+	PathEvents = "/v1/events"
+	// PathEventsStream streams journal events as Server-Sent Events.
+	PathEventsStream = "/v1/events/stream"
+)
+
+const (
+	// defaultEventsLimit and maxEventsLimit bound a page (limit=).
+	defaultEventsLimit = 100
+	maxEventsLimit     = 1000
+	// maxCorrelationID bounds correlationId=, as message ids are short.
+	maxCorrelationID = 256
+	// streamKeepalive is how often an idle stream sends a comment, so
+	// that proxies and the reader see it is alive.
+	streamKeepalive = 15 * time.Second
+	// streamRetryMS is the reconnect delay a stream asks EventSource for.
+	streamRetryMS = 2000
+)
+
+// maxReaderTopics bounds the topics a reader's grant decisions are
+// remembered for; beyond it they are forgotten all at once.
+const maxReaderTopics = 4096
+
+// eventsRequest is a parsed query of the journal.
+type eventsRequest struct {
+	after    uint64
+	hasAfter bool
+	limit    int
+	q        journalQuery
+}
+
+// parseEventsQuery reads the query string of PathEvents and
+// PathEventsStream: correlationId, topic (a pattern), since (RFC 3339 or
+// a duration ago), after (a cursor) and limit. A parameter it does not
+// know is refused, so that a typo does not widen the query.
+func (j *journal) parseEventsQuery(v url.Values, now time.Time) (eventsRequest, error) {
+	req := eventsRequest{limit: defaultEventsLimit}
+	for name, vals := range v {
+		if len(vals) != 1 {
+			return req, fmt.Errorf("query parameter %s is given %d times; give it once", name, len(vals))
+		}
+		val := vals[0]
+		switch name {
+		case "correlationId":
+			if val == "" || len(val) > maxCorrelationID {
+				return req, fmt.Errorf("correlationId must be a message id of 1 to %d bytes", maxCorrelationID)
+			}
+			req.q.correlationID = val
+		case "topic":
+			p, err := protocol.ParsePattern(val)
+			if err != nil {
+				return req, fmt.Errorf("topic: %v", err)
+			}
+			req.q.topic = p
+		case "since":
+			t, err := parseSince(val, now)
+			if err != nil {
+				return req, err
+			}
+			req.q.since = t
+		case "after":
+			seq, err := j.parseCursor(val)
+			if err != nil {
+				return req, fmt.Errorf("after: %v", err)
+			}
+			req.after, req.hasAfter = seq, true
+		case "limit":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > maxEventsLimit {
+				return req, fmt.Errorf("limit %q is not a number from 1 to %d", val, maxEventsLimit)
+			}
+			req.limit = n
+		default:
+			return req, fmt.Errorf("unknown query parameter %q; the journal takes correlationId, topic, since, after and limit", name)
+		}
+	}
+	return req, nil
+}
+
+// parseSince reads since=: an RFC 3339 time, or a Go duration meaning
+// that long before now (since=15m).
+func parseSince(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("since %q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a positive duration ago (15m)", v)
+	}
+	return now.Add(-d), nil
+}
+
+// journalReader authenticates the reader of r as POST /v1/messages does
+// and returns what it may see: nil for everything (an admin, or an open
+// bus).
+func (s *Server) journalReader(r *http.Request) (func(topic string) bool, *auth.Authenticator, error) {
+	if err := s.checkBrowser(r); err != nil {
+		return nil, nil, err
+	}
+	cred, err := bearer(r)
+	if err != nil {
+		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
+		return nil, nil, err
+	}
+	a := s.auth.Load()
+	if a == nil {
+		return nil, nil, nil
+	}
+	principal, err := s.authenticate(a, cred)
+	if err != nil {
+		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
+		return nil, a, protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted; %s", unauthorizedDetail)
+	}
+	access := principal.Bind(principal.Name())
+	if access.Admin() {
+		return nil, a, nil
+	}
+	// A topic is a pattern that matches itself only: the reader sees it
+	// if it could subscribe to it.
+	seen := make(map[string]bool)
+	return func(topic string) bool {
+		may, ok := seen[topic]
+		if !ok {
+			p, err := protocol.ParsePattern(topic)
+			may = err == nil && access.CanSubscribe(p)
+			if len(seen) >= maxReaderTopics {
+				clear(seen)
+			}
+			seen[topic] = may
+		}
+		return may
+	}, a, nil
+}
+
+// journalRequest checks a request of the journal: the method, the
+// journal being on, the reader and the query. It answers the request
+// itself when it returns false.
+func (s *Server) journalRequest(w http.ResponseWriter, r *http.Request) (eventsRequest, *auth.Authenticator, bool) {
+	if r.Method != http.MethodGet {
+		methodNotAllowed(w, http.MethodGet)
+		return eventsRequest{}, nil, false
+	}
+	may, a, err := s.journalReader(r)
+	if err != nil {
+		writeError(w, 0, err)
+		return eventsRequest{}, nil, false
+	}
+	if s.journal == nil {
+		writeError(w, http.StatusNotFound, protocol.Errorf(protocol.ErrMethodNotFound, "the message journal is off on this bus (--journal=false)"))
+		return eventsRequest{}, nil, false
+	}
+	req, err := s.journal.parseEventsQuery(r.URL.Query(), time.Now())
+	if err != nil {
+		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "%v", err))
+		return eventsRequest{}, nil, false
+	}
+	req.q.may = may
+	return req, a, true
+}
+
+// serveEvents answers a page of the journal.
+func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
+	req, _, ok := s.journalRequest(w, r)
+	if !ok {
+		return
+	}
+	j := s.journal
+	events, last, more, gap := j.read(req.after, req.limit, &req.q)
+	page := protocol.JournalPage{Events: events, Next: j.cursor(last), More: more, Gap: gap}
+	if page.Events == nil {
+		page.Events = []protocol.JournalEvent{}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// serveEventStream streams the journal as Server-Sent Events: each event
+// with its cursor as id, from the one after Last-Event-ID (or after=),
+// else from since=, else from now on. A reader that reconnects with the
+// last id it got misses nothing the journal still holds. The stream ends
+// when the bus shuts down, or when a reload no longer accepts the
+// reader's credential.
+func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
+	req, a, ok := s.journalRequest(w, r)
+	if !ok {
+		return
+	}
+	j := s.journal
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		seq, err := j.parseCursor(id)
+		if err != nil {
+			writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "Last-Event-ID: %v", err))
+			return
+		}
+		req.after, req.hasAfter = seq, true
+	}
+	if !req.hasAfter && req.q.since.IsZero() {
+		j.mu.Lock()
+		req.after = j.next - 1
+		j.mu.Unlock()
+	}
+	rc := http.NewResponseController(w)
+	// A stream outlives the server's read timeout, which would otherwise
+	// end it: there is nothing more to read.
+	_ = rc.SetReadDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !write([]byte("retry: " + strconv.Itoa(streamRetryMS) + "\n\n")) {
+		return
+	}
+	keepalive := time.NewTicker(streamKeepalive)
+	defer keepalive.Stop()
+	var buf []byte
+	for {
+		if now := s.auth.Load(); now != a {
+			// Reloaded: the reader's grant is decided again.
+			may, na, err := s.journalReader(r)
+			if err != nil {
+				return
+			}
+			req.q.may, a = may, na
+		}
+		events, last, more, gap := j.read(req.after, maxEventsLimit, &req.q)
+		buf = buf[:0]
+		if gap {
+			buf = append(buf, ": events after the last id were dropped by retention; going on from the oldest kept\n\n"...)
+		}
+		for i := range events {
+			data, _ := json.Marshal(&events[i])
+			buf = append(buf, "id: "...)
+			buf = append(buf, events[i].Cursor...)
+			buf = append(buf, "\ndata: "...)
+			buf = append(buf, data...)
+			buf = append(buf, "\n\n"...)
+		}
+		req.after = last
+		if len(buf) > 0 && !write(buf) {
+			return
+		}
+		if more {
+			continue
+		}
+		wake := j.waitFor(last)
+		if wake == nil {
+			continue
+		}
+		select {
+		case <-wake:
+		case <-keepalive.C:
+			if !write([]byte(": keepalive\n\n")) {
+				return
+			}
+		case <-r.Context().Done():
+			return
+		case <-j.closed:
+			return
+		}
+	}
+}
