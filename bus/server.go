@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,6 +99,10 @@ type Options struct {
 	Hosts []string
 
 	Limits Limits
+
+	// Hooks are the incoming webhooks, served at /v1/hooks/{name}
+	// (webhook_in.go).
+	Hooks []Hook
 
 	// Cluster makes the bus one node of a cluster (docs/CLUSTER.md):
 	// the subscription order, deliveries to subscribers on other nodes,
@@ -226,7 +231,12 @@ type Server struct {
 	// (a cluster's), and the keys are refused.
 	idempotent idempotentStore
 	// http holds the HTTP API's publishers (httpapi.go).
-	http         httpPublishers
+	http httpPublishers
+	// hooks are the incoming webhooks by name, hookRequests counts their
+	// requests and hookReplays keeps their delivery ids (webhook_in.go).
+	hooks        map[string]*hook
+	hookRequests *prometheus.CounterVec
+	hookReplays  hookReplays
 	sched        *scheduler
 	pinger       *pinger
 	events       *events
@@ -312,6 +322,11 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		holdPatterns: holds,
 	}
 	s.auth.Store(o.Auth)
+	var err error
+	if s.hooks, err = s.newHooks(o.Hooks); err != nil {
+		return nil, fmt.Errorf("new bus: %w", err)
+	}
+	s.hookRequests = newHookMetrics(s.metrics.registry)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver, s.deliverLocal = s.chain()
@@ -395,6 +410,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/":
 		s.serveWebSocket(w, r)
 	default:
+		if strings.HasPrefix(r.URL.Path, PathHooks) {
+			s.serveHook(w, r)
+			return
+		}
 		http.NotFound(w, r)
 	}
 }
