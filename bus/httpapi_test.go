@@ -83,6 +83,9 @@ func httpDo(t *testing.T, srv *bustest.Server, method, target, body string, head
 		t.Fatalf("%s %s: read answer: %v", method, target, err)
 	}
 	path, _, _ := strings.Cut(target, "?")
+	if strings.HasPrefix(path, bus.PathHooks) {
+		path = bus.PathHooks + "{name}"
+	}
 	httpSeen.Lock()
 	httpSeen.m[fmt.Sprintf("%s %s %d", path, strings.ToLower(method), res.StatusCode)] = true
 	httpSeen.Unlock()
@@ -278,6 +281,7 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	TestHTTPPublishRateLimited(t)
 	TestHTTPPublishIdempotent(t)
 	TestHTTPPublishFailures(t)
+	TestHookStatuses(t)
 	var doc struct {
 		OpenAPI string                                                   `json:"openapi"`
 		Paths   map[string]map[string]struct{ Responses map[string]any } `json:"paths"`
