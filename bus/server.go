@@ -103,6 +103,14 @@ type Options struct {
 	// Hooks are the incoming webhooks, served at /v1/hooks/{name}
 	// (webhook_in.go).
 	Hooks []Hook
+	// WebhookSubscriptions are subscriptions whose subscribers are URLs
+	// (webhook_out.go); a single node's only, for now.
+	WebhookSubscriptions []WebhookSubscription
+	// WebhookAllowPrivate lets the bus POST deliveries to loopback,
+	// private and link-local addresses. Default: refused, so that
+	// whoever configures a URL cannot make the bus reach inside its
+	// network (SSRF).
+	WebhookAllowPrivate bool
 
 	// Cluster makes the bus one node of a cluster (docs/CLUSTER.md):
 	// the subscription order, deliveries to subscribers on other nodes,
@@ -237,6 +245,14 @@ type Server struct {
 	hooks        map[string]*hook
 	hookRequests *prometheus.CounterVec
 	hookReplays  hookReplays
+	// webhooks are the URL subscribers by clientId, under webhookMu;
+	// webhookClient makes their calls, counted in webhookCalls
+	// (webhook_out.go).
+	webhookMu     sync.Mutex
+	webhooks      map[string]*urlSubscriber
+	webhookClient *http.Client
+	webhookCalls  *prometheus.CounterVec
+
 	sched        *scheduler
 	pinger       *pinger
 	events       *events
@@ -326,7 +342,8 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	if s.hooks, err = s.newHooks(o.Hooks); err != nil {
 		return nil, fmt.Errorf("new bus: %w", err)
 	}
-	s.hookRequests = newHookMetrics(s.metrics.registry)
+	s.hookRequests, s.webhookCalls = newWebhookMetrics(s.metrics.registry)
+	s.webhookClient = newWebhookClient(o.DeliveryTimeout, o.WebhookAllowPrivate)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver, s.deliverLocal = s.chain()
@@ -366,6 +383,11 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	}
 	if len(pending) > 0 {
 		o.Logger.Info("resuming pending work", "pending", len(pending))
+	}
+	for _, w := range o.WebhookSubscriptions {
+		if _, err := s.addWebhookSubscription(w); err != nil {
+			return fail(fmt.Errorf("new bus: webhook subscription %q: %w", w.Name, err))
+		}
 	}
 	s.metrics.watchStore(s.store)
 	s.work.Add(2)

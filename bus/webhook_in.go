@@ -227,17 +227,24 @@ const (
 
 var hookOutcomes = []string{hookPublished, hookNotFound, hookBadSignature, hookStale, hookReplay, hookTooLarge, hookBadRequest, hookRefused}
 
-// newHookMetrics registers the incoming webhooks' counter.
-func newHookMetrics(reg prometheus.Registerer) *prometheus.CounterVec {
-	v := prometheus.NewCounterVec(prometheus.CounterOpts{
+// newWebhookMetrics registers the webhooks' counters: requests to the
+// incoming ones, calls of the outgoing ones.
+func newWebhookMetrics(reg prometheus.Registerer) (requests, calls *prometheus.CounterVec) {
+	requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bub_webhook_requests_total",
 		Help: "Requests to /v1/hooks/, by outcome (published, not_found, bad_signature, stale, replay, too_large, bad_request, refused).",
 	}, []string{"outcome"})
-	for _, o := range hookOutcomes {
-		v.WithLabelValues(o)
+	calls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bub_webhook_calls_total",
+		Help: "POSTs to webhook subscribers' URLs, by outcome (2xx, 3xx, 4xx, 429, 5xx, timeout, error, refused_address).",
+	}, []string{"outcome"})
+	for vec, values := range map[*prometheus.CounterVec][]string{requests: hookOutcomes, calls: webhookCallOutcomes} {
+		for _, v := range values {
+			vec.WithLabelValues(v)
+		}
 	}
-	reg.MustRegister(v)
-	return v
+	reg.MustRegister(requests, calls)
+	return requests, calls
 }
 
 // signatureError is a request whose signature does not check out; the

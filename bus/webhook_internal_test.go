@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -297,4 +298,21 @@ func FuzzHookVerify(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPublicAddress is the SSRF rule as a table: what the bus calls
+// without --webhook-allow-private.
+func TestPublicAddress(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"93.184.216.34": true, "2606:2800:220:1:248:1893:25c8:1946": true, "8.8.8.8": true,
+		"127.0.0.1": false, "127.1.2.3": false, "::1": false, "::ffff:127.0.0.1": false,
+		"10.0.0.1": false, "172.16.0.1": false, "192.168.1.1": false, "fd00::1": false,
+		"169.254.169.254": false, "fe80::1": false, "0.0.0.0": false, "::": false,
+		"100.64.0.1": false, "224.0.0.1": false, "255.255.255.255": false,
+		"64:ff9b::7f00:1": false, "2002:7f00:1::": false, "::ffff:169.254.169.254": false,
+	} {
+		if got := publicAddress(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("publicAddress(%s) = %v; want %v", addr, got, want)
+		}
+	}
 }
