@@ -1,0 +1,158 @@
+package main
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/protocol"
+)
+
+func hmacHex(secret, s string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(s))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// TestWebhooksEndToEnd runs bub serve with a webhooks: section: signed
+// requests to its incoming hooks get every status over real HTTP, and
+// what they publish goes out to a webhook subscription, a local
+// receiver that verifies Bub-Signature as docs/PROTOCOL.md says and
+// answers 500 then 200 (retried) or 400 (dead-lettered, as bub dlq
+// list shows).
+func TestWebhooksEndToEnd(t *testing.T) {
+	t.Parallel()
+	type call struct {
+		repo    string
+		attempt int
+	}
+	calls := make(chan call, 16)
+	var mu sync.Mutex
+	answered := map[string]int{}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		ts, v1, _ := strings.Cut(strings.TrimPrefix(r.Header.Get("Bub-Signature"), "t="), ",v1=")
+		if !hmac.Equal([]byte(v1), []byte(hmacHex("out-secret", ts+"."+string(body)))) {
+			t.Errorf("Bub-Signature %q does not verify", r.Header.Get("Bub-Signature"))
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var p protocol.ProcessMessageParams
+		var payload struct {
+			Body struct {
+				Repository struct {
+					FullName string `json:"full_name"`
+				} `json:"repository"`
+			} `json:"body"`
+		}
+		if json.Unmarshal(body, &p) != nil || json.Unmarshal(p.Payload, &payload) != nil {
+			t.Errorf("delivery %s is not processMessage params with a hook's payload", body)
+		}
+		repo := payload.Body.Repository.FullName
+		mu.Lock()
+		answered[repo]++
+		n := answered[repo]
+		mu.Unlock()
+		calls <- call{repo, p.Attempt}
+		switch {
+		case repo == "octo/flaky" && n == 1:
+			w.WriteHeader(http.StatusInternalServerError)
+		case repo == "octo/bad":
+			w.WriteHeader(http.StatusBadRequest)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(receiver.Close)
+
+	dir := t.TempDir()
+	for name, secret := range map[string]string{"github.secret": "gh-secret\n", "out.secret": "out-secret\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(secret), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := filepath.Join(dir, "bub.yaml")
+	if err := os.WriteFile(config, []byte(`retry_base_delay: 50ms
+webhooks:
+  in:
+    - name: github
+      scheme: github
+      secret_file: github.secret
+      topic: "webhook:github:{repository.full_name}"
+      max_body_bytes: 4096
+  out:
+    - name: sink
+      url: `+receiver.URL+`/hook
+      pattern: "webhook:github:*"
+      secret_file: out.secret
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startBus(t, filepath.Join(dir, "data"), "--config", config, "--webhook-allow-private", "--log-level", "warn")
+
+	post := func(path, body, delivery, secret string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", d.http+path, strings.NewReader(body))
+		req.Header.Set("X-GitHub-Delivery", delivery)
+		if secret != "" {
+			req.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(secret, body))
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	repo := func(name string) string { return `{"repository":{"full_name":"` + name + `"}}` }
+	for _, tt := range []struct {
+		name, path, body, delivery, secret string
+		status                             int
+	}{
+		{"signed", "/v1/hooks/github", repo("octo/ok"), "d-1", "gh-secret", 201},
+		{"replayed", "/v1/hooks/github", repo("octo/ok"), "d-1", "gh-secret", 409},
+		{"wrong secret", "/v1/hooks/github", repo("octo/evil"), "d-2", "guess", 401},
+		{"unsigned", "/v1/hooks/github", repo("octo/evil"), "d-3", "", 401},
+		{"no such field", "/v1/hooks/github", `{"zen":"x"}`, "d-4", "gh-secret", 400},
+		{"too large", "/v1/hooks/github", repo(strings.Repeat("x", 5000)), "d-5", "gh-secret", 413},
+		{"no such hook", "/v1/hooks/gitlab", repo("octo/ok"), "d-6", "gh-secret", 404},
+		{"retried", "/v1/hooks/github", repo("octo/flaky"), "d-7", "gh-secret", 201},
+		{"refused by the receiver", "/v1/hooks/github", repo("octo/bad"), "d-8", "gh-secret", 201},
+	} {
+		if status, body := post(tt.path, tt.body, tt.delivery, tt.secret); status != tt.status {
+			t.Fatalf("%s: %d %s; want %d", tt.name, status, body, tt.status)
+		}
+	}
+	got := map[string][]int{}
+	timeout := time.After(bustest.Timeout)
+	for len(got["octo/ok"]) < 1 || len(got["octo/flaky"]) < 2 || len(got["octo/bad"]) < 1 {
+		select {
+		case c := <-calls:
+			got[c.repo] = append(got[c.repo], c.attempt)
+		case <-timeout:
+			t.Fatalf("the receiver got %v; want octo/ok once, octo/flaky twice, octo/bad once", got)
+		}
+	}
+	if len(got) != 3 || len(got["octo/flaky"]) != 2 || got["octo/flaky"][1] != 2 || len(got["octo/bad"]) != 1 {
+		t.Fatalf("the receiver got %v; want octo/flaky attempts 1 and 2, octo/bad once, nothing unsigned", got)
+	}
+	out, errOut, code := bub(t, []string{"BUB_BUS_URL=" + d.url}, "", "dlq", "list")
+	if code != 0 || strings.Count(out, "webhook:github:") != 1 || !strings.Contains(out, "webhook:github:octo/bad") || !strings.Contains(out, "rejected") {
+		t.Fatalf("bub dlq list: exit %d\n%s%s\nwant octo/bad alone, rejected", code, out, errOut)
+	}
+	if strings.Contains(d.stderr.String(), "gh-secret") || strings.Contains(d.stderr.String(), "out-secret") {
+		t.Fatalf("bub serve logged a secret:\n%s", d.stderr)
+	}
+}
