@@ -19,33 +19,33 @@ import (
 // --print-config has none to show. They are read at start; a SIGHUP
 // does not reload this section.
 type webhooksConfig struct {
-	In  []hookConfig    `yaml:"in"`
-	Out []webhookConfig `yaml:"out"`
+	In  []hookConfig    `yaml:"in,omitempty"`
+	Out []webhookConfig `yaml:"out,omitempty"`
 }
 
 // hookConfig is one incoming webhook, as bus.Hook.
 type hookConfig struct {
-	Name         string        `yaml:"name"`
-	Scheme       string        `yaml:"scheme"`
-	SecretFile   string        `yaml:"secret_file"`
-	Header       string        `yaml:"header"`
-	Encoding     string        `yaml:"encoding"`
-	Prefix       string        `yaml:"prefix"`
-	Tolerance    time.Duration `yaml:"tolerance"`
-	Topic        string        `yaml:"topic"`
-	DeliveryID   string        `yaml:"delivery_id"`
-	Insecure     bool          `yaml:"insecure"`
-	MaxBodyBytes int64         `yaml:"max_body_bytes"`
+	Name         string        `yaml:"name,omitempty"`
+	Scheme       string        `yaml:"scheme,omitempty"`
+	SecretFile   string        `yaml:"secret_file,omitempty"`
+	Header       string        `yaml:"header,omitempty"`
+	Encoding     string        `yaml:"encoding,omitempty"`
+	Prefix       string        `yaml:"prefix,omitempty"`
+	Tolerance    time.Duration `yaml:"tolerance,omitempty"`
+	Topic        string        `yaml:"topic,omitempty"`
+	DeliveryID   string        `yaml:"delivery_id,omitempty"`
+	Insecure     bool          `yaml:"insecure,omitempty"`
+	MaxBodyBytes int64         `yaml:"max_body_bytes,omitempty"`
 }
 
 // webhookConfig is one webhook subscription, as
 // bus.WebhookSubscription.
 type webhookConfig struct {
-	Name       string `yaml:"name"`
-	URL        string `yaml:"url"`
-	Pattern    string `yaml:"pattern"`
-	Policy     string `yaml:"policy"`
-	SecretFile string `yaml:"secret_file"`
+	Name       string `yaml:"name,omitempty"`
+	URL        string `yaml:"url,omitempty"`
+	Pattern    string `yaml:"pattern,omitempty"`
+	Policy     string `yaml:"policy,omitempty"`
+	SecretFile string `yaml:"secret_file,omitempty"`
 }
 
 // webhooks decodes the webhooks: section strictly, as auth: is.
