@@ -51,6 +51,10 @@ var methods = map[string]method{
 	protocol.MethodDLQGet:      {queued: true, admin: true, serve: (*conn).dlqGet},
 	protocol.MethodDLQReplay:   {queued: true, admin: true, serve: (*conn).dlqReplay},
 	protocol.MethodDLQPurge:    {queued: true, admin: true, serve: (*conn).dlqPurge},
+	// Webhook subscriptions (webhook_admin.go).
+	protocol.MethodWebhookAdd:    {queued: true, admin: true, serve: (*conn).webhookAdd},
+	protocol.MethodWebhookRemove: {queued: true, admin: true, serve: (*conn).webhookRemove},
+	protocol.MethodWebhookList:   {queued: true, admin: true, serve: (*conn).webhookList},
 }
 
 // run checks that the connection may call m, then serves req.

@@ -20,15 +20,18 @@ import (
 // answers -32601 and touches nothing.
 func TestMethodTable(t *testing.T) {
 	want := map[string]bus.MethodInfo{
-		protocol.MethodInitialize:  {Open: true, InOrder: true},
-		protocol.MethodPing:        {},
-		protocol.MethodSubscribe:   {InOrder: true},
-		protocol.MethodUnsubscribe: {InOrder: true},
-		protocol.MethodSendMessage: {Queued: true},
-		protocol.MethodDLQList:     {Queued: true, Admin: true},
-		protocol.MethodDLQGet:      {Queued: true, Admin: true},
-		protocol.MethodDLQReplay:   {Queued: true, Admin: true},
-		protocol.MethodDLQPurge:    {Queued: true, Admin: true},
+		protocol.MethodInitialize:    {Open: true, InOrder: true},
+		protocol.MethodPing:          {},
+		protocol.MethodSubscribe:     {InOrder: true},
+		protocol.MethodUnsubscribe:   {InOrder: true},
+		protocol.MethodSendMessage:   {Queued: true},
+		protocol.MethodDLQList:       {Queued: true, Admin: true},
+		protocol.MethodDLQGet:        {Queued: true, Admin: true},
+		protocol.MethodDLQReplay:     {Queued: true, Admin: true},
+		protocol.MethodDLQPurge:      {Queued: true, Admin: true},
+		protocol.MethodWebhookAdd:    {Queued: true, Admin: true},
+		protocol.MethodWebhookRemove: {Queued: true, Admin: true},
+		protocol.MethodWebhookList:   {Queued: true, Admin: true},
 	}
 	require.Equal(t, want, bus.MethodTable())
 

@@ -385,9 +385,14 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		o.Logger.Info("resuming pending work", "pending", len(pending))
 	}
 	for _, w := range o.WebhookSubscriptions {
-		if _, err := s.addWebhookSubscription(w); err != nil {
+		u, err := s.addWebhookSubscription(w)
+		if err != nil {
 			return fail(fmt.Errorf("new bus: webhook subscription %q: %w", w.Name, err))
 		}
+		u.configured = true
+	}
+	if err := s.restoreWebhooks(); err != nil {
+		return fail(fmt.Errorf("new bus: read webhook subscriptions: %w", err))
 	}
 	s.metrics.watchStore(s.store)
 	s.work.Add(2)

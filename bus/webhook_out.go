@@ -63,9 +63,15 @@ const (
 // connection and a cluster stand-in.
 type urlSubscriber struct {
 	holding
-	url    string
-	secret []byte
-	client *http.Client
+	name    string
+	pattern string
+	policy  protocol.Policy
+	// configured is set for those of Options.WebhookSubscriptions,
+	// which webhook.remove leaves alone.
+	configured bool
+	url        string
+	secret     []byte
+	client     *http.Client
 	// slots bounds the requests in flight to the URL, as a connection's
 	// MaxInFlight bounds its own.
 	slots chan struct{}
@@ -106,6 +112,9 @@ func (s *Server) addWebhookSubscription(cfg WebhookSubscription) (*urlSubscriber
 	clientID := webhookClientPrefix + cfg.Name
 	u2 := &urlSubscriber{
 		holding: holding{server: s, log: s.log.With("webhook", cfg.Name), clientID: clientID, subs: make(map[string]*subscription)},
+		name:    cfg.Name,
+		pattern: pattern.String(),
+		policy:  policy,
 		url:     u.String(),
 		secret:  cfg.Secret,
 		client:  s.webhookClient,
@@ -129,6 +138,11 @@ func (s *Server) addWebhookSubscription(cfg WebhookSubscription) (*urlSubscriber
 	s.router.insert(sub)
 	s.sched.wakeHolds(pattern, clientID)
 	return u2, nil
+}
+
+// info is u as webhook.list shows it.
+func (u *urlSubscriber) info() protocol.Webhook {
+	return protocol.Webhook{Name: u.name, ClientID: u.clientID, URL: u.url, Pattern: u.pattern, Policy: u.policy, Configured: u.configured}
 }
 
 // webhookSubscriber returns the URL subscriber with clientID, or nil.

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"context"
 	"crypto/hmac"
 	"encoding/json"
 	"io"
@@ -162,4 +163,68 @@ func TestWebhookSubscriptionRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWebhookAdminMethods makes, lists and removes a webhook
+// subscription with webhook.*: what webhook.add makes delivers at once,
+// is kept across a restart, and is gone after webhook.remove; one of
+// the configuration is listed but not removable, and the secret is
+// never shown.
+func TestWebhookAdminMethods(t *testing.T) {
+	rc := newReceiver(t, "admin-secret", nil)
+	st := store.OpenMemory()
+	opts := &bus.Options{Store: st, WebhookAllowPrivate: true, WebhookSubscriptions: []bus.WebhookSubscription{
+		{Name: "fixed", URL: rc.srv.URL, Pattern: "fixed:*", Secret: []byte("admin-secret")},
+	}}
+	first := bustest.Start(t, opts)
+	admin := bustest.Dial(t, first.URL)
+	admin.Initialize("ops")
+	var added protocol.Webhook
+	admin.MustCall(protocol.MethodWebhookAdd, protocol.WebhookAddParams{Name: "made", URL: rc.srv.URL + "/x", Pattern: "made:*", Secret: "admin-secret"}, &added)
+	require.Equal(t, "bub-webhook-made", added.ClientID)
+	r := admin.Publish("made:1", "t")
+	require.True(t, r.Acks[0].Processed, "%+v", r.Acks)
+	<-rc.got
+
+	for _, bad := range []protocol.WebhookAddParams{
+		{Name: "made", URL: rc.srv.URL, Pattern: "x", Secret: "k"},  // taken
+		{Name: "fixed", URL: rc.srv.URL, Pattern: "x", Secret: "k"}, // the file's
+		{Name: "n", URL: "ftp://x", Pattern: "x", Secret: "k"},
+		{Name: "n", URL: rc.srv.URL, Pattern: "x"},
+	} {
+		resp := admin.Call(protocol.MethodWebhookAdd, bad)
+		require.NotNil(t, resp.Error, "webhook.add %+v was taken", bad)
+		require.EqualValues(t, protocol.CodeInvalidParams, resp.Error.Code)
+	}
+	resp := admin.Call(protocol.MethodWebhookRemove, protocol.WebhookRemoveParams{Name: "fixed"})
+	require.NotNil(t, resp.Error, "the configuration's webhook was removed")
+	require.Contains(t, resp.Error.Message, "configuration file")
+
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	require.NoError(t, first.Shutdown(ctx))
+	second := bustest.Start(t, opts)
+	admin = bustest.Dial(t, second.URL)
+	admin.Initialize("ops")
+	var list protocol.WebhookListResult
+	admin.MustCall(protocol.MethodWebhookList, map[string]any{}, &list)
+	require.Len(t, list.Webhooks, 2)
+	require.Equal(t, "fixed", list.Webhooks[0].Name)
+	require.True(t, list.Webhooks[0].Configured)
+	require.Equal(t, "made", list.Webhooks[1].Name)
+	require.False(t, list.Webhooks[1].Configured)
+	raw := admin.Call(protocol.MethodWebhookList, map[string]any{})
+	require.NotContains(t, string(raw.Result), "admin-secret")
+	r = admin.Publish("made:2", "t")
+	require.True(t, r.Acks[0].Processed, "after a restart: %+v", r.Acks)
+	<-rc.got
+
+	admin.MustCall(protocol.MethodWebhookRemove, protocol.WebhookRemoveParams{Name: "made"}, nil)
+	r = admin.Publish("made:3", "t")
+	require.Empty(t, r.Acks, "a removed webhook still subscribes")
+	resp = admin.Call(protocol.MethodWebhookRemove, protocol.WebhookRemoveParams{Name: "made"})
+	require.NotNil(t, resp.Error, "removed twice")
+	stored, err := st.Webhooks()
+	require.NoError(t, err)
+	require.Empty(t, stored)
 }

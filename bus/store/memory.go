@@ -22,7 +22,7 @@ type memory struct {
 
 func newMemory() *memory {
 	return &memory{
-		buckets:   map[bucket]map[string][]byte{bucketMeta: {}, bucketPending: {}, bucketDeadLetters: {}, bucketIdempotency: {}},
+		buckets:   map[bucket]map[string][]byte{bucketMeta: {}, bucketPending: {}, bucketDeadLetters: {}, bucketIdempotency: {}, bucketWebhooks: {}},
 		sequences: map[bucket]uint64{},
 	}
 }
