@@ -70,6 +70,11 @@ var boundVariables = map[string][]string{
 	"dlq show":     {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"dlq replay":   {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"dlq purge":    {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	// Webhook subscriptions, an admin's.
+	"webhook add":    {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"webhook remove": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"webhook list":   {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+
 	"bcp check":    {},
 	"bcp validate": {},
 	"version":      {},

@@ -152,6 +152,29 @@ webhooks:
 	if code != 0 || strings.Count(out, "webhook:github:") != 1 || !strings.Contains(out, "webhook:github:octo/bad") || !strings.Contains(out, "rejected") {
 		t.Fatalf("bub dlq list: exit %d\n%s%s\nwant octo/bad alone, rejected", code, out, errOut)
 	}
+	// The admin's commands: list, add (delivering at once), remove.
+	env := []string{"BUB_BUS_URL=" + d.url}
+	if out, errOut, code := bub(t, env, "", "webhook", "list"); code != 0 || !strings.Contains(out, "sink") || !strings.Contains(out, "config") {
+		t.Fatalf("bub webhook list: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := bub(t, env, "", "webhook", "add", "--name", "extra", "--url", receiver.URL+"/extra", "--pattern", "extra:*", "--secret-file", filepath.Join(dir, "out.secret")); code != 0 {
+		t.Fatalf("bub webhook add: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := bub(t, env, "", "send-message", "--topic", "extra:1", "--payload", `{"type":"t"}`); code != 0 || !strings.Contains(out, `"processed":true`) {
+		t.Fatalf("send-message to the added webhook: exit %d\n%s%s", code, out, errOut)
+	}
+	if c := <-calls; c.repo != "" || c.attempt != 1 {
+		t.Fatalf("the added webhook got %+v", c)
+	}
+	if out, errOut, code := bub(t, env, "", "webhook", "remove", "extra"); code != 0 {
+		t.Fatalf("bub webhook remove: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := bub(t, env, "", "webhook", "list", "--json"); code != 0 || strings.Contains(out, "extra") || strings.Contains(out, "out-secret") {
+		t.Fatalf("bub webhook list after remove: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, errOut, code := bub(t, env, "", "webhook", "remove", "sink"); code != 1 || !strings.Contains(errOut, "configuration file") {
+		t.Fatalf("bub webhook remove of the file's: exit %d %s; want 1 naming the configuration file", code, errOut)
+	}
 	if strings.Contains(d.stderr.String(), "gh-secret") || strings.Contains(d.stderr.String(), "out-secret") {
 		t.Fatalf("bub serve logged a secret:\n%s", d.stderr)
 	}
