@@ -565,6 +565,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Retry attempts still running fail fast now that the peers are gone;
 	// wait for them to settle in the store before the caller closes it.
 	s.sched.stop()
+	s.webhookClient.CloseIdleConnections()
 	if lerr := s.leaveCluster(); lerr != nil && err == nil {
 		err = lerr
 	}
