@@ -49,11 +49,15 @@ func storedWebhook(w *store.Webhook) WebhookSubscription {
 	return WebhookSubscription{Name: w.Name, URL: w.URL, Pattern: w.Pattern, Policy: protocol.Policy(w.Policy), Secret: w.Secret}
 }
 
-// webhookStoreOf returns the store's webhook side, or the error that
-// refuses the methods.
-func (s *Server) webhookStoreOf() (webhookStore, error) {
-	ws, ok := s.store.(webhookStore)
-	if !ok || s.opts.Cluster != nil {
+// webhookRequest decodes a webhook.add or webhook.remove request into
+// params and returns the store's webhook side, or the error that refuses
+// the request (a cluster's store keeps none).
+func (c *conn) webhookRequest(req *rpcstream.Request, params any) (webhookStore, error) {
+	if err := decodeParams(req, params); err != nil {
+		return nil, err
+	}
+	ws, ok := c.server.store.(webhookStore)
+	if !ok || c.server.opts.Cluster != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "webhook subscriptions are not yet shared by a cluster's nodes; run them on a single node")
 	}
 	return ws, nil
@@ -61,14 +65,11 @@ func (s *Server) webhookStoreOf() (webhookStore, error) {
 
 func (c *conn) webhookAdd(req *rpcstream.Request) (any, error) {
 	var p protocol.WebhookAddParams
-	if err := decodeParams(req, &p); err != nil {
-		return nil, err
-	}
-	s := c.server
-	ws, err := s.webhookStoreOf()
+	ws, err := c.webhookRequest(req, &p)
 	if err != nil {
 		return nil, err
 	}
+	s := c.server
 	w := &store.Webhook{Name: p.Name, URL: p.URL, Pattern: p.Pattern, Policy: string(p.Policy), Secret: []byte(p.Secret)}
 	u, err := s.addWebhookSubscription(storedWebhook(w))
 	if err != nil {
@@ -84,14 +85,11 @@ func (c *conn) webhookAdd(req *rpcstream.Request) (any, error) {
 
 func (c *conn) webhookRemove(req *rpcstream.Request) (any, error) {
 	var p protocol.WebhookRemoveParams
-	if err := decodeParams(req, &p); err != nil {
-		return nil, err
-	}
-	s := c.server
-	ws, err := s.webhookStoreOf()
+	ws, err := c.webhookRequest(req, &p)
 	if err != nil {
 		return nil, err
 	}
+	s := c.server
 	u := s.webhookSubscriber(webhookClientPrefix + p.Name)
 	if u != nil && u.configured {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "webhook %q is in the configuration file; remove it there and restart", p.Name)

@@ -2,9 +2,6 @@ package bus_test
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -16,13 +13,6 @@ import (
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
-
-// sign is the hex HMAC-SHA256 of s under secret.
-func sign(secret, s string) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(s))
-	return hex.EncodeToString(m.Sum(nil))
-}
 
 // TestHookStatuses posts to /v1/hooks/{name} over real HTTP and checks
 // every answer: a signed request is published on its template's topic
@@ -39,7 +29,7 @@ func TestHookStatuses(t *testing.T) {
 	_, got := bustest.Collect(t, srv.URL, "sink", "webhook:*")
 	push := `{"repository":{"full_name":"octo/hello"},"ref":"refs/heads/main"}`
 	ghHeader := func(body, delivery string) map[string]string {
-		return map[string]string{"X-Hub-Signature-256": "sha256=" + sign("gh-secret", body), "X-GitHub-Event": "push", "X-GitHub-Delivery": delivery}
+		return map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("gh-secret", body), "X-GitHub-Event": "push", "X-GitHub-Delivery": delivery}
 	}
 	now := strconv.FormatInt(time.Now().Unix(), 10)
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
@@ -57,7 +47,7 @@ func TestHookStatuses(t *testing.T) {
 		{"github signed", "POST", "/v1/hooks/github", push, ghHeader(push, "d-1"), 201, 0, "webhook:github:octo/hello:push"},
 		{"github replayed", "POST", "/v1/hooks/github", push, ghHeader(push, "d-1"), 409, protocol.CodeInvalidParams, ""},
 		{"github id reused, other body", "POST", "/v1/hooks/github", `{"repository":{"full_name":"x/y"}}`, ghHeader(`{"repository":{"full_name":"x/y"}}`, "d-1"), 409, protocol.CodeInvalidParams, ""},
-		{"github wrong signature", "POST", "/v1/hooks/github", push, map[string]string{"X-Hub-Signature-256": "sha256=" + sign("other", push), "X-GitHub-Event": "push", "X-GitHub-Delivery": "d-2"}, 401, protocol.CodeUnauthorized, ""},
+		{"github wrong signature", "POST", "/v1/hooks/github", push, map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("other", push), "X-GitHub-Event": "push", "X-GitHub-Delivery": "d-2"}, 401, protocol.CodeUnauthorized, ""},
 		{"github no signature", "POST", "/v1/hooks/github", push, map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "d-3"}, 401, protocol.CodeUnauthorized, ""},
 		{"github no delivery id", "POST", "/v1/hooks/github", push, ghHeader(push, ""), 400, protocol.CodeInvalidParams, ""},
 		{"github field missing", "POST", "/v1/hooks/github", `{"zen":"hi"}`, ghHeader(`{"zen":"hi"}`, "d-4"), 400, protocol.CodeInvalidParams, ""},
@@ -65,9 +55,9 @@ func TestHookStatuses(t *testing.T) {
 		// GitHub's own test vector passes the signature check; its body
 		// is no JSON, so it is refused after it.
 		{"github's vector", "POST", "/v1/hooks/vector", "Hello, World!", map[string]string{"X-Hub-Signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17", "X-GitHub-Delivery": "v-1"}, 400, protocol.CodeParseError, ""},
-		{"stripe signed", "POST", "/v1/hooks/stripe", event, map[string]string{"Stripe-Signature": "t=" + now + ",v1=" + sign("whsec_x", now+"."+event)}, 201, 0, "webhook:stripe:invoice.paid"},
-		{"stripe event replayed", "POST", "/v1/hooks/stripe", event, map[string]string{"Stripe-Signature": "t=" + now + ",v1=" + sign("whsec_x", now+"."+event)}, 409, protocol.CodeInvalidParams, ""},
-		{"stripe stale", "POST", "/v1/hooks/stripe", `{"id":"evt_2","type":"invoice.paid"}`, map[string]string{"Stripe-Signature": "t=" + old + ",v1=" + sign("whsec_x", old+`.{"id":"evt_2","type":"invoice.paid"}`)}, 401, protocol.CodeUnauthorized, ""},
+		{"stripe signed", "POST", "/v1/hooks/stripe", event, map[string]string{"Stripe-Signature": "t=" + now + ",v1=" + bustest.HMACHex("whsec_x", now+"."+event)}, 201, 0, "webhook:stripe:invoice.paid"},
+		{"stripe event replayed", "POST", "/v1/hooks/stripe", event, map[string]string{"Stripe-Signature": "t=" + now + ",v1=" + bustest.HMACHex("whsec_x", now+"."+event)}, 409, protocol.CodeInvalidParams, ""},
+		{"stripe stale", "POST", "/v1/hooks/stripe", `{"id":"evt_2","type":"invoice.paid"}`, map[string]string{"Stripe-Signature": "t=" + old + ",v1=" + bustest.HMACHex("whsec_x", old+`.{"id":"evt_2","type":"invoice.paid"}`)}, 401, protocol.CodeUnauthorized, ""},
 		{"stripe malformed", "POST", "/v1/hooks/stripe", event, map[string]string{"Stripe-Signature": "v1=zz"}, 401, protocol.CodeUnauthorized, ""},
 		{"insecure hook", "POST", "/v1/hooks/small", `{"n":1}`, nil, 201, 0, "webhook:small"},
 		{"too large", "POST", "/v1/hooks/small", `{"n":"` + strings.Repeat("x", 100) + `"}`, nil, 413, protocol.CodeLimitReached, ""},
@@ -129,7 +119,7 @@ func TestHookReplayKeptAcrossRestart(t *testing.T) {
 	st := store.OpenMemory()
 	hooks := []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}
 	body := `{"a":1}`
-	header := map[string]string{"X-Hub-Signature-256": "sha256=" + sign("k", body), "X-GitHub-Delivery": "once"}
+	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
 	first := bustest.Start(t, &bus.Options{Store: st, Hooks: hooks})
 	if a := httpDo(t, first, "POST", "/v1/hooks/gh", body, header); a.status != 201 {
 		t.Fatalf("first: %d %s", a.status, a.body)
@@ -150,7 +140,7 @@ func TestHookReplayKeptAcrossRestart(t *testing.T) {
 func TestHookReplayOnCluster(t *testing.T) {
 	node := bustest.StartCluster(t, &bus.Options{Hooks: []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}}, "n1")[0]
 	body := `{"a":1}`
-	header := map[string]string{"X-Hub-Signature-256": "sha256=" + sign("k", body), "X-GitHub-Delivery": "once"}
+	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
 	for i, want := range []int{201, 409} {
 		if a := httpDo(t, node, "POST", "/v1/hooks/gh", body, header); a.status != want {
 			t.Fatalf("request %d: %d %s; want %d", i, a.status, a.body, want)

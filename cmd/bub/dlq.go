@@ -67,19 +67,9 @@ type dlqConfig struct {
 }
 
 func runDLQ(ctx context.Context, std stdio, args []string) int {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprintf(std.out, "Usage: bub %s\n", dlqUsage)
-		return 0
-	}
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(std.err, "Usage: bub %s\n", dlqUsage)
-		return 2
-	}
-	sub, args := args[0], args[1:]
-	synopsis, ok := dlqSynopses[sub]
+	sub, synopsis, args, code, ok := subcommand(std, "dlq", dlqUsage, dlqSynopses, args)
 	if !ok {
-		fmt.Fprintf(std.err, "bub dlq: unknown subcommand %q\n\nUsage: bub %s\n", sub, dlqUsage)
-		return 2
+		return code
 	}
 	std.cmd = "dlq " + sub
 	var cfg dlqConfig

@@ -84,6 +84,27 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'bub <command> --help' for a command's flags; 'bub --version' for the build.")
 }
 
+// subcommand picks the subcommand of a command with several (dlq,
+// webhook) out of args, for usage and synopses: it returns the
+// subcommand, its synopsis and its args, or, with ok false, the exit
+// status after printing the help asked for or the usage error.
+func subcommand(std stdio, name, usage string, synopses map[string]string, args []string) (sub, synopsis string, rest []string, code int, ok bool) {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintf(std.out, "Usage: bub %s\n", usage)
+		return "", "", nil, 0, false
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintf(std.err, "Usage: bub %s\n", usage)
+		return "", "", nil, 2, false
+	}
+	sub, rest = args[0], args[1:]
+	if synopsis, ok = synopses[sub]; !ok {
+		fmt.Fprintf(std.err, "bub %s: unknown subcommand %q\n\nUsage: bub %s\n", name, sub, usage)
+		return "", "", nil, 2, false
+	}
+	return sub, synopsis, rest, 0, true
+}
+
 // errorf prints a one-line error as "bub COMMAND: ..." and returns exit
 // status 1. A message that already starts with the command's name
 // ("dlq list: ...") gets it once.

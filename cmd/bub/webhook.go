@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -38,19 +37,9 @@ var webhookSynopses = map[string]string{
 }
 
 func runWebhook(ctx context.Context, std stdio, args []string) int {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprintf(std.out, "Usage: bub %s\n", webhookUsage)
-		return 0
-	}
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintf(std.err, "Usage: bub %s\n", webhookUsage)
-		return 2
-	}
-	sub, args := args[0], args[1:]
-	synopsis, ok := webhookSynopses[sub]
+	sub, synopsis, args, code, ok := subcommand(std, "webhook", webhookUsage, webhookSynopses, args)
 	if !ok {
-		fmt.Fprintf(std.err, "bub webhook: unknown subcommand %q\n\nUsage: bub %s\n", sub, webhookUsage)
-		return 2
+		return code
 	}
 	std.cmd = "webhook " + sub
 	// dlqConfig's print and client flags serve here as they do there.

@@ -2,8 +2,6 @@ package main
 
 import (
 	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -18,12 +16,6 @@ import (
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/protocol"
 )
-
-func hmacHex(secret, s string) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(s))
-	return hex.EncodeToString(m.Sum(nil))
-}
 
 // TestWebhooksEndToEnd runs bub serve with a webhooks: section: signed
 // requests to its incoming hooks get every status over real HTTP, and
@@ -43,7 +35,7 @@ func TestWebhooksEndToEnd(t *testing.T) {
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		ts, v1, _ := strings.Cut(strings.TrimPrefix(r.Header.Get("Bub-Signature"), "t="), ",v1=")
-		if !hmac.Equal([]byte(v1), []byte(hmacHex("out-secret", ts+"."+string(body)))) {
+		if !hmac.Equal([]byte(v1), []byte(bustest.HMACHex("out-secret", ts+"."+string(body)))) {
 			t.Errorf("Bub-Signature %q does not verify", r.Header.Get("Bub-Signature"))
 			w.WriteHeader(http.StatusUnauthorized)
 			return
@@ -106,7 +98,7 @@ webhooks:
 		req, _ := http.NewRequest("POST", d.http+path, strings.NewReader(body))
 		req.Header.Set("X-GitHub-Delivery", delivery)
 		if secret != "" {
-			req.Header.Set("X-Hub-Signature-256", "sha256="+hmacHex(secret, body))
+			req.Header.Set("X-Hub-Signature-256", "sha256="+bustest.HMACHex(secret, body))
 		}
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
