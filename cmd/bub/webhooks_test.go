@@ -171,3 +171,43 @@ webhooks:
 		t.Fatalf("bub serve logged a secret:\n%s", d.stderr)
 	}
 }
+
+// TestConfigWebhooksSection checks the webhooks: section: read with its
+// secrets from files beside the configuration, strict about keys (an
+// unknown one is named with its line), a missing secret file named, and
+// --print-config showing the file's path, never the secret.
+func TestConfigWebhooksSection(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "gh.secret"), []byte("  s3cret-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	load := func(text string) (*configFile, error) {
+		_, fs := newServeFlags(stdio{err: io.Discard})
+		_, scratch := newServeFlags(stdio{err: io.Discard})
+		return parseConfigFile(filepath.Join(dir, "bub.yaml"), []byte(text), fs, scratch, map[string]bool{})
+	}
+	good := "webhooks:\n  in:\n    - name: gh\n      scheme: github\n      secret_file: gh.secret\n      topic: \"webhook:{a}\"\n      tolerance: 2m\n"
+	cf, err := load(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks, _, err := loadWebhooks(cf)
+	if err != nil || len(hooks) != 1 || string(hooks[0].Secret) != "s3cret-value" || hooks[0].Tolerance != 2*time.Minute {
+		t.Fatalf("loadWebhooks: %+v, %v; want the hook with the file's secret, trimmed", hooks, err)
+	}
+	var out strings.Builder
+	_, fs := newServeFlags(stdio{err: io.Discard})
+	if err := printConfig(&out, fs, cf); err != nil || !strings.Contains(out.String(), "secret_file: gh.secret") || strings.Contains(out.String(), "s3cret") {
+		t.Fatalf("print-config: %v\n%s", err, out.String())
+	}
+	if _, err := load("webhooks:\n  in:\n    - name: gh\n      secert_file: gh.secret\n"); err == nil || !strings.Contains(err.Error(), "bub.yaml:4") || !strings.Contains(err.Error(), "secert_file") {
+		t.Fatalf("a misspelt key: %v; want it named with its line", err)
+	}
+	cf, err = load(strings.Replace(good, "gh.secret", "missing.secret", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := loadWebhooks(cf); err == nil || !strings.Contains(err.Error(), "webhooks.in[0] (gh)") || !strings.Contains(err.Error(), "missing.secret") {
+		t.Fatalf("a missing secret file: %v; want it named", err)
+	}
+}
