@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -176,11 +177,12 @@ func (u *urlSubscriber) deliver(ctx context.Context, d *delivery) (protocol.Proc
 	if d.turn != nil {
 		written = d.turn.pass
 	}
-	passed := false
+	// Passed once: when the request is written (on the transport's
+	// goroutine), or when the delivery ends without that.
+	var once sync.Once
 	pass := func() {
-		if !passed && written != nil {
-			passed = true
-			written()
+		if written != nil {
+			once.Do(written)
 		}
 	}
 	defer pass()
