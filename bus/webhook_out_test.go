@@ -228,3 +228,47 @@ func TestWebhookAdminMethods(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, stored)
 }
+
+// TestWebhookOutTimeout checks that a receiver that does not answer
+// within the delivery timeout is retried, as a 5xx is, until it
+// answers.
+func TestWebhookOutTimeout(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if first {
+			// Read to the end, so that the server notices the bus
+			// closing the connection when it gives up.
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+			case <-time.After(bustest.Timeout):
+			}
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(receiver.Close)
+	st := store.OpenMemory()
+	srv := bustest.Start(t, &bus.Options{
+		Store: st, DeliveryTimeout: 300 * time.Millisecond, RetryBaseDelay: 10 * time.Millisecond, MaxAttempts: 20, WebhookAllowPrivate: true,
+		WebhookSubscriptions: []bus.WebhookSubscription{{Name: "slow", URL: receiver.URL, Pattern: "slow", Secret: []byte("k")}},
+	})
+	pub := bustest.Dial(t, srv.URL)
+	pub.Initialize("p")
+	r := pub.Publish("slow", "t")
+	require.True(t, r.Acks[0].Retrying, "%+v", r.Acks[0])
+	require.Contains(t, r.Acks[0].Error, "did not answer within")
+	require.Eventually(t, func() bool {
+		n, _, err := st.PendingUsage("")
+		return err == nil && n.Entries == 0
+	}, bustest.Timeout, 10*time.Millisecond, "the retry is delivered")
+	dead, _, err := st.ListDeadLetters(store.Filter{}, "", 10)
+	require.NoError(t, err)
+	require.Empty(t, dead)
+	require.GreaterOrEqual(t, metric(t, srv, "bub_webhook_calls_total", "timeout"), 1.0)
+}
