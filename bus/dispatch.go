@@ -60,6 +60,10 @@ var methods = map[string]method{
 	protocol.MethodToolSubscriptionStart:  {queued: true, serve: (*conn).startToolSubscription},
 	protocol.MethodToolSubscriptionCancel: {queued: true, serve: (*conn).cancelToolSubscription},
 	protocol.MethodToolSubscriptionList:   {queued: true, serve: (*conn).listToolSubscriptions},
+	// Webhook subscriptions (webhook_admin.go).
+	protocol.MethodWebhookAdd:    {queued: true, admin: true, serve: (*conn).webhookAdd},
+	protocol.MethodWebhookRemove: {queued: true, admin: true, serve: (*conn).webhookRemove},
+	protocol.MethodWebhookList:   {queued: true, admin: true, serve: (*conn).webhookList},
 }
 
 // run checks that the connection may call m, then serves req.

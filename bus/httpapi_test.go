@@ -86,6 +86,9 @@ func httpDo(t *testing.T, srv *bustest.Server, method, target, body string, head
 	if strings.HasPrefix(path, bus.PathCallbacks) {
 		path = bus.PathCallbacks + "{id}"
 	}
+	if strings.HasPrefix(path, bus.PathHooks) {
+		path = bus.PathHooks + "{name}"
+	}
 	httpSeen.Lock()
 	httpSeen.m[fmt.Sprintf("%s %s %d", path, strings.ToLower(method), res.StatusCode)] = true
 	httpSeen.Unlock()
@@ -285,6 +288,7 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	TestToolSubscriptionBadEvents(t)
 	TestToolSubscriptionRateLimited(t)
 	TestJournalStatuses(t)
+	TestHookStatuses(t)
 	var doc struct {
 		OpenAPI string                                                   `json:"openapi"`
 		Paths   map[string]map[string]struct{ Responses map[string]any } `json:"paths"`

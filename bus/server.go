@@ -113,6 +113,17 @@ type Options struct {
 
 	// Journal configures the message journal (journal.go).
 	Journal JournalOptions
+	// Hooks are the incoming webhooks, served at /v1/hooks/{name}
+	// (webhook_in.go).
+	Hooks []Hook
+	// WebhookSubscriptions are subscriptions whose subscribers are URLs
+	// (webhook_out.go); a single node's only, for now.
+	WebhookSubscriptions []WebhookSubscription
+	// WebhookAllowPrivate lets the bus POST deliveries to loopback,
+	// private and link-local addresses. Default: refused, so that
+	// whoever configures a URL cannot make the bus reach inside its
+	// network (SSRF).
+	WebhookAllowPrivate bool
 
 	// Cluster makes the bus one node of a cluster (docs/CLUSTER.md):
 	// the subscription order, deliveries to subscribers on other nodes,
@@ -259,7 +270,20 @@ type Server struct {
 	// toolSubs keeps the tool subscriptions (toolsub.go).
 	toolSubs *toolSubscriptions
 	// http holds the HTTP API's publishers (httpapi.go).
-	http         httpPublishers
+	http httpPublishers
+	// hooks are the incoming webhooks by name, hookRequests counts their
+	// requests and hookReplays keeps their delivery ids (webhook_in.go).
+	hooks        map[string]*hook
+	hookRequests *prometheus.CounterVec
+	hookReplays  hookReplays
+	// webhooks are the URL subscribers by clientId, under webhookMu;
+	// webhookClient makes their calls, counted in webhookCalls
+	// (webhook_out.go).
+	webhookMu     sync.Mutex
+	webhooks      map[string]*urlSubscriber
+	webhookClient *http.Client
+	webhookCalls  *prometheus.CounterVec
+
 	sched        *scheduler
 	pinger       *pinger
 	events       *events
@@ -348,6 +372,12 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		holdPatterns: holds,
 	}
 	s.auth.Store(o.Auth)
+	var err error
+	if s.hooks, err = s.newHooks(o.Hooks); err != nil {
+		return nil, fmt.Errorf("new bus: %w", err)
+	}
+	s.hookRequests, s.webhookCalls = newWebhookMetrics(s.metrics.registry)
+	s.webhookClient = newWebhookClient(o.DeliveryTimeout, o.WebhookAllowPrivate)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.deliver, s.deliverLocal = s.chain()
@@ -400,6 +430,16 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	if len(pending) > 0 {
 		o.Logger.Info("resuming pending work", "pending", len(pending))
 	}
+	for _, w := range o.WebhookSubscriptions {
+		u, err := s.addWebhookSubscription(w)
+		if err != nil {
+			return fail(fmt.Errorf("new bus: webhook subscription %q: %w", w.Name, err))
+		}
+		u.configured = true
+	}
+	if err := s.restoreWebhooks(); err != nil {
+		return fail(fmt.Errorf("new bus: read webhook subscriptions: %w", err))
+	}
 	s.metrics.watchStore(s.store)
 	s.work.Add(2)
 	go func() {
@@ -449,6 +489,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		if strings.HasPrefix(r.URL.Path, PathCallbacks) {
 			s.serveCallback(w, r)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, PathHooks) {
+			s.serveHook(w, r)
 			return
 		}
 		http.NotFound(w, r)
@@ -578,6 +622,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Retry attempts still running fail fast now that the peers are gone;
 	// wait for them to settle in the store before the caller closes it.
 	s.sched.stop()
+	s.webhookClient.CloseIdleConnections()
 	if lerr := s.leaveCluster(); lerr != nil && err == nil {
 		err = lerr
 	}

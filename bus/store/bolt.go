@@ -129,7 +129,7 @@ func explainOpen(err error) error {
 // initBuckets creates the buckets of a new file and checks the format of
 // an existing one.
 func initBuckets(tx *bolt.Tx) error {
-	for _, name := range []bucket{bucketMeta, bucketPending, bucketDeadLetters, bucketIdempotency, bucketDurable, bucketToolSubscriptions} {
+	for _, name := range []bucket{bucketMeta, bucketPending, bucketDeadLetters, bucketIdempotency, bucketDurable, bucketToolSubscriptions, bucketWebhooks} {
 		if _, err := tx.CreateBucketIfNotExists([]byte(name)); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
 		}

@@ -22,7 +22,7 @@ type memory struct {
 
 func newMemory() *memory {
 	return &memory{
-		buckets:   map[bucket]map[string][]byte{bucketMeta: {}, bucketPending: {}, bucketDeadLetters: {}, bucketIdempotency: {}, bucketDurable: {}, bucketToolSubscriptions: {}},
+		buckets:   map[bucket]map[string][]byte{bucketMeta: {}, bucketPending: {}, bucketDeadLetters: {}, bucketIdempotency: {}, bucketDurable: {}, bucketToolSubscriptions: {}, bucketWebhooks: {}},
 		sequences: map[bucket]uint64{},
 	}
 }

@@ -104,6 +104,8 @@ type configFile struct {
 	auth *auth.Config
 	// authLine is the line of the auth: key, for errors auth.New reports.
 	authLine int
+	// webhooks is the webhooks: section (webhooks.go); nil without one.
+	webhooks *webhooksConfig
 }
 
 // fileKey is the file's name for a flag: --max-message-bytes is
@@ -157,6 +159,8 @@ func parseConfigFile(path string, data []byte, fs, scratch *flag.FlagSet, explic
 		case "auth":
 			cf.authLine = k.Line
 			cf.auth = l.auth(v)
+		case "webhooks":
+			cf.webhooks = l.webhooks(v)
 		case "limits":
 			v = resolveAlias(v)
 			if v.Kind != yaml.MappingNode {
@@ -504,6 +508,14 @@ func printConfig(w io.Writer, fs *flag.FlagSet, cf *configFile) error {
 		return err
 	}
 	root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "limits"}, limits)
+	if cf != nil && cf.webhooks != nil {
+		// Secrets are files; the section names them, never holds them.
+		var wh yaml.Node
+		if err := wh.Encode(cf.webhooks); err != nil {
+			return fmt.Errorf("print webhooks: %w", err)
+		}
+		root.Content = append(root.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "webhooks"}, &wh)
+	}
 	if cf != nil && cf.auth != nil {
 		var a yaml.Node
 		if err := a.Encode(redactAuth(*cf.auth)); err != nil {

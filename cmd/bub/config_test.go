@@ -357,6 +357,7 @@ func FuzzLoadConfig(f *testing.F) {
 		"auth:\n  issuers:\n    - {name: s, public_key_file: k.pub, ceiling: {admin: true}}\n  anonymous: {publish: {allow: [x]}}\n",
 		"auth:\n  identities:\n    - <<: {name: a}\n      admin: true\n",
 		"listen: a\n---\nlisten: b\n",
+		"webhooks:\n  in: [{name: a, tolerance: soon, nope: 1}]\n  out: {name: b}\n",
 		"delivery_timeout: soon\nx: 1\n",
 		"- a\n- b\n",
 		"a: &a [*a]\n",

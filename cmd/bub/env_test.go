@@ -79,6 +79,11 @@ var boundVariables = map[string][]string{
 	"auth":                 {}, // one help for every auth subcommand
 	"auth keygen":          {},
 	"auth issue":           {},
+	// Webhook subscriptions, an admin's.
+	"webhook add":    {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"webhook remove": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"webhook list":   {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+
 	"spawner": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_ISSUER_KEY", "BUB_ISSUER_NAME", "BUB_AGENT_TOKEN_TTL",
 		"BUB_AGENT_PUBLISH", "BUB_AGENT_SUBSCRIBE", "BUB_AGENT_DURABLE", "BUB_SPAWNER_CLIENT_ID", "BUB_SPAWNER_COMMAND", "BUB_SPAWNER_PATTERNS",
 		"BUB_WORKSPACE_ROOT", "BUB_SPAWN_TIMEOUT", "BUB_MAX_AGENTS", "BUB_RESTART_DELAY", "BUB_RESTART_DELAY_MAX",

@@ -69,6 +69,9 @@ type serveConfig struct {
 	allowAnonymous bool
 	limits         bus.Limits
 	cluster        clusterFlags
+	// webhookAllowPrivate lets webhook subscriptions call inside
+	// addresses (SSRF).
+	webhookAllowPrivate bool
 
 	// maxTokenLifetime bounds the JWTs the bus accepts; a reload applies
 	// it with the auth: section.
@@ -114,6 +117,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.tlsClientCA, "tls-client-ca", "", "PEM CA file: peers may present a client certificate signed by it, whose subject CN names an auth identity (mutual TLS)")
 	fs.StringVar(&c.hosts, "hosts", "", "comma-separated Host header values an upgrade may carry besides the listen address (the names the bus is reached by), against DNS rebinding")
 	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "allow an open bus (no auth: section) on a non-loopback --listen address")
+	fs.BoolVar(&c.webhookAllowPrivate, "webhook-allow-private", false, "let webhook subscriptions (webhooks: out:) POST to loopback, private and link-local addresses; refused by default, checked on the address dialled, so that a configured URL cannot reach inside the network (docs/SECURITY.md)")
 	fs.DurationVar(&c.maxTokenLifetime, "max-token-lifetime", auth.DefaultMaxTokenLifetime, "longest a signed token (JWT) may be valid, from its iat to its exp; a longer one is refused. SIGHUP reloads it with auth:")
 
 	l := &c.limits
@@ -232,6 +236,10 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return errorf(io, "serve: %v", err)
 	}
+	hooks, webhookSubs, err := loadWebhooks(cfg.file)
+	if err != nil {
+		return errorf(io, "serve: %v", err)
+	}
 	// The store records commit latency into the bus's metrics, which do
 	// not exist until the bus does.
 	var running atomic.Pointer[bus.Server]
@@ -301,6 +309,10 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		Auth:            authn,
 		Hosts:           splitList(cfg.hosts),
 		Limits:          cfg.limits,
+
+		Hooks:                hooks,
+		WebhookSubscriptions: webhookSubs,
+		WebhookAllowPrivate:  cfg.webhookAllowPrivate,
 	})
 	handOver()
 	if err != nil {

@@ -1,0 +1,149 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// TestHookStatuses posts to /v1/hooks/{name} over real HTTP and checks
+// every answer: a signed request is published on its template's topic
+// (201), a bad, missing or stale signature is 401 and publishes
+// nothing, a delivery id seen before is 409, and the rest are 400, 404,
+// 405 and 413. Each refusal is counted.
+func TestHookStatuses(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{Hooks: []bus.Hook{
+		{Name: "github", Scheme: bus.HookGitHub, Secret: []byte("gh-secret"), Topic: "webhook:github:{repository.full_name}:{header:X-GitHub-Event}"},
+		{Name: "vector", Scheme: bus.HookGitHub, Secret: []byte("It's a Secret to Everybody"), Topic: "webhook:vector"},
+		{Name: "stripe", Scheme: bus.HookStripe, Secret: []byte("whsec_x"), Topic: "webhook:stripe:{type}"},
+		{Name: "small", Scheme: bus.HookNone, Insecure: true, Topic: "webhook:small", MaxBodyBytes: 64},
+	}})
+	_, got := bustest.Collect(t, srv.URL, "sink", "webhook:*")
+	push := `{"repository":{"full_name":"octo/hello"},"ref":"refs/heads/main"}`
+	ghHeader := func(body, delivery string) map[string]string {
+		return map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("gh-secret", body), "X-GitHub-Event": "push", "X-GitHub-Delivery": delivery}
+	}
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	old := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
+	event := `{"id":"evt_1","type":"invoice.paid"}`
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		body   string
+		header map[string]string
+		status int
+		code   int64
+		topic  string // of the message published, for 201
+	}{
+		{"github signed", "POST", "/v1/hooks/github", push, ghHeader(push, "d-1"), 201, 0, "webhook:github:octo/hello:push"},
+		{"github replayed", "POST", "/v1/hooks/github", push, ghHeader(push, "d-1"), 409, protocol.CodeInvalidParams, ""},
+		{"github id reused, other body", "POST", "/v1/hooks/github", `{"repository":{"full_name":"x/y"}}`, ghHeader(`{"repository":{"full_name":"x/y"}}`, "d-1"), 409, protocol.CodeInvalidParams, ""},
+		{"github wrong signature", "POST", "/v1/hooks/github", push, map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("other", push), "X-GitHub-Event": "push", "X-GitHub-Delivery": "d-2"}, 401, protocol.CodeUnauthorized, ""},
+		{"github no signature", "POST", "/v1/hooks/github", push, map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "d-3"}, 401, protocol.CodeUnauthorized, ""},
+		{"github no delivery id", "POST", "/v1/hooks/github", push, ghHeader(push, ""), 400, protocol.CodeInvalidParams, ""},
+		{"github field missing", "POST", "/v1/hooks/github", `{"zen":"hi"}`, ghHeader(`{"zen":"hi"}`, "d-4"), 400, protocol.CodeInvalidParams, ""},
+		{"github second delivery", "POST", "/v1/hooks/github", push, ghHeader(push, "d-5"), 201, 0, "webhook:github:octo/hello:push"},
+		// GitHub's own test vector passes the signature check; its body
+		// is no JSON, so it is refused after it.
+		{"github's vector", "POST", "/v1/hooks/vector", "Hello, World!", map[string]string{"X-Hub-Signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17", "X-GitHub-Delivery": "v-1"}, 400, protocol.CodeParseError, ""},
+		{"stripe signed", "POST", "/v1/hooks/stripe", event, map[string]string{"Stripe-Signature": "t=" + now + ",v1=" + bustest.HMACHex("whsec_x", now+"."+event)}, 201, 0, "webhook:stripe:invoice.paid"},
+		{"stripe event replayed", "POST", "/v1/hooks/stripe", event, map[string]string{"Stripe-Signature": "t=" + now + ",v1=" + bustest.HMACHex("whsec_x", now+"."+event)}, 409, protocol.CodeInvalidParams, ""},
+		{"stripe stale", "POST", "/v1/hooks/stripe", `{"id":"evt_2","type":"invoice.paid"}`, map[string]string{"Stripe-Signature": "t=" + old + ",v1=" + bustest.HMACHex("whsec_x", old+`.{"id":"evt_2","type":"invoice.paid"}`)}, 401, protocol.CodeUnauthorized, ""},
+		{"stripe malformed", "POST", "/v1/hooks/stripe", event, map[string]string{"Stripe-Signature": "v1=zz"}, 401, protocol.CodeUnauthorized, ""},
+		{"insecure hook", "POST", "/v1/hooks/small", `{"n":1}`, nil, 201, 0, "webhook:small"},
+		{"too large", "POST", "/v1/hooks/small", `{"n":"` + strings.Repeat("x", 100) + `"}`, nil, 413, protocol.CodeLimitReached, ""},
+		{"unknown hook", "POST", "/v1/hooks/nope", `{}`, nil, 404, protocol.CodeInvalidParams, ""},
+		{"GET", "GET", "/v1/hooks/github", "", nil, 405, protocol.CodeMethodNotFound, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := httpDo(t, srv, tt.method, tt.path, tt.body, tt.header)
+			if a.status != tt.status || a.errorCode() != tt.code {
+				t.Fatalf("got %d %s; want %d with code %d", a.status, a.body, tt.status, tt.code)
+			}
+			if tt.status == 401 && a.header.Get("WWW-Authenticate") == "" {
+				t.Errorf("401 without WWW-Authenticate")
+			}
+			if strings.Contains(string(a.body), "secret") && !strings.Contains(tt.name, "secret") {
+				t.Errorf("the answer mentions a secret: %s", a.body)
+			}
+			if tt.status != 201 {
+				return
+			}
+			id := a.messageID(t)
+			// Every refusal before it published nothing: the next
+			// delivery is this one.
+			d := <-got
+			if d.MessageID != id || d.Topic != tt.topic {
+				t.Fatalf("delivered %s on %s; want %s on %s", d.MessageID, d.Topic, id, tt.topic)
+			}
+			hook := strings.TrimPrefix(tt.path, bus.PathHooks)
+			if d.From != "bub-hook-"+hook {
+				t.Errorf("from %q; want bub-hook-%s", d.From, hook)
+			}
+			var payload struct {
+				Type string          `json:"type"`
+				Body json.RawMessage `json:"body"`
+			}
+			var meta struct {
+				Webhook string `json:"webhook"`
+			}
+			if err := json.Unmarshal(d.Payload, &payload); err != nil || payload.Type != "webhook" || string(payload.Body) != tt.body {
+				t.Errorf("payload %s; want type webhook and the body %s (%v)", d.Payload, tt.body, err)
+			}
+			if err := json.Unmarshal(d.Meta, &meta); err != nil || meta.Webhook != hook {
+				t.Errorf("meta %s; want webhook %q", d.Meta, hook)
+			}
+		})
+	}
+	for outcome, want := range map[string]float64{"published": 4, "bad_signature": 3, "stale": 1, "replay": 3, "bad_request": 4, "too_large": 1, "not_found": 1} {
+		if n := metric(t, srv, "bub_webhook_requests_total", outcome); n != want {
+			t.Errorf("bub_webhook_requests_total{outcome=%q} = %v; want %v", outcome, n, want)
+		}
+	}
+}
+
+// TestHookReplayKeptAcrossRestart checks that the delivery ids are in
+// the store: a bus started again on it refuses a delivery the first
+// one took.
+func TestHookReplayKeptAcrossRestart(t *testing.T) {
+	st := store.OpenMemory()
+	hooks := []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}
+	body := `{"a":1}`
+	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
+	first := bustest.Start(t, &bus.Options{Store: st, Hooks: hooks})
+	if a := httpDo(t, first, "POST", "/v1/hooks/gh", body, header); a.status != 201 {
+		t.Fatalf("first: %d %s", a.status, a.body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	if err := first.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := bustest.Start(t, &bus.Options{Store: st, Hooks: hooks})
+	if a := httpDo(t, second, "POST", "/v1/hooks/gh", body, header); a.status != 409 {
+		t.Fatalf("after a restart: %d %s; want 409", a.status, a.body)
+	}
+}
+
+// TestHookReplayOnCluster checks that a cluster node, whose store keeps
+// no idempotency keys, still refuses a delivery id it took.
+func TestHookReplayOnCluster(t *testing.T) {
+	node := bustest.StartCluster(t, &bus.Options{Hooks: []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}}, "n1")[0]
+	body := `{"a":1}`
+	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
+	for i, want := range []int{201, 409} {
+		if a := httpDo(t, node, "POST", "/v1/hooks/gh", body, header); a.status != want {
+			t.Fatalf("request %d: %d %s; want %d", i, a.status, a.body, want)
+		}
+	}
+}
