@@ -28,13 +28,17 @@ const metaIdempotencyKey = "idempotency_key"
 // errKeyReused says a key was used within the window for another request.
 var errKeyReused = errors.New("idempotency key already used for another request")
 
-// idempotentStore is a Store that keeps idempotency keys.
-type idempotentStore interface {
+// IdempotencyStore is a Store that keeps idempotency keys, which a
+// Store may do: without it the bus refuses a publish with a key. Both
+// *store.Store (one node) and *cluster.Store (JetStream, every node's
+// keys in one bucket) keep them; the methods mean what *store.Store's
+// say. A repeat on any node that shares the store gets the first answer.
+type IdempotencyStore interface {
 	GetIdempotent(identity, key string, now time.Time) (*store.Idempotent, error)
 	PutIdempotent(identity, key string, rec *store.Idempotent, now time.Time) error
 }
 
-var _ idempotentStore = (*store.Store)(nil)
+var _ IdempotencyStore = (*store.Store)(nil)
 
 // checkIdempotencyKey refuses a key that is empty, too long, or not
 // printable ASCII.
@@ -55,7 +59,7 @@ func (s *Server) idempotently(identity, key string, sum []byte, publish func() (
 		return nil, false, err
 	}
 	if s.idempotent == nil {
-		return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "this bus keeps no idempotency keys: a cluster's store does not yet; publish without one")
+		return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "this bus's store keeps no idempotency keys; publish without one")
 	}
 	unlock := s.http.lockKey(identity + "\x00" + key)
 	defer unlock()

@@ -222,9 +222,9 @@ type Server struct {
 	deliver      deliverFunc
 	deliverLocal localFunc
 	store        Store
-	// idempotent keeps idempotency keys; nil when the store cannot
-	// (a cluster's), and the keys are refused.
-	idempotent idempotentStore
+	// idempotent keeps idempotency keys; nil when the store does not
+	// (IdempotencyStore), and the keys are refused.
+	idempotent IdempotencyStore
 	// http holds the HTTP API's publishers (httpapi.go).
 	http         httpPublishers
 	sched        *scheduler
@@ -325,13 +325,13 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 			st = store.OpenMemory()
 		}
 		cl = &singleNode{store: st}
-		s.idempotent, _ = st.(idempotentStore)
 	}
 	if err := s.joinCluster(ctx, cl); err != nil {
 		s.cancel()
 		name, node := cl.Names()
 		return nil, fmt.Errorf("new bus: join cluster %q as node %q: %w", name, node, err)
 	}
+	s.idempotent, _ = s.store.(IdempotencyStore)
 	fail := func(err error) (*Server, error) {
 		s.cancel()
 		_ = s.cl.cluster.Leave(context.Background())
