@@ -174,7 +174,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if key == "" && r.Header["Idempotency-Key"] == nil {
-		answer, err := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack")
+		answer, err := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack", r.Header)
 		if err != nil {
 			writeError(w, 0, err)
 			return
@@ -311,8 +311,9 @@ func (s *Server) httpPublisher(cred credential, clientID, remote string) (*httpP
 // publishHTTP publishes body (sendMessage's params) through p and
 // returns the answer. Without wait it answers once the message is
 // accepted: admitted and routed, or held or found with no subscriber;
-// with it, once the walk is done, as sendMessage does.
-func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publishAnswer, error) {
+// with it, once the walk is done, as sendMessage does. header's
+// traceparent, if any, is the publish's parent span (trace.go).
+func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool, header http.Header) (*publishAnswer, error) {
 	c := p.c
 	select {
 	case c.slots <- struct{}{}:
@@ -342,6 +343,7 @@ func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool) (*publish
 		return nil, err
 	}
 	s.name(&out.message)
+	s.traceHTTP(&out.message, header)
 	answer := &publishAnswer{MessageID: out.message.ID}
 	walk := func() (*protocol.SendMessageResult, error) {
 		defer done()
@@ -371,7 +373,7 @@ func (s *Server) publishIdempotent(w http.ResponseWriter, r *http.Request, p *ht
 	wait := r.URL.Query().Get("wait") == "ack"
 	sum := sha256.Sum256(append([]byte(strconv.FormatBool(wait)+"\n"), body...))
 	answer, replayed, err := s.idempotently(identity, key, sum[:], func() (any, error) {
-		return s.publishHTTP(p, body, wait)
+		return s.publishHTTP(p, body, wait, r.Header)
 	})
 	switch {
 	case errors.Is(err, errKeyReused):

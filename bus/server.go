@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
@@ -92,6 +93,10 @@ type Options struct {
 	// (HTTP Idempotency-Key) is kept:
 	// a repeat within it gets the first answer. Default: 24 h.
 	IdempotencyWindow time.Duration
+	// TracerProvider, when set, traces each publish and delivery
+	// attempt (trace.go); nil, the default, traces nothing and costs
+	// nothing.
+	TracerProvider trace.TracerProvider
 	// Hosts are the Host header values a WebSocket upgrade may carry
 	// besides the address the bus listens on, so that a web page cannot
 	// reach a loopback bus through DNS rebinding.
@@ -225,6 +230,8 @@ type Server struct {
 	// idempotent keeps idempotency keys; nil when the store does not
 	// (IdempotencyStore), and the keys are refused.
 	idempotent IdempotencyStore
+	// tracer traces publishes and deliveries; nil when off (trace.go).
+	tracer trace.Tracer
 	// http holds the HTTP API's publishers (httpapi.go).
 	http         httpPublishers
 	sched        *scheduler
@@ -308,6 +315,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		conns:   make(map[*conn]struct{}),
 		bootID:  hex.EncodeToString(boot),
 		store:   o.Store,
+		tracer:  newTracer(o.TracerProvider),
 
 		holdPatterns: holds,
 	}
