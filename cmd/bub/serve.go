@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
@@ -52,6 +54,8 @@ type serveConfig struct {
 	allowedOrigins    string
 	logLevel          string
 	logFormat         string
+	// otlpEndpoint is the OTLP/HTTP collector traces go to; "": none.
+	otlpEndpoint string
 
 	configPath     string
 	printConfig    bool
@@ -86,7 +90,8 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retryBaseDelay, "retry-base-delay", time.Second, "first retry delay when the subscriber gives no retry_seconds; doubles per attempt, with jitter")
 	fs.DurationVar(&c.retryDelayCap, "retry-delay-cap", 5*time.Minute, "longest retry delay, retry_seconds included")
 	fs.DurationVar(&c.holdLifetime, "hold-lifetime", time.Hour, "how long a held message waits for a subscriber, from its publish, before it is dead-lettered (no_subscribers); survives restarts")
-	fs.DurationVar(&c.idempotencyWindow, "idempotency-window", 24*time.Hour, "how long POST /v1/messages keeps an Idempotency-Key: a repeat with the same key and body within it gets the first answer and publishes nothing; survives restarts (refused on a cluster)")
+	fs.DurationVar(&c.idempotencyWindow, "idempotency-window", 24*time.Hour, "how long POST /v1/messages keeps an Idempotency-Key: a repeat with the same key and body within it gets the first answer and publishes nothing; survives restarts; a cluster shares the keys across its nodes")
+	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OTLP/HTTP collector to send traces to, as http://collector:4318 (/v1/traces is added to a URL without a path): a span per publish and per delivery attempt, continuing the publisher's traceparent; OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and OTEL_EXPORTER_OTLP_HEADERS apply. Default: no tracing")
 	fs.StringVar(&c.holdPatterns, "hold-patterns", "agent:*", "comma-separated topic patterns whose messages are held when nobody subscribes, until a subscriber appears")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated browser origins (host patterns) allowed to connect; clients without an Origin header are always allowed")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -238,6 +243,17 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		defer db.Close()
 		st = db
 	}
+	var tracing trace.TracerProvider
+	if cfg.otlpEndpoint != "" {
+		tp, err := newTracerProvider(ctx, cfg.otlpEndpoint, logger)
+		if err != nil {
+			return errorf(io, "serve: %v", err)
+		}
+		// Deferred: it runs once the bus has stopped, so that the
+		// bus's last spans are exported.
+		defer flushTraces(tp, logger)
+		tracing = tp
+	}
 	// Listening comes before the bus: a cluster node's start waits for a
 	// majority of its nodes, for up to a minute, and meanwhile /healthz
 	// says the process is alive and /readyz that it is not ready yet.
@@ -266,6 +282,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		HoldPatterns:      splitList(cfg.holdPatterns),
 		HoldLifetime:      cfg.holdLifetime,
 		IdempotencyWindow: cfg.idempotencyWindow,
+		TracerProvider:    tracing,
 		ServerID:          cfg.serverID,
 		DefaultPolicy:     protocol.Policy(cfg.defaultPolicy),
 		DeliveryTimeout:   cfg.deliveryTimeout,
