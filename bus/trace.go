@@ -83,13 +83,12 @@ func carrierOf(meta json.RawMessage) *metaCarrier {
 	if !bytes.Contains(meta, []byte(metaTraceparent)) {
 		return c
 	}
-	var fields struct {
-		Traceparent any `json:"traceparent"`
-		Tracestate  any `json:"tracestate"`
-	}
+	// A map, not a struct: a struct's fields would match "TraceParent"
+	// too, which withTraceContext keeps as another field.
+	var fields map[string]json.RawMessage
 	if json.Unmarshal(meta, &fields) == nil {
-		c.traceparent, _ = fields.Traceparent.(string)
-		c.tracestate, _ = fields.Tracestate.(string)
+		_ = json.Unmarshal(fields[metaTraceparent], &c.traceparent)
+		_ = json.Unmarshal(fields[metaTracestate], &c.tracestate)
 	}
 	return c
 }
