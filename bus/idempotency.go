@@ -40,6 +40,25 @@ type IdempotencyStore interface {
 
 var _ IdempotencyStore = (*store.Store)(nil)
 
+// IdempotencyReserver is an IdempotencyStore shared by several nodes,
+// whose requests with one key the bus cannot serialize in memory: the
+// store does, by reserving the key for the request that runs it.
+type IdempotencyReserver interface {
+	IdempotencyStore
+	// ReserveIdempotent is GetIdempotent, but when the key is free it
+	// also reserves it for the caller, until its PutIdempotent or
+	// ReleaseIdempotent (or an expiry, should the node die). A key
+	// another node reserved is ErrIdempotencyBusy.
+	ReserveIdempotent(identity, key string, now time.Time) (*store.Idempotent, error)
+	// ReleaseIdempotent frees the caller's reservation: the request
+	// failed, and a retry must run again.
+	ReleaseIdempotent(identity, key string)
+}
+
+// ErrIdempotencyBusy: a request with the idempotency key is running on
+// another node (IdempotencyReserver.ReserveIdempotent).
+var ErrIdempotencyBusy = errors.New("a request with this idempotency key is running on another node")
+
 // checkIdempotencyKey refuses a key that is empty, too long, or not
 // printable ASCII.
 func checkIdempotencyKey(key string) error {
@@ -64,7 +83,15 @@ func (s *Server) idempotently(identity, key string, sum []byte, publish func() (
 	unlock := s.http.lockKey(identity + "\x00" + key)
 	defer unlock()
 	now := time.Now()
-	rec, err := s.idempotent.GetIdempotent(identity, key, now)
+	get := s.idempotent.GetIdempotent
+	reserver, shared := s.idempotent.(IdempotencyReserver)
+	if shared {
+		get = reserver.ReserveIdempotent
+	}
+	rec, err := get(identity, key, now)
+	if errors.Is(err, ErrIdempotencyBusy) {
+		return nil, false, fmt.Errorf("%w: %w", protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q: %v; retry once it answered", key, err), errKeyReused)
+	}
 	if err != nil {
 		return nil, false, protocol.Errorf(protocol.ErrInternal, "read idempotency key: %v", err)
 	}
@@ -76,6 +103,9 @@ func (s *Server) idempotently(identity, key string, sum []byte, publish func() (
 	}
 	result, err := publish()
 	if err != nil {
+		if shared {
+			reserver.ReleaseIdempotent(identity, key)
+		}
 		return nil, false, err
 	}
 	b, err := json.Marshal(result)

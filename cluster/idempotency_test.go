@@ -3,24 +3,28 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // post sends body to srv's POST /v1/messages with the idempotency key,
 // if any, and returns the status, the messageId and whether the answer
 // was replayed.
-func post(t *testing.T, srv *bustest.Server, body, key string) (status int, id string, replayed bool) {
+func post(t *testing.T, srv *bustest.Server, body, key string, query ...string) (status int, id string, replayed bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.ClusterTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", srv.HTTP.URL+"/v1/messages", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, "POST", srv.HTTP.URL+"/v1/messages"+strings.Join(query, ""), strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,45 +102,124 @@ func TestIdempotencyAcrossNodes(t *testing.T) {
 	}
 }
 
-// TestIdempotencyStore checks the store's keys: read within the window
-// only, one identity's key apart from another's, a key recorded first
-// kept, and an expired key replaced before JetStream's TTL removed it.
+// TestIdempotencyBusyAcrossNodes sends a request with a key to one node
+// and, while it runs (its subscriber has not answered), the same request
+// to the other: that one is 409 and publishes nothing; once the first
+// answered, the other node replays its answer.
+func TestIdempotencyBusyAcrossNodes(t *testing.T) {
+	nodes := bustest.StartCluster(t, nil, "a", "b")
+	a, b := nodes[0], nodes[1]
+	invoked, release := make(chan string, 4), make(chan struct{})
+	bustest.Connect(t, a.URL, "slow", func(p protocol.ProcessMessageParams) any {
+		invoked <- p.MessageID
+		<-release
+		return protocol.ProcessMessageResult{Processed: true}
+	}).Subscribe("slow:*", "")
+	body := `{"topic":"slow:a","payload":{"type":"t"}}`
+	// The first request runs on a goroutine of its own, which may not
+	// fail the test: it hands over what it got.
+	first := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", a.HTTP.URL+"/v1/messages?wait=ack", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "k")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- err.Error()
+			return
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		first <- fmt.Sprint(res.StatusCode, " ", strings.TrimSpace(string(b)))
+	}()
+	var id string
+	select {
+	case id = <-invoked:
+	case <-time.After(bustest.ClusterTimeout):
+		t.Fatal("the first request was not delivered")
+	}
+	if status, _, _ := postWait(t, b, body, "k"); status != 409 {
+		t.Fatalf("the same request on b while it runs on a: %d; want 409", status)
+	}
+	close(release)
+	if got := <-first; !strings.HasPrefix(got, "201 ") || !strings.Contains(got, `"messageId":"`+id+`"`) {
+		t.Fatalf("the first request: %s; want 201 with %s", got, id)
+	}
+	status, again, replayed := postWait(t, b, body, "k")
+	if status != 201 || again != id || !replayed {
+		t.Fatalf("the repeat on b once a answered: %d %q replayed=%v; want 201 %q replayed", status, again, replayed, id)
+	}
+	select {
+	case other := <-invoked:
+		t.Fatalf("delivered %s too; want %s alone", other, id)
+	default:
+	}
+}
+
+// postWait is post with ?wait=ack.
+func postWait(t *testing.T, srv *bustest.Server, body, key string) (int, string, bool) {
+	t.Helper()
+	return post(t, srv, body, key, "?wait=ack")
+}
+
+// TestIdempotencyStore checks the store's keys: a key reserved is busy
+// for every other request, its answer replaces the reservation, a
+// released key is free again, one identity's key is apart from
+// another's, and an expired key is replaced before JetStream's TTL
+// removed it.
 func TestIdempotencyStore(t *testing.T) {
 	st := startSolo(t, t.TempDir(), nil).Store()
 	now := time.Now()
-	rec := func(answer string) *store.Idempotent {
-		return &store.Idempotent{BodyHash: []byte("sum"), Answer: json.RawMessage(answer), Expires: now.Add(time.Hour)}
+	rec := func(answer string, expires time.Time) *store.Idempotent {
+		return &store.Idempotent{BodyHash: []byte("sum"), Answer: json.RawMessage(answer), Expires: expires}
 	}
-	if r, err := st.GetIdempotent("alice", "k", now); err != nil || r != nil {
-		t.Fatalf("unused key: %v %v", r, err)
-	}
-	if err := st.PutIdempotent("alice", "k", rec(`"one"`), now); err != nil {
-		t.Fatal(err)
+	check := func(what string, got *store.Idempotent, err error, want string) {
+		t.Helper()
+		switch {
+		case want == "busy" && !errors.Is(err, bus.ErrIdempotencyBusy):
+			t.Fatalf("%s: %v %v; want busy", what, got, err)
+		case want == "busy":
+		case err != nil:
+			t.Fatalf("%s: %v", what, err)
+		case want == "" && got != nil:
+			t.Fatalf("%s: %s; want none", what, got.Answer)
+		case want != "" && (got == nil || string(got.Answer) != want):
+			t.Fatalf("%s: %v; want %s", what, got, want)
+		}
 	}
 	r, err := st.GetIdempotent("alice", "k", now)
-	if err != nil || r == nil || string(r.Answer) != `"one"` {
-		t.Fatalf("within the window: %+v %v", r, err)
-	}
-	if r, err := st.GetIdempotent("bob", "k", now); err != nil || r != nil {
-		t.Fatalf("another identity's key: %+v %v", r, err)
-	}
-	if err := st.PutIdempotent("alice", "k", rec(`"two"`), now); err == nil || !strings.Contains(err.Error(), "another node first") {
-		t.Fatalf("a second record within the window: %v; want refused", err)
-	}
-	later := now.Add(2 * time.Hour)
-	if r, err := st.GetIdempotent("alice", "k", later); err != nil || r != nil {
-		t.Fatalf("after the window: %+v %v", r, err)
-	}
-	three := rec(`"three"`)
-	three.Expires = later.Add(time.Hour)
-	if err := st.PutIdempotent("alice", "k", three, later); err != nil {
-		t.Fatalf("replace the expired key: %v", err)
-	}
-	if r, err := st.GetIdempotent("alice", "k", later); err != nil || r == nil || string(r.Answer) != `"three"` {
-		t.Fatalf("after the replacement: %+v %v", r, err)
-	}
-	// Keys with any printable character map to valid bucket keys.
-	if err := st.PutIdempotent("carol", "a b/c.*>", rec(`"four"`), now); err != nil {
+	check("unused key", r, err, "")
+	r, err = st.ReserveIdempotent("alice", "k", now)
+	check("reserve", r, err, "")
+	r, err = st.ReserveIdempotent("alice", "k", now)
+	check("reserve again", r, err, "busy")
+	r, err = st.GetIdempotent("alice", "k", now)
+	check("get a reserved key", r, err, "")
+	if err := st.PutIdempotent("alice", "k", rec(`"one"`, now.Add(time.Hour)), now); err != nil {
 		t.Fatal(err)
 	}
+	r, err = st.ReserveIdempotent("alice", "k", now)
+	check("reserve an answered key", r, err, `"one"`)
+	r, err = st.GetIdempotent("alice", "k", now)
+	check("get an answered key", r, err, `"one"`)
+	r, err = st.ReserveIdempotent("bob", "k", now)
+	check("another identity's key", r, err, "")
+	st.ReleaseIdempotent("bob", "k")
+	r, err = st.ReserveIdempotent("bob", "k", now)
+	check("a released key", r, err, "")
+	if err := st.PutIdempotent("alice", "k", rec(`"two"`, now.Add(time.Hour)), now); err == nil {
+		t.Fatal("a second answer, unreserved, replaced the first")
+	}
+	later := now.Add(2 * time.Hour)
+	r, err = st.GetIdempotent("alice", "k", later)
+	check("after the window", r, err, "")
+	r, err = st.ReserveIdempotent("alice", "k", later)
+	check("reserve after the window", r, err, "")
+	if err := st.PutIdempotent("alice", "k", rec(`"three"`, later.Add(time.Hour)), later); err != nil {
+		t.Fatal(err)
+	}
+	r, err = st.GetIdempotent("alice", "k", later)
+	check("after the replacement", r, err, `"three"`)
+	// Keys with any printable character map to valid bucket keys.
+	r, err = st.ReserveIdempotent("carol", "a b/c.*>", now)
+	check("a key with subject characters", r, err, "")
 }
