@@ -50,7 +50,7 @@ func post(t *testing.T, srv *bustest.Server, body, key string, query ...string) 
 // TestIdempotencyAcrossNodes publishes over HTTP with an Idempotency-Key
 // on one node and repeats it on the other: the repeat gets the first
 // answer and publishes nothing, and the key with another body is 409
-// there too.
+// there too; a refused request leaves its key free for its retry.
 func TestIdempotencyAcrossNodes(t *testing.T) {
 	nodes := bustest.StartCluster(t, nil, "a", "b")
 	a, b := nodes[0], nodes[1]
@@ -70,6 +70,13 @@ func TestIdempotencyAcrossNodes(t *testing.T) {
 	}
 	if status, _, _ := post(t, a, `{"topic":"jobs:a","payload":{"type":"t","n":2}}`, "k1"); status != 409 {
 		t.Fatalf("the key with another body on a: %d; want 409", status)
+	}
+	// A refused request releases its key: a retry, fixed, runs.
+	if status, _, _ := post(t, b, `{"topic":"jobs:a","payload":{}}`, "k2"); status != 400 {
+		t.Fatalf("a request without payload type: %d; want 400", status)
+	}
+	if status, _, _ := post(t, a, `{"topic":"jobs:a","payload":{"type":"t","n":3}}`, "k2"); status != 201 {
+		t.Fatalf("its retry, fixed, on a: %d; want 201 (the key released)", status)
 	}
 	// A marker from each node, after the repeats: a repeat that
 	// published would come before the marker of its node (one publisher,
@@ -92,7 +99,7 @@ func TestIdempotencyAcrossNodes(t *testing.T) {
 			t.Fatalf("delivered %v; want %s and the markers %v", seen, first, markers)
 		}
 	}
-	if len(seen) != 3 || seen[first] != 1 {
+	if len(seen) != 4 || seen[first] != 1 {
 		t.Fatalf("delivered %v; want %s once and the markers %v", seen, first, markers)
 	}
 	select {
