@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -137,18 +135,9 @@ func TestTracesHTTP(t *testing.T) {
 	_, got := bustest.Collect(t, srv.URL, "worker", "jobs:*")
 	const headerTrace, headerSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 	body := `{"topic":"jobs:h","payload":{"type":"t"},"meta":{"traceparent":"` + traceparent + `"}}`
-	req, err := http.NewRequest("POST", srv.HTTP.URL+"/v1/messages", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("traceparent", "00-"+headerTrace+"-"+headerSpan+"-01")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != 201 {
-		t.Fatalf("POST: %d", res.StatusCode)
+	a := httpDo(t, srv, "POST", "/v1/messages", body, map[string]string{"traceparent": "00-" + headerTrace + "-" + headerSpan + "-01"})
+	if a.status != 201 {
+		t.Fatalf("POST: %d %s", a.status, a.body)
 	}
 	d := <-got
 	spans, _ := otlp.Wait(t, func(s []*tracepb.Span) bool {

@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,34 +16,21 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// post sends body to srv's POST /v1/messages with the idempotency key,
-// if any, and returns the status, the messageId and whether the answer
-// was replayed.
+// post sends body to srv's POST /v1/messages, with query, and the
+// idempotency key, if any, and returns the status, the messageId and
+// whether the answer was replayed.
 func post(t *testing.T, srv *bustest.Server, body, key string, query ...string) (status int, id string, replayed bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), bustest.ClusterTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", srv.HTTP.URL+"/v1/messages"+strings.Join(query, ""), strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	var header map[string]string
 	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
+		header = map[string]string{"Idempotency-Key": key}
 	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST: %v", err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatalf("POST: read answer: %v", err)
-	}
+	status, h, b := bustest.Post(t, srv.HTTP.URL+"/v1/messages"+strings.Join(query, ""), body, header)
 	var a struct {
 		MessageID string `json:"messageId"`
 	}
 	_ = json.Unmarshal(b, &a)
-	return res.StatusCode, a.MessageID, res.Header.Get("Idempotent-Replayed") == "true"
+	return status, a.MessageID, h.Get("Idempotent-Replayed") == "true"
 }
 
 // TestIdempotencyAcrossNodes publishes over HTTP with an Idempotency-Key

@@ -68,7 +68,7 @@ func TestServeDrain(t *testing.T) {
 	_, err = bustest.DialWS(d.url, "")
 	assert.Error(t, err, "a new peer while draining")
 	// An HTTP publish is refused too, and told when to come back.
-	status, header, answer := httpPost(t, d.http+"/v1/messages", `{"topic":"jobs:2","payload":{"type":"job"}}`, nil)
+	status, header, answer := bustest.Post(t, d.http+"/v1/messages", `{"topic":"jobs:2","payload":{"type":"job"}}`, nil)
 	assert.Equal(t, http.StatusServiceUnavailable, status, "POST /v1/messages while draining: %s", answer)
 	assert.Contains(t, string(answer), `"code":-32007`)
 	assert.NotEmpty(t, header.Get("Retry-After"), "Retry-After of a 503")

@@ -27,24 +27,16 @@ func TestHTTPIdempotencySurvivesKill(t *testing.T) {
 	body := `{"topic":"agent:absent","payload":{"type":"job","n":1},"clientId":"cron"}`
 	post := func(d *daemon, body, key string) (int, string, http.Header) {
 		t.Helper()
-		req, err := http.NewRequest("POST", d.http+"/v1/messages", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		var header map[string]string
 		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
+			header = map[string]string{"Idempotency-Key": key}
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("POST: %v", err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
+		status, h, b := bustest.Post(t, d.http+"/v1/messages", body, header)
 		var a struct {
 			MessageID string `json:"messageId"`
 		}
 		_ = json.Unmarshal(b, &a)
-		return res.StatusCode, a.MessageID, res.Header
+		return status, a.MessageID, h
 	}
 	status, first, _ := post(d, body, "job-1")
 	if status != 201 || first == "" {
@@ -164,7 +156,7 @@ func TestHTTPPublishStatusesBinary(t *testing.T) {
 		{"second of the burst", job, bearer, 201, 0},
 		{"over the publish rate", job, bearer, 429, protocol.CodeRateLimited},
 	} {
-		status, header, body := httpPost(t, d.http+"/v1/messages", tt.body, tt.header)
+		status, header, body := bustest.Post(t, d.http+"/v1/messages", tt.body, tt.header)
 		var answer struct {
 			MessageID string          `json:"messageId"`
 			Error     *protocol.Error `json:"error"`
@@ -188,26 +180,4 @@ func TestHTTPPublishStatusesBinary(t *testing.T) {
 			}
 		}
 	}
-}
-
-// httpPost posts body to url with header and returns the answer.
-func httpPost(t *testing.T, url, body string, header map[string]string) (int, http.Header, []byte) {
-	t.Helper()
-	req, err := http.NewRequest("POST", url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatalf("POST %s: read answer: %v", url, err)
-	}
-	return res.StatusCode, res.Header, b
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/hex"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -33,18 +32,10 @@ func TestServeTraces(t *testing.T) {
 	}).Subscribe("jobs:a", "")
 
 	const trace, parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
-	req, err := http.NewRequest("POST", d.http+"/v1/messages?wait=ack", strings.NewReader(`{"topic":"jobs:a","payload":{"type":"t"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("traceparent", "00-"+trace+"-"+parent+"-01")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != 201 {
-		t.Fatalf("POST: %d", res.StatusCode)
+	status, _, answer := bustest.Post(t, d.http+"/v1/messages?wait=ack", `{"topic":"jobs:a","payload":{"type":"t"}}`,
+		map[string]string{"traceparent": "00-" + trace + "-" + parent + "-01"})
+	if status != 201 {
+		t.Fatalf("POST: %d %s", status, answer)
 	}
 	delivered := <-got
 	d.stop(t)
