@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -112,16 +111,13 @@ func TestHTTPPublishStatusesBinary(t *testing.T) {
 	t.Parallel()
 	const token = "statuses-token-0123456789abcdef"
 	dir := t.TempDir()
-	config := filepath.Join(dir, "bus.yaml")
-	if err := os.WriteFile(config, []byte(`auth:
+	config := writeFile(t, dir, "bus.yaml", `auth:
   identities:
     - name: cron
       token_sha256: "`+hashToken(token)+`"
       client_ids: ["cron"]
       publish: {allow: ["jobs:*"]}
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	d := startBus(t, filepath.Join(dir, "data"), "--config", config, "--log-level", "warn",
 		"--max-message-bytes", "2048", "--publish-rate", "0.001", "--publish-burst", "2")
 	bearer := map[string]string{"Authorization": "Bearer " + token}
