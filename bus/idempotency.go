@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +26,14 @@ const metaIdempotencyKey = "idempotency_key"
 
 // errKeyReused says a key was used within the window for another request.
 var errKeyReused = errors.New("idempotency key already used for another request")
+
+// keyConflict is a protocol error that is errKeyReused too (409 over
+// HTTP), whose text is the protocol error's alone.
+type keyConflict struct{ err error }
+
+func (e *keyConflict) Error() string        { return e.err.Error() }
+func (e *keyConflict) Unwrap() error        { return e.err }
+func (e *keyConflict) Is(target error) bool { return target == errKeyReused }
 
 // IdempotencyStore is a Store that keeps idempotency keys, which a
 // Store may do: without it the bus refuses a publish with a key. Both
@@ -90,14 +97,14 @@ func (s *Server) idempotently(identity, key string, sum []byte, publish func() (
 	}
 	rec, err := get(identity, key, now)
 	if errors.Is(err, ErrIdempotencyBusy) {
-		return nil, false, fmt.Errorf("%w: %w", protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q: %v; retry once it answered", key, err), errKeyReused)
+		return nil, false, &keyConflict{protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q: %v; retry once it answered", key, err)}
 	}
 	if err != nil {
 		return nil, false, protocol.Errorf(protocol.ErrInternal, "read idempotency key: %v", err)
 	}
 	if rec != nil {
 		if !bytes.Equal(rec.BodyHash, sum) {
-			return nil, false, fmt.Errorf("%w: %w", protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q was used for another request within the idempotency window; use a new key", key), errKeyReused)
+			return nil, false, &keyConflict{protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q was used for another request within the idempotency window; use a new key", key)}
 		}
 		return rec.Answer, true, nil
 	}
