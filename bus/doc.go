@@ -36,7 +36,10 @@
 // their answers; after the walk it stores the retries it needs. The scheduler
 // (retry.go) runs stored retries and holds (hold.go) when due, and moves
 // exhausted ones to the dead-letter queue (deadletter.go). Bus events go
-// out through a queue per subscriber, each in order (events.go).
+// out through a queue per subscriber, each in order (events.go). With
+// Options.TracerProvider, a publish and each delivery attempt are spans
+// (trace.go: a hook in publishRouted and a layer around the delivery
+// pipeline).
 //
 // # Goroutines and locks
 //
