@@ -92,3 +92,33 @@ func TestOTLPEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestServeTracesSampledOut runs bub serve with OTEL_TRACES_SAMPLER
+// always_off: it exports no span, yet still hands the subscriber the
+// trace context, in the publisher's trace and marked not sampled.
+func TestServeTracesSampledOut(t *testing.T) {
+	otlp := bustest.StartOTLP(t)
+	t.Setenv("BUB_OTLP_ENDPOINT", otlp.URL)
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
+	d := startBus(t, t.TempDir(), "--log-level", "warn")
+	_, got := bustest.Collect(t, d.url, "worker", "jobs:*")
+	const trace = "0af7651916cd43dd8448eb211c80319c"
+	status, _, answer := bustest.Post(t, d.http+"/v1/messages", `{"topic":"jobs:a","payload":{"type":"t"}}`,
+		map[string]string{"traceparent": "00-" + trace + "-b7ad6b7169203331-01"})
+	if status != 201 {
+		t.Fatalf("POST: %d %s", status, answer)
+	}
+	delivered := <-got
+	d.stop(t) // the spans batched are exported before the exit
+
+	var meta map[string]string
+	if err := json.Unmarshal(delivered.Meta, &meta); err != nil {
+		t.Fatalf("meta %s: %v", delivered.Meta, err)
+	}
+	if tp := meta["traceparent"]; !strings.HasPrefix(tp, "00-"+trace+"-") || !strings.HasSuffix(tp, "-00") || strings.Contains(tp, "b7ad6b7169203331") {
+		t.Errorf("subscriber's traceparent %q; want trace %s, a new span, not sampled", tp, trace)
+	}
+	if spans, _ := otlp.Wait(t, func([]*tracepb.Span) bool { return true }); len(spans) != 0 {
+		t.Errorf("exported %d spans with always_off", len(spans))
+	}
+}
