@@ -59,9 +59,9 @@ func (s *Server) chain() (deliverFunc, localFunc) {
 	for i := len(layers) - 1; i >= 0; i-- {
 		local = layers[i](local)
 	}
-	return s.measure(func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+	return s.traceDeliveries(s.measure(func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		return d.to.deliver(ctx, d)
-	}), local
+	})), local
 }
 
 // deliver makes one delivery to c, unmeasured: Server.deliver measures
@@ -230,20 +230,26 @@ func (s *Server) measure(next deliverFunc) deliverFunc {
 		start := time.Now()
 		r, err := next(ctx, d)
 		s.metrics.deliveryDuration.Observe(time.Since(start).Seconds())
-		outcome := "not_processed"
-		var derr *deliveryError
-		switch {
-		case errors.As(err, &derr):
-			outcome = derr.Kind
-		case err != nil:
-			outcome = failError
-		case r.Handled():
-			outcome = "processed"
-		case r.Rejected():
-			outcome = protocol.ReasonRejected
-		}
+		outcome := deliveryOutcome(r, err)
 		s.metrics.deliveries.WithLabelValues(outcome).Inc()
 		s.journalDelivery(d, outcome, err)
 		return r, err
 	}
+}
+
+// deliveryOutcome names a delivery's outcome, as the deliveries metric
+// and the delivery's span say it.
+func deliveryOutcome(r protocol.ProcessMessageResult, err error) string {
+	var derr *deliveryError
+	switch {
+	case errors.As(err, &derr):
+		return derr.Kind
+	case err != nil:
+		return failError
+	case r.Handled():
+		return "processed"
+	case r.Rejected():
+		return protocol.ReasonRejected
+	}
+	return "not_processed"
 }

@@ -45,7 +45,9 @@
 // subscription's topic. Each of those steps calls a journal hook
 // (journal.go), which records what happened to the message for
 // GET /v1/events and its stream (journalhttp.go), and does nothing when
-// the journal is off.
+// the journal is off. With Options.TracerProvider, a publish and each
+// delivery attempt are spans (trace.go: a hook in publishRouted and a
+// layer around the delivery pipeline).
 //
 // # Goroutines and locks
 //

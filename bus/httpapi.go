@@ -174,7 +174,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if key == "" && r.Header["Idempotency-Key"] == nil {
-		answer, err := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack", r.RemoteAddr)
+		answer, err := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack", r.RemoteAddr, r.Header)
 		if err != nil {
 			writeError(w, 0, err)
 			return
@@ -313,8 +313,9 @@ func (s *Server) httpPublisher(cred credential, clientID, remote string) (*httpP
 // accepted: admitted and routed, or held or found with no subscriber;
 // with it, once the walk is done, as sendMessage does. remote is the
 // request's address, for the journal: p serves every request of its
-// identity and clientId, from wherever they come.
-func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool, remote string) (*publishAnswer, error) {
+// identity and clientId, from wherever they come. header's traceparent,
+// if any, is the publish's parent span (trace.go).
+func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool, remote string, header http.Header) (*publishAnswer, error) {
 	c := p.c
 	select {
 	case c.slots <- struct{}{}:
@@ -349,6 +350,7 @@ func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool, remote st
 	}
 	out.remote = remote
 	out.accepted()
+	s.traceHTTP(&out.message, header)
 	answer := &publishAnswer{MessageID: out.message.ID}
 	walk := func() (*protocol.SendMessageResult, error) {
 		defer done()
@@ -378,7 +380,7 @@ func (s *Server) publishIdempotent(w http.ResponseWriter, r *http.Request, p *ht
 	wait := r.URL.Query().Get("wait") == "ack"
 	sum := sha256.Sum256(append([]byte(strconv.FormatBool(wait)+"\n"), body...))
 	answer, replayed, err := s.idempotently(identity, key, sum[:], func() (any, error) {
-		return s.publishHTTP(p, body, wait, r.RemoteAddr)
+		return s.publishHTTP(p, body, wait, r.RemoteAddr, r.Header)
 	})
 	switch {
 	case errors.Is(err, errKeyReused):

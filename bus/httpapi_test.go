@@ -330,21 +330,6 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	}
 }
 
-// TestHTTPIdempotencyRefusedOnCluster checks that a cluster, whose store
-// keeps no idempotency keys yet, refuses the header clearly instead of
-// ignoring it, and still publishes a request without it.
-func TestHTTPIdempotencyRefusedOnCluster(t *testing.T) {
-	node := bustest.StartCluster(t, nil, "n1")[0]
-	body := `{"topic":"jobs:a","payload":{"type":"t"}}`
-	a := httpDo(t, node, "POST", "/v1/messages", body, map[string]string{"Idempotency-Key": "k"})
-	if a.status != 400 || !strings.Contains(string(a.body), "cluster") {
-		t.Fatalf("with a key: %d %s; want 400 naming the cluster", a.status, a.body)
-	}
-	if a := httpDo(t, node, "POST", "/v1/messages", body, nil); a.status != 201 {
-		t.Fatalf("without a key: %d %s", a.status, a.body)
-	}
-}
-
 // TestSendMessageIdempotencyKey checks meta.idempotency_key on
 // sendMessage: a repeat gets the first result and publishes nothing,
 // other params with the key are -32602, and a key that is no string is

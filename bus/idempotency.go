@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -28,13 +27,44 @@ const metaIdempotencyKey = "idempotency_key"
 // errKeyReused says a key was used within the window for another request.
 var errKeyReused = errors.New("idempotency key already used for another request")
 
-// idempotentStore is a Store that keeps idempotency keys.
-type idempotentStore interface {
+// keyConflict is a protocol error that is errKeyReused too (409 over
+// HTTP), whose text is the protocol error's alone.
+type keyConflict struct{ err error }
+
+func (e *keyConflict) Error() string        { return e.err.Error() }
+func (e *keyConflict) Unwrap() error        { return e.err }
+func (e *keyConflict) Is(target error) bool { return target == errKeyReused }
+
+// IdempotencyStore is a Store that keeps idempotency keys, which a
+// Store may do: without it the bus refuses a publish with a key. Both
+// *store.Store (one node) and *cluster.Store (JetStream, every node's
+// keys in one bucket) keep them; the methods mean what *store.Store's
+// say. A repeat on any node that shares the store gets the first answer.
+type IdempotencyStore interface {
 	GetIdempotent(identity, key string, now time.Time) (*store.Idempotent, error)
 	PutIdempotent(identity, key string, rec *store.Idempotent, now time.Time) error
 }
 
-var _ idempotentStore = (*store.Store)(nil)
+var _ IdempotencyStore = (*store.Store)(nil)
+
+// IdempotencyReserver is an IdempotencyStore shared by several nodes,
+// whose requests with one key the bus cannot serialize in memory: the
+// store does, by reserving the key for the request that runs it.
+type IdempotencyReserver interface {
+	IdempotencyStore
+	// ReserveIdempotent is GetIdempotent, but when the key is free it
+	// also reserves it for the caller, until its PutIdempotent or
+	// ReleaseIdempotent (or an expiry, should the node die). A key
+	// another node reserved is ErrIdempotencyBusy.
+	ReserveIdempotent(identity, key string, now time.Time) (*store.Idempotent, error)
+	// ReleaseIdempotent frees the caller's reservation: the request
+	// failed, and a retry must run again.
+	ReleaseIdempotent(identity, key string)
+}
+
+// ErrIdempotencyBusy: a request with the idempotency key is running on
+// another node (IdempotencyReserver.ReserveIdempotent).
+var ErrIdempotencyBusy = errors.New("a request with this idempotency key is running on another node")
 
 // checkIdempotencyKey refuses a key that is empty, too long, or not
 // printable ASCII.
@@ -55,23 +85,34 @@ func (s *Server) idempotently(identity, key string, sum []byte, publish func() (
 		return nil, false, err
 	}
 	if s.idempotent == nil {
-		return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "this bus keeps no idempotency keys: a cluster's store does not yet; publish without one")
+		return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "this bus's store keeps no idempotency keys; publish without one")
 	}
 	unlock := s.http.lockKey(identity + "\x00" + key)
 	defer unlock()
 	now := time.Now()
-	rec, err := s.idempotent.GetIdempotent(identity, key, now)
+	get := s.idempotent.GetIdempotent
+	reserver, shared := s.idempotent.(IdempotencyReserver)
+	if shared {
+		get = reserver.ReserveIdempotent
+	}
+	rec, err := get(identity, key, now)
+	if errors.Is(err, ErrIdempotencyBusy) {
+		return nil, false, &keyConflict{protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q: %v; retry once it answered", key, err)}
+	}
 	if err != nil {
 		return nil, false, protocol.Errorf(protocol.ErrInternal, "read idempotency key: %v", err)
 	}
 	if rec != nil {
 		if !bytes.Equal(rec.BodyHash, sum) {
-			return nil, false, fmt.Errorf("%w: %w", protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q was used for another request within the idempotency window; use a new key", key), errKeyReused)
+			return nil, false, &keyConflict{protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q was used for another request within the idempotency window; use a new key", key)}
 		}
 		return rec.Answer, true, nil
 	}
 	result, err := publish()
 	if err != nil {
+		if shared {
+			reserver.ReleaseIdempotent(identity, key)
+		}
 		return nil, false, err
 	}
 	b, err := json.Marshal(result)

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
@@ -104,6 +105,10 @@ type Options struct {
 	// answers 429. Default: 10 per second, a burst of 20.
 	ToolEventRate  float64
 	ToolEventBurst int
+	// TracerProvider, when set, traces each publish and delivery
+	// attempt (trace.go); nil, the default, traces nothing and costs
+	// nothing.
+	TracerProvider trace.TracerProvider
 	// Hosts are the Host header values a WebSocket upgrade may carry
 	// besides the address the bus listens on, so that a web page cannot
 	// reach a loopback bus through DNS rebinding.
@@ -264,11 +269,13 @@ type Server struct {
 	deliver      deliverFunc
 	deliverLocal localFunc
 	store        Store
-	// idempotent keeps idempotency keys; nil when the store cannot
-	// (a cluster's), and the keys are refused.
-	idempotent idempotentStore
+	// idempotent keeps idempotency keys; nil when the store does not
+	// (IdempotencyStore), and the keys are refused.
+	idempotent IdempotencyStore
 	// toolSubs keeps the tool subscriptions (toolsub.go).
 	toolSubs *toolSubscriptions
+	// tracer traces publishes and deliveries; nil when off (trace.go).
+	tracer trace.Tracer
 	// http holds the HTTP API's publishers (httpapi.go).
 	http httpPublishers
 	// hooks are the incoming webhooks by name, hookRequests counts their
@@ -368,6 +375,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		conns:   make(map[*conn]struct{}),
 		bootID:  hex.EncodeToString(boot),
 		store:   o.Store,
+		tracer:  newTracer(o.TracerProvider),
 
 		holdPatterns: holds,
 	}
@@ -392,7 +400,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 			st = store.OpenMemory()
 		}
 		cl = &singleNode{store: st}
-		s.idempotent, _ = st.(idempotentStore)
 		s.durables.store, _ = st.(durableStore)
 	}
 	if err := s.joinCluster(ctx, cl); err != nil {
@@ -401,6 +408,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		return nil, fmt.Errorf("new bus: join cluster %q as node %q: %w", name, node, err)
 	}
 	s.journal = newJournal(o.Journal, s.cl.self, s.bootID, s.metrics.registry)
+	s.idempotent, _ = s.store.(IdempotencyStore)
 	fail := func(err error) (*Server, error) {
 		s.cancel()
 		_ = s.cl.cluster.Leave(context.Background())

@@ -435,7 +435,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	publish := func() (any, error) { return s.publishHTTP(h.publisher, params, false, r.RemoteAddr) }
+	publish := func() (any, error) { return s.publishHTTP(h.publisher, params, false, r.RemoteAddr, r.Header) }
 	var answer any
 	if deliveryID == "" {
 		answer, err = publish()

@@ -14,7 +14,11 @@
 //     when a node stops heartbeating; the acting node then deletes the
 //     dead node's subscriptions and claims;
 //   - remote delivery: [Node.Deliver] asks another node to deliver a
-//     message, which that node's [Handler.Deliver] does.
+//     message, which that node's [Handler.Deliver] does;
+//   - idempotency keys: [Store.ReserveIdempotent] and
+//     [Store.PutIdempotent] keep the first answer to a publish with a key
+//     in the bucket BUB_IDEMPOTENCY, each with a TTL, for every node
+//     (idempotency.go).
 //
 // Start with [Start]; end with [Node.Close]. A bus uses a node through
 // [ForBus], which gives it as a bus.Cluster (bus.Options.Cluster).

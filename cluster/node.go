@@ -176,6 +176,8 @@ type Node struct {
 	dlq      jetstream.Stream
 	replicas int
 	store    *Store
+	// idempotency holds the idempotency keys (idempotency.go).
+	idempotency jetstream.KeyValue
 
 	// ctx ends when the node closes; handlers of remote deliveries run
 	// under it.
@@ -386,13 +388,15 @@ const (
 // createBuckets creates the buckets and the dead-letter stream, or binds
 // them when another node created them first.
 func (n *Node) createBuckets(ctx context.Context) error {
-	kv := func(name, what string) (jetstream.KeyValue, error) {
+	// markerTTL, when set, lets the bucket's keys carry a TTL each.
+	kv := func(name, what string, markerTTL time.Duration) (jetstream.KeyValue, error) {
 		cfg := jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: what,
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    n.replicas,
+			Bucket:         name,
+			Description:    what,
+			History:        1,
+			Storage:        jetstream.FileStorage,
+			Replicas:       n.replicas,
+			LimitMarkerTTL: markerTTL,
 		}
 		b, err := n.js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
@@ -407,19 +411,22 @@ func (n *Node) createBuckets(ctx context.Context) error {
 		return b, nil
 	}
 	var err error
-	if n.subs, err = kv(bucketSubs, "bub: the subscription order"); err != nil {
+	if n.subs, err = kv(bucketSubs, "bub: the subscription order", 0); err != nil {
 		return err
 	}
-	if n.clients, err = kv(bucketClients, "bub: which node holds each clientId"); err != nil {
+	if n.clients, err = kv(bucketClients, "bub: which node holds each clientId", 0); err != nil {
 		return err
 	}
-	if n.nodes, err = kv(bucketNodes, "bub: node heartbeats"); err != nil {
+	if n.nodes, err = kv(bucketNodes, "bub: node heartbeats", 0); err != nil {
 		return err
 	}
-	if n.pending, err = kv(bucketPending, "bub: retries and held messages"); err != nil {
+	if n.pending, err = kv(bucketPending, "bub: retries and held messages", 0); err != nil {
 		return err
 	}
-	if n.toolSubs, err = kv(bucketToolSubs, "bub: tool subscriptions"); err != nil {
+	if n.idempotency, err = kv(bucketIdempotency, "bub: idempotency keys of publishes", idempotencyMarkerTTL); err != nil {
+		return err
+	}
+	if n.toolSubs, err = kv(bucketToolSubs, "bub: tool subscriptions", 0); err != nil {
 		return err
 	}
 	n.dlq, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{

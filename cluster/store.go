@@ -49,6 +49,10 @@ type Store struct {
 	revsMu sync.Mutex
 	revs   map[string]uint64
 
+	// reserved holds this node's reservations of idempotency keys
+	// (idempotency.go).
+	reserved reservations
+
 	counts  pendingCounts
 	watch   jetstream.ConsumeContext
 	ready   chan struct{}

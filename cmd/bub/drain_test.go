@@ -20,8 +20,8 @@ import (
 // TestServeDrain: on SIGTERM, bub serve keeps its listener while it
 // drains, so that a load balancer reads /readyz "503 draining" and takes
 // it out of rotation, /healthz still says it is alive, a new peer is
-// refused, and a publisher waiting on a delivery in flight gets its
-// result; then it exits 0.
+// refused, an HTTP publish is 503 with Retry-After, and a publisher
+// waiting on a delivery in flight gets its result; then it exits 0.
 func TestServeDrain(t *testing.T) {
 	t.Parallel()
 	d := startBus(t, t.TempDir(), "--delivery-timeout", "30s", "--drain-timeout", "30s")
@@ -67,6 +67,11 @@ func TestServeDrain(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code, "healthz while draining: %s", body)
 	_, err = bustest.DialWS(d.url, "")
 	assert.Error(t, err, "a new peer while draining")
+	// An HTTP publish is refused too, and told when to come back.
+	status, header, answer := bustest.Post(t, d.http+"/v1/messages", `{"topic":"jobs:2","payload":{"type":"job"}}`, nil)
+	assert.Equal(t, http.StatusServiceUnavailable, status, "POST /v1/messages while draining: %s", answer)
+	assert.Contains(t, string(answer), `"code":-32007`)
+	assert.NotEmpty(t, header.Get("Retry-After"), "Retry-After of a 503")
 
 	close(release)
 	select {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,24 +26,16 @@ func TestHTTPIdempotencySurvivesKill(t *testing.T) {
 	body := `{"topic":"agent:absent","payload":{"type":"job","n":1},"clientId":"cron"}`
 	post := func(d *daemon, body, key string) (int, string, http.Header) {
 		t.Helper()
-		req, err := http.NewRequest("POST", d.http+"/v1/messages", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		var header map[string]string
 		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
+			header = map[string]string{"Idempotency-Key": key}
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("POST: %v", err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
+		status, h, b := bustest.Post(t, d.http+"/v1/messages", body, header)
 		var a struct {
 			MessageID string `json:"messageId"`
 		}
 		_ = json.Unmarshal(b, &a)
-		return res.StatusCode, a.MessageID, res.Header
+		return status, a.MessageID, h
 	}
 	status, first, _ := post(d, body, "job-1")
 	if status != 201 || first == "" {
@@ -107,4 +100,80 @@ func publishedSince(t *testing.T, d *daemon) float64 {
 		}
 	}
 	return sum
+}
+
+// TestHTTPPublishStatusesBinary sends POST /v1/messages to the real bub
+// serve, with auth, a small --max-message-bytes and a publish rate of
+// two messages, and checks every status the HTTP binding documents
+// (docs/PROTOCOL.md, "POST /v1/messages") with its error code; 503 is
+// TestServeDrain's.
+func TestHTTPPublishStatusesBinary(t *testing.T) {
+	t.Parallel()
+	const token = "statuses-token-0123456789abcdef"
+	dir := t.TempDir()
+	config := writeFile(t, dir, "bus.yaml", `auth:
+  identities:
+    - name: cron
+      token_sha256: "`+hashToken(token)+`"
+      client_ids: ["cron"]
+      publish: {allow: ["jobs:*"]}
+`)
+	d := startBus(t, filepath.Join(dir, "data"), "--config", config, "--log-level", "warn",
+		"--max-message-bytes", "2048", "--publish-rate", "0.001", "--publish-burst", "2")
+	bearer := map[string]string{"Authorization": "Bearer " + token}
+	with := func(h map[string]string) map[string]string {
+		out := map[string]string{"Authorization": "Bearer " + token}
+		for k, v := range h {
+			out[k] = v
+		}
+		return out
+	}
+	job := `{"topic":"jobs:a","payload":{"type":"job"}}`
+	for _, tt := range []struct {
+		name   string
+		body   string
+		header map[string]string
+		status int
+		code   int64
+	}{
+		{"no credential", job, nil, 401, protocol.CodeUnauthorized},
+		{"unknown token", job, map[string]string{"Authorization": "Bearer nope"}, 401, protocol.CodeUnauthorized},
+		{"not Bearer", job, map[string]string{"Authorization": "Basic Y3Jvbjp4"}, 401, protocol.CodeUnauthorized},
+		{"not JSON", `{"topic":`, bearer, 400, protocol.CodeParseError},
+		{"no payload type", `{"topic":"jobs:a","payload":{}}`, bearer, 400, protocol.CodeInvalidParams},
+		{"bad idempotency key", job, with(map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}), 400, protocol.CodeInvalidParams},
+		{"too large", `{"topic":"jobs:a","payload":{"type":"job","pad":"` + strings.Repeat("x", 2100) + `"}}`, bearer, 413, protocol.CodeLimitReached},
+		{"topic outside the grant", `{"topic":"admin:x","payload":{"type":"job"}}`, bearer, 403, protocol.CodeForbidden},
+		{"clientId outside the grant", `{"topic":"jobs:a","payload":{"type":"job"},"clientId":"other"}`, bearer, 403, protocol.CodeForbidden},
+		{"cross-site browser", job, with(map[string]string{"Origin": "https://evil.example"}), 403, protocol.CodeForbidden},
+		{"first with a key", job, with(map[string]string{"Idempotency-Key": "k1"}), 201, 0},
+		{"repeat with the key", job, with(map[string]string{"Idempotency-Key": "k1"}), 201, 0},
+		{"the key, another body", `{"topic":"jobs:b","payload":{"type":"job"}}`, with(map[string]string{"Idempotency-Key": "k1"}), 409, protocol.CodeInvalidParams},
+		{"second of the burst", job, bearer, 201, 0},
+		{"over the publish rate", job, bearer, 429, protocol.CodeRateLimited},
+	} {
+		status, header, body := bustest.Post(t, d.http+"/v1/messages", tt.body, tt.header)
+		var answer struct {
+			MessageID string          `json:"messageId"`
+			Error     *protocol.Error `json:"error"`
+		}
+		if err := json.Unmarshal(body, &answer); err != nil {
+			t.Errorf("%s: answer %s is not JSON: %v", tt.name, body, err)
+			continue
+		}
+		switch {
+		case status != tt.status:
+			t.Errorf("%s: %d %s; want %d", tt.name, status, body, tt.status)
+		case tt.status == 201 && answer.MessageID == "":
+			t.Errorf("%s: 201 without messageId: %s", tt.name, body)
+		case tt.status != 201 && (answer.Error == nil || answer.Error.Code != tt.code):
+			t.Errorf("%s: %s; want code %d", tt.name, body, tt.code)
+		case tt.status == 401 && header.Get("WWW-Authenticate") == "":
+			t.Errorf("%s: 401 without WWW-Authenticate", tt.name)
+		case tt.status == 429:
+			if s, err := strconv.Atoi(header.Get("Retry-After")); err != nil || s < 1 {
+				t.Errorf("%s: Retry-After %q; want seconds", tt.name, header.Get("Retry-After"))
+			}
+		}
+	}
 }

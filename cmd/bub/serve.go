@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
@@ -59,6 +61,8 @@ type serveConfig struct {
 	allowedOrigins                 string
 	logLevel                       string
 	logFormat                      string
+	// otlpEndpoint is the OTLP/HTTP collector traces go to; "": none.
+	otlpEndpoint string
 
 	configPath     string
 	printConfig    bool
@@ -105,6 +109,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.journalOpts.MaxAge, "journal-max-age", time.Hour, "drop journal events older than this")
 	fs.Int64Var(&c.journalOpts.MaxBytes, "journal-max-bytes", 64<<20, "memory the journal may hold, as estimated; the oldest events are dropped beyond it")
 	fs.BoolVar(&c.journalOpts.Payloads, "journal-payloads", false, "also journal each accepted message's payload (off: payloads may be private, and large)")
+	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OTLP/HTTP collector to send traces to, as http://collector:4318 (/v1/traces is added to a URL without a path): a span per publish and per delivery attempt, continuing the publisher's traceparent; OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER and OTEL_EXPORTER_OTLP_HEADERS apply. Default: no tracing")
 	fs.StringVar(&c.holdPatterns, "hold-patterns", "agent:*", "comma-separated topic patterns whose messages are held when nobody subscribes, until a subscriber appears")
 	fs.StringVar(&c.allowedOrigins, "allowed-origins", "", "comma-separated browser origins (host patterns) allowed to connect; clients without an Origin header are always allowed")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -262,6 +267,17 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		defer db.Close()
 		st = db
 	}
+	var tracing trace.TracerProvider
+	if cfg.otlpEndpoint != "" {
+		tp, err := newTracerProvider(ctx, cfg.otlpEndpoint, logger)
+		if err != nil {
+			return errorf(io, "serve: %v", err)
+		}
+		// Deferred: it runs once the bus has stopped, so that the
+		// bus's last spans are exported.
+		defer flushTraces(tp, logger)
+		tracing = tp
+	}
 	// Listening comes before the bus: a cluster node's start waits for a
 	// majority of its nodes, for up to a minute, and meanwhile /healthz
 	// says the process is alive and /readyz that it is not ready yet.
@@ -290,6 +306,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		HoldPatterns:      splitList(cfg.holdPatterns),
 		HoldLifetime:      cfg.holdLifetime,
 		IdempotencyWindow: cfg.idempotencyWindow,
+		TracerProvider:    tracing,
 		Journal:           cfg.journalOptions(),
 
 		MaxToolSubscriptionsPerThread: cfg.toolSubsPerThread,

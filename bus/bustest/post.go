@@ -1,0 +1,35 @@
+package bustest
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Post posts body to url with header and returns the answer's status,
+// header and body; it fails the test when there is no answer within
+// ClusterTimeout.
+func Post(t testing.TB, url, body string, header map[string]string) (int, http.Header, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), ClusterTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("bustest: POST %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatalf("bustest: POST %s: read answer: %v", url, err)
+	}
+	return res.StatusCode, res.Header, b
+}
