@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,6 +262,9 @@ type Server struct {
 	mu      sync.Mutex
 	clients map[string]*conn // by clientId, initialized connections only
 	conns   map[*conn]struct{}
+
+	// consoleState is the operator console's (console.go).
+	consoleState consoleState
 }
 
 // New returns a Server with the given options (nil means all defaults)
@@ -394,7 +398,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serveOpenAPI(w, r)
 	case "/":
 		s.serveWebSocket(w, r)
+	case strings.TrimSuffix(PathConsole, "/"):
+		http.Redirect(w, r, PathConsole, http.StatusMovedPermanently)
 	default:
+		if strings.HasPrefix(r.URL.Path, PathConsole) {
+			s.serveConsole(w, r)
+			return
+		}
 		http.NotFound(w, r)
 	}
 }
