@@ -18,7 +18,7 @@ function el(tag, attrs, ...children) {
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
-  for (const c of children) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined) continue;
     e.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -270,7 +270,7 @@ $("topic-form").addEventListener("submit", async (ev) => {
     list.append(el("li", { "data-client": l.clientId },
       el("code", {}, l.pattern), " → ", el("strong", {}, l.clientId),
       el("span", { class: "tag" }, l.policy), l.fallback ? el("span", { class: "tag warn" }, "fallback") : null,
-      el("span", { class: "tag" }, "owner " + (l.identity || "anonymous")), el("span", { class: "tag" }, "node " + (l.node || "this")),
+      el("span", { class: "tag" }, "owner " + (l.identity || "anonymous")), l.node ? el("span", { class: "tag" }, "node " + l.node) : null,
       el("span", { class: "tag" }, "not durable: ends with its connection"),
       l.mayStop ? el("span", { class: "tag ok" }, "may stop the walk") : el("span", { class: "tag" }, "walk goes on")));
   }
@@ -300,12 +300,12 @@ async function loadDeadLetters() {
   $("dl-count").textContent = data.total + " in the queue; this page " + data.entries.length;
   clear($("dl-rows"), ...data.entries.map((d) => el("tr", { "data-id": d.id },
     el("td", { class: "mono" }, d.id), el("td", { class: "mono" }, d.topic), el("td", {}, d.reason),
-    el("td", { class: "mono" }, d.clientId || "–"), el("td", { class: "mono" }, d.from || "–"), el("td", { class: "num" }, d.attempts.length),
-    el("td", {}, fmtTime(d.deadAt)), el("td", { class: "num" }, d.payloadBytes),
+    el("td", { class: "mono" }, d.client_id || "–"), el("td", { class: "mono" }, d.from || "–"), el("td", { class: "num" }, d.attempts.length),
+    el("td", {}, fmtTime(d.dead_at)), el("td", { class: "num" }, d.payloadBytes),
     el("td", {},
       el("button", { type: "button", onclick: () => showDeadLetter(d.id) }, "Show"), " ",
       el("button", { type: "button", class: "replay", onclick: () => replay(d, "topic") }, "Replay to topic"), " ",
-      d.clientId ? el("button", { type: "button", onclick: () => replay(d, "subscriber") }, "Replay to " + d.clientId) : null, " ",
+      d.client_id ? el("button", { type: "button", onclick: () => replay(d, "subscriber") }, "Replay to " + d.client_id) : null, " ",
       el("button", { type: "button", class: "danger", onclick: () => purgeOne(d.id) }, "Purge")))));
 }
 
@@ -317,14 +317,14 @@ async function showDeadLetter(id) {
   clear($("dl-detail"), el("div", { class: "card" },
     el("h2", {}, "Dead letter ", el("code", {}, d.id)),
     el("p", {}, "Message ", el("code", {}, d.messageId), " on ", el("code", {}, d.topic), " from ", el("code", {}, d.from || "–"),
-      ", published ", fmtTime(d.publishedAt), "; dead ", fmtTime(d.deadAt), " (", d.reason, ")."),
+      ", published ", fmtTime(d.publishedAt), "; dead ", fmtTime(d.dead_at), " (", d.reason, ")."),
     el("h3", {}, "Attempts"), attempts,
     el("button", { type: "button", onclick: (ev) => { payload.hidden = !payload.hidden; ev.target.textContent = payload.hidden ? "Show payload" : "Hide payload"; } }, "Show payload"),
     payload));
 }
 
 async function replay(d, to) {
-  const target = to === "topic" ? "its topic " + d.topic : "subscriber " + d.clientId;
+  const target = to === "topic" ? "its topic " + d.topic : "subscriber " + d.client_id;
   if (!(await confirmDialog("Replay dead letter " + d.id + " to " + target + "?"))) return;
   try {
     const res = await call("deadletters/replay", { ids: [d.id], to });
@@ -448,6 +448,7 @@ function current() { return (location.hash || "#overview").slice(1); }
 
 function route() {
   if (!session) return;
+  banner("");
   const page = current();
   for (const p of document.querySelectorAll(".page")) p.hidden = p.id !== "page-" + page;
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("on", a.getAttribute("href") === "#" + page);

@@ -213,7 +213,7 @@ func TestConsoleBrowser(t *testing.T) {
 				return nil
 			}
 			var buf []byte
-			if err := chromedp.FullScreenshot(&buf, 90).Do(ctx); err != nil {
+			if err := chromedp.FullScreenshot(&buf, 100).Do(ctx); err != nil {
 				return err
 			}
 			return os.WriteFile(filepath.Join(shots, name+".png"), buf, 0o644)
@@ -261,7 +261,7 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 
 	login("alice-token")
 	run("overview", chromedp.WaitVisible("#page-overview", chromedp.ByQuery),
-		chromedp.Poll(`document.querySelector('[data-key=connections] .value').textContent !== "–"`, nil, chromedp.WithPollingTimeout(30*time.Second)),
+		chromedp.Poll(`document.querySelector('[data-key=published] .value').textContent !== "–"`, nil, chromedp.WithPollingTimeout(30*time.Second)),
 		shot("overview"))
 
 	run("clients", chromedp.Navigate(d.http+"/console/#clients"),
