@@ -377,3 +377,47 @@ func TestConsoleStream(t *testing.T) {
 		t.Fatalf("stream: %q", got)
 	}
 }
+
+// Agents shows what the spawner's lifecycle events last said of each
+// agent.
+func TestConsoleAgents(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	spawner := bustest.Connect(t, srv.URL, "spawner", nil)
+	for _, ev := range []string{
+		`{"type":"agent_event","event":"spawned","agent_id":"a1","topic":"agent:a1","workspace":"/w/a1","pid":7,"timestamp":"2026-01-01T00:00:00Z"}`,
+		`{"type":"agent_event","event":"ready","agent_id":"a1","topic":"agent:a1","pid":7,"timestamp":"2026-01-01T00:00:01Z"}`,
+		`{"type":"agent_event","event":"hibernated","agent_id":"a2","topic":"agent:a2","reason":"idle","timestamp":"2026-01-01T00:00:02Z"}`,
+		`{"type":"agent_event","event":"exited","agent_id":"a3","status":"exit status 1","restarting":true,"timestamp":"2026-01-01T00:00:03Z"}`,
+	} {
+		var e struct {
+			Event string `json:"event"`
+		}
+		_ = json.Unmarshal([]byte(ev), &e)
+		r := spawner.Call(protocol.MethodSendMessage, map[string]any{"topic": "system:agent." + e.Event, "payload": json.RawMessage(ev)})
+		if r.Error != nil {
+			t.Fatalf("publish %s: %v", e.Event, r.Error)
+		}
+	}
+	c := newConsoleClient(t, srv)
+	c.login("")
+	a := c.do(http.MethodGet, "/console/api/agents", "", nil)
+	var list struct {
+		Agents []struct {
+			AgentID   string `json:"agentId"`
+			State     string `json:"state"`
+			Workspace string `json:"workspace"`
+			From      string `json:"from"`
+		} `json:"agents"`
+	}
+	if err := json.Unmarshal(a.body, &list); err != nil || len(list.Agents) != 3 {
+		t.Fatalf("agents: %s (%v)", a.body, err)
+	}
+	for i, want := range []struct{ id, state string }{{"a1", "running"}, {"a2", "hibernated"}, {"a3", "restarting"}} {
+		if got := list.Agents[i]; got.AgentID != want.id || got.State != want.state || got.From != "spawner" {
+			t.Errorf("agent %d: %+v, want %s %s from spawner", i, got, want.id, want.state)
+		}
+	}
+	if list.Agents[0].Workspace != "/w/a1" {
+		t.Errorf("a1's workspace %q", list.Agents[0].Workspace)
+	}
+}
