@@ -329,34 +329,26 @@ func (s *Server) consoleReplay(sess *consoleSession, w http.ResponseWriter, r *h
 		writeError(w, 0, err)
 		return
 	}
-	if p.To == "" {
-		p.To = protocol.ReplayToTopic
+	to, err := replayTarget(p.To)
+	if err != nil {
+		writeError(w, 0, err)
+		return
 	}
-	switch {
-	case len(p.IDs) == 0:
+	if len(p.IDs) == 0 {
 		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "ids is required: name at least one dead letter"))
 		return
-	case len(p.IDs) > s.limits().MaxReplayIDs && s.limits().MaxReplayIDs > 0:
-		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "%d ids is more than %d (--max-replay-ids)", len(p.IDs), s.limits().MaxReplayIDs))
-		return
-	case p.To != protocol.ReplayToTopic && p.To != protocol.ReplayToSubscriber:
-		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "to %q is not %q or %q", p.To, protocol.ReplayToTopic, protocol.ReplayToSubscriber))
+	}
+	if bound := s.limits().MaxReplayIDs; !under(len(p.IDs)-1, bound) {
+		writeError(w, 0, s.limitReached(limitReplayIDs, "%d ids, more than %d; replay them in batches", len(p.IDs), bound))
 		return
 	}
 	if err := s.beginRequest(); err != nil {
 		writeError(w, 0, err)
 		return
 	}
-	defer s.requests.Done()
-	result := protocol.DLQReplayResult{Outcomes: []protocol.DLQReplayOutcome{}}
-	for _, id := range p.IDs {
-		out := protocol.DLQReplayOutcome{ID: id}
-		if err := s.replay(id, p.To, &out); err != nil {
-			out.Error = err.Error()
-		}
-		result.Outcomes = append(result.Outcomes, out)
-	}
-	s.log.Info("console: dead letters replayed", "ids", len(p.IDs), "to", p.To, "operator", sess.identity)
+	result := s.replayAll(p.IDs, to)
+	s.requests.Done()
+	s.log.Info("console: dead letters replayed", "ids", len(p.IDs), "to", to, "operator", sess.identity)
 	writeJSON(w, http.StatusOK, result)
 }
 
