@@ -57,6 +57,11 @@ const consoleConfig = `auth:
       client_ids: ["researcher"]
       publish: {allow: ["bcp:*"]}
       subscribe: {allow: ["agent:{{clientId}}"]}
+    - name: spawner
+      token_sha256: "%s"
+      client_ids: ["spawner"]
+      publish: {allow: ["system:agent.*"]}
+      subscribe: {allow: ["nothing:here"]}
     - name: bcp-gateway
       token_sha256: "%s"
       client_ids: ["bcp-gateway"]
@@ -111,12 +116,14 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	dir := t.TempDir()
 	config := writeFile(t, dir, "bus.yaml", fmt.Sprintf(consoleConfig, hashToken("alice-token"), hashToken("viewer-token"),
-		hashToken("hostile-token"), hashToken("main-token"), hashToken("researcher-token"), hashToken("gateway-token")))
+		hashToken("hostile-token"), hashToken("main-token"), hashToken("researcher-token"), hashToken("spawner-token"), hashToken("gateway-token")))
 	d := startBus(t, filepath.Join(dir, "data"), "--config", config)
 
 	// The hostile client: its first delivery on dlq:* it rejects, so the
 	// message is dead-lettered; a replay it takes.
-	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	// The peers' calls share one deadline, as long as the test's browser
+	// steps may take.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	hostile, err := peer.Dial(ctx, d.url, &peer.Options{ClientID: hostileName, Token: "hostile-token", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -264,9 +271,27 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 		chromedp.Poll(`document.querySelector('[data-key=published] .value').textContent !== "–"`, nil, chromedp.WithPollingTimeout(30*time.Second)),
 		shot("overview"))
 
+	// A client that connects while the page is open appears on it: the
+	// stream's next sample refreshes the page.
+	hasClient := func(id string) string {
+		return `[...document.querySelectorAll('#clients-rows tr')].some(r => r.dataset.client === ` + jsString(id) + `)`
+	}
 	run("clients", chromedp.Navigate(d.http+"/console/#clients"),
-		chromedp.Poll(`[...document.querySelectorAll('#clients-rows tr')].some(r => r.dataset.client === `+jsString(hostileName)+`)`, nil, chromedp.WithPollingTimeout(30*time.Second)),
-		shot("clients"))
+		chromedp.Poll(hasClient(hostileName), nil, chromedp.WithPollingTimeout(30*time.Second)))
+	spawner, err := peer.Dial(ctx, d.url, &peer.Options{ClientID: "spawner", Token: "spawner-token", PublishOnly: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spawner.Close()
+	run("see a client appear", chromedp.Poll(hasClient("spawner"), nil, chromedp.WithPollingTimeout(30*time.Second)), shot("clients"))
+	for _, ev := range []map[string]any{
+		{"type": "agent_event", "event": "ready", "agent_id": "agent-7f3a", "topic": "tg:123", "workspace": "/data/workspaces/agent-7f3a", "pid": 4242, "timestamp": time.Now().UTC().Format(time.RFC3339Nano)},
+		{"type": "agent_event", "event": "hibernated", "agent_id": "agent-91bc", "topic": "tg:456", "reason": "idle", "timestamp": time.Now().UTC().Format(time.RFC3339Nano)},
+	} {
+		if _, err := spawner.SendMessage(ctx, "system:agent."+ev["event"].(string), ev, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if rows := textOf("#clients-rows"); !strings.Contains(rows, hostileName) || !strings.Contains(rows, "dlq:*") {
 		t.Fatalf("clients page lacks the hostile client as text: %q", rows)
 	}
@@ -313,7 +338,10 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 		t.Fatalf("the Reader got %s", q.Payload)
 	}
 
-	run("agents", chromedp.Navigate(d.http+"/console/#agents"), chromedp.WaitVisible("#agents-where", chromedp.ByQuery), shot("agents"))
+	run("agents", chromedp.Navigate(d.http+"/console/#agents"), chromedp.WaitVisible("#agents-rows tr", chromedp.ByQuery), shot("agents"))
+	if rows := textOf("#agents-rows"); !strings.Contains(rows, "agent-7f3a") || !strings.Contains(rows, "running") || !strings.Contains(rows, "hibernated") {
+		t.Fatalf("agents page: %q", rows)
+	}
 
 	var pwned bool
 	var violations []string
