@@ -155,7 +155,7 @@ function draw(canvas, values) {
   g.scale(ratio, ratio);
   g.clearRect(0, 0, w, h);
   if (values.length < 2) return;
-  const top = Math.max(1, ...values);
+  const top = Math.max(1, ...values) * 1.2;
   g.beginPath();
   values.forEach((v, i) => {
     const x = (i / (values.length - 1)) * (w - 2) + 1;
