@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
@@ -419,5 +420,47 @@ func TestConsoleAgents(t *testing.T) {
 	}
 	if list.Agents[0].Workspace != "/w/a1" {
 		t.Errorf("a1's workspace %q", list.Agents[0].Workspace)
+	}
+}
+
+// In a cluster, one node's console shows the clients that hold
+// subscriptions on every node, with their node, in the chain too; it
+// counts the nodes; and it says which node to disconnect a client from.
+func TestConsoleCluster(t *testing.T) {
+	nodes := bustest.StartCluster(t, nil, "a", "b")
+	a, b := nodes[0], nodes[1]
+	bustest.Connect(t, b.URL, "on-b", nil).Subscribe("jobs:*", protocol.PolicyContinueAll)
+	bustest.Connect(t, a.URL, "on-a", nil).Subscribe("jobs:1", "")
+	c := newConsoleClient(t, a)
+	c.login("")
+
+	var list struct {
+		Clients []struct {
+			ClientID string `json:"clientId"`
+			Node     string `json:"node"`
+			Local    bool   `json:"local"`
+		} `json:"clients"`
+	}
+	// b's subscription reaches a through the cluster's order.
+	require.Eventually(t, func() bool {
+		a := c.do(http.MethodGet, "/console/api/clients", "", nil)
+		return json.Unmarshal(a.body, &list) == nil && len(list.Clients) == 2
+	}, 30*time.Second, 20*time.Millisecond, "both clients seen from a")
+	if len(list.Clients) != 2 || list.Clients[0].ClientID != "on-a" || !list.Clients[0].Local || list.Clients[0].Node != "a" ||
+		list.Clients[1].ClientID != "on-b" || list.Clients[1].Local || list.Clients[1].Node != "b" {
+		t.Fatalf("clients seen from a: %+v", list.Clients)
+	}
+	chain := c.do(http.MethodGet, "/console/api/chain?topic=jobs:1", "", nil)
+	var ch struct {
+		Chain []struct {
+			ClientID string `json:"clientId"`
+			Node     string `json:"node"`
+		} `json:"chain"`
+	}
+	if err := json.Unmarshal(chain.body, &ch); err != nil || len(ch.Chain) != 2 || ch.Chain[0].ClientID != "on-a" || ch.Chain[1].Node != "b" {
+		t.Fatalf("chain of jobs:1 seen from a: %s", chain.body)
+	}
+	if a := c.post("/console/api/clients/close", `{"clientId": "on-b"}`); a.status != http.StatusConflict || !strings.Contains(string(a.body), "node b") {
+		t.Errorf("disconnect on-b from a: %d %s", a.status, a.body)
 	}
 }
