@@ -232,8 +232,8 @@ func TestConsoleDeadLetterPagingAndPurge(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	srv := consoleBus(t, st)
 	n := 100_000
-	if testing.Short() {
-		n = 5_000
+	if testing.Short() || raceOn {
+		n = 10_000
 	}
 	start := time.Now()
 	// Writers at once share commits (store/commit.go).
