@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,7 @@ func consoleBus(t *testing.T, st *store.Store) *bustest.Server {
 // consoleClient is a browser's side of a console session.
 type consoleClient struct {
 	t      *testing.T
+	http   *http.Client
 	base   string
 	cookie *http.Cookie
 	csrf   string
@@ -70,7 +72,7 @@ func (c *consoleClient) do(method, path, body string, header map[string]string) 
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -109,7 +111,7 @@ func (c *consoleClient) post(path, body string) httpAnswer {
 }
 
 func newConsoleClient(t *testing.T, srv *bustest.Server) *consoleClient {
-	return &consoleClient{t: t, base: srv.HTTP.URL}
+	return &consoleClient{t: t, http: http.DefaultClient, base: srv.HTTP.URL}
 }
 
 // The console's session: only an admin credential logs in; the cookie
@@ -197,6 +199,20 @@ func TestConsoleSession(t *testing.T) {
 	}
 	if a := c.do(http.MethodGet, "/console/api/clients", "", nil); a.status != http.StatusUnauthorized {
 		t.Errorf("clients after logout: %d %s", a.status, a.body)
+	}
+}
+
+// Served over TLS, the session cookie is Secure.
+func TestConsoleCookieSecureOverTLS(t *testing.T) {
+	srv := consoleBus(t, nil)
+	ts := httptest.NewTLSServer(srv.Server)
+	t.Cleanup(ts.Close)
+	c := &consoleClient{t: t, http: ts.Client(), base: ts.URL}
+	if a := c.login("root-token"); a.status != http.StatusOK {
+		t.Fatalf("login over TLS: %d %s", a.status, a.body)
+	}
+	if !c.cookie.Secure || !c.cookie.HttpOnly || c.cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("cookie over TLS %+v: want Secure, HttpOnly, SameSite=Strict", c.cookie)
 	}
 }
 
