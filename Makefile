@@ -87,7 +87,7 @@ clean:
 # real binary, to build/console/*.png for a person to look at.
 console-shots:
 	mkdir -p build/console
-	BUB_CONSOLE_SHOTS=$(CURDIR)/build/console $(GO) test -count=1 -run '^TestConsoleBrowser$$' -v ./cmd/bub/ | grep -E '^(--- |ok|FAIL|PASS)|skipped'
+	BUB_CONSOLE_SHOTS=$(CURDIR)/build/console $(GO) test -count=1 -run '^TestConsoleBrowser$$' -v ./cmd/bub/
 	@ls build/console/*.png
 
 # --- The image and the compose stack (docs/OPERATIONS.md) ---------------
