@@ -317,7 +317,8 @@ async function showDeadLetter(id) {
   clear($("dl-detail"), el("div", { class: "card" },
     el("h2", {}, "Dead letter ", el("code", {}, d.id)),
     el("p", {}, "Message ", el("code", {}, d.messageId), " on ", el("code", {}, d.topic), " from ", el("code", {}, d.from || "–"),
-      ", published ", fmtTime(d.publishedAt), "; dead ", fmtTime(d.dead_at), " (", d.reason, ")."),
+      ", published ", fmtTime(d.published_at), "; dead ", fmtTime(d.dead_at), " (", d.reason, ")",
+      d.client_id ? ["; meant for ", el("code", {}, d.client_id), " under ", el("code", {}, d.subscription || "–")] : null, "."),
     el("h3", {}, "Attempts"), attempts,
     el("button", { type: "button", onclick: (ev) => { payload.hidden = !payload.hidden; ev.target.textContent = payload.hidden ? "Show payload" : "Hide payload"; } }, "Show payload"),
     payload));
