@@ -299,13 +299,13 @@ async function loadDeadLetters() {
   $("dl-next").disabled = !dlNext;
   $("dl-count").textContent = data.total + " in the queue; this page " + data.entries.length;
   clear($("dl-rows"), ...data.entries.map((d) => el("tr", { "data-id": d.id },
-    el("td", { class: "mono" }, d.id), el("td", { class: "mono" }, d.topic), el("td", {}, d.reason),
+    el("td", { class: "mono nowrap" }, d.id), el("td", { class: "mono" }, d.topic), el("td", {}, d.reason),
     el("td", { class: "mono" }, d.client_id || "–"), el("td", { class: "mono" }, d.from || "–"), el("td", { class: "num" }, d.attempts.length),
     el("td", {}, fmtTime(d.dead_at)), el("td", { class: "num" }, d.payloadBytes),
     el("td", {},
       el("button", { type: "button", onclick: () => showDeadLetter(d.id) }, "Show"), " ",
       el("button", { type: "button", class: "replay", onclick: () => replay(d, "topic") }, "Replay to topic"), " ",
-      d.client_id ? el("button", { type: "button", onclick: () => replay(d, "subscriber") }, "Replay to " + d.client_id) : null, " ",
+      d.client_id ? el("button", { type: "button", onclick: () => replay(d, "subscriber") }, "Replay to subscriber") : null, " ",
       el("button", { type: "button", class: "danger", onclick: () => purgeOne(d.id) }, "Purge")))));
 }
 
