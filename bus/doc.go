@@ -36,7 +36,10 @@
 // their answers; after the walk it stores the retries it needs. The scheduler
 // (retry.go) runs stored retries and holds (hold.go) when due, and moves
 // exhausted ones to the dead-letter queue (deadletter.go). Bus events go
-// out through a queue per subscriber, each in order (events.go).
+// out through a queue per subscriber, each in order (events.go). The
+// operator console (console.go: sessions and the embedded files;
+// console_api.go and console_live.go: what it shows) reads the same
+// state, under the same locks, at PathConsole.
 //
 // # Goroutines and locks
 //
