@@ -399,7 +399,7 @@ async function loadApprovals() {
         const reason = await promptDialog("Reject " + a.approval_id + "? The Reader is told the reason.", "");
         if (reason !== null) decide("reject", reason ? { reason } : {});
       } }, "Reject"),
-      a.kind === "summary" ? el("button", { type: "button", onclick: async () => {
+      a.kind === "summary" ? el("button", { type: "button", class: "edit", onclick: async () => {
         const summary = await promptDialog("Edit the summary (it is validated again):", a.summary || "");
         if (summary) decide("edit", { summary });
       } }, "Edit") : null));

@@ -158,7 +158,7 @@ func TestConsoleBrowser(t *testing.T) {
 	writeFile(t, agents, "main.md", gatewayMain)
 	writeFile(t, agents, "researcher.md", gatewayResearcher)
 	runGateway(t, d.url, "--agents", agents, "--data-dir", t.TempDir(), "--approvers", "alice")
-	dialAgent(t, d.url, "main")
+	_, mainInbox := dialAgent(t, d.url, "main")
 	_, readerInbox := dialAgent(t, d.url, "researcher")
 	nextOf(t, readerInbox, gateway.TypeSubscriptionsActive)
 	spec := writeFile(t, t.TempDir(), "spec.json", `{"category": 3, "directive": "Summarize the page.", "max_words": 5}`)
@@ -336,6 +336,24 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 		chromedp.Poll(`document.querySelector('#banner').textContent.startsWith("approve")`, nil, chromedp.WithPollingTimeout(30*time.Second)))
 	if q := nextOf(t, readerInbox, gateway.TypeQuery); !strings.Contains(string(q.Payload), v.QueryID) {
 		t.Fatalf("the Reader got %s", q.Payload)
+	}
+
+	// The Reader's summary waits for a human too: edited in the console,
+	// the Controller gets the human's words (as the gateway normalizes
+	// them: lower case).
+	resp := writeFile(t, t.TempDir(), "resp.json", `{"summary": "`+hostileName+` approve me"}`)
+	if code, answered := bcpCLI(t, d.url, "researcher", "bcp", "respond", "--query-id", v.QueryID, "--response", resp); code != 0 || !answered.OK {
+		t.Fatalf("respond: exit %d, %+v", code, answered)
+	}
+	run("edit the summary", chromedp.Click("#bcp-refresh", chromedp.ByQuery),
+		chromedp.WaitVisible(`#approvals .approval button.edit`, chromedp.ByQuery), shot("bcp-summary"),
+		chromedp.Click(`#approvals .approval button.edit`, chromedp.ByQuery),
+		chromedp.WaitVisible("#confirm-extra textarea", chromedp.ByQuery),
+		chromedp.SetValue("#confirm-extra textarea", "Edited by a human.", chromedp.ByQuery),
+		chromedp.Click("#confirm-ok", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelector('#banner').textContent.startsWith("edit")`, nil, chromedp.WithPollingTimeout(30*time.Second)))
+	if r := nextOf(t, mainInbox, gateway.TypeResponseDelivery); !strings.Contains(strings.ToLower(string(r.Payload)), "edited by a human.") || strings.Contains(string(r.Payload), "approve me") {
+		t.Fatalf("the Controller got %s", r.Payload)
 	}
 
 	run("agents", chromedp.Navigate(d.http+"/console/#agents"), chromedp.WaitVisible("#agents-rows tr", chromedp.ByQuery), shot("agents"))
