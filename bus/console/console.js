@@ -385,7 +385,7 @@ async function loadApprovals() {
       el("p", { class: "hint" }, "Approval ", el("code", {}, a.approval_id), ", expires ", fmtTime(a.expires_at)),
       a.warning ? el("p", { class: "tag warn" }, a.warning) : null,
       ...untrusted("Directive", a.directive), ...untrusted("Justification", a.justification), ...untrusted("Summary", a.summary),
-      ...(a.anomalies || []).map((an) => el("p", { class: "tag bad" }, "anomaly: " + JSON.stringify(an))));
+      ...(a.anomalies || []).map((an) => el("p", { class: "tag bad" }, "anomaly: " + (an.kind || "?") + " in " + (an.question || "?") + ": " + (an.excerpt || ""))));
     const decide = async (decision, extra) => {
       try {
         await call("approvals/decide", Object.assign({ approval_id: a.approval_id, decision }, extra || {}));
