@@ -286,6 +286,11 @@ function dlQuery() {
   const q = new URLSearchParams();
   if ($("dl-topic").value.trim()) q.set("topic", $("dl-topic").value.trim());
   if ($("dl-reason").value) q.set("reason", $("dl-reason").value);
+  // datetime-local is the browser's local time; the bus takes RFC 3339.
+  for (const name of ["since", "until"]) {
+    const v = $("dl-" + name).value;
+    if (v) q.set(name, new Date(v).toISOString());
+  }
   return q;
 }
 
@@ -350,13 +355,13 @@ $("dl-purge").addEventListener("click", async () => {
   let count;
   try { count = await call("deadletters/count?" + q); } catch (e) { banner(e.message); return; }
   if (count.count === 0) { banner("No dead letter matches the filter.", true); return; }
-  const what = (q.get("topic") ? " on " + q.get("topic") : "") + (q.get("reason") ? " with reason " + q.get("reason") : "");
+  const what = (q.get("topic") ? " on " + q.get("topic") : "") + (q.get("reason") ? " with reason " + q.get("reason") : "") +
+    (q.get("since") ? " dead since " + fmtTime(q.get("since")) : "");
   if (!(await confirmDialog("Purge exactly " + count.count + " dead letter" + (count.count === 1 ? "" : "s") + what +
     " (those dead before " + fmtTime(count.asOf) + ")? This cannot be undone."))) return;
   try {
     const body = { asOf: count.asOf };
-    if (q.get("topic")) body.topic = q.get("topic");
-    if (q.get("reason")) body.reason = q.get("reason");
+    for (const k of ["topic", "reason", "since", "until"]) if (q.get(k)) body[k] = q.get(k);
     const res = await call("deadletters/purge", body);
     banner("Purged " + res.purged + " dead letter" + (res.purged === 1 ? "" : "s") + ".", true);
     dlCursor = "";
