@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -307,6 +308,13 @@ func TestConsoleDeadLetterPagingAndPurge(t *testing.T) {
 		t.Fatalf("count of rejected: %s (%v)", a.body, err)
 	}
 	t.Logf("counted %d of %d in %v", count.Count, n, time.Since(start))
+	future := url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	if a := c.do(http.MethodGet, "/console/api/deadletters/count?since="+future, "", nil); !strings.Contains(string(a.body), `"count":0`) {
+		t.Errorf("count of those dead in an hour: %s", a.body)
+	}
+	if a := c.do(http.MethodGet, "/console/api/deadletters?since=yesterday", "", nil); a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "since") {
+		t.Errorf("since=yesterday: %d %s", a.status, a.body)
+	}
 	// One more dies after the count: the purge leaves it.
 	if _, err := srv.Store.DeadLetter("", &store.DeadLetter{Message: store.Message{ID: "late", Topic: "jobs:x"}, Reason: protocol.ReasonRejected}); err != nil {
 		t.Fatal(err)
