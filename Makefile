@@ -3,7 +3,7 @@ BIN := bin/bub
 
 .PHONY: all build run test fuzz bench bench-quick bench-go vet clean \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
-	cluster-test cluster-test-if-docker pytest-sdk
+	cluster-test cluster-test-if-docker pytest-sdk console-shots
 
 all: build
 
@@ -80,7 +80,15 @@ bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 clean:
-	rm -rf bin build/image
+	rm -rf bin build/image build/console
+
+# Screenshots of every page of the operator console (docs/OPERATIONS.md,
+# "Operator console"), taken in Chromium by its browser test against the
+# real binary, to build/console/*.png for a person to look at.
+console-shots:
+	mkdir -p build/console
+	BUB_CONSOLE_SHOTS=$(CURDIR)/build/console $(GO) test -count=1 -run '^TestConsoleBrowser$$' -v ./cmd/bub/
+	@ls build/console/*.png
 
 # --- The image and the compose stack (docs/OPERATIONS.md) ---------------
 #

@@ -65,22 +65,36 @@ func (c *conn) dlqReplay(req *rpcstream.Request) (any, error) {
 	if err := c.checkReplayIDs(len(p.IDs)); err != nil {
 		return nil, err
 	}
-	switch p.To {
-	case "":
-		p.To = protocol.ReplayToTopic
-	case protocol.ReplayToTopic, protocol.ReplayToSubscriber:
-	default:
-		return nil, protocol.Errorf(protocol.ErrInvalidParams, "to %q is not %q or %q", p.To, protocol.ReplayToTopic, protocol.ReplayToSubscriber)
+	to, err := replayTarget(p.To)
+	if err != nil {
+		return nil, err
 	}
+	return c.server.replayAll(p.IDs, to), nil
+}
+
+// replayTarget checks a replay's to; "" means the topic.
+func replayTarget(to string) (string, error) {
+	switch to {
+	case "":
+		return protocol.ReplayToTopic, nil
+	case protocol.ReplayToTopic, protocol.ReplayToSubscriber:
+		return to, nil
+	}
+	return "", protocol.Errorf(protocol.ErrInvalidParams, "to %q is not %q or %q", to, protocol.ReplayToTopic, protocol.ReplayToSubscriber)
+}
+
+// replayAll replays each dead letter of ids, each on its own: one that
+// fails says why in its outcome and the others go on.
+func (s *Server) replayAll(ids []string, to string) protocol.DLQReplayResult {
 	result := protocol.DLQReplayResult{Outcomes: []protocol.DLQReplayOutcome{}}
-	for _, id := range p.IDs {
+	for _, id := range ids {
 		out := protocol.DLQReplayOutcome{ID: id}
-		if err := c.server.replay(id, p.To, &out); err != nil {
+		if err := s.replay(id, to, &out); err != nil {
 			out.Error = err.Error()
 		}
 		result.Outcomes = append(result.Outcomes, out)
 	}
-	return result, nil
+	return result
 }
 
 // replay sends one dead letter again. The entry leaves the queue only once

@@ -55,6 +55,8 @@ type conn struct {
 	// cid numbers the connection on this node; a cluster names it by
 	// node and cid.
 	cid uint64
+	// since is when the connection was accepted.
+	since time.Time
 
 	// slots bounds the requests running off the read loop.
 	slots chan struct{}
@@ -98,6 +100,7 @@ func (s *Server) newConn(ws *websocket.Conn, out *outbound.Conn, remote string) 
 		stream:  rpcstream.NewOutbound(ws, out),
 		remote:  remote,
 		cid:     s.connSeq.Add(1),
+		since:   time.Now(),
 		slots:   make(chan struct{}, s.opts.MaxInFlight),
 	}
 	c.inOrder.init()

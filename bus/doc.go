@@ -48,6 +48,9 @@
 // the journal is off. With Options.TracerProvider, a publish and each
 // delivery attempt are spans (trace.go: a hook in publishRouted and a
 // layer around the delivery pipeline).
+// The operator console (console.go: sessions and the embedded files;
+// console_api.go and console_live.go: what it shows) reads the same
+// state, under the same locks, at PathConsole.
 //
 // # Goroutines and locks
 //

@@ -24,6 +24,7 @@ func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*p
 // its tickets (order.go) when it keeps its publisher's order.
 func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets []ticket, reliable bool) (*protocol.SendMessageResult, error) {
 	s.name(m)
+	s.consoleState.agents.observe(m)
 	if s.tracer != nil {
 		span := s.tracePublish(m, len(chain))
 		defer span.End()

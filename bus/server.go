@@ -328,6 +328,9 @@ type Server struct {
 	mu      sync.Mutex
 	clients map[string]*conn // by clientId, initialized connections only
 	conns   map[*conn]struct{}
+
+	// consoleState is the operator console's (console.go).
+	consoleState consoleState
 }
 
 // New returns a Server with the given options (nil means all defaults)
@@ -494,6 +497,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveEventStream(w, r)
 	case "/":
 		s.serveWebSocket(w, r)
+	case strings.TrimSuffix(PathConsole, "/"):
+		http.Redirect(w, r, PathConsole, http.StatusMovedPermanently)
 	default:
 		if strings.HasPrefix(r.URL.Path, PathCallbacks) {
 			s.serveCallback(w, r)
@@ -501,6 +506,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if strings.HasPrefix(r.URL.Path, PathHooks) {
 			s.serveHook(w, r)
+			return
+		}
+		if strings.HasPrefix(r.URL.Path, PathConsole) {
+			s.serveConsole(w, r)
 			return
 		}
 		http.NotFound(w, r)

@@ -1,0 +1,476 @@
+// The bub-bus operator console. Everything a peer wrote (client names,
+// topics, payloads, an agent's summary) goes into the page as text
+// (textContent), never as HTML: this file never sets innerHTML.
+"use strict";
+
+const api = "api/";
+let csrf = "";
+let session = null;
+let stream = null;
+const samples = [];
+const $ = (id) => document.getElementById(id);
+
+// el builds an element; string children become text nodes.
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function clear(node, ...children) { node.replaceChildren(...children); }
+
+function banner(text, ok) {
+  const b = $("banner");
+  b.textContent = text;
+  b.className = ok ? "ok" : "";
+  b.hidden = !text;
+}
+
+// call fetches an API endpoint; state-changing calls carry the CSRF token.
+async function call(path, body) {
+  const opts = { credentials: "same-origin", headers: {} };
+  if (body !== undefined) {
+    opts.method = "POST";
+    opts.headers["Content-Type"] = "application/json";
+    opts.headers["X-Bub-CSRF"] = csrf;
+    opts.body = JSON.stringify(body);
+  }
+  const resp = await fetch(api + path, opts);
+  const data = await resp.json().catch(() => ({}));
+  if (resp.status === 401 && path !== "login") {
+    loggedOut("Your session ended; log in again.");
+    throw new Error("not logged in");
+  }
+  if (!resp.ok) throw new Error((data.error && data.error.message) || resp.statusText);
+  return data;
+}
+
+function fmtTime(t) {
+  if (!t) return "";
+  const d = new Date(t);
+  return isNaN(d) ? String(t) : d.toLocaleString();
+}
+
+function fmtNum(n) {
+  if (n === null || n === undefined || isNaN(n)) return "–";
+  return Math.abs(n) >= 100 ? Math.round(n).toLocaleString() : (Math.round(n * 10) / 10).toLocaleString();
+}
+
+// ---- session ----
+
+function loggedIn(s) {
+  session = s;
+  csrf = s.csrf;
+  $("login").hidden = true;
+  $("nav").hidden = false;
+  $("logout").hidden = false;
+  $("who").textContent = (s.identity || "open bus") + " @ " + (s.node ? s.cluster + "/" + s.node : s.serverId);
+  openStream();
+  route();
+}
+
+function loggedOut(why) {
+  session = null;
+  csrf = "";
+  if (stream) { stream.close(); stream = null; }
+  samples.length = 0;
+  for (const p of document.querySelectorAll(".page")) p.hidden = true;
+  $("nav").hidden = true;
+  $("logout").hidden = true;
+  $("who").textContent = "";
+  $("login").hidden = false;
+  $("token").value = "";
+  banner(why || "", true);
+}
+
+$("login-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  try {
+    const s = await call("login", { token: $("token").value });
+    $("token").value = "";
+    banner("");
+    loggedIn(s);
+  } catch (e) {
+    banner("Login refused: " + e.message);
+  }
+});
+
+$("logout").addEventListener("click", async () => {
+  try { await call("logout", {}); } catch (e) { /* ended already */ }
+  loggedOut("Logged out.");
+});
+
+// ---- live stream and overview ----
+
+const tiles = [
+  { key: "nodes", name: "Nodes" },
+  { key: "connections", name: "Connections" },
+  { key: "published", name: "Messages/s", rate: true },
+  { key: "deliveries", name: "Deliveries/s", rate: true },
+  { key: "retries", name: "Retries pending" },
+  { key: "held", name: "Held" },
+  { key: "deadLetters", name: "Dead letters" },
+  { key: "refusals", name: "Refusals/s", rate: true },
+  { key: "subscriptions", name: "Subscriptions" },
+  { key: "slow", name: "Slow subscribers" },
+];
+
+function series(t) {
+  const out = [];
+  for (let i = 0; i < samples.length; i++) {
+    const s = samples[i];
+    if (!t.rate) { out.push(s[t.key]); continue; }
+    if (i === 0) continue;
+    const p = samples[i - 1];
+    const dt = (s.at - p.at) / 1000;
+    out.push(dt > 0 ? Math.max(0, (s[t.key] - p[t.key]) / dt) : 0);
+  }
+  return out;
+}
+
+function buildTiles() {
+  const box = $("tiles");
+  if (box.childElementCount) return;
+  for (const t of tiles) {
+    t.value = el("div", { class: "value" }, "–");
+    t.canvas = el("canvas", { width: "300", height: "48", "aria-label": t.name + " over the last minutes" });
+    box.append(el("div", { class: "tile", "data-key": t.key }, el("div", { class: "name" }, t.name), t.value, t.canvas));
+  }
+}
+
+function draw(canvas, values) {
+  const ratio = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth || 300, h = canvas.clientHeight || 48;
+  canvas.width = w * ratio;
+  canvas.height = h * ratio;
+  const g = canvas.getContext("2d");
+  g.scale(ratio, ratio);
+  g.clearRect(0, 0, w, h);
+  if (values.length < 2) return;
+  const top = Math.max(1, ...values) * 1.2;
+  g.beginPath();
+  values.forEach((v, i) => {
+    const x = (i / (values.length - 1)) * (w - 2) + 1;
+    const y = h - 2 - (v / top) * (h - 6);
+    if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
+  });
+  g.strokeStyle = "#2456c9";
+  g.lineWidth = 1.5;
+  g.stroke();
+}
+
+function renderOverview() {
+  buildTiles();
+  const mins = samples.length > 1 ? Math.round((samples[samples.length - 1].at - samples[0].at) / 60000) : 0;
+  $("overview-where").textContent = "Live from this node's own counters, every 2 s; charts cover the last " + Math.max(mins, 1) +
+    " min. Nodes, dead letters and pending retries are the cluster's; connections, rates and held messages are this node's.";
+  for (const t of tiles) {
+    const v = series(t);
+    t.value.textContent = fmtNum(v.length ? v[v.length - 1] : NaN);
+    draw(t.canvas, v);
+  }
+}
+
+function openStream() {
+  if (stream) return;
+  stream = new EventSource(api + "stream");
+  stream.addEventListener("sample", (ev) => {
+    samples.push(JSON.parse(ev.data));
+    if (samples.length > 300) samples.shift();
+    refreshLive();
+  });
+  stream.addEventListener("error", async () => {
+    // The stream reconnects by itself; a 401 means the session ended.
+    if (stream && stream.readyState === EventSource.CLOSED) {
+      stream = null;
+      try { await call("session"); openStream(); } catch (e) { /* loggedOut shown */ }
+    }
+  });
+}
+
+// refreshLive updates the page shown when a new sample arrives: the one
+// stream drives every live view.
+function refreshLive() {
+  const page = current();
+  if (page === "overview") renderOverview();
+  else if (page === "clients") loadClients();
+  else if (page === "agents") loadAgents();
+}
+
+// ---- clients ----
+
+let clientsOffset = 0;
+const pageSize = 100;
+
+async function loadClients() {
+  const q = $("clients-q").value;
+  let data;
+  try {
+    data = await call("clients?limit=" + pageSize + "&offset=" + clientsOffset + "&q=" + encodeURIComponent(q));
+  } catch (e) { banner(e.message); return; }
+  $("clients-count").textContent = data.total + " client" + (data.total === 1 ? "" : "s") +
+    (data.total > pageSize ? ", showing " + (data.offset + 1) + "–" + (data.offset + data.clients.length) : "");
+  clear($("clients-rows"), ...data.clients.map((c) => {
+    const subs = el("td", { class: "mono" });
+    for (const s of c.subscriptions) {
+      subs.append(el("div", {}, s.pattern, el("span", { class: "tag" }, s.policy), s.fallback ? el("span", { class: "tag warn" }, "fallback") : null));
+    }
+    const action = c.local
+      ? el("button", { type: "button", class: "danger", onclick: () => disconnect(c.clientId) }, "Disconnect")
+      : el("span", { class: "hint" }, "on its node");
+    return el("tr", { "data-client": c.clientId },
+      el("td", { class: "mono" }, c.clientId, c.publishOnly ? el("span", { class: "tag" }, "publish-only") : null),
+      el("td", {}, c.identity || "–"), el("td", {}, c.node || "this node"), el("td", { class: "mono" }, c.address || "–"),
+      el("td", {}, fmtTime(c.since)), subs, el("td", { class: "num" }, c.local ? c.inFlight : "–"),
+      el("td", { class: "num" }, c.local ? c.requests : "–"),
+      el("td", {}, c.slow ? el("span", { class: "tag bad" }, "slow") : (c.timeouts ? c.timeouts + " timeouts" : "")), el("td", {}, action));
+  }));
+}
+
+async function disconnect(id) {
+  if (!(await confirmDialog("Disconnect client “" + id + "”? It may reconnect at once if it is still running."))) return;
+  try {
+    await call("clients/close", { clientId: id });
+    banner("Disconnected " + id + ".", true);
+    loadClients();
+  } catch (e) { banner(e.message); }
+}
+
+$("clients-form").addEventListener("submit", (ev) => { ev.preventDefault(); clientsOffset = 0; loadClients(); });
+$("clients-q").addEventListener("input", () => { clientsOffset = 0; loadClients(); });
+$("clients-prev").addEventListener("click", () => { clientsOffset = Math.max(0, clientsOffset - pageSize); loadClients(); });
+$("clients-next").addEventListener("click", () => { clientsOffset += pageSize; loadClients(); });
+
+// ---- topics ----
+
+$("topic-form").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const topic = $("topic").value.trim();
+  if (!topic) return;
+  let data;
+  try { data = await call("chain?topic=" + encodeURIComponent(topic)); } catch (e) { banner(e.message); return; }
+  banner("");
+  const out = $("chain");
+  if (!data.chain.length) {
+    clear(out, el("p", {}, "No subscription matches ", el("code", {}, data.topic), ". ",
+      data.held ? "A message would be held for a subscriber for up to " + data.holdLifetime + " (a hold pattern matches), then dead-lettered."
+        : "A message would be accepted with reason no_subscribers and not kept."));
+    return;
+  }
+  const list = el("ol", { class: "chain", id: "chain-list" });
+  for (const l of data.chain) {
+    list.append(el("li", { "data-client": l.clientId },
+      el("code", {}, l.pattern), " → ", el("strong", {}, l.clientId),
+      el("span", { class: "tag" }, l.policy), l.fallback ? el("span", { class: "tag warn" }, "fallback") : null,
+      el("span", { class: "tag" }, "owner " + (l.identity || "anonymous")), l.node ? el("span", { class: "tag" }, "node " + l.node) : null,
+      el("span", { class: "tag" }, "not durable: ends with its connection"),
+      l.mayStop ? el("span", { class: "tag ok" }, "may stop the walk") : el("span", { class: "tag" }, "walk goes on")));
+  }
+  clear(out, el("p", { class: "hint" }, "Chain for ", el("code", {}, data.topic), data.held ? " (held when nobody subscribes)" : ""), list);
+});
+
+// ---- dead letters ----
+
+let dlCursor = "";
+let dlNext = "";
+
+function dlQuery() {
+  const q = new URLSearchParams();
+  if ($("dl-topic").value.trim()) q.set("topic", $("dl-topic").value.trim());
+  if ($("dl-reason").value) q.set("reason", $("dl-reason").value);
+  // datetime-local is the browser's local time; the bus takes RFC 3339.
+  for (const name of ["since", "until"]) {
+    const v = $("dl-" + name).value;
+    if (v) q.set(name, new Date(v).toISOString());
+  }
+  return q;
+}
+
+async function loadDeadLetters() {
+  const q = dlQuery();
+  q.set("limit", "50");
+  if (dlCursor) q.set("cursor", dlCursor);
+  let data;
+  try { data = await call("deadletters?" + q); } catch (e) { banner(e.message); return; }
+  dlNext = data.next;
+  $("dl-next").disabled = !dlNext;
+  $("dl-count").textContent = data.total + " in the queue; this page " + data.entries.length;
+  clear($("dl-rows"), ...data.entries.map((d) => el("tr", { "data-id": d.id },
+    el("td", { class: "mono nowrap" }, d.id), el("td", { class: "mono" }, d.topic), el("td", {}, d.reason),
+    el("td", { class: "mono" }, d.client_id || "–"), el("td", { class: "mono" }, d.from || "–"), el("td", { class: "num" }, d.attempts.length),
+    el("td", {}, fmtTime(d.dead_at)), el("td", { class: "num" }, d.payloadBytes),
+    el("td", {},
+      el("button", { type: "button", onclick: () => showDeadLetter(d.id) }, "Show"), " ",
+      el("button", { type: "button", class: "replay", onclick: () => replay(d, "topic") }, "Replay to topic"), " ",
+      d.client_id ? el("button", { type: "button", onclick: () => replay(d, "subscriber") }, "Replay to subscriber") : null, " ",
+      el("button", { type: "button", class: "danger", onclick: () => purgeOne(d.id) }, "Purge")))));
+}
+
+async function showDeadLetter(id) {
+  let d;
+  try { d = await call("deadletters/one?id=" + encodeURIComponent(id)); } catch (e) { banner(e.message); return; }
+  const payload = el("pre", { hidden: "" }, JSON.stringify(d.payload, null, 2));
+  const attempts = el("ol", {}, ...d.attempts.map((a) => el("li", {}, fmtTime(a.at), ": ", a.error || "no answer")));
+  clear($("dl-detail"), el("div", { class: "card" },
+    el("h2", {}, "Dead letter ", el("code", {}, d.id)),
+    el("p", {}, "Message ", el("code", {}, d.messageId), " on ", el("code", {}, d.topic), " from ", el("code", {}, d.from || "–"),
+      ", published ", fmtTime(d.published_at), "; dead ", fmtTime(d.dead_at), " (", d.reason, ")",
+      d.client_id ? ["; meant for ", el("code", {}, d.client_id), " under ", el("code", {}, d.subscription || "–")] : null, "."),
+    el("h3", {}, "Attempts"), attempts,
+    el("button", { type: "button", onclick: (ev) => { payload.hidden = !payload.hidden; ev.target.textContent = payload.hidden ? "Show payload" : "Hide payload"; } }, "Show payload"),
+    payload));
+}
+
+async function replay(d, to) {
+  const target = to === "topic" ? "its topic " + d.topic : "subscriber " + d.client_id;
+  if (!(await confirmDialog("Replay dead letter " + d.id + " to " + target + "?"))) return;
+  try {
+    const res = await call("deadletters/replay", { ids: [d.id], to });
+    const o = res.outcomes[0];
+    if (o.accepted) banner("Replayed " + d.id + " to " + target + ".", true);
+    else banner("Not replayed: " + (o.error || "not accepted"));
+    loadDeadLetters();
+  } catch (e) { banner(e.message); }
+}
+
+async function purgeOne(id) {
+  if (!(await confirmDialog("Purge dead letter " + id + "? This cannot be undone."))) return;
+  try {
+    await call("deadletters/purge", { id });
+    banner("Purged 1 dead letter.", true);
+    loadDeadLetters();
+  } catch (e) { banner(e.message); }
+}
+
+$("dl-purge").addEventListener("click", async () => {
+  const q = dlQuery();
+  let count;
+  try { count = await call("deadletters/count?" + q); } catch (e) { banner(e.message); return; }
+  if (count.count === 0) { banner("No dead letter matches the filter.", true); return; }
+  const what = (q.get("topic") ? " on " + q.get("topic") : "") + (q.get("reason") ? " with reason " + q.get("reason") : "") +
+    (q.get("since") ? " dead since " + fmtTime(q.get("since")) : "");
+  if (!(await confirmDialog("Purge exactly " + count.count + " dead letter" + (count.count === 1 ? "" : "s") + what +
+    " (those dead before " + fmtTime(count.asOf) + ")? This cannot be undone."))) return;
+  try {
+    const body = { asOf: count.asOf };
+    for (const k of ["topic", "reason", "since", "until"]) if (q.get(k)) body[k] = q.get(k);
+    const res = await call("deadletters/purge", body);
+    banner("Purged " + res.purged + " dead letter" + (res.purged === 1 ? "" : "s") + ".", true);
+    dlCursor = "";
+    loadDeadLetters();
+  } catch (e) { banner(e.message); }
+});
+
+$("dl-form").addEventListener("submit", (ev) => { ev.preventDefault(); dlCursor = ""; loadDeadLetters(); });
+$("dl-first").addEventListener("click", () => { dlCursor = ""; loadDeadLetters(); });
+$("dl-next").addEventListener("click", () => { if (dlNext) { dlCursor = dlNext; loadDeadLetters(); } });
+
+// ---- BCP approvals ----
+
+async function loadApprovals() {
+  let data;
+  try { data = await call("approvals"); } catch (e) {
+    clear($("approvals"), el("p", { class: "hint" }, e.message));
+    return;
+  }
+  $("bcp-who").textContent = "Deciding as approver “" + data.approver + "”.";
+  if (!data.approvals.length) { clear($("approvals"), el("p", { class: "hint" }, "No approval is pending.")); return; }
+  clear($("approvals"), ...data.approvals.map((a) => {
+    const untrusted = (label, text) => text ? [el("div", { class: "name" }, label), el("div", { class: "untrusted" }, text)] : [];
+    const card = el("div", { class: "card approval", "data-id": a.approval_id },
+      el("h2", {}, a.kind === "summary" ? "Summary for " : "Escalation to Category 3: ", el("code", {}, a.controller), " ← ", el("code", {}, a.reader)),
+      el("p", { class: "hint" }, "Approval ", el("code", {}, a.approval_id), ", expires ", fmtTime(a.expires_at)),
+      a.warning ? el("p", { class: "tag warn" }, a.warning) : null,
+      ...untrusted("Directive", a.directive), ...untrusted("Justification", a.justification), ...untrusted("Summary", a.summary),
+      ...(a.anomalies || []).map((an) => el("p", { class: "tag bad" }, "anomaly: " + (an.kind || "?") + " in " + (an.question || "?") + ": " + (an.excerpt || ""))));
+    const decide = async (decision, extra) => {
+      try {
+        await call("approvals/decide", Object.assign({ approval_id: a.approval_id, decision }, extra || {}));
+        banner(decision + ": " + a.approval_id, true);
+        loadApprovals();
+      } catch (e) { banner(e.message); }
+    };
+    card.append(el("div", { class: "bar" },
+      el("button", { type: "button", class: "primary approve", onclick: () => decide("approve") }, "Approve"),
+      el("button", { type: "button", class: "danger", onclick: async () => {
+        const reason = await promptDialog("Reject " + a.approval_id + "? The Reader is told the reason.", "");
+        if (reason !== null) decide("reject", reason ? { reason } : {});
+      } }, "Reject"),
+      a.kind === "summary" ? el("button", { type: "button", class: "edit", onclick: async () => {
+        const summary = await promptDialog("Edit the summary (it is validated again):", a.summary || "");
+        if (summary) decide("edit", { summary });
+      } }, "Edit") : null));
+    return card;
+  }));
+}
+
+$("bcp-refresh").addEventListener("click", loadApprovals);
+
+// ---- agents ----
+
+async function loadAgents() {
+  let data;
+  try { data = await call("agents"); } catch (e) { banner(e.message); return; }
+  $("agents-where").textContent = "From the spawner's system:agent.* events routed through this node since it started (" + data.agents.length + " agents).";
+  const tag = { running: "ok", hibernated: "", restarting: "warn", failed: "bad", exited: "bad", starting: "" };
+  clear($("agents-rows"), ...data.agents.map((a) => el("tr", {},
+    el("td", { class: "mono" }, a.agentId), el("td", {}, el("span", { class: "tag " + (tag[a.state] || "") }, a.state)),
+    el("td", { class: "mono" }, a.topic || "–"), el("td", { class: "mono" }, a.workspace || "–"), el("td", { class: "num" }, a.pid || "–"),
+    el("td", {}, a.lastEvent), el("td", {}, fmtTime(a.lastActive)),
+    el("td", {}, [a.status, a.reason, a.error, a.nextStart ? "next start " + fmtTime(a.nextStart) : ""].filter(Boolean).join("; ")))));
+}
+
+// ---- dialogs ----
+
+function confirmDialog(text) { return openDialog(text, null).then((v) => v !== null); }
+function promptDialog(text, value) { return openDialog(text, value); }
+
+// openDialog asks a question; with value not null it offers a text box
+// and resolves to its text, else to "" (confirmed) or null (cancelled).
+function openDialog(text, value) {
+  const d = $("confirm");
+  $("confirm-text").textContent = text;
+  const box = value === null ? null : el("textarea", {});
+  if (box) box.value = value;
+  clear($("confirm-extra"), ...(box ? [box] : []));
+  return new Promise((resolve) => {
+    d.addEventListener("close", () => resolve(d.returnValue === "ok" ? (box ? box.value : "") : null), { once: true });
+    d.returnValue = "";
+    d.showModal();
+  });
+}
+
+// ---- routing ----
+
+function current() { return (location.hash || "#overview").slice(1); }
+
+function route() {
+  if (!session) return;
+  banner("");
+  const page = current();
+  for (const p of document.querySelectorAll(".page")) p.hidden = p.id !== "page-" + page;
+  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("on", a.getAttribute("href") === "#" + page);
+  if (page === "overview") renderOverview();
+  else if (page === "clients") loadClients();
+  else if (page === "deadletters") loadDeadLetters();
+  else if (page === "bcp") loadApprovals();
+  else if (page === "agents") loadAgents();
+}
+
+window.addEventListener("hashchange", route);
+
+(async () => {
+  try {
+    const resp = await fetch(api + "session", { credentials: "same-origin" });
+    if (resp.ok) { loggedIn(await resp.json()); return; }
+  } catch (e) { /* not logged in */ }
+  loggedOut("");
+})();

@@ -1,0 +1,490 @@
+package bus_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// consoleBus starts a bus with auth: root has admin, viewer does not;
+// st is its store (nil: in memory).
+func consoleBus(t *testing.T, st *store.Store) *bustest.Server {
+	t.Helper()
+	sum := func(token string) string { h := sha256.Sum256([]byte(token)); return hex.EncodeToString(h[:]) }
+	a, err := auth.New(auth.Config{Identities: []auth.Identity{
+		{Name: "root", TokenSHA256: sum("root-token"), Grant: auth.Grant{ClientIDs: []string{"root"}, Admin: true,
+			Publish: auth.Rules{Allow: []string{"*"}}, Subscribe: auth.Rules{Allow: []string{"*"}}}},
+		{Name: "viewer", TokenSHA256: sum("viewer-token"), Grant: auth.Grant{ClientIDs: []string{"viewer"},
+			Publish: auth.Rules{Allow: []string{"*"}}, Subscribe: auth.Rules{Allow: []string{"*"}}}},
+	}}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &bus.Options{Auth: a}
+	if st != nil {
+		o.Store = st
+	}
+	return bustest.Start(t, o)
+}
+
+// consoleClient is a browser's side of a console session.
+type consoleClient struct {
+	t      *testing.T
+	http   *http.Client
+	base   string
+	cookie *http.Cookie
+	csrf   string
+}
+
+func (c *consoleClient) do(method, path, body string, header map[string]string) httpAnswer {
+	c.t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if c.cookie != nil {
+		req.AddCookie(c.cookie)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return httpAnswer{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// login logs in with token and keeps the session's cookie and CSRF
+// token; it returns the answer.
+func (c *consoleClient) login(token string) httpAnswer {
+	c.t.Helper()
+	a := c.do(http.MethodPost, "/console/api/login", fmt.Sprintf(`{"token": %q}`, token), nil)
+	if a.status != http.StatusOK {
+		return a
+	}
+	for _, ck := range (&http.Response{Header: a.header}).Cookies() {
+		if ck.Name == "bub_console" {
+			c.cookie = ck
+		}
+	}
+	var s struct {
+		CSRF string `json:"csrf"`
+	}
+	if err := json.Unmarshal(a.body, &s); err != nil || s.CSRF == "" || c.cookie == nil {
+		c.t.Fatalf("login answered %s with cookies %v", a.body, a.header.Values("Set-Cookie"))
+	}
+	c.csrf = s.CSRF
+	return a
+}
+
+// post sends a state-changing request with the session's CSRF token.
+func (c *consoleClient) post(path, body string) httpAnswer {
+	c.t.Helper()
+	return c.do(http.MethodPost, path, body, map[string]string{"X-Bub-CSRF": c.csrf, "Content-Type": "application/json"})
+}
+
+func newConsoleClient(t *testing.T, srv *bustest.Server) *consoleClient {
+	return &consoleClient{t: t, http: http.DefaultClient, base: srv.HTTP.URL}
+}
+
+// The console's session: only an admin credential logs in; the cookie
+// is HttpOnly and SameSite=Strict, scoped to the console; every change
+// needs the CSRF token; the cookie authorizes neither /v1/ nor a
+// WebSocket peer; logout ends it.
+func TestConsoleSession(t *testing.T) {
+	srv := consoleBus(t, nil)
+	c := newConsoleClient(t, srv)
+
+	page := c.do(http.MethodGet, "/console/", "", nil)
+	if page.status != http.StatusOK || !strings.Contains(page.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /console/: %d %s", page.status, page.header.Get("Content-Type"))
+	}
+	csp := page.header.Get("Content-Security-Policy")
+	for _, want := range []string{"default-src 'none'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %q", csp, want)
+		}
+	}
+	if strings.Contains(csp, "unsafe-inline") || strings.Contains(csp, "unsafe-eval") {
+		t.Errorf("CSP %q allows inline or eval", csp)
+	}
+	if a := c.do(http.MethodGet, "/console", "", nil); a.status != http.StatusOK {
+		t.Errorf("GET /console (redirected): %d", a.status)
+	}
+	if a := c.do(http.MethodGet, "/console/api/clients", "", nil); a.status != http.StatusUnauthorized {
+		t.Fatalf("clients without a session: %d %s", a.status, a.body)
+	}
+
+	for _, tc := range []struct {
+		token  string
+		status int
+		says   string
+	}{
+		{"", http.StatusUnauthorized, "not accepted"},
+		{"wrong-token", http.StatusUnauthorized, "not accepted"},
+		{"viewer-token", http.StatusForbidden, "needs admin"},
+	} {
+		if a := c.login(tc.token); a.status != tc.status || !strings.Contains(string(a.body), tc.says) {
+			t.Errorf("login with %q: %d %s, want %d saying %q", tc.token, a.status, a.body, tc.status, tc.says)
+		}
+	}
+	if a := c.do(http.MethodPost, "/console/api/login", `{"token": "root-token"}`, map[string]string{"Origin": "http://evil.example"}); a.status != http.StatusForbidden {
+		t.Errorf("login from another origin: %d %s", a.status, a.body)
+	}
+
+	c.login("root-token")
+	if !c.cookie.HttpOnly || c.cookie.SameSite != http.SameSiteStrictMode || c.cookie.Path != "/console/" || c.cookie.Secure {
+		t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/console/, not Secure over plain HTTP", c.cookie)
+	}
+	if a := c.do(http.MethodGet, "/console/api/clients", "", nil); a.status != http.StatusOK {
+		t.Fatalf("clients with the session: %d %s", a.status, a.body)
+	}
+
+	// No CSRF token, a wrong one: refused, and the session goes on.
+	for _, h := range []map[string]string{nil, {"X-Bub-CSRF": "nope"}} {
+		if a := c.do(http.MethodPost, "/console/api/logout", "{}", h); a.status != http.StatusForbidden {
+			t.Errorf("logout with %v: %d %s", h, a.status, a.body)
+		}
+	}
+
+	// The cookie is no credential for the HTTP API...
+	if a := c.do(http.MethodPost, "/v1/messages", `{"topic": "a:b", "payload": {"type": "x"}}`, map[string]string{"X-Bub-CSRF": c.csrf}); a.status != http.StatusUnauthorized {
+		t.Errorf("/v1/messages with the console cookie: %d %s", a.status, a.body)
+	}
+	// ...nor for a WebSocket peer: initialize needs a token.
+	ctx := t.Context()
+	ws, _, err := websocket.Dial(ctx, srv.URL, &websocket.DialOptions{HTTPHeader: http.Header{"Cookie": {c.cookie.String()}}})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer ws.CloseNow()
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientId":"root"}}`
+	if err := ws.Write(ctx, websocket.MessageText, []byte(init)); err != nil {
+		t.Fatal(err)
+	}
+	_, answer, err := ws.Read(ctx)
+	if err != nil || !bytes.Contains(answer, []byte(fmt.Sprint(protocol.CodeUnauthorized))) {
+		t.Errorf("initialize with only the console cookie answered %s (%v)", answer, err)
+	}
+
+	if a := c.post("/console/api/logout", "{}"); a.status != http.StatusOK {
+		t.Fatalf("logout: %d %s", a.status, a.body)
+	}
+	if a := c.do(http.MethodGet, "/console/api/clients", "", nil); a.status != http.StatusUnauthorized {
+		t.Errorf("clients after logout: %d %s", a.status, a.body)
+	}
+}
+
+// Served over TLS, the session cookie is Secure.
+func TestConsoleCookieSecureOverTLS(t *testing.T) {
+	srv := consoleBus(t, nil)
+	ts := httptest.NewTLSServer(srv.Server)
+	t.Cleanup(ts.Close)
+	c := &consoleClient{t: t, http: ts.Client(), base: ts.URL}
+	if a := c.login("root-token"); a.status != http.StatusOK {
+		t.Fatalf("login over TLS: %d %s", a.status, a.body)
+	}
+	if !c.cookie.Secure || !c.cookie.HttpOnly || c.cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("cookie over TLS %+v: want Secure, HttpOnly, SameSite=Strict", c.cookie)
+	}
+}
+
+// The whole console, as embedded, is under 200 KB.
+func TestConsoleSize(t *testing.T) {
+	total := 0
+	err := filepath.WalkDir("console", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		total += len(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total == 0 || total >= 200_000 {
+		t.Fatalf("console is %d bytes; keep it under 200,000", total)
+	}
+	t.Logf("console: %d bytes", total)
+}
+
+// The console answers pages of a large dead-letter queue at once, and a
+// purge removes exactly what the operator confirmed: none that died
+// after the count. The store is on disk, as bub serve's is (without
+// fsync, to fill it fast): the in-memory one sorts its keys on every read.
+func TestConsoleDeadLetterPagingAndPurge(t *testing.T) {
+	st, err := store.Open(t.TempDir(), &store.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	srv := consoleBus(t, st)
+	n := 100_000
+	if testing.Short() || raceOn {
+		n = 10_000
+	}
+	start := time.Now()
+	// Writers at once share commits (store/commit.go).
+	const writers = 16
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for i := w; i < n; i += writers {
+				reason := protocol.ReasonMaxRetries
+				if i%2 == 1 {
+					reason = protocol.ReasonRejected
+				}
+				if _, err := srv.Store.DeadLetter("", &store.DeadLetter{Message: store.Message{ID: fmt.Sprint("m-", i), Topic: "jobs:x", Payload: json.RawMessage(`{"type":"t"}`)}, Reason: reason}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("stored %d dead letters in %v", n, time.Since(start))
+	c := newConsoleClient(t, srv)
+	c.login("root-token")
+
+	start = time.Now()
+	a := c.do(http.MethodGet, "/console/api/deadletters?limit=50", "", nil)
+	var page struct {
+		Entries []json.RawMessage `json:"entries"`
+		Next    string            `json:"next"`
+		Total   int               `json:"total"`
+	}
+	if err := json.Unmarshal(a.body, &page); err != nil || len(page.Entries) != 50 || page.Next == "" || page.Total != n {
+		t.Fatalf("first page: %d entries, next %q, total %d (%v): %.200s", len(page.Entries), page.Next, page.Total, err, a.body)
+	}
+	t.Logf("first page of %d in %v", n, time.Since(start))
+	if a := c.do(http.MethodGet, "/console/api/deadletters?limit=50&cursor="+page.Next, "", nil); a.status != http.StatusOK {
+		t.Fatalf("second page: %d %s", a.status, a.body)
+	}
+	if a := c.do(http.MethodGet, "/console/api/deadletters?limit=100000", "", nil); a.status != http.StatusBadRequest {
+		t.Errorf("a page of 100000: %d", a.status)
+	}
+
+	start = time.Now()
+	var count struct {
+		Count int    `json:"count"`
+		AsOf  string `json:"asOf"`
+	}
+	a = c.do(http.MethodGet, "/console/api/deadletters/count?reason=rejected", "", nil)
+	if err := json.Unmarshal(a.body, &count); err != nil || count.Count != n/2 {
+		t.Fatalf("count of rejected: %s (%v)", a.body, err)
+	}
+	t.Logf("counted %d of %d in %v", count.Count, n, time.Since(start))
+	future := url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	if a := c.do(http.MethodGet, "/console/api/deadletters/count?since="+future, "", nil); !strings.Contains(string(a.body), `"count":0`) {
+		t.Errorf("count of those dead in an hour: %s", a.body)
+	}
+	if a := c.do(http.MethodGet, "/console/api/deadletters?since=yesterday", "", nil); a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "since") {
+		t.Errorf("since=yesterday: %d %s", a.status, a.body)
+	}
+	// One more dies after the count: the purge leaves it.
+	if _, err := srv.Store.DeadLetter("", &store.DeadLetter{Message: store.Message{ID: "late", Topic: "jobs:x"}, Reason: protocol.ReasonRejected}); err != nil {
+		t.Fatal(err)
+	}
+	if a := c.post("/console/api/deadletters/purge", `{"reason": "rejected"}`); a.status != http.StatusBadRequest {
+		t.Errorf("a purge without asOf: %d %s", a.status, a.body)
+	}
+	a = c.post("/console/api/deadletters/purge", fmt.Sprintf(`{"reason": "rejected", "asOf": %q}`, count.AsOf))
+	var purged protocol.DLQPurgeResult
+	if err := json.Unmarshal(a.body, &purged); err != nil || purged.Purged != n/2 {
+		t.Fatalf("purge: %s (%v), want %d purged", a.body, err, n/2)
+	}
+	if left, _ := srv.Store.CountDeadLetters(); left != n/2+1 {
+		t.Fatalf("%d dead letters left, want %d", left, n/2+1)
+	}
+}
+
+// Clients shows a peer's connection, and an operator disconnects it.
+func TestConsoleClientsAndDisconnect(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	peer := bustest.Connect(t, srv.URL, "worker-1", nil)
+	peer.Subscribe("jobs:*", protocol.PolicyContinueAll)
+	c := newConsoleClient(t, srv)
+	c.login("")
+
+	a := c.do(http.MethodGet, "/console/api/clients?q=worker", "", nil)
+	var list struct {
+		Clients []struct {
+			ClientID      string `json:"clientId"`
+			Address       string `json:"address"`
+			Subscriptions []struct {
+				Pattern string `json:"pattern"`
+				Policy  string `json:"policy"`
+			} `json:"subscriptions"`
+		} `json:"clients"`
+		Total int `json:"total"`
+	}
+	if err := json.Unmarshal(a.body, &list); err != nil || list.Total != 1 || list.Clients[0].ClientID != "worker-1" ||
+		len(list.Clients[0].Subscriptions) != 1 || list.Clients[0].Subscriptions[0].Policy != string(protocol.PolicyContinueAll) || list.Clients[0].Address == "" {
+		t.Fatalf("clients: %s (%v)", a.body, err)
+	}
+	a = c.do(http.MethodGet, "/console/api/chain?topic=jobs:1", "", nil)
+	if !strings.Contains(string(a.body), `"clientId":"worker-1"`) || !strings.Contains(string(a.body), `"pattern":"jobs:*"`) {
+		t.Fatalf("chain of jobs:1: %s", a.body)
+	}
+	if a := c.post("/console/api/clients/close", `{"clientId": "nobody"}`); a.status != http.StatusNotFound {
+		t.Errorf("disconnect nobody: %d %s", a.status, a.body)
+	}
+	if a := c.post("/console/api/clients/close", `{"clientId": "worker-1"}`); a.status != http.StatusOK {
+		t.Fatalf("disconnect: %d %s", a.status, a.body)
+	}
+	if code := peer.Closed(); code != websocket.StatusPolicyViolation {
+		t.Fatalf("closed with %v", code)
+	}
+}
+
+// The stream sends the history of samples and then each new one.
+func TestConsoleStream(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	c := newConsoleClient(t, srv)
+	c.login("")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.HTTP.URL+"/console/api/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.AddCookie(c.cookie)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	buf := make([]byte, 4096)
+	got := ""
+	for strings.Count(got, "event: sample") < 2 {
+		n, err := resp.Body.Read(buf)
+		if err != nil {
+			t.Fatalf("read stream: %v after %q", err, got)
+		}
+		got += string(buf[:n])
+	}
+	if !strings.Contains(got, `"connections":`) || !strings.Contains(got, `"deadLetters":`) {
+		t.Fatalf("stream: %q", got)
+	}
+}
+
+// Agents shows what the spawner's lifecycle events last said of each
+// agent.
+func TestConsoleAgents(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	spawner := bustest.Connect(t, srv.URL, "spawner", nil)
+	for _, ev := range []string{
+		`{"type":"agent_event","event":"spawned","agent_id":"a1","topic":"agent:a1","workspace":"/w/a1","pid":7,"timestamp":"2026-01-01T00:00:00Z"}`,
+		`{"type":"agent_event","event":"ready","agent_id":"a1","topic":"agent:a1","pid":7,"timestamp":"2026-01-01T00:00:01Z"}`,
+		`{"type":"agent_event","event":"hibernated","agent_id":"a2","topic":"agent:a2","reason":"idle","timestamp":"2026-01-01T00:00:02Z"}`,
+		`{"type":"agent_event","event":"exited","agent_id":"a3","status":"exit status 1","restarting":true,"timestamp":"2026-01-01T00:00:03Z"}`,
+	} {
+		var e struct {
+			Event string `json:"event"`
+		}
+		_ = json.Unmarshal([]byte(ev), &e)
+		r := spawner.Call(protocol.MethodSendMessage, map[string]any{"topic": "system:agent." + e.Event, "payload": json.RawMessage(ev)})
+		if r.Error != nil {
+			t.Fatalf("publish %s: %v", e.Event, r.Error)
+		}
+	}
+	c := newConsoleClient(t, srv)
+	c.login("")
+	a := c.do(http.MethodGet, "/console/api/agents", "", nil)
+	var list struct {
+		Agents []struct {
+			AgentID   string `json:"agentId"`
+			State     string `json:"state"`
+			Workspace string `json:"workspace"`
+			From      string `json:"from"`
+		} `json:"agents"`
+	}
+	if err := json.Unmarshal(a.body, &list); err != nil || len(list.Agents) != 3 {
+		t.Fatalf("agents: %s (%v)", a.body, err)
+	}
+	for i, want := range []struct{ id, state string }{{"a1", "running"}, {"a2", "hibernated"}, {"a3", "restarting"}} {
+		if got := list.Agents[i]; got.AgentID != want.id || got.State != want.state || got.From != "spawner" {
+			t.Errorf("agent %d: %+v, want %s %s from spawner", i, got, want.id, want.state)
+		}
+	}
+	if list.Agents[0].Workspace != "/w/a1" {
+		t.Errorf("a1's workspace %q", list.Agents[0].Workspace)
+	}
+}
+
+// In a cluster, one node's console shows the clients that hold
+// subscriptions on every node, with their node, in the chain too; it
+// counts the nodes; and it says which node to disconnect a client from.
+func TestConsoleCluster(t *testing.T) {
+	nodes := bustest.StartCluster(t, nil, "a", "b")
+	a, b := nodes[0], nodes[1]
+	bustest.Connect(t, b.URL, "on-b", nil).Subscribe("jobs:*", protocol.PolicyContinueAll)
+	bustest.Connect(t, a.URL, "on-a", nil).Subscribe("jobs:1", "")
+	c := newConsoleClient(t, a)
+	c.login("")
+
+	var list struct {
+		Clients []struct {
+			ClientID string `json:"clientId"`
+			Node     string `json:"node"`
+			Local    bool   `json:"local"`
+		} `json:"clients"`
+	}
+	// b's subscription reaches a through the cluster's order.
+	require.Eventually(t, func() bool {
+		a := c.do(http.MethodGet, "/console/api/clients", "", nil)
+		return json.Unmarshal(a.body, &list) == nil && len(list.Clients) == 2
+	}, 30*time.Second, 20*time.Millisecond, "both clients seen from a")
+	if len(list.Clients) != 2 || list.Clients[0].ClientID != "on-a" || !list.Clients[0].Local || list.Clients[0].Node != "a" ||
+		list.Clients[1].ClientID != "on-b" || list.Clients[1].Local || list.Clients[1].Node != "b" {
+		t.Fatalf("clients seen from a: %+v", list.Clients)
+	}
+	chain := c.do(http.MethodGet, "/console/api/chain?topic=jobs:1", "", nil)
+	var ch struct {
+		Chain []struct {
+			ClientID string `json:"clientId"`
+			Node     string `json:"node"`
+		} `json:"chain"`
+	}
+	if err := json.Unmarshal(chain.body, &ch); err != nil || len(ch.Chain) != 2 || ch.Chain[0].ClientID != "on-a" || ch.Chain[1].Node != "b" {
+		t.Fatalf("chain of jobs:1 seen from a: %s", chain.body)
+	}
+	if a := c.post("/console/api/clients/close", `{"clientId": "on-b"}`); a.status != http.StatusConflict || !strings.Contains(string(a.body), "node b") {
+		t.Errorf("disconnect on-b from a: %d %s", a.status, a.body)
+	}
+}
