@@ -48,6 +48,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,6 +99,9 @@ type Conn struct {
 	// early holds bytes net/http read past the upgrade request; Read
 	// hands them out first. Only the reading goroutine touches it.
 	early []byte
+	// reader reads the socket in batches (read.go); only the reading
+	// goroutine touches it.
+	reader batchReader
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -193,6 +197,7 @@ func newConn(nc net.Conn, timeout time.Duration) *Conn {
 	c := &Conn{Conn: nc, timeout: timeout}
 	c.socket = tcpUnder(nc)
 	c.room.L = &c.mu
+	c.reader.init(c.socket)
 	return c
 }
 
@@ -221,7 +226,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	return c.Conn.Read(p)
+	if c.socket == nil {
+		return c.Conn.Read(p)
+	}
+	return c.reader.read(p)
 }
 
 // WriteMessage writes p as one unfragmented text or binary message. It
@@ -356,25 +364,51 @@ func (c *Conn) write(h, p []byte, control, async bool) error {
 	}
 	c.frames.Add(1)
 	c.mu.Unlock()
-	var err error
-	switch {
-	case h == nil:
-		err = c.send(p)
-	case c.socket != nil:
-		err = c.sendv(h, p)
-	default:
-		// A TLS connection would make two records of a writev.
-		b := getBuffer()
-		b = append(append(b, h...), p...)
-		err = c.send(b)
-		putBuffer(b)
+	// Let the goroutines that are runnable now queue their frames behind
+	// this one before it leaves: a batch of requests read together wakes
+	// one goroutine per request, and on few cores they run one after
+	// another, so without this each would find the socket free and make
+	// a write call of its own. With nothing else runnable, Gosched
+	// returns at once: a lone message is not held back.
+	runtime.Gosched()
+	c.mu.Lock()
+	more, end := c.queued, c.queuedSeq
+	c.queued = nil
+	if more != nil {
+		c.room.Broadcast()
 	}
-	if err != nil {
+	c.mu.Unlock()
+	if err := c.sendFrame(h, p, more); err != nil {
 		c.fail(err)
 		return c.failure()
 	}
-	c.drain(nil, leaderRounds)
+	if more != nil {
+		c.mu.Lock()
+		c.writtenSeq = end
+		c.room.Broadcast()
+		c.mu.Unlock()
+	}
+	c.drain(more, leaderRounds)
 	return nil
+}
+
+// sendFrame writes the frame h+p (h nil when p is a whole frame) and the
+// frames queued after it, more, in one write call: a writev on a TCP
+// socket, so that p is not copied; a copy into one buffer otherwise,
+// since a TLS connection would make a record of each part.
+func (c *Conn) sendFrame(h, p, more []byte) error {
+	switch {
+	case h == nil && more == nil:
+		return c.send(p)
+	case c.socket != nil:
+		return c.sendv(h, p, more)
+	default:
+		b := getBuffer()
+		b = append(append(append(b, h...), p...), more...)
+		err := c.send(b)
+		putBuffer(b)
+		return err
+	}
 }
 
 // enqueueLocked appends the frame h+p to the queue.
@@ -463,13 +497,13 @@ func (c *Conn) send(b []byte) error {
 	return err
 }
 
-// sendv writes h and p in one writev with a fresh deadline.
-func (c *Conn) sendv(h, p []byte) error {
+// sendv writes parts in one writev with a fresh deadline.
+func (c *Conn) sendv(parts ...[]byte) error {
 	c.writes.Add(1)
 	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
 		return err
 	}
-	bufs := net.Buffers{h, p}
+	bufs := net.Buffers(parts)
 	_, err := bufs.WriteTo(c.socket)
 	return err
 }
