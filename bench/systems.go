@@ -113,20 +113,20 @@ func (b *busSystem) name() string {
 func (b *busSystem) server() *process { return b.proc }
 
 // dial connects to the publisher's bus as clientID and initializes.
-func (b *busSystem) dial(clientID string) (*websocket.Conn, error) {
+func (b *busSystem) dial(clientID string) (*leanConn, error) {
 	return dialBus(b.proc, clientID)
 }
 
 // dialSub connects to the subscribers' bus as clientID and initializes.
-func (b *busSystem) dialSub(clientID string) (*websocket.Conn, error) {
+func (b *busSystem) dialSub(clientID string) (*leanConn, error) {
 	return dialBus(cmp.Or(b.sub, b.proc), clientID)
 }
 
 // dialBus connects to the bus at p as clientID and initializes.
-func dialBus(p *process, clientID string) (*websocket.Conn, error) {
+func dialBus(p *process, clientID string) (*leanConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, "ws://"+p.addr+"/", nil)
+	ws, err := leanDial(ctx, "ws://"+p.addr+"/")
 	if err != nil {
 		return nil, fmt.Errorf("dial bus %s as %s: %w", p.addr, clientID, err)
 	}
@@ -140,14 +140,14 @@ func dialBus(p *process, clientID string) (*websocket.Conn, error) {
 
 // busCall writes one request and reads frames until its response, which
 // must be a result; only for setup, before any traffic.
-func busCall(ctx context.Context, ws *websocket.Conn, req string) error {
+func busCall(ctx context.Context, ws *leanConn, req string) error {
 	_, err := busRequest(ctx, ws, req)
 	return err
 }
 
 // busRequest writes one request and returns the next frame, its response
 // on a connection that subscribes nothing; an error response is an error.
-func busRequest(ctx context.Context, ws *websocket.Conn, req string) ([]byte, error) {
+func busRequest(ctx context.Context, ws *leanConn, req string) ([]byte, error) {
 	if err := ws.Write(ctx, websocket.MessageText, []byte(req)); err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func busRequest(ctx context.Context, ws *websocket.Conn, req string) ([]byte, er
 	return data, nil
 }
 
-func (b *busSystem) subscribe(ws *websocket.Conn, topic string) error {
+func (b *busSystem) subscribe(ws *leanConn, topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
 	return busCall(ctx, ws, `{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"`+topic+`","policy":"continueAll"},"id":"sub"}`)
@@ -226,7 +226,7 @@ func fanoutPattern(i int) string {
 }
 
 // busAnswer answers every processMessage call with result.
-func busAnswer(ws *websocket.Conn, result []byte) {
+func busAnswer(ws *leanConn, result []byte) {
 	ctx := context.Background()
 	var out []byte
 	for {
@@ -267,7 +267,7 @@ func topLevelID(msg []byte) ([]byte, bool) {
 }
 
 type busPublisher struct {
-	ws     *websocket.Conn
+	ws     *leanConn
 	subs   []io.Closer
 	prefix []byte
 	buf    []byte
@@ -328,10 +328,10 @@ type rawSystem struct{ proc *process }
 func (r *rawSystem) name() string     { return "raw" }
 func (r *rawSystem) server() *process { return r.proc }
 
-func (r *rawSystem) dial(path string) (*websocket.Conn, error) {
+func (r *rawSystem) dial(path string) (*leanConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, "ws://"+r.proc.addr+path, nil)
+	ws, err := leanDial(ctx, "ws://"+r.proc.addr+path)
 	if err != nil {
 		return nil, fmt.Errorf("dial relay %s: %w", path, err)
 	}
@@ -369,7 +369,7 @@ func (r *rawSystem) open(subs int, payload []byte, done func(uint64, bool)) (pub
 // rawAck is the body of a raw subscriber's ack, after the id.
 var rawAck = []byte(`{"processed":true}`)
 
-func rawAnswer(ws *websocket.Conn) {
+func rawAnswer(ws *leanConn) {
 	ctx := context.Background()
 	out := make([]byte, 8, 8+len(rawAck))
 	out = append(out, rawAck...)
@@ -389,7 +389,7 @@ func rawAnswer(ws *websocket.Conn) {
 }
 
 type rawPublisher struct {
-	ws      *websocket.Conn
+	ws      *leanConn
 	subs    []io.Closer
 	payload []byte
 	buf     []byte
@@ -558,7 +558,7 @@ func (n *natsSystem) idle(i int) (io.Closer, error) {
 
 // --- helpers ---
 
-type closer struct{ ws *websocket.Conn }
+type closer struct{ ws *leanConn }
 
 func (c closer) Close() error { return c.ws.CloseNow() }
 
@@ -568,7 +568,7 @@ func (c natsCloser) Close() error { c.nc.Close(); return nil }
 
 // discard reads and drops frames until the connection ends, so control
 // frames (pings, close) are handled.
-func discard(ws *websocket.Conn) {
+func discard(ws *leanConn) {
 	for {
 		if _, _, err := ws.Read(context.Background()); err != nil {
 			return

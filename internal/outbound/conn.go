@@ -96,6 +96,12 @@ type Conn struct {
 	// connection itself, or the one under a wrapper that only watches
 	// it (one with Unwrap, as the bus's counted connections).
 	socket *net.TCPConn
+	// masked is set on a client's Conn (Dial): its data frames are
+	// masked, as RFC 6455 requires of a client's.
+	masked bool
+	// handshaking is set on a client's Conn until the upgrade is done:
+	// the HTTP request passes through Write as it is.
+	handshaking atomic.Bool
 	// early holds bytes net/http read past the upgrade request; Read
 	// hands them out first. Only the reading goroutine touches it.
 	early []byte
@@ -237,7 +243,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 // error means the Conn has failed (and closed) or sent its close frame.
 // The caller may reuse p when it returns.
 func (c *Conn) WriteMessage(typ websocket.MessageType, p []byte) error {
-	var h [maxHeader]byte
+	var h [maxHeader + 4]byte
+	if c.masked {
+		return c.writeMasked(h[:0], byte(typ), p)
+	}
 	return c.write(header(h[:0], byte(typ), len(p)), p, false, false)
 }
 
@@ -260,6 +269,9 @@ var pingFrame = []byte{0x80 | opPing, 0}
 // Write takes coder/websocket's own frames (pong, close, ping), one whole
 // control frame per call; see errNotControl.
 func (c *Conn) Write(p []byte) (int, error) {
+	if c.handshaking.Load() {
+		return c.Conn.Write(p)
+	}
 	if !isControlFrame(p) {
 		return 0, errNotControl
 	}
@@ -548,9 +560,15 @@ func header(b []byte, op byte, n int) []byte {
 	}
 }
 
-// isControlFrame reports whether p is exactly one final, unmasked control
-// frame.
+// isControlFrame reports whether p is exactly one final control frame,
+// unmasked (a server's) or masked (a client's).
 func isControlFrame(p []byte) bool {
-	return len(p) >= 2 && p[0]&0x80 != 0 && p[0]&0x0f >= 0x8 && p[1]&0x80 == 0 &&
-		p[1]&0x7f <= 125 && len(p) == 2+int(p[1]&0x7f)
+	if len(p) < 2 || p[0]&0x80 == 0 || p[0]&0x0f < 0x8 || p[1]&0x7f > 125 {
+		return false
+	}
+	n := 2 + int(p[1]&0x7f)
+	if p[1]&0x80 != 0 {
+		n += 4
+	}
+	return len(p) == n
 }

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/bub-bus/bub/internal/outbound"
+)
+
+// leanConn is a lean client's connection: coder/websocket reads and
+// closes it, and every message goes out through outbound's batching
+// writer, as the bus's and the Go SDK's do, so that the clients batch
+// their pipelined frames as the servers they measure do.
+type leanConn struct {
+	*websocket.Conn
+	out *outbound.Conn
+}
+
+// leanWriteTimeout bounds each write call, as the bus's default
+// Options.WriteTimeout does.
+const leanWriteTimeout = 10 * time.Second
+
+// leanDial connects to url.
+func leanDial(ctx context.Context, url string) (*leanConn, error) {
+	ws, out, _, err := outbound.Dial(ctx, url, nil, leanWriteTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return &leanConn{Conn: ws, out: out}, nil
+}
+
+// Write writes one message through the batching writer, whose own
+// timeout bounds it; ctx is not used.
+func (c *leanConn) Write(_ context.Context, typ websocket.MessageType, p []byte) error {
+	return c.out.WriteMessage(typ, p)
+}
