@@ -74,10 +74,12 @@ const (
 	// leaderRounds is how many batches queued by others a writer sends
 	// before it hands the rest to a goroutine (see drain).
 	leaderRounds = 2
-	// readBufferSize is coder/websocket's read buffer, the size net/http
-	// hands over and the library is tuned for: it holds a few small
-	// messages, so pipelined requests cost one read call for several.
-	readBufferSize = 4096
+	// readBufferSize is coder/websocket's read buffer, which every
+	// connection holds for good. Batching reads is the batchReader's job
+	// (read.go), whose buffer is borrowed only while data waits, so this
+	// one only has to hold a frame header: a larger one would save
+	// copies, not system calls, and cost idle memory.
+	readBufferSize = 512
 	// controlBufferSize is coder/websocket's write buffer. Only control
 	// frames pass through it (at most 2+125 bytes), so net/http's 4 KiB
 	// would be idle memory in every connection.
