@@ -36,3 +36,13 @@ func leanDial(ctx context.Context, url string) (*leanConn, error) {
 func (c *leanConn) Write(_ context.Context, typ websocket.MessageType, p []byte) error {
 	return c.out.WriteMessage(typ, p)
 }
+
+// answer writes the answer to a message just read, from the reading
+// goroutine: while more of what was read in waits, the write is left to
+// the writer, so the answers to one batch leave in one write call.
+func (c *leanConn) answer(typ websocket.MessageType, p []byte) error {
+	if c.out.Buffered() > 0 {
+		return c.out.WriteMessageMore(typ, p)
+	}
+	return c.out.WriteMessage(typ, p)
+}

@@ -243,7 +243,7 @@ func busAnswer(ws *leanConn, result []byte) {
 		out = append(out, `,"result":`...)
 		out = append(out, result...)
 		out = append(out, '}')
-		if ws.Write(ctx, websocket.MessageText, out) != nil {
+		if ws.answer(websocket.MessageText, out) != nil {
 			return
 		}
 	}
@@ -382,7 +382,7 @@ func rawAnswer(ws *leanConn) {
 			continue
 		}
 		copy(out, msg[:8])
-		if ws.Write(ctx, websocket.MessageBinary, out) != nil {
+		if ws.answer(websocket.MessageBinary, out) != nil {
 			return
 		}
 	}

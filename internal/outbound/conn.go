@@ -245,11 +245,33 @@ func (c *Conn) Read(p []byte) (int, error) {
 // error means the Conn has failed (and closed) or sent its close frame.
 // The caller may reuse p when it returns.
 func (c *Conn) WriteMessage(typ websocket.MessageType, p []byte) error {
+	return c.writeMessage(typ, p, false)
+}
+
+// WriteMessageMore is WriteMessage for a goroutine that has more messages
+// to write at once, such as the rest of a batch it read (Buffered): when
+// the socket is free, p is queued and a goroutine writes it, instead of
+// the caller, so that the messages the caller writes next join it in one
+// write call. Write a batch's last message with WriteMessage, so that it
+// leaves at once.
+func (c *Conn) WriteMessageMore(typ websocket.MessageType, p []byte) error {
+	return c.writeMessage(typ, p, true)
+}
+
+func (c *Conn) writeMessage(typ websocket.MessageType, p []byte, async bool) error {
 	var h [maxHeader + 4]byte
 	if c.masked {
-		return c.writeMasked(h[:0], byte(typ), p)
+		return c.writeMasked(h[:0], byte(typ), p, async)
 	}
-	return c.write(header(h[:0], byte(typ), len(p)), p, false, false)
+	return c.write(header(h[:0], byte(typ), len(p)), p, false, async)
+}
+
+// Buffered returns how many bytes the Conn has read from the socket and
+// not yet handed to the reader above it: the rest of a batch of frames
+// the peer sent together, so a reader can tell whether more follow at
+// once. Only the reading goroutine may call it.
+func (c *Conn) Buffered() int {
+	return len(c.early) + len(c.reader.ahead)
 }
 
 // Ping reports whether the peer answered the previous ping (a pong arrived

@@ -104,14 +104,14 @@ func newClientConn(nc net.Conn, timeout time.Duration) *Conn {
 // writeMasked writes p as one masked message of opcode op, its header
 // built in h: the payload is masked into a pooled buffer, since the
 // caller's bytes must stay as they are.
-func (c *Conn) writeMasked(h []byte, op byte, p []byte) error {
+func (c *Conn) writeMasked(h []byte, op byte, p []byte, async bool) error {
 	var key [4]byte
 	binary.LittleEndian.PutUint32(key[:], rand.Uint32())
 	h = header(h, op, len(p))
 	h[1] |= 0x80
 	h = append(h, key[:]...)
 	b := appendMasked(getBuffer(), p, key)
-	err := c.write(h, b, false, false)
+	err := c.write(h, b, false, async)
 	putBuffer(b)
 	return err
 }
