@@ -1,6 +1,8 @@
-// Package outbound gives a server-side WebSocket connection a write path
-// that coalesces: messages written while a write to the socket is under
-// way leave together, in one write call, as soon as it returns.
+// Package outbound gives a WebSocket connection, a server's (Accept) or a
+// client's (Dial), a write path that coalesces: messages written while a
+// write to the socket is under way leave together, in one write call, as
+// soon as it returns; and a read path that takes everything the peer sent
+// in one read call (read.go).
 //
 // # Why the frames are written here, not by coder/websocket
 //
@@ -29,6 +31,19 @@
 // message (NATS's flushOutbound works the same way). A writer drains at
 // most a few rounds for others before it hands the queue to a goroutine of
 // its own, so no caller is held hostage by a busy connection.
+//
+// # Batches
+//
+// On two cores, writers rarely overlap: a batch of requests read together
+// wakes one goroutine per request, and they run one after another, each
+// finding the socket free. So the writer that finds it free yields once
+// (runtime.Gosched) before it writes: the goroutines runnable at that
+// moment queue their frames behind its own, and all leave in its write
+// call, as NATS flushes each connection once after a read's batch. With
+// nothing else runnable the yield returns at once, so a lone message waits
+// for no timer. A single goroutine writing a batch (the answers to what it
+// read, Buffered) uses WriteMessageMore, which leaves the write to a
+// goroutine of the Conn's, so the rest of the batch joins it.
 //
 // # Timeouts
 //
