@@ -85,3 +85,38 @@ func TestAppendMasked(t *testing.T) {
 		}
 	}
 }
+
+// Over wss://, the TLS settings of the caller's HTTP client are kept and
+// the Conn writes whole frames inside TLS, which the server reads as such.
+func TestDialTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.CloseNow()
+		for {
+			typ, p, err := ws.Read(r.Context())
+			if err != nil || ws.Write(r.Context(), typ, p) != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	url := "wss" + strings.TrimPrefix(srv.URL, "https")
+	ws, out, _, err := Dial(ctx, url, &websocket.DialOptions{HTTPClient: srv.Client()}, 10*time.Second)
+	require.NoError(t, err)
+	for _, msg := range []string{"one", strings.Repeat("z", 20_000)} {
+		require.NoError(t, out.WriteMessage(websocket.MessageText, []byte(msg)))
+		_, p, err := ws.Read(ctx)
+		require.NoError(t, err)
+		require.Equal(t, msg, string(p))
+	}
+	require.NoError(t, ws.Close(websocket.StatusNormalClosure, "done"))
+
+	// A client that does not trust the server's certificate fails.
+	_, _, _, err = Dial(ctx, url, nil, 10*time.Second)
+	require.Error(t, err)
+}
