@@ -46,3 +46,12 @@ func (c *leanConn) answer(typ websocket.MessageType, p []byte) error {
 	}
 	return c.out.WriteMessage(typ, p)
 }
+
+// publish writes a publisher's message as nats.go publishes: the write is
+// left to the connection's writer goroutine whenever the socket is free,
+// so that the messages the publisher sends while it runs (each answer
+// frees a slot of the window, and answers come in batches) join it in
+// one write call.
+func (c *leanConn) publish(typ websocket.MessageType, p []byte) error {
+	return c.out.WriteMessageMore(typ, p)
+}

@@ -279,7 +279,7 @@ func (p *busPublisher) send(id uint64) error {
 	p.buf = append(p.buf[:0], p.prefix...)
 	p.buf = strconv.AppendUint(p.buf, id, 10)
 	p.buf = append(p.buf, '}')
-	return p.ws.Write(context.Background(), websocket.MessageText, p.buf)
+	return p.ws.publish(websocket.MessageText, p.buf)
 }
 
 func (p *busPublisher) readResults() {
@@ -399,7 +399,7 @@ type rawPublisher struct {
 func (p *rawPublisher) send(id uint64) error {
 	p.buf = binary.BigEndian.AppendUint64(p.buf[:0], id)
 	p.buf = append(p.buf, p.payload...)
-	return p.ws.Write(context.Background(), websocket.MessageBinary, p.buf)
+	return p.ws.publish(websocket.MessageBinary, p.buf)
 }
 
 func (p *rawPublisher) readAcks() {
