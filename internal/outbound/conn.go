@@ -249,8 +249,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	if c.socket == nil {
-		return c.Conn.Read(p)
+	if c.reader.raw == nil {
+		return c.Conn.Read(p) // not a TCP socket: TLS reads by records
 	}
 	return c.reader.read(p)
 }

@@ -1,7 +1,6 @@
 package outbound
 
 import (
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -29,7 +28,8 @@ const readAheadSize = 64 << 10
 // readAheadPool holds read-ahead buffers between batches, as *[]byte.
 var readAheadPool = sync.Pool{New: func() any { b := make([]byte, readAheadSize); return &b }}
 
-// batchReader reads a TCP socket in batches; see above.
+// batchReader reads a TCP socket in batches; see above. Without a socket
+// (raw nil) the Conn reads as it is.
 type batchReader struct {
 	raw syscall.RawConn
 	// buf is the borrowed buffer, nil while none is; ahead is the part of
@@ -68,7 +68,7 @@ func (r *batchReader) read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	if r.raw == nil || len(p) >= readAheadSize {
+	if len(p) >= readAheadSize {
 		return r.readInto(p)
 	}
 	r.n, r.err = 0, nil
@@ -115,9 +115,6 @@ func (r *batchReader) fill(fd uintptr) bool {
 func (r *batchReader) readInto(p []byte) (int, error) {
 	var n int
 	var rerr error
-	if r.raw == nil {
-		return 0, errors.New("outbound: no socket to read")
-	}
 	err := r.raw.Read(func(fd uintptr) bool {
 		for {
 			n, rerr = syscall.Read(int(fd), p)
