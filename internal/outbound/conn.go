@@ -293,7 +293,8 @@ func (c *Conn) Buffered() int {
 // since it was sent; true for the first call) and, if so, queues a new one
 // and returns at once: when no write is under way a goroutine writes it,
 // so a caller that pings many connections is never held by one whose peer
-// stopped reading. A Conn that failed never answers.
+// stopped reading. A Conn that failed never answers. Only a server's Conn
+// (Accept) pings: its ping frame is unmasked, and Accept hooks the pongs.
 func (c *Conn) Ping() (answered bool) {
 	if c.awaitingPong.Swap(true) {
 		return false
@@ -306,7 +307,8 @@ func (c *Conn) Ping() (answered bool) {
 var pingFrame = []byte{0x80 | opPing, 0}
 
 // Write takes coder/websocket's own frames (pong, close, ping), one whole
-// control frame per call; see errNotControl.
+// control frame per call; see errNotControl. On a client's Conn it takes
+// the HTTP upgrade request as it is, until Dial has the upgrade.
 func (c *Conn) Write(p []byte) (int, error) {
 	if c.handshaking.Load() {
 		return c.Conn.Write(p)
