@@ -35,6 +35,11 @@ type stats struct {
 	// divided by the messages completed in it, in microseconds. Unlike
 	// a rate it hardly moves when other work on the box steals cycles.
 	ServerCPUPerMsg float64 `json:"server_cpu_us_per_msg"`
+	// ServerSyscallsPerMsg is the server process's read and write system
+	// calls (syscr+syscw from /proc/PID/io, which count the socket reads
+	// and writes) over the whole run, divided by the messages completed
+	// in it: what batching saves, untouched by a busy machine.
+	ServerSyscallsPerMsg float64 `json:"server_syscalls_per_msg"`
 	// ClientCPUPerMsg is the same for this process, which runs every
 	// client: what the publisher and subscribers spent per message.
 	ClientCPUPerMsg float64 `json:"client_cpu_us_per_msg"`
@@ -247,17 +252,21 @@ func (ss *session) send(t *tracker, at time.Time) error {
 }
 
 // cpuMark is the CPU time the server's processes and this process had
-// used when a run started.
-type cpuMark struct{ server, client time.Duration }
+// used when a run started, and the server's read and write calls.
+type cpuMark struct {
+	server, client time.Duration
+	serverSyscalls int64
+}
 
 func (ss *session) cpuMark() cpuMark {
-	var server time.Duration
+	var m cpuMark
 	for _, p := range serverProcs(ss.sys) {
 		t, _ := p.cpuTime()
-		server += t
+		m.server += t
+		m.serverSyscalls += syscallsOf(p.pid())
 	}
-	client, _ := cpuTimeOf(os.Getpid(), "the harness")
-	return cpuMark{server, client}
+	m.client, _ = cpuTimeOf(os.Getpid(), "the harness")
+	return m
 }
 
 // finish waits for a run's last answers and returns its stats, over a
@@ -274,6 +283,7 @@ func (ss *session) finish(t *tracker, sent int64, start time.Time, mark cpuMark,
 	if answered := sent - lost; answered > 0 {
 		s.ServerCPUPerMsg = float64((now.server - mark.server).Microseconds()) / float64(answered)
 		s.ClientCPUPerMsg = float64((now.client - mark.client).Microseconds()) / float64(answered)
+		s.ServerSyscallsPerMsg = float64(now.serverSyscalls-mark.serverSyscalls) / float64(answered)
 	}
 	s.Lost = lost
 	return s

@@ -207,6 +207,24 @@ func cpuTimeOf(pid int, name string) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / ticks, nil
 }
 
+// syscallsOf returns the read and write system calls process pid has
+// made so far (syscr+syscw of /proc/PID/io), or 0 when it cannot tell.
+func syscallsOf(pid int) int64 {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "io"))
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for line := range strings.Lines(string(data)) {
+		name, value, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		if name == "syscr" || name == "syscw" {
+			v, _ := strconv.ParseInt(value, 10, 64)
+			n += v
+		}
+	}
+	return n
+}
+
 // stop kills the process and waits for it.
 func (p *process) stop() {
 	if p == nil || p.cmd.Process == nil {

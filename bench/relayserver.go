@@ -105,9 +105,19 @@ func (s *relayServer) serveSub(w http.ResponseWriter, r *http.Request) {
 		}
 		t.mu.Unlock()
 		if pub != nil {
-			_ = pub.WriteMessage(websocket.MessageBinary, ack)
+			_ = writeInBatch(pub, out, ack)
 		}
 	}
+}
+
+// writeInBatch writes msg to to, read from from: while more of the batch
+// from was read in waits, the write is left to to's writer, so that the
+// batch's messages leave in one write call (outbound.Conn.WriteMessageMore).
+func writeInBatch(to, from *outbound.Conn, msg []byte) error {
+	if from.Buffered() > 0 {
+		return to.WriteMessageMore(websocket.MessageBinary, msg)
+	}
+	return to.WriteMessage(websocket.MessageBinary, msg)
 }
 
 func (s *relayServer) servePub(w http.ResponseWriter, r *http.Request) {
@@ -139,7 +149,7 @@ func (s *relayServer) servePub(w http.ResponseWriter, r *http.Request) {
 			t.mu.Unlock()
 		}
 		for _, sub := range subs {
-			_ = sub.WriteMessage(websocket.MessageBinary, msg)
+			_ = writeInBatch(sub, out, msg)
 		}
 	}
 }

@@ -82,9 +82,10 @@ func newCell(name string, runs map[string][]stats, b better) cell {
 			ServerCPU:  median(rs, func(s stats) float64 { return s.ServerCPU }),
 			Lost:       int64(median(rs, func(s stats) float64 { return float64(s.Lost) })),
 
-			ServerCPUPerMsg: median(rs, func(s stats) float64 { return s.ServerCPUPerMsg }),
-			ClientCPUPerMsg: median(rs, func(s stats) float64 { return s.ClientCPUPerMsg }),
-			HelperCPUPerMsg: median(rs, func(s stats) float64 { return s.HelperCPUPerMsg }),
+			ServerCPUPerMsg:      median(rs, func(s stats) float64 { return s.ServerCPUPerMsg }),
+			ClientCPUPerMsg:      median(rs, func(s stats) float64 { return s.ClientCPUPerMsg }),
+			ServerSyscallsPerMsg: median(rs, func(s stats) float64 { return s.ServerSyscallsPerMsg }),
+			HelperCPUPerMsg:      median(rs, func(s stats) float64 { return s.HelperCPUPerMsg }),
 		}
 	}
 	c.VsRaw = pairRatios(runs["bus"], runs["raw"])
@@ -135,7 +136,7 @@ func (c cell) summary() string {
 	fmt.Fprintf(&b, "%-24s", c.Name)
 	for _, sys := range []string{"bus", "raw", "nats"} {
 		m := c.Median[sys]
-		fmt.Fprintf(&b, "  %s %8.0f/s p99 %7s %5.1fµs CPU", sys, m.Throughput, us(m.P99), m.ServerCPUPerMsg)
+		fmt.Fprintf(&b, "  %s %8.0f/s p99 %7s %5.1fµs CPU %4.1f syscalls", sys, m.Throughput, us(m.P99), m.ServerCPUPerMsg, m.ServerSyscallsPerMsg)
 	}
 	if c.better == higherIsBetter {
 		fmt.Fprintf(&b, "  bus/raw %.2f bus/nats %.2f", c.VsRaw.Throughput, c.VsNATS.Throughput)

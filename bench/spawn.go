@@ -127,7 +127,7 @@ func startSpawner(bin, busAddr, agent, tmp string) (*process, error) {
 
 // listenSpawned subscribes spawnReportTopic and returns the agents'
 // reports as they come.
-func listenSpawned(b *busSystem, run uint64) (*websocket.Conn, <-chan spawnReport, error) {
+func listenSpawned(b *busSystem, run uint64) (*leanConn, <-chan spawnReport, error) {
 	ws, err := b.dial(fmt.Sprintf("bench-spawn-s%d", run))
 	if err != nil {
 		return nil, nil, err
@@ -168,7 +168,7 @@ func listenSpawned(b *busSystem, run uint64) (*websocket.Conn, <-chan spawnRepor
 // until its agent reported the delivery. With waitSpawner it publishes
 // again while nobody serves the topic yet (the spawner is still
 // connecting).
-func spawnOne(pub *websocket.Conn, reports <-chan spawnReport, topic string, waitSpawner bool) (time.Duration, error) {
+func spawnOne(pub *leanConn, reports <-chan spawnReport, topic string, waitSpawner bool) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), durableLimit)
 	defer cancel()
 	req := `{"jsonrpc":"2.0","method":"sendMessage","params":{"topic":"` + topic + `","payload":{"type":"plaintext_message","text":"hello"}},"id":1}`

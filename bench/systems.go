@@ -119,20 +119,20 @@ func (b *busSystem) name() string {
 func (b *busSystem) server() *process { return b.proc }
 
 // dial connects to the publisher's bus as clientID and initializes.
-func (b *busSystem) dial(clientID string) (*websocket.Conn, error) {
+func (b *busSystem) dial(clientID string) (*leanConn, error) {
 	return dialBus(b.proc, clientID)
 }
 
 // dialSub connects to the subscribers' bus as clientID and initializes.
-func (b *busSystem) dialSub(clientID string) (*websocket.Conn, error) {
+func (b *busSystem) dialSub(clientID string) (*leanConn, error) {
 	return dialBus(cmp.Or(b.sub, b.proc), clientID)
 }
 
 // dialBus connects to the bus at p as clientID and initializes.
-func dialBus(p *process, clientID string) (*websocket.Conn, error) {
+func dialBus(p *process, clientID string) (*leanConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, "ws://"+p.addr+"/", nil)
+	ws, err := leanDial(ctx, "ws://"+p.addr+"/")
 	if err != nil {
 		return nil, fmt.Errorf("dial bus %s as %s: %w", p.addr, clientID, err)
 	}
@@ -146,14 +146,14 @@ func dialBus(p *process, clientID string) (*websocket.Conn, error) {
 
 // busCall writes one request and reads frames until its response, which
 // must be a result; only for setup, before any traffic.
-func busCall(ctx context.Context, ws *websocket.Conn, req string) error {
+func busCall(ctx context.Context, ws *leanConn, req string) error {
 	_, err := busRequest(ctx, ws, req)
 	return err
 }
 
 // busRequest writes one request and returns the next frame, its response
 // on a connection that subscribes nothing; an error response is an error.
-func busRequest(ctx context.Context, ws *websocket.Conn, req string) ([]byte, error) {
+func busRequest(ctx context.Context, ws *leanConn, req string) ([]byte, error) {
 	if err := ws.Write(ctx, websocket.MessageText, []byte(req)); err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func busRequest(ctx context.Context, ws *websocket.Conn, req string) ([]byte, er
 	return data, nil
 }
 
-func (b *busSystem) subscribe(ws *websocket.Conn, topic string) error {
+func (b *busSystem) subscribe(ws *leanConn, topic string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
 	return busCall(ctx, ws, `{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"`+topic+`","policy":"continueAll"},"id":"sub"}`)
@@ -232,7 +232,7 @@ func fanoutPattern(i int) string {
 }
 
 // busAnswer answers every processMessage call with result.
-func busAnswer(ws *websocket.Conn, result []byte) {
+func busAnswer(ws *leanConn, result []byte) {
 	ctx := context.Background()
 	var out []byte
 	for {
@@ -249,7 +249,7 @@ func busAnswer(ws *websocket.Conn, result []byte) {
 		out = append(out, `,"result":`...)
 		out = append(out, result...)
 		out = append(out, '}')
-		if ws.Write(ctx, websocket.MessageText, out) != nil {
+		if ws.answer(websocket.MessageText, out) != nil {
 			return
 		}
 	}
@@ -273,7 +273,7 @@ func topLevelID(msg []byte) ([]byte, bool) {
 }
 
 type busPublisher struct {
-	ws     *websocket.Conn
+	ws     *leanConn
 	subs   []io.Closer
 	prefix []byte
 	buf    []byte
@@ -285,7 +285,7 @@ func (p *busPublisher) send(id uint64) error {
 	p.buf = append(p.buf[:0], p.prefix...)
 	p.buf = strconv.AppendUint(p.buf, id, 10)
 	p.buf = append(p.buf, '}')
-	return p.ws.Write(context.Background(), websocket.MessageText, p.buf)
+	return p.ws.publish(websocket.MessageText, p.buf)
 }
 
 func (p *busPublisher) readResults() {
@@ -334,10 +334,10 @@ type rawSystem struct{ proc *process }
 func (r *rawSystem) name() string     { return "raw" }
 func (r *rawSystem) server() *process { return r.proc }
 
-func (r *rawSystem) dial(path string) (*websocket.Conn, error) {
+func (r *rawSystem) dial(path string) (*leanConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, "ws://"+r.proc.addr+path, nil)
+	ws, err := leanDial(ctx, "ws://"+r.proc.addr+path)
 	if err != nil {
 		return nil, fmt.Errorf("dial relay %s: %w", path, err)
 	}
@@ -375,7 +375,7 @@ func (r *rawSystem) open(subs int, payload []byte, done func(uint64, bool)) (pub
 // rawAck is the body of a raw subscriber's ack, after the id.
 var rawAck = []byte(`{"processed":true}`)
 
-func rawAnswer(ws *websocket.Conn) {
+func rawAnswer(ws *leanConn) {
 	ctx := context.Background()
 	out := make([]byte, 8, 8+len(rawAck))
 	out = append(out, rawAck...)
@@ -388,14 +388,14 @@ func rawAnswer(ws *websocket.Conn) {
 			continue
 		}
 		copy(out, msg[:8])
-		if ws.Write(ctx, websocket.MessageBinary, out) != nil {
+		if ws.answer(websocket.MessageBinary, out) != nil {
 			return
 		}
 	}
 }
 
 type rawPublisher struct {
-	ws      *websocket.Conn
+	ws      *leanConn
 	subs    []io.Closer
 	payload []byte
 	buf     []byte
@@ -405,7 +405,7 @@ type rawPublisher struct {
 func (p *rawPublisher) send(id uint64) error {
 	p.buf = binary.BigEndian.AppendUint64(p.buf[:0], id)
 	p.buf = append(p.buf, p.payload...)
-	return p.ws.Write(context.Background(), websocket.MessageBinary, p.buf)
+	return p.ws.publish(websocket.MessageBinary, p.buf)
 }
 
 func (p *rawPublisher) readAcks() {
@@ -564,7 +564,7 @@ func (n *natsSystem) idle(i int) (io.Closer, error) {
 
 // --- helpers ---
 
-type closer struct{ ws *websocket.Conn }
+type closer struct{ ws *leanConn }
 
 func (c closer) Close() error { return c.ws.CloseNow() }
 
@@ -574,7 +574,7 @@ func (c natsCloser) Close() error { c.nc.Close(); return nil }
 
 // discard reads and drops frames until the connection ends, so control
 // frames (pings, close) are handled.
-func discard(ws *websocket.Conn) {
+func discard(ws *leanConn) {
 	for {
 		if _, _, err := ws.Read(context.Background()); err != nil {
 			return

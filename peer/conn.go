@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bub-bus/bub/internal/buildinfo"
+	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
@@ -395,7 +396,9 @@ func (c *Conn) end(reason error) {
 // in order, then makes the new session current. On Dial there is nothing to
 // re-subscribe yet.
 func (c *Conn) establish(ctx context.Context, url string) (*session, error) {
-	ws, resp, err := websocket.Dial(ctx, url, c.dialOptions())
+	// outbound batches the session's writes: requests and answers
+	// written while another is on its way leave in one write call.
+	ws, out, resp, err := outbound.Dial(ctx, url, c.dialOptions(), c.opts.WriteTimeout)
 	// url may carry user:password, which an error must not show.
 	shown := redact.URL(url)
 	if err != nil {
@@ -405,7 +408,7 @@ func (c *Conn) establish(ctx context.Context, url string) (*session, error) {
 		return nil, fmt.Errorf("dial %s: %w", shown, err)
 	}
 	ws.SetReadLimit(c.opts.MaxMessageBytes)
-	s := &session{stream: rpcstream.New(ws, c.opts.WriteTimeout), done: make(chan struct{})}
+	s := &session{stream: rpcstream.NewOutbound(ws, out), done: make(chan struct{})}
 	go c.read(s)
 
 	params := protocol.InitializeParams{ClientID: c.opts.ClientID, ClientInfo: c.opts.ClientInfo, DefaultTopic: c.opts.DefaultTopic, PublishOnly: c.opts.PublishOnly}

@@ -416,9 +416,13 @@ func (s *Spawner) Run(ctx context.Context) error {
 			return fmt.Errorf("spawner: %w", err)
 		}
 	}
+	// Under mu: a delivery may already be claiming a slot.
+	s.mu.Lock()
+	known := len(s.slots)
+	s.mu.Unlock()
 	s.log.Info("spawner serving", "bus", redact.URLs(s.opts.BusURL), "client_id", s.opts.ClientID, "patterns", s.opts.Patterns,
 		"command", s.command, "workspace_root", s.root, "data_dir", s.opts.DataDir, "max_agents", s.opts.MaxAgents,
-		"idle_timeout", s.opts.IdleTimeout, "known_topics", len(s.slots))
+		"idle_timeout", s.opts.IdleTimeout, "known_topics", known)
 	select {
 	case <-ctx.Done():
 		return nil

@@ -324,12 +324,16 @@ func (s *Store) Requeue(id string, p *Pending) error {
 	seq, err := ParseID(deadLetterPrefix, id)
 	var pending uint64
 	var removed, size int
+	var body []byte
+	if err == nil {
+		body, err = preparePending(p)
+	}
 	if err == nil {
 		err = s.updatePending(func(t tx) (err error) {
 			if removed, err = removeDeadLetter(t, seq); err != nil {
 				return err
 			}
-			pending, size, err = putPending(t, p)
+			pending, size, err = putPending(t, p, body)
 			return err
 		}, func(ix *pendingIndex) {
 			ix.dead.add(int64(removed), -1)

@@ -29,12 +29,33 @@ func EncodePending(p *Pending) ([]byte, error) {
 // meta on the way: each is copied once, by json.Compact, which is also
 // the check that it is JSON.
 func encodePending(p *Pending) ([]byte, error) {
-	m := &p.Message
-	// Room for the fields around the payload, so that it is copied once.
-	b := make([]byte, 0, 384+len(m.Payload)+len(m.Meta)+96*len(p.Attempts))
+	body, err := encodePendingBody(p)
+	if err != nil {
+		return nil, err
+	}
+	return sealPending(p.ID, body), nil
+}
+
+// sealPending returns the stored form of the pending entry id whose
+// members after the id are body (encodePendingBody): the part of the
+// encoding that needs the id, which a new entry gets only in the
+// transaction that stores it, and the checksum over all of it.
+func sealPending(id string, body []byte) []byte {
+	b := make([]byte, 0, 32+len(id)+len(body)+sumLen)
 	b = append(b, `{"v":`...)
 	b = strconv.AppendInt(b, recordVersion, 10)
-	b = appendString(append(b, `,"id":`...), p.ID)
+	b = appendString(append(b, `,"id":`...), id)
+	return seal(append(b, body...))
+}
+
+// encodePendingBody encodes the members of p's stored form after its id,
+// closing brace included, unsealed: all of the encoding's work (the
+// payload's copy and check among it) that needs no transaction, so that
+// a writer does it before it queues (commit.go).
+func encodePendingBody(p *Pending) ([]byte, error) {
+	m := &p.Message
+	// Room for the fields around the payload, so that it is copied once.
+	b := make([]byte, 0, 352+len(m.Payload)+len(m.Meta)+96*len(p.Attempts))
 	b = appendString(append(b, `,"kind":`...), p.Kind)
 	b = appendString(append(b, `,"message":{"id":`...), m.ID)
 	b = appendString(append(b, `,"topic":`...), m.Topic)
@@ -77,7 +98,7 @@ func encodePending(p *Pending) ([]byte, error) {
 		return nil, err
 	}
 	b = appendOptional(b, `,"askedBy":`, p.AskedBy)
-	return seal(append(b, '}')), nil
+	return append(b, '}'), nil
 }
 
 // appendOptional appends the field name and s, unless s is empty: a

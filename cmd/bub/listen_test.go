@@ -128,6 +128,9 @@ func TestListenTakenOver(t *testing.T) {
 	require.NoError(t, err)
 	defer pub.Close()
 	sendUntil(t, pub, "t", routed)
+	// The bus routes to the subscription before its answer reaches the
+	// listener; a takeover in between would fail the subscribe instead.
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "subscribed to") }, 10*time.Second, 5*time.Millisecond)
 
 	newer, err := peer.Dial(t.Context(), url, &peer.Options{ClientID: "same", Logger: quietLogger})
 	require.NoError(t, err)

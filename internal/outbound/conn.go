@@ -1,6 +1,8 @@
-// Package outbound gives a server-side WebSocket connection a write path
-// that coalesces: messages written while a write to the socket is under
-// way leave together, in one write call, as soon as it returns.
+// Package outbound gives a WebSocket connection, a server's (Accept) or a
+// client's (Dial), a write path that coalesces: messages written while a
+// write to the socket is under way leave together, in one write call, as
+// soon as it returns; and a read path that takes everything the peer sent
+// in one read call (read.go).
 //
 // # Why the frames are written here, not by coder/websocket
 //
@@ -30,6 +32,19 @@
 // most a few rounds for others before it hands the queue to a goroutine of
 // its own, so no caller is held hostage by a busy connection.
 //
+// # Batches
+//
+// On two cores, writers rarely overlap: a batch of requests read together
+// wakes one goroutine per request, and they run one after another, each
+// finding the socket free. So the writer that finds it free yields once
+// (runtime.Gosched) before it writes: the goroutines runnable at that
+// moment queue their frames behind its own, and all leave in its write
+// call, as NATS flushes each connection once after a read's batch. With
+// nothing else runnable the yield returns at once, so a lone message waits
+// for no timer. A single goroutine writing a batch (the answers to what it
+// read, Buffered) uses WriteMessageMore, which leaves the write to a
+// goroutine of the Conn's, so the rest of the batch joins it.
+//
 // # Timeouts
 //
 // Every write call on the socket has the whole write timeout to finish
@@ -48,6 +63,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,10 +89,12 @@ const (
 	// leaderRounds is how many batches queued by others a writer sends
 	// before it hands the rest to a goroutine (see drain).
 	leaderRounds = 2
-	// readBufferSize is coder/websocket's read buffer, the size net/http
-	// hands over and the library is tuned for: it holds a few small
-	// messages, so pipelined requests cost one read call for several.
-	readBufferSize = 4096
+	// readBufferSize is coder/websocket's read buffer, which every
+	// connection holds for good. Batching reads is the batchReader's job
+	// (read.go), whose buffer is borrowed only while data waits, so this
+	// one only has to hold a frame header: a larger one would save
+	// copies, not system calls, and cost idle memory.
+	readBufferSize = 512
 	// controlBufferSize is coder/websocket's write buffer. Only control
 	// frames pass through it (at most 2+125 bytes), so net/http's 4 KiB
 	// would be idle memory in every connection.
@@ -95,9 +113,18 @@ type Conn struct {
 	// connection itself, or the one under a wrapper that only watches
 	// it (one with Unwrap, as the bus's counted connections).
 	socket *net.TCPConn
+	// masked is set on a client's Conn (Dial): its data frames are
+	// masked, as RFC 6455 requires of a client's.
+	masked bool
+	// handshaking is set on a client's Conn until the upgrade is done:
+	// the HTTP request passes through Write as it is.
+	handshaking atomic.Bool
 	// early holds bytes net/http read past the upgrade request; Read
 	// hands them out first. Only the reading goroutine touches it.
 	early []byte
+	// reader reads the socket in batches (read.go); only the reading
+	// goroutine touches it.
+	reader batchReader
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -193,6 +220,7 @@ func newConn(nc net.Conn, timeout time.Duration) *Conn {
 	c := &Conn{Conn: nc, timeout: timeout}
 	c.socket = tcpUnder(nc)
 	c.room.L = &c.mu
+	c.reader.init(c.socket)
 	return c
 }
 
@@ -221,7 +249,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 		}
 		return n, nil
 	}
-	return c.Conn.Read(p)
+	if c.reader.raw == nil {
+		return c.Conn.Read(p) // not a TCP socket: TLS reads by records
+	}
+	return c.reader.read(p)
 }
 
 // WriteMessage writes p as one unfragmented text or binary message. It
@@ -229,15 +260,41 @@ func (c *Conn) Read(p []byte) (int, error) {
 // error means the Conn has failed (and closed) or sent its close frame.
 // The caller may reuse p when it returns.
 func (c *Conn) WriteMessage(typ websocket.MessageType, p []byte) error {
-	var h [maxHeader]byte
-	return c.write(header(h[:0], byte(typ), len(p)), p, false, false)
+	return c.writeMessage(typ, p, false)
+}
+
+// WriteMessageMore is WriteMessage for a goroutine that has more messages
+// to write at once, such as the rest of a batch it read (Buffered): when
+// the socket is free, p is queued and a goroutine writes it, instead of
+// the caller, so that the messages the caller writes next join it in one
+// write call. Write a batch's last message with WriteMessage, so that it
+// leaves at once.
+func (c *Conn) WriteMessageMore(typ websocket.MessageType, p []byte) error {
+	return c.writeMessage(typ, p, true)
+}
+
+func (c *Conn) writeMessage(typ websocket.MessageType, p []byte, async bool) error {
+	var h [maxHeader + 4]byte
+	if c.masked {
+		return c.writeMasked(h[:0], byte(typ), p, async)
+	}
+	return c.write(header(h[:0], byte(typ), len(p)), p, false, async)
+}
+
+// Buffered returns how many bytes the Conn has read from the socket and
+// not yet handed to the reader above it: the rest of a batch of frames
+// the peer sent together, so a reader can tell whether more follow at
+// once. Only the reading goroutine may call it.
+func (c *Conn) Buffered() int {
+	return len(c.early) + len(c.reader.ahead)
 }
 
 // Ping reports whether the peer answered the previous ping (a pong arrived
 // since it was sent; true for the first call) and, if so, queues a new one
 // and returns at once: when no write is under way a goroutine writes it,
 // so a caller that pings many connections is never held by one whose peer
-// stopped reading. A Conn that failed never answers.
+// stopped reading. A Conn that failed never answers. Only a server's Conn
+// (Accept) pings: its ping frame is unmasked, and Accept hooks the pongs.
 func (c *Conn) Ping() (answered bool) {
 	if c.awaitingPong.Swap(true) {
 		return false
@@ -250,8 +307,12 @@ func (c *Conn) Ping() (answered bool) {
 var pingFrame = []byte{0x80 | opPing, 0}
 
 // Write takes coder/websocket's own frames (pong, close, ping), one whole
-// control frame per call; see errNotControl.
+// control frame per call; see errNotControl. On a client's Conn it takes
+// the HTTP upgrade request as it is, until Dial has the upgrade.
 func (c *Conn) Write(p []byte) (int, error) {
+	if c.handshaking.Load() {
+		return c.Conn.Write(p)
+	}
 	if !isControlFrame(p) {
 		return 0, errNotControl
 	}
@@ -356,25 +417,51 @@ func (c *Conn) write(h, p []byte, control, async bool) error {
 	}
 	c.frames.Add(1)
 	c.mu.Unlock()
-	var err error
-	switch {
-	case h == nil:
-		err = c.send(p)
-	case c.socket != nil:
-		err = c.sendv(h, p)
-	default:
-		// A TLS connection would make two records of a writev.
-		b := getBuffer()
-		b = append(append(b, h...), p...)
-		err = c.send(b)
-		putBuffer(b)
+	// Let the goroutines that are runnable now queue their frames behind
+	// this one before it leaves: a batch of requests read together wakes
+	// one goroutine per request, and on few cores they run one after
+	// another, so without this each would find the socket free and make
+	// a write call of its own. With nothing else runnable, Gosched
+	// returns at once: a lone message is not held back.
+	runtime.Gosched()
+	c.mu.Lock()
+	more, end := c.queued, c.queuedSeq
+	c.queued = nil
+	if more != nil {
+		c.room.Broadcast()
 	}
-	if err != nil {
+	c.mu.Unlock()
+	if err := c.sendFrame(h, p, more); err != nil {
 		c.fail(err)
 		return c.failure()
 	}
-	c.drain(nil, leaderRounds)
+	if more != nil {
+		c.mu.Lock()
+		c.writtenSeq = end
+		c.room.Broadcast()
+		c.mu.Unlock()
+	}
+	c.drain(more, leaderRounds)
 	return nil
+}
+
+// sendFrame writes the frame h+p (h nil when p is a whole frame) and the
+// frames queued after it, more, in one write call: a writev on a TCP
+// socket, so that p is not copied; a copy into one buffer otherwise,
+// since a TLS connection would make a record of each part.
+func (c *Conn) sendFrame(h, p, more []byte) error {
+	switch {
+	case h == nil && more == nil:
+		return c.send(p)
+	case c.socket != nil:
+		return c.sendv(h, p, more)
+	default:
+		b := getBuffer()
+		b = append(append(append(b, h...), p...), more...)
+		err := c.send(b)
+		putBuffer(b)
+		return err
+	}
 }
 
 // enqueueLocked appends the frame h+p to the queue.
@@ -463,13 +550,13 @@ func (c *Conn) send(b []byte) error {
 	return err
 }
 
-// sendv writes h and p in one writev with a fresh deadline.
-func (c *Conn) sendv(h, p []byte) error {
+// sendv writes parts in one writev with a fresh deadline.
+func (c *Conn) sendv(parts ...[]byte) error {
 	c.writes.Add(1)
 	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
 		return err
 	}
-	bufs := net.Buffers{h, p}
+	bufs := net.Buffers(parts)
 	_, err := bufs.WriteTo(c.socket)
 	return err
 }
@@ -514,9 +601,15 @@ func header(b []byte, op byte, n int) []byte {
 	}
 }
 
-// isControlFrame reports whether p is exactly one final, unmasked control
-// frame.
+// isControlFrame reports whether p is exactly one final control frame,
+// unmasked (a server's) or masked (a client's).
 func isControlFrame(p []byte) bool {
-	return len(p) >= 2 && p[0]&0x80 != 0 && p[0]&0x0f >= 0x8 && p[1]&0x80 == 0 &&
-		p[1]&0x7f <= 125 && len(p) == 2+int(p[1]&0x7f)
+	if len(p) < 2 || p[0]&0x80 == 0 || p[0]&0x0f < 0x8 || p[1]&0x7f > 125 {
+		return false
+	}
+	n := 2 + int(p[1]&0x7f)
+	if p[1]&0x80 != 0 {
+		n += 4
+	}
+	return len(p) == n
 }

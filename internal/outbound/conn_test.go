@@ -426,3 +426,30 @@ func TestLargeFrameKeepsItsPlaceInLine(t *testing.T) {
 		}
 	})
 }
+
+// A goroutine that writes a batch with WriteMessageMore is not held by
+// the socket: its first message is left to a goroutine of the Conn's,
+// and the rest of the batch, the last written with WriteMessage, leave
+// with it or together in the next write call, whole and in order.
+func TestWriteMessageMoreBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c, peer := pipe(t, 5*time.Second)
+		for i := range 3 {
+			require.NoError(t, c.WriteMessageMore(websocket.MessageText, []byte(fmt.Sprint("m", i))))
+		}
+		require.NoError(t, c.WriteMessage(websocket.MessageText, []byte("last")))
+		writing, _ := settled(c)
+		require.True(t, writing, "the first message is not being written by the Conn's goroutine")
+		r := bufio.NewReader(peer)
+		for _, want := range []string{"m0", "m1", "m2", "last"} {
+			_, p := readFrame(t, r)
+			require.Equal(t, want, p)
+		}
+		synctest.Wait()
+		writes, frames := c.Stats()
+		require.Equal(t, uint64(4), frames)
+		// The Conn's goroutine may take the first message alone before
+		// the rest are queued, or all of them at once.
+		require.LessOrEqual(t, writes, uint64(2), "the batch after the first message left in one write call")
+	})
+}

@@ -110,10 +110,10 @@ func New(ws *websocket.Conn, writeTimeout time.Duration) *Stream {
 	return &Stream{ws: ws, writeTimeout: writeTimeout, pending: make(map[string]*pendingReply), calls: make(map[uint64]chan callResult)}
 }
 
-// NewOutbound returns a Stream over ws, a server's connection accepted by
-// outbound.Accept, that writes through out: messages written while another
-// is on its way leave together, and out's write timeout drops a peer that
-// does not read.
+// NewOutbound returns a Stream over ws, a connection accepted by
+// outbound.Accept or dialed by outbound.Dial, that writes through out:
+// messages written while another is on its way leave together, and out's
+// write timeout drops a peer that does not read.
 func NewOutbound(ws *websocket.Conn, out *outbound.Conn) *Stream {
 	s := New(ws, 0)
 	s.out = out

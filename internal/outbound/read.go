@@ -1,0 +1,144 @@
+package outbound
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// Reading in batches
+//
+// coder/websocket reads through a 4 KiB bufio.Reader, so a peer that
+// pipelines 64 requests of 1 KiB costs the bus 16 read calls or more. A
+// larger bufio.Reader would cut that, but every idle connection would
+// hold it. batchReader instead reads the socket into a large buffer
+// borrowed from a pool only once the socket is readable (the read is made
+// from syscall.RawConn's callback, which the netpoller runs when data is
+// there), hands its bytes out to the bufio.Reader above it, and returns
+// the buffer as soon as it is drained: one read call takes everything
+// the peer has sent, up to readAheadSize, and an idle connection holds no
+// buffer of its own (the bufio.Reader's 4 KiB aside).
+
+// readAheadSize is the most one read call takes from the socket: 64
+// pipelined requests of 1 KiB, with their frame headers.
+const readAheadSize = 64 << 10
+
+// readAheadPool holds read-ahead buffers between batches, as *[]byte.
+var readAheadPool = sync.Pool{New: func() any { b := make([]byte, readAheadSize); return &b }}
+
+// batchReader reads a TCP socket in batches; see above. Without a socket
+// (raw nil) the Conn reads as it is.
+type batchReader struct {
+	raw syscall.RawConn
+	// buf is the borrowed buffer, nil while none is; ahead is the part of
+	// it not handed out yet.
+	buf   *[]byte
+	ahead []byte
+	// readFn is fill as a func value made once, and n and err its
+	// results, so that a read allocates nothing.
+	readFn func(fd uintptr) bool
+	n      int
+	err    error
+}
+
+func (r *batchReader) init(socket *net.TCPConn) {
+	if socket == nil {
+		return
+	}
+	raw, err := socket.SyscallConn()
+	if err != nil {
+		return
+	}
+	r.raw = raw
+	r.readFn = r.fill
+}
+
+// read hands out buffered bytes, or reads the socket once: into p when p
+// is as large as a batch (a large message's payload, which the
+// bufio.Reader reads straight into the message), else into a borrowed
+// buffer.
+func (r *batchReader) read(p []byte) (int, error) {
+	if len(r.ahead) > 0 {
+		n := copy(p, r.ahead)
+		r.ahead = r.ahead[n:]
+		if len(r.ahead) == 0 {
+			r.release()
+		}
+		return n, nil
+	}
+	if len(p) >= readAheadSize {
+		return r.readInto(p)
+	}
+	r.n, r.err = 0, nil
+	if err := r.raw.Read(r.readFn); err != nil {
+		r.release()
+		return 0, err
+	}
+	if r.err != nil {
+		r.release()
+		return 0, r.err
+	}
+	if r.n == 0 {
+		r.release()
+		return 0, io.EOF
+	}
+	r.ahead = (*r.buf)[:r.n]
+	return r.read(p)
+}
+
+// fill is the RawConn callback: it borrows a buffer and reads into it,
+// and gives the buffer back and asks to wait when nothing is there yet.
+func (r *batchReader) fill(fd uintptr) bool {
+	if r.buf == nil {
+		r.buf = readAheadPool.Get().(*[]byte)
+	}
+	for {
+		n, err := syscall.Read(int(fd), *r.buf)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			r.release()
+			return false
+		case err != nil:
+			r.err = os.NewSyscallError("read", err)
+			return true
+		}
+		r.n = n
+		return true
+	}
+}
+
+// readInto reads the socket straight into p.
+func (r *batchReader) readInto(p []byte) (int, error) {
+	var n int
+	var rerr error
+	err := r.raw.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = syscall.Read(int(fd), p)
+			if rerr == syscall.EINTR {
+				continue
+			}
+			return rerr != syscall.EAGAIN
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, os.NewSyscallError("read", rerr)
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// release gives the borrowed buffer back.
+func (r *batchReader) release() {
+	if r.buf != nil {
+		readAheadPool.Put(r.buf)
+		r.buf, r.ahead = nil, nil
+	}
+}
