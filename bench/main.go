@@ -47,7 +47,7 @@ type config struct {
 
 func main() {
 	var cfg config
-	flag.StringVar(&cfg.role, "role", "", "internal: run as a server process (relay, nats or bus-pprof) instead of the harness")
+	flag.StringVar(&cfg.role, "role", "", "internal: run as a server process (relay, nats, nats-ws, centrifuge or bus-pprof) instead of the harness")
 	flag.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "internal: the address a -role process listens on")
 	flag.StringVar(&cfg.root, "root", "..", "the repository root, where ./cmd/bub and ./bus live")
 	flag.StringVar(&cfg.bub, "bub", "", "a prebuilt bub binary (default: build one from -root into a temp dir)")
@@ -106,11 +106,15 @@ func runRole(role, listen string) error {
 	case "relay":
 		return serveRelay(listen)
 	case "nats":
-		return serveNATS(listen)
+		return serveNATS(listen, false)
+	case "nats-ws":
+		return serveNATS(listen, true)
+	case "centrifuge":
+		return serveCentrifuge(listen)
 	case "bus-pprof":
 		return serveBusWithPprof(listen)
 	}
-	return fmt.Errorf("unknown role %q (want relay, nats or bus-pprof)", role)
+	return fmt.Errorf("unknown role %q (want relay, nats, nats-ws, centrifuge or bus-pprof)", role)
 }
 
 // raiseFileLimit lifts the soft limit on open files to the hard limit, for
