@@ -77,8 +77,9 @@ func (h *harness) run() error {
 		return err
 	}
 	log.Printf("%s, %d CPUs, %s", h.res.Machine.CPU, h.res.Machine.CPUs, h.res.Machine.Go)
-	// The first five share one bus, relay and NATS (the cluster scenario
-	// adds a cluster next to that bus); the others start what they need.
+	// The first five share one bus and one process of each baseline (the
+	// cluster scenario adds a cluster next to that bus); the others start
+	// what they need.
 	shared := []scenario{{"relay", h.relay}, {"latency", h.latency}, {"fanout", h.fanout}, {"sdk", h.sdk}, {"cluster", h.cluster}}
 	alone := []scenario{{"retries", h.retries}, {"held", h.held}, {"spawn", h.spawn}, {"idle", h.idle}, {"route", h.route}}
 	if slices.ContainsFunc(shared, func(sc scenario) bool { return h.want(sc.name) }) {

@@ -1,10 +1,12 @@
-// Command bench measures the bus side by side with the physical limit and
-// with NATS, on one machine in one run (docs/BENCHMARKS.md).
+// Command bench measures the bus side by side with the physical limit,
+// with NATS (over TCP and over WebSocket) and with Centrifuge, on one
+// machine in one run (docs/BENCHMARKS.md).
 //
 // It builds and starts the real `bub serve` binary, a minimal raw
-// WebSocket relay and an embedded nats-server, each as a process of its
-// own, and drives all three from this process over loopback. The relay and
-// the NATS server are this same binary started again with -role. The
+// WebSocket relay, an embedded nats-server with a TCP listener, another
+// with a WebSocket listener, and a Centrifuge server, each as a process of
+// its own, and drives them all from this process over loopback. The
+// baselines' servers are this same binary started again with -role. The
 // durable and spawn scenarios run the bus alone, on a fresh store, and the
 // spawn scenario adds `bub spawner` with bench/agent as its agent. The
 // cluster scenario starts three `bub serve` nodes of one cluster and
