@@ -145,7 +145,7 @@ func (c *centrifugeSystem) open(subs int, payload []byte, done func(uint64, bool
 		go centrifugeAnswer(ws, replies)
 		return closer{ws}, nil
 	})
-	p.subs = conns
+	p.conns = conns
 	if err != nil {
 		p.close()
 		return nil, err
@@ -154,6 +154,7 @@ func (c *centrifugeSystem) open(subs int, payload []byte, done func(uint64, bool
 		p.close()
 		return nil, err
 	}
+	p.conns = append(p.conns, closer{p.ws})
 	p.tail = []byte(`,"publish":{"channel":"` + topic + `","data":{"id":`)
 	p.payload = []byte(`,"payload":` + string(payload) + `}}}`)
 	go p.readAcks()
@@ -200,9 +201,9 @@ var centrifugePong = []byte("{}")
 // command's id, so that a failed publish's error reply names the message.
 type centrifugePublisher struct {
 	ws      *websocket.Conn
-	subs    []io.Closer
-	tail    []byte // after the command id, up to the message id in the data
-	payload []byte // after the message id, to the end
+	conns   []io.Closer // the subscribers' and, once dialed, ws
+	tail    []byte      // after the command id, up to the message id in the data
+	payload []byte      // after the message id, to the end
 	buf     []byte
 	acks    *ackCounter
 	done    func(uint64, bool)
@@ -246,12 +247,7 @@ func (p *centrifugePublisher) readAcks() {
 	}
 }
 
-func (p *centrifugePublisher) close() {
-	if p.ws != nil {
-		p.ws.CloseNow()
-	}
-	closeAll(p.subs)
-}
+func (p *centrifugePublisher) close() { closeAll(p.conns) }
 
 func (c *centrifugeSystem) idle(i int) (io.Closer, error) {
 	ws, err := c.dial(fmt.Sprintf("idle-%d-%d", topicSeq.Add(1), i))

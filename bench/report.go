@@ -201,30 +201,22 @@ func printReport(w io.Writer, r *results) {
 		fmt.Fprintln(w, "\nRelay (closed loop; msgs/s = acked relays per second; µs CPU = server process CPU per relay)")
 		printSystemsTable(tw, r.Relay, []column{
 			{"msg/s", false, func(c cell, sys string) string { return fmt.Sprintf("%.0f", c.Median[sys].Throughput) }},
-			{"bus/", true, func(c cell, sys string) string { return fmt.Sprintf("%.2f", c.Vs[sys].Throughput) }},
-			{"p50", false, func(c cell, sys string) string { return us(c.Median[sys].P50) }},
-			{"p99", false, func(c cell, sys string) string { return us(c.Median[sys].P99) }},
-			{"p99.9", false, func(c cell, sys string) string { return us(c.Median[sys].P999) }},
-			{"µs CPU", false, func(c cell, sys string) string { return fmt.Sprintf("%.1f", c.Median[sys].ServerCPUPerMsg) }},
+			busOverRate, p50Column, p99Column, p999Column, cpuColumn,
 		})
 	}
 	if len(r.Latency) > 0 {
 		fmt.Fprintln(w, "\nLatency (open loop at a constant rate, timed from when each message was due; µs CPU per relay)")
 		printSystemsTable(tw, r.Latency, []column{
-			{"p50", false, func(c cell, sys string) string { return us(c.Median[sys].P50) }},
-			{"p99", false, func(c cell, sys string) string { return us(c.Median[sys].P99) }},
-			{"p99.9", false, func(c cell, sys string) string { return us(c.Median[sys].P999) }},
+			p50Column, p99Column, p999Column,
 			{"p99 bus/", true, func(c cell, sys string) string { return fmt.Sprintf("%.2f", c.Vs[sys].P99) }},
-			{"µs CPU", false, func(c cell, sys string) string { return fmt.Sprintf("%.1f", c.Median[sys].ServerCPUPerMsg) }},
+			cpuColumn,
 		})
 	}
 	if len(r.Fanout) > 0 {
 		fmt.Fprintln(w, "\nFan-out (1 KiB, continueAll; latency = publish until every ack is back; µs CPU = server process CPU per delivery)")
 		printSystemsTable(tw, r.Fanout, []column{
 			{"deliv/s", false, func(c cell, sys string) string { return fmt.Sprintf("%.0f", c.Median[sys].Deliveries) }},
-			{"bus/", true, func(c cell, sys string) string { return fmt.Sprintf("%.2f", c.Vs[sys].Throughput) }},
-			{"p50", false, func(c cell, sys string) string { return us(c.Median[sys].P50) }},
-			{"p99", false, func(c cell, sys string) string { return us(c.Median[sys].P99) }},
+			busOverRate, p50Column, p99Column,
 			{"µs CPU", false, func(c cell, sys string) string {
 				return fmt.Sprintf("%.1f", c.Median[sys].ServerCPUPerMsg/float64(c.Subscribers))
 			}},
@@ -360,6 +352,15 @@ type column struct {
 	ratio  bool
 	value  func(c cell, sys string) string
 }
+
+// The columns the relay, latency and fan-out tables share.
+var (
+	busOverRate = column{"bus/", true, func(c cell, sys string) string { return fmt.Sprintf("%.2f", c.Vs[sys].Throughput) }}
+	p50Column   = column{"p50", false, func(c cell, sys string) string { return us(c.Median[sys].P50) }}
+	p99Column   = column{"p99", false, func(c cell, sys string) string { return us(c.Median[sys].P99) }}
+	p999Column  = column{"p99.9", false, func(c cell, sys string) string { return us(c.Median[sys].P999) }}
+	cpuColumn   = column{"µs CPU", false, func(c cell, sys string) string { return fmt.Sprintf("%.1f", c.Median[sys].ServerCPUPerMsg) }}
+)
 
 // printSystemsTable writes one row per cell and, per column, one cell per
 // system the first cell measured.
