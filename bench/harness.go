@@ -144,16 +144,17 @@ func (h *harness) startSystems() error {
 // baseline is a system the bus is measured against, served by this binary
 // started again with -role.
 type baseline struct {
+	name   string // the system's name()
 	role   string
 	system func(*process) idler
 }
 
 // baselines are the bus's baselines, in the order of the report's columns.
 var baselines = []baseline{
-	{"relay", func(p *process) idler { return &rawSystem{p} }},
-	{"nats", func(p *process) idler { return &natsSystem{proc: p} }},
-	{"nats-ws", func(p *process) idler { return &natsSystem{proc: p, ws: true} }},
-	{"centrifuge", func(p *process) idler { return &centrifugeSystem{p} }},
+	{"raw", "relay", func(p *process) idler { return &rawSystem{p} }},
+	{"nats", "nats", func(p *process) idler { return &natsSystem{proc: p} }},
+	{"nats-ws", "nats-ws", func(p *process) idler { return &natsSystem{proc: p, ws: true} }},
+	{"centrifuge", "centrifuge", func(p *process) idler { return &centrifugeSystem{p} }},
 }
 
 // close stops the servers and removes the temp dir, with the stores and

@@ -82,7 +82,7 @@ func newCell(name string, runs map[string][]stats, b better) cell {
 			HelperCPUPerMsg: median(rs, func(s stats) float64 { return s.HelperCPUPerMsg }),
 		}
 	}
-	for _, base := range baselineNames {
+	for _, base := range baselineNames() {
 		if runs["bus"] != nil && runs[base] != nil {
 			if c.Vs == nil {
 				c.Vs = make(map[string]ratios)
@@ -131,14 +131,20 @@ func median[T any](xs []T, f func(T) float64) float64 {
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
-// baselineNames are the systems the bus is measured against, in the order
-// of the report's columns.
-var baselineNames = []string{"raw", "nats", "nats-ws", "centrifuge"}
+// baselineNames are the names of the systems the bus is measured
+// against, in the order of the report's columns.
+func baselineNames() []string {
+	names := make([]string, len(baselines))
+	for i, b := range baselines {
+		names[i] = b.name
+	}
+	return names
+}
 
 // systems are the bus and the baselines c measured, in column order.
 func (c cell) systems() []string {
 	var out []string
-	for _, sys := range append([]string{"bus"}, baselineNames...) {
+	for _, sys := range append([]string{"bus"}, baselineNames()...) {
 		if _, ok := c.Median[sys]; ok {
 			out = append(out, sys)
 		}

@@ -46,3 +46,11 @@ func TestSystemsTableSkipsAbsentSystems(t *testing.T) {
 	require.NotContains(t, b.String(), "bus/nats")
 	require.Contains(t, c.summary(), "p99 bus/centrifuge 0.50")
 }
+
+// TestBaselineNamesMatchSystems checks that the report's column for each
+// baseline is the one its runs are filed under.
+func TestBaselineNamesMatchSystems(t *testing.T) {
+	for _, b := range baselines {
+		require.Equal(t, b.name, b.system(&process{name: b.role}).name(), "baseline of role %s", b.role)
+	}
+}

@@ -97,12 +97,12 @@ func printSummary(w io.Writer, r *results) {
 	if len(rows) == 0 {
 		return
 	}
-	systems := append([]string{"bus"}, baselineNames...)
+	systems := append([]string{"bus"}, baselineNames()...)
 	heads := []string{"scenario"}
 	for _, sys := range systems {
 		heads = append(heads, summaryHeadings[sys])
 	}
-	for _, base := range baselineNames {
+	for _, base := range baselineNames() {
 		heads = append(heads, "bus/"+summaryHeadings[base])
 	}
 	for _, sys := range systems {
@@ -116,7 +116,7 @@ func printSummary(w io.Writer, r *results) {
 		for _, sys := range systems {
 			cells = append(cells, row.value[sys])
 		}
-		for _, base := range baselineNames {
+		for _, base := range baselineNames() {
 			c := ""
 			if v, ok := row.ratio[base]; ok {
 				c = fmt.Sprintf("%.2f", v)
