@@ -77,8 +77,9 @@ func (h *harness) run() error {
 		return err
 	}
 	log.Printf("%s, %d CPUs, %s", h.res.Machine.CPU, h.res.Machine.CPUs, h.res.Machine.Go)
-	// The first five share one bus, relay and NATS (the cluster scenario
-	// adds a cluster next to that bus); the others start what they need.
+	// The first five share one bus and one process of each baseline (the
+	// cluster scenario adds a cluster next to that bus); the others start
+	// what they need.
 	shared := []scenario{{"relay", h.relay}, {"latency", h.latency}, {"fanout", h.fanout}, {"sdk", h.sdk}, {"cluster", h.cluster}}
 	alone := []scenario{{"retries", h.retries}, {"held", h.held}, {"journal", h.journal}, {"spawn", h.spawn}, {"idle", h.idle}, {"route", h.route}}
 	if slices.ContainsFunc(shared, func(sc scenario) bool { return h.want(sc.name) }) {
@@ -120,25 +121,40 @@ func (h *harness) buildBub() error {
 	return nil
 }
 
-// startSystems starts bub serve, the raw relay and NATS.
+// startSystems starts bub serve and every baseline: the raw relay, NATS
+// over TCP and over WebSocket, and Centrifuge.
 func (h *harness) startSystems() error {
 	bus, err := startBub(h.bub, h.tmp)
 	if err != nil {
 		return err
 	}
 	h.procs = append(h.procs, bus)
-	raw, err := startRole("relay")
-	if err != nil {
-		return err
+	h.systems = []system{&busSystem{proc: bus}}
+	for _, b := range baselines {
+		p, err := startRole(b.role)
+		if err != nil {
+			return err
+		}
+		h.procs = append(h.procs, p)
+		h.systems = append(h.systems, b.system(p))
 	}
-	h.procs = append(h.procs, raw)
-	nats, err := startRole("nats")
-	if err != nil {
-		return err
-	}
-	h.procs = append(h.procs, nats)
-	h.systems = []system{&busSystem{proc: bus}, &rawSystem{raw}, &natsSystem{nats}}
 	return nil
+}
+
+// baseline is a system the bus is measured against, served by this binary
+// started again with -role.
+type baseline struct {
+	name   string // the system's name()
+	role   string
+	system func(*process) idler
+}
+
+// baselines are the bus's baselines, in the order of the report's columns.
+var baselines = []baseline{
+	{"raw", "relay", func(p *process) idler { return &rawSystem{p} }},
+	{"nats", "nats", func(p *process) idler { return &natsSystem{proc: p} }},
+	{"nats-ws", "nats-ws", func(p *process) idler { return &natsSystem{proc: p, ws: true} }},
+	{"centrifuge", "centrifuge", func(p *process) idler { return &centrifugeSystem{p} }},
 }
 
 // close stops the servers and removes the temp dir, with the stores and
@@ -303,8 +319,15 @@ func (h *harness) fanout() error {
 func (h *harness) idle() error {
 	starts := []func() (idler, error){
 		func() (idler, error) { p, err := startBub(h.bub, h.tmp); return &busSystem{proc: p}, err },
-		func() (idler, error) { p, err := startRole("relay"); return &rawSystem{p}, err },
-		func() (idler, error) { p, err := startRole("nats"); return &natsSystem{p}, err },
+	}
+	for _, b := range baselines {
+		starts = append(starts, func() (idler, error) {
+			p, err := startRole(b.role)
+			if err != nil {
+				return nil, err
+			}
+			return b.system(p), nil
+		})
 	}
 	for _, start := range starts {
 		sys, err := start()

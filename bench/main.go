@@ -1,10 +1,12 @@
-// Command bench measures the bus side by side with the physical limit and
-// with NATS, on one machine in one run (docs/BENCHMARKS.md).
+// Command bench measures the bus side by side with the physical limit,
+// with NATS (over TCP and over WebSocket) and with Centrifuge, on one
+// machine in one run (docs/BENCHMARKS.md).
 //
 // It builds and starts the real `bub serve` binary, a minimal raw
-// WebSocket relay and an embedded nats-server, each as a process of its
-// own, and drives all three from this process over loopback. The relay and
-// the NATS server are this same binary started again with -role. The
+// WebSocket relay, an embedded nats-server with a TCP listener, another
+// with a WebSocket listener, and a Centrifuge server, each as a process of
+// its own, and drives them all from this process over loopback. The
+// baselines' servers are this same binary started again with -role. The
 // durable and spawn scenarios run the bus alone, on a fresh store, and the
 // spawn scenario adds `bub spawner` with bench/agent as its agent. The
 // cluster scenario starts three `bub serve` nodes of one cluster and
@@ -47,7 +49,7 @@ type config struct {
 
 func main() {
 	var cfg config
-	flag.StringVar(&cfg.role, "role", "", "internal: run as a server process (relay, nats or bus-pprof) instead of the harness")
+	flag.StringVar(&cfg.role, "role", "", "internal: run as a server process (relay, nats, nats-ws, centrifuge or bus-pprof) instead of the harness")
 	flag.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "internal: the address a -role process listens on")
 	flag.StringVar(&cfg.root, "root", "..", "the repository root, where ./cmd/bub and ./bus live")
 	flag.StringVar(&cfg.bub, "bub", "", "a prebuilt bub binary (default: build one from -root into a temp dir)")
@@ -106,11 +108,15 @@ func runRole(role, listen string) error {
 	case "relay":
 		return serveRelay(listen)
 	case "nats":
-		return serveNATS(listen)
+		return serveNATS(listen, false)
+	case "nats-ws":
+		return serveNATS(listen, true)
+	case "centrifuge":
+		return serveCentrifuge(listen)
 	case "bus-pprof":
 		return serveBusWithPprof(listen)
 	}
-	return fmt.Errorf("unknown role %q (want relay, nats or bus-pprof)", role)
+	return fmt.Errorf("unknown role %q (want relay, nats, nats-ws, centrifuge or bus-pprof)", role)
 }
 
 // raiseFileLimit lifts the soft limit on open files to the hard limit, for

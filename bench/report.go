@@ -43,10 +43,9 @@ type cell struct {
 	Runs map[string][]stats `json:"runs"`
 	// Median is the median of each figure over the rounds, per system.
 	Median map[string]stats `json:"median"`
-	// VsRaw and VsNATS are the bus's figures over the baseline's: the
-	// median of the ratios of runs in the same round.
-	VsRaw  ratios `json:"bus_vs_raw"`
-	VsNATS ratios `json:"bus_vs_nats"`
+	// Vs holds the bus's figures over each baseline's, by the baseline's
+	// name: the median of the ratios of runs in the same round.
+	Vs map[string]ratios `json:"bus_vs,omitempty"`
 	// SDKVsLean is the Go SDK's figures over the lean clients', in the
 	// sdk scenario.
 	SDKVsLean ratios `json:"sdk_vs_lean"`
@@ -88,8 +87,14 @@ func newCell(name string, runs map[string][]stats, b better) cell {
 			HelperCPUPerMsg:      median(rs, func(s stats) float64 { return s.HelperCPUPerMsg }),
 		}
 	}
-	c.VsRaw = pairRatios(runs["bus"], runs["raw"])
-	c.VsNATS = pairRatios(runs["bus"], runs["nats"])
+	for _, base := range baselineNames() {
+		if runs["bus"] != nil && runs[base] != nil {
+			if c.Vs == nil {
+				c.Vs = make(map[string]ratios)
+			}
+			c.Vs[base] = pairRatios(runs["bus"], runs[base])
+		}
+	}
 	c.SDKVsLean = pairRatios(runs["sdk"], runs["bus"])
 	c.ClusterVsSingle = pairRatios(runs["cluster"], runs["bus"])
 	return c
@@ -131,17 +136,52 @@ func median[T any](xs []T, f func(T) float64) float64 {
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
+// baselineNames are the names of the systems the bus is measured
+// against, in the order of the report's columns.
+func baselineNames() []string {
+	names := make([]string, len(baselines))
+	for i, b := range baselines {
+		names[i] = b.name
+	}
+	return names
+}
+
+// systems are the bus and the baselines c measured, in column order.
+func (c cell) systems() []string {
+	var out []string
+	for _, sys := range append([]string{"bus"}, baselineNames()...) {
+		if _, ok := c.Median[sys]; ok {
+			out = append(out, sys)
+		}
+	}
+	return out
+}
+
+// baselines are the baselines c measured, in column order.
+func (c cell) baselines() []string {
+	sys := c.systems()
+	if len(sys) == 0 || sys[0] != "bus" {
+		return sys
+	}
+	return sys[1:]
+}
+
 func (c cell) summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-24s", c.Name)
-	for _, sys := range []string{"bus", "raw", "nats"} {
+	for _, sys := range c.systems() {
 		m := c.Median[sys]
 		fmt.Fprintf(&b, "  %s %8.0f/s p99 %7s %5.1fµs CPU %4.1f syscalls", sys, m.Throughput, us(m.P99), m.ServerCPUPerMsg, m.ServerSyscallsPerMsg)
 	}
-	if c.better == higherIsBetter {
-		fmt.Fprintf(&b, "  bus/raw %.2f bus/nats %.2f", c.VsRaw.Throughput, c.VsNATS.Throughput)
-	} else {
-		fmt.Fprintf(&b, "  p99 bus/raw %.2f bus/nats %.2f", c.VsRaw.P99, c.VsNATS.P99)
+	if c.better == lowerIsBetter {
+		b.WriteString("  p99")
+	}
+	for _, base := range c.baselines() {
+		v := c.Vs[base].Throughput
+		if c.better == lowerIsBetter {
+			v = c.Vs[base].P99
+		}
+		fmt.Fprintf(&b, " bus/%s %.2f", base, v)
 	}
 	return b.String()
 }
@@ -169,35 +209,29 @@ func printReport(w io.Writer, r *results) {
 		m.Date, m.CPU, m.CPUs, m.Memory, m.Kernel, m.Go, m.Commit, m.Rounds, m.RunFor)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(r.Relay) > 0 {
-		fmt.Fprintln(w, "\nRelay (closed loop; msgs/s = acked relays per second; latency of the bus; µs CPU = server process CPU per relay)")
-		fmt.Fprintln(tw, "scenario\tbus msg/s\traw msg/s\tnats msg/s\tbus/raw\tbus/nats\tbus p50\tbus p99\tbus p99.9\traw p99\tnats p99\tbus µs CPU\traw µs CPU\tnats µs CPU\t")
-		for _, c := range r.Relay {
-			b, x, n := c.Median["bus"], c.Median["raw"], c.Median["nats"]
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t\n", c.Name, b.Throughput, x.Throughput, n.Throughput,
-				c.VsRaw.Throughput, c.VsNATS.Throughput, us(b.P50), us(b.P99), us(b.P999), us(x.P99), us(n.P99), b.ServerCPUPerMsg, x.ServerCPUPerMsg, n.ServerCPUPerMsg)
-		}
-		tw.Flush()
+		fmt.Fprintln(w, "\nRelay (closed loop; msgs/s = acked relays per second; µs CPU = server process CPU per relay)")
+		printSystemsTable(tw, r.Relay, []column{
+			{"msg/s", false, func(c cell, sys string) string { return fmt.Sprintf("%.0f", c.Median[sys].Throughput) }},
+			busOverRate, p50Column, p99Column, p999Column, cpuColumn,
+		})
 	}
 	if len(r.Latency) > 0 {
 		fmt.Fprintln(w, "\nLatency (open loop at a constant rate, timed from when each message was due; µs CPU per relay)")
-		fmt.Fprintln(tw, "scenario\tbus p50\tbus p99\tbus p99.9\traw p50\traw p99\traw p99.9\tnats p50\tnats p99\tnats p99.9\tp99 bus/raw\tp99 bus/nats\tbus µs CPU\traw µs CPU\tnats µs CPU\t")
-		for _, c := range r.Latency {
-			b, x, n := c.Median["bus"], c.Median["raw"], c.Median["nats"]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.1f\t%.1f\t%.1f\t\n", c.Name, us(b.P50), us(b.P99), us(b.P999),
-				us(x.P50), us(x.P99), us(x.P999), us(n.P50), us(n.P99), us(n.P999), c.VsRaw.P99, c.VsNATS.P99, b.ServerCPUPerMsg, x.ServerCPUPerMsg, n.ServerCPUPerMsg)
-		}
-		tw.Flush()
+		printSystemsTable(tw, r.Latency, []column{
+			p50Column, p99Column, p999Column,
+			{"p99 bus/", true, func(c cell, sys string) string { return fmt.Sprintf("%.2f", c.Vs[sys].P99) }},
+			cpuColumn,
+		})
 	}
 	if len(r.Fanout) > 0 {
 		fmt.Fprintln(w, "\nFan-out (1 KiB, continueAll; latency = publish until every ack is back; µs CPU = server process CPU per delivery)")
-		fmt.Fprintln(tw, "scenario\tbus deliv/s\traw deliv/s\tnats deliv/s\tbus/raw\tbus/nats\tbus p50\tbus p99\traw p99\tnats p99\tbus µs CPU\traw µs CPU\tnats µs CPU\t")
-		for _, c := range r.Fanout {
-			b, x, n := c.Median["bus"], c.Median["raw"], c.Median["nats"]
-			per := float64(c.Subscribers)
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%.1f\t\n", c.Name, b.Deliveries, x.Deliveries, n.Deliveries,
-				c.VsRaw.Throughput, c.VsNATS.Throughput, us(b.P50), us(b.P99), us(x.P99), us(n.P99), b.ServerCPUPerMsg/per, x.ServerCPUPerMsg/per, n.ServerCPUPerMsg/per)
-		}
-		tw.Flush()
+		printSystemsTable(tw, r.Fanout, []column{
+			{"deliv/s", false, func(c cell, sys string) string { return fmt.Sprintf("%.0f", c.Median[sys].Deliveries) }},
+			busOverRate, p50Column, p99Column,
+			{"µs CPU", false, func(c cell, sys string) string {
+				return fmt.Sprintf("%.1f", c.Median[sys].ServerCPUPerMsg/float64(c.Subscribers))
+			}},
+		})
 	}
 	if len(r.SDK) > 0 {
 		fmt.Fprintln(w, "\nGo SDK relay (package peer on both ends) next to the lean clients, same bus; µs CPU per relay")
@@ -286,14 +320,14 @@ func evaluateTargets(r *results) []target {
 	for _, c := range r.Relay {
 		switch {
 		case c.Payload == 1<<10 && c.InFlight == 64:
-			ts = append(ts, target{"relay 1 KiB ×64 ≥ 0.5× NATS", fmt.Sprintf("%.2f×", c.VsNATS.Throughput), c.VsNATS.Throughput >= 0.5})
+			ts = append(ts, target{"relay 1 KiB ×64 ≥ 0.5× NATS", fmt.Sprintf("%.2f×", c.Vs["nats"].Throughput), c.Vs["nats"].Throughput >= 0.5})
 		case c.Payload == 1<<10 && c.InFlight == 1:
 			p99 := c.Median["bus"].P99
 			ts = append(ts,
-				target{"relay 1 KiB ×1 ≥ 1.0× NATS", fmt.Sprintf("%.2f×", c.VsNATS.Throughput), c.VsNATS.Throughput >= 1},
+				target{"relay 1 KiB ×1 ≥ 1.0× NATS", fmt.Sprintf("%.2f×", c.Vs["nats"].Throughput), c.Vs["nats"].Throughput >= 1},
 				target{"relay 1 KiB ×1 p99 ≤ 300 µs", us(p99), p99 <= 300})
 		case c.Payload == 64<<10 && c.InFlight == 64:
-			ts = append(ts, target{"relay 64 KiB ×64 ≥ 0.6× raw", fmt.Sprintf("%.2f×", c.VsRaw.Throughput), c.VsRaw.Throughput >= 0.6})
+			ts = append(ts, target{"relay 64 KiB ×64 ≥ 0.6× raw", fmt.Sprintf("%.2f×", c.Vs["raw"].Throughput), c.Vs["raw"].Throughput >= 0.6})
 		}
 	}
 	for _, c := range r.Fanout {
@@ -332,4 +366,55 @@ func evaluateTargets(r *results) []target {
 		ts = append(ts, target{"match 10,000 exact ≤ 2× 10", fmt.Sprintf("%.2f× (%.0f vs %.0f ns)", r10k/r10, r10k, r10), r10k <= 2*r10})
 	}
 	return ts
+}
+
+// column is a figure the table shows for every system of a cell, or with
+// ratio for every baseline (the bus over it), headed "SYS figure" or
+// "figureSYS".
+type column struct {
+	figure string
+	ratio  bool
+	value  func(c cell, sys string) string
+}
+
+// The columns the relay, latency and fan-out tables share.
+var (
+	busOverRate = column{"bus/", true, func(c cell, sys string) string { return fmt.Sprintf("%.2f", c.Vs[sys].Throughput) }}
+	p50Column   = column{"p50", false, func(c cell, sys string) string { return us(c.Median[sys].P50) }}
+	p99Column   = column{"p99", false, func(c cell, sys string) string { return us(c.Median[sys].P99) }}
+	p999Column  = column{"p99.9", false, func(c cell, sys string) string { return us(c.Median[sys].P999) }}
+	cpuColumn   = column{"µs CPU", false, func(c cell, sys string) string { return fmt.Sprintf("%.1f", c.Median[sys].ServerCPUPerMsg) }}
+)
+
+// printSystemsTable writes one row per cell and, per column, one cell per
+// system the first cell measured.
+func printSystemsTable(tw *tabwriter.Writer, cells []cell, cols []column) {
+	heads := []string{"scenario"}
+	for _, col := range cols {
+		for _, sys := range col.systems(cells[0]) {
+			if col.ratio {
+				heads = append(heads, col.figure+sys)
+			} else {
+				heads = append(heads, sys+" "+col.figure)
+			}
+		}
+	}
+	fmt.Fprintln(tw, strings.Join(heads, "\t")+"\t")
+	for _, c := range cells {
+		row := []string{c.Name}
+		for _, col := range cols {
+			for _, sys := range col.systems(cells[0]) {
+				row = append(row, col.value(c, sys))
+			}
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	tw.Flush()
+}
+
+func (col column) systems(c cell) []string {
+	if col.ratio {
+		return c.baselines()
+	}
+	return c.systems()
 }

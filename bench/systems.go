@@ -19,9 +19,11 @@ import (
 )
 
 // system is one of the things measured: the bus (through the lean clients
-// or the Go SDK), the raw relay or NATS.
+// or the Go SDK), the raw relay, NATS (over TCP or WebSocket) or
+// Centrifuge.
 type system interface {
-	// name is the column heading: "bus", "raw", "nats" or "sdk".
+	// name is the column heading: "bus", "raw", "nats", "nats-ws",
+	// "centrifuge" or "sdk".
 	name() string
 	// open connects subs subscribers on a topic of its own, each acking
 	// every message, and one publisher of payload. done runs once per
@@ -438,15 +440,31 @@ func (r *rawSystem) idle(i int) (io.Closer, error) {
 
 // --- NATS request/reply ---
 
-type natsSystem struct{ proc *process }
+// natsSystem is nats-server driven by nats.go, over TCP or, with ws, over
+// its WebSocket listener (the same client and protocol in WebSocket
+// frames).
+type natsSystem struct {
+	proc *process
+	ws   bool
+}
 
-func (n *natsSystem) name() string     { return "nats" }
+func (n *natsSystem) name() string {
+	if n.ws {
+		return "nats-ws"
+	}
+	return "nats"
+}
+
 func (n *natsSystem) server() *process { return n.proc }
 
 func (n *natsSystem) connect() (*nats.Conn, error) {
-	nc, err := nats.Connect("nats://"+n.proc.addr, nats.Timeout(dialTimeout), nats.MaxReconnects(0))
+	url := "nats://" + n.proc.addr
+	if n.ws {
+		url = "ws://" + n.proc.addr
+	}
+	nc, err := nats.Connect(url, nats.Timeout(dialTimeout), nats.MaxReconnects(0))
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats-server at %s: %w", n.proc.addr, err)
+		return nil, fmt.Errorf("connect to nats-server at %s: %w", url, err)
 	}
 	return nc, nil
 }
@@ -456,7 +474,8 @@ func (n *natsSystem) connect() (*nats.Conn, error) {
 // responses per message (NATS has no aggregation of its own).
 func (n *natsSystem) open(subs int, payload []byte, done func(uint64, bool)) (publisher, error) {
 	subject := fmt.Sprintf("bench.t%d", topicSeq.Add(1))
-	p := &natsPublisher{subject: subject, inbox: nats.NewInbox(), payload: payload, want: subs, pending: make(map[uint64]int)}
+	p := &natsPublisher{subject: subject, inbox: nats.NewInbox(), payload: payload}
+	acks := newAckCounter(subs)
 	conns, err := parallel(subs, func(int) (io.Closer, error) {
 		nc, err := n.connect()
 		if err != nil {
@@ -495,19 +514,9 @@ func (n *natsSystem) open(subs int, payload []byte, done func(uint64, bool)) (pu
 		if len(m.Data) < 8 {
 			return
 		}
-		id := binary.BigEndian.Uint64(m.Data)
-		if p.want > 1 {
-			p.mu.Lock()
-			left := p.pending[id] + 1
-			if left < p.want {
-				p.pending[id] = left
-				p.mu.Unlock()
-				return
-			}
-			delete(p.pending, id)
-			p.mu.Unlock()
+		if id := binary.BigEndian.Uint64(m.Data); acks.complete(id) {
+			done(id, false)
 		}
-		done(id, false)
 	})
 	if err == nil {
 		err = p.nc.Flush()
@@ -526,10 +535,35 @@ type natsPublisher struct {
 	inbox   string
 	payload []byte
 	buf     []byte
-	want    int
+}
 
+// ackCounter counts a fan-out's acks per message, for the systems that do
+// not gather them into one answer as the bus does (NATS, Centrifuge).
+type ackCounter struct {
+	want    int
 	mu      sync.Mutex
-	pending map[uint64]int // responses so far, when want > 1
+	pending map[uint64]int // acks so far, when want > 1
+}
+
+func newAckCounter(want int) *ackCounter {
+	return &ackCounter{want: want, pending: make(map[uint64]int)}
+}
+
+// complete counts one ack of message id and says whether it was the last
+// one the message waited for.
+func (a *ackCounter) complete(id uint64) bool {
+	if a.want <= 1 {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.pending[id] + 1
+	if n < a.want {
+		a.pending[id] = n
+		return false
+	}
+	delete(a.pending, id)
+	return true
 }
 
 func (p *natsPublisher) send(id uint64) error {
