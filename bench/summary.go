@@ -85,7 +85,7 @@ func printSummary(w io.Writer, r *results) {
 	}
 	for _, c := range r.Journal {
 		on := c.Median["bus"]
-		row(c.Name+fmt.Sprintf(" (%.2f× off)", c.JournalVsOff.Throughput), rate(on), "", "", "", "", on.ServerCPUPerMsg)
+		busOnly(c.Name+fmt.Sprintf(" (%.2f× off)", c.JournalVsOff.Throughput), rate(on), on.ServerCPUPerMsg)
 	}
 	for _, c := range r.Spawn {
 		b := c.Median["bus"]

@@ -598,7 +598,9 @@ func (n *natsSystem) idle(i int) (io.Closer, error) {
 
 // --- helpers ---
 
-type closer struct{ ws *leanConn }
+// closer closes a lean client's connection, or a Centrifuge client's
+// (a plain coder/websocket one).
+type closer struct{ ws interface{ CloseNow() error } }
 
 func (c closer) Close() error { return c.ws.CloseNow() }
 
