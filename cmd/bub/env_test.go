@@ -79,6 +79,11 @@ var boundVariables = map[string][]string{
 	"auth":                 {}, // one help for every auth subcommand
 	"auth keygen":          {},
 	"auth issue":           {},
+	// Tool subscriptions, an agent's (or an admin's).
+	"tool-subscriptions start":  {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"tool-subscriptions list":   {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"tool-subscriptions cancel": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+
 	// Webhook subscriptions, an admin's.
 	"webhook add":    {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"webhook remove": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
