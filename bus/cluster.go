@@ -136,8 +136,14 @@ func (s *Server) joinCluster(ctx context.Context, c Cluster) error {
 
 // ApplySubscription applies one change of the order, in revision order.
 // This node's own puts are in the router already (shareSubscription).
+// Durable subscriptions have keys of their owners' and move between
+// nodes (durable_cluster.go).
 func (cl *clusterState) ApplySubscription(ch SubscriptionChange) {
 	s := cl.server
+	if ch.Subscription.Durable {
+		s.durables.applyShared(ch)
+		return
+	}
 	if ch.Subscription.Node == cl.self {
 		if ch.Deleted {
 			cl.ownDeleted(ch)
@@ -151,19 +157,41 @@ func (cl *clusterState) ApplySubscription(ch SubscriptionChange) {
 		return
 	}
 	sub := ch.Subscription
+	pattern, ok := cl.parseRemote(&sub)
+	if !ok {
+		return
+	}
+	cl.mu.Lock()
+	old := cl.forgetRemoteLocked(ch.Key)
+	rs := cl.putRemoteLocked(ch.Key, &sub, ch.Revision, pattern)
+	s.router.swap(old, rs)
+	cl.mu.Unlock()
+	s.sched.wakeHolds(pattern, sub.ClientID)
+}
+
+// parseRemote checks another node's subscription and returns its
+// pattern; false, logged, when this node cannot route it.
+func (cl *clusterState) parseRemote(sub *SharedSubscription) (*protocol.Pattern, bool) {
+	s := cl.server
 	pattern, err := protocol.ParsePattern(sub.Pattern)
 	if err != nil {
 		s.log.Warn("cluster: skipping a subscription this node cannot parse", "node", sub.Node, "client", sub.ClientID, "pattern", sub.Pattern, "err", err)
-		return
+		return nil, false
 	}
 	if !sub.Policy.Valid() {
 		// Routing it by another policy would walk the chain unlike the
 		// subscriber's node does.
 		s.log.Error("cluster: skipping a subscription whose policy this node does not know; run one version on every node", "node", sub.Node, "client", sub.ClientID, "pattern", sub.Pattern, "policy", sub.Policy)
-		return
+		return nil, false
 	}
-	cl.mu.Lock()
-	cl.dropRemoteLocked(s, ch.Key)
+	return pattern, true
+}
+
+// putRemoteLocked makes another node's subscription key, at seq in the
+// order, its connection's stand-in made if it has none, and returns it,
+// not yet in the router. cl.mu is held.
+func (cl *clusterState) putRemoteLocked(key string, sub *SharedSubscription, seq uint64, pattern *protocol.Pattern) *subscription {
+	s := cl.server
 	peer := remotePeer{sub.Node, sub.Conn}
 	in := cl.remotes[peer]
 	if in == nil {
@@ -180,26 +208,31 @@ func (cl *clusterState) ApplySubscription(ch SubscriptionChange) {
 		cl.remotes[peer] = in
 		cl.byClient[sub.ClientID] = append(cl.byClient[sub.ClientID], in)
 	}
-	rs := &subscription{seq: ch.Revision, key: ch.Key, pattern: pattern, policy: sub.Policy, fallback: sub.Fallback, to: in}
+	rs := &subscription{seq: seq, key: key, pattern: pattern, policy: sub.Policy, fallback: sub.Fallback, to: in}
 	in.mu.Lock()
 	in.subs[sub.Pattern] = rs
 	in.maxPending = sub.MaxPending
 	in.mu.Unlock()
-	s.router.insert(rs)
-	cl.remoteSubs[ch.Key] = rs
-	cl.mu.Unlock()
-	s.sched.wakeHolds(pattern, sub.ClientID)
+	cl.remoteSubs[key] = rs
+	return rs
 }
 
 // dropRemoteLocked removes another node's subscription; a stand-in left
 // with none is closed and forgotten. cl.mu is held.
 func (cl *clusterState) dropRemoteLocked(s *Server, key string) {
+	if rs := cl.forgetRemoteLocked(key); rs != nil {
+		s.router.remove(rs)
+	}
+}
+
+// forgetRemoteLocked is dropRemoteLocked but for the router: it returns
+// the subscription, still routed, for the caller to replace or remove.
+func (cl *clusterState) forgetRemoteLocked(key string) *subscription {
 	rs := cl.remoteSubs[key]
 	if rs == nil {
-		return
+		return nil
 	}
 	delete(cl.remoteSubs, key)
-	s.router.remove(rs)
 	in := rs.to.(*standIn)
 	in.mu.Lock()
 	if in.subs[rs.pattern.String()] == rs {
@@ -211,7 +244,7 @@ func (cl *clusterState) dropRemoteLocked(s *Server, key string) {
 	}
 	in.mu.Unlock()
 	if !empty {
-		return
+		return rs
 	}
 	delete(cl.remotes, in.peer)
 	list := cl.byClient[in.clientID]
@@ -226,6 +259,7 @@ func (cl *clusterState) dropRemoteLocked(s *Server, key string) {
 	} else {
 		cl.byClient[in.clientID] = list
 	}
+	return rs
 }
 
 // ownDeleted hears that one of this node's subscriptions left the order.
@@ -267,14 +301,26 @@ func (c *conn) shareSubscription(sub *subscription, clientID, identity string) e
 	cl := s.cl
 	pattern := sub.pattern.String()
 	c.mu.Lock()
-	maxPending := c.maxPending
+	maxPending, durable := c.maxPending, sub.durable && s.durables.shared != nil
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.ctx, clusterWriteTimeout)
 	defer cancel()
-	key, rev, err := cl.cluster.PutSubscription(ctx, SharedSubscription{
+	shared := SharedSubscription{
 		Conn: c.cid, Pattern: pattern, Policy: sub.policy, Fallback: sub.fallback, ClientID: clientID, Identity: identity,
-		MaxPending: maxPending,
-	})
+		MaxPending: maxPending, Durable: durable,
+	}
+	put := cl.cluster.PutSubscription
+	if durable {
+		// Under its owner's key, which outlives c (durable_cluster.go).
+		put = func(ctx context.Context, sh SharedSubscription) (string, uint64, error) {
+			return cl.cluster.PutDurableSubscription(ctx, sh, 0)
+		}
+	}
+	key, rev, err := put(ctx, shared)
+	if err == nil && durable {
+		shared.Node = cl.self
+		s.durables.wroteShared(key, shared, rev, rev)
+	}
 	c.mu.Lock()
 	sub.key = key
 	live := !c.closed && c.subs[pattern] == sub
@@ -387,6 +433,8 @@ func (cl *clusterState) remoteStandIns(clientID string) []*standIn {
 // in time), and the acting node takes its pending work over.
 func (cl *clusterState) NodeDown(node string, acting bool) {
 	s := cl.server
+	// Its owners' durable subscriptions are away from now on, not gone.
+	s.durables.nodeDown(node, acting)
 	cl.mu.Lock()
 	for key, rs := range cl.remoteSubs {
 		if rs.to.(*standIn).peer.node == node {
@@ -420,6 +468,7 @@ func (s *Server) takeOver(node string) {
 		for _, p := range moved {
 			s.resume(p)
 		}
+		s.durables.tookOver(moved)
 		if len(moved) > 0 {
 			s.log.Info("cluster: took over a dead node's pending work", "dead_node", node, "pending", len(moved))
 		}

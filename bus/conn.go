@@ -225,7 +225,9 @@ func (c *conn) detach() int {
 	c.subs = nil
 	var keys []string
 	for _, sub := range subs {
-		if sub.seq != 0 {
+		// A durable one's key is its owner's: it stays in the order,
+		// away (leaveDurable).
+		if sub.seq != 0 && !sub.durable {
 			keys = append(keys, sub.key)
 		}
 	}

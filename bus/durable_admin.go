@@ -59,7 +59,12 @@ func (d *durables) list(p *protocol.SubscriptionsListParams) []protocol.DurableS
 	slices.SortFunc(owners, func(a, b *owner) int { return strings.Compare(a.rec.ClientID, b.rec.ClientID) })
 	var out []protocol.DurableSubscription
 	for _, o := range owners {
-		held := s.sched.countOwner(o.rec.ClientID, func(string) bool { return true })
+		var held int
+		if d.shared != nil {
+			held = d.shared.HeldCount(o.rec.ClientID)
+		} else {
+			held = s.sched.countOwner(o.rec.ClientID, func(string) bool { return true })
+		}
 		subs := slices.Clone(o.rec.Subscriptions)
 		slices.SortFunc(subs, func(a, b store.DurableSubscription) int { return cmp.Compare(a.Pattern, b.Pattern) })
 		for _, sub := range subs {
@@ -132,8 +137,8 @@ func (c *conn) subscriptionsWaker(req *rpcstream.Request) (any, error) {
 			protocol.Errorf(protocol.ErrForbidden, "credential %q may not be a waker (its grant needs waker: true)", identity))
 	}
 	d := c.server.durables
-	if d.store == nil {
-		return nil, protocol.Errorf(protocol.ErrInvalidParams, "durable subscriptions are not available on a cluster node yet (docs/CLUSTER.md)")
+	if !d.enabled() {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "this bus keeps no durable subscriptions (its store cannot)")
 	}
 	err := d.record(p.ClientID, "", 0, nil, func(r *store.DurableOwner) {
 		switch {

@@ -62,7 +62,10 @@ var _ durableStore = (*store.Store)(nil)
 // durables are the bus's durable subscriptions, by owner.
 type durables struct {
 	server *Server
-	store  durableStore // nil: durable subscriptions are refused
+	store  durableStore // a single node's; nil on a cluster
+	// shared is a cluster's store (durable_cluster.go); nil on a single
+	// node. Neither: durable subscriptions are refused.
+	shared sharedDurables
 	gauge  prometheus.Gauge
 	wakes  prometheus.Counter
 
@@ -73,6 +76,9 @@ type durables struct {
 	// counts are the durable subscriptions per limit key (identity, or
 	// clientId on an open bus), for Limits.MaxDurablePerIdentity.
 	counts map[string]int
+	// entries are the durable subscriptions in the cluster's order, by
+	// key (durable_cluster.go); empty on a single node.
+	entries map[string]*sharedEntry
 }
 
 // owner is a clientId with durable subscriptions or a waker. Its fields
@@ -90,6 +96,12 @@ type owner struct {
 	draining bool
 	// woke is when its waker was last asked to start it.
 	woke time.Time
+	// shared are its subscriptions in the cluster's order, by pattern;
+	// recRev is its record's revision there; moved, when set, is closed
+	// at the next change of shared (durable_cluster.go).
+	shared map[string]*sharedEntry
+	recRev uint64
+	moved  chan struct{}
 	// writeMu orders the owner's store writes, which are made without
 	// durables.mu (no lock is held across a commit); it comes before
 	// durables.mu.
@@ -125,8 +137,9 @@ func (a *absent) pendingCapLocked(l *Limits) int {
 func newDurables(s *Server) *durables {
 	d := &durables{
 		server: s,
-		owners: make(map[string]*owner),
-		counts: make(map[string]int),
+		owners:  make(map[string]*owner),
+		counts:  make(map[string]int),
+		entries: make(map[string]*sharedEntry),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "bub_durable_subscriptions",
 			Help: "Durable subscriptions the bus keeps, their owners connected or away."}),
 		wakes: prometheus.NewCounter(prometheus.CounterOpts{Name: "bub_durable_wakes_total",
@@ -141,7 +154,7 @@ func newDurables(s *Server) *durables {
 func (d *durables) ownerLocked(clientID, identity string) *owner {
 	o := d.owners[clientID]
 	if o == nil {
-		o = &owner{rec: store.DurableOwner{ClientID: clientID, Identity: identity}}
+		o = &owner{rec: store.DurableOwner{ClientID: clientID, Identity: identity}, shared: make(map[string]*sharedEntry)}
 		o.away = &absent{holding: holding{server: d.server, log: d.server.log, clientID: clientID, identity: identity,
 			subs: make(map[string]*subscription, 1)}, owner: o}
 		d.owners[clientID] = o
@@ -164,6 +177,9 @@ func (d *durables) absentee(clientID string) *absent {
 // every owner is away until it subscribes again. They enter the cluster's
 // order oldest first, so last match wins among them as before.
 func (d *durables) restore(ctx context.Context) error {
+	if d.shared != nil {
+		return d.restoreShared(ctx)
+	}
 	if d.store == nil {
 		return nil
 	}
@@ -229,18 +245,27 @@ func (c *conn) subscribeDurable(topic string, pattern *protocol.Pattern, policy 
 		return c.refuse(refuseDurable, identity, clientID, topic,
 			protocol.Errorf(protocol.ErrForbidden, "credential %q may not hold a durable subscription (its grant needs durable: true)", identity))
 	}
-	if d.store == nil {
-		return protocol.Errorf(protocol.ErrInvalidParams, "durable subscriptions are not available on a cluster node yet (docs/CLUSTER.md); subscribe without durable")
+	if !d.enabled() {
+		return protocol.Errorf(protocol.ErrInvalidParams, "this bus keeps no durable subscriptions (its store cannot); subscribe without durable")
 	}
 	d.mu.Lock()
 	o := d.owners[clientID]
-	var resumed bool
+	var resumed, elsewhere bool
 	if o != nil {
 		if _, ok := o.away.subs[topic]; ok {
 			resumed = true
 		}
+		if e := o.shared[topic]; !resumed && e != nil && !e.deleted && e.sub.Node != "" && e.sub.Node != s.cl.self {
+			elsewhere = true
+		}
 	}
 	d.mu.Unlock()
+	if elsewhere {
+		var err error
+		if resumed, err = d.awaitAway(clientID, topic); err != nil {
+			return err
+		}
+	}
 	if resumed {
 		return c.resume(topic)
 	}
@@ -265,16 +290,24 @@ func (c *conn) subscribeDurable(topic string, pattern *protocol.Pattern, policy 
 		return err
 	}
 	rec := store.DurableSubscription{Pattern: topic, Policy: string(policy), Fallback: fallback, Created: time.Now().UTC()}
-	if err := d.record(clientID, identity, maxPending, c, func(r *store.DurableOwner) { r.Subscriptions = append(r.Subscriptions, rec) }); err != nil {
+	err = d.record(clientID, identity, maxPending, c, func(r *store.DurableOwner) {
+		// One record per pattern, whatever the stored record had.
+		r.Subscriptions = slices.DeleteFunc(r.Subscriptions, func(sub store.DurableSubscription) bool { return sub.Pattern == topic })
+		r.Subscriptions = append(r.Subscriptions, rec)
+	})
+	if err != nil {
 		if gone, _, _ := c.removeSubscription(topic); gone != nil {
 			s.cl.unshareNow(gone)
 		}
 		return protocol.Errorf(protocol.ErrInternal, "subscribe %q: the durable subscription was not stored: %v", topic, err)
 	}
-	d.mu.Lock()
-	d.counts[limitKey(identity, clientID)]++
-	d.gauge.Inc()
-	d.mu.Unlock()
+	if d.shared == nil {
+		// A cluster's counts follow the records (setRecLocked).
+		d.mu.Lock()
+		d.counts[limitKey(identity, clientID)]++
+		d.gauge.Inc()
+		d.mu.Unlock()
+	}
 	return nil
 }
 
@@ -301,6 +334,9 @@ func (d *durables) record(clientID, identity string, maxPending int, conn *conn,
 	d.mu.Unlock()
 	o.writeMu.Lock()
 	defer o.writeMu.Unlock()
+	if d.shared != nil {
+		return d.recordShared(o, identity, maxPending, conn, change)
+	}
 	d.mu.Lock()
 	rec := o.rec
 	rec.Subscriptions = slices.Clone(rec.Subscriptions)
@@ -333,7 +369,7 @@ func (d *durables) record(clientID, identity string, maxPending int, conn *conn,
 // forgetIfEmptyLocked drops an owner left with nothing to keep; d.mu is
 // held.
 func (d *durables) forgetIfEmptyLocked(o *owner) {
-	if len(o.rec.Subscriptions) == 0 && o.rec.Waker == "" && len(o.away.subs) == 0 && len(o.pending) == 0 {
+	if len(o.rec.Subscriptions) == 0 && o.rec.Waker == "" && len(o.away.subs) == 0 && len(o.pending) == 0 && len(o.shared) == 0 && o.conn == nil {
 		delete(d.owners, o.rec.ClientID)
 	}
 }
@@ -420,9 +456,20 @@ func (d *durables) startDrainLocked(o *owner) {
 func (d *durables) drain(o *owner, c *conn) {
 	s := d.server
 	for {
+		if d.shared != nil {
+			d.pull(o, c)
+		}
 		batch := s.sched.takeOwner(o.rec.ClientID, func(pattern string) bool { return d.deliverable(o, c, pattern) })
 		if len(batch) == 0 {
-			if d.finishDrain(o, c) {
+			over, live := d.finishDrain(o, c)
+			if len(live) > 0 {
+				// Live here; the other nodes hold no more once they
+				// route to c, and what they held just before is taken
+				// by the next round.
+				d.goLive(o, c, live)
+				continue
+			}
+			if over {
 				return
 			}
 			continue
@@ -454,29 +501,37 @@ func (d *durables) deliverable(o *owner, c *conn, pattern string) bool {
 
 // finishDrain makes o's draining patterns live on c, in the router in one
 // step each, and reports whether the drain is over: not when a message
-// was held for them since the drain last looked.
-func (d *durables) finishDrain(o *owner, c *conn) bool {
+// was held for them since the drain last looked. On a cluster it returns
+// the patterns that went live, for the drain to write to the order
+// (goLive) and look once more.
+func (d *durables) finishDrain(o *owner, c *conn) (bool, []string) {
 	s := d.server
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if o.conn == c && s.sched.countOwner(o.rec.ClientID, func(p string) bool { return o.deliverableLocked(c, p) }) > 0 {
-		return false
+		return false, nil
 	}
-	o.draining = false
 	if o.conn != c {
+		o.draining = false
 		d.startDrainLocked(o)
-		return true
+		return true, nil
 	}
+	var live []string
 	for topic, sub := range o.pending {
 		if away := o.away.subs[topic]; away != nil {
 			s.router.replace(away, sub)
 			o.away.mu.Lock()
 			delete(o.away.subs, topic)
 			o.away.mu.Unlock()
+			live = append(live, topic)
 		}
 	}
 	o.pending = nil
-	return true
+	if d.shared != nil && len(live) > 0 {
+		return false, live // still draining
+	}
+	o.draining = false
+	return true, nil
 }
 
 // deliverHeld delivers one held message to its owner's connection c and
@@ -567,7 +622,15 @@ func (d *durables) held(o *owner, pattern string) {
 	s.mu.Lock()
 	_, connected := s.clients[o.rec.ClientID]
 	s.mu.Unlock()
+	// Or on another node of the cluster.
+	connected = connected || len(s.cl.remoteStandIns(o.rec.ClientID)) > 0
 	d.mu.Lock()
+	if d.livedElsewhereLocked(o, pattern) {
+		// Back on another node since the walk routed here.
+		d.mu.Unlock()
+		d.forward(o)
+		return
+	}
 	d.startDrainLocked(o)
 	waker := o.rec.Waker
 	wake := !connected && waker != "" && time.Since(o.woke) >= rewakeAfter
@@ -595,7 +658,13 @@ func (s *Server) attemptDurable(p *store.Pending) {
 	d.mu.Lock()
 	o := d.owners[p.ClientID]
 	back := o != nil && o.deliverableLocked(o.conn, p.Subscription)
+	elsewhere := o != nil && d.livedElsewhereLocked(o, p.Subscription)
 	d.mu.Unlock()
+	if elsewhere {
+		// Back on another node: sent on there.
+		s.sendOn(p)
+		return
+	}
 	if back {
 		// Its drain takes it.
 		p.NextAt = time.Now().Add(s.opts.RetryBaseDelay)
@@ -633,6 +702,8 @@ func (d *durables) leaveDurable(c *conn, subs map[string]*subscription) {
 		return
 	}
 	o.conn = nil
+	revs := make(map[string]uint64)
+	defer d.goAway(revs)
 	for topic, sub := range subs {
 		if !sub.durable {
 			continue
@@ -640,6 +711,17 @@ func (d *durables) leaveDurable(c *conn, subs map[string]*subscription) {
 		if o.pending[topic] == sub {
 			delete(o.pending, topic)
 			continue
+		}
+		if o.away.subs[topic] != nil {
+			continue // away already: the cluster made it so
+		}
+		if d.shared != nil {
+			e := o.shared[topic]
+			if e == nil || e.deleted || e.sub.Node != s.cl.self || e.sub.Conn != c.cid {
+				continue // held by another connection since
+			}
+			e.sub.Node, e.sub.Conn = "", 0
+			revs[e.key] = e.rev
 		}
 		away := &subscription{seq: sub.seq, key: sub.key, pattern: sub.pattern, policy: sub.policy, fallback: sub.fallback, to: o.away}
 		o.away.mu.Lock()
@@ -668,17 +750,44 @@ func (d *durables) unsubscribeDurable(clientID, topic string) (bool, error) {
 		o.away.mu.Unlock()
 	}
 	delete(o.pending, topic)
-	identity := o.rec.Identity
-	d.counts[limitKey(identity, clientID)]--
-	if d.counts[limitKey(identity, clientID)] <= 0 {
-		delete(d.counts, limitKey(identity, clientID))
+	if identity := o.rec.Identity; d.shared == nil {
+		// A cluster's counts follow the records (setRecLocked).
+		d.counts[limitKey(identity, clientID)]--
+		if d.counts[limitKey(identity, clientID)] <= 0 {
+			delete(d.counts, limitKey(identity, clientID))
+		}
+		d.gauge.Dec()
 	}
-	d.gauge.Dec()
+	var key string
+	if e := o.shared[topic]; e != nil && !e.deleted {
+		key = e.key
+	}
 	d.mu.Unlock()
+	if key != "" {
+		d.unshareDurable(key)
+	}
 	err := d.record(clientID, "", 0, nil, func(r *store.DurableOwner) {
 		r.Subscriptions = slices.DeleteFunc(r.Subscriptions, func(sub store.DurableSubscription) bool { return sub.Pattern == topic })
 	})
 	return true, err
+}
+
+// unshareDurable removes a durable subscription from the cluster's order,
+// wherever its owner is, and waits until every live node has applied
+// that.
+func (d *durables) unshareDurable(key string) {
+	s := d.server
+	ctx, cancel := context.WithTimeout(s.ctx, clusterWriteTimeout)
+	defer cancel()
+	rev, err := s.cl.cluster.DeleteSubscription(ctx, key)
+	if err != nil {
+		s.log.Error("cluster: could not remove a durable subscription from the order; the other nodes hold messages for it until their hold lifetime", "key", key, "err", err)
+		return
+	}
+	d.deletedShared(key, rev)
+	if err := s.cl.cluster.Sync(ctx, rev); err != nil {
+		s.log.Debug("cluster: durable unsubscribe not confirmed by every node in time", "key", key, "err", err)
+	}
 }
 
 // replace puts next in old's place in one step, so that no routing
@@ -688,6 +797,19 @@ func (r *router) replace(old, next *subscription) {
 	defer r.mu.Unlock()
 	r.removeLocked(old)
 	r.insertLocked(next)
+}
+
+// swap is replace where old may be nil (next is then inserted) and next
+// may be nil (old is then removed).
+func (r *router) swap(old, next *subscription) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old != nil {
+		r.removeLocked(old)
+	}
+	if next != nil {
+		r.insertLocked(next)
+	}
 }
 
 // indexOwner adds e, a message held for an away owner, to its owner's;
@@ -732,9 +854,7 @@ func (q *scheduler) takeOwner(clientID string, pick func(pattern string) bool) [
 		q.unindexOwner(e)
 		out = append(out, e.p)
 	}
-	slices.SortFunc(out, func(a, b *store.Pending) int {
-		return cmp.Or(cmp.Compare(len(a.ID), len(b.ID)), cmp.Compare(a.ID, b.ID))
-	})
+	holdOrder(out)
 	return out
 }
 

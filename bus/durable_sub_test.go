@@ -445,17 +445,3 @@ func TestDurableResumeChecksTheConnection(t *testing.T) {
 	ops.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{ClientID: "agent-1"}, &list)
 	require.True(t, list.Subscriptions[0].Away, "still away")
 }
-
-// TestDurableRefusedOnCluster: a cluster node, which cannot yet keep a
-// durable subscription on every node, refuses one clearly rather than
-// keep it on one.
-func TestDurableRefusedOnCluster(t *testing.T) {
-	node := bustest.StartCluster(t, nil, "n1")[0]
-	c := bustest.Connect(t, node.URL, "owner", bustest.Processed)
-	r := c.Call(protocol.MethodSubscribe, protocol.SubscribeParams{Topic: "feed:x", Durable: true})
-	refused(t, r, protocol.CodeInvalidParams, "cluster")
-	r = c.Call(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "agent-1"})
-	require.NotNil(t, r.Error)
-	assert.Contains(t, r.Error.Message, "cluster")
-	c.Subscribe("feed:x", "") // without durable, as ever
-}

@@ -39,6 +39,13 @@ type Cluster interface {
 	// key even on failure (the write may have landed). A later revision
 	// wins.
 	PutSubscription(ctx context.Context, s SharedSubscription) (key string, revision uint64, err error)
+	// PutDurableSubscription writes a durable subscription to the order
+	// under a key of its owner and pattern, which outlives connections
+	// and nodes: s.Node "" while the owner is away, else this node and
+	// s.Conn. s.Order is its place in the order once it has one (the
+	// revision of its first put). last > 0 writes only over that
+	// revision, else fails with ErrRevisionChanged.
+	PutDurableSubscription(ctx context.Context, s SharedSubscription, last uint64) (key string, revision uint64, err error)
 	// DeleteSubscription removes a subscription by key and returns the
 	// revision of the removal.
 	DeleteSubscription(ctx context.Context, key string) (revision uint64, err error)
@@ -122,6 +129,11 @@ type SharedSubscription struct {
 	// MaxPending is the cap of the subscriber's grant on what counts
 	// against its identity (0: the Limits'), which its node alone knows.
 	MaxPending int
+	// Durable marks a durable subscription (PutDurableSubscription);
+	// Order is its place in the order, kept across its owner's moves (0
+	// on its first put: then the revision is).
+	Durable bool
+	Order   uint64
 }
 
 // SubscriptionChange is one change of the order, as every node applies
@@ -178,6 +190,9 @@ var (
 	// ErrRemoteTimeout: the subscriber's node did not answer in time
 	// (Deliver).
 	ErrRemoteTimeout = errors.New("cluster: delivery timed out")
+	// ErrRevisionChanged: another write came first
+	// (PutDurableSubscription).
+	ErrRevisionChanged = errors.New("cluster: changed by another write meanwhile")
 )
 
 // singleNode is the Cluster of a bus that is one node on its own: it
@@ -195,6 +210,10 @@ func (n *singleNode) Names() (string, string) { return "", "" }
 func (n *singleNode) Join(context.Context, *ClusterJoin) (Store, error) { return n.store, nil }
 
 func (n *singleNode) PutSubscription(context.Context, SharedSubscription) (string, uint64, error) {
+	return "", n.seq.Add(1), nil
+}
+
+func (n *singleNode) PutDurableSubscription(context.Context, SharedSubscription, uint64) (string, uint64, error) {
 	return "", n.seq.Add(1), nil
 }
 

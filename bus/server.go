@@ -410,6 +410,9 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		name, node := cl.Names()
 		return nil, fmt.Errorf("new bus: join cluster %q as node %q: %w", name, node, err)
 	}
+	if shared, ok := s.store.(sharedDurables); ok {
+		s.durables.shared = shared
+	}
 	s.journal = newJournal(o.Journal, s.cl.self, s.bootID, s.metrics.registry)
 	s.idempotent, _ = s.store.(IdempotencyStore)
 	fail := func(err error) (*Server, error) {

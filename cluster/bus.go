@@ -114,6 +114,14 @@ func (b *busNode) PutSubscription(ctx context.Context, s bus.SharedSubscription)
 	return key, rev, err
 }
 
+func (b *busNode) PutDurableSubscription(ctx context.Context, s bus.SharedSubscription, last uint64) (string, uint64, error) {
+	s.Node = ""
+	if s.Conn != 0 {
+		s.Node = b.opts.NodeID
+	}
+	return b.node.PutDurableSubscription(ctx, Subscription(s), last)
+}
+
 func (b *busNode) DeleteSubscription(ctx context.Context, key string) (uint64, error) {
 	rev, err := b.node.deleteSubscription(ctx, key)
 	if err != nil {

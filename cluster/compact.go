@@ -35,7 +35,7 @@ func (n *Node) compactLoop() {
 // compact removes the delete markers older than MarkerAge from every
 // bucket; a failure is logged and the next round tries again.
 func (n *Node) compact() {
-	for _, kv := range []jetstream.KeyValue{n.subs, n.clients, n.nodes, n.pending, n.toolSubs} {
+	for _, kv := range []jetstream.KeyValue{n.subs, n.clients, n.nodes, n.pending, n.toolSubs, n.durable} {
 		ctx, cancel := context.WithTimeout(n.ctx, time.Minute)
 		err := n.compactBucket(ctx, kv)
 		cancel()

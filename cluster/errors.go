@@ -28,6 +28,9 @@ var (
 	// connection was written after this one while it was being made:
 	// the other connection owns the clientId.
 	ErrTakenOver = bus.ErrClaimLost
+	// ErrRevisionChanged: a write made only over a given revision found
+	// another (PutDurableSubscription).
+	ErrRevisionChanged = bus.ErrRevisionChanged
 
 	// ErrDeliveryFailed is returned by Deliver when the target node's
 	// Deliver handler returned an error; its text follows.

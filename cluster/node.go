@@ -173,6 +173,8 @@ type Node struct {
 	subs, clients, nodes, pending jetstream.KeyValue
 	// toolSubs holds the tool subscriptions (toolsub.go).
 	toolSubs jetstream.KeyValue
+	// durable holds the owners of durable subscriptions (durable.go).
+	durable  jetstream.KeyValue
 	dlq      jetstream.Stream
 	replicas int
 	store    *Store
@@ -382,7 +384,9 @@ const (
 	// bucketToolSubs: the tool subscriptions, by the hash of their
 	// callback id.
 	bucketToolSubs = "BUB_TOOL_SUBSCRIPTIONS"
-	streamDLQ      = "BUB_DLQ"
+	// bucketDurable: the owners of durable subscriptions, by clientId.
+	bucketDurable = "BUB_DURABLE"
+	streamDLQ     = "BUB_DLQ"
 )
 
 // createBuckets creates the buckets and the dead-letter stream, or binds
@@ -427,6 +431,9 @@ func (n *Node) createBuckets(ctx context.Context) error {
 		return err
 	}
 	if n.toolSubs, err = kv(bucketToolSubs, "bub: tool subscriptions", 0); err != nil {
+		return err
+	}
+	if n.durable, err = kv(bucketDurable, "bub: owners of durable subscriptions", 0); err != nil {
 		return err
 	}
 	n.dlq, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{

@@ -68,6 +68,21 @@ const kvSubjectPrefix = "$KV." + bucketPending + "."
 // watch of headers only, not of every held payload.
 const headerPublisher = "Bub-Publisher"
 
+// headerHeldFor names, base64url, the owner a message held for an away
+// durable subscriber waits for (store.KindDurable), so that the node the
+// owner comes back to finds its held messages from the watch's headers
+// (Store.TakeHeld).
+const headerHeldFor = "Bub-Held-For"
+
+// heldFor is the headerHeldFor of p: its owner's key for a message held
+// for an away owner, else "".
+func heldFor(p *store.Pending) string {
+	if p.Kind != store.KindDurable {
+		return ""
+	}
+	return clientKey(p.ClientID)
+}
+
 // headerKVOperation marks a KV delete or purge, as the client library
 // writes it (it does not export the name).
 const headerKVOperation = "KV-Operation"
@@ -98,6 +113,7 @@ func (n *Node) openStore(ctx context.Context) (*Store, error) {
 	}
 	s.counts.keys = make(map[string]countedEntry)
 	s.counts.by = make(map[string]store.Usage)
+	s.counts.held = make(map[string]map[string]uint64)
 	s.dlq = n.dlq
 	// Until the bucket's stream has a leader a request gets no answer,
 	// hence a bound on each try.
@@ -153,7 +169,7 @@ func (s *Store) applyWatched(m jetstream.Msg) {
 	live := m.Headers().Get(headerKVOperation) == ""
 	// The watch takes headers only; JetStream says the record's size.
 	size, _ := strconv.ParseInt(m.Headers().Get(nats.MsgSize), 10, 64)
-	s.counts.apply(key, meta.Sequence.Stream, m.Headers().Get(headerPublisher), size, live, true)
+	s.counts.apply(key, meta.Sequence.Stream, m.Headers().Get(headerPublisher), m.Headers().Get(headerHeldFor), size, live, true)
 	if meta.NumPending == 0 {
 		s.readyMu.Do(func() { close(s.ready) })
 	}
@@ -167,6 +183,9 @@ type pendingCounts struct {
 	keys  map[string]countedEntry
 	total store.Usage
 	by    map[string]store.Usage
+	// held are the keys of the messages held for each away durable
+	// owner (headerHeldFor), by the owner's key, at their revision.
+	held map[string]map[string]uint64
 }
 
 // countedEntry is the last change known for a key, at its stream
@@ -175,12 +194,13 @@ type pendingCounts struct {
 type countedEntry struct {
 	seq       uint64
 	publisher string
+	heldFor   string
 	size      int64
 	live      bool
 }
 
 // apply records the change of key at seq, unless a later one is known.
-func (c *pendingCounts) apply(key string, seq uint64, publisher string, size int64, live, watched bool) {
+func (c *pendingCounts) apply(key string, seq uint64, publisher, heldFor string, size int64, live, watched bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old, ok := c.keys[key]
@@ -189,6 +209,14 @@ func (c *pendingCounts) apply(key string, seq uint64, publisher string, size int
 			delete(c.keys, key) // the watch caught up with the delete
 		}
 		return
+	}
+	if ok && old.heldFor != "" {
+		if keys := c.held[old.heldFor]; keys != nil {
+			delete(keys, key)
+			if len(keys) == 0 {
+				delete(c.held, old.heldFor)
+			}
+		}
 	}
 	if ok && old.live {
 		c.total = usagePlus(c.total, -1, old.size)
@@ -202,7 +230,13 @@ func (c *pendingCounts) apply(key string, seq uint64, publisher string, size int
 	case live:
 		c.total = usagePlus(c.total, 1, size)
 		c.by[publisher] = usagePlus(c.by[publisher], 1, size)
-		c.keys[key] = countedEntry{seq: seq, publisher: publisher, size: size, live: true}
+		c.keys[key] = countedEntry{seq: seq, publisher: publisher, heldFor: heldFor, size: size, live: true}
+		if heldFor != "" {
+			if c.held[heldFor] == nil {
+				c.held[heldFor] = make(map[string]uint64)
+			}
+			c.held[heldFor][key] = seq
+		}
 	case watched:
 		delete(c.keys, key)
 	default:
@@ -293,9 +327,12 @@ var rideElections = []jetstream.PublishOpt{jetstream.WithRetryAttempts(40), jets
 // putRecord writes v under key, counted against publisher, and returns
 // its revision. rev > 0 replaces only that revision; rev 0 writes
 // whatever is there.
-func (s *Store) putRecord(ctx context.Context, key, publisher string, v []byte, rev uint64) (uint64, error) {
+func (s *Store) putRecord(ctx context.Context, key, publisher, heldFor string, v []byte, rev uint64) (uint64, error) {
 	m := &nats.Msg{Subject: kvSubjectPrefix + key, Header: nats.Header{}, Data: v}
 	m.Header.Set(headerPublisher, publisher)
+	if heldFor != "" {
+		m.Header.Set(headerHeldFor, heldFor)
+	}
 	opts := rideElections
 	if rev > 0 {
 		opts = append(opts[:len(opts):len(opts)], jetstream.WithExpectLastSequencePerSubject(rev))
@@ -304,7 +341,7 @@ func (s *Store) putRecord(ctx context.Context, key, publisher string, v []byte, 
 	if err != nil {
 		return 0, err
 	}
-	s.counts.apply(key, ack.Sequence, publisher, int64(len(v)), true, false)
+	s.counts.apply(key, ack.Sequence, publisher, heldFor, int64(len(v)), true, false)
 	return ack.Sequence, nil
 }
 
@@ -320,7 +357,7 @@ func (s *Store) deleteRecord(ctx context.Context, key string, rev uint64) error 
 	if err != nil {
 		return err
 	}
-	s.counts.apply(key, ack.Sequence, "", 0, false, false)
+	s.counts.apply(key, ack.Sequence, "", "", 0, false, false)
 	return nil
 }
 
@@ -371,7 +408,7 @@ func (s *Store) putPending(p *store.Pending) error {
 		return err
 	}
 	defer cancel()
-	newRev, err := s.putRecord(ctx, s.key(r.ID), r.CountsAgainst(), v, rev)
+	newRev, err := s.putRecord(ctx, s.key(r.ID), r.CountsAgainst(), heldFor(&r), v, rev)
 	if isWrongRevision(err) {
 		return fmt.Errorf("%w: the entry changed since this node wrote it (taken over by another node?): %w", store.ErrNotFound, err)
 	}
@@ -493,38 +530,47 @@ func (s *Store) loadMessage(p *store.Pending) error {
 // entry just stored, which the bus takes for settled work and drops. The
 // leader has every write acknowledged to this node.
 func (s *Store) leaderGet(ctx context.Context, bucket, subject string) ([]byte, error) {
+	data, _, err := s.leaderGetSeq(ctx, bucket, subject)
+	return data, err
+}
+
+// leaderGetSeq is leaderGet, with the revision of what it read: of the
+// entry, or of its delete marker (0 when the key never had one), which a
+// compare-and-set writes over.
+func (s *Store) leaderGetSeq(ctx context.Context, bucket, subject string) ([]byte, uint64, error) {
 	req, err := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{subject})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	msg, err := s.n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var resp struct {
 		Message *struct {
 			Header []byte `json:"hdrs"`
 			Data   []byte `json:"data"`
+			Seq    uint64 `json:"seq"`
 		} `json:"message"`
 		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, fmt.Errorf("message get response: %w", err)
+		return nil, 0, fmt.Errorf("message get response: %w", err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.Code == 404:
-		return nil, store.ErrNotFound
+		return nil, 0, store.ErrNotFound
 	case resp.Error != nil:
-		return nil, resp.Error
+		return nil, 0, resp.Error
 	case resp.Message == nil:
-		return nil, errors.New("message get response without a message")
+		return nil, 0, errors.New("message get response without a message")
 	case bytes.Contains(resp.Message.Header, []byte("KV-Operation")):
 		// A delete or purge marker.
-		return nil, store.ErrNotFound
+		return nil, resp.Message.Seq, store.ErrNotFound
 	}
-	return resp.Message.Data, nil
+	return resp.Message.Data, resp.Message.Seq, nil
 }
 
 // PendingUsage returns what the pending entries of the whole cluster
@@ -906,7 +952,7 @@ func (s *Store) TakeOver(ctx context.Context, node string) ([]*store.Pending, er
 	err = inParallel(len(entries), func(i int) error {
 		e := entries[i]
 		id := e.p.ID
-		rev, err := s.putRecord(ctx, s.key(id), e.p.CountsAgainst(), e.v, 0)
+		rev, err := s.putRecord(ctx, s.key(id), e.p.CountsAgainst(), heldFor(e.p), e.v, 0)
 		if err != nil {
 			return fmt.Errorf("copy %s: %w", id, err)
 		}

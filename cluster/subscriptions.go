@@ -31,6 +31,13 @@ type Subscription struct {
 	// MaxPending is the cap of the subscriber's grant on its identity's
 	// pending entries, 0 for the bus's.
 	MaxPending int `json:"maxPending,omitempty"`
+	// Durable marks a durable subscription (PutDurableSubscription): its
+	// key is its owner's, and Node is "" while the owner is away.
+	Durable bool `json:"durable,omitempty"`
+	// Order is a durable subscription's place in the order, the revision
+	// of its first put, which later puts (its owner leaving, coming
+	// back on another node) keep; 0 on the first put.
+	Order uint64 `json:"order,omitempty"`
 }
 
 // SubscriptionChange is one change of the subscription order, as every
@@ -58,6 +65,50 @@ func SubscriptionKey(node string, conn uint64, pattern string) string {
 	h := fnv.New64a()
 	h.Write([]byte(pattern))
 	return node + "." + strconv.FormatUint(conn, 10) + "." + strconv.FormatUint(h.Sum64(), 16)
+}
+
+// durableKeyPrefix starts the keys of durable subscriptions: "=" is no
+// character of a node id, so no node's keys share it.
+const durableKeyPrefix = "=durable."
+
+// DurableKey is the key of clientID's durable subscription to pattern:
+// the owner's, not a connection's, so that it outlives the connections
+// and the nodes that hold it.
+func DurableKey(clientID, pattern string) string {
+	h := fnv.New64a()
+	h.Write([]byte(pattern))
+	return durableKeyPrefix + clientKey(clientID) + "." + strconv.FormatUint(h.Sum64(), 16)
+}
+
+// PutDurableSubscription records a durable subscription under its
+// owner's key (DurableKey), Node and Conn as given: a connection of this
+// node, or Node "" while the owner is away. last > 0 writes only over
+// that revision: a write based on what another node replaced since fails
+// with ErrRevisionChanged, and writes nothing.
+func (n *Node) PutDurableSubscription(ctx context.Context, s Subscription, last uint64) (key string, rev uint64, err error) {
+	key = DurableKey(s.ClientID, s.Pattern)
+	if n.closed.Load() {
+		return key, 0, ErrClosed
+	}
+	s.Durable = true
+	value, err := json.Marshal(&s)
+	if err != nil {
+		return key, 0, fmt.Errorf("cluster: put durable subscription %q of %q: %w", s.Pattern, s.ClientID, err)
+	}
+	if err = n.quorum(); err == nil {
+		if last > 0 {
+			rev, err = n.subs.Update(ctx, key, value, last)
+		} else {
+			rev, err = n.subs.Put(ctx, key, value)
+		}
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongRevision(err) {
+		return key, 0, fmt.Errorf("cluster: put durable subscription %q of %q: %w", s.Pattern, s.ClientID, ErrRevisionChanged)
+	}
+	if err != nil {
+		return key, 0, fmt.Errorf("cluster: put durable subscription %q of %q: %w", s.Pattern, s.ClientID, n.explain(err))
+	}
+	return key, rev, nil
 }
 
 // parseSubscriptionKey reads node and conn back from a key.
@@ -159,6 +210,10 @@ func (n *Node) applySubscription(e jetstream.KeyValueEntry, initial bool) {
 		change.Deleted = true
 		node, conn, ok := parseSubscriptionKey(e.Key())
 		change.Subscription.Node, change.Subscription.Conn = node, conn
+		if strings.HasPrefix(e.Key(), durableKeyPrefix) {
+			change.Subscription = Subscription{Durable: true}
+			ok = true
+		}
 		apply = ok && !initial
 	}
 	if apply {

@@ -1,0 +1,213 @@
+package bus_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// listers names the connections of listDurable.
+var listers atomic.Int64
+
+// listDurable returns clientID's durable subscriptions as the node at url
+// lists them.
+func listDurable(t *testing.T, url, clientID string) []protocol.DurableSubscription {
+	t.Helper()
+	c := bustest.Dial(t, url)
+	defer c.WS.CloseNow()
+	c.Initialize(fmt.Sprintf("list-%d", listers.Add(1)))
+	var r protocol.SubscriptionsListResult
+	c.MustCall(protocol.MethodSubscriptionsList, protocol.SubscriptionsListParams{ClientID: clientID}, &r)
+	return r.Subscriptions
+}
+
+// awayEverywhere waits until every node lists clientID's durable
+// subscriptions, want of them, all away.
+func awayEverywhere(t *testing.T, nodes []*bustest.Server, clientID string, want int) {
+	t.Helper()
+	for _, n := range nodes {
+		require.Eventually(t, func() bool {
+			subs := listDurable(t, n.URL, clientID)
+			for _, sub := range subs {
+				if !sub.Away {
+					return false
+				}
+			}
+			return len(subs) == want
+		}, clusterWait, 20*time.Millisecond, "node %s never listed %q's durable subscriptions away", n.URL, clientID)
+	}
+}
+
+// leaveCluster disconnects c, an owner of durable subscriptions, and
+// waits until every node holds them for it.
+func leaveCluster(t *testing.T, nodes []*bustest.Server, c *bustest.Client, clientID string, subs int) {
+	t.Helper()
+	require.NoError(t, c.WS.CloseNow())
+	awayEverywhere(t, nodes, clientID, subs)
+}
+
+// TestDurableOnCluster runs docs/PROTOCOL.md's durable subscriptions over
+// three bus nodes: the owner subscribes on one node, messages are held
+// for it on the nodes they were published on, and it comes back on a
+// third.
+func TestDurableOnCluster(t *testing.T) {
+	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+
+	t.Run("held on every node, delivered once, oldest first, on another", func(t *testing.T) {
+		owner := bustest.Connect(t, a.URL, "dc1-owner", bustest.Processed)
+		subscribeDurable(t, owner, "dc1:*", "")
+		leaveCluster(t, nodes, owner, "dc1-owner", 1)
+
+		pubB := bustest.Connect(t, b.URL, "dc1-pub-b", nil)
+		pubC := bustest.Connect(t, c.URL, "dc1-pub-c", nil)
+		var ids []string
+		for i, pub := range []*bustest.Client{pubB, pubC, pubB, pubC, pubB} {
+			r := pub.Publish("dc1:x", "m")
+			require.True(t, r.Success, "%+v", r)
+			require.Len(t, r.Acks, 1, "publish %d: %+v", i, r)
+			assert.True(t, r.Acks[0].Held, "publish %d: ack %+v", i, r.Acks[0])
+			assert.Equal(t, "dc1-owner", r.Acks[0].ClientID)
+			ids = append(ids, r.MessageID)
+		}
+		require.Eventually(t, func() bool {
+			subs := listDurable(t, a.URL, "dc1-owner")
+			return len(subs) == 1 && subs[0].Held == len(ids)
+		}, clusterWait, 20*time.Millisecond, "node a never counted the messages b and c held")
+
+		seen := make(chan protocol.ProcessMessageParams, 16)
+		back := bustest.Connect(t, c.URL, "dc1-owner", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
+		subscribeDurable(t, back, "dc1:*", "")
+		for i, id := range ids {
+			p := recvWithin(t, seen, clusterWait, "a held message never came")
+			assert.Equal(t, id, p.MessageID, "delivery %d out of order", i)
+		}
+		// Live from a third node, after the held ones.
+		live := bustest.Connect(t, a.URL, "dc1-pub-a", nil).Publish("dc1:y", "live")
+		require.Len(t, live.Acks, 1, "%+v", live)
+		assert.True(t, live.Acks[0].Processed, "live delivery: %+v", live.Acks[0])
+		assert.Equal(t, live.MessageID, recv(t, seen).MessageID)
+		select {
+		case p := <-seen:
+			t.Fatalf("delivered again: %+v", p)
+		case <-time.After(300 * time.Millisecond):
+		}
+		for _, n := range nodes {
+			subs := listDurable(t, n.URL, "dc1-owner")
+			require.Len(t, subs, 1)
+			assert.False(t, subs[0].Away, "node %s", n.URL)
+			assert.Zero(t, subs[0].Held, "node %s", n.URL)
+		}
+	})
+
+	t.Run("unsubscribe ends it on every node", func(t *testing.T) {
+		owner := bustest.Connect(t, b.URL, "dc2-owner", bustest.Processed)
+		subscribeDurable(t, owner, "dc2:x", "")
+		owner.MustCall(protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: "dc2:x"}, nil)
+		require.NoError(t, owner.WS.CloseNow())
+		for _, n := range nodes {
+			assert.Empty(t, listDurable(t, n.URL, "dc2-owner"), "node %s", n.URL)
+		}
+		r := bustest.Connect(t, c.URL, "dc2-pub", nil).Publish("dc2:x", "m")
+		assert.Empty(t, r.Acks, "held for an owner who unsubscribed: %+v", r)
+	})
+
+	t.Run("an operator lists and removes on any node", func(t *testing.T) {
+		owner := bustest.Connect(t, a.URL, "dc3-owner", bustest.Processed)
+		subscribeDurable(t, owner, "dc3:x", "")
+		leaveCluster(t, nodes, owner, "dc3-owner", 1)
+		held := bustest.Connect(t, b.URL, "dc3-pub", nil).Publish("dc3:x", "m")
+		require.True(t, held.Acks[0].Held, "%+v", held)
+		ops := bustest.Connect(t, c.URL, "dc3-ops", nil)
+		ops.MustCall(protocol.MethodSubscriptionsRemove, protocol.SubscriptionsRemoveParams{ClientID: "dc3-owner", Topic: "dc3:x"}, nil)
+		for _, n := range nodes {
+			require.Eventually(t, func() bool { return len(listDurable(t, n.URL, "dc3-owner")) == 0 },
+				clusterWait, 20*time.Millisecond, "node %s still lists the removed subscription", n.URL)
+		}
+		r := bustest.Connect(t, b.URL, "dc3-pub2", nil).Publish("dc3:x", "m")
+		assert.Empty(t, r.Acks, "held after its removal: %+v", r)
+	})
+
+	t.Run("a waker on another node is woken", func(t *testing.T) {
+		events := make(chan protocol.ProcessMessageParams, 8)
+		waker := bustest.Connect(t, a.URL, "dc4-spawner", attempts(events, protocol.ProcessMessageResult{}))
+		waker.Subscribe(protocol.TopicClientWake, protocol.PolicyContinueAll)
+		owner := bustest.Connect(t, b.URL, "dc4-owner", bustest.Processed)
+		subscribeDurable(t, owner, "dc4:x", "")
+		leaveCluster(t, nodes, owner, "dc4-owner", 1)
+		waker.MustCall(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "dc4-owner"}, nil)
+		require.Eventually(t, func() bool {
+			subs := listDurable(t, c.URL, "dc4-owner")
+			return len(subs) == 1 && subs[0].Waker == "dc4-spawner"
+		}, clusterWait, 20*time.Millisecond, "node c never saw the waker")
+		require.True(t, bustest.Connect(t, c.URL, "dc4-pub", nil).Publish("dc4:x", "m").Acks[0].Held)
+		var ev protocol.ClientEvent
+		for ev.Event != protocol.EventWake {
+			p := recvWithin(t, events, clusterWait, "no wake event")
+			require.NoError(t, json.Unmarshal(p.Payload, &ev))
+		}
+		assert.Equal(t, "dc4-owner", ev.ClientID)
+		assert.Equal(t, "dc4-spawner", ev.Waker)
+		assert.Equal(t, "dc4:x", ev.Pattern)
+		assert.Equal(t, "c", ev.Node, "the node that held the message wakes")
+	})
+}
+
+// TestDurableClusterNodeDeath: a node that held messages for an away
+// owner is killed; the owner, back on another node, gets each of them
+// once. An owner whose node died is away, not gone: it subscribes again
+// on a survivor and gets what was held for it meanwhile.
+func TestDurableClusterNodeDeath(t *testing.T) {
+	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+
+	owner := bustest.Connect(t, a.URL, "dd-owner", bustest.Processed)
+	subscribeDurable(t, owner, "dd:x", "")
+	leaveCluster(t, nodes, owner, "dd-owner", 1)
+	// The second owner is connected to b when b dies.
+	second := bustest.Connect(t, b.URL, "dd-second", bustest.Processed)
+	subscribeDurable(t, second, "dd2:x", "")
+
+	pub := bustest.Connect(t, b.URL, "dd-pub", nil)
+	var ids []string
+	for range 3 {
+		r := pub.Publish("dd:x", "m")
+		require.True(t, r.Acks[0].Held, "%+v", r)
+		ids = append(ids, r.MessageID)
+	}
+	bus.Crash(b.Server)
+
+	seen := make(chan protocol.ProcessMessageParams, 8)
+	back := bustest.Connect(t, c.URL, "dd-owner", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
+	subscribeDurable(t, back, "dd:x", "")
+	for i, id := range ids {
+		p := recvWithin(t, seen, clusterWait, "a message the dead node held never came")
+		assert.Equal(t, id, p.MessageID, "delivery %d out of order", i)
+	}
+
+	// Away since b died: held on a, then delivered on c.
+	awayEverywhere(t, []*bustest.Server{a, c}, "dd-second", 1)
+	held := bustest.Connect(t, a.URL, "dd-pub2", nil).Publish("dd2:x", "m")
+	require.True(t, held.Acks[0].Held, "%+v", held)
+	got := make(chan protocol.ProcessMessageParams, 4)
+	again := bustest.Connect(t, c.URL, "dd-second", attempts(got, protocol.ProcessMessageResult{Processed: true}))
+	subscribeDurable(t, again, "dd2:x", "")
+	assert.Equal(t, held.MessageID, recvWithin(t, got, clusterWait, "the message held for the owner of the dead node never came").MessageID)
+
+	select {
+	case p := <-seen:
+		t.Errorf("delivered again: %+v", p)
+	case p := <-got:
+		t.Errorf("delivered again: %+v", p)
+	case <-time.After(time.Second):
+	}
+}

@@ -1,0 +1,218 @@
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bub-bus/bub/bus/store"
+)
+
+// Durable subscriptions (docs/PROTOCOL.md, "Durable subscriptions";
+// docs/CLUSTER.md) live in three places on a cluster:
+//
+//   - their owners' records in BUB_DURABLE, one key per clientId
+//     (clientKey), the record *store.Store writes (store.EncodeDurable),
+//     changed only by compare-and-set (UpdateDurable), so that two nodes
+//     changing one owner at once (its unsubscribe here, an operator's
+//     subscriptions.remove there) both count;
+//   - each subscription in the order, BUB_SUBS, under its owner's key
+//     (DurableKey, PutDurableSubscription);
+//   - the messages held for an away owner in BUB_PENDING, under the node
+//     that held them, marked with the owner (headerHeldFor), which the
+//     node the owner comes back to moves to itself (TakeHeld).
+
+// durableTries bounds UpdateDurable's compare-and-set tries: each lost
+// one means another node changed the owner in between, which does not
+// go on for long.
+const durableTries = 8
+
+// UpdateDurable applies change to clientID's owner record as the
+// bucket's leader has it (an empty record when there is none) and
+// stores the result, once a majority has it: an owner left with neither
+// subscriptions nor a waker is removed. It returns the record stored and
+// its revision, which WatchDurable's later changes exceed.
+func (s *Store) UpdateDurable(clientID string, change func(*store.DurableOwner)) (*store.DurableOwner, uint64, error) {
+	rec, rev, err := s.updateDurable(clientID, change)
+	if err != nil {
+		return nil, 0, fmt.Errorf("cluster: update durable subscriptions of %q: %w", clientID, s.n.explain(err))
+	}
+	return rec, rev, nil
+}
+
+func (s *Store) updateDurable(clientID string, change func(*store.DurableOwner)) (*store.DurableOwner, uint64, error) {
+	key := clientKey(clientID)
+	subject := "$KV." + bucketDurable + "." + key
+	for range durableTries {
+		ctx, cancel, err := s.writeContext()
+		if err != nil {
+			return nil, 0, err
+		}
+		rec := &store.DurableOwner{ClientID: clientID}
+		data, rev, err := s.leaderGetSeq(ctx, bucketDurable, subject)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			cancel()
+			return nil, 0, err
+		default:
+			if rec, err = store.DecodeDurable(clientID, data); err != nil {
+				cancel()
+				return nil, 0, err
+			}
+		}
+		change(rec)
+		rec.ClientID = clientID
+		m := &nats.Msg{Subject: subject, Header: nats.Header{}}
+		if len(rec.Subscriptions) == 0 && rec.Waker == "" {
+			m.Header.Set(headerKVOperation, "DEL")
+		} else if m.Data, err = store.EncodeDurable(rec); err != nil {
+			cancel()
+			return nil, 0, err
+		}
+		opts := append(rideElections[:len(rideElections):len(rideElections)], jetstream.WithExpectLastSequencePerSubject(rev))
+		ack, err := s.n.js.PublishMsg(ctx, m, opts...)
+		cancel()
+		if isWrongRevision(err) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		return rec, ack.Sequence, nil
+	}
+	return nil, 0, fmt.Errorf("changed by other nodes %d times in a row", durableTries)
+}
+
+// WatchDurable calls apply with every owner record the bucket holds,
+// before it returns, then with each change any node makes, for the
+// node's life: o is nil when clientID's record was removed; rev is the
+// change's revision. A record that does not decode is logged and
+// skipped.
+func (s *Store) WatchDurable(ctx context.Context, apply func(clientID string, o *store.DurableOwner, rev uint64)) error {
+	return s.n.startWatch(ctx, s.n.durable, bucketDurable, false, func(e jetstream.KeyValueEntry, initial bool) {
+		raw, err := base64.RawURLEncoding.DecodeString(e.Key())
+		if err != nil {
+			s.n.log.Error("cluster: a durable owner's key does not decode; skipped", "bucket", bucketDurable, "key", e.Key(), "err", err)
+			return
+		}
+		clientID := string(raw)
+		if e.Operation() != jetstream.KeyValuePut {
+			if !initial {
+				apply(clientID, nil, e.Revision())
+			}
+			return
+		}
+		o, err := store.DecodeDurable(clientID, e.Value())
+		if err != nil {
+			s.n.log.Error("cluster: a durable owner's record does not decode; skipped", "bucket", bucketDurable, "client", clientID, "err", err)
+			return
+		}
+		apply(clientID, o, e.Revision())
+	})
+}
+
+// TakeHeld moves the messages other nodes hold for clientID, an owner of
+// durable subscriptions that came back to this node, under the patterns
+// pick accepts, to this node, and returns them for its scheduler,
+// payloads dropped. Each is copied under this node, then the other's is
+// deleted only at the revision read: when that fails (its node delivered
+// or dead-lettered it meanwhile) the copy is deleted, so each message
+// ends up in one place. It finds them by the watch's index, which may be
+// a moment behind another node's write: a message held that late is
+// delivered by its own node (the owner is live there by then).
+func (s *Store) TakeHeld(ctx context.Context, clientID string, pick func(pattern string) bool) ([]*store.Pending, error) {
+	owner := clientKey(clientID)
+	s.counts.mu.Lock()
+	var keys []string
+	for key := range s.counts.held[owner] {
+		if !strings.HasPrefix(key, s.n.id+".") {
+			keys = append(keys, key)
+		}
+	}
+	s.counts.mu.Unlock()
+	slices.Sort(keys)
+	var moved []*store.Pending
+	var errs []error
+	for _, key := range keys {
+		p, err := s.takeHeld(ctx, key, clientID, pick)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", key, s.n.explain(err)))
+			continue
+		}
+		if p != nil {
+			moved = append(moved, p)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return moved, fmt.Errorf("cluster: take the messages held for %q: %w", clientID, err)
+	}
+	return moved, nil
+}
+
+// takeHeld moves one held message, at key, to this node; nil when it is
+// gone, or is not one pick takes.
+func (s *Store) takeHeld(ctx context.Context, key, clientID string, pick func(pattern string) bool) (*store.Pending, error) {
+	ctx, cancel, err := s.writeContextFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	data, rev, err := s.leaderGetSeq(ctx, bucketPending, kvSubjectPrefix+key)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	_, id, _ := strings.Cut(key, ".")
+	p, err := store.DecodeSchedule(id, data)
+	if err != nil {
+		return nil, err
+	}
+	if p.Kind != store.KindDurable || p.ClientID != clientID || !pick(p.Subscription) {
+		return nil, nil
+	}
+	copyRev, err := s.putRecord(ctx, s.key(id), p.CountsAgainst(), heldFor(p), data, 0)
+	if err != nil {
+		return nil, fmt.Errorf("copy: %w", err)
+	}
+	err = s.deleteRecord(ctx, key, rev)
+	if isWrongRevision(err) {
+		if err := s.deleteRecord(ctx, s.key(id), copyRev); err != nil && !isWrongRevision(err) {
+			return nil, fmt.Errorf("changed by its node meanwhile, but deleting this node's copy failed: %w", err)
+		}
+		return nil, nil
+	}
+	// On any other error the copy stays, and is delivered: perhaps
+	// twice, never lost.
+	s.setRev(id, copyRev)
+	if err != nil {
+		s.n.log.Warn("cluster: a held message moved, but its old entry stays; it may be delivered twice", "key", key, "err", err)
+	}
+	return p, nil
+}
+
+// HeldCount returns how many messages the cluster holds for clientID, an
+// away owner of durable subscriptions, from the watch's index.
+func (s *Store) HeldCount(clientID string) int {
+	s.counts.mu.Lock()
+	defer s.counts.mu.Unlock()
+	return len(s.counts.held[clientKey(clientID)])
+}
+
+// writeContextFrom is writeContext bounded by ctx too.
+func (s *Store) writeContextFrom(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := s.n.quorum(); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	stop := context.AfterFunc(s.n.ctx, cancel)
+	return ctx, func() { stop(); cancel() }, nil
+}
