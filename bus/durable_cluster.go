@@ -339,6 +339,9 @@ func (d *durables) writeAway(ctx context.Context, key string, last uint64) {
 	case errors.Is(err, ErrRevisionChanged):
 		// Moved on meanwhile: its owner is back somewhere.
 		return
+	case errors.Is(err, ErrClusterClosed):
+		// This node is leaving: the acting node writes it away.
+		return
 	case err != nil:
 		s.log.Error("cluster: could not write a durable subscription away; deliveries to it fail and are retried until its owner is back", "client", sub.ClientID, "pattern", sub.Pattern, "err", err)
 		return
