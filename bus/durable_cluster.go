@@ -321,6 +321,21 @@ func (d *durables) deletedShared(key string, rev uint64) {
 // revision last only: a later change (its owner back on another node)
 // stands.
 func (d *durables) writeAway(ctx context.Context, key string, last uint64) {
+	d.mu.Lock()
+	e := d.entries[key]
+	if e == nil || e.deleted || e.rev != last {
+		d.mu.Unlock()
+		return
+	}
+	o := d.ownerLocked(e.sub.ClientID, e.sub.Identity)
+	d.mu.Unlock()
+	o.writeMu.Lock()
+	defer o.writeMu.Unlock()
+	d.putAway(ctx, key, last)
+}
+
+// putAway is writeAway with the owner's writeMu held.
+func (d *durables) putAway(ctx context.Context, key string, last uint64) {
 	s := d.server
 	d.mu.Lock()
 	e := d.entries[key]
@@ -329,10 +344,7 @@ func (d *durables) writeAway(ctx context.Context, key string, last uint64) {
 		return
 	}
 	sub, seq := e.sub, e.seq
-	o := d.ownerLocked(sub.ClientID, sub.Identity)
 	d.mu.Unlock()
-	o.writeMu.Lock()
-	defer o.writeMu.Unlock()
 	sub.Node, sub.Conn, sub.Order, sub.Durable = "", 0, seq, true
 	_, rev, err := s.cl.cluster.PutDurableSubscription(ctx, sub, last)
 	switch {
@@ -410,6 +422,15 @@ func (d *durables) goLive(o *owner, c *conn, topics []string) {
 				break
 			}
 			d.wroteShared(key, sub, rev, seq)
+			d.mu.Lock()
+			gone := o.conn != c
+			d.mu.Unlock()
+			if gone {
+				// c closed while the write was under way, and left
+				// the subscription away here.
+				d.putAway(ctx, key, rev)
+				break
+			}
 			if err := s.cl.cluster.Sync(ctx, rev); err != nil {
 				s.log.Debug("cluster: durable subscription live, not confirmed by every node in time", "pattern", topic, "err", err)
 			}

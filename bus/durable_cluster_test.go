@@ -91,7 +91,13 @@ func TestDurableOnCluster(t *testing.T) {
 			p := recvWithin(t, seen, clusterWait, "a held message never came")
 			assert.Equal(t, id, p.MessageID, "delivery %d out of order", i)
 		}
-		// Live from a third node, after the held ones.
+		// Live on every node once the held ones are delivered.
+		for _, n := range nodes {
+			require.Eventually(t, func() bool {
+				subs := listDurable(t, n.URL, "dc1-owner")
+				return len(subs) == 1 && !subs[0].Away && subs[0].Held == 0
+			}, clusterWait, 20*time.Millisecond, "node %s never listed the subscription live", n.URL)
+		}
 		live := bustest.Connect(t, a.URL, "dc1-pub-a", nil).Publish("dc1:y", "live")
 		require.Len(t, live.Acks, 1, "%+v", live)
 		assert.True(t, live.Acks[0].Processed, "live delivery: %+v", live.Acks[0])
@@ -100,12 +106,6 @@ func TestDurableOnCluster(t *testing.T) {
 		case p := <-seen:
 			t.Fatalf("delivered again: %+v", p)
 		case <-time.After(300 * time.Millisecond):
-		}
-		for _, n := range nodes {
-			subs := listDurable(t, n.URL, "dc1-owner")
-			require.Len(t, subs, 1)
-			assert.False(t, subs[0].Away, "node %s", n.URL)
-			assert.Zero(t, subs[0].Held, "node %s", n.URL)
 		}
 	})
 

@@ -49,8 +49,9 @@ const failHeld = "held"
 // start it.
 const rewakeAfter = 30 * time.Second
 
-// durableStore is a Store that keeps durable subscriptions: the file
-// store. A cluster's does not yet, so a cluster refuses them.
+// durableStore is a single node's Store that keeps durable
+// subscriptions: the file store. A cluster's is a sharedDurables
+// (durable_cluster.go).
 type durableStore interface {
 	PutDurable(o *store.DurableOwner) error
 	DeleteDurable(clientID string) error
@@ -369,7 +370,7 @@ func (d *durables) record(clientID, identity string, maxPending int, conn *conn,
 // forgetIfEmptyLocked drops an owner left with nothing to keep; d.mu is
 // held.
 func (d *durables) forgetIfEmptyLocked(o *owner) {
-	if len(o.rec.Subscriptions) == 0 && o.rec.Waker == "" && len(o.away.subs) == 0 && len(o.pending) == 0 && len(o.shared) == 0 && o.conn == nil {
+	if len(o.rec.Subscriptions) == 0 && o.rec.Waker == "" && len(o.away.subs) == 0 && len(o.pending) == 0 && len(o.shared) == 0 {
 		delete(d.owners, o.rec.ClientID)
 	}
 }
@@ -717,11 +718,16 @@ func (d *durables) leaveDurable(c *conn, subs map[string]*subscription) {
 		}
 		if d.shared != nil {
 			e := o.shared[topic]
-			if e == nil || e.deleted || e.sub.Node != s.cl.self || e.sub.Conn != c.cid {
+			mine := e != nil && !e.deleted && e.sub.Node == s.cl.self && e.sub.Conn == c.cid
+			if e == nil || e.deleted || e.sub.Node != "" && !mine {
 				continue // held by another connection since
 			}
-			e.sub.Node, e.sub.Conn = "", 0
-			revs[e.key] = e.rev
+			if mine {
+				e.sub.Node, e.sub.Conn = "", 0
+				revs[e.key] = e.rev
+			}
+			// Else still away in the order: c went before goLive wrote
+			// it live, which then writes it away again.
 		}
 		away := &subscription{seq: sub.seq, key: sub.key, pattern: sub.pattern, policy: sub.policy, fallback: sub.fallback, to: o.away}
 		o.away.mu.Lock()
