@@ -1,8 +1,12 @@
 package bus_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +16,9 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
+	"github.com/bub-bus/bub/spawner"
 )
 
 // listers names the connections of listDurable.
@@ -135,6 +141,88 @@ func TestDurableOnCluster(t *testing.T) {
 		}
 		r := bustest.Connect(t, b.URL, "dc3-pub2", nil).Publish("dc3:x", "m")
 		assert.Empty(t, r.Acks, "held after its removal: %+v", r)
+	})
+
+	t.Run("the spawner on one node wakes its agent for a message held on another", func(t *testing.T) {
+		agentBin, err := bustest.EchoAgent()
+		require.NoError(t, err)
+		replies := make(chan *peer.Delivery, 4)
+		bridge, err := peer.Dial(t.Context(), c.URL, &peer.Options{ClientID: "dcs-bridge", Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		t.Cleanup(func() { bridge.Close() })
+		require.NoError(t, bridge.Subscribe(t.Context(), "outbound:*", func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+			replies <- d
+			return peer.Result{Processed: true}, nil
+		}, nil))
+		// The spawner on a, its agents on b, the chat's messages on c.
+		var log lockedLog
+		sp, err := spawner.New(&spawner.Options{
+			BusURL:        a.URL,
+			ClientID:      "dcs-spawner",
+			Patterns:      []string{"dcs:*"},
+			Command:       []string{"/bin/sh", "-c", `BUB_BUS_URL="$0" exec "$1"`, b.URL, agentBin},
+			Env:           append(os.Environ(), "ECHO_DURABLE=1"),
+			WorkspaceRoot: t.TempDir(),
+			IdleTimeout:   300 * time.Millisecond,
+			SpawnTimeout:  4 * time.Second,
+			StopTimeout:   2 * time.Second,
+			Logger:        slog.New(slog.NewTextHandler(&log, nil)),
+		})
+		require.NoError(t, err)
+		ctx, stop := context.WithCancel(context.Background())
+		stopped := make(chan error, 1)
+		go func() { stopped <- sp.Run(ctx) }()
+		t.Cleanup(func() {
+			stop()
+			select {
+			case err := <-stopped:
+				assert.NoError(t, err, "spawner Run")
+			case <-time.After(clusterWait):
+				t.Error("the spawner did not stop")
+			}
+			if t.Failed() {
+				t.Logf("spawner log:\n%s", &log)
+			}
+		})
+		require.Eventually(t, func() bool { return strings.Contains(log.String(), "spawner serving") }, clusterWait, 20*time.Millisecond,
+			"the spawner never subscribed")
+		send := func(text string) protocol.SendMessageResult {
+			t.Helper()
+			r, err := bridge.SendMessage(t.Context(), "dcs:81", map[string]any{"type": "telegram_message", "text": text, "chat_id": 81}, nil)
+			require.NoError(t, err)
+			return *r
+		}
+		reply := func() (text, agent string) {
+			t.Helper()
+			d := recvWithin(t, replies, clusterWait, "no reply from the agent")
+			var r struct {
+				Text    string `json:"text"`
+				AgentID string `json:"agent_id"`
+			}
+			require.NoError(t, json.Unmarshal(d.Payload, &r))
+			return r.Text, r.AgentID
+		}
+		send("one")
+		text, agentID := reply()
+		require.Equal(t, "echo: one", text)
+		// Hibernated: away on every node, the spawner its waker.
+		for _, n := range nodes {
+			require.Eventually(t, func() bool {
+				subs := listDurable(t, n.URL, agentID)
+				return len(subs) == 1 && subs[0].Away && subs[0].Waker == "dcs-spawner"
+			}, clusterWait, 20*time.Millisecond, "node %s never listed the hibernated agent's subscription away", n.URL)
+		}
+		r := send("two")
+		require.Len(t, r.Acks, 1, "%+v", r)
+		require.True(t, r.Acks[0].Held, "held for the hibernated agent: %+v", r.Acks[0])
+		text, again := reply()
+		assert.Equal(t, "echo: two", text)
+		assert.Equal(t, agentID, again, "woken with the same id")
+		select {
+		case d := <-replies:
+			t.Fatalf("a second reply: %s", d.Payload)
+		case <-time.After(300 * time.Millisecond):
+		}
 	})
 
 	t.Run("a waker on another node is woken", func(t *testing.T) {
