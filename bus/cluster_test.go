@@ -57,6 +57,33 @@ func recvWithin[T any](t *testing.T, ch <-chan T, d time.Duration, what string) 
 	return zero
 }
 
+// runSpawner runs the real spawner with o, its log kept for a failed
+// test, until the test ends, once it serves.
+func runSpawner(t *testing.T, o *spawner.Options) {
+	t.Helper()
+	var log lockedLog
+	o.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	sp, err := spawner.New(o)
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- sp.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-stopped:
+			assert.NoError(t, err, "spawner Run")
+		case <-time.After(clusterWait):
+			t.Error("the spawner did not stop")
+		}
+		if t.Failed() {
+			t.Logf("spawner log:\n%s", &log)
+		}
+	})
+	require.Eventually(t, func() bool { return strings.Contains(log.String(), "spawner serving") }, clusterWait, 20*time.Millisecond,
+		"the spawner never subscribed")
+}
+
 // TestCluster runs docs/PROTOCOL.md's guarantees over three bus nodes in
 // one process, clients spread over them; starting a JetStream cluster
 // costs seconds, so the subtests share one, each with topics and
@@ -196,8 +223,7 @@ func TestCluster(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				chat := 70 + i
 				pattern := fmt.Sprintf("chat%d:*", i)
-				var log lockedLog
-				sp, err := spawner.New(&spawner.Options{
+				runSpawner(t, &spawner.Options{
 					BusURL:        c.URL,
 					ClientID:      fmt.Sprint("sp-spawner-", i),
 					Patterns:      []string{pattern},
@@ -205,26 +231,7 @@ func TestCluster(t *testing.T) {
 					WorkspaceRoot: t.TempDir(),
 					SpawnTimeout:  4 * time.Second,
 					StopTimeout:   2 * time.Second,
-					Logger:        slog.New(slog.NewTextHandler(&log, nil)),
 				})
-				require.NoError(t, err)
-				ctx, stop := context.WithCancel(context.Background())
-				stopped := make(chan error, 1)
-				go func() { stopped <- sp.Run(ctx) }()
-				t.Cleanup(func() {
-					stop()
-					select {
-					case err := <-stopped:
-						assert.NoError(t, err, "spawner Run")
-					case <-time.After(clusterWait):
-						t.Error("the spawner did not stop")
-					}
-					if t.Failed() {
-						t.Logf("spawner log:\n%s", &log)
-					}
-				})
-				require.Eventually(t, func() bool { return strings.Contains(log.String(), "spawner serving") }, clusterWait, 20*time.Millisecond,
-					"the spawner never subscribed")
 
 				topic := fmt.Sprintf("chat%d:%d", i, chat)
 				r, err := bridge.SendMessage(t.Context(), topic, map[string]any{"type": "telegram_message", "text": "hello", "chat_id": chat}, nil)

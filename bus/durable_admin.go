@@ -61,14 +61,14 @@ func (d *durables) list(p *protocol.SubscriptionsListParams) []protocol.DurableS
 	for _, o := range owners {
 		var held int
 		if d.shared != nil {
-			held = d.shared.HeldCount(o.rec.ClientID)
+			held = d.shared.HeldCount(o.id)
 		} else {
-			held = s.sched.countOwner(o.rec.ClientID, func(string) bool { return true })
+			held = s.sched.countOwner(o.id, func(string) bool { return true })
 		}
 		subs := slices.Clone(o.rec.Subscriptions)
 		slices.SortFunc(subs, func(a, b store.DurableSubscription) int { return cmp.Compare(a.Pattern, b.Pattern) })
 		for _, sub := range subs {
-			if listCursor(o.rec.ClientID, sub.Pattern) <= p.Cursor {
+			if listCursor(o.id, sub.Pattern) <= p.Cursor {
 				continue
 			}
 			if p.Topic != "" {
@@ -79,7 +79,7 @@ func (d *durables) list(p *protocol.SubscriptionsListParams) []protocol.DurableS
 			}
 			_, away := o.away.subs[sub.Pattern]
 			out = append(out, protocol.DurableSubscription{
-				ClientID: o.rec.ClientID, Identity: o.rec.Identity, Pattern: sub.Pattern, Policy: protocol.Policy(sub.Policy),
+				ClientID: o.id, Identity: o.rec.Identity, Pattern: sub.Pattern, Policy: protocol.Policy(sub.Policy),
 				Fallback: sub.Fallback, Created: sub.Created.UTC().Format(time.RFC3339Nano), Away: away, Held: held, Waker: o.rec.Waker,
 			})
 			if len(out) > p.Limit {

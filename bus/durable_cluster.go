@@ -106,10 +106,7 @@ func (d *durables) applyShared(ch SubscriptionChange) {
 		d.mu.Unlock()
 		return
 	}
-	if e == nil {
-		e = &sharedEntry{key: ch.Key}
-		d.entries[ch.Key] = e
-	}
+	e = d.entryLocked(ch.Key)
 	e.sub, e.rev, e.seq, e.deleted = sub, ch.Revision, cmp.Or(sub.Order, ch.Revision), false
 	o := d.ownerLocked(sub.ClientID, sub.Identity)
 	o.shared[sub.Pattern] = e
@@ -278,16 +275,23 @@ func (d *durables) awaitAway(clientID, topic string) (bool, error) {
 	}
 }
 
-// wroteShared records a write this node made to the order for a durable
-// subscription.
-func (d *durables) wroteShared(key string, sub SharedSubscription, rev, seq uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// entryLocked returns the entry key, made if there is none. d.mu is
+// held.
+func (d *durables) entryLocked(key string) *sharedEntry {
 	e := d.entries[key]
 	if e == nil {
 		e = &sharedEntry{key: key}
 		d.entries[key] = e
 	}
+	return e
+}
+
+// wroteShared records a write this node made to the order for a durable
+// subscription.
+func (d *durables) wroteShared(key string, sub SharedSubscription, rev, seq uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.entryLocked(key)
 	if rev <= e.rev {
 		return
 	}
@@ -302,11 +306,7 @@ func (d *durables) wroteShared(key string, sub SharedSubscription, rev, seq uint
 func (d *durables) deletedShared(key string, rev uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	e := d.entries[key]
-	if e == nil {
-		e = &sharedEntry{key: key}
-		d.entries[key] = e
-	}
+	e := d.entryLocked(key)
 	if rev <= e.rev {
 		return
 	}
@@ -323,7 +323,7 @@ func (d *durables) deletedShared(key string, rev uint64) {
 func (d *durables) writeAway(ctx context.Context, key string, last uint64) {
 	d.mu.Lock()
 	e := d.entries[key]
-	if e == nil || e.deleted || e.rev != last {
+	if e == nil {
 		d.mu.Unlock()
 		return
 	}
@@ -443,12 +443,12 @@ func (d *durables) goLive(o *owner, c *conn, topics []string) {
 // draining or live on c to this node's scheduler, for drain.
 func (d *durables) pull(o *owner, c *conn) {
 	s := d.server
-	moved, err := d.shared.TakeHeld(s.ctx, o.rec.ClientID, func(pattern string) bool { return d.deliverable(o, c, pattern) })
+	moved, err := d.shared.TakeHeld(s.ctx, o.id, func(pattern string) bool { return d.deliverable(o, c, pattern) })
 	for _, p := range moved {
 		s.sched.add(p)
 	}
 	if err != nil {
-		s.log.Warn("cluster: could not take every message other nodes hold for a durable subscriber; its node delivers the rest", "client", o.rec.ClientID, "taken", len(moved), "err", err)
+		s.log.Warn("cluster: could not take every message other nodes hold for a durable subscriber; its node delivers the rest", "client", o.id, "taken", len(moved), "err", err)
 	}
 }
 
@@ -467,7 +467,7 @@ func (d *durables) livedElsewhereLocked(o *owner, pattern string) bool {
 // (TakeHeld): the write that loses the compare-and-set leaves it alone.
 func (d *durables) forward(o *owner) {
 	s := d.server
-	batch := s.sched.takeOwner(o.rec.ClientID, func(pattern string) bool {
+	batch := s.sched.takeOwner(o.id, func(pattern string) bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return d.livedElsewhereLocked(o, pattern)
@@ -602,7 +602,7 @@ func (d *durables) applyRecord(clientID string, rec *store.DurableOwner, rev uin
 // subscriptions. d.mu is held.
 func (d *durables) setRecLocked(o *owner, rec *store.DurableOwner, rev uint64) {
 	before, after := len(o.rec.Subscriptions), len(rec.Subscriptions)
-	if key := limitKey(o.rec.Identity, o.rec.ClientID); before > 0 {
+	if key := limitKey(o.rec.Identity, o.id); before > 0 {
 		if d.counts[key] -= before; d.counts[key] <= 0 {
 			delete(d.counts, key)
 		}
@@ -621,7 +621,7 @@ func (d *durables) setRecLocked(o *owner, rec *store.DurableOwner, rev uint64) {
 // recordShared is record on a cluster: the change is made to the record
 // as the cluster has it, by compare-and-set.
 func (d *durables) recordShared(o *owner, identity string, maxPending int, conn *conn, change func(*store.DurableOwner)) error {
-	rec, rev, err := d.shared.UpdateDurable(o.rec.ClientID, func(r *store.DurableOwner) {
+	rec, rev, err := d.shared.UpdateDurable(o.id, func(r *store.DurableOwner) {
 		if identity != "" {
 			r.Identity = identity
 		}

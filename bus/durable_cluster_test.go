@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,6 +114,42 @@ func TestDurableOnCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("in a chain, in its place, wherever its owner is", func(t *testing.T) {
+		// docs/PROTOCOL.md's table: agent (durable, away, continueAll),
+		// then audit (older): held for the agent, and audit is
+		// delivered it. The agent's subscription keeps its place as it
+		// moves from b to c.
+		audited := make(chan protocol.ProcessMessageParams, 4)
+		bustest.Connect(t, a.URL, "dc5-audit", attempts(audited, protocol.ProcessMessageResult{Processed: true})).
+			Subscribe("dc5:*", protocol.PolicyContinueAll)
+		owner := bustest.Connect(t, b.URL, "dc5-agent", bustest.Processed)
+		subscribeDurable(t, owner, "dc5:x", protocol.PolicyContinueAll)
+		leaveCluster(t, nodes, owner, "dc5-agent", 1)
+		pub := bustest.Connect(t, c.URL, "dc5-pub", nil)
+		r := pub.Publish("dc5:x", "m")
+		require.Len(t, r.Acks, 2, "%+v", r)
+		assert.Equal(t, "dc5-agent", r.Acks[0].ClientID)
+		assert.True(t, r.Acks[0].Held, "%+v", r.Acks[0])
+		assert.Equal(t, "dc5-audit", r.Acks[1].ClientID)
+		assert.True(t, r.Acks[1].Processed, "%+v", r.Acks[1])
+		recv(t, audited)
+
+		seen := make(chan protocol.ProcessMessageParams, 4)
+		back := bustest.Connect(t, c.URL, "dc5-agent", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
+		subscribeDurable(t, back, "dc5:x", "")
+		assert.Equal(t, r.MessageID, recvWithin(t, seen, clusterWait, "the held message never came").MessageID)
+		for _, n := range nodes {
+			require.Eventually(t, func() bool {
+				subs := listDurable(t, n.URL, "dc5-agent")
+				return len(subs) == 1 && !subs[0].Away
+			}, clusterWait, 20*time.Millisecond, "node %s never listed the subscription live", n.URL)
+		}
+		r = bustest.Connect(t, a.URL, "dc5-pub2", nil).Publish("dc5:x", "m")
+		require.Len(t, r.Acks, 2, "%+v", r)
+		assert.Equal(t, []string{"dc5-agent", "dc5-audit"}, ackClients(r), "the durable subscription is still the newer")
+		assert.True(t, r.Acks[0].Processed, "%+v", r.Acks[0])
+	})
+
 	t.Run("unsubscribe ends it on every node", func(t *testing.T) {
 		owner := bustest.Connect(t, b.URL, "dc2-owner", bustest.Processed)
 		subscribeDurable(t, owner, "dc2:x", "")
@@ -155,8 +190,7 @@ func TestDurableOnCluster(t *testing.T) {
 			return peer.Result{Processed: true}, nil
 		}, nil))
 		// The spawner on a, its agents on b, the chat's messages on c.
-		var log lockedLog
-		sp, err := spawner.New(&spawner.Options{
+		runSpawner(t, &spawner.Options{
 			BusURL:        a.URL,
 			ClientID:      "dcs-spawner",
 			Patterns:      []string{"dcs:*"},
@@ -166,26 +200,7 @@ func TestDurableOnCluster(t *testing.T) {
 			IdleTimeout:   300 * time.Millisecond,
 			SpawnTimeout:  4 * time.Second,
 			StopTimeout:   2 * time.Second,
-			Logger:        slog.New(slog.NewTextHandler(&log, nil)),
 		})
-		require.NoError(t, err)
-		ctx, stop := context.WithCancel(context.Background())
-		stopped := make(chan error, 1)
-		go func() { stopped <- sp.Run(ctx) }()
-		t.Cleanup(func() {
-			stop()
-			select {
-			case err := <-stopped:
-				assert.NoError(t, err, "spawner Run")
-			case <-time.After(clusterWait):
-				t.Error("the spawner did not stop")
-			}
-			if t.Failed() {
-				t.Logf("spawner log:\n%s", &log)
-			}
-		})
-		require.Eventually(t, func() bool { return strings.Contains(log.String(), "spawner serving") }, clusterWait, 20*time.Millisecond,
-			"the spawner never subscribed")
 		send := func(text string) protocol.SendMessageResult {
 			t.Helper()
 			r, err := bridge.SendMessage(t.Context(), "dcs:81", map[string]any{"type": "telegram_message", "text": text, "chat_id": 81}, nil)

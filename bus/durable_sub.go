@@ -85,6 +85,8 @@ type durables struct {
 // owner is a clientId with durable subscriptions or a waker. Its fields
 // are guarded by durables.mu.
 type owner struct {
+	// id is its clientId, read without durables.mu.
+	id  string
 	rec store.DurableOwner
 	// away stands in for the owner in the router for its away and
 	// draining patterns (away.subs).
@@ -137,7 +139,7 @@ func (a *absent) pendingCapLocked(l *Limits) int {
 
 func newDurables(s *Server) *durables {
 	d := &durables{
-		server: s,
+		server:  s,
 		owners:  make(map[string]*owner),
 		counts:  make(map[string]int),
 		entries: make(map[string]*sharedEntry),
@@ -155,7 +157,7 @@ func newDurables(s *Server) *durables {
 func (d *durables) ownerLocked(clientID, identity string) *owner {
 	o := d.owners[clientID]
 	if o == nil {
-		o = &owner{rec: store.DurableOwner{ClientID: clientID, Identity: identity}, shared: make(map[string]*sharedEntry)}
+		o = &owner{id: clientID, rec: store.DurableOwner{ClientID: clientID, Identity: identity}, shared: make(map[string]*sharedEntry)}
 		o.away = &absent{holding: holding{server: d.server, log: d.server.log, clientID: clientID, identity: identity,
 			subs: make(map[string]*subscription, 1)}, owner: o}
 		d.owners[clientID] = o
@@ -207,21 +209,21 @@ func (d *durables) restore(ctx context.Context) error {
 	for _, e := range all {
 		pattern, err := protocol.ParsePattern(e.sub.Pattern)
 		if err != nil {
-			return fmt.Errorf("durable subscription %q of %q: %w", e.sub.Pattern, e.o.rec.ClientID, err)
+			return fmt.Errorf("durable subscription %q of %q: %w", e.sub.Pattern, e.o.id, err)
 		}
 		policy := protocol.Policy(e.sub.Policy)
 		if !policy.Valid() {
-			return fmt.Errorf("durable subscription %q of %q: unknown policy %q", e.sub.Pattern, e.o.rec.ClientID, policy)
+			return fmt.Errorf("durable subscription %q of %q: unknown policy %q", e.sub.Pattern, e.o.id, policy)
 		}
 		key, rev, err := d.server.cl.cluster.PutSubscription(ctx, SharedSubscription{Pattern: e.sub.Pattern, Policy: policy,
-			Fallback: e.sub.Fallback, ClientID: e.o.rec.ClientID, Identity: e.o.rec.Identity})
+			Fallback: e.sub.Fallback, ClientID: e.o.id, Identity: e.o.rec.Identity})
 		if err != nil {
-			return fmt.Errorf("durable subscription %q of %q: %w", e.sub.Pattern, e.o.rec.ClientID, err)
+			return fmt.Errorf("durable subscription %q of %q: %w", e.sub.Pattern, e.o.id, err)
 		}
 		sub := &subscription{seq: rev, key: key, pattern: pattern, policy: policy, fallback: e.sub.Fallback, to: e.o.away}
 		e.o.away.subs[e.sub.Pattern] = sub
 		d.server.router.insert(sub)
-		d.counts[limitKey(e.o.rec.Identity, e.o.rec.ClientID)]++
+		d.counts[limitKey(e.o.rec.Identity, e.o.id)]++
 	}
 	d.gauge.Set(float64(len(all)))
 	return nil
@@ -371,7 +373,7 @@ func (d *durables) record(clientID, identity string, maxPending int, conn *conn,
 // held.
 func (d *durables) forgetIfEmptyLocked(o *owner) {
 	if len(o.rec.Subscriptions) == 0 && o.rec.Waker == "" && len(o.away.subs) == 0 && len(o.pending) == 0 && len(o.shared) == 0 {
-		delete(d.owners, o.rec.ClientID)
+		delete(d.owners, o.id)
 	}
 }
 
@@ -460,7 +462,7 @@ func (d *durables) drain(o *owner, c *conn) {
 		if d.shared != nil {
 			d.pull(o, c)
 		}
-		batch := s.sched.takeOwner(o.rec.ClientID, func(pattern string) bool { return d.deliverable(o, c, pattern) })
+		batch := s.sched.takeOwner(o.id, func(pattern string) bool { return d.deliverable(o, c, pattern) })
 		if len(batch) == 0 {
 			over, live := d.finishDrain(o, c)
 			if len(live) > 0 {
@@ -509,7 +511,7 @@ func (d *durables) finishDrain(o *owner, c *conn) (bool, []string) {
 	s := d.server
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if o.conn == c && s.sched.countOwner(o.rec.ClientID, func(p string) bool { return o.deliverableLocked(c, p) }) > 0 {
+	if o.conn == c && s.sched.countOwner(o.id, func(p string) bool { return o.deliverableLocked(c, p) }) > 0 {
 		return false, nil
 	}
 	if o.conn != c {
@@ -621,10 +623,10 @@ func (s *Server) holdRetry(p *store.Pending, a *absent) {
 func (d *durables) held(o *owner, pattern string) {
 	s := d.server
 	s.mu.Lock()
-	_, connected := s.clients[o.rec.ClientID]
+	_, connected := s.clients[o.id]
 	s.mu.Unlock()
 	// Or on another node of the cluster.
-	connected = connected || len(s.cl.remoteStandIns(o.rec.ClientID)) > 0
+	connected = connected || len(s.cl.remoteStandIns(o.id)) > 0
 	d.mu.Lock()
 	if d.livedElsewhereLocked(o, pattern) {
 		// Back on another node since the walk routed here.
@@ -645,7 +647,7 @@ func (d *durables) held(o *owner, pattern string) {
 	}
 	d.wakes.Inc()
 	s.emit(protocol.TopicClientWake, protocol.ClientEvent{
-		Type: protocol.TypeClientEvent, Event: protocol.EventWake, ClientID: o.rec.ClientID, Identity: identity,
+		Type: protocol.TypeClientEvent, Event: protocol.EventWake, ClientID: o.id, Identity: identity,
 		Pattern: pattern, Reason: protocol.ReasonWakeMessage, Waker: waker, Node: s.cl.self,
 		Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
 	})
