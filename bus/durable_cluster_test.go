@@ -65,7 +65,9 @@ func leaveCluster(t *testing.T, nodes []*bustest.Server, c *bustest.Client, clie
 // for it on the nodes they were published on, and it comes back on a
 // third.
 func TestDurableOnCluster(t *testing.T) {
-	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	opts := clusterOptions()
+	opts.Limits.MaxPendingPerIdentity = 5
+	nodes := bustest.StartCluster(t, opts, "a", "b", "c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	t.Run("held on every node, delivered once, oldest first, on another", func(t *testing.T) {
@@ -148,6 +150,25 @@ func TestDurableOnCluster(t *testing.T) {
 		require.Len(t, r.Acks, 2, "%+v", r)
 		assert.Equal(t, []string{"dc5-agent", "dc5-audit"}, ackClients(r), "the durable subscription is still the newer")
 		assert.True(t, r.Acks[0].Processed, "%+v", r.Acks[0])
+	})
+
+	t.Run("what every node holds counts against the owner's cap", func(t *testing.T) {
+		owner := bustest.Connect(t, a.URL, "dc6-owner", bustest.Processed)
+		subscribeDurable(t, owner, "dc6:x", "")
+		leaveCluster(t, nodes, owner, "dc6-owner", 1)
+		for i, n := range []*bustest.Server{b, c, b, c, b} {
+			r := bustest.Connect(t, n.URL, fmt.Sprint("dc6-pub-", i), nil).Publish("dc6:x", "m")
+			require.True(t, r.Acks[0].Held, "publish %d: %+v", i, r.Acks[0])
+		}
+		require.Eventually(t, func() bool {
+			subs := listDurable(t, a.URL, "dc6-owner")
+			return len(subs) == 1 && subs[0].Held == 5
+		}, clusterWait, 20*time.Millisecond, "node a never counted what b and c held")
+		r := bustest.Connect(t, a.URL, "dc6-pub-a", nil).Publish("dc6:x", "m")
+		require.Len(t, r.Acks, 1, "%+v", r)
+		assert.False(t, r.Acks[0].Held, "%+v", r.Acks[0])
+		assert.NotEmpty(t, r.Acks[0].DeadLetter)
+		assert.Contains(t, r.Acks[0].Error, "max_pending_per_identity")
 	})
 
 	t.Run("unsubscribe ends it on every node", func(t *testing.T) {
