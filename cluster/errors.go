@@ -67,7 +67,7 @@ type noBackupError struct{}
 func (noBackupError) Error() string {
 	return "a cluster node keeps its state in NATS JetStream, not in a file bub backup can copy: " +
 		"copy each node's DATA_DIR/nats while that node is stopped, one node at a time, " +
-		"or back up the streams KV_BUB_PENDING and BUB_DLQ with the nats CLI (nats stream backup) through --nats-client-listen; " +
+		"or back up the streams KV_BUB_PENDING, KV_BUB_DURABLE and BUB_DLQ with the nats CLI (nats stream backup) through --nats-client-listen; " +
 		"see \"Backing up a cluster\" in docs/CLUSTER.md"
 }
 

@@ -17,7 +17,7 @@ import (
 
 // registerWaker makes the spawner the waker of agentID on the bus, once
 // per agent id and run of the spawner. A bus that refuses (its grant
-// lacks waker: true, or it is a cluster) leaves the agent without one:
+// lacks waker: true) leaves the agent without one:
 // its held messages wait for its next start by a message to its
 // conversation, or end their hold lifetime.
 func (s *Spawner) registerWaker(conn *peer.Conn, agentID string) {
