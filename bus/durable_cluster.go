@@ -480,6 +480,11 @@ func (d *durables) forward(o *owner) {
 // sendOn makes p, held for an owner now live on another node, a retry
 // due at once.
 func (s *Server) sendOn(p *store.Pending) {
+	// The scheduler keeps no payloads, and the write below stores what
+	// p has: read it first.
+	if !s.loadMessage(p) {
+		return
+	}
 	p.Kind, p.NextAt = store.KindRetry, time.Now()
 	if err := s.store.PutPending(p); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
