@@ -93,11 +93,13 @@ func TestDurableOnCluster(t *testing.T) {
 
 		seen := make(chan protocol.ProcessMessageParams, 16)
 		back := bustest.Connect(t, c.URL, "dc1-owner", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
+		resumed := time.Now()
 		subscribeDurable(t, back, "dc1:*", "")
 		for i, id := range ids {
 			p := recvWithin(t, seen, clusterWait, "a held message never came")
 			assert.Equal(t, id, p.MessageID, "delivery %d out of order", i)
 		}
+		t.Logf("%d messages held on two other nodes delivered %v after the subscribe", len(ids), time.Since(resumed).Round(time.Millisecond))
 		// Live on every node once the held ones are delivered.
 		for _, n := range nodes {
 			require.Eventually(t, func() bool {
@@ -309,6 +311,7 @@ func TestDurableClusterNodeDeath(t *testing.T) {
 		ids = append(ids, r.MessageID)
 	}
 	bus.Crash(b.Server)
+	died := time.Now()
 
 	seen := make(chan protocol.ProcessMessageParams, 8)
 	back := bustest.Connect(t, c.URL, "dd-owner", attempts(seen, protocol.ProcessMessageResult{Processed: true}))
@@ -317,6 +320,7 @@ func TestDurableClusterNodeDeath(t *testing.T) {
 		p := recvWithin(t, seen, clusterWait, "a message the dead node held never came")
 		assert.Equal(t, id, p.MessageID, "delivery %d out of order", i)
 	}
+	t.Logf("the dead node's %d held messages delivered %v after its death", len(ids), time.Since(died).Round(time.Millisecond))
 
 	// Away since b died: held on a, then delivered on c.
 	awayEverywhere(t, []*bustest.Server{a, c}, "dd-second", 1)
