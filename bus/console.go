@@ -75,6 +75,7 @@ type consoleState struct {
 	sampler sync.Once
 	samples sampleRing
 	agents  agentBook
+	bcp     bcpBook
 }
 
 // serveConsole serves everything under PathConsole.
@@ -149,6 +150,9 @@ var consoleRoutes = map[string]consoleRoute{
 	"approvals":          {http.MethodGet, (*Server).consoleApprovals},
 	"approvals/decide":   {http.MethodPost, (*Server).consoleDecide},
 	"agents":             {http.MethodGet, (*Server).consoleAgents},
+	"events":             {http.MethodGet, (*Server).consoleEvents},
+	"events/stream":      {http.MethodGet, (*Server).consoleEventStream},
+	"bcp":                {http.MethodGet, (*Server).consoleBCP},
 }
 
 // consoleLogin exchanges an admin credential for a session. On an open
@@ -268,6 +272,7 @@ func (s *Server) consoleWhoAmI(sess *consoleSession, w http.ResponseWriter, _ *h
 	writeJSON(w, http.StatusOK, map[string]any{
 		"identity": sess.identity, "csrf": sess.csrf, "expires": sess.expires.UTC(),
 		"serverId": s.opts.ServerID, "cluster": cluster, "node": node, "auth": s.auth.Load() != nil,
+		"journal": s.journal != nil, "journalPayloads": s.journal != nil && s.journal.opts.Payloads,
 	})
 }
 

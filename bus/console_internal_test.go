@@ -32,3 +32,35 @@ func FuzzConsoleAgentEvent(f *testing.F) {
 		}
 	})
 }
+
+// FuzzConsoleBCPEvent: whatever a peer publishes on system:bcp.*, the
+// console's book of the gateway takes it without panicking, keeps one
+// channel per Controller and Reader, and no string of it longer than
+// maxBCPField.
+func FuzzConsoleBCPEvent(f *testing.F) {
+	f.Add(topicBCPBudget, []byte(`{"type":"bcp_channel_budget","event":"charge","controller":"main","reader":"r","spent_bits":55,"remaining_bits":145,"budget_bits":200,"at":"2026-01-01T00:00:00Z"}`))
+	f.Add(topicBCPValidation, []byte(`{"type":"bcp_validation_failed","controller":"main","reader":"r","query_id":"q-1","category":2,"code":"too_many_words","attempts_left":2}`))
+	f.Add(topicBCPValidation, []byte(`{"type":"bcp_anomaly","controller":"main","reader":"r","anomalies":{"url":2,"invisible":1}}`))
+	f.Add(topicBCPBudget, []byte(`{"type":"bcp_channel_budget","controller":"","reader":"r"}`))
+	f.Add(topicBCPValidation, []byte(`[1,2`))
+	f.Fuzz(func(t *testing.T, topic string, payload []byte) {
+		var b bcpBook
+		m := &store.Message{Topic: topic, Payload: payload, From: "bcp-gateway"}
+		b.observe(m)
+		b.observe(m)
+		channels, recent := b.snapshot()
+		if len(channels) > 1 || len(recent) > 2 {
+			t.Fatalf("one event twice made %d channels and %d events", len(channels), len(recent))
+		}
+		for _, c := range channels {
+			if len(c.Controller) > maxBCPField || len(c.Reader) > maxBCPField || len(c.At) > maxBCPField || c.Controller == "" {
+				t.Fatalf("channel %+v", c)
+			}
+		}
+		for _, e := range recent {
+			if len(e.Anomalies) > maxBCPKinds || len(e.Code) > maxBCPField || (e.Kind != "failure" && e.Kind != "anomaly") {
+				t.Fatalf("event %+v", e)
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -31,6 +32,16 @@ import (
 // st is its store (nil: in memory).
 func consoleBus(t *testing.T, st *store.Store) *bustest.Server {
 	t.Helper()
+	return consoleBusWith(t, func(o *bus.Options) {
+		if st != nil {
+			o.Store = st
+		}
+	})
+}
+
+// consoleBusWith is consoleBus with its options tuned.
+func consoleBusWith(t *testing.T, tune func(*bus.Options)) *bustest.Server {
+	t.Helper()
 	sum := func(token string) string { h := sha256.Sum256([]byte(token)); return hex.EncodeToString(h[:]) }
 	a, err := auth.New(auth.Config{Identities: []auth.Identity{
 		{Name: "root", TokenSHA256: sum("root-token"), Grant: auth.Grant{ClientIDs: []string{"root"}, Admin: true,
@@ -42,9 +53,7 @@ func consoleBus(t *testing.T, st *store.Store) *bustest.Server {
 		t.Fatal(err)
 	}
 	o := &bus.Options{Auth: a}
-	if st != nil {
-		o.Store = st
-	}
+	tune(o)
 	return bustest.Start(t, o)
 }
 
@@ -486,5 +495,155 @@ func TestConsoleCluster(t *testing.T) {
 	}
 	if a := c.post("/console/api/clients/close", `{"clientId": "on-b"}`); a.status != http.StatusConflict || !strings.Contains(string(a.body), "node b") {
 		t.Errorf("disconnect on-b from a: %d %s", a.status, a.body)
+	}
+}
+
+// The Messages page's endpoints: a message is found by its id (its
+// whole story) and by its correlation id, a search narrows by kind,
+// topic and time, its payload comes only when asked for, a bad query is
+// refused naming what is wrong, the cookie opens these and never
+// /v1/events, and the tail streams a message published after it opened.
+func TestConsoleMessages(t *testing.T) {
+	srv := consoleBusWith(t, func(o *bus.Options) { o.Journal.Payloads = true })
+	worker := bustest.DialToken(t, srv.URL, "root-token")
+	worker.OnProcess(bustest.Processed)
+	worker.Initialize("root")
+	worker.Subscribe("orders:*", protocol.PolicyContinueAll)
+	var sent protocol.SendMessageResult
+	worker.MustCall(protocol.MethodSendMessage, map[string]any{"topic": "orders:new", "payload": map[string]string{"type": "order", "note": "secret-note"},
+		"meta": map[string]string{"correlation_id": "conv-7"}}, &sent)
+	c := newConsoleClient(t, srv)
+	c.login("root-token")
+
+	page := func(query string) protocol.JournalPage {
+		t.Helper()
+		a := c.do(http.MethodGet, "/console/api/events?"+query, "", nil)
+		var p protocol.JournalPage
+		if a.status != http.StatusOK || json.Unmarshal(a.body, &p) != nil {
+			t.Fatalf("events?%s: %d %s", query, a.status, a.body)
+		}
+		return p
+	}
+	story := page("messageId=" + sent.MessageID)
+	if got := kinds(story.Events); strings.Join(got, " ") != "accepted routed:root delivery:root:processed" {
+		t.Fatalf("story of %s: %v", sent.MessageID, got)
+	}
+	for _, ev := range story.Events {
+		if ev.Payload != nil || ev.CorrelationID != "conv-7" {
+			t.Fatalf("event %+v: want no payload unasked, correlation conv-7", ev)
+		}
+	}
+	if p := page("messageId=" + sent.MessageID + "&kind=accepted&payloads=1"); len(p.Events) != 1 || !strings.Contains(string(p.Events[0].Payload), "secret-note") {
+		t.Fatalf("payload asked for: %+v", p.Events)
+	}
+	if p := page("correlationId=conv-7&kind=accepted"); len(p.Events) != 1 || p.Events[0].MessageID != sent.MessageID {
+		t.Fatalf("by correlation id: %+v", p.Events)
+	}
+	if p := page("topic=invoices:*"); len(p.Events) != 0 {
+		t.Fatalf("another topic: %+v", p.Events)
+	}
+	if p := page("topic=orders:*&until=1h"); len(p.Events) != 0 {
+		t.Fatalf("until an hour ago: %+v", p.Events)
+	}
+	if p := page("topic=orders:*&since=1h&limit=2"); len(p.Events) != 2 || !p.More {
+		t.Fatalf("a page of 2 of 3: %+v", p)
+	}
+	for query, says := range map[string]string{
+		"payloads=yes": "payloads", "kind=sent": "kind", "since=1m&until=1h": "before since", "messageId=": "messageId", "topics=x": "topics",
+	} {
+		if a := c.do(http.MethodGet, "/console/api/events?"+query, "", nil); a.status != http.StatusBadRequest || !strings.Contains(string(a.body), says) {
+			t.Errorf("events?%s: %d %s, want 400 naming %s", query, a.status, a.body, says)
+		}
+	}
+	if a := c.do(http.MethodGet, bus.PathEvents, "", nil); a.status != http.StatusUnauthorized {
+		t.Errorf("/v1/events with the console cookie: %d %s", a.status, a.body)
+	}
+	anon := newConsoleClient(t, srv)
+	if a := anon.do(http.MethodGet, "/console/api/events", "", nil); a.status != http.StatusUnauthorized {
+		t.Errorf("events without a session: %d %s", a.status, a.body)
+	}
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.HTTP.URL+"/console/api/events/stream?topic=orders:*", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.AddCookie(c.cookie)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("tail: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	// The tail starts with the next event: the headers came once the
+	// stream fixed where it starts.
+	tailed := worker.Publish("orders:tailed", "order")
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev protocol.JournalEvent
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatalf("tail data %q: %v", data, err)
+		}
+		if ev.MessageID == sent.MessageID {
+			t.Fatalf("the tail showed a message from before it opened: %+v", ev)
+		}
+		if ev.Payload != nil {
+			t.Fatalf("the tail showed a payload: %+v", ev)
+		}
+		if ev.MessageID == tailed.MessageID {
+			return
+		}
+	}
+	t.Fatalf("the tail ended without %s: %v", tailed.MessageID, sc.Err())
+}
+
+// The BCP page shows each channel's budget as the gateway's last
+// system:bcp.budget event said, and the recent validation failures and
+// anomalies, newest first, each with who published it.
+func TestConsoleBCPEvents(t *testing.T) {
+	srv := bustest.Start(t, nil)
+	gw := bustest.Connect(t, srv.URL, "bcp-gateway", nil)
+	for _, p := range []struct{ topic, payload string }{
+		{"system:bcp.budget", `{"type":"bcp_channel_budget","event":"charge","controller":"main","reader":"researcher","spent_bits":55,"remaining_bits":145,"budget_bits":200,"cat2_queries":1,"max_cat2_queries":2,"at":"2026-01-01T00:00:00Z"}`},
+		{"system:bcp.budget", `{"type":"bcp_channel_budget","event":"charge","controller":"main","reader":"researcher","spent_bits":110,"remaining_bits":90,"budget_bits":200,"cat2_queries":2,"max_cat2_queries":2,"at":"2026-01-01T00:00:01Z"}`},
+		{"system:bcp.validation", `{"type":"bcp_validation_failed","controller":"main","reader":"researcher","query_id":"q-1","category":2,"code":"too_many_words","attempts_left":2,"at":"2026-01-01T00:00:02Z"}`},
+		{"system:bcp.validation", `{"type":"bcp_anomaly","controller":"main","reader":"researcher","query_id":"q-1","category":2,"anomalies":{"url":1},"at":"2026-01-01T00:00:03Z"}`},
+		{"system:bcp.validation", `{"type":"something_else","controller":"main","reader":"researcher"}`},
+	} {
+		if r := gw.Call(protocol.MethodSendMessage, map[string]any{"topic": p.topic, "payload": json.RawMessage(p.payload)}); r.Error != nil {
+			t.Fatalf("publish on %s: %v", p.topic, r.Error)
+		}
+	}
+	c := newConsoleClient(t, srv)
+	c.login("")
+	a := c.do(http.MethodGet, "/console/api/bcp", "", nil)
+	var got struct {
+		Channels []struct {
+			Controller    string  `json:"controller"`
+			Reader        string  `json:"reader"`
+			RemainingBits float64 `json:"remainingBits"`
+			Cat2Queries   int     `json:"cat2Queries"`
+			From          string  `json:"from"`
+		} `json:"channels"`
+		Total  int `json:"total"`
+		Recent []struct {
+			Kind      string         `json:"kind"`
+			Code      string         `json:"code"`
+			Anomalies map[string]int `json:"anomalies"`
+		} `json:"recent"`
+	}
+	if err := json.Unmarshal(a.body, &got); err != nil || got.Total != 1 || len(got.Channels) != 1 || len(got.Recent) != 2 {
+		t.Fatalf("bcp: %s (%v)", a.body, err)
+	}
+	if ch := got.Channels[0]; ch.Controller != "main" || ch.Reader != "researcher" || ch.RemainingBits != 90 || ch.Cat2Queries != 2 || ch.From != "bcp-gateway" {
+		t.Errorf("channel %+v: want the last event's 90 bits left, from bcp-gateway", ch)
+	}
+	if r := got.Recent; r[0].Kind != "anomaly" || r[0].Anomalies["url"] != 1 || r[1].Kind != "failure" || r[1].Code != "too_many_words" {
+		t.Errorf("recent %+v: want the anomaly, then the failure", r)
 	}
 }

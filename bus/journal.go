@@ -211,21 +211,32 @@ func (j *journal) close() {
 	}
 }
 
-// journalQuery selects events: those of one message and of the messages
-// correlated with it, of topics matching a pattern, since a time. may
-// says whether the reader may see a topic (its grant).
+// journalQuery selects events: those of one message, or of one message
+// and the messages correlated with it, of one kind, of topics matching a
+// pattern, between two times. may says whether the reader may see a
+// topic (its grant); hidePayloads leaves payloads out (the console shows
+// one only when its operator asks).
 type journalQuery struct {
+	messageID     string
 	correlationID string
+	kind          string
 	topic         *protocol.Pattern
-	since         time.Time
+	since, until  time.Time
 	may           func(topic string) bool
+	hidePayloads  bool
 }
 
 func (q *journalQuery) match(ev *protocol.JournalEvent, oldest time.Time) bool {
-	if ev.Time.Before(oldest) || ev.Time.Before(q.since) {
+	if ev.Time.Before(oldest) || ev.Time.Before(q.since) || (!q.until.IsZero() && ev.Time.After(q.until)) {
+		return false
+	}
+	if q.messageID != "" && ev.MessageID != q.messageID {
 		return false
 	}
 	if q.correlationID != "" && ev.MessageID != q.correlationID && ev.CorrelationID != q.correlationID {
+		return false
+	}
+	if q.kind != "" && ev.Kind != q.kind {
 		return false
 	}
 	if q.topic != nil && !q.topic.Match(ev.Topic) {
@@ -296,6 +307,9 @@ func (j *journal) read(after uint64, limit int, q *journalQuery) (page []protoco
 			if q.match(ev, oldest) {
 				e := *ev
 				e.Cursor = j.cursor(last)
+				if q.hidePayloads {
+					e.Payload = nil
+				}
 				page = append(page, e)
 			}
 		}

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -150,6 +151,7 @@ func FuzzJournalQuery(f *testing.F) {
 		"correlationId=b00t-1&topic=jobs:*&since=15m&after=b00t.3&limit=10",
 		"since=2026-01-02T15:04:05Z", "after=other.99", "after=b00t.99999999999999999999", "after=.1", "after=b00t.",
 		"topic=a%20b", "limit=-1", "limit=1&limit=2", "x=1", "since=-1h", "topic=[a-", "correlationId=",
+		"messageId=b00t-7&kind=delivery", "kind=nope", "since=1h&until=30m", "since=30m&until=1h", "until=2026-01-02T15:04:05Z", "messageId=",
 	} {
 		f.Add(seed)
 	}
@@ -168,6 +170,8 @@ func FuzzJournalQuery(f *testing.F) {
 		}
 		require.LessOrEqual(t, req.after, uint64(10), "a cursor past the newest event is refused")
 		require.True(t, req.limit >= 1 && req.limit <= maxEventsLimit)
+		require.True(t, req.q.until.IsZero() || !req.q.until.Before(req.q.since), "until before since is refused")
+		require.True(t, req.q.kind == "" || slices.Contains(journalKinds, req.q.kind), "an unknown kind is refused")
 		page, last, _, _ := j.read(req.after, req.limit, &req.q)
 		require.GreaterOrEqual(t, last, req.after)
 		for _, ev := range page {

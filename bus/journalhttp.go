@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bub-bus/bub/auth"
@@ -48,10 +50,18 @@ type eventsRequest struct {
 	q        journalQuery
 }
 
+// journalKinds are the kinds an event may have, for kind=.
+var journalKinds = []string{
+	protocol.JournalAccepted, protocol.JournalRouted, protocol.JournalDelivery, protocol.JournalRetryScheduled,
+	protocol.JournalHeld, protocol.JournalWoken, protocol.JournalDeadLettered, protocol.JournalReplayed, protocol.JournalPurged,
+}
+
 // parseEventsQuery reads the query string of PathEvents and
-// PathEventsStream: correlationId, topic (a pattern), since (RFC 3339 or
-// a duration ago), after (a cursor) and limit. A parameter it does not
-// know is refused, so that a typo does not widen the query.
+// PathEventsStream (and of the console's Messages page, which takes the
+// same): messageId, correlationId, kind, topic (a pattern), since and
+// until (RFC 3339 or a duration ago), after (a cursor) and limit. A
+// parameter it does not know is refused, so that a typo does not widen
+// the query.
 func (j *journal) parseEventsQuery(v url.Values, now time.Time) (eventsRequest, error) {
 	req := eventsRequest{limit: defaultEventsLimit}
 	for name, vals := range v {
@@ -60,23 +70,36 @@ func (j *journal) parseEventsQuery(v url.Values, now time.Time) (eventsRequest, 
 		}
 		val := vals[0]
 		switch name {
-		case "correlationId":
+		case "messageId", "correlationId":
 			if val == "" || len(val) > maxCorrelationID {
-				return req, fmt.Errorf("correlationId must be a message id of 1 to %d bytes", maxCorrelationID)
+				return req, fmt.Errorf("%s must be a message id of 1 to %d bytes", name, maxCorrelationID)
 			}
-			req.q.correlationID = val
+			if name == "messageId" {
+				req.q.messageID = val
+			} else {
+				req.q.correlationID = val
+			}
+		case "kind":
+			if !slices.Contains(journalKinds, val) {
+				return req, fmt.Errorf("kind %q is not one of %s", val, strings.Join(journalKinds, ", "))
+			}
+			req.q.kind = val
 		case "topic":
 			p, err := protocol.ParsePattern(val)
 			if err != nil {
 				return req, fmt.Errorf("topic: %v", err)
 			}
 			req.q.topic = p
-		case "since":
+		case "since", "until":
 			t, err := parseSince(val, now)
 			if err != nil {
-				return req, err
+				return req, fmt.Errorf("%s: %v", name, err)
 			}
-			req.q.since = t
+			if name == "since" {
+				req.q.since = t
+			} else {
+				req.q.until = t
+			}
 		case "after":
 			seq, err := j.parseCursor(val)
 			if err != nil {
@@ -90,21 +113,24 @@ func (j *journal) parseEventsQuery(v url.Values, now time.Time) (eventsRequest, 
 			}
 			req.limit = n
 		default:
-			return req, fmt.Errorf("unknown query parameter %q; the journal takes correlationId, topic, since, after and limit", name)
+			return req, fmt.Errorf("unknown query parameter %q; the journal takes messageId, correlationId, kind, topic, since, until, after and limit", name)
 		}
+	}
+	if !req.q.until.IsZero() && req.q.until.Before(req.q.since) {
+		return req, fmt.Errorf("until %s is before since %s", req.q.until.Format(time.RFC3339Nano), req.q.since.Format(time.RFC3339Nano))
 	}
 	return req, nil
 }
 
-// parseSince reads since=: an RFC 3339 time, or a Go duration meaning
-// that long before now (since=15m).
+// parseSince reads since= and until=: an RFC 3339 time, or a Go duration
+// meaning that long before now (since=15m).
 func parseSince(v string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 		return t, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("since %q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a positive duration ago (15m)", v)
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor a positive duration ago (15m)", v)
 	}
 	return now.Add(-d), nil
 }
@@ -121,6 +147,14 @@ func (s *Server) journalReader(r *http.Request) (func(topic string) bool, *auth.
 		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
 		return nil, nil, err
 	}
+	return s.journalAccess(cred)
+}
+
+// journalAccess decides what cred may see of the journal: nil for
+// everything (an admin, or an open bus), else the topics its grant lets
+// it subscribe to. The console decides so for its session's credential,
+// so that its Messages page obeys the grant rules /v1/events does.
+func (s *Server) journalAccess(cred credential) (func(topic string) bool, *auth.Authenticator, error) {
 	a := s.auth.Load()
 	if a == nil {
 		return nil, nil, nil
@@ -151,6 +185,10 @@ func (s *Server) journalReader(r *http.Request) (func(topic string) bool, *auth.
 	}, a, nil
 }
 
+// journalReaderOf decides again, for a stream, what its reader may see:
+// when the bus reloads its auth, the reader's grant may have changed.
+type journalReaderOf func() (func(topic string) bool, *auth.Authenticator, error)
+
 // journalRequest checks a request of the journal: the method, the
 // journal being on, the reader and the query. It answers the request
 // itself when it returns false.
@@ -164,17 +202,24 @@ func (s *Server) journalRequest(w http.ResponseWriter, r *http.Request) (eventsR
 		writeError(w, 0, err)
 		return eventsRequest{}, nil, false
 	}
+	req, ok := s.journalQueryOf(w, r.URL.Query())
+	req.q.may = may
+	return req, a, ok
+}
+
+// journalQueryOf checks that the journal is on and parses the query. It
+// answers the request itself when it returns false.
+func (s *Server) journalQueryOf(w http.ResponseWriter, v url.Values) (eventsRequest, bool) {
 	if s.journal == nil {
 		writeError(w, http.StatusNotFound, protocol.Errorf(protocol.ErrMethodNotFound, "the message journal is off on this bus (--journal=false)"))
-		return eventsRequest{}, nil, false
+		return eventsRequest{}, false
 	}
-	req, err := s.journal.parseEventsQuery(r.URL.Query(), time.Now())
+	req, err := s.journal.parseEventsQuery(v, time.Now())
 	if err != nil {
 		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "%v", err))
-		return eventsRequest{}, nil, false
+		return eventsRequest{}, false
 	}
-	req.q.may = may
-	return req, a, true
+	return req, true
 }
 
 // serveEvents answers a page of the journal.
@@ -183,6 +228,11 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.writeJournalPage(w, &req)
+}
+
+// writeJournalPage answers the page of the journal req asks for.
+func (s *Server) writeJournalPage(w http.ResponseWriter, req *eventsRequest) {
 	j := s.journal
 	events, last, more, gap := j.read(req.after, req.limit, &req.q)
 	page := protocol.JournalPage{Events: events, Next: j.cursor(last), More: more, Gap: gap}
@@ -192,17 +242,23 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-// serveEventStream streams the journal as Server-Sent Events: each event
-// with its cursor as id, from the one after Last-Event-ID (or after=),
-// else from since=, else from now on. A reader that reconnects with the
-// last id it got misses nothing the journal still holds. The stream ends
-// when the bus shuts down, or when a reload no longer accepts the
-// reader's credential.
+// serveEventStream streams the journal as Server-Sent Events (see
+// streamJournal) to a reader with a bearer credential.
 func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	req, a, ok := s.journalRequest(w, r)
 	if !ok {
 		return
 	}
+	s.streamJournal(w, r, req, a, func() (func(string) bool, *auth.Authenticator, error) { return s.journalReader(r) })
+}
+
+// streamJournal streams the journal as Server-Sent Events: each event
+// with its cursor as id, from the one after Last-Event-ID (or after=),
+// else from since=, else from now on. A reader that reconnects with the
+// last id it got misses nothing the journal still holds. The stream ends
+// when the bus shuts down, or when a reload no longer accepts the
+// reader (reader decides again).
+func (s *Server) streamJournal(w http.ResponseWriter, r *http.Request, req eventsRequest, a *auth.Authenticator, reader journalReaderOf) {
 	j := s.journal
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
 		seq, err := j.parseCursor(id)
@@ -242,7 +298,7 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	for {
 		if now := s.auth.Load(); now != a {
 			// Reloaded: the reader's grant is decided again.
-			may, na, err := s.journalReader(r)
+			may, na, err := reader()
 			if err != nil {
 				return
 			}

@@ -25,6 +25,7 @@ func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*p
 func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets []ticket, reliable bool) (*protocol.SendMessageResult, error) {
 	s.name(m)
 	s.consoleState.agents.observe(m)
+	s.consoleState.bcp.observe(m)
 	if s.tracer != nil {
 		span := s.tracePublish(m, len(chain))
 		defer span.End()

@@ -134,9 +134,13 @@ type Gateway struct {
 	// with no client subscribed: every message goes to every approver, so
 	// an approver away would otherwise be a line per message.
 	absent *streak.Log
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	closed sync.Once
+	// eventsRefused logs once that the bus refuses the events for
+	// operators (events.go): a grant of an earlier version lacks their
+	// topics, and a line per charge would drown the log.
+	eventsRefused sync.Once
+	stop          chan struct{}
+	wg            sync.WaitGroup
+	closed        sync.Once
 }
 
 // Start checks the definitions, opens the state file, connects to the bus
@@ -506,7 +510,14 @@ func (g *Gateway) sendOne(topic string) (sent bool, wait time.Duration) {
 		// The bus refused the message (the gateway's grant lacks the
 		// topic, say): it will refuse it again, and retrying would block
 		// every later message of the topic. The audit log keeps it.
-		g.log.Error("bcp gateway: the bus refused a message, dropped", "topic", m.Topic, "err", err)
+		if !isEventTopic(m.Topic) {
+			g.log.Error("bcp gateway: the bus refused a message, dropped", "topic", m.Topic, "err", err)
+		} else {
+			g.eventsRefused.Do(func() {
+				g.log.Warn("bcp gateway: the bus refuses the gateway's events for operators, dropped (said once); grant the gateway publish "+TopicEvents+".* for the console's BCP page",
+					"topic", m.Topic, "err", err)
+			})
+		}
 		res, err = &protocol.SendMessageResult{Reason: perr.Error()}, nil
 	}
 	if err != nil {
@@ -554,6 +565,11 @@ const absentApproverEvery = time.Minute
 // the log says so once, then counts them (absent); the audit log records
 // each request it missed, not the closing notices that follow.
 func (g *Gateway) undeliverable(m outMessage, reason string) (audit bool) {
+	if isEventTopic(m.Topic) {
+		// Nobody need subscribe: the bus's console reads the events as
+		// the bus routes them.
+		return false
+	}
 	approver, ok := strings.CutPrefix(m.Topic, TopicApprovalRequested+".")
 	if !ok || !g.approvers[approver] {
 		g.log.Warn("bcp gateway: message undeliverable, dropped", "topic", m.Topic, "reason", reason)

@@ -120,10 +120,11 @@ func authConfig() auth.Config {
 	}
 	return auth.Config{Identities: []auth.Identity{
 		agent("main"), agent("researcher"), agent("scraper"),
-		// An operator's monitor of budget alerts.
+		// An operator's monitor of budget alerts and of the gateway's
+		// events for operators.
 		{Name: "ops", TokenSHA256: sha(tokens["ops"]), Grant: auth.Grant{
 			ClientIDs: []string{"ops"},
-			Subscribe: auth.Rules{Allow: []string{"alert:bcp.budget"}},
+			Subscribe: auth.Rules{Allow: []string{"alert:bcp.budget", "system:bcp.*"}},
 		}},
 		// Another observer of the bus's client events, as the spawner is.
 		{Name: "observer", TokenSHA256: sha(tokens["observer"]), Grant: auth.Grant{
@@ -140,7 +141,7 @@ func authConfig() auth.Config {
 		}},
 		{Name: "bcp-gateway", TokenSHA256: sha(tokens["bcp-gateway"]), Grant: auth.Grant{
 			ClientIDs: []string{"bcp-gateway"},
-			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested.*", "alert:bcp.budget"}},
+			Publish:   auth.Rules{Allow: []string{"agent:*", "bcp:approval.requested.*", "alert:bcp.budget", "system:bcp.*"}},
 			Subscribe: auth.Rules{Allow: []string{"bcp:*", "system:client.*"}},
 		}},
 	}}

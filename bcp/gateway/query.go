@@ -124,8 +124,12 @@ func (g *Gateway) sessionStart(t *txn, controller string, since time.Time) (ack,
 		if err != nil {
 			return ack{}, err
 		}
-		left, reader := bcp.RestoreBudget(limitsOf(&ch), rec.Usage).Usage().RemainingBits, ch.Peer
+		usage := bcp.RestoreBudget(limitsOf(&ch), rec.Usage).Usage()
+		left, reader := usage.RemainingBits, ch.Peer
 		t.onCommit(func(m *metrics) { m.budgetRemaining.WithLabelValues(controller, reader).Set(float64(left)) })
+		if err := budgetEvent(t, "reset", controller, reader, &ch, usage); err != nil {
+			return ack{}, err
+		}
 	}
 	rec.Outcome = "ok"
 	return accepted("budgets of %s reset", controller), t.audit(rec)
@@ -184,6 +188,9 @@ func (g *Gateway) charge(t *txn, controller, reader string, ch *bcp.Channel, c b
 		m.bitsSpent.WithLabelValues(controller, reader).Add(float64(bits))
 		m.budgetRemaining.WithLabelValues(controller, reader).Set(float64(usage.RemainingBits))
 	})
+	if err := budgetEvent(t, "charge", controller, reader, ch, usage); err != nil {
+		return usage, err
+	}
 	threshold := g.opts.AlertShare * float64(ch.BudgetBits)
 	if float64(before.Usage.SpentBits) < threshold && float64(usage.SpentBits) >= threshold && ch.BudgetBits > 0 {
 		alert := BudgetAlert{Type: TypeBudgetAlert, Controller: controller, Reader: reader,

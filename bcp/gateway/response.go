@@ -77,8 +77,12 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 		} else if err := t.putQuery(q); err != nil {
 			return ack{}, err
 		}
+		if err := validationFailedEvent(t, ValidationEvent{Controller: q.Controller, Reader: q.Reader, QueryID: q.ID,
+			Category: int(q.Spec.Category), AttemptsLeft: &left}, code); err != nil {
+			return ack{}, err
+		}
 		// The detail may quote the Reader: it goes back to the Reader
-		// only, never to the Controller.
+		// only, never to the Controller (nor to the event above).
 		vr := ValidationResult{Type: TypeValidationResult, QueryID: q.ID, Success: false, Code: code, Detail: detail}
 		if err := t.send(peer.AgentTopic(q.Reader), vr); err != nil {
 			return ack{}, err
@@ -87,6 +91,9 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 		return refuse(t, rec, code, detail)
 	}
 	t.onCommit(func(m *metrics) { m.validations.WithLabelValues("accepted", "").Inc() })
+	if err := anomalyEvent(t, ValidationEvent{Controller: q.Controller, Reader: q.Reader, QueryID: q.ID, Category: int(q.Spec.Category)}, res); err != nil {
+		return ack{}, err
+	}
 	if res.RequiresApproval {
 		q.State = stateAwaitingSummary
 		if err := t.putQuery(q); err != nil {

@@ -68,6 +68,10 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 		rec.Event = "validation"
 		code := codeOf(verr)
 		t.onCommit(func(m *metrics) { m.validations.WithLabelValues("rejected", code).Inc() })
+		if err := validationFailedEvent(t, ValidationEvent{Controller: r.Controller, Reader: reader, SubscriptionID: r.SubscriptionID,
+			Category: int(sub.Spec.Category)}, code); err != nil {
+			return ack{}, err
+		}
 		return refusePublish(CodeValidationFailed, fmt.Sprintf("%s: %s", codeOf(verr), detailOf(verr)))
 	}
 	// Charged after validation: an invalid publish delivers nothing, so
@@ -88,6 +92,10 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 		return ack{}, err
 	}
 	t.onCommit(func(m *metrics) { m.validations.WithLabelValues("accepted", "").Inc() })
+	if err := anomalyEvent(t, ValidationEvent{Controller: r.Controller, Reader: reader, SubscriptionID: r.SubscriptionID,
+		Category: int(sub.Spec.Category)}, res); err != nil {
+		return ack{}, err
+	}
 	if res.RequiresApproval {
 		a, err := g.summaryApproval(t, r.Controller, reader, sub.Spec, res)
 		if err != nil {

@@ -81,6 +81,7 @@ function loggedOut(why) {
   session = null;
   csrf = "";
   if (stream) { stream.close(); stream = null; }
+  stopTail();
   samples.length = 0;
   for (const p of document.querySelectorAll(".page")) p.hidden = true;
   $("nav").hidden = true;
@@ -203,6 +204,7 @@ function refreshLive() {
   if (page === "overview") renderOverview();
   else if (page === "clients") loadClients();
   else if (page === "agents") loadAgents();
+  else if (page === "bcp") loadBudgets();
 }
 
 // ---- clients ----
@@ -276,6 +278,167 @@ $("topic-form").addEventListener("submit", async (ev) => {
   }
   clear(out, el("p", { class: "hint" }, "Chain for ", el("code", {}, data.topic), data.held ? " (held when nobody subscribes)" : ""), list);
 });
+
+// ---- messages ----
+
+let msgAfter = "";
+let msgNext = "";
+let tail = null;
+
+function msgQuery() {
+  const q = new URLSearchParams();
+  for (const [name, id] of [["messageId", "msg-id"], ["correlationId", "msg-corr"], ["topic", "msg-topic"]]) {
+    const v = $(id).value.trim();
+    if (v) q.set(name, v);
+  }
+  for (const name of ["since", "until"]) {
+    const v = $("msg-" + name).value;
+    if (v) q.set(name, new Date(v).toISOString());
+  }
+  if ($("msg-published").checked) q.set("kind", "accepted");
+  return q;
+}
+
+// describe says in words what a journal event tells.
+function describe(ev) {
+  const chain = (ev.chain || []).join(" → ");
+  switch (ev.kind) {
+    case "accepted": return "from " + (ev.from || "?") + (ev.identity ? " (" + ev.identity + ")" : "") + (ev.remote ? " at " + ev.remote : "") + (ev.api ? " over " + ev.api : "");
+    case "routed": return chain ? "chain: " + chain : "to nobody (" + (ev.reason || "no_subscribers") + ")";
+    case "woken": return "routed again, chain: " + chain;
+    case "delivery": return "attempt " + ev.attempt + " to " + ev.clientId + (ev.subscription ? " (" + ev.subscription + ")" : "") + ": " + ev.outcome + (ev.error ? ": " + ev.error : "");
+    case "retry_scheduled": return "attempt " + ev.attempt + " to " + ev.clientId + " due " + fmtTime(ev.nextAt);
+    case "held": return "waits for a subscriber until " + fmtTime(ev.nextAt);
+    case "dead_lettered": return "dead letter " + ev.deadLetterId + " (" + ev.reason + ")" + (ev.clientId ? " meant for " + ev.clientId : "") + (ev.attempt ? " after " + ev.attempt + " attempts" : "");
+    case "replayed": return "dead letter " + ev.deadLetterId + " replayed to its " + ev.reason;
+    case "purged": return "dead letter " + ev.deadLetterId + " purged";
+  }
+  return "";
+}
+
+function kindTag(ev) {
+  if (ev.kind === "dead_lettered" || ev.kind === "purged") return "tag bad";
+  if (ev.kind === "retry_scheduled" || ev.kind === "held") return "tag warn";
+  if (ev.kind === "delivery") return ev.outcome === "processed" ? "tag ok" : "tag warn";
+  return "tag";
+}
+
+function messageLink(id) {
+  return el("a", { href: "#messages", class: "mono", onclick: (e) => { e.preventDefault(); showTimeline(id); } }, id);
+}
+
+function eventRow(ev) {
+  return el("tr", { "data-id": ev.messageId, "data-kind": ev.kind },
+    el("td", { class: "nowrap" }, fmtTime(ev.time)), el("td", {}, el("span", { class: kindTag(ev) }, ev.kind)),
+    el("td", {}, messageLink(ev.messageId)), el("td", { class: "mono" }, ev.topic), el("td", {}, describe(ev)),
+    el("td", {}, ev.node || "this node"));
+}
+
+function messagesWhere() {
+  $("msg-where").textContent = session.journal
+    ? "From this node's message journal, in memory: the last hour at most (bub serve --journal-max-age, --journal-max-bytes), oldest first. " +
+      "In a cluster each node journals the publishes it accepted and the deliveries it made: search the node the publisher is connected to."
+    : "The message journal is off on this bus (bub serve --journal=false): there is nothing to search.";
+}
+
+async function loadMessages() {
+  messagesWhere();
+  const q = msgQuery();
+  q.set("limit", "100");
+  if (msgAfter) q.set("after", msgAfter);
+  let data;
+  try { data = await call("events?" + q); } catch (e) { banner(e.message); return; }
+  banner("");
+  msgNext = data.more ? data.next : "";
+  $("msg-next").disabled = !msgNext;
+  $("msg-count").textContent = data.events.length + " event" + (data.events.length === 1 ? "" : "s") +
+    (data.more ? "; more on the next page" : "") + (data.gap ? "; older ones were dropped by retention" : "");
+  clear($("msg-rows"), ...data.events.map(eventRow));
+  const id = $("msg-id").value.trim();
+  if (id && !msgAfter) showTimeline(id);
+}
+
+// showTimeline shows one message's story: every event of it the journal
+// holds, in order.
+async function showTimeline(id) {
+  const events = [];
+  let after = "";
+  for (let i = 0; i < 10; i++) {
+    const q = new URLSearchParams({ messageId: id, limit: "1000" });
+    if (after) q.set("after", after);
+    let data;
+    try { data = await call("events?" + q); } catch (e) { banner(e.message); return; }
+    events.push(...data.events);
+    if (!data.more) break;
+    after = data.next;
+  }
+  const box = $("msg-timeline");
+  if (!events.length) {
+    clear(box, el("div", { class: "card" }, el("p", {}, "This node's journal holds no event of message ", el("code", {}, id),
+      ": it was published through another node, or before the journal's window.")));
+    return;
+  }
+  const first = events[0];
+  const payload = el("div", {});
+  if (session.journalPayloads) {
+    payload.append(el("button", { type: "button", id: "timeline-payload", onclick: () => showPayload(id, payload) }, "Show payload"));
+  } else {
+    payload.append(el("p", { class: "hint" }, "Payloads are not journaled on this bus (bub serve --journal-payloads keeps them)."));
+  }
+  clear(box, el("div", { class: "card" },
+    el("h2", {}, "Message ", el("code", {}, id), " on ", el("code", {}, first.topic)),
+    first.correlationId ? el("p", {}, "Correlation id ", messageLink(first.correlationId)) : null,
+    el("ol", { class: "timeline", id: "timeline" }, ...events.map((ev) => el("li", { "data-kind": ev.kind },
+      el("span", { class: "hint" }, fmtTime(ev.time)), " ", el("span", { class: kindTag(ev) }, ev.kind), " ", describe(ev),
+      ev.node ? el("span", { class: "tag" }, "node " + ev.node) : null))),
+    payload));
+}
+
+async function showPayload(id, box) {
+  let data;
+  try { data = await call("events?" + new URLSearchParams({ messageId: id, kind: "accepted", payloads: "1", limit: "1" })); } catch (e) { banner(e.message); return; }
+  const ev = data.events[0];
+  clear(box, ev && ev.payload !== undefined ? el("pre", {}, JSON.stringify(ev.payload, null, 2))
+    : el("p", { class: "hint" }, "The journal holds no payload of this message."));
+}
+
+// startTail follows the journal's events of a topic pattern on a stream
+// of its own, open while the Messages page is shown.
+async function startTail(pattern) {
+  stopTail();
+  const q = new URLSearchParams();
+  if (pattern) q.set("topic", pattern);
+  // A page of one first: a bad pattern gets its error as text, which an
+  // EventSource does not give.
+  try { await call("events?limit=1&" + q); } catch (e) { banner(e.message); return; }
+  tail = new EventSource(api + "events/stream?" + q);
+  $("tail-state").textContent = "connecting…";
+  $("tail-stop").disabled = false;
+  // Open: the bus has fixed where the tail starts, with the next event.
+  tail.onopen = () => { $("tail-state").textContent = "following " + (pattern || "every topic") + "…"; };
+  tail.onmessage = (m) => {
+    const rows = $("tail-rows");
+    rows.prepend(eventRow(JSON.parse(m.data)));
+    while (rows.childElementCount > 200) rows.lastElementChild.remove();
+  };
+  tail.onerror = () => {
+    if (tail && tail.readyState === EventSource.CLOSED) {
+      stopTail();
+      $("tail-state").textContent = "the tail ended; start it again";
+    }
+  };
+}
+
+function stopTail() {
+  if (tail) { tail.close(); tail = null; }
+  $("tail-stop").disabled = true;
+  $("tail-state").textContent = "";
+}
+
+$("msg-form").addEventListener("submit", (ev) => { ev.preventDefault(); msgAfter = ""; loadMessages(); });
+$("msg-next").addEventListener("click", () => { if (msgNext) { msgAfter = msgNext; loadMessages(); } });
+$("tail-form").addEventListener("submit", (ev) => { ev.preventDefault(); startTail($("tail-topic").value.trim()); });
+$("tail-stop").addEventListener("click", stopTail);
 
 // ---- dead letters ----
 
@@ -412,7 +575,29 @@ async function loadApprovals() {
   }));
 }
 
-$("bcp-refresh").addEventListener("click", loadApprovals);
+// loadBudgets shows the channels' budgets and the recent validation
+// failures and anomalies, from the gateway's system:bcp.* events.
+async function loadBudgets() {
+  let data;
+  try { data = await call("bcp?limit=500"); } catch (e) { banner(e.message); return; }
+  $("budgets-where").textContent = "From the gateway's system:bcp.* events routed through this node since it started (" + data.total + " channel" +
+    (data.total === 1 ? "" : "s") + (data.total > data.channels.length ? ", showing " + data.channels.length : "") + ").";
+  const of = (n, max) => n + (max ? " of " + max : "");
+  clear($("budget-rows"), ...data.channels.map((c) => el("tr", { "data-channel": c.controller + "/" + c.reader },
+    el("td", { class: "mono" }, c.controller), el("td", { class: "mono" }, c.reader), el("td", { class: "num" }, fmtNum(c.spentBits)),
+    el("td", { class: "num" }, el("span", { class: c.budgetBits > 0 && c.remainingBits < 0.2 * c.budgetBits ? "tag warn" : "" }, fmtNum(c.remainingBits))),
+    el("td", { class: "num" }, fmtNum(c.budgetBits)), el("td", { class: "num" }, of(c.cat2Queries, c.maxCat2Queries)),
+    el("td", { class: "num" }, of(c.cat3Queries, c.maxCat3Queries)), el("td", {}, c.event + " " + fmtTime(c.at)), el("td", { class: "mono" }, c.from))));
+  clear($("bcp-events"), ...data.recent.map((e) => el("tr", { "data-kind": e.kind },
+    el("td", { class: "nowrap" }, fmtTime(e.at)), el("td", {}, el("span", { class: e.kind === "failure" ? "tag bad" : "tag warn" }, e.kind)),
+    el("td", { class: "mono" }, e.controller), el("td", { class: "mono" }, e.reader), el("td", { class: "mono" }, e.queryId || e.subscriptionId || "–"),
+    el("td", { class: "num" }, e.category),
+    el("td", {}, e.kind === "failure" ? e.code + (e.attemptsLeft !== undefined ? " (" + e.attemptsLeft + " attempts left)" : "")
+      : Object.entries(e.anomalies || {}).map(([k, n]) => k + " × " + n).join(", ")),
+    el("td", { class: "mono" }, e.from))));
+}
+
+$("bcp-refresh").addEventListener("click", () => { loadApprovals(); loadBudgets(); });
 
 // ---- agents ----
 
@@ -461,8 +646,10 @@ function route() {
   if (page === "overview") renderOverview();
   else if (page === "clients") loadClients();
   else if (page === "deadletters") loadDeadLetters();
-  else if (page === "bcp") loadApprovals();
+  else if (page === "bcp") { loadApprovals(); loadBudgets(); }
   else if (page === "agents") loadAgents();
+  else if (page === "messages") messagesWhere();
+  if (page !== "messages") stopTail();
 }
 
 window.addEventListener("hashchange", route);

@@ -65,7 +65,7 @@ const consoleConfig = `auth:
     - name: bcp-gateway
       token_sha256: "%s"
       client_ids: ["bcp-gateway"]
-      publish: {allow: ["agent:*", "bcp:approval.requested.*"]}
+      publish: {allow: ["agent:*", "bcp:approval.requested.*", "system:bcp.*"]}
       subscribe: {allow: ["bcp:*", "system:client.*"]}
 `
 
@@ -303,6 +303,51 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 		t.Fatalf("chain of orders:new: %q", chain)
 	}
 
+	// Messages: a message published with a correlation id is found by
+	// its id, with its timeline, and by its correlation id; its payload
+	// stays hidden, as this bus does not journal payloads; and a message
+	// published while a topic is tailed appears in the tail.
+	viewer, err := peer.Dial(ctx, d.url, &peer.Options{ClientID: "viewer", Token: "viewer-token", PublishOnly: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viewer.Close()
+	const secret = "payload-the-console-must-not-show"
+	sent, err := viewer.SendMessage(ctx, "orders:new", map[string]string{"type": "order", "note": secret},
+		&peer.SendOptions{Meta: map[string]string{"correlation_id": "conversation-42"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasRow := func(tbody, id string) string {
+		return `[...document.querySelectorAll('` + tbody + ` tr')].some(r => r.dataset.id === ` + jsString(id) + `)`
+	}
+	run("messages: by id", chromedp.Navigate(d.http+"/console/#messages"), chromedp.WaitVisible("#msg-id", chromedp.ByQuery),
+		chromedp.SetValue("#msg-id", sent.MessageID, chromedp.ByQuery), chromedp.Click(`#msg-form button[type=submit]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#timeline li[data-kind=delivery]`, chromedp.ByQuery), shot("messages"))
+	if tl := textOf("#timeline"); !strings.Contains(tl, "accepted") || !strings.Contains(tl, "from viewer") ||
+		!strings.Contains(tl, "chain: "+hostileName) || !strings.Contains(tl, "processed") {
+		t.Fatalf("timeline of %s: %q", sent.MessageID, tl)
+	}
+	if card := textOf("#msg-timeline"); !strings.Contains(card, "not journaled") {
+		t.Fatalf("timeline card says nothing of payloads: %q", card)
+	}
+	run("messages: by correlation id", chromedp.SetValue("#msg-id", "", chromedp.ByQuery),
+		chromedp.SetValue("#msg-corr", "conversation-42", chromedp.ByQuery), chromedp.Click(`#msg-form button[type=submit]`, chromedp.ByQuery),
+		chromedp.Poll(hasRow("#msg-rows", sent.MessageID), nil, chromedp.WithPollingTimeout(30*time.Second)))
+	run("messages: tail", chromedp.SetValue("#tail-topic", "orders:*", chromedp.ByQuery), chromedp.Click("#tail-start", chromedp.ByQuery),
+		chromedp.Poll(`document.querySelector('#tail-state').textContent.startsWith("following")`, nil, chromedp.WithPollingTimeout(30*time.Second)))
+	tailed, err := viewer.SendMessage(ctx, "orders:tailed", map[string]string{"type": "order", "note": secret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run("messages: see the tailed message", chromedp.Poll(hasRow("#tail-rows", tailed.MessageID), nil, chromedp.WithPollingTimeout(30*time.Second)),
+		shot("messages-tail"))
+	var body string
+	run("read the whole page", chromedp.Evaluate(`document.body.textContent`, &body))
+	if strings.Contains(body, secret) {
+		t.Fatal("the Messages page shows a payload nobody asked for, on a bus that does not journal them")
+	}
+
 	run("dead letters", chromedp.Navigate(d.http+"/console/#deadletters"),
 		chromedp.WaitVisible(`#dl-rows tr button.replay`, chromedp.ByQuery),
 		chromedp.Click(`#dl-rows tr button`, chromedp.ByQuery), // Show
@@ -354,6 +399,19 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 		chromedp.Poll(`document.querySelector('#banner').textContent.startsWith("edit")`, nil, chromedp.WithPollingTimeout(30*time.Second)))
 	if r := nextOf(t, mainInbox, gateway.TypeResponseDelivery); !strings.Contains(strings.ToLower(string(r.Payload)), "edited by a human.") || strings.Contains(string(r.Payload), "approve me") {
 		t.Fatalf("the Controller got %s", r.Payload)
+	}
+
+	// The BCP page's budgets: the gateway's system:bcp.budget events
+	// for main → researcher, charged for the query above; and the
+	// anomalies of the summary, counted by kind, without its text.
+	channel := `document.querySelector('#budget-rows tr[data-channel="main/researcher"]')`
+	run("bcp budgets", chromedp.Navigate(d.http+"/console/#bcp"),
+		chromedp.Poll(channel+` !== null`, nil, chromedp.WithPollingTimeout(30*time.Second)), shot("bcp-budgets"))
+	if row := textOf(`#budget-rows tr[data-channel="main/researcher"]`); !strings.Contains(row, "bcp-gateway") {
+		t.Fatalf("budget of main/researcher: %q", row)
+	}
+	if events := textOf("#page-bcp"); strings.Contains(events, "approve me") {
+		t.Fatalf("the BCP page shows the Reader's raw summary outside an approval: %q", events)
 	}
 
 	run("agents", chromedp.Navigate(d.http+"/console/#agents"), chromedp.WaitVisible("#agents-rows tr", chromedp.ByQuery), shot("agents"))

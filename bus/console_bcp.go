@@ -1,0 +1,201 @@
+package bus
+
+import (
+	"cmp"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/bub-bus/bub/bus/store"
+)
+
+// The BCP page's channel budgets and recent validation failures and
+// anomalies, from the events the BCP gateway publishes on system:bcp.*
+// (bcp/gateway/events.go, docs/BCP.md "Events for operators"), as this
+// node routes them: kept in memory, bounded, like the agents.
+
+const (
+	// topicBCPBudget and topicBCPValidation are the gateway's event
+	// topics (gateway.TopicBudgetEvents, gateway.TopicValidationEvents,
+	// which the bus does not import).
+	topicBCPBudget     = "system:bcp.budget"
+	topicBCPValidation = "system:bcp.validation"
+	// maxConsoleChannels bounds the channels remembered; beyond it the
+	// one heard of longest ago is forgotten.
+	maxConsoleChannels = 10000
+	// maxConsoleBCPEvents is how many validation failures and anomalies
+	// are kept, the newest.
+	maxConsoleBCPEvents = 200
+	// maxBCPField bounds each string of an event: its publisher is
+	// trusted with system:bcp.*, but a string of a megabyte in 10,000
+	// channels would still be memory nobody asked for.
+	maxBCPField = 256
+	// maxBCPKinds bounds the anomaly kinds of one event.
+	maxBCPKinds = 8
+)
+
+// consoleBudget is a channel's account, as its last bcp_channel_budget
+// said.
+type consoleBudget struct {
+	Controller     string  `json:"controller"`
+	Reader         string  `json:"reader"`
+	Event          string  `json:"event"`
+	SpentBits      float64 `json:"spentBits"`
+	RemainingBits  float64 `json:"remainingBits"`
+	BudgetBits     float64 `json:"budgetBits"`
+	Cat2Queries    int     `json:"cat2Queries"`
+	MaxCat2Queries int     `json:"maxCat2Queries,omitempty"`
+	Cat3Queries    int     `json:"cat3Queries"`
+	MaxCat3Queries int     `json:"maxCat3Queries,omitempty"`
+	At             string  `json:"at"`
+	// From is the clientId that published it: the gateway, or whoever
+	// else a grant lets publish on system:bcp.*.
+	From string `json:"from"`
+}
+
+// consoleBCPEvent is a validation failure or an anomaly.
+type consoleBCPEvent struct {
+	Kind           string         `json:"kind"` // failure, anomaly
+	Controller     string         `json:"controller"`
+	Reader         string         `json:"reader"`
+	QueryID        string         `json:"queryId,omitempty"`
+	SubscriptionID string         `json:"subscriptionId,omitempty"`
+	Category       int            `json:"category"`
+	Code           string         `json:"code,omitempty"`
+	AttemptsLeft   *int           `json:"attemptsLeft,omitempty"`
+	Anomalies      map[string]int `json:"anomalies,omitempty"`
+	At             string         `json:"at"`
+	From           string         `json:"from"`
+}
+
+// bcpBook is what the console heard of the gateway.
+type bcpBook struct {
+	mu       sync.Mutex
+	channels map[string]*consoleBudget
+	// recent is a ring of the newest events; next is where the next
+	// goes once it is full.
+	recent []consoleBCPEvent
+	next   int
+}
+
+// clip bounds a string of an event.
+func clip(s string) string {
+	if len(s) > maxBCPField {
+		return strings.ToValidUTF8(s[:maxBCPField], "")
+	}
+	return s
+}
+
+// observe notes the gateway's event among the messages this node routes.
+func (b *bcpBook) observe(m *store.Message) {
+	if m.Topic != topicBCPBudget && m.Topic != topicBCPValidation {
+		return
+	}
+	var ev struct {
+		Type           string         `json:"type"`
+		Event          string         `json:"event"`
+		Controller     string         `json:"controller"`
+		Reader         string         `json:"reader"`
+		SpentBits      float64        `json:"spent_bits"`
+		RemainingBits  float64        `json:"remaining_bits"`
+		BudgetBits     float64        `json:"budget_bits"`
+		Cat2Queries    int            `json:"cat2_queries"`
+		MaxCat2Queries int            `json:"max_cat2_queries"`
+		Cat3Queries    int            `json:"cat3_queries"`
+		MaxCat3Queries int            `json:"max_cat3_queries"`
+		QueryID        string         `json:"query_id"`
+		SubscriptionID string         `json:"subscription_id"`
+		Category       int            `json:"category"`
+		Code           string         `json:"code"`
+		AttemptsLeft   *int           `json:"attempts_left"`
+		Anomalies      map[string]int `json:"anomalies"`
+		At             string         `json:"at"`
+	}
+	if json.Unmarshal(m.Payload, &ev) != nil || ev.Controller == "" || ev.Reader == "" {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case m.Topic == topicBCPBudget && ev.Type == "bcp_channel_budget":
+		if b.channels == nil {
+			b.channels = make(map[string]*consoleBudget)
+		}
+		key := clip(ev.Controller) + "\x00" + clip(ev.Reader)
+		if b.channels[key] == nil && len(b.channels) >= maxConsoleChannels {
+			b.forgetOldestLocked()
+		}
+		b.channels[key] = &consoleBudget{
+			Controller: clip(ev.Controller), Reader: clip(ev.Reader), Event: clip(ev.Event),
+			SpentBits: ev.SpentBits, RemainingBits: ev.RemainingBits, BudgetBits: ev.BudgetBits,
+			Cat2Queries: ev.Cat2Queries, MaxCat2Queries: ev.MaxCat2Queries, Cat3Queries: ev.Cat3Queries, MaxCat3Queries: ev.MaxCat3Queries,
+			At: clip(ev.At), From: clip(m.From),
+		}
+	case m.Topic == topicBCPValidation && (ev.Type == "bcp_validation_failed" || ev.Type == "bcp_anomaly"):
+		e := consoleBCPEvent{Kind: "failure", Controller: clip(ev.Controller), Reader: clip(ev.Reader), QueryID: clip(ev.QueryID),
+			SubscriptionID: clip(ev.SubscriptionID), Category: ev.Category, Code: clip(ev.Code), AttemptsLeft: ev.AttemptsLeft,
+			At: clip(ev.At), From: clip(m.From)}
+		if ev.Type == "bcp_anomaly" {
+			e.Kind = "anomaly"
+			e.Anomalies = make(map[string]int, min(len(ev.Anomalies), maxBCPKinds))
+			for k, n := range ev.Anomalies {
+				if len(e.Anomalies) == maxBCPKinds {
+					break
+				}
+				e.Anomalies[clip(k)] = n
+			}
+		}
+		if len(b.recent) < maxConsoleBCPEvents {
+			b.recent = append(b.recent, e)
+		} else {
+			b.recent[b.next] = e
+			b.next = (b.next + 1) % maxConsoleBCPEvents
+		}
+	}
+}
+
+func (b *bcpBook) forgetOldestLocked() {
+	var oldest string
+	for key, c := range b.channels {
+		if oldest == "" || c.At < b.channels[oldest].At {
+			oldest = key
+		}
+	}
+	delete(b.channels, oldest)
+}
+
+// snapshot returns the channels by controller and reader, and the recent
+// events newest first.
+func (b *bcpBook) snapshot() ([]consoleBudget, []consoleBCPEvent) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	channels := make([]consoleBudget, 0, len(b.channels))
+	for _, c := range b.channels {
+		channels = append(channels, *c)
+	}
+	recent := make([]consoleBCPEvent, 0, len(b.recent))
+	for i := range b.recent {
+		// Newest first: the one before next, backwards.
+		recent = append(recent, b.recent[(b.next-1-i+2*len(b.recent))%len(b.recent)])
+	}
+	slices.SortFunc(channels, func(x, y consoleBudget) int {
+		return cmp.Or(cmp.Compare(x.Controller, y.Controller), cmp.Compare(x.Reader, y.Reader))
+	})
+	return channels, recent
+}
+
+// consoleBCP answers a page of the channels' budgets, and the recent
+// validation failures and anomalies.
+func (s *Server) consoleBCP(_ *consoleSession, w http.ResponseWriter, r *http.Request) {
+	offset, limit, err := pageOf(r)
+	if err != nil {
+		writeError(w, 0, err)
+		return
+	}
+	channels, recent := s.consoleState.bcp.snapshot()
+	total := len(channels)
+	channels = channels[min(offset, total):min(offset+limit, total)]
+	writeJSON(w, http.StatusOK, map[string]any{"channels": channels, "total": total, "offset": offset, "recent": recent, "node": s.cl.self})
+}

@@ -1,0 +1,61 @@
+package bus
+
+import (
+	"net/http"
+
+	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// The console's Messages page reads the message journal through
+// endpoints of its own, since the session cookie is no credential for
+// /v1/events: the same query, parsed by the same parser
+// (parseEventsQuery), paged by the same reader (journal.read), and what
+// the session's credential may see decided as for a bearer credential
+// (journalAccess). Payloads are left out unless the page asks for them
+// (payloads=1), and then only the journal's own, which it keeps only with
+// --journal-payloads.
+
+// consoleJournalQuery reads the Messages page's query: the journal's,
+// and payloads. It answers the request itself when it returns false.
+func (s *Server) consoleJournalQuery(sess *consoleSession, w http.ResponseWriter, r *http.Request) (eventsRequest, *auth.Authenticator, bool) {
+	v := r.URL.Query()
+	payloads := v.Has("payloads")
+	if payloads && (len(v["payloads"]) != 1 || v.Get("payloads") != "1") {
+		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "payloads takes 1 (show them), once"))
+		return eventsRequest{}, nil, false
+	}
+	v.Del("payloads")
+	may, a, err := s.journalAccess(sess.cred)
+	if err != nil {
+		writeError(w, 0, err)
+		return eventsRequest{}, nil, false
+	}
+	req, ok := s.journalQueryOf(w, v)
+	req.q.may, req.q.hidePayloads = may, !payloads
+	return req, a, ok
+}
+
+// consoleEvents answers a page of the journal.
+func (s *Server) consoleEvents(sess *consoleSession, w http.ResponseWriter, r *http.Request) {
+	if req, _, ok := s.consoleJournalQuery(sess, w, r); ok {
+		s.writeJournalPage(w, &req)
+	}
+}
+
+// consoleEventStream tails the journal, as /v1/events/stream does. A
+// reload of the bus's auth checks the session again, and ends the stream
+// when it ended.
+func (s *Server) consoleEventStream(sess *consoleSession, w http.ResponseWriter, r *http.Request) {
+	req, a, ok := s.consoleJournalQuery(sess, w, r)
+	if !ok {
+		return
+	}
+	s.streamJournal(w, r, req, a, func() (func(string) bool, *auth.Authenticator, error) {
+		sess, err := s.consoleSessionOf(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.journalAccess(sess.cred)
+	})
+}
