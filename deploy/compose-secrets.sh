@@ -61,7 +61,7 @@ auth:
     - name: bcp-gateway                 # docs/BCP.md: the gateway's grant
       token_sha256: "$gateway_hash"
       client_ids: ["bcp-gateway"]
-      publish:   {allow: ["agent:*", "bcp:approval.requested.*", "alert:bcp.budget"]}
+      publish:   {allow: ["agent:*", "bcp:approval.requested.*", "alert:bcp.budget", "system:bcp.*"]}
       subscribe: {allow: ["bcp:*", "system:client.*"]}
     - name: telegram                    # bub telegram (the telegram profile)
       token_sha256: "$telegram_hash"

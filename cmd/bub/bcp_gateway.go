@@ -58,7 +58,7 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 		"Loads and checks the agent definitions in DIR (as bub bcp check does; any problem stops it),\n"+
 		"connects to the bus as --client-id and serves bcp:query and bcp:response until stopped.\n"+
 		"Its credential must allow publishing to agent:* and subscribing to bcp:* and\n"+
-		"system:client.* (and, with --approvers or --relays, publishing to\nbcp:approval.requested.*, one topic per approver). The wire contract is in docs/BCP.md.")
+		"system:client.* (and, with --approvers or --relays, publishing to\nbcp:approval.requested.*, one topic per approver), and publishing to system:bcp.*\nfor its events for operators (budgets, validation failures). The wire contract is in docs/BCP.md.")
 	fs.StringVar(&agents, "agents", "", "directory of agent definitions (*.md); an agent's name is its clientId (required)")
 	fs.StringVar(&dataDir, "data-dir", "", "directory of the gateway's state: pending queries, budgets, audit log (required)")
 	fs.StringVar(&busURL, "bus-url", peer.DefaultBusURL, busURLUsage)
