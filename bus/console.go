@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bub-bus/bub/protocol"
@@ -17,10 +18,13 @@ import (
 
 // The operator console (docs/OPERATIONS.md, "Operator console"): a few
 // static files embedded in the binary, and a JSON API under
-// PathConsole+"api/" that they call. A browser logs in with an admin
-// credential once and holds a session cookie after; the cookie is read
-// here and nowhere else, so it never authorizes /v1/ or a WebSocket
-// upgrade, which take a bearer credential alone.
+// PathConsole+"api/" that they call. A browser logs in with a credential
+// once and holds a session cookie after; the cookie is read here and
+// nowhere else, so it never authorizes /v1/ or a WebSocket upgrade,
+// which take a bearer credential alone. An admin credential opens every
+// page; one without admin opens the Messages page alone, read-only,
+// which shows what its grant lets it subscribe to: the rest is the whole
+// bus's state, which a grant's topic rules do not divide.
 const (
 	// PathConsole is where the console is served.
 	PathConsole = "/console/"
@@ -64,6 +68,9 @@ type consoleSession struct {
 	cred     credential
 	identity string
 	expires  time.Time
+	// admin is whether the credential has admin, as of the request's
+	// check (a reload may take it away).
+	admin atomic.Bool
 }
 
 // consoleState is the console's state in a Server: its sessions, and the
@@ -125,39 +132,50 @@ func (s *Server) serveConsole(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, route.method)
 		return
 	}
+	if !route.anyone && !sess.admin.Load() {
+		s.metrics.authRefusals.WithLabelValues(refuseAdmin).Inc()
+		writeError(w, http.StatusForbidden, protocol.Errorf(protocol.ErrForbidden,
+			"credential %q may not use %s: it needs admin; without it the console shows only the Messages its grant lets it subscribe to", sess.identity, api))
+		return
+	}
 	route.serve(s, sess, w, r)
 }
 
-// consoleRoute is one endpoint of the console's API.
+// consoleRoute is one endpoint of the console's API; anyone says a
+// session without admin may call it too.
 type consoleRoute struct {
 	method string
 	serve  func(s *Server, sess *consoleSession, w http.ResponseWriter, r *http.Request)
+	anyone bool
 }
 
 // consoleRoutes are the console's endpoints, under PathConsole+"api/".
+// Those open to a session without admin show only what its grant
+// allows: the journal, as /v1/events shows it to the same credential.
 var consoleRoutes = map[string]consoleRoute{
-	"session":            {http.MethodGet, (*Server).consoleWhoAmI},
-	"logout":             {http.MethodPost, (*Server).consoleLogout},
-	"stream":             {http.MethodGet, (*Server).consoleStream},
-	"clients":            {http.MethodGet, (*Server).consoleClients},
-	"clients/close":      {http.MethodPost, (*Server).consoleCloseClient},
-	"chain":              {http.MethodGet, (*Server).consoleChain},
-	"deadletters":        {http.MethodGet, (*Server).consoleDeadLetters},
-	"deadletters/one":    {http.MethodGet, (*Server).consoleDeadLetter},
-	"deadletters/count":  {http.MethodGet, (*Server).consoleCountDeadLetters},
-	"deadletters/replay": {http.MethodPost, (*Server).consoleReplay},
-	"deadletters/purge":  {http.MethodPost, (*Server).consolePurge},
-	"approvals":          {http.MethodGet, (*Server).consoleApprovals},
-	"approvals/decide":   {http.MethodPost, (*Server).consoleDecide},
-	"agents":             {http.MethodGet, (*Server).consoleAgents},
-	"events":             {http.MethodGet, (*Server).consoleEvents},
-	"events/stream":      {http.MethodGet, (*Server).consoleEventStream},
-	"bcp":                {http.MethodGet, (*Server).consoleBCP},
+	"session":            {http.MethodGet, (*Server).consoleWhoAmI, true},
+	"logout":             {http.MethodPost, (*Server).consoleLogout, true},
+	"events":             {http.MethodGet, (*Server).consoleEvents, true},
+	"events/stream":      {http.MethodGet, (*Server).consoleEventStream, true},
+	"stream":             {http.MethodGet, (*Server).consoleStream, false},
+	"clients":            {http.MethodGet, (*Server).consoleClients, false},
+	"clients/close":      {http.MethodPost, (*Server).consoleCloseClient, false},
+	"chain":              {http.MethodGet, (*Server).consoleChain, false},
+	"deadletters":        {http.MethodGet, (*Server).consoleDeadLetters, false},
+	"deadletters/one":    {http.MethodGet, (*Server).consoleDeadLetter, false},
+	"deadletters/count":  {http.MethodGet, (*Server).consoleCountDeadLetters, false},
+	"deadletters/replay": {http.MethodPost, (*Server).consoleReplay, false},
+	"deadletters/purge":  {http.MethodPost, (*Server).consolePurge, false},
+	"approvals":          {http.MethodGet, (*Server).consoleApprovals, false},
+	"approvals/decide":   {http.MethodPost, (*Server).consoleDecide, false},
+	"agents":             {http.MethodGet, (*Server).consoleAgents, false},
+	"bcp":                {http.MethodGet, (*Server).consoleBCP, false},
 }
 
-// consoleLogin exchanges an admin credential for a session. On an open
-// bus no credential is needed: any peer may call the dlq.* methods
-// there already.
+// consoleLogin exchanges a credential for a session: an admin's opens
+// every page, another's the Messages page alone. On an open bus no
+// credential is needed: any peer may call the dlq.* methods there
+// already.
 func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		methodNotAllowed(w, http.MethodPost)
@@ -172,13 +190,14 @@ func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	cred, _ := bearer(r)
 	cred.token = strings.TrimSpace(body.Token)
-	identity, expires, err := s.consoleAdmin(cred)
+	identity, expires, admin, err := s.consoleCredential(cred)
 	if err != nil {
 		s.log.Warn("console login refused", "remote", r.RemoteAddr, "err", err)
 		writeError(w, 0, err)
 		return
 	}
 	sess := &consoleSession{id: randomHex(32), csrf: randomHex(32), cred: cred, identity: identity, expires: time.Now().Add(consoleSessionLifetime)}
+	sess.admin.Store(admin)
 	if !expires.IsZero() && expires.Before(sess.expires) {
 		sess.expires = expires
 	}
@@ -203,29 +222,23 @@ func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 		Name: consoleCookie, Value: sess.id, Path: PathConsole, Expires: sess.expires,
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
-	s.log.Info("console login", "remote", r.RemoteAddr, "identity", identity)
+	s.log.Info("console login", "remote", r.RemoteAddr, "identity", identity, "admin", admin)
 	s.consoleWhoAmI(sess, w, r)
 }
 
-// consoleAdmin checks that cred is an admin credential now and returns
-// its name and expiry. A credential without admin gets no console:
-// everything it shows is the bus's whole state (every client, every
-// dead letter), which a grant's topic rules do not divide.
-func (s *Server) consoleAdmin(cred credential) (identity string, expires time.Time, err error) {
+// consoleCredential checks that cred is accepted now and returns its
+// name, expiry and whether it has admin (everyone has, on an open bus).
+func (s *Server) consoleCredential(cred credential) (identity string, expires time.Time, admin bool, err error) {
 	a := s.auth.Load()
 	if a == nil {
-		return "", time.Time{}, nil
+		return "", time.Time{}, true, nil
 	}
 	p, err := s.authenticate(a, cred)
 	if err != nil {
 		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
-		return "", time.Time{}, protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted")
+		return "", time.Time{}, false, protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted")
 	}
-	if !p.Bind(p.Name()).Admin() {
-		s.metrics.authRefusals.WithLabelValues(refuseAdmin).Inc()
-		return "", time.Time{}, protocol.Errorf(protocol.ErrForbidden, "credential %q may not use the console: it needs admin", p.Name())
-	}
-	return p.Name(), p.Expires(), nil
+	return p.Name(), p.Expires(), p.Bind(p.Name()).Admin(), nil
 }
 
 // consoleSessionOf returns the request's session, checking its
@@ -244,10 +257,12 @@ func (s *Server) consoleSessionOf(r *http.Request) (*consoleSession, error) {
 	if sess == nil {
 		return nil, protocol.Errorf(protocol.ErrUnauthorized, "console session ended; log in again")
 	}
-	if _, _, err := s.consoleAdmin(sess.cred); err != nil {
+	_, _, admin, err := s.consoleCredential(sess.cred)
+	if err != nil {
 		c.end(sess.id)
 		return nil, protocol.Errorf(protocol.ErrUnauthorized, "console session ended: %v", protocol.WireError(err).Message)
 	}
+	sess.admin.Store(admin)
 	return sess, nil
 }
 
@@ -270,7 +285,7 @@ func (c *consoleState) end(id string) {
 func (s *Server) consoleWhoAmI(sess *consoleSession, w http.ResponseWriter, _ *http.Request) {
 	cluster, node := s.cl.cluster.Names()
 	writeJSON(w, http.StatusOK, map[string]any{
-		"identity": sess.identity, "csrf": sess.csrf, "expires": sess.expires.UTC(),
+		"identity": sess.identity, "csrf": sess.csrf, "expires": sess.expires.UTC(), "admin": sess.admin.Load(),
 		"serverId": s.opts.ServerID, "cluster": cluster, "node": node, "auth": s.auth.Load() != nil,
 		"journal": s.journal != nil, "journalPayloads": s.journal != nil && s.journal.opts.Payloads,
 	})

@@ -28,7 +28,8 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// consoleBus starts a bus with auth: root has admin, viewer does not;
+// consoleBus starts a bus with auth: root has admin, viewer does not,
+// nor watcher, who may subscribe orders:* only;
 // st is its store (nil: in memory).
 func consoleBus(t *testing.T, st *store.Store) *bustest.Server {
 	t.Helper()
@@ -48,6 +49,8 @@ func consoleBusWith(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 			Publish: auth.Rules{Allow: []string{"*"}}, Subscribe: auth.Rules{Allow: []string{"*"}}}},
 		{Name: "viewer", TokenSHA256: sum("viewer-token"), Grant: auth.Grant{ClientIDs: []string{"viewer"},
 			Publish: auth.Rules{Allow: []string{"*"}}, Subscribe: auth.Rules{Allow: []string{"*"}}}},
+		{Name: "watcher", TokenSHA256: sum("watcher-token"), Grant: auth.Grant{ClientIDs: []string{"watcher"},
+			Subscribe: auth.Rules{Allow: []string{"orders:*"}}}},
 	}}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +162,6 @@ func TestConsoleSession(t *testing.T) {
 	}{
 		{"", http.StatusUnauthorized, "not accepted"},
 		{"wrong-token", http.StatusUnauthorized, "not accepted"},
-		{"viewer-token", http.StatusForbidden, "needs admin"},
 	} {
 		if a := c.login(tc.token); a.status != tc.status || !strings.Contains(string(a.body), tc.says) {
 			t.Errorf("login with %q: %d %s, want %d saying %q", tc.token, a.status, a.body, tc.status, tc.says)
@@ -512,6 +514,7 @@ func TestConsoleMessages(t *testing.T) {
 	var sent protocol.SendMessageResult
 	worker.MustCall(protocol.MethodSendMessage, map[string]any{"topic": "orders:new", "payload": map[string]string{"type": "order", "note": "secret-note"},
 		"meta": map[string]string{"correlation_id": "conv-7"}}, &sent)
+	invoice := worker.Publish("invoices:1", "invoice")
 	c := newConsoleClient(t, srv)
 	c.login("root-token")
 
@@ -539,7 +542,7 @@ func TestConsoleMessages(t *testing.T) {
 	if p := page("correlationId=conv-7&kind=accepted"); len(p.Events) != 1 || p.Events[0].MessageID != sent.MessageID {
 		t.Fatalf("by correlation id: %+v", p.Events)
 	}
-	if p := page("topic=invoices:*"); len(p.Events) != 0 {
+	if p := page("topic=refunds:*"); len(p.Events) != 0 {
 		t.Fatalf("another topic: %+v", p.Events)
 	}
 	if p := page("topic=orders:*&until=1h"); len(p.Events) != 0 {
@@ -561,6 +564,34 @@ func TestConsoleMessages(t *testing.T) {
 	anon := newConsoleClient(t, srv)
 	if a := anon.do(http.MethodGet, "/console/api/events", "", nil); a.status != http.StatusUnauthorized {
 		t.Errorf("events without a session: %d %s", a.status, a.body)
+	}
+	if p := page("messageId=" + invoice.MessageID); len(p.Events) == 0 {
+		t.Fatalf("the admin does not see invoices:1")
+	}
+
+	// A credential without admin gets the Messages page alone, read-only,
+	// and there what its grant may subscribe to: orders:*, not invoices:1.
+	w := newConsoleClient(t, srv)
+	if a := w.login("watcher-token"); a.status != http.StatusOK || !strings.Contains(string(a.body), `"admin":false`) {
+		t.Fatalf("watcher's login: %d %s", a.status, a.body)
+	}
+	a := w.do(http.MethodGet, "/console/api/events?limit=1000", "", nil)
+	var seen protocol.JournalPage
+	if err := json.Unmarshal(a.body, &seen); err != nil || a.status != http.StatusOK || len(seen.Events) == 0 {
+		t.Fatalf("watcher's events: %d %s", a.status, a.body)
+	}
+	for _, ev := range seen.Events {
+		if ev.Topic != "orders:new" {
+			t.Fatalf("watcher sees %s on %s, beyond its grant", ev.Kind, ev.Topic)
+		}
+	}
+	for _, path := range []string{"clients", "chain?topic=orders:new", "deadletters", "stream", "bcp", "agents", "approvals"} {
+		if a := w.do(http.MethodGet, "/console/api/"+path, "", nil); a.status != http.StatusForbidden || !strings.Contains(string(a.body), "needs admin") {
+			t.Errorf("watcher's %s: %d %s", path, a.status, a.body)
+		}
+	}
+	if a := w.post("/console/api/deadletters/purge", `{"asOf": "2030-01-01T00:00:00Z"}`); a.status != http.StatusForbidden {
+		t.Errorf("watcher's purge: %d %s", a.status, a.body)
 	}
 
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.HTTP.URL+"/console/api/events/stream?topic=orders:*", nil)

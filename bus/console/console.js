@@ -72,8 +72,11 @@ function loggedIn(s) {
   $("login").hidden = true;
   $("nav").hidden = false;
   $("logout").hidden = false;
-  $("who").textContent = (s.identity || "open bus") + " @ " + (s.node ? s.cluster + "/" + s.node : s.serverId);
-  openStream();
+  $("who").textContent = (s.identity || "open bus") + (s.admin ? "" : " (read-only)") + " @ " + (s.node ? s.cluster + "/" + s.node : s.serverId);
+  // Without admin, the Messages page alone: what the grant may
+  // subscribe to. The rest is the whole bus's state.
+  for (const a of document.querySelectorAll("#nav a")) a.hidden = !s.admin && a.getAttribute("href") !== "#messages";
+  if (s.admin) openStream();
   route();
 }
 
@@ -641,6 +644,7 @@ function route() {
   if (!session) return;
   banner("");
   const page = current();
+  if (!session.admin && page !== "messages") { location.hash = "#messages"; return; }
   for (const p of document.querySelectorAll(".page")) p.hidden = p.id !== "page-" + page;
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("on", a.getAttribute("href") === "#" + page);
   if (page === "overview") renderOverview();

@@ -260,11 +260,16 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 
 	run("open the console", chromedp.Navigate(d.http+"/console/"), chromedp.WaitVisible("#login", chromedp.ByQuery), shot("login"))
 
+	// A credential without admin gets the Messages page alone.
 	login("viewer-token")
-	run("see the refusal", chromedp.WaitVisible("#banner", chromedp.ByQuery))
-	if b := textOf("#banner"); !strings.Contains(b, "needs admin") {
-		t.Fatalf("a credential without admin: banner %q", b)
+	var navs int
+	run("a read-only session", chromedp.WaitVisible("#page-messages", chromedp.ByQuery),
+		chromedp.Evaluate(`[...document.querySelectorAll('#nav a')].filter(a => !a.hidden).length`, &navs))
+	if who := textOf("#who"); navs != 1 || !strings.Contains(who, "read-only") {
+		t.Fatalf("a credential without admin: %d pages in the menu, %q", navs, who)
 	}
+	run("leave the read-only session", chromedp.Click("#logout", chromedp.ByQuery), chromedp.WaitVisible("#login", chromedp.ByQuery),
+		chromedp.Navigate(d.http+"/console/#overview"), chromedp.WaitVisible("#login", chromedp.ByQuery))
 
 	login("alice-token")
 	run("overview", chromedp.WaitVisible("#page-overview", chromedp.ByQuery),
@@ -331,7 +336,7 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 	if card := textOf("#msg-timeline"); !strings.Contains(card, "not journaled") {
 		t.Fatalf("timeline card says nothing of payloads: %q", card)
 	}
-	run("messages: by correlation id", chromedp.SetValue("#msg-id", "", chromedp.ByQuery),
+	run("messages: by correlation id", chromedp.Evaluate(`document.querySelector('#msg-id').value = ""`, nil),
 		chromedp.SetValue("#msg-corr", "conversation-42", chromedp.ByQuery), chromedp.Click(`#msg-form button[type=submit]`, chromedp.ByQuery),
 		chromedp.Poll(hasRow("#msg-rows", sent.MessageID), nil, chromedp.WithPollingTimeout(30*time.Second)))
 	run("messages: tail", chromedp.SetValue("#tail-topic", "orders:*", chromedp.ByQuery), chromedp.Click("#tail-start", chromedp.ByQuery),
@@ -410,6 +415,7 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 	if row := textOf(`#budget-rows tr[data-channel="main/researcher"]`); !strings.Contains(row, "bcp-gateway") {
 		t.Fatalf("budget of main/researcher: %q", row)
 	}
+	run("bcp anomalies", chromedp.WaitVisible(`#bcp-events tr[data-kind=anomaly]`, chromedp.ByQuery))
 	if events := textOf("#page-bcp"); strings.Contains(events, "approve me") {
 		t.Fatalf("the BCP page shows the Reader's raw summary outside an approval: %q", events)
 	}
