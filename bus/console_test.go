@@ -3,6 +3,7 @@ package bus_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -43,6 +44,15 @@ func consoleBus(t *testing.T, st *store.Store) *bustest.Server {
 // consoleBusWith is consoleBus with its options tuned.
 func consoleBusWith(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 	t.Helper()
+	o := &bus.Options{Auth: consoleAuth(t)}
+	tune(o)
+	return bustest.Start(t, o)
+}
+
+// consoleAuth is the authenticator of consoleBus: a new one each call,
+// as a reload makes.
+func consoleAuth(t *testing.T) *auth.Authenticator {
+	t.Helper()
 	sum := func(token string) string { h := sha256.Sum256([]byte(token)); return hex.EncodeToString(h[:]) }
 	a, err := auth.New(auth.Config{Identities: []auth.Identity{
 		{Name: "root", TokenSHA256: sum("root-token"), Grant: auth.Grant{ClientIDs: []string{"root"}, Admin: true,
@@ -55,9 +65,7 @@ func consoleBusWith(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := &bus.Options{Auth: a}
-	tune(o)
-	return bustest.Start(t, o)
+	return a
 }
 
 // consoleClient is a browser's side of a console session.
@@ -676,5 +684,41 @@ func TestConsoleBCPEvents(t *testing.T) {
 	}
 	if r := got.Recent; r[0].Kind != "anomaly" || r[0].Anomalies["url"] != 1 || r[1].Kind != "failure" || r[1].Code != "too_many_words" {
 		t.Errorf("recent %+v: want the anomaly, then the failure", r)
+	}
+}
+
+// A tail ends with its session: logged out, the stream shows nothing
+// more once the bus next decides its reader again (a reload here; a
+// keepalive otherwise).
+func TestConsoleTailEndsWithSession(t *testing.T) {
+	srv := consoleBus(t, nil)
+	c := newConsoleClient(t, srv)
+	c.login("root-token")
+	// Bounded: a tail that does not end fails the read, not the run.
+	ctx, cancel := context.WithTimeout(t.Context(), bustest.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.HTTP.URL+"/console/api/events/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.AddCookie(c.cookie)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("tail: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	if a := c.post("/console/api/logout", "{}"); a.status != http.StatusOK {
+		t.Fatalf("logout: %d %s", a.status, a.body)
+	}
+	srv.SetAuth(consoleAuth(t))
+	root := bustest.DialToken(t, srv.URL, "root-token")
+	root.Initialize("root")
+	root.Publish("orders:after-logout", "order")
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the tail did not end cleanly: %v", err)
+	}
+	if strings.Contains(string(body), "after-logout") {
+		t.Fatalf("the tail showed an event after logout: %s", body)
 	}
 }

@@ -256,8 +256,9 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 // with its cursor as id, from the one after Last-Event-ID (or after=),
 // else from since=, else from now on. A reader that reconnects with the
 // last id it got misses nothing the journal still holds. The stream ends
-// when the bus shuts down, or when a reload no longer accepts the
-// reader (reader decides again).
+// when the bus shuts down, or when the reader is no longer accepted:
+// reader decides again at each reload of the bus's auth and each
+// keepalive.
 func (s *Server) streamJournal(w http.ResponseWriter, r *http.Request, req eventsRequest, a *auth.Authenticator, reader journalReaderOf) {
 	j := s.journal
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
@@ -295,9 +296,13 @@ func (s *Server) streamJournal(w http.ResponseWriter, r *http.Request, req event
 	keepalive := time.NewTicker(streamKeepalive)
 	defer keepalive.Stop()
 	var buf []byte
+	recheck := false
 	for {
-		if now := s.auth.Load(); now != a {
-			// Reloaded: the reader's grant is decided again.
+		if now := s.auth.Load(); now != a || recheck {
+			// Reloaded, or a keepalive's time: the reader is decided
+			// again, so that a grant changed, a credential that expired
+			// or a console session that ended stops what it sees.
+			recheck = false
 			may, na, err := reader()
 			if err != nil {
 				return
@@ -334,6 +339,7 @@ func (s *Server) streamJournal(w http.ResponseWriter, r *http.Request, req event
 			if !write([]byte(": keepalive\n\n")) {
 				return
 			}
+			recheck = true
 		case <-r.Context().Done():
 			return
 		case <-j.closed:
