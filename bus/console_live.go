@@ -141,7 +141,9 @@ func metricValue(m *dto.Metric) float64 {
 }
 
 // consoleStream serves the Server-Sent Events stream: "sample" events,
-// the history first, until the browser leaves or the bus stops.
+// the history first, until the browser leaves, the bus stops or the
+// session ends (checked at each sample: a logout or a revoked credential
+// ends the stream within consoleSampleEvery).
 func (s *Server) consoleStream(_ *consoleSession, w http.ResponseWriter, r *http.Request) {
 	s.startSampling()
 	rc := http.NewResponseController(w)
@@ -166,6 +168,9 @@ func (s *Server) consoleStream(_ *consoleSession, w http.ResponseWriter, r *http
 		case <-r.Context().Done():
 			return
 		case <-s.ctx.Done():
+			return
+		}
+		if sess, err := s.consoleSessionOf(r); err != nil || !sess.admin.Load() {
 			return
 		}
 	}

@@ -390,12 +390,15 @@ func TestConsoleClientsAndDisconnect(t *testing.T) {
 	}
 }
 
-// The stream sends the history of samples and then each new one.
+// The stream sends the history of samples and then each new one, until
+// the session ends.
 func TestConsoleStream(t *testing.T) {
 	srv := bustest.Start(t, nil)
 	c := newConsoleClient(t, srv)
 	c.login("")
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.HTTP.URL+"/console/api/stream", nil)
+	ctx, cancel := context.WithTimeout(t.Context(), bustest.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.HTTP.URL+"/console/api/stream", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,6 +422,12 @@ func TestConsoleStream(t *testing.T) {
 	}
 	if !strings.Contains(got, `"connections":`) || !strings.Contains(got, `"deadLetters":`) {
 		t.Fatalf("stream: %q", got)
+	}
+	if a := c.post("/console/api/logout", "{}"); a.status != http.StatusOK {
+		t.Fatalf("logout: %d %s", a.status, a.body)
+	}
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatalf("the stream went on after logout: %v", err)
 	}
 }
 

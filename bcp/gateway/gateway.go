@@ -30,7 +30,9 @@ type Options struct {
 	// Token is the gateway's credential. Its grant must allow publishing
 	// to agent:* and subscribing to bcp:query, bcp:response and the
 	// bus's system:client.* events (connected, subscribed, unsubscribed,
-	// disconnected) (docs/BCP.md, "Running the gateway").
+	// disconnected) (docs/BCP.md, "Running the gateway"); publishing to
+	// system:bcp.* too for its events for operators (events.go), which
+	// are dropped without it.
 	Token string
 	// Definitions are the agents, as bcp.LoadDefinitions returns them.
 	// An agent's name is its clientId on the bus. Required.
