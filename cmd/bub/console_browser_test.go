@@ -416,8 +416,8 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 		t.Fatalf("budget of main/researcher: %q", row)
 	}
 	run("bcp anomalies", chromedp.WaitVisible(`#bcp-events tr[data-kind=anomaly]`, chromedp.ByQuery))
-	if events := textOf("#page-bcp"); strings.Contains(events, "approve me") {
-		t.Fatalf("the BCP page shows the Reader's raw summary outside an approval: %q", events)
+	if events := textOf("#budget-rows") + textOf("#bcp-events"); strings.Contains(events, "approve me") || strings.Contains(events, "pwned") {
+		t.Fatalf("the budgets or events show the Reader's text: %q", events)
 	}
 
 	run("agents", chromedp.Navigate(d.http+"/console/#agents"), chromedp.WaitVisible("#agents-rows tr", chromedp.ByQuery), shot("agents"))
