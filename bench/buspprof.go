@@ -36,7 +36,7 @@ func serveBusWithPprof(listen string) error {
 		return err
 	}
 	defer st.Close()
-	limits := bus.Limits{MaxPending: -1, MaxPendingPerIdentity: -1}
+	limits := bus.Limits{MaxPending: -1, MaxPendingPerIdentity: -1, MaxStoredBytesPerIdentity: -1}
 	srv, err := bus.New(&bus.Options{Store: st, Limits: limits, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err

@@ -29,14 +29,15 @@ type process struct {
 // busLimits lift the bus's limits that would refuse the harness's own
 // load: every connection comes from 127.0.0.1 (the idle scenario opens
 // 10,000 and more), the fan-out's patterns carry up to 12 '?', and the
-// stored-retries runs leave more than 10,000 retries pending from one
-// publisher. Every other flag stays at its default.
+// stored-retries runs leave more than 10,000 retries, over 64 MiB in a
+// run of a few seconds, pending from one publisher. Every other flag stays at its default.
 var busLimits = []string{
 	"--max-connections", "-1",
 	"--max-connections-per-addr", "-1",
 	"--max-pattern-wildcards", strconv.Itoa(len(fanoutTail)),
 	"--max-pending", "-1",
 	"--max-pending-per-identity", "-1",
+	"--max-stored-bytes-per-identity", "-1",
 }
 
 // startBub starts `bub serve` on a free loopback port with its data in a

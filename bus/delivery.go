@@ -105,7 +105,11 @@ func (s *Server) call(ctx context.Context, c *conn, d *delivery) (protocol.Proce
 		if !protocol.IsObject(raw) {
 			return result, &deliveryError{failBadResult, fmt.Sprintf("processMessage result must be an object, got %.64s", raw)}
 		}
-		if err := json.Unmarshal(raw, &result); err != nil {
+		// Read in place, as json.Unmarshal would decode it (the Stream
+		// checked the message): reflection and strconv.ParseFloat's stack
+		// growth were a tenth of the bus's CPU per stored retry.
+		result, err := protocol.ScanProcessMessageResult(raw)
+		if err != nil {
 			return result, &deliveryError{failBadResult, fmt.Sprintf("processMessage result: %v", err)}
 		}
 		return result, nil

@@ -182,6 +182,8 @@ func TestFailedDeliveries(t *testing.T) {
 		{"timeout", func(protocol.ProcessMessageParams) any { time.Sleep(2 * time.Second); return nil }, false, "timeout"},
 		{"error response", func(protocol.ProcessMessageParams) any { return &protocol.Error{Code: -32000, Message: "kaput"} }, false, "kaput"},
 		{"result not an object", func(protocol.ProcessMessageParams) any { return "yes" }, false, "bad_result"},
+		{"result member of the wrong type", func(protocol.ProcessMessageParams) any { return map[string]any{"processed": "yes"} }, false,
+			"bad_result: processMessage result: json: cannot unmarshal string into Go struct field ProcessMessageResult.processed of type bool"},
 		{"disconnect", nil, true, "disconnected"},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 
 	"github.com/bub-bus/bub/internal/jsonscan"
 )
@@ -93,4 +94,186 @@ func payloadType(payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("payload.type must not be empty")
 	}
 	return typ, nil
+}
+
+// ScanProcessMessage reads processMessage params in place, a subscriber's
+// hot path (the Go SDK's): params must be valid JSON (the Stream checked
+// the whole message), and Payload and Meta are slices of params, not
+// copies, so params must not be reused while they are kept. It accepts
+// exactly what json.Unmarshal into ProcessMessageParams accepts, decodes
+// to the same values and fails with the same *json.UnmarshalTypeError:
+// keys matched without regard to case, the last of duplicate keys
+// winning, a null string or number ignored, a null payload or meta kept
+// as the bytes null, the first member of a wrong type named.
+func ScanProcessMessage(params []byte) (p ProcessMessageParams, err error) {
+	sc := fieldScanner{structName: "ProcessMessageParams"}
+	if !sc.object(params, reflect.TypeFor[ProcessMessageParams]()) {
+		return p, sc.err
+	}
+	for key, value := range jsonscan.Members(params) {
+		switch {
+		case jsonscan.KeyIs(key, "topic"):
+			sc.string(value, "topic", &p.Topic)
+		case jsonscan.KeyIs(key, "subscription"):
+			sc.string(value, "subscription", &p.Subscription)
+		case jsonscan.KeyIs(key, "messageId"):
+			sc.string(value, "messageId", &p.MessageID)
+		case jsonscan.KeyIs(key, "from"):
+			sc.string(value, "from", &p.From)
+		case jsonscan.KeyIs(key, "payload"):
+			p.Payload = value
+		case jsonscan.KeyIs(key, "meta"):
+			p.Meta = value
+		case jsonscan.KeyIs(key, "attempt"):
+			sc.int(value, "attempt", &p.Attempt)
+		}
+	}
+	if sc.err != nil {
+		return ProcessMessageParams{}, sc.err
+	}
+	return p, nil
+}
+
+// ScanProcessMessageResult reads a subscriber's answer to processMessage
+// in place, the bus's hot path: result must be valid JSON (the Stream
+// checked the whole message). It accepts exactly what json.Unmarshal into
+// ProcessMessageResult accepts, decodes to the same values and fails with
+// the same *json.UnmarshalTypeError, as ScanProcessMessage does. Besides
+// encoding/json's reflection, it saves the stack growth that
+// strconv.ParseFloat's large frame causes on a delivery's young goroutine
+// for every retry_seconds (docs/BENCHMARKS.md, "Decisions").
+func ScanProcessMessageResult(result []byte) (r ProcessMessageResult, err error) {
+	sc := fieldScanner{structName: "ProcessMessageResult"}
+	if !sc.object(result, reflect.TypeFor[ProcessMessageResult]()) {
+		return r, sc.err
+	}
+	for key, value := range jsonscan.Members(result) {
+		switch {
+		case jsonscan.KeyIs(key, "processed"):
+			sc.bool(value, "processed", &r.Processed)
+		case jsonscan.KeyIs(key, "should_retry"):
+			sc.bool(value, "should_retry", &r.ShouldRetry)
+		case jsonscan.KeyIs(key, "retry_seconds"):
+			sc.float(value, "retry_seconds", &r.RetrySeconds)
+		case jsonscan.KeyIs(key, "reject"):
+			sc.bool(value, "reject", &r.Reject)
+		case jsonscan.KeyIs(key, "message"):
+			sc.string(value, "message", &r.Message)
+		case jsonscan.KeyIs(key, "stopPropagation"):
+			sc.bool(value, "stopPropagation", &r.StopPropagation)
+		case jsonscan.KeyIs(key, "success"):
+			sc.bool(value, "success", &r.Success)
+		}
+	}
+	if sc.err != nil {
+		return ProcessMessageResult{}, sc.err
+	}
+	return r, nil
+}
+
+// fieldScanner decodes the members of a struct, read with jsonscan, as
+// json.Unmarshal decodes them: a null leaves the field as it was, and a
+// value of the wrong type leaves it too, the first such one being the
+// error json.Unmarshal returns after decoding the rest.
+type fieldScanner struct {
+	structName string
+	err        error
+}
+
+// object checks that v, the whole document, is an object (or null, which
+// json.Unmarshal accepts and decodes to nothing); false means there is
+// nothing to read.
+func (sc *fieldScanner) object(v []byte, t reflect.Type) bool {
+	switch {
+	case jsonscan.IsNull(v):
+		return false
+	case !IsObject(v):
+		sc.err = &json.UnmarshalTypeError{Value: jsonscan.Kind(v), Type: t}
+		return false
+	}
+	return true
+}
+
+func (sc *fieldScanner) typeError(value string, t reflect.Type, field string) {
+	if sc.err == nil {
+		sc.err = &json.UnmarshalTypeError{Value: value, Type: t, Struct: sc.structName, Field: field}
+	}
+}
+
+func (sc *fieldScanner) string(v []byte, field string, dst *string) {
+	if jsonscan.IsNull(v) {
+		return
+	}
+	if s, ok := jsonscan.String(v); ok {
+		*dst = s
+		return
+	}
+	sc.typeError(jsonscan.Kind(v), reflect.TypeFor[string](), field)
+}
+
+func (sc *fieldScanner) bool(v []byte, field string, dst *bool) {
+	switch string(v) {
+	case "null":
+	case "true":
+		*dst = true
+	case "false":
+		*dst = false
+	default:
+		sc.typeError(jsonscan.Kind(v), reflect.TypeFor[bool](), field)
+	}
+}
+
+func (sc *fieldScanner) int(v []byte, field string, dst *int) {
+	switch kind := jsonscan.Kind(v); kind {
+	case "null":
+	case "number":
+		// encoding/json parses an int field with ParseInt, so a
+		// fraction or an exponent is a type error.
+		n, err := strconv.ParseInt(string(v), 10, 0)
+		if err != nil {
+			sc.typeError("number "+string(v), reflect.TypeFor[int](), field)
+			return
+		}
+		*dst = int(n)
+	default:
+		sc.typeError(kind, reflect.TypeFor[int](), field)
+	}
+}
+
+func (sc *fieldScanner) float(v []byte, field string, dst *float64) {
+	switch kind := jsonscan.Kind(v); kind {
+	case "null":
+	case "number":
+		if f, ok := smallInteger(v); ok {
+			*dst = f
+			return
+		}
+		f, err := strconv.ParseFloat(string(v), 64)
+		if err != nil {
+			sc.typeError("number "+string(v), reflect.TypeFor[float64](), field)
+			return
+		}
+		*dst = f
+	default:
+		sc.typeError(kind, reflect.TypeFor[float64](), field)
+	}
+}
+
+// smallInteger returns the value of v, a JSON number, when it is a
+// non-negative integer of at most 15 digits, which a float64 holds
+// exactly (so ParseFloat would give the same): the common retry_seconds,
+// read without strconv.ParseFloat, whose frame of over a kilobyte makes
+// a young goroutine's stack grow, a copy of the whole stack.
+func smallInteger(v []byte) (float64, bool) {
+	if len(v) == 0 || len(v) > 15 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return float64(n), true
 }

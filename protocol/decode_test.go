@@ -131,3 +131,90 @@ func BenchmarkDecodeSendMessage(b *testing.B) {
 		}
 	}
 }
+
+// sameTypeError fails unless got and want, the errors of a scan and of
+// json.Unmarshal on params, are both nil or both the same type error: the
+// same field, value and type, and so the same text.
+func sameTypeError(t *testing.T, params []byte, got, want error) {
+	t.Helper()
+	if (got == nil) != (want == nil) {
+		t.Fatalf("%s: error %v, json.Unmarshal says %v", params, got, want)
+	}
+	if want == nil {
+		return
+	}
+	var w, g *json.UnmarshalTypeError
+	if !errors.As(want, &w) || !errors.As(got, &g) {
+		t.Fatalf("%s: errors %v and %v are not both type errors", params, got, want)
+	}
+	if g.Field != w.Field || g.Value != w.Value || g.Type != w.Type || g.Error() != w.Error() {
+		t.Fatalf("%s: error %+v (%v), json.Unmarshal says %+v (%v)", params, g, g, w, w)
+	}
+}
+
+// FuzzScanProcessMessage holds ScanProcessMessage to json.Unmarshal into
+// ProcessMessageParams: the same fields, payload and meta byte for byte
+// (null included), and the same error for the same inputs.
+func FuzzScanProcessMessage(f *testing.F) {
+	for _, seed := range []string{
+		`{"topic":"a","subscription":"a*","payload":{"type":"t"},"messageId":"m-1","from":"p","attempt":1}`,
+		`{"topic":"a","payload":{"type":"t"},"meta":{"traceparent":"00"},"attempt":2,"extra":[1,"]"]}`,
+		`{"TOPIC":"a\u00e9","MessageID":"x","Attempt":3,"meta":null,"payload":null}`,
+		`{"topic":1}`, `{"attempt":1.5}`, `{"attempt":1e2}`, `{"attempt":"1"}`, `{"attempt":99999999999999999999}`,
+		`{"attempt":null,"from":null,"from":"z"}`, `{"from":true,"topic":[1]}`, `{"\u0074opic":"t","subscription":"\ud800"}`,
+		`[1]`, `null`, `"s"`, `{}`, `{"attempt":-0}`, `{"topic":{"a":1}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, params []byte) {
+		if !json.Valid(params) {
+			return
+		}
+		params = bytes.TrimSpace(params)
+		var want ProcessMessageParams
+		wantErr := json.Unmarshal(params, &want)
+		got, gotErr := ScanProcessMessage(params)
+		sameTypeError(t, params, gotErr, wantErr)
+		if wantErr != nil {
+			return
+		}
+		if got.Topic != want.Topic || got.Subscription != want.Subscription || got.MessageID != want.MessageID ||
+			got.From != want.From || got.Attempt != want.Attempt {
+			t.Fatalf("%s: read %+v, json.Unmarshal %+v", params, got, want)
+		}
+		for _, pair := range [][2]json.RawMessage{{got.Payload, want.Payload}, {got.Meta, want.Meta}} {
+			if !bytes.Equal(pair[0], pair[1]) || (pair[0] == nil) != (pair[1] == nil) {
+				t.Fatalf("%s: read payload %q meta %q, json.Unmarshal %q %q", params, got.Payload, got.Meta, want.Payload, want.Meta)
+			}
+		}
+	})
+}
+
+// FuzzScanProcessMessageResult holds ScanProcessMessageResult to
+// json.Unmarshal into ProcessMessageResult: the same fields (retry_seconds
+// to the bit) and the same error for the same inputs.
+func FuzzScanProcessMessageResult(f *testing.F) {
+	for _, seed := range []string{
+		`{"processed":true}`, `{"processed":false,"should_retry":true,"retry_seconds":3600}`,
+		`{"processed":false,"should_retry":true,"retry_seconds":0,"stopPropagation":false}`,
+		`{"reject":true,"message":"no \u00e9","success":true}`, `{"retry_seconds":0.25}`, `{"retry_seconds":1e400}`,
+		`{"retry_seconds":-3}`, `{"retry_seconds":123456789012345678}`, `{"retry_seconds":"1"}`, `{"processed":1}`,
+		`{"processed":"true","message":7}`, `{"Processed":true,"PROCESSED":null,"stoppropagation":true}`,
+		`{"processed":{"a":[1]}}`, `[true]`, `null`, `3`, `{"message":null,"message":"x"}`, `{"retry_seconds":00}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, result []byte) {
+		if !json.Valid(result) {
+			return
+		}
+		result = bytes.TrimSpace(result)
+		var want ProcessMessageResult
+		wantErr := json.Unmarshal(result, &want)
+		got, gotErr := ScanProcessMessageResult(result)
+		sameTypeError(t, result, gotErr, wantErr)
+		if wantErr == nil && got != want {
+			t.Fatalf("%s: read %+v, json.Unmarshal %+v", result, got, want)
+		}
+	})
+}
