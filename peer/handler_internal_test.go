@@ -2,6 +2,7 @@ package peer
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,5 +51,33 @@ func TestHandlerBudgetBelowDeliveryTimeout(t *testing.T) {
 		{0, 29 * time.Second}, // a bus that does not say: its default, 30s
 	} {
 		assert.Equal(t, tt.want, handlerBudget(protocol.Limits{DeliveryTimeoutMs: tt.deliveryMs}), "delivery timeout %dms", tt.deliveryMs)
+	}
+}
+
+// TestResultAppendWire: the answer a handler's Result is sent as is the bytes
+// json.Marshal writes for its wire form (but for the escaping of <, > and
+// &, which decodes the same).
+func TestResultAppendWire(t *testing.T) {
+	for _, r := range []Result{
+		{},
+		{Processed: true},
+		{Processed: true, StopPropagation: true, Message: "done"},
+		{ShouldRetry: true, RetryAfter: time.Hour},
+		{ShouldRetry: true, RetryAfter: 1500 * time.Millisecond, Message: `say "hi" \ é 😀 ` + "\x01\n"},
+		{ShouldRetry: true, RetryAfter: time.Nanosecond},
+		{ShouldRetry: true, RetryAfter: -2 * time.Second},
+		{Reject: true, Message: "blocked"},
+		{Reject: true, Message: "<b>&</b>"},
+	} {
+		got := r.appendWire(nil)
+		want, err := json.Marshal(r.wire())
+		require.NoError(t, err)
+		var g, w protocol.ProcessMessageResult
+		require.NoError(t, json.Unmarshal(got, &g), "%s", got)
+		require.NoError(t, json.Unmarshal(want, &w))
+		assert.Equal(t, w, g)
+		if !strings.ContainsAny(r.Message, "<>&") {
+			assert.Equal(t, string(want), string(got))
+		}
 	}
 }

@@ -77,8 +77,11 @@ func (c *Conn) SendMessage(ctx context.Context, topic string, payload any, opts 
 	if err != nil {
 		return nil, fmt.Errorf("sendMessage %q: %w", name, err)
 	}
-	var result protocol.SendMessageResult
-	if err := json.Unmarshal(raw, &result); err != nil {
+	// Read in place, as json.Unmarshal would decode it: the Stream has
+	// checked the message, and reflection was a publisher's largest cost
+	// after the socket (docs/BENCHMARKS.md, "Decisions").
+	result, err := protocol.ScanSendMessageResult(raw)
+	if err != nil {
 		return nil, fmt.Errorf("sendMessage %q: decode result: %w", name, err)
 	}
 	return &result, nil

@@ -277,3 +277,110 @@ func smallInteger(v []byte) (float64, bool) {
 	}
 	return float64(n), true
 }
+
+// ScanSendMessageResult reads the bus's answer to sendMessage in place, a
+// publisher's hot path (the Go SDK's): result must be valid JSON (the
+// Stream checked the whole message). It accepts exactly what
+// json.Unmarshal into SendMessageResult accepts and decodes to the same
+// values, as ScanProcessMessage does; acks that are null decode to nil,
+// as with json.Unmarshal.
+func ScanSendMessageResult(result []byte) (r SendMessageResult, err error) {
+	sc := fieldScanner{structName: "SendMessageResult"}
+	if !sc.object(result, reflect.TypeFor[SendMessageResult]()) {
+		return r, sc.err
+	}
+	for key, value := range jsonscan.Members(result) {
+		switch {
+		case jsonscan.KeyIs(key, "success"):
+			sc.bool(value, "success", &r.Success)
+		case jsonscan.KeyIs(key, "messageId"):
+			sc.string(value, "messageId", &r.MessageID)
+		case jsonscan.KeyIs(key, "acks"):
+			sc.acks(value, &r.Acks)
+		case jsonscan.KeyIs(key, "reason"):
+			sc.string(value, "reason", &r.Reason)
+		case jsonscan.KeyIs(key, "held"):
+			sc.bool(value, "held", &r.Held)
+		case jsonscan.KeyIs(key, "next_attempt"):
+			sc.string(value, "next_attempt", &r.NextAttempt)
+		}
+	}
+	if sc.err != nil {
+		return SendMessageResult{}, sc.err
+	}
+	return r, nil
+}
+
+// acks decodes v into dst as json.Unmarshal decodes an array into a
+// []Ack: null sets nil and an empty array an empty slice; otherwise each
+// element is decoded into the slice's element at its index, reusing the
+// backing array (so a key given twice merges, as with json.Unmarshal),
+// a null element leaving it as it was.
+func (sc *fieldScanner) acks(v []byte, dst *[]Ack) {
+	switch kind := jsonscan.Kind(v); kind {
+	case "null":
+		*dst = nil
+		return
+	case "array":
+	default:
+		sc.typeError(kind, reflect.TypeFor[[]Ack](), "acks")
+		return
+	}
+	// encoding/json names the innermost struct in a type error, and the
+	// path from the outermost in its field.
+	ack := fieldScanner{structName: "Ack"}
+	buf, n := *dst, 0
+	for elem := range jsonscan.Elements(v) {
+		if n == cap(buf) {
+			buf = append(buf[:n], Ack{})
+		}
+		buf = buf[:n+1]
+		switch kind := jsonscan.Kind(elem); kind {
+		case "null":
+		case "object":
+			ack.ack(elem, &buf[n])
+		default:
+			if ack.err == nil {
+				ack.err = &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeFor[Ack](), Struct: sc.structName, Field: "acks"}
+			}
+		}
+		n++
+	}
+	if n == 0 {
+		buf = []Ack{}
+	}
+	*dst = buf[:n]
+	if sc.err == nil {
+		sc.err = ack.err
+	}
+}
+
+// ack decodes the members of obj, an object, into a.
+func (sc *fieldScanner) ack(obj []byte, a *Ack) {
+	for key, value := range jsonscan.Members(obj) {
+		switch {
+		case jsonscan.KeyIs(key, "client_id"):
+			sc.string(value, "acks.client_id", &a.ClientID)
+		case jsonscan.KeyIs(key, "subscription"):
+			sc.string(value, "acks.subscription", &a.Subscription)
+		case jsonscan.KeyIs(key, "processed"):
+			sc.bool(value, "acks.processed", &a.Processed)
+		case jsonscan.KeyIs(key, "message"):
+			sc.string(value, "acks.message", &a.Message)
+		case jsonscan.KeyIs(key, "stopPropagation"):
+			sc.bool(value, "acks.stopPropagation", &a.StopPropagation)
+		case jsonscan.KeyIs(key, "error"):
+			sc.string(value, "acks.error", &a.Error)
+		case jsonscan.KeyIs(key, "retrying"):
+			sc.bool(value, "acks.retrying", &a.Retrying)
+		case jsonscan.KeyIs(key, "attempt"):
+			sc.int(value, "acks.attempt", &a.Attempt)
+		case jsonscan.KeyIs(key, "next_attempt"):
+			sc.string(value, "acks.next_attempt", &a.NextAttempt)
+		case jsonscan.KeyIs(key, "held"):
+			sc.bool(value, "acks.held", &a.Held)
+		case jsonscan.KeyIs(key, "dead_letter"):
+			sc.string(value, "acks.dead_letter", &a.DeadLetter)
+		}
+	}
+}

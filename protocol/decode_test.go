@@ -218,3 +218,33 @@ func FuzzScanProcessMessageResult(f *testing.F) {
 		}
 	})
 }
+
+// FuzzScanSendMessageResult holds ScanSendMessageResult to json.Unmarshal
+// into SendMessageResult: the same fields and acks, and the same error for
+// the same inputs.
+func FuzzScanSendMessageResult(f *testing.F) {
+	for _, seed := range []string{
+		`{"success":true,"messageId":"m-1","acks":[{"client_id":"s","subscription":"t","processed":true,"stopPropagation":false}]}`,
+		`{"success":true,"messageId":"m","acks":[{"client_id":"s","subscription":"t","processed":false,"stopPropagation":false,"retrying":true,"attempt":2,"next_attempt":"2026-01-01T00:00:00Z"}]}`,
+		`{"success":false,"messageId":"m","acks":[],"reason":"no_subscribers","held":true,"next_attempt":"x"}`,
+		`{"acks":null}`, `{"acks":[null,{"held":true,"dead_letter":"d-1","error":"e","message":"\u00e9"}]}`,
+		`{"acks":[1]}`, `{"acks":{}}`, `{"acks":[{"attempt":1.5}]}`, `{"acks":[{"processed":"x"}],"success":3}`,
+		`{"acks":[{"client_id":"a"},{"client_id":"b"}],"acks":[{"processed":true}],"acks":[null,{"held":true}]}`,
+		`{"ACKS":[{"CLIENT_ID":"a"}],"Success":true}`, `[]`, `null`, `{"acks":[ {} , [] ]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, result []byte) {
+		if !json.Valid(result) {
+			return
+		}
+		result = bytes.TrimSpace(result)
+		var want SendMessageResult
+		wantErr := json.Unmarshal(result, &want)
+		got, gotErr := ScanSendMessageResult(result)
+		sameTypeError(t, result, gotErr, wantErr)
+		if wantErr == nil && (fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", want)) {
+			t.Fatalf("%s: read %#v, json.Unmarshal %#v", result, got, want)
+		}
+	})
+}

@@ -215,3 +215,29 @@ func skipSpace(data []byte, i int) int {
 	}
 	return i
 }
+
+// Elements yields the elements of arr, a JSON array, in order, each raw
+// (no surrounding whitespace). arr that is not an array yields nothing.
+func Elements(arr []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		i := skipSpace(arr, 0)
+		if i >= len(arr) || arr[i] != '[' {
+			return
+		}
+		i = skipSpace(arr, i+1)
+		if i < len(arr) && arr[i] == ']' {
+			return
+		}
+		for {
+			end := ValueEnd(arr, i)
+			if end <= i || !yield(arr[i:end]) {
+				return
+			}
+			i = skipSpace(arr, end)
+			if i >= len(arr) || arr[i] != ',' {
+				return
+			}
+			i = skipSpace(arr, i+1)
+		}
+	}
+}
