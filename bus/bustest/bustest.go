@@ -198,8 +198,10 @@ func (c *Client) readLoop() {
 }
 
 func (c *Client) answer(id, params json.RawMessage, process ProcessFunc) {
-	var p protocol.ProcessMessageParams
-	_ = json.Unmarshal(params, &p)
+	// Read in place (the read loop's decode checked the message), so a
+	// large payload is not scanned and copied twice more: under -race,
+	// a fan-out of large messages is mostly this client's JSON.
+	p, _ := protocol.ScanProcessMessage(params)
 	out := process(p)
 	msg := map[string]any{"jsonrpc": "2.0", "id": id}
 	if e, ok := out.(*protocol.Error); ok {
