@@ -497,7 +497,7 @@ func (c *Conn) callOn(ctx context.Context, s *session, method string, params, re
 	if err != nil {
 		return fmt.Errorf("%s params: %w", method, err)
 	}
-	answer, err := c.callRaw(ctx, s, method, raw, timeout)
+	answer, err := c.callRaw(ctx, s, method, rawParams(raw), timeout)
 	if err != nil || result == nil {
 		return err
 	}
@@ -507,18 +507,23 @@ func (c *Conn) callOn(ctx context.Context, s *session, method string, params, re
 	return nil
 }
 
-// callRaw sends a request whose params are encoded already, written as
-// they are, and returns the result as the bus sent it. The call is bounded
+// rawParams are params encoded already, written as they are.
+type rawParams []byte
+
+func (p rawParams) AppendParams(dst []byte) []byte { return append(dst, p...) }
+
+// callRaw sends a request whose params p appends, encoded, straight into
+// the request's frame, and returns the result as the bus sent it. The call is bounded
 // by timeout, or Options.CallTimeout when it is zero, and what went wrong
 // becomes the package's errors: the bus's answer as a *protocol.Error, a
 // lost connection as ErrDisconnected or ErrClosed.
-func (c *Conn) callRaw(ctx context.Context, s *session, method string, params []byte, timeout time.Duration) (json.RawMessage, error) {
+func (c *Conn) callRaw(ctx context.Context, s *session, method string, params rpcstream.ParamsAppender, timeout time.Duration) (json.RawMessage, error) {
 	if timeout <= 0 {
 		timeout = c.opts.CallTimeout
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
 	defer cancel()
-	result, err := s.stream.Call(ctx, method, params, nil)
+	result, err := s.stream.CallAppend(ctx, method, params, nil)
 	if err == nil {
 		return result, nil
 	}

@@ -81,3 +81,18 @@ func TestResultAppendWire(t *testing.T) {
 		}
 	}
 }
+
+// TestSendRequestSize: the size a send is checked against the bus's
+// limit with is the length of the params it writes.
+func TestSendRequestSize(t *testing.T) {
+	for _, r := range []sendRequest{
+		{payload: []byte(`{"type":"t"}`)},
+		{topic: "agent:bob", payload: []byte(`{"type":"t"}`), meta: []byte(`{"traceparent":"00"}`)},
+		{topic: `a "quoted" ü topic` + "\x01", payload: []byte(`{"type":"t","x":"<&>"}`)},
+		{topic: "t", payload: []byte(`{"type":"t"}`), meta: []byte(`{}`)},
+	} {
+		params := r.AppendParams(nil)
+		assert.Equal(t, len(params), r.size(), "%s", params)
+		assert.True(t, json.Valid(params), "%s", params)
+	}
+}

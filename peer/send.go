@@ -63,9 +63,11 @@ func (c *Conn) SendMessage(ctx context.Context, topic string, payload any, opts 
 			return nil, fmt.Errorf("sendMessage %q: meta: %w", name, err)
 		}
 	}
-	params := sendParams(topic, body, meta)
+	// Appended straight into the request's frame, so the payload is
+	// copied once per send, into a pooled buffer, not twice.
+	params := &sendRequest{topic: topic, payload: body, meta: meta}
 	if limit := c.Limits().MaxMessageBytes; limit > 0 {
-		if size := int64(len(params) + requestOverhead); size > limit {
+		if size := int64(params.size() + requestOverhead); size > limit {
 			return nil, fmt.Errorf("sendMessage %q: %w: the request is %d bytes, over the bus's limit of %d bytes (maxMessageBytes; bub serve --max-message-bytes)", name, ErrMessageTooBig, size, limit)
 		}
 	}
@@ -87,24 +89,41 @@ func (c *Conn) SendMessage(ctx context.Context, topic string, payload any, opts 
 	return &result, nil
 }
 
-// sendParams writes sendMessage's params by hand, payload and meta as
-// they are: json.Marshal would compact them and escape <, > and &, and
-// subscribers are promised the publisher's bytes.
-func sendParams(topic string, payload, meta []byte) []byte {
-	out := make([]byte, 0, len(topic)+len(payload)+len(meta)+32)
+// sendRequest is sendMessage's params, which it writes by hand, payload
+// and meta as they are: json.Marshal would compact them and escape <, >
+// and &, and subscribers are promised the publisher's bytes.
+type sendRequest struct {
+	topic         string
+	payload, meta []byte
+}
+
+// AppendParams appends the params to out.
+func (r *sendRequest) AppendParams(out []byte) []byte {
 	out = append(out, '{')
-	if topic != "" {
+	if r.topic != "" {
 		out = append(out, `"topic":`...)
-		out = appendString(out, topic)
+		out = appendString(out, r.topic)
 		out = append(out, ',')
 	}
 	out = append(out, `"payload":`...)
-	out = append(out, payload...)
-	if meta != nil {
+	out = append(out, r.payload...)
+	if r.meta != nil {
 		out = append(out, `,"meta":`...)
-		out = append(out, meta...)
+		out = append(out, r.meta...)
 	}
 	return append(out, '}')
+}
+
+// size is the length of the params AppendParams writes.
+func (r *sendRequest) size() int {
+	n := len(`{"payload":}`) + len(r.payload)
+	if r.topic != "" {
+		n += len(`"topic":,`) + len(appendString(nil, r.topic))
+	}
+	if r.meta != nil {
+		n += len(`,"meta":`) + len(r.meta)
+	}
+	return n
 }
 
 // appendString appends s as a JSON string. Topics are plain ASCII in
