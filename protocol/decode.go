@@ -99,7 +99,8 @@ func payloadType(payload []byte) ([]byte, error) {
 // ScanProcessMessage reads processMessage params in place, a subscriber's
 // hot path (the Go SDK's): params must be valid JSON (the Stream checked
 // the whole message), and Payload and Meta are slices of params, not
-// copies, so params must not be reused while they are kept. It accepts
+// copies (capped at their length, so an append copies), so params must
+// not be reused while they are kept. It accepts
 // exactly what json.Unmarshal into ProcessMessageParams accepts, decodes
 // to the same values and fails with the same *json.UnmarshalTypeError:
 // keys matched without regard to case, the last of duplicate keys
@@ -120,10 +121,13 @@ func ScanProcessMessage(params []byte) (p ProcessMessageParams, err error) {
 			sc.string(value, "messageId", &p.MessageID)
 		case jsonscan.KeyIs(key, "from"):
 			sc.string(value, "from", &p.From)
+		// Capped at their length, so that appending to one (a handler
+		// may) copies it rather than writing over what follows it in
+		// params.
 		case jsonscan.KeyIs(key, "payload"):
-			p.Payload = value
+			p.Payload = value[:len(value):len(value)]
 		case jsonscan.KeyIs(key, "meta"):
-			p.Meta = value
+			p.Meta = value[:len(value):len(value)]
 		case jsonscan.KeyIs(key, "attempt"):
 			sc.int(value, "attempt", &p.Attempt)
 		}

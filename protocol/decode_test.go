@@ -186,6 +186,9 @@ func FuzzScanProcessMessage(f *testing.F) {
 			if !bytes.Equal(pair[0], pair[1]) || (pair[0] == nil) != (pair[1] == nil) {
 				t.Fatalf("%s: read payload %q meta %q, json.Unmarshal %q %q", params, got.Payload, got.Meta, want.Payload, want.Meta)
 			}
+			if cap(pair[0]) != len(pair[0]) {
+				t.Fatalf("%s: %q has room after it (cap %d): an append would write into params", params, pair[0], cap(pair[0]))
+			}
 		}
 	})
 }
