@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bub-bus/bub/internal/jsonscan"
 	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -161,7 +162,7 @@ func encodeJSON(v any) ([]byte, error) {
 	default:
 		return json.Marshal(v)
 	}
-	if !json.Valid(raw) {
+	if !jsonscan.Valid(raw) {
 		return nil, errors.New("is not valid JSON")
 	}
 	if at := rpcstream.InvalidUTF8At(raw); at >= 0 {

@@ -220,12 +220,13 @@ var readBufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // and answering the rest.
 func (s *Stream) accept(data []byte) {
 	first := firstByte(data)
-	// One validating pass over the whole message; after it, members are
-	// read in place (jsonscan) and params stay a slice of data, never
-	// decoded or copied here. data must therefore be the message's own
+	// One validating pass over the whole message (jsonscan.Valid: the
+	// verdict of json.Valid at several times its speed); after it,
+	// members are read in place (jsonscan) and params stay a slice of
+	// data, never decoded or copied here. data must therefore be the message's own
 	// buffer, never reused (websocket.Conn.Read allocates one per
 	// message): the bus keeps payloads as slices of it.
-	if !json.Valid(data) {
+	if !jsonscan.Valid(data) {
 		s.reply(errorReply(nil, protocol.CodeParseError, "parse error: the message is not valid JSON"))
 		return
 	}
