@@ -139,6 +139,9 @@ func (c *conn) readLoop() {
 				c.log.Info("closing peer", "client", c.id(), "reason", closeInvalidUTF8, "err", err)
 				c.server.metrics.closes.WithLabelValues(closeInvalidUTF8).Inc()
 			}
+			// Answers to its calls that failed with it may have been
+			// written in the batch (direct.go).
+			c.out.Batch().Flush()
 			return
 		}
 		c.dispatch(req)

@@ -93,12 +93,18 @@ func (e *deliveryError) Error() string {
 // which go out byte for byte as the publisher sent them, and the answer
 // comes back through the Stream, not jsonrpc2's codec.
 func (s *Server) call(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
-	var result protocol.ProcessMessageResult
 	written := d.written
 	if d.turn != nil {
 		written = d.turn.pass
 	}
 	raw, err := c.stream.CallAppend(ctx, protocol.MethodProcessMessage, d, written)
+	return s.callResult(raw, err)
+}
+
+// callResult turns the answer to a processMessage call, or the call's
+// failure, into the delivery's result or *deliveryError.
+func (s *Server) callResult(raw json.RawMessage, err error) (protocol.ProcessMessageResult, error) {
+	var result protocol.ProcessMessageResult
 	var rerr *rpcstream.ResponseError
 	switch {
 	case err == nil:
@@ -233,12 +239,18 @@ func (s *Server) measure(next deliverFunc) deliverFunc {
 	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		start := time.Now()
 		r, err := next(ctx, d)
-		s.metrics.deliveryDuration.Observe(time.Since(start).Seconds())
-		outcome := deliveryOutcome(r, err)
-		s.metrics.deliveries.WithLabelValues(outcome).Inc()
-		s.journalDelivery(d, outcome, err)
+		s.measured(d, start, r, err)
 		return r, err
 	}
+}
+
+// measured counts a delivery that began at start by outcome, observes its
+// latency and journals it.
+func (s *Server) measured(d *delivery, start time.Time, r protocol.ProcessMessageResult, err error) {
+	s.metrics.deliveryDuration.Observe(time.Since(start).Seconds())
+	outcome := deliveryOutcome(r, err)
+	s.metrics.deliveries.WithLabelValues(outcome).Inc()
+	s.journalDelivery(d, outcome, err)
 }
 
 // deliveryOutcome names a delivery's outcome, as the deliveries metric

@@ -90,13 +90,19 @@ func (m method) run(c *conn, req *rpcstream.Request) (any, error) {
 // own, bounded by
 // Options.MaxInFlight: a peer waiting for its own sendMessage can still
 // answer processMessage calls, and a full connection gets -32006 at once
-// instead of a blocked read loop.
-func (c *conn) handle(req *rpcstream.Request) {
+// instead of a blocked read loop. On the read loop (onReader), a message
+// to one subscriber connection is relayed there, without a goroutine
+// (direct.go).
+func (c *conn) handle(req *rpcstream.Request, onReader bool) {
 	if req.Notif() {
 		// No bus method is a notification, and notifications are never
 		// answered, not even with an error.
 		c.log.Debug("ignoring notification", "method", req.Method)
 		return
+	}
+	if onReader {
+		// What is answered here leaves with the rest of the batch read.
+		c.out.Batch().Hold(c.out)
 	}
 	m, ok := methods[req.Method]
 	if !ok {
@@ -140,6 +146,9 @@ func (c *conn) handle(req *rpcstream.Request) {
 			c.reply(req, result, err)
 			c.server.requests.Done()
 			<-c.slots
+			return
+		}
+		if onReader && c.relayDirect(req, out) {
 			return
 		}
 		work = out.publish

@@ -39,8 +39,15 @@ func (c *conn) dispatch(req *rpcstream.Request) {
 	q.mu.Lock()
 	if !q.running && !methods[req.Method].inOrder {
 		q.mu.Unlock()
-		c.handle(req)
+		c.handle(req, true)
 		return
+	}
+	if len(q.queue) >= cap(c.slots) {
+		// What the batch produced so far must not wait with the read
+		// loop.
+		q.mu.Unlock()
+		c.out.Batch().Flush()
+		q.mu.Lock()
 	}
 	for len(q.queue) >= cap(c.slots) {
 		q.room.Wait()
@@ -72,7 +79,7 @@ func (c *conn) runInOrder() {
 		q.queue = q.queue[1:]
 		q.room.Signal()
 		q.mu.Unlock()
-		c.handle(req)
+		c.handle(req, false)
 	}
 }
 

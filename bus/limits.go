@@ -592,38 +592,53 @@ func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool
 // answers again (a late answer counts: see noteAnswer) or reconnects.
 func (s *Server) skipSlow(next localFunc) localFunc {
 	return func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
-		if c.answeredLate.Swap(false) {
-			c.noteAnswer(d.ClientID)
-		}
-		if c.slow.Load() {
-			s.limitState.refused[limitSlowSubscriber].Inc()
-			return protocol.ProcessMessageResult{}, &deliveryError{failSlowSubscriber,
-				fmt.Sprintf("not sent: client %q left its last %d deliveries unanswered; the bus waits on it again once it answers one", d.ClientID, c.timeouts.Load())}
+		if err := s.slowRefusal(c, d); err != nil {
+			return protocol.ProcessMessageResult{}, err
 		}
 		r, err := next(ctx, c, d)
-		if err == nil {
-			c.noteAnswer(d.ClientID)
-			return r, err
-		}
-		switch failKind(err) {
-		case failTimeout:
-			if c.slow.Load() {
-				// Already not waited on: a delivery that was in flight
-				// when it turned slow does not add to the count its
-				// publishers are told.
-				break
-			}
-			n := c.timeouts.Add(1)
-			bound := s.limits().SlowSubscriberTimeouts
-			if bound > 0 && int(n) >= bound && c.slow.CompareAndSwap(false, true) {
-				s.limitState.slow.Inc()
-				c.log.Warn("not waiting on subscriber any more: deliveries to it fail at once until it answers",
-					"client", d.ClientID, "limit", limitSlowSubscriber, "timeouts", n)
-			}
-		case failError, failBadResult:
-			c.noteAnswer(d.ClientID) // an answer, if not a useful one: the peer is there
-		}
+		s.noteAttempt(c, d, err)
 		return r, err
+	}
+}
+
+// slowRefusal is skipSlow's look before a delivery to c: the refusal when
+// c is slow, else nil.
+func (s *Server) slowRefusal(c *conn, d *delivery) error {
+	if c.answeredLate.Swap(false) {
+		c.noteAnswer(d.ClientID)
+	}
+	if c.slow.Load() {
+		s.limitState.refused[limitSlowSubscriber].Inc()
+		return &deliveryError{failSlowSubscriber,
+			fmt.Sprintf("not sent: client %q left its last %d deliveries unanswered; the bus waits on it again once it answers one", d.ClientID, c.timeouts.Load())}
+	}
+	return nil
+}
+
+// noteAttempt is skipSlow's look after a delivery to c that was made:
+// an answer clears c's timeouts, a timeout counts towards slow.
+func (s *Server) noteAttempt(c *conn, d *delivery, err error) {
+	if err == nil {
+		c.noteAnswer(d.ClientID)
+		return
+	}
+	switch failKind(err) {
+	case failTimeout:
+		if c.slow.Load() {
+			// Already not waited on: a delivery that was in flight
+			// when it turned slow does not add to the count its
+			// publishers are told.
+			break
+		}
+		n := c.timeouts.Add(1)
+		bound := s.limits().SlowSubscriberTimeouts
+		if bound > 0 && int(n) >= bound && c.slow.CompareAndSwap(false, true) {
+			s.limitState.slow.Inc()
+			c.log.Warn("not waiting on subscriber any more: deliveries to it fail at once until it answers",
+				"client", d.ClientID, "limit", limitSlowSubscriber, "timeouts", n)
+		}
+	case failError, failBadResult:
+		c.noteAnswer(d.ClientID) // an answer, if not a useful one: the peer is there
 	}
 }
 

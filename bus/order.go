@@ -113,6 +113,17 @@ func (t *ticket) wait() {
 	<-ch
 }
 
+// ready reports whether it is t's turn to write, without waiting.
+func (t *ticket) ready() bool {
+	l := t.lane
+	if l == nil {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.turn == t.n
+}
+
 // pass gives the turn on: t's delivery is written or will not be made.
 // Passing twice is harmless, so every path can pass; passing before t's
 // turn (a delivery skipped while a predecessor is still on its way) is

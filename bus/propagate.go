@@ -30,6 +30,18 @@ func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets 
 		span := s.tracePublish(m, len(chain))
 		defer span.End()
 	}
+	result, err := s.routed(m, chain, reliable)
+	if err != nil || len(chain) == 0 {
+		return result, err
+	}
+	s.walk(m, chain, tickets, result, reliable, nil)
+	return result, nil
+}
+
+// routed begins the result of publishing m, named already, to chain, and
+// counts and journals its routing; it completes the result when chain is
+// empty (the message is held, or nobody subscribes).
+func (s *Server) routed(m *store.Message, chain []*subscription, reliable bool) (*protocol.SendMessageResult, error) {
 	result := &protocol.SendMessageResult{MessageID: m.ID, Acks: []protocol.Ack{}}
 	if len(chain) == 0 {
 		result.Reason = protocol.ReasonNoSubscribers
@@ -46,7 +58,6 @@ func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets 
 	}
 	s.metrics.published.WithLabelValues("routed").Inc()
 	s.journalRouted(protocol.JournalRouted, m, chain, "")
-	s.walk(m, chain, tickets, result, reliable, nil)
 	return result, nil
 }
 
@@ -137,7 +148,14 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 		tickets[i].pass()
 	}
 	running.Wait()
+	s.settle(m, chain[:made], outcomes, result, reliable, prior)
+}
 
+// settle completes result from the outcomes of the deliveries made to
+// chain, in its order, and schedules what they call for (see walk):
+// retries, dead letters, holds, each committed to the store before it
+// returns.
+func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outcome, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
 	type retry struct {
 		ack     int
 		attempt store.Attempt
@@ -150,7 +168,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 	var reroute *retry
 	var helds []retry
 	handled := false
-	for i, sub := range chain[:made] {
+	for i, sub := range chain {
 		o := &outcomes[i]
 		r, err := o.result, o.err
 		ack := protocol.Ack{ClientID: sub.to.held().clientID, Subscription: sub.pattern.String()}

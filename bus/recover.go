@@ -32,13 +32,19 @@ func (c *conn) guard(req *rpcstream.Request, handler func(*rpcstream.Request) (a
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			c.server.metrics.panics.WithLabelValues(panicRequest).Inc()
-			c.log.Error("request handler panicked; answered internal error", "method", methodLabel(req.Method),
-				"panic", r, "stack", string(debug.Stack()))
-			result, err = nil, protocol.Errorf(protocol.ErrInternal, "%s failed inside the bus; its log has the details", methodLabel(req.Method))
+			result, err = nil, c.panicked(req, r)
 		}
 	}()
 	return handler(req)
+}
+
+// panicked logs and counts a panic r in the handling of req, and returns
+// the error req is answered with.
+func (c *conn) panicked(req *rpcstream.Request, r any) error {
+	c.server.metrics.panics.WithLabelValues(panicRequest).Inc()
+	c.log.Error("request handler panicked; answered internal error", "method", methodLabel(req.Method),
+		"panic", r, "stack", string(debug.Stack()))
+	return protocol.Errorf(protocol.ErrInternal, "%s failed inside the bus; its log has the details", methodLabel(req.Method))
 }
 
 // guardAttempt runs a retry or hold attempt, which reads and writes the

@@ -125,6 +125,10 @@ type Conn struct {
 	// reader reads the socket in batches (read.go); only the reading
 	// goroutine touches it.
 	reader batchReader
+	// batch holds the Conns the reading goroutine wrote to while it
+	// handled what it read; they are released before the next read from
+	// the socket (batch.go). Only the reading goroutine touches it.
+	batch Batch
 
 	// mu guards the fields below.
 	mu sync.Mutex
@@ -147,6 +151,11 @@ type Conn struct {
 	lined, served uint64
 	// err is why the Conn failed; every later write returns it.
 	err error
+	// holds counts the batches holding the Conn's data frames back
+	// (Hold): while it is not zero and no write is under way, they are
+	// queued, not written, so queued may then be non-empty while writing
+	// is unset.
+	holds int
 
 	// awaitingPong is set when a ping goes out and cleared by any pong.
 	awaitingPong atomic.Bool
@@ -248,6 +257,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 			c.early = nil
 		}
 		return n, nil
+	}
+	if len(c.reader.ahead) == 0 {
+		// Everything read so far is handled: what it produced leaves
+		// now, before a read that may wait for the peer.
+		c.batch.Flush()
 	}
 	if c.reader.raw == nil {
 		return c.Conn.Read(p) // not a TCP socket: TLS reads by records
@@ -374,6 +388,13 @@ func (c *Conn) write(h, p []byte, control, async bool) error {
 		}
 		turn := control || (waiting && ticket == c.served) || (!waiting && c.served == c.lined)
 		if !c.writing && turn {
+			if c.holds > 0 && !control && len(c.queued)+len(h)+len(p) <= maxQueued {
+				// Held (Hold): the frame waits for the batch's end.
+				leave()
+				c.enqueueLocked(h, p)
+				c.mu.Unlock()
+				return nil
+			}
 			leave()
 			break
 		}
@@ -415,6 +436,11 @@ func (c *Conn) write(h, p []byte, control, async bool) error {
 		go c.drain(nil, -1)
 		return nil
 	}
+	// Frames held back (Hold) go before this one: a control frame, or a
+	// data frame the full queue has no room for, takes the socket while
+	// the Conn is held.
+	held := c.queued
+	c.queued = nil
 	c.frames.Add(1)
 	c.mu.Unlock()
 	// Let the goroutines that are runnable now queue their frames behind
@@ -431,11 +457,13 @@ func (c *Conn) write(h, p []byte, control, async bool) error {
 		c.room.Broadcast()
 	}
 	c.mu.Unlock()
-	if err := c.sendFrame(h, p, more); err != nil {
+	err := c.sendFrame(held, h, p, more)
+	putBuffer(held)
+	if err != nil {
 		c.fail(err)
 		return c.failure()
 	}
-	if more != nil {
+	if more != nil || held != nil {
 		c.mu.Lock()
 		c.writtenSeq = end
 		c.room.Broadcast()
@@ -445,19 +473,20 @@ func (c *Conn) write(h, p []byte, control, async bool) error {
 	return nil
 }
 
-// sendFrame writes the frame h+p (h nil when p is a whole frame) and the
-// frames queued after it, more, in one write call: a writev on a TCP
-// socket, so that p is not copied; a copy into one buffer otherwise,
-// since a TLS connection would make a record of each part.
-func (c *Conn) sendFrame(h, p, more []byte) error {
+// sendFrame writes the frames held before it, the frame h+p (h nil when
+// p is a whole frame) and the frames queued after it, more, in one write
+// call: a writev on a TCP socket, so that p is not copied; a copy into
+// one buffer otherwise, since a TLS connection would make a record of
+// each part.
+func (c *Conn) sendFrame(held, h, p, more []byte) error {
 	switch {
-	case h == nil && more == nil:
+	case held == nil && h == nil && more == nil:
 		return c.send(p)
 	case c.socket != nil:
-		return c.sendv(h, p, more)
+		return c.sendv(held, h, p, more)
 	default:
 		b := getBuffer()
-		b = append(append(append(b, h...), p...), more...)
+		b = append(append(append(append(b, held...), h...), p...), more...)
 		err := c.send(b)
 		putBuffer(b)
 		return err

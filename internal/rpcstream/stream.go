@@ -64,13 +64,18 @@ type Stream struct {
 	// queue holds messages split from a batch, waiting to be read; only
 	// the reading goroutine touches it.
 	queue []message
+	// answered holds the answers to the Stream's calls found in the
+	// message being read, handed to their Answerers once mu is released
+	// (an Answerer may write to this Stream); only the reading goroutine
+	// touches it.
+	answered []answer
 
 	// mu guards the fields below.
 	mu      sync.Mutex
 	pending map[string]*pendingReply
 	nextID  uint64
 	// calls are the Stream's own calls waiting for an answer, by id.
-	calls      map[uint64]chan callResult
+	calls      map[uint64]Answerer
 	nextCallID uint64
 	closed     bool
 	// onLate is called for an answer to one of the Stream's calls that
@@ -91,6 +96,26 @@ type callResult struct {
 	err    error
 }
 
+// answer is an answer on its way to its Answerer.
+type answer struct {
+	to Answerer
+	callResult
+}
+
+// Answerer takes the answer to a request sent with CallAsync.
+type Answerer interface {
+	// Answer is called once, on the goroutine reading the Stream, with
+	// the answer's result, or a *ResponseError when the peer answered
+	// with an error, or ErrClosed when the connection ended first. It
+	// must not wait: the connection is not read meanwhile.
+	Answer(result json.RawMessage, err error)
+}
+
+// chanAnswer is the Answerer of a Call, which waits on it.
+type chanAnswer chan callResult
+
+func (ch chanAnswer) Answer(result json.RawMessage, err error) { ch <- callResult{result, err} }
+
 // pendingReply remembers a request handed over under a synthetic id.
 type pendingReply struct {
 	id    json.RawMessage // the caller's id, as sent
@@ -107,7 +132,7 @@ type batch struct {
 // writeTimeout, else the connection is closed: a peer that does not read
 // is dropped rather than allowed to stall its senders.
 func New(ws *websocket.Conn, writeTimeout time.Duration) *Stream {
-	return &Stream{ws: ws, writeTimeout: writeTimeout, pending: make(map[string]*pendingReply), calls: make(map[uint64]chan callResult)}
+	return &Stream{ws: ws, writeTimeout: writeTimeout, pending: make(map[string]*pendingReply), calls: make(map[uint64]Answerer)}
 }
 
 // NewOutbound returns a Stream over ws, a connection accepted by
@@ -231,7 +256,9 @@ func (s *Stream) accept(data []byte) {
 		return
 	}
 	if first == '{' {
-		if msg, reply := s.prepare(data); reply != nil {
+		msg, reply := s.prepare(data)
+		s.handAnswers()
+		if reply != nil {
 			s.reply(reply)
 		} else if msg != nil {
 			s.queue = append(s.queue, *msg)
@@ -264,6 +291,7 @@ func (s *Stream) accept(data []byte) {
 	}
 	done := b.waiting == 0
 	s.mu.Unlock()
+	s.handAnswers()
 	// Requests in the batch are answered as their handlers reply; when
 	// there are none, what the batch gets is known now: error replies,
 	// or nothing at all for a batch of notifications.
@@ -443,15 +471,53 @@ func (s *Stream) CallAppend(ctx context.Context, method string, p ParamsAppender
 }
 
 func (s *Stream) call(ctx context.Context, method string, params []byte, appender ParamsAppender, written func()) (json.RawMessage, error) {
-	done := make(chan callResult, 1)
+	done := make(chanAnswer, 1)
+	id, err := s.send(method, params, appender, done)
+	if written != nil {
+		written()
+	}
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-done:
+		return r.result, r.err
+	case <-ctx.Done():
+		s.Abandon(id)
+		return nil, ctx.Err()
+	}
+}
+
+// CallAsync sends a request for method with params that p appends, as
+// CallAppend does, and returns once it is written (or queued on the
+// connection): a gets the answer, on the goroutine reading the Stream,
+// unless the call is abandoned first. It returns the call's id, for
+// Abandon; when it returns an error, a is never called.
+func (s *Stream) CallAsync(method string, p ParamsAppender, a Answerer) (id uint64, err error) {
+	return s.send(method, nil, p, a)
+}
+
+// Abandon gives up on the call id: its answer, if one comes, is dropped
+// (a late answer). It reports whether the call was still waiting, so its
+// Answerer will never be called; false means it was, or is about to be.
+func (s *Stream) Abandon(id uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.calls[id]
+	delete(s.calls, id)
+	return ok
+}
+
+// send registers a's call and writes its request; see CallAsync.
+func (s *Stream) send(method string, params []byte, appender ParamsAppender, a Answerer) (uint64, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, ErrClosed
+		return 0, ErrClosed
 	}
 	id := s.nextCallID
 	s.nextCallID++
-	s.calls[id] = done
+	s.calls[id] = a
 	s.mu.Unlock()
 
 	bp := framePool.Get().(*[]byte)
@@ -467,24 +533,15 @@ func (s *Stream) call(ctx context.Context, method string, params []byte, appende
 	}
 	frame = append(frame, '}')
 	err := s.write(frame)
-	if written != nil {
-		written()
-	}
 	*bp = frame
 	if cap(frame) <= maxPooledFrame {
 		framePool.Put(bp)
 	}
-	if err != nil {
-		s.forget(id)
-		return nil, err
+	if err != nil && s.Abandon(id) {
+		return 0, err
 	}
-	select {
-	case r := <-done:
-		return r.result, r.err
-	case <-ctx.Done():
-		s.forget(id)
-		return nil, ctx.Err()
-	}
+	// Written, or the connection failed and its reader ends the call.
+	return id, nil
 }
 
 // framePool holds the buffers Call builds frames in; a frame is written
@@ -494,12 +551,6 @@ var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &
 // maxPooledFrame bounds the buffers framePool keeps, so one huge message
 // does not pin its buffer for good.
 const maxPooledFrame = 256 << 10
-
-func (s *Stream) forget(id uint64) {
-	s.mu.Lock()
-	delete(s.calls, id)
-	s.mu.Unlock()
-}
 
 // OnLateAnswer sets fn to be called, on the reading goroutine, for each
 // answer to a Call that arrives after that Call returned (its context
@@ -532,7 +583,7 @@ func (s *Stream) answerLocked(id json.RawMessage, env *envelope) {
 	if err != nil {
 		return
 	}
-	done, ok := s.calls[n]
+	to, ok := s.calls[n]
 	if !ok {
 		if n < s.nextCallID && s.onLate != nil {
 			s.onLate()
@@ -557,18 +608,29 @@ func (s *Stream) answerLocked(id json.RawMessage, env *envelope) {
 	} else {
 		r.result = env.Result
 	}
-	done <- r
+	s.answered = append(s.answered, answer{to, r})
+}
+
+// handAnswers hands the answers read to their Answerers; the caller must
+// not hold mu.
+func (s *Stream) handAnswers() {
+	for i, a := range s.answered {
+		s.answered[i] = answer{}
+		a.to.Answer(a.result, a.err)
+	}
+	s.answered = s.answered[:0]
 }
 
 // failCalls ends every waiting Call with ErrClosed, and every later one.
 func (s *Stream) failCalls() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
-	for id, done := range s.calls {
-		done <- callResult{err: ErrClosed}
+	for id, to := range s.calls {
+		s.answered = append(s.answered, answer{to, callResult{err: ErrClosed}})
 		delete(s.calls, id)
 	}
+	s.mu.Unlock()
+	s.handAnswers()
 }
 
 // Close closes the connection at once. Use CloseWith to say why.

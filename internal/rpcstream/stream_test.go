@@ -64,8 +64,8 @@ func TestPrepareRenamesIDs(t *testing.T) {
 // The Stream's own calls are answered inside the Stream: a result, an
 // error object, and, once the connection fails, ErrClosed.
 func TestAnswerCalls(t *testing.T) {
-	s := &Stream{pending: make(map[string]*pendingReply), calls: make(map[uint64]chan callResult)}
-	results, errs := make(chan callResult, 1), make(chan callResult, 1)
+	s := &Stream{pending: make(map[string]*pendingReply), calls: make(map[uint64]Answerer)}
+	results, errs := make(chanAnswer, 1), make(chanAnswer, 1)
 	s.calls[7], s.calls[8] = results, errs
 	for _, in := range []string{
 		`{"jsonrpc":"2.0","id":7,"result":{"processed":true}}`,
@@ -74,6 +74,7 @@ func TestAnswerCalls(t *testing.T) {
 		if msg, reply := s.prepare([]byte(in)); msg != nil || reply != nil {
 			t.Fatalf("%s: handed on %+v, replied %s", in, msg, reply)
 		}
+		s.handAnswers()
 	}
 	if r := <-results; r.err != nil || string(r.result) != `{"processed":true}` {
 		t.Fatalf("result = %s, %v", r.result, r.err)
@@ -85,7 +86,7 @@ func TestAnswerCalls(t *testing.T) {
 	if msg, reply := s.prepare([]byte(`{"jsonrpc":"2.0","id":9,"result":{}}`)); msg != nil || reply != nil {
 		t.Fatalf("unknown answer: handed on %+v, replied %s", msg, reply)
 	}
-	waiting := make(chan callResult, 1)
+	waiting := make(chanAnswer, 1)
 	s.calls[10] = waiting
 	s.failCalls()
 	if r := <-waiting; r.err != ErrClosed {
