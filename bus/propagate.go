@@ -108,7 +108,6 @@ type outcome struct {
 // so far) and routed when another client subscribes or its retry_seconds
 // pass (see rehold).
 func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
-	result.Success = true
 	// One allocation each for the walk's deliveries and outcomes, not one
 	// per subscriber: a fan-out can reach thousands.
 	deliveries := make([]delivery, len(chain))
@@ -156,6 +155,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 // retries, dead letters, holds, each committed to the store before it
 // returns.
 func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outcome, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
+	result.Success = true
 	type retry struct {
 		ack     int
 		attempt store.Attempt
