@@ -125,3 +125,7 @@ func (c *conn) ExpiryArmed() bool {
 	defer c.mu.Unlock()
 	return c.expiry != nil
 }
+
+// WriteStats returns how many write calls the connection's socket has
+// taken and how many frames they carried.
+func (c *conn) WriteStats() (writes, frames uint64) { return c.out.Stats() }
