@@ -1,5 +1,7 @@
 package outbound
 
+import "sync"
+
 // Flushing once per batch
 //
 // NATS handles every message of a read buffer before it writes anything:
@@ -19,21 +21,28 @@ package outbound
 const maxHeld = 16
 
 // Batch is the set of Conns a goroutine holds while it handles a batch.
-// Only that goroutine may use it. The zero value is ready.
+// The zero value is ready.
 type Batch struct {
+	// mu guards held: the goroutine reading a Conn is not always the one
+	// that handles what it reads (coder/websocket's Close reads the
+	// peer's close frame itself), so a flush before a read may come from
+	// another goroutine.
+	mu   sync.Mutex
 	held []*Conn
 }
 
 // Hold holds c's data frames back until the batch is flushed. Holding
 // the same Conn again in the same batch changes nothing.
 func (b *Batch) Hold(c *Conn) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, h := range b.held {
 		if h == c {
 			return
 		}
 	}
 	if len(b.held) == maxHeld {
-		b.Flush()
+		b.flushLocked()
 	}
 	c.hold()
 	b.held = append(b.held, c)
@@ -41,6 +50,12 @@ func (b *Batch) Hold(c *Conn) {
 
 // Flush releases every Conn the batch holds, writing what waits in each.
 func (b *Batch) Flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.flushLocked()
+}
+
+func (b *Batch) flushLocked() {
 	for i, c := range b.held {
 		b.held[i] = nil
 		c.release()
@@ -48,9 +63,9 @@ func (b *Batch) Flush() {
 	b.held = b.held[:0]
 }
 
-// Batch returns the batch of the goroutine reading c: the Conns held in
-// it are released before c's next read from the socket, and when the
-// reader calls Flush. Only the reading goroutine may use it.
+// Batch returns the batch of the goroutine handling what c reads: the
+// Conns held in it are released before c's next read from the socket,
+// and when that goroutine calls Flush.
 func (c *Conn) Batch() *Batch { return &c.batch }
 
 // hold makes data frames wait in the queue until release, unless the

@@ -125,9 +125,9 @@ type Conn struct {
 	// reader reads the socket in batches (read.go); only the reading
 	// goroutine touches it.
 	reader batchReader
-	// batch holds the Conns the reading goroutine wrote to while it
-	// handled what it read; they are released before the next read from
-	// the socket (batch.go). Only the reading goroutine touches it.
+	// batch holds the Conns the goroutine handling what this Conn reads
+	// wrote to; they are released before the next read from the socket
+	// (batch.go).
 	batch Batch
 
 	// mu guards the fields below.
