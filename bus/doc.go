@@ -28,7 +28,11 @@
 // (inorder.go); handle looks the method up in the one table of them
 // (methods), answers the quick methods itself, checks and routes
 // sendMessage itself, and runs its walk and the dlq.* methods (admin.go)
-// on goroutines of their own. The router (router.go) gives the
+// on goroutines of their own; a message to one subscriber connection
+// whose turn has come is relayed on the read loops instead (direct.go:
+// the publisher's writes the call, the subscriber's the result when the
+// answer comes), each read loop flushing the connections it wrote to once
+// per read (internal/outbound's Batch). The router (router.go) gives the
 // topic's chain, newest matching subscription first; each routed message
 // takes a ticket per subscriber (order.go) as it is routed. walk
 // (propagate.go) calls the delivery pipeline (delivery.go) down the chain
@@ -58,7 +62,9 @@
 // which reads payloads in place, as the peer sent them; one Server
 // goroutine pings every connection, keepalive.go), an in-order goroutine
 // while an initialize, subscribe or unsubscribe runs (inorder.go), and one goroutine per
-// running sendMessage or dlq.* call (at most Options.MaxInFlight), plus
+// running sendMessage or dlq.* call (at most Options.MaxInFlight; a
+// sendMessage relayed on the read loops, direct.go, has none, and a
+// timer for its answer), plus
 // one per continueAll delivery a walk has running. A delivery waits for
 // its ticket's turn before it is written, holding no lock. Writes to a
 // peer are bounded by
