@@ -53,7 +53,7 @@ type directRelay struct {
 // in it may wait (see above), and reports whether it did; if not, the
 // caller publishes it as before. It runs on the publisher's read loop
 // with a slot and a running request taken, which the relay gives back.
-func (c *conn) relayDirect(req *rpcstream.Request, out *outgoing) bool {
+func (c *conn) relayDirect(req *rpcstream.Request, out *outgoing) (relayed bool) {
 	s := c.server
 	if out.callback != "" || len(out.chain) != 1 || s.tracer != nil {
 		return false
@@ -70,8 +70,11 @@ func (c *conn) relayDirect(req *rpcstream.Request, out *outgoing) bool {
 	defer func() {
 		// As guard: a panic answers the request, not the process. Once
 		// the call is sent, its answer settles the relay.
-		if p := recover(); p != nil && !sent {
-			r.refuse(c.panicked(req, p))
+		if p := recover(); p != nil {
+			relayed = true
+			if !sent {
+				r.refuse(c.panicked(req, p))
+			}
 		}
 	}()
 	if err := out.admit(); err != nil {
