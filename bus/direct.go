@@ -29,8 +29,17 @@ import (
 // goes to several subscribers or to another node, or that carries an
 // idempotency key, is published by a goroutine of its own (handle); an
 // answer that calls for a retry, a dead letter or a hold is settled on
-// one, since those are written to the store. The timeout of the call runs
-// on a timer.
+// one, since those are written to the store; and a read loop queues
+// nothing on a connection whose queue has no room (its peer reads
+// slowly), since it would wait for room. The timeout of the call runs on
+// a timer; a held connection is released without waiting on its peer
+// (outbound.Batch).
+
+// frameRoom is more than a processMessage frame or a sendMessage result
+// takes besides the payload, meta and message: the room a read loop wants
+// in a connection's queue before it queues one there, since it must not
+// wait for room.
+const frameRoom = 1024
 
 // directRelay is one sendMessage relayed on the read loops.
 type directRelay struct {
@@ -60,6 +69,10 @@ func (c *conn) relayDirect(req *rpcstream.Request, out *outgoing) (relayed bool)
 	}
 	sub, ok := out.chain[0].to.(*conn)
 	if !ok || sub.slow.Load() || !out.tickets[0].ready() {
+		return false
+	}
+	if !sub.out.HasRoom(frameRoom + len(out.message.Payload) + len(out.message.Meta)) {
+		// The subscriber reads slowly: the call would wait for room.
 		return false
 	}
 	if key, err := idempotencyKeyOf(out.message.Meta); key != "" || err != nil {
@@ -154,7 +167,8 @@ func (r *directRelay) finish(res protocol.ProcessMessageResult, err error, made 
 	}
 	s.measured(&r.d, r.o[0].at, res, err)
 	r.o[0].result, r.o[0].err = res, err
-	if err != nil || res.ShouldRetry || res.Rejected() {
+	if err != nil || res.ShouldRetry || res.Rejected() || (b != nil && !r.pub.out.HasRoom(frameRoom+len(res.Message))) {
+		// The store is to be written, or the publisher reads slowly.
 		go r.settle(nil)
 		return
 	}

@@ -1,6 +1,10 @@
 package outbound
 
-import "sync"
+import (
+	"os"
+	"sync"
+	"syscall"
+)
 
 // Flushing once per batch
 //
@@ -77,8 +81,11 @@ func (c *Conn) hold() {
 	c.mu.Unlock()
 }
 
-// release ends a hold; the last one writes what waits, on the caller's
-// goroutine, unless a write is under way (its writer takes them).
+// release ends a hold; the last one writes what waits, unless a write is
+// under way (its writer takes them). The caller is another connection's
+// read loop, which must not wait on this peer: it writes what the socket
+// takes at once, without waiting, and leaves the rest, if any, to a
+// goroutine of the Conn's, which writes it under the write timeout.
 func (c *Conn) release() {
 	c.mu.Lock()
 	c.holds--
@@ -87,6 +94,91 @@ func (c *Conn) release() {
 		return
 	}
 	c.writing = true
+	out, end := c.queued, c.queuedSeq
+	c.queued = nil
+	c.room.Broadcast()
 	c.mu.Unlock()
-	c.drain(nil, leaderRounds)
+	n, err := c.sendNow(out)
+	if err != nil {
+		putBuffer(out)
+		c.fail(err)
+		return
+	}
+	c.mu.Lock()
+	if n < len(out) {
+		// The rest goes first, before what was queued meanwhile.
+		rest := append(getBuffer(), out[n:]...)
+		c.queued = append(rest, c.queued...)
+		c.mu.Unlock()
+		putBuffer(out)
+		go c.drain(nil, -1)
+		return
+	}
+	c.writtenSeq = end
+	if len(c.queued) == 0 || c.err != nil {
+		c.releaseLocked(out)
+		c.mu.Unlock()
+		return
+	}
+	c.room.Broadcast()
+	c.mu.Unlock()
+	// Queued meanwhile, by writers that found this write under way.
+	go c.drain(out, -1)
+}
+
+// HasRoom reports whether n more bytes fit in the queue now, so that a
+// goroutine that must not wait (a read loop) can tell whether a message
+// would be queued or would have to wait for the peer.
+func (c *Conn) HasRoom(n int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err == nil && c.served == c.lined && len(c.queued)+n <= maxQueued
+}
+
+// sendNow writes what of b the socket takes without waiting, and returns
+// how much that was: nothing on a Conn that is not a TCP socket.
+func (c *Conn) sendNow(b []byte) (int, error) {
+	if c.reader.raw == nil {
+		return 0, nil
+	}
+	c.writes.Add(1)
+	c.now.b = b
+	if c.now.fn == nil {
+		c.now.fn = c.writeNow
+	}
+	if err := c.reader.raw.Write(c.now.fn); err != nil {
+		return 0, err
+	}
+	n, err := c.now.n, c.now.err
+	c.now = nowWrite{fn: c.now.fn}
+	if err == syscall.EAGAIN {
+		return max(n, 0), nil
+	}
+	if err != nil {
+		return 0, os.NewSyscallError("write", err)
+	}
+	return n, nil
+}
+
+// nowWrite is sendNow's call: the RawConn callback as a func value made
+// once, its bytes and its results, so that a write allocates nothing.
+// Only the Conn's writer (writing set) touches it.
+type nowWrite struct {
+	fn  func(fd uintptr) bool
+	b   []byte
+	n   int
+	err error
+}
+
+// writeNow is the RawConn callback of sendNow: one write, and no wait for
+// the socket to take more (it returns true even when the socket is full).
+func (c *Conn) writeNow(fd uintptr) bool {
+	for {
+		n, err := syscall.Write(int(fd), c.now.b)
+		if err == syscall.EINTR {
+			continue
+		}
+		c.now.n, c.now.err = n, err
+		return true
+	}
 }

@@ -3,6 +3,7 @@ package outbound
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -124,4 +125,56 @@ func TestBatchHoldsNest(t *testing.T) {
 		b.Flush()
 		require.Equal(t, "m", <-got)
 	})
+}
+
+// Releasing a held Conn whose peer does not read never waits on that
+// peer (the releaser is another connection's read loop): what the socket
+// does not take at once is written by a goroutine of the Conn's, in
+// order, once the peer reads.
+func TestBatchReleaseDoesNotWaitOnPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err == nil {
+			accepted <- nc
+		}
+	}()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer peer.Close()
+	require.NoError(t, peer.(*net.TCPConn).SetReadBuffer(32<<10))
+	server := <-accepted
+	require.NoError(t, server.(*net.TCPConn).SetWriteBuffer(32<<10))
+	c := newConn(server, 10*time.Second)
+	defer c.Close()
+
+	var b Batch
+	b.Hold(c)
+	// 240 KB: more than the small socket buffers take at once, less than
+	// the queue's bound.
+	const frames = 120
+	payload := strings.Repeat("p", 2000)
+	for i := range frames {
+		require.NoError(t, c.WriteMessage(websocket.MessageText, fmt.Appendf(nil, "%03d%s", i, payload)))
+	}
+	flushed := make(chan struct{})
+	go func() {
+		b.Flush()
+		close(flushed)
+	}()
+	select {
+	case <-flushed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Flush waited for a peer that does not read")
+	}
+	r := bufio.NewReader(peer)
+	for i := range frames {
+		_, p := readFrame(t, r)
+		require.Equal(t, fmt.Sprintf("%03d%s", i, payload), p)
+	}
+	writes, _ := c.Stats()
+	require.GreaterOrEqual(t, writes, uint64(2), "the socket took the whole batch at once: the test proves nothing")
 }

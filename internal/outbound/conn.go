@@ -125,6 +125,8 @@ type Conn struct {
 	// reader reads the socket in batches (read.go); only the reading
 	// goroutine touches it.
 	reader batchReader
+	// now is the writer's non-blocking write (release).
+	now nowWrite
 	// batch holds the Conns the goroutine handling what this Conn reads
 	// wrote to; they are released before the next read from the socket
 	// (batch.go).
