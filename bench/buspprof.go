@@ -14,8 +14,8 @@ import (
 )
 
 // serveBusWithPprof runs the bus as bub serve does (a durable store in a
-// temporary directory, default options but the pending caps lifted as
-// busLimits lifts them, warn-level logs) with the
+// temporary directory, default options but the limits busLimits lifts
+// lifted, warn-level logs) with the
 // net/http/pprof handlers mounted at /debug/pprof/, so that -profile can
 // profile it under load without a pprof flag in bub serve.
 func serveBusWithPprof(listen string) error {
@@ -36,7 +36,7 @@ func serveBusWithPprof(listen string) error {
 		return err
 	}
 	defer st.Close()
-	limits := bus.Limits{MaxPending: -1, MaxPendingPerIdentity: -1, MaxStoredBytesPerIdentity: -1}
+	limits := bus.Limits{MaxConnections: -1, MaxConnectionsPerAddr: -1, MaxPatternWildcards: len(fanoutTail), MaxPending: -1, MaxPendingPerIdentity: -1, MaxStoredBytesPerIdentity: -1}
 	srv, err := bus.New(&bus.Options{Store: st, Limits: limits, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err

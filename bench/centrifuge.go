@@ -80,21 +80,22 @@ func serveCentrifuge(listen string) error {
 	return serveAndAnnounce(listen, h)
 }
 
-// centrifugeSystem drives a Centrifuge server with lean clients written
-// against coder/websocket, like the bus's and the raw relay's, speaking
-// the JSON client protocol: one command per frame; a frame from the
-// server may hold several messages, one per line.
+// centrifugeSystem drives a Centrifuge server with the same lean clients
+// as the bus's and the raw relay's (leanConn: coder/websocket reads,
+// outbound's batching writer writes), speaking the JSON client protocol:
+// one command per frame; a frame from the server may hold several
+// messages, one per line.
 type centrifugeSystem struct{ proc *process }
 
 func (c *centrifugeSystem) name() string     { return "centrifuge" }
 func (c *centrifugeSystem) server() *process { return c.proc }
 
 // dial connects, sends the connect command and subscribes channel.
-func (c *centrifugeSystem) dial(channel string) (*websocket.Conn, error) {
+func (c *centrifugeSystem) dial(channel string) (*leanConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
 	url := "ws://" + c.proc.addr + centrifugePath
-	ws, _, err := websocket.Dial(ctx, url, nil)
+	ws, err := leanDial(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("dial centrifuge %s: %w", url, err)
 	}
@@ -112,7 +113,7 @@ func (c *centrifugeSystem) dial(channel string) (*websocket.Conn, error) {
 
 // centrifugeCall writes one command and reads until its reply; only for
 // setup, before any traffic.
-func centrifugeCall(ctx context.Context, ws *websocket.Conn, id uint64, cmd string) error {
+func centrifugeCall(ctx context.Context, ws *leanConn, id uint64, cmd string) error {
 	if err := ws.Write(ctx, websocket.MessageText, []byte(cmd)); err != nil {
 		return err
 	}
@@ -163,7 +164,7 @@ func (c *centrifugeSystem) open(subs int, payload []byte, done func(uint64, bool
 
 // centrifugeAnswer acks every publication by publishing its id to the
 // replies channel, and answers the server's pings.
-func centrifugeAnswer(ws *websocket.Conn, replies string) {
+func centrifugeAnswer(ws *leanConn, replies string) {
 	ctx := context.Background()
 	head := []byte(`,"publish":{"channel":"` + replies + `","data":{"id":`)
 	var out []byte
@@ -176,7 +177,7 @@ func centrifugeAnswer(ws *websocket.Conn, replies string) {
 		for msg := range bytes.SplitSeq(frame, []byte("\n")) {
 			switch m := parseCentrifuge(msg); m.kind {
 			case centrifugePing:
-				err = ws.Write(ctx, websocket.MessageText, centrifugePong)
+				err = ws.answer(websocket.MessageText, centrifugePong)
 			case centrifugePush:
 				cmd++
 				out = append(out[:0], `{"id":`...)
@@ -184,7 +185,7 @@ func centrifugeAnswer(ws *websocket.Conn, replies string) {
 				out = append(out, head...)
 				out = strconv.AppendUint(out, m.id, 10)
 				out = append(out, `,"processed":true}}}`...)
-				err = ws.Write(ctx, websocket.MessageText, out)
+				err = ws.answer(websocket.MessageText, out)
 			}
 			if err != nil {
 				return
@@ -200,7 +201,7 @@ var centrifugePong = []byte("{}")
 // centrifugePublisher publishes each message with the message's id as the
 // command's id, so that a failed publish's error reply names the message.
 type centrifugePublisher struct {
-	ws      *websocket.Conn
+	ws      *leanConn
 	conns   []io.Closer // the subscribers' and, once dialed, ws
 	tail    []byte      // after the command id, up to the message id in the data
 	payload []byte      // after the message id, to the end
@@ -215,7 +216,7 @@ func (p *centrifugePublisher) send(id uint64) error {
 	p.buf = append(p.buf, p.tail...)
 	p.buf = strconv.AppendUint(p.buf, id, 10)
 	p.buf = append(p.buf, p.payload...)
-	return p.ws.Write(context.Background(), websocket.MessageText, p.buf)
+	return p.ws.publish(websocket.MessageText, p.buf)
 }
 
 func (p *centrifugePublisher) readAcks() {
@@ -228,7 +229,7 @@ func (p *centrifugePublisher) readAcks() {
 		for msg := range bytes.SplitSeq(frame, []byte("\n")) {
 			switch m := parseCentrifuge(msg); m.kind {
 			case centrifugePing:
-				err = p.ws.Write(ctx, websocket.MessageText, centrifugePong)
+				err = p.ws.answer(websocket.MessageText, centrifugePong)
 			case centrifugeReply:
 				// A publish's reply: only a refusal says anything, as no
 				// ack will follow it.

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -317,10 +318,17 @@ func (h *harness) fanout() error {
 // idle measures each server's resident memory per idle connection, each
 // on a freshly started process.
 func (h *harness) idle() error {
-	starts := []func() (idler, error){
-		func() (idler, error) { p, err := startBub(h.bub, h.tmp); return &busSystem{proc: p}, err },
+	var starts []func() (idler, error)
+	wanted := func(name string) bool {
+		return h.cfg.idleOnly == "" || slices.Contains(strings.Split(h.cfg.idleOnly, ","), name)
+	}
+	if wanted("bus") {
+		starts = append(starts, func() (idler, error) { p, err := startBub(h.bub, h.tmp); return &busSystem{proc: p}, err })
 	}
 	for _, b := range baselines {
+		if !wanted(b.name) {
+			continue
+		}
 		starts = append(starts, func() (idler, error) {
 			p, err := startRole(b.role)
 			if err != nil {
@@ -345,6 +353,10 @@ func (h *harness) idle() error {
 	return nil
 }
 
+// idleFileMargin is the open files the idle scenario leaves to everything
+// but its connections, per process.
+const idleFileMargin = 1024
+
 // idleResult is the idle-connection scenario for one system.
 type idleResult struct {
 	System      string  `json:"system"`
@@ -353,15 +365,67 @@ type idleResult struct {
 	RSSBefore   int64   `json:"rss_before_bytes"`
 	RSSAfter    int64   `json:"rss_after_bytes"`
 	PerConnKiB  float64 `json:"per_conn_kib"`
-	Error       string  `json:"error,omitempty"`
+	// Go is where the memory went, per connection, for a server that
+	// exports the Go collector's metrics (the bus).
+	Go    *goMemory `json:"go,omitempty"`
+	Error string    `json:"error,omitempty"`
+}
+
+// goMemory is the growth of a Go server's runtime figures per connection.
+type goMemory struct {
+	Goroutines   float64 `json:"goroutines"`
+	StackKiB     float64 `json:"stack_kib"`
+	HeapInuseKiB float64 `json:"heap_inuse_kib"`
+}
+
+// goFigures returns the Go collector's goroutine count, stack and heap in
+// use from a Prometheus /metrics page at url.
+func goFigures(url string) (goroutines, stack, heap float64, err error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("read %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	want := map[string]*float64{"go_goroutines": &goroutines, "go_memstats_stack_inuse_bytes": &stack, "go_memstats_heap_inuse_bytes": &heap}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if v := want[name]; v != nil && ok {
+			*v, err = strconv.ParseFloat(value, 64)
+			if err != nil {
+				return 0, 0, 0, fmt.Errorf("%s in %s: %w", name, url, err)
+			}
+			delete(want, name)
+		}
+	}
+	if len(want) > 0 {
+		return 0, 0, 0, fmt.Errorf("%s lacks %d of the Go collector's figures", url, len(want))
+	}
+	return goroutines, stack, heap, sc.Err()
 }
 
 func measureIdle(sys idler, n int) (idleResult, error) {
 	r := idleResult{System: sys.name(), Wanted: n}
+	// The client ends are in this process and the server ends in the
+	// server's, which has the same limit: past it, accept and dial fail
+	// and everything after them does too.
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur > idleFileMargin && uint64(n) > lim.Cur-idleFileMargin {
+		n = int(lim.Cur - idleFileMargin)
+		log.Printf("idle %s: %d connections wanted, but open files are limited to %d per process and the limit cannot be raised here: measuring %d", sys.name(), r.Wanted, lim.Cur, n)
+	}
 	time.Sleep(time.Second)
 	before, err := sys.server().rss()
 	if err != nil {
 		return r, err
+	}
+	_, isBus := sys.(*busSystem)
+	metrics := "http://" + sys.server().addr + "/metrics"
+	var g0, s0, h0 float64
+	if isBus {
+		if g0, s0, h0, err = goFigures(metrics); err != nil {
+			return r, err
+		}
 	}
 	conns, err := parallel(n, sys.idle)
 	defer closeAll(conns)
@@ -381,7 +445,16 @@ func measureIdle(sys idler, n int) (idleResult, error) {
 	}
 	r.RSSBefore, r.RSSAfter = before, after
 	if r.Connections > 0 {
-		r.PerConnKiB = float64(after-before) / float64(r.Connections) / 1024
+		n := float64(r.Connections)
+		r.PerConnKiB = float64(after-before) / n / 1024
+		if isBus {
+			g1, s1, h1, err := goFigures(metrics)
+			if err != nil {
+				return r, err
+			}
+			r.Go = &goMemory{Goroutines: (g1 - g0) / n, StackKiB: (s1 - s0) / n / 1024, HeapInuseKiB: (h1 - h0) / n / 1024}
+			log.Printf("idle %s: per connection %.2f goroutines, %.1f KiB of stack, %.1f KiB of heap in use", sys.name(), r.Go.Goroutines, r.Go.StackKiB, r.Go.HeapInuseKiB)
+		}
 	}
 	return r, nil
 }

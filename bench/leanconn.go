@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -22,11 +26,31 @@ type leanConn struct {
 // Options.WriteTimeout does.
 const leanWriteTimeout = 10 * time.Second
 
-// leanDial connects to url.
+// leanSources is how many loopback source addresses the lean clients
+// dial from, 127.0.0.1 and up: one address has about 28,000 ephemeral
+// ports towards one server (net.ipv4.ip_local_port_range), and the idle
+// scenario may open 100,000 connections and more.
+const leanSources = 8
+
+// leanClients dial from one source address each; leanNext picks the next.
+var (
+	leanClients = func() (cs [leanSources]*http.Client) {
+		for i := range cs {
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
+			cs[i] = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+		}
+		return cs
+	}()
+	leanNext atomic.Uint64
+)
+
+// leanDial connects to url, a loopback address, from the next of the
+// loopback source addresses.
 func leanDial(ctx context.Context, url string) (*leanConn, error) {
-	ws, out, _, err := outbound.Dial(ctx, url, nil, leanWriteTimeout)
+	i := leanNext.Add(1) % leanSources
+	ws, out, _, err := outbound.Dial(ctx, url, &websocket.DialOptions{HTTPClient: leanClients[i]}, leanWriteTimeout)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (from 127.0.0.%d)", err, 1+i)
 	}
 	return &leanConn{Conn: ws, out: out}, nil
 }

@@ -41,6 +41,7 @@ type config struct {
 	runFor   time.Duration
 	warmup   time.Duration
 	idleConn int
+	idleOnly string
 	held     int
 	spawns   int
 	profile  string
@@ -58,7 +59,8 @@ func main() {
 	flag.IntVar(&cfg.rounds, "rounds", 2, "alternating rounds per scenario; ratios are the median of per-round ratios")
 	flag.DurationVar(&cfg.runFor, "duration", time.Second, "measured time of one throughput run")
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "unmeasured time before each run")
-	flag.IntVar(&cfg.idleConn, "idle", 10000, "connections in the idle-memory scenario")
+	flag.IntVar(&cfg.idleConn, "idle", 10000, "connections in the idle-memory scenario; beyond 20,000 the harness spreads them over several 127.0.0.x source addresses and raises the open-file limit (raising the hard limit needs CAP_SYS_RESOURCE)")
+	flag.StringVar(&cfg.idleOnly, "idle-systems", "", "measure only these systems in the idle scenario, comma-separated: bus, raw, nats, nats-ws, centrifuge (default all)")
 	flag.IntVar(&cfg.held, "held", 5000, "messages held, then woken, in the held scenario")
 	flag.IntVar(&cfg.spawns, "spawns", 20, "agents spawned, one after another, in the spawn scenario")
 	flag.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of the bus under relay load (with -only retries: stored retries) into this directory, and do nothing else")
@@ -81,7 +83,7 @@ func main() {
 		cfg.held = 500
 		cfg.spawns = 5
 	}
-	raiseFileLimit()
+	raiseFileLimit(uint64(2*cfg.idleConn + 4096))
 
 	h, err := newHarness(cfg)
 	if err != nil {
@@ -119,16 +121,28 @@ func runRole(role, listen string) error {
 	return fmt.Errorf("unknown role %q (want relay, nats, nats-ws, centrifuge or bus-pprof)", role)
 }
 
-// raiseFileLimit lifts the soft limit on open files to the hard limit, for
-// the idle-connection scenario; the server processes inherit it.
-func raiseFileLimit() {
+// raiseFileLimit lifts the soft limit on open files to the hard limit,
+// and the hard limit to want when it is lower and the process may
+// (CAP_SYS_RESOURCE),
+// for the idle-connection scenario, whose client ends are in this process
+// and server ends in the server's; the server processes inherit it.
+func raiseFileLimit(want uint64) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		log.Printf("warning: read the open-file limit: %v", err)
 		return
 	}
+	if lim.Max < want {
+		raised := syscall.Rlimit{Cur: want, Max: want}
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised); err == nil {
+			return
+		}
+	}
 	lim.Cur = lim.Max
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		log.Printf("warning: raise the open-file limit to %d: %v", lim.Max, err)
+	}
+	if lim.Max < want {
+		log.Printf("warning: open files are limited to %d, fewer than the %d the idle scenario needs; it measures fewer (raising the hard limit needs CAP_SYS_RESOURCE)", lim.Max, want)
 	}
 }
