@@ -266,3 +266,65 @@ func (a *Access) MaxPending() int {
 	}
 	return a.maxPending
 }
+
+// ReadRules are the subscribe rules of an Access, bound to its clientId,
+// as data that travels: the node of a cluster a reader asks sends them
+// with a journal search to the other nodes, which show the reader only
+// the topics they allow (Access rebuilds the check). One entry per grant,
+// all of which must allow, as in CanSubscribe.
+type ReadRules struct {
+	Grants []ReadGrant `json:"grants"`
+}
+
+// ReadGrant is one grant's subscribe rules: the allow and deny patterns,
+// and DenyAll when a deny pattern could not be bound (everything denied).
+type ReadGrant struct {
+	Allow   []string `json:"allow,omitempty"`
+	Deny    []string `json:"deny,omitempty"`
+	DenyAll bool     `json:"denyAll,omitempty"`
+}
+
+// ReadRules returns what a may subscribe to, as data.
+func (a *Access) ReadRules() ReadRules {
+	var r ReadRules
+	if a == nil {
+		return r
+	}
+	for _, b := range a.subscribe {
+		g := ReadGrant{DenyAll: b.denyAll}
+		for _, p := range b.allow {
+			g.Allow = append(g.Allow, p.String())
+		}
+		for _, p := range b.deny {
+			g.Deny = append(g.Deny, p.String())
+		}
+		r.Grants = append(r.Grants, g)
+	}
+	return r
+}
+
+// Access rebuilds an Access whose only right is to subscribe as r
+// allows: CanSubscribe decides as it did for the Access r came from. No
+// grant allows nothing. A pattern that does not parse is an error naming
+// it.
+func (r ReadRules) Access() (*Access, error) {
+	a := &Access{}
+	for i, g := range r.Grants {
+		b := boundRules{denyAll: g.DenyAll}
+		for _, list := range []struct {
+			name     string
+			patterns []string
+			into     *[]*protocol.Pattern
+		}{{"allow", g.Allow, &b.allow}, {"deny", g.Deny, &b.deny}} {
+			for _, raw := range list.patterns {
+				p, err := protocol.ParsePattern(raw)
+				if err != nil {
+					return nil, fmt.Errorf("read rules: grant %d: %s pattern %q: %w", i, list.name, raw, err)
+				}
+				*list.into = append(*list.into, p)
+			}
+		}
+		a.subscribe = append(a.subscribe, b)
+	}
+	return a, nil
+}

@@ -18,7 +18,7 @@ import (
 
 // consoleJournalQuery reads the Messages page's query: the journal's,
 // and payloads. It answers the request itself when it returns false.
-func (s *Server) consoleJournalQuery(sess *consoleSession, w http.ResponseWriter, r *http.Request) (eventsRequest, *auth.Authenticator, bool) {
+func (s *Server) consoleJournalQuery(sess *consoleSession, w http.ResponseWriter, r *http.Request, page bool) (eventsRequest, *auth.Authenticator, bool) {
 	v := r.URL.Query()
 	payloads := v.Has("payloads")
 	if payloads && (len(v["payloads"]) != 1 || v.Get("payloads") != "1") {
@@ -26,19 +26,20 @@ func (s *Server) consoleJournalQuery(sess *consoleSession, w http.ResponseWriter
 		return eventsRequest{}, nil, false
 	}
 	v.Del("payloads")
-	may, a, err := s.journalAccess(sess.cred)
+	access, a, err := s.journalAccess(sess.cred)
 	if err != nil {
 		writeError(w, 0, err)
 		return eventsRequest{}, nil, false
 	}
-	req, ok := s.journalQueryOf(w, v)
-	req.q.may, req.q.hidePayloads = may, !payloads
+	req, ok := s.journalQueryOf(w, v, page)
+	req.q.setReader(access)
+	req.q.hidePayloads = !payloads
 	return req, a, ok
 }
 
 // consoleEvents answers a page of the journal.
 func (s *Server) consoleEvents(sess *consoleSession, w http.ResponseWriter, r *http.Request) {
-	if req, _, ok := s.consoleJournalQuery(sess, w, r); ok {
+	if req, _, ok := s.consoleJournalQuery(sess, w, r, true); ok {
 		s.writeJournalPage(w, &req)
 	}
 }
@@ -47,11 +48,11 @@ func (s *Server) consoleEvents(sess *consoleSession, w http.ResponseWriter, r *h
 // reload of the bus's auth checks the session again, and ends the stream
 // when it ended.
 func (s *Server) consoleEventStream(sess *consoleSession, w http.ResponseWriter, r *http.Request) {
-	req, a, ok := s.consoleJournalQuery(sess, w, r)
+	req, a, ok := s.consoleJournalQuery(sess, w, r, false)
 	if !ok {
 		return
 	}
-	s.streamJournal(w, r, req, a, func() (func(string) bool, *auth.Authenticator, error) {
+	s.streamJournal(w, r, req, a, func() (*auth.Access, *auth.Authenticator, error) {
 		sess, err := s.consoleSessionOf(r)
 		if err != nil {
 			return nil, nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -213,8 +214,8 @@ func (j *journal) close() {
 
 // journalQuery selects events: those of one message, or of one message
 // and the messages correlated with it, of one kind, of topics matching a
-// pattern, between two times. may says whether the reader may see a
-// topic (its grant); hidePayloads leaves payloads out (the console shows
+// pattern, between two times. reader is what the reader may subscribe
+// to (its grant), nil for everything; hidePayloads leaves payloads out (the console shows
 // one only when its operator asks).
 type journalQuery struct {
 	messageID     string
@@ -222,8 +223,11 @@ type journalQuery struct {
 	kind          string
 	topic         *protocol.Pattern
 	since, until  time.Time
-	may           func(topic string) bool
-	hidePayloads  bool
+	// may is the reader's decision, remembered per topic (setReader); nil
+	// for a reader that sees everything.
+	may          func(topic string) bool
+	reader       *auth.Access
+	hidePayloads bool
 }
 
 func (q *journalQuery) match(ev *protocol.JournalEvent, oldest time.Time) bool {
@@ -257,9 +261,8 @@ func (j *journal) parseCursor(c string) (uint64, error) {
 	if c == "" {
 		return 0, nil
 	}
-	boot, n, ok := strings.Cut(c, ".")
-	seq, err := strconv.ParseUint(n, 10, 64)
-	if !ok || boot == "" || err != nil {
+	boot, seq, ok := splitCursor(c)
+	if !ok {
 		return 0, fmt.Errorf("cursor %q is not one this API gave (BOOT.SEQUENCE)", c)
 	}
 	if boot != j.boot {
@@ -272,6 +275,13 @@ func (j *journal) parseCursor(c string) (uint64, error) {
 		return 0, fmt.Errorf("cursor %q is ahead of this journal's newest event", c)
 	}
 	return seq, nil
+}
+
+// splitCursor reads a node's cursor, BOOT.SEQUENCE.
+func splitCursor(c string) (boot string, seq uint64, ok bool) {
+	boot, n, ok := strings.Cut(c, ".")
+	seq, err := strconv.ParseUint(n, 10, 64)
+	return boot, seq, ok && boot != "" && err == nil
 }
 
 // read returns up to limit events after seq that q matches, the sequence

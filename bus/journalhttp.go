@@ -48,6 +48,9 @@ type eventsRequest struct {
 	hasAfter bool
 	limit    int
 	q        journalQuery
+	// cluster, for a page on a cluster's node, is what the other nodes
+	// are asked; nil otherwise.
+	cluster *clusterSearch
 }
 
 // journalKinds are the kinds an event may have, for kind=.
@@ -136,9 +139,9 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 }
 
 // journalReader authenticates the reader of r as POST /v1/messages does
-// and returns what it may see: nil for everything (an admin, or an open
-// bus).
-func (s *Server) journalReader(r *http.Request) (func(topic string) bool, *auth.Authenticator, error) {
+// and returns what it may subscribe to: nil for everything (an admin, or
+// an open bus).
+func (s *Server) journalReader(r *http.Request) (*auth.Access, *auth.Authenticator, error) {
 	if err := s.checkBrowser(r); err != nil {
 		return nil, nil, err
 	}
@@ -151,10 +154,11 @@ func (s *Server) journalReader(r *http.Request) (func(topic string) bool, *auth.
 }
 
 // journalAccess decides what cred may see of the journal: nil for
-// everything (an admin, or an open bus), else the topics its grant lets
-// it subscribe to. The console decides so for its session's credential,
-// so that its Messages page obeys the grant rules /v1/events does.
-func (s *Server) journalAccess(cred credential) (func(topic string) bool, *auth.Authenticator, error) {
+// everything (an admin, or an open bus), else its access, whose grant
+// says which topics it could subscribe to. The console decides so for
+// its session's credential, so that its Messages page obeys the grant
+// rules /v1/events does.
+func (s *Server) journalAccess(cred credential) (*auth.Access, *auth.Authenticator, error) {
 	a := s.auth.Load()
 	if a == nil {
 		return nil, nil, nil
@@ -168,10 +172,19 @@ func (s *Server) journalAccess(cred credential) (func(topic string) bool, *auth.
 	if access.Admin() {
 		return nil, a, nil
 	}
-	// A topic is a pattern that matches itself only: the reader sees it
-	// if it could subscribe to it.
+	return access, a, nil
+}
+
+// setReader makes q show only what access may subscribe to; nil shows
+// everything. A topic is a pattern that matches itself only: the reader
+// sees it if it could subscribe to it.
+func (q *journalQuery) setReader(access *auth.Access) {
+	q.reader, q.may = access, nil
+	if access == nil {
+		return
+	}
 	seen := make(map[string]bool)
-	return func(topic string) bool {
+	q.may = func(topic string) bool {
 		may, ok := seen[topic]
 		if !ok {
 			p, err := protocol.ParsePattern(topic)
@@ -182,12 +195,12 @@ func (s *Server) journalAccess(cred credential) (func(topic string) bool, *auth.
 			seen[topic] = may
 		}
 		return may
-	}, a, nil
+	}
 }
 
 // journalReaderOf decides again, for a stream, what its reader may see:
 // when the bus reloads its auth, the reader's grant may have changed.
-type journalReaderOf func() (func(topic string) bool, *auth.Authenticator, error)
+type journalReaderOf func() (*auth.Access, *auth.Authenticator, error)
 
 // journalRequest checks a request of the journal: the method, the
 // journal being on, the reader and the query. It answers the request
@@ -197,24 +210,49 @@ func (s *Server) journalRequest(w http.ResponseWriter, r *http.Request) (eventsR
 		methodNotAllowed(w, http.MethodGet)
 		return eventsRequest{}, nil, false
 	}
-	may, a, err := s.journalReader(r)
+	access, a, err := s.journalReader(r)
 	if err != nil {
 		writeError(w, 0, err)
 		return eventsRequest{}, nil, false
 	}
-	req, ok := s.journalQueryOf(w, r.URL.Query())
-	req.q.may = may
+	req, ok := s.journalQueryOf(w, r.URL.Query(), r.URL.Path == PathEvents)
+	req.q.setReader(access)
 	return req, a, ok
 }
 
-// journalQueryOf checks that the journal is on and parses the query. It
-// answers the request itself when it returns false.
-func (s *Server) journalQueryOf(w http.ResponseWriter, v url.Values) (eventsRequest, bool) {
+// journalQueryOf checks that the journal is on and parses the query. A
+// page (not a stream) of a cluster's node searches every node: its
+// cursor is the cluster's (journal_cluster.go), and the query is kept
+// for the other nodes. It answers the request itself when it returns
+// false.
+func (s *Server) journalQueryOf(w http.ResponseWriter, v url.Values, page bool) (eventsRequest, bool) {
 	if s.journal == nil {
 		writeError(w, http.StatusNotFound, protocol.Errorf(protocol.ErrMethodNotFound, "the message journal is off on this bus (--journal=false)"))
 		return eventsRequest{}, false
 	}
-	req, err := s.journal.parseEventsQuery(v, time.Now())
+	var (
+		req     eventsRequest
+		cursors nodeCursors
+		err     error
+	)
+	now := time.Now()
+	if page && s.clustered() {
+		after := v["after"]
+		v.Del("after")
+		req, err = s.journal.parseEventsQuery(v, now)
+		switch {
+		case err != nil:
+		case len(after) > 1:
+			err = fmt.Errorf("query parameter after is given %d times; give it once", len(after))
+		case len(after) == 1:
+			if cursors, err = parseNodeCursors(after[0]); err != nil {
+				err = fmt.Errorf("after: %v", err)
+			}
+		}
+		req.cluster = &clusterSearch{cursors: cursors, query: absoluteTimes(v, &req.q)}
+	} else {
+		req, err = s.journal.parseEventsQuery(v, now)
+	}
 	if err != nil {
 		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "%v", err))
 		return eventsRequest{}, false
@@ -233,6 +271,15 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 
 // writeJournalPage answers the page of the journal req asks for.
 func (s *Server) writeJournalPage(w http.ResponseWriter, req *eventsRequest) {
+	if req.cluster != nil {
+		page, err := s.clusterJournalPage(req)
+		if err != nil {
+			writeError(w, 0, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, page)
+		return
+	}
 	j := s.journal
 	events, last, more, gap := j.read(req.after, req.limit, &req.q)
 	page := protocol.JournalPage{Events: events, Next: j.cursor(last), More: more, Gap: gap}
@@ -249,7 +296,7 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.streamJournal(w, r, req, a, func() (func(string) bool, *auth.Authenticator, error) { return s.journalReader(r) })
+	s.streamJournal(w, r, req, a, func() (*auth.Access, *auth.Authenticator, error) { return s.journalReader(r) })
 }
 
 // streamJournal streams the journal as Server-Sent Events: each event
@@ -303,11 +350,12 @@ func (s *Server) streamJournal(w http.ResponseWriter, r *http.Request, req event
 			// again, so that a grant changed, a credential that expired
 			// or a console session that ended stops what it sees.
 			recheck = false
-			may, na, err := reader()
+			access, na, err := reader()
 			if err != nil {
 				return
 			}
-			req.q.may, a = may, na
+			req.q.setReader(access)
+			a = na
 		}
 		events, last, more, gap := j.read(req.after, maxEventsLimit, &req.q)
 		buf = buf[:0]

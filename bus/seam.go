@@ -68,6 +68,11 @@ type Cluster interface {
 	// returns what that node's ClusterHandler.Deliver answered. ctx
 	// bounds the wait. Errors: ErrNodeGone, ErrRemoteTimeout.
 	Deliver(ctx context.Context, node string, d *RemoteDelivery) ([]byte, error)
+	// Journal asks node to search its message journal with req (the
+	// bus's encoding, journal_cluster.go) and returns what that node's
+	// ClusterHandler.Journal answered. ctx bounds the wait. Errors:
+	// ErrNodeGone, ErrRemoteTimeout.
+	Journal(ctx context.Context, node string, req []byte) ([]byte, error)
 	// TakeOver moves a dead node's pending work to this node and
 	// returns what it moved, also when it fails part way.
 	TakeOver(ctx context.Context, node string) ([]*store.Pending, error)
@@ -110,6 +115,9 @@ type ClusterHandler interface {
 	// order they were sent, each once the one before is written
 	// (RemoteDelivery.Written).
 	Deliver(ctx context.Context, d *RemoteDelivery) []byte
+	// Journal answers another node's search of this node's message
+	// journal, which the asking node sent with its reader's rights.
+	Journal(ctx context.Context, req []byte) []byte
 	// NodeDown hears that node stopped; acting says this node takes
 	// over its pending work (Cluster.TakeOver).
 	NodeDown(node string, acting bool)
@@ -228,6 +236,10 @@ func (n *singleNode) ClaimClient(context.Context, string, uint64) error { return
 func (n *singleNode) ReleaseClient(string, uint64) {}
 
 func (n *singleNode) Deliver(_ context.Context, node string, _ *RemoteDelivery) ([]byte, error) {
+	return nil, fmt.Errorf("%w: a single node has no node %q", ErrNodeGone, node)
+}
+
+func (n *singleNode) Journal(_ context.Context, node string, _ []byte) ([]byte, error) {
 	return nil, fmt.Errorf("%w: a single node has no node %q", ErrNodeGone, node)
 }
 

@@ -75,6 +75,9 @@ func (b *busNode) Join(ctx context.Context, j *bus.ClusterJoin) (bus.Store, erro
 		Deliver: func(ctx context.Context, d *Delivery) ([]byte, error) {
 			return h.Deliver(ctx, d), nil
 		},
+		Journal: func(ctx context.Context, req []byte) ([]byte, error) {
+			return h.Journal(ctx, req), nil
+		},
 		NodeDown: h.NodeDown,
 	})
 	if err != nil {
@@ -157,6 +160,10 @@ func (b *busNode) ReleaseClient(clientID string, conn uint64) {
 
 func (b *busNode) Deliver(ctx context.Context, node string, d *bus.RemoteDelivery) ([]byte, error) {
 	return b.node.Deliver(ctx, node, d)
+}
+
+func (b *busNode) Journal(ctx context.Context, node string, req []byte) ([]byte, error) {
+	return b.node.Journal(ctx, node, req)
 }
 
 // TakeOver waits for the node to have started: a node may be found dead

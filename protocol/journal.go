@@ -84,10 +84,16 @@ type JournalEvent struct {
 // the last event returned: events the query does not match are skipped);
 // More says whether events were left for that page. Gap says that events
 // after the cursor asked for had already been dropped (retention), so
-// the page starts at the oldest one still kept.
+// the page starts at the oldest one still kept. On a node of a cluster
+// the page is the whole cluster's, merged by time, and Next is a cursor
+// of every node's place (docs/PROTOCOL.md, "Message journal").
 type JournalPage struct {
 	Events []JournalEvent `json:"events"`
 	Next   string         `json:"next"`
 	More   bool           `json:"more"`
 	Gap    bool           `json:"gap,omitempty"`
+	// Missing, on a node of a cluster, names the nodes that did not
+	// answer in time (dead, cut off, or slow): their events are not in
+	// this page, and the next page asks them again.
+	Missing []string `json:"missing,omitempty"`
 }

@@ -134,8 +134,9 @@ every message published with meta.correlation_id set to MESSAGE_ID (an
 agent's reply to it). It reads the bus's message journal (GET /v1/events),
 which holds the last hour by default (--journal-max-age) and only what the
 credential may subscribe to (all for an admin). In a cluster each node
-journals what it did: give every node in --bus-url and their stories are
-merged by time.`
+journals what it did, and any node answers for the whole cluster, naming
+the nodes that did not answer: give every node in --bus-url, and the next
+is asked when one is down or names a node missing.`
 
 func runTrace(ctx context.Context, std stdio, args []string) int {
 	var (
@@ -160,19 +161,44 @@ func runTrace(ctx context.Context, std stdio, args []string) int {
 	defer cancel()
 	var events []protocol.JournalEvent
 	var failed []error
+	// A node of a cluster answers for the whole cluster, less the nodes
+	// it names missing: the next endpoint is asked only while some are,
+	// and an event two answers share (its node and cursor) is kept once.
+	seen := make(map[string]bool)
+	var missing []string
+	answered := false
 	for _, e := range endpoints {
-		got, err := traceFrom(ctx, e, token, ids[0])
+		got, gone, err := traceFrom(ctx, e, token, ids[0])
 		if err != nil {
 			failed = append(failed, err)
 			continue
 		}
-		events = append(events, got...)
+		for i := range got {
+			key := got[i].Node + " " + got[i].Cursor
+			if !seen[key] {
+				seen[key] = true
+				events = append(events, got[i])
+			}
+		}
+		if !answered {
+			missing = gone
+		} else {
+			missing = slices.DeleteFunc(missing, func(n string) bool { return !slices.Contains(gone, n) })
+		}
+		answered = true
+		if len(missing) == 0 {
+			failed = nil
+			break
+		}
 	}
-	if len(failed) == len(endpoints) {
+	if !answered {
 		return errorf(std, "%v", errors.Join(failed...))
 	}
 	for _, err := range failed {
 		fmt.Fprintf(std.err, "bub trace: %v (its part of the story is missing)\n", err)
+	}
+	for _, n := range missing {
+		fmt.Fprintf(std.err, "bub trace: node %s did not answer (its part of the story is missing)\n", n)
 	}
 	if len(events) == 0 {
 		return errorf(std, "no journal events for message %s: not published through this bus, older than the journal keeps (--journal-max-age), or on topics the credential may not subscribe to", ids[0])
@@ -190,24 +216,31 @@ func runTrace(ctx context.Context, std stdio, args []string) int {
 	return 0
 }
 
-// traceFrom reads every page of id's story from one node.
-func traceFrom(ctx context.Context, endpoint, token, id string) ([]protocol.JournalEvent, error) {
+// traceFrom reads every page of id's story from one node (of a cluster:
+// the cluster's), and the nodes that did not answer it.
+func traceFrom(ctx context.Context, endpoint, token, id string) ([]protocol.JournalEvent, []string, error) {
 	var events []protocol.JournalEvent
+	var missing []string
 	q := url.Values{"correlationId": {id}, "limit": {"1000"}}
 	for {
 		res, err := journalGet(ctx, endpoint+"?"+q.Encode(), token, nil)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var page protocol.JournalPage
 		err = json.NewDecoder(res.Body).Decode(&page)
 		res.Body.Close()
 		if err != nil {
-			return nil, fmt.Errorf("%s: read the answer: %w", redact.URL(endpoint), err)
+			return nil, nil, fmt.Errorf("%s: read the answer: %w", redact.URL(endpoint), err)
 		}
 		events = append(events, page.Events...)
+		for _, n := range page.Missing {
+			if !slices.Contains(missing, n) {
+				missing = append(missing, n)
+			}
+		}
 		if !page.More {
-			return events, nil
+			return events, missing, nil
 		}
 		q.Set("after", page.Next)
 	}
