@@ -438,41 +438,139 @@ func TestJournalStreamEndsWhenCredentialRevoked(t *testing.T) {
 	}
 }
 
-// TestJournalPerNodeInCluster checks what docs/PROTOCOL.md says a node's
-// journal shows: a message published on node a to a subscriber on node b
-// is in a's journal, named a, delivery included; b's shows nothing of it;
-// the reply published on b is in b's journal, found by the original id.
-func TestJournalPerNodeInCluster(t *testing.T) {
-	nodes := bustest.StartCluster(t, nil, "a", "b")
-	a, b := nodes[0], nodes[1]
-	bustest.Connect(t, b.URL, "worker", bustest.Processed).Subscribe("jobs:*", protocol.PolicyContinueAll)
-	pub := bustest.Connect(t, a.URL, "pub", nil)
+// clusterPage GETs a page of the journal from srv with token, for a
+// condition of require.Eventually.
+func clusterPage(srv *bustest.Server, query, token string) (protocol.JournalPage, error) {
+	var page protocol.JournalPage
+	req, err := http.NewRequest(http.MethodGet, srv.HTTP.URL+bus.PathEvents+"?"+query, nil)
+	if err != nil {
+		return page, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return page, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return page, fmt.Errorf("status %d", res.StatusCode)
+	}
+	return page, json.NewDecoder(res.Body).Decode(&page)
+}
+
+// eventKeys names each event by its node and cursor, which no other
+// event shares.
+func eventKeys(events []protocol.JournalEvent) []string {
+	var out []string
+	for _, ev := range events {
+		out = append(out, ev.Node+" "+ev.Cursor)
+	}
+	return out
+}
+
+// TestJournalWholeClusterFromAnyNode checks docs/PROTOCOL.md's journal of
+// a cluster: a message published on node a, delivered to a subscriber on
+// node b, and the reply published on b (held: agent:* holds), are one timeline read from node
+// c, each event naming its node; paging from c with a small limit walks
+// the three nodes' events in time order, each once; a reader without
+// admin sees only its grant's topics on every node; and once a node
+// dies, the next page names it missing rather than failing.
+func TestJournalWholeClusterFromAnyNode(t *testing.T) {
+	dir := t.TempDir()
+	cfg, _ := authConfig(t, dir)
+	authn, err := auth.New(cfg, dir)
+	require.NoError(t, err)
+	nodes := bustest.StartCluster(t, &bus.Options{Auth: authn}, "a", "b", "c")
+	a, b, c := nodes[0], nodes[1], nodes[2]
+
+	worker := bustest.DialToken(t, b.URL, "main-token")
+	worker.OnProcess(bustest.Processed)
+	worker.Initialize("main")
+	worker.Subscribe("inbound:*", protocol.PolicyContinueAll)
+	opsA := bustest.DialToken(t, a.URL, "ops-token")
+	opsA.Initialize("ops-a")
+	opsC := bustest.DialToken(t, c.URL, "ops-token")
+	opsC.Initialize("ops-c")
 	var id string
 	require.Eventually(t, func() bool {
-		// The subscription reaches a's order once the cluster applied it.
-		r := pub.Publish("jobs:1", "t")
+		r := opsA.Publish("inbound:x", "t")
 		id = r.MessageID
 		return len(r.Acks) == 1 && r.Acks[0].Processed
 	}, bustest.Timeout, 20*time.Millisecond)
-	events := storyOf(t, a, id, []string{"accepted", "routed:worker", "delivery:worker:processed"})
-	for _, ev := range events {
-		require.Equal(t, "a", ev.Node)
-	}
-	reply := bustest.Connect(t, b.URL, "replier", nil)
-	var r protocol.SendMessageResult
-	reply.MustCall(protocol.MethodSendMessage, map[string]any{"topic": "outbound:x", "payload": map[string]any{"type": "t"},
-		"meta": map[string]any{"correlation_id": id}}, &r)
-	events = storyOf(t, b, id, []string{"accepted", "routed:no_subscribers"})
-	require.Equal(t, r.MessageID, events[0].MessageID)
-	require.Equal(t, "b", events[0].Node)
+	var reply, hidden protocol.SendMessageResult
+	worker.MustCall(protocol.MethodSendMessage, map[string]any{"topic": "agent:main", "payload": map[string]any{"type": "t"},
+		"meta": map[string]any{"correlation_id": id}}, &reply)
+	worker.MustCall(protocol.MethodSendMessage, map[string]any{"topic": "agent:other", "payload": map[string]any{"type": "t"}}, &hidden)
+	fromC := opsC.Publish("inbound:y", "t").MessageID
 
-	// A cursor of node a reads on b as the start of b's journal.
-	page := journalPage(t, b, "after="+url.QueryEscape(events[0].Cursor), nil)
-	aPage := journalPage(t, a, "limit=1", nil)
-	fromA := journalPage(t, b, "after="+url.QueryEscape(aPage.Next), nil)
-	require.NotEmpty(t, fromA.Events)
-	require.Equal(t, journalPage(t, b, "", nil).Events[0].Cursor, fromA.Events[0].Cursor)
-	require.NotContains(t, kinds(page.Events), "accepted")
+	want := []string{"a accepted", "a routed:main", "a delivery:main:processed", "b accepted", "b held"}
+	var got []string
+	ok := assert.Eventually(t, func() bool {
+		page, err := clusterPage(c, "correlationId="+url.QueryEscape(id), "ops-token")
+		if err != nil {
+			return false
+		}
+		got = nil
+		for i, k := range kinds(page.Events) {
+			got = append(got, page.Events[i].Node+" "+k)
+		}
+		return slices.Equal(got, want) && page.Events[3].MessageID == reply.MessageID
+	}, bustest.Timeout, 10*time.Millisecond)
+	require.True(t, ok, "timeline from c:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+
+	// The whole journal in one page, then in pages of two.
+	var whole protocol.JournalPage
+	require.Eventually(t, func() bool {
+		whole, err = clusterPage(c, "limit=1000", "ops-token")
+		return err == nil && slices.ContainsFunc(whole.Events, func(ev protocol.JournalEvent) bool {
+			return ev.MessageID == fromC && ev.Kind == protocol.JournalDelivery
+		})
+	}, bustest.Timeout, 10*time.Millisecond)
+	require.Empty(t, whole.Missing)
+	require.False(t, whole.More)
+	var paged []protocol.JournalEvent
+	cursor := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, len(whole.Events), "paging does not end")
+		page := journalPage(t, c, "limit=2&after="+url.QueryEscape(cursor), bearerHeader("ops-token"))
+		require.LessOrEqual(t, len(page.Events), 2)
+		paged = append(paged, page.Events...)
+		cursor = page.Next
+		if !page.More {
+			break
+		}
+	}
+	require.Equal(t, eventKeys(whole.Events), eventKeys(paged))
+	seen := map[string]bool{}
+	for i, ev := range paged {
+		seen[ev.Node] = true
+		if i > 0 {
+			require.False(t, ev.Time.Before(paged[i-1].Time), "event %d of %s before the one before it", i, ev.Node)
+		}
+	}
+	require.Equal(t, map[string]bool{"a": true, "b": true, "c": true}, seen)
+	require.Contains(t, cursor, "a:")
+	require.Contains(t, cursor, "c:")
+
+	// main may subscribe to inbound:* and agent:main, not agent:other:
+	// no node shows it that message.
+	visible := map[string]bool{}
+	for _, ev := range journalPage(t, c, "limit=1000", bearerHeader("main-token")).Events {
+		visible[ev.MessageID] = true
+		require.True(t, strings.HasPrefix(ev.Topic, "inbound:") || ev.Topic == "agent:main", "main sees %s on node %s", ev.Topic, ev.Node)
+	}
+	require.True(t, visible[id] && visible[reply.MessageID] && visible[fromC], "main sees %v", visible)
+	require.False(t, visible[hidden.MessageID])
+	require.Empty(t, journalPage(t, a, "messageId="+hidden.MessageID, bearerHeader("main-token")).Events)
+	require.NotEmpty(t, journalPage(t, a, "messageId="+hidden.MessageID, bearerHeader("ops-token")).Events)
+
+	// Node a dies: the next page from where paging ended names it.
+	bus.Crash(a.Server)
+	page := journalPage(t, c, "after="+url.QueryEscape(cursor), bearerHeader("ops-token"))
+	require.Equal(t, []string{"a"}, page.Missing)
+	require.Contains(t, page.Next, "a:", "a's place is kept for when it answers again")
+	page = journalPage(t, b, "messageId="+url.QueryEscape(reply.MessageID), bearerHeader("ops-token"))
+	require.Len(t, page.Events, 2, "b's own events are there without a")
 }
 
 // TestJournalRecordsEachHTTPRequestsAddress checks that two HTTP
