@@ -515,6 +515,19 @@ func TestConsoleCluster(t *testing.T) {
 	if a := c.post("/console/api/clients/close", `{"clientId": "on-b"}`); a.status != http.StatusConflict || !strings.Contains(string(a.body), "node b") {
 		t.Errorf("disconnect on-b from a: %d %s", a.status, a.body)
 	}
+
+	// The Messages page of a finds a message published on b: b's
+	// journal answers a's search.
+	id := bustest.Connect(t, b.URL, "pub-b", nil).Publish("misc:2", "t").MessageID
+	var page protocol.JournalPage
+	require.Eventually(t, func() bool {
+		a := c.do(http.MethodGet, "/console/api/events?messageId="+id, "", nil)
+		return json.Unmarshal(a.body, &page) == nil && len(page.Events) >= 2
+	}, 30*time.Second, 20*time.Millisecond, "b's events of %s seen from a's console", id)
+	for _, ev := range page.Events {
+		require.Equal(t, "b", ev.Node, "%+v", ev)
+	}
+	require.Empty(t, page.Missing)
 }
 
 // The Messages page's endpoints: a message is found by its id (its

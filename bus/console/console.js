@@ -338,10 +338,12 @@ function eventRow(ev) {
 }
 
 function messagesWhere() {
-  $("msg-where").textContent = session.journal
-    ? "From this node's message journal, in memory: the last hour at most (bub serve --journal-max-age, --journal-max-bytes), oldest first. " +
-      "In a cluster each node journals the publishes it accepted and the deliveries it made: search the node the publisher is connected to."
-    : "The message journal is off on this bus (bub serve --journal=false): there is nothing to search.";
+  $("msg-where").textContent = !session.journal
+    ? "The message journal is off on this bus (bub serve --journal=false): there is nothing to search."
+    : session.cluster
+      ? "From the message journals of every node of the cluster, merged by time: each keeps its own in memory, the last hour at most " +
+        "(bub serve --journal-max-age, --journal-max-bytes), oldest first. The live tail below shows this node's events only."
+      : "From this node's message journal, in memory: the last hour at most (bub serve --journal-max-age, --journal-max-bytes), oldest first.";
 }
 
 async function loadMessages() {
@@ -355,16 +357,25 @@ async function loadMessages() {
   msgNext = data.more ? data.next : "";
   $("msg-next").disabled = !msgNext;
   $("msg-count").textContent = data.events.length + " event" + (data.events.length === 1 ? "" : "s") +
-    (data.more ? "; more on the next page" : "") + (data.gap ? "; older ones were dropped by retention" : "");
+    (data.more ? "; more on the next page" : "") + (data.gap ? "; older ones were dropped by retention" : "") +
+    missingNote(data.missing);
   clear($("msg-rows"), ...data.events.map(eventRow));
   const id = $("msg-id").value.trim();
   if (id && !msgAfter) showTimeline(id);
+}
+
+// missingNote names the nodes of a cluster that did not answer a search:
+// their events are not shown.
+function missingNote(missing) {
+  return missing && missing.length ? "; node" + (missing.length === 1 ? " " : "s ") + missing.join(", ") +
+    " did not answer: " + (missing.length === 1 ? "its" : "their") + " events are missing" : "";
 }
 
 // showTimeline shows one message's story: every event of it the journal
 // holds, in order.
 async function showTimeline(id) {
   const events = [];
+  const missing = new Set();
   let after = "";
   for (let i = 0; i < 10; i++) {
     const q = new URLSearchParams({ messageId: id, limit: "1000" });
@@ -372,13 +383,15 @@ async function showTimeline(id) {
     let data;
     try { data = await call("events?" + q); } catch (e) { banner(e.message); return; }
     events.push(...data.events);
+    (data.missing || []).forEach((n) => missing.add(n));
     if (!data.more) break;
     after = data.next;
   }
   const box = $("msg-timeline");
+  const gone = missingNote([...missing]).replace(/^; /, "");
   if (!events.length) {
-    clear(box, el("div", { class: "card" }, el("p", {}, "This node's journal holds no event of message ", el("code", {}, id),
-      ": it was published through another node, or before the journal's window.")));
+    clear(box, el("div", { class: "card" }, el("p", {}, "The journal holds no event of message ", el("code", {}, id),
+      ": it was published before the journal's window, or on a topic this login may not see."), gone ? el("p", { class: "hint", id: "timeline-missing" }, gone) : null));
     return;
   }
   const first = events[0];
@@ -394,6 +407,7 @@ async function showTimeline(id) {
     el("ol", { class: "timeline", id: "timeline" }, ...events.map((ev) => el("li", { "data-kind": ev.kind },
       el("span", { class: "hint" }, fmtTime(ev.time)), " ", el("span", { class: kindTag(ev) }, ev.kind), " ", describe(ev),
       ev.node ? el("span", { class: "tag" }, "node " + ev.node) : null))),
+    gone ? el("p", { class: "hint", id: "timeline-missing" }, gone) : null,
     payload));
 }
 
