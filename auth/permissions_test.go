@@ -172,6 +172,15 @@ func TestPermissionMatrix(t *testing.T) {
 		} else {
 			opName = "subscribe"
 			got = acc.CanSubscribe(pattern(t, tt.target))
+			// Sent to another node of a cluster with a journal
+			// search, the rules decide there as here.
+			there, err := acc.ReadRules().Access()
+			if err != nil {
+				t.Fatalf("%s: read rules: %v", tt.cred, err)
+			}
+			if there.CanSubscribe(pattern(t, tt.target)) != got {
+				t.Errorf("%s as %q: subscribe %q decided by its read rules = %v, by its access %v", tt.cred, tt.clientID, tt.target, !got, got)
+			}
 		}
 		if got != tt.want {
 			t.Errorf("%s as %q: %s %q = %v, want %v (%s)", tt.cred, tt.clientID, opName, tt.target, got, tt.want, tt.why)
@@ -236,3 +245,4 @@ func TestFlagsAndLimits(t *testing.T) {
 		}
 	}
 }
+

@@ -216,3 +216,31 @@ func TestJournalSearchFullJournal(t *testing.T) {
 	require.True(t, more)
 	t.Logf("a page of 100 by topic and kind from %d events: %v", n, time.Since(start))
 }
+
+// FuzzNodeCursors feeds cursors to the parser of a cluster's page
+// cursor: it never panics, refuses with an error, and what it reads
+// writes back as a cursor that reads the same.
+func FuzzNodeCursors(f *testing.F) {
+	for _, seed := range []string{
+		"", "b00t.3", "a:b00t.3,b:f00d.0", "a:b00t.3,a:b00t.4", "a:b00t.3,", ":b00t.3", "a b:x.1", "a:x.y",
+		"a:b:c.1", "a:.1", "a:x.1,b", "a:x.99999999999999999999", "n-1_2:x.1", "b00t.", ".1",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, c string) {
+		m, err := parseNodeCursors(c)
+		if err != nil {
+			require.NotEmpty(t, err.Error())
+			return
+		}
+		require.LessOrEqual(t, len(m), maxCursorNodes)
+		for node, cur := range m {
+			require.True(t, node == "" || validNodeToken(node), "node %q", node)
+			_, _, ok := splitCursor(cur)
+			require.True(t, ok, "cursor %q of %q", cur, node)
+		}
+		again, err := parseNodeCursors(m.String())
+		require.NoError(t, err, "written as %q", m.String())
+		require.Equal(t, m, again)
+	})
+}
