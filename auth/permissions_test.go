@@ -245,4 +245,3 @@ func TestFlagsAndLimits(t *testing.T) {
 		}
 	}
 }
-
