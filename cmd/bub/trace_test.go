@@ -74,3 +74,38 @@ func TestTraceAndTail(t *testing.T) {
 	}, bustest.Timeout, 50*time.Millisecond, "bub tail printed the story as it happened")
 	require.NotContains(t, tailOut.String(), answer.MessageID, "outbound:x is not jobs:*")
 }
+
+// TestTraceCluster runs bub trace against a cluster of two nodes (in
+// this process): a message published on a, delivered on b, with the
+// reply published on b, is told whole, each event once, whether
+// --bus-url names one node or both.
+func TestTraceCluster(t *testing.T) {
+	t.Parallel()
+	nodes := bustest.StartCluster(t, nil, "a", "b")
+	a, b := nodes[0], nodes[1]
+	bustest.Connect(t, b.URL, "worker", bustest.Processed).Subscribe("jobs:*", protocol.PolicyContinueAll)
+	pub := bustest.Connect(t, a.URL, "pub", nil)
+	var id string
+	require.Eventually(t, func() bool {
+		r := pub.Publish("jobs:1", "t")
+		id = r.MessageID
+		return len(r.Acks) == 1 && r.Acks[0].Processed
+	}, bustest.Timeout, 20*time.Millisecond)
+	var answer protocol.SendMessageResult
+	bustest.Connect(t, b.URL, "replier", nil).MustCall(protocol.MethodSendMessage, map[string]any{"topic": "outbound:x",
+		"payload": map[string]any{"type": "answer"}, "meta": map[string]any{"correlation_id": id}}, &answer)
+
+	want := []string{"accepted ", "routed ", "delivery ", "accepted [" + answer.MessageID, "routed [" + answer.MessageID}
+	for _, urls := range []string{b.URL, a.URL + "," + b.URL} {
+		var out string
+		require.Eventually(t, func() bool {
+			out, _, _ = bub(t, nil, "", "trace", id, "--bus-url", urls)
+			return strings.Count(out, "\n") >= len(want)
+		}, bustest.Timeout, 50*time.Millisecond)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, len(want), "--bus-url %s:\n%s", urls, out)
+		for i, w := range want {
+			require.Contains(t, strings.Join(strings.Fields(lines[i]), " "), w, "--bus-url %s:\n%s", urls, out)
+		}
+	}
+}
