@@ -148,10 +148,13 @@ func eventBytes(ev *protocol.JournalEvent) int64 {
 // record appends ev, stamped with the time and node, and drops what
 // retention says to.
 func (j *journal) record(ev *protocol.JournalEvent) {
-	ev.Time = time.Now()
 	ev.Node = j.node
 	size := eventBytes(ev)
 	j.mu.Lock()
+	// Stamped under mu, so that the journal's order is its time order:
+	// a cluster's page merges the nodes' journals by time
+	// (journal_cluster.go).
+	ev.Time = time.Now()
 	last := j.lastLocked()
 	if last == nil || last.n == journalBlockSize {
 		// A new block is the one allocation, once per journalBlockSize

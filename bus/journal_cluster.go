@@ -349,7 +349,9 @@ func (s *Server) searchJournal(search *journalSearch) (protocol.JournalPage, err
 	events, last, more, gap := j.read(req.after, req.limit, &req.q)
 	var size int64
 	for i := range events {
-		size += eventBytes(&events[i])
+		// In JSON an event's field names cost about as much again as
+		// its fixed part.
+		size += eventBytes(&events[i]) + int64(journalEventBytes)
 		if i > 0 && size > s.opts.MaxMessageBytes {
 			events, more = events[:i], true
 			last, _ = j.parseCursor(events[i-1].Cursor)
