@@ -53,11 +53,18 @@ func kinds(events []protocol.JournalEvent) []string {
 	return out
 }
 
-// fetchPage GETs a page of the journal, for a condition of
-// require.Eventually, which may not fail the test itself.
-func fetchPage(srv *bustest.Server, query string) (protocol.JournalPage, error) {
+// fetchPage GETs a page of the journal, with token unless empty, for a
+// condition of require.Eventually, which may not fail the test itself.
+func fetchPage(srv *bustest.Server, query, token string) (protocol.JournalPage, error) {
 	var page protocol.JournalPage
-	res, err := http.Get(srv.HTTP.URL + bus.PathEvents + "?" + query)
+	req, err := http.NewRequest(http.MethodGet, srv.HTTP.URL+bus.PathEvents+"?"+query, nil)
+	if err != nil {
+		return page, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return page, err
 	}
@@ -75,7 +82,7 @@ func storyOf(t *testing.T, srv *bustest.Server, id string, want []string) []prot
 	var got atomic.Pointer[[]protocol.JournalEvent]
 	got.Store(new([]protocol.JournalEvent))
 	ok := assert.Eventually(t, func() bool {
-		page, err := fetchPage(srv, "correlationId="+url.QueryEscape(id))
+		page, err := fetchPage(srv, "correlationId="+url.QueryEscape(id), "")
 		if err != nil {
 			return false
 		}
@@ -438,26 +445,6 @@ func TestJournalStreamEndsWhenCredentialRevoked(t *testing.T) {
 	}
 }
 
-// clusterPage GETs a page of the journal from srv with token, for a
-// condition of require.Eventually.
-func clusterPage(srv *bustest.Server, query, token string) (protocol.JournalPage, error) {
-	var page protocol.JournalPage
-	req, err := http.NewRequest(http.MethodGet, srv.HTTP.URL+bus.PathEvents+"?"+query, nil)
-	if err != nil {
-		return page, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return page, err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return page, fmt.Errorf("status %d", res.StatusCode)
-	}
-	return page, json.NewDecoder(res.Body).Decode(&page)
-}
-
 // eventKeys names each event by its node and cursor, which no other
 // event shares.
 func eventKeys(events []protocol.JournalEvent) []string {
@@ -506,7 +493,7 @@ func TestJournalWholeClusterFromAnyNode(t *testing.T) {
 	want := []string{"a accepted", "a routed:main", "a delivery:main:processed", "b accepted", "b held"}
 	var got []string
 	ok := assert.Eventually(t, func() bool {
-		page, err := clusterPage(c, "correlationId="+url.QueryEscape(id), "ops-token")
+		page, err := fetchPage(c, "correlationId="+url.QueryEscape(id), "ops-token")
 		if err != nil {
 			return false
 		}
@@ -521,7 +508,7 @@ func TestJournalWholeClusterFromAnyNode(t *testing.T) {
 	// The whole journal in one page, then in pages of two.
 	var whole protocol.JournalPage
 	require.Eventually(t, func() bool {
-		whole, err = clusterPage(c, "limit=1000", "ops-token")
+		whole, err = fetchPage(c, "limit=1000", "ops-token")
 		return err == nil && slices.ContainsFunc(whole.Events, func(ev protocol.JournalEvent) bool {
 			return ev.MessageID == fromC && ev.Kind == protocol.JournalDelivery
 		})
