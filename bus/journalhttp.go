@@ -203,9 +203,9 @@ func (q *journalQuery) setReader(access *auth.Access) {
 type journalReaderOf func() (*auth.Access, *auth.Authenticator, error)
 
 // journalRequest checks a request of the journal: the method, the
-// journal being on, the reader and the query. It answers the request
-// itself when it returns false.
-func (s *Server) journalRequest(w http.ResponseWriter, r *http.Request) (eventsRequest, *auth.Authenticator, bool) {
+// journal being on, the reader and the query, of a page or of a stream
+// (journalQueryOf). It answers the request itself when it returns false.
+func (s *Server) journalRequest(w http.ResponseWriter, r *http.Request, page bool) (eventsRequest, *auth.Authenticator, bool) {
 	if r.Method != http.MethodGet {
 		methodNotAllowed(w, http.MethodGet)
 		return eventsRequest{}, nil, false
@@ -215,7 +215,7 @@ func (s *Server) journalRequest(w http.ResponseWriter, r *http.Request) (eventsR
 		writeError(w, 0, err)
 		return eventsRequest{}, nil, false
 	}
-	req, ok := s.journalQueryOf(w, r.URL.Query(), r.URL.Path == PathEvents)
+	req, ok := s.journalQueryOf(w, r.URL.Query(), page)
 	req.q.setReader(access)
 	return req, a, ok
 }
@@ -262,7 +262,7 @@ func (s *Server) journalQueryOf(w http.ResponseWriter, v url.Values, page bool) 
 
 // serveEvents answers a page of the journal.
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
-	req, _, ok := s.journalRequest(w, r)
+	req, _, ok := s.journalRequest(w, r, true)
 	if !ok {
 		return
 	}
@@ -292,7 +292,7 @@ func (s *Server) writeJournalPage(w http.ResponseWriter, req *eventsRequest) {
 // serveEventStream streams the journal as Server-Sent Events (see
 // streamJournal) to a reader with a bearer credential.
 func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
-	req, a, ok := s.journalRequest(w, r)
+	req, a, ok := s.journalRequest(w, r, false)
 	if !ok {
 		return
 	}
