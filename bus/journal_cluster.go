@@ -167,7 +167,7 @@ func (s *Server) clusterJournalPage(req *eventsRequest) (protocol.JournalPage, e
 		rules := req.q.reader.ReadRules()
 		search.Reader = &rules
 	}
-	nodes := s.cl.cluster.Live()
+	nodes := slices.Clone(s.cl.cluster.Live())
 	for node := range cs.cursors {
 		if node != "" && !slices.Contains(nodes, node) {
 			// Its events were in earlier pages: gone now, it is
