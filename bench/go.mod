@@ -9,6 +9,8 @@ require (
 	github.com/bub-bus/bub v0.0.0-00010101000000-000000000000
 	github.com/centrifugal/centrifuge v0.40.1
 	github.com/coder/websocket v1.8.15
+	github.com/gobwas/ws v1.5.0
+	github.com/lesismal/nbio v1.6.8
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/stretchr/testify v1.12.1
@@ -21,10 +23,12 @@ require (
 	github.com/centrifugal/protocol v0.23.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/gobwas/glob v1.1.0 // indirect
+	github.com/gobwas/httphead v0.1.0 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/lesismal/llib v1.2.2 // indirect
 	github.com/maypok86/otter/v2 v2.4.0 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
