@@ -32,6 +32,13 @@ func TestCapacityHibernatesLeastRecentlyUsed(t *testing.T) {
 	first := h.reply(t)
 	h.send(t, "tg:2", chat("two"))
 	second := h.reply(t)
+	// The reply comes before tg:2's agent answers the delivery, and
+	// until the bus's idle event for that answer reaches the spawner
+	// tg:2 is still in use. Sent meanwhile, tg:1's next message may be
+	// answered first (on a loaded machine the agents' turns interleave
+	// any way), and then it is tg:1 that was used least recently: the
+	// spawner orders agents by when their last delivery ended.
+	awaitAnswered(t, h, second.AgentID)
 	h.send(t, "tg:1", chat("one again")) // tg:2 is now the least recently used
 	h.replyWithText(t, "echo: one again")
 	// The spawner learns of it from the bus's idle event, after the
@@ -238,4 +245,25 @@ func TestMessageToAStoppingAgentReachesItsNextStart(t *testing.T) {
 	if list, _, err := h.bus.Store.ListDeadLetters(store.Filter{}, "", 10); err != nil || len(list) != 0 {
 		t.Errorf("dead letters %v, %v; want none", list, err)
 	}
+}
+
+// awaitAnswered waits until the spawner has seen the first delivery to
+// the new agent agentID answered: the agent is idle, and was active
+// after it became ready (the bus's busy and idle events came after its
+// ready event). It skips the events before agentID's ready event.
+func awaitAnswered(t *testing.T, h *harness, agentID string) {
+	t.Helper()
+	ready := h.event(t, spawner.EventReady)
+	for ready.AgentID != agentID {
+		ready = h.event(t, spawner.EventReady)
+	}
+	readyAt, _ := time.Parse(time.RFC3339Nano, ready.Timestamp)
+	require.Eventually(t, func() bool {
+		for _, a := range h.sp.Agents() {
+			if a.ID == agentID {
+				return !a.Busy && a.LastActive.After(readyAt)
+			}
+		}
+		return false
+	}, wait, 10*time.Millisecond, "the spawner to see agent %s's first delivery answered", agentID)
 }
