@@ -82,7 +82,7 @@ func (h *harness) run() error {
 	// cluster scenario adds a cluster next to that bus); the others start
 	// what they need.
 	shared := []scenario{{"relay", h.relay}, {"latency", h.latency}, {"fanout", h.fanout}, {"sdk", h.sdk}, {"cluster", h.cluster}}
-	alone := []scenario{{"retries", h.retries}, {"held", h.held}, {"journal", h.journal}, {"spawn", h.spawn}, {"idle", h.idle}, {"route", h.route}}
+	alone := []scenario{{"retries", h.retries}, {"held", h.held}, {"journal", h.journal}, {"spawn", h.spawn}, {"wake", h.wake}, {"idle", h.idle}, {"route", h.route}}
 	if slices.ContainsFunc(shared, func(sc scenario) bool { return h.want(sc.name) }) {
 		if err := h.startSystems(); err != nil {
 			return err

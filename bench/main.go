@@ -8,7 +8,9 @@
 // its own, and drives them all from this process over loopback. The
 // baselines' servers are this same binary started again with -role. The
 // durable and spawn scenarios run the bus alone, on a fresh store, and the
-// spawn scenario adds `bub spawner` with bench/agent as its agent. The
+// spawn scenario adds `bub spawner` with bench/agent as its agent; the
+// wake scenario adds `bub spawner` with examples/echo-agent, which it
+// hibernates and wakes. The
 // cluster scenario starts three `bub serve` nodes of one cluster and
 // relays from one node to another.
 //
@@ -44,8 +46,10 @@ type config struct {
 	idleOnly string
 	held     int
 	spawns   int
-	profile  string
-	only     string
+	// conversations is the wake scenario's many-conversations run.
+	conversations int
+	profile       string
+	only          string
 }
 
 func main() {
@@ -55,16 +59,17 @@ func main() {
 	flag.StringVar(&cfg.root, "root", "..", "the repository root, where ./cmd/bub and ./bus live")
 	flag.StringVar(&cfg.bub, "bub", "", "a prebuilt bub binary (default: build one from -root into a temp dir)")
 	flag.StringVar(&cfg.out, "out", "results/latest.json", "where to write the results as JSON (empty: nowhere)")
-	flag.BoolVar(&cfg.quick, "quick", false, "one round, shorter runs, 2,000 idle connections, 500 held messages, 5 spawns: a smoke test, not numbers to publish")
+	flag.BoolVar(&cfg.quick, "quick", false, "one round, shorter runs, 2,000 idle connections, 500 held messages, 5 spawns, 200 conversations: a smoke test, not numbers to publish")
 	flag.IntVar(&cfg.rounds, "rounds", 2, "alternating rounds per scenario; ratios are the median of per-round ratios")
 	flag.DurationVar(&cfg.runFor, "duration", time.Second, "measured time of one throughput run")
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "unmeasured time before each run")
 	flag.IntVar(&cfg.idleConn, "idle", 10000, "connections in the idle-memory scenario; beyond 20,000 the harness spreads them over several 127.0.0.x source addresses and raises the open-file limit (raising the hard limit needs CAP_SYS_RESOURCE)")
 	flag.StringVar(&cfg.idleOnly, "idle-systems", "", "measure only these systems in the idle scenario, comma-separated: bus, raw, nats, nats-ws, centrifuge (default all)")
 	flag.IntVar(&cfg.held, "held", 5000, "messages held, then woken, in the held scenario")
-	flag.IntVar(&cfg.spawns, "spawns", 20, "agents spawned, one after another, in the spawn scenario")
+	flag.IntVar(&cfg.spawns, "spawns", 20, "agents spawned, one after another, in the spawn scenario, and spawned then woken in the wake scenario")
+	flag.IntVar(&cfg.conversations, "conversations", 1000, "new conversations sent at once through bub spawner --max-agents 16 in the wake scenario")
 	flag.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of the bus under relay load (with -only retries: stored retries) into this directory, and do nothing else")
-	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, cluster, retries, held, journal, spawn, idle, route")
+	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, cluster, retries, held, journal, spawn, wake, idle, route")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
@@ -82,6 +87,7 @@ func main() {
 		cfg.idleConn = 2000
 		cfg.held = 500
 		cfg.spawns = 5
+		cfg.conversations = 200
 	}
 	raiseFileLimit(uint64(2*cfg.idleConn + 4096))
 

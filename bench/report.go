@@ -19,6 +19,7 @@ type results struct {
 	Durable []cell        `json:"durable,omitempty"`
 	Journal []cell        `json:"journal,omitempty"`
 	Spawn   []cell        `json:"spawn,omitempty"`
+	Wake    *wakeResult   `json:"wake,omitempty"`
 	Idle    []idleResult  `json:"idle,omitempty"`
 	Route   []routeResult `json:"route,omitempty"`
 	Targets []target      `json:"targets,omitempty"`
@@ -266,6 +267,20 @@ func printReport(w io.Writer, r *results) {
 		}
 		tw.Flush()
 	}
+	if wr := r.Wake; wr != nil {
+		fmt.Fprintf(w, "\nAgents that come and go (issue 23; bub spawner with examples/echo-agent; publish until the agent's reply; load average %s)\n", wr.Load)
+		fmt.Fprintln(tw, "scenario\tp50\tp99\tmax\tbus µs CPU\tspawner µs CPU\t")
+		for _, c := range []cell{wr.Spawn, wr.Wake} {
+			b := c.Median["bus"]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f\t\n", c.Name, us(b.P50), us(b.P99), us(b.Max), b.ServerCPUPerMsg, b.HelperCPUPerMsg)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "wake p50 / spawn p50: %.2f; bus memory per durable subscription of a hibernated agent: %.0f B (BenchmarkDurableAwayMemory)\n", wr.WakeOverSpawnP50, wr.AwayBytesPerSub)
+		if s := wr.Scale; s != nil {
+			fmt.Fprintf(w, "%d conversations at once through --max-agents %d --idle-timeout %s: %d answered in %.1f s (p50 %s, p99 %s, max %s), %d dead letters, at most %d agent processes, %d spawns, %d hibernations (load average %s)\n",
+				s.Conversations, s.MaxAgents, s.IdleTimeout, s.Answered, s.Seconds, us(s.P50), us(s.P99), us(s.Max), s.DeadLetters, s.MaxProcesses, s.Spawns, s.Hibernations, s.Load)
+		}
+	}
 	if len(r.Journal) > 0 {
 		fmt.Fprintln(w, "\nMessage journal (bus with the journal on, the default, next to one with --journal=false, same rounds; µs CPU per relay)")
 		fmt.Fprintln(tw, "scenario\ton msg/s\toff msg/s\ton/off\ton p50\ton p99\toff p50\toff p99\ton µs CPU\toff µs CPU\t")
@@ -293,7 +308,7 @@ func printReport(w io.Writer, r *results) {
 		tw.Flush()
 	}
 	if len(r.Targets) > 0 {
-		fmt.Fprintln(w, "\nTargets (issue 27; routing from issue 6, the journal from issue 24)")
+		fmt.Fprintln(w, "\nTargets (issue 27; routing from issue 6, the journal from issue 24, agents from issue 23)")
 		fmt.Fprintln(tw, "target\tmeasured\tmet\t")
 		for _, t := range r.Targets {
 			met := "no"
@@ -308,7 +323,7 @@ func printReport(w io.Writer, r *results) {
 }
 
 // target is one of issue 27's targets (and issue 6's routing one, issue
-// 24's journal one), judged against this run.
+// 24's journal one, issue 23's agent ones), judged against this run.
 type target struct {
 	Target   string `json:"target"`
 	Measured string `json:"measured"`
@@ -363,6 +378,15 @@ func evaluateTargets(r *results) []target {
 	}
 	for _, c := range r.Journal {
 		ts = append(ts, target{"journal on ≥ 0.85× off, relay 1 KiB ×64 (issue 24)", fmt.Sprintf("%.2f×", c.JournalVsOff.Throughput), c.JournalVsOff.Throughput >= 0.85})
+	}
+	if wr := r.Wake; wr != nil {
+		ts = append(ts,
+			target{"wake p50 ≤ 2× spawn p50 (issue 23)", fmt.Sprintf("%.2f× (%s vs %s)", wr.WakeOverSpawnP50, us(wr.Wake.Median["bus"].P50), us(wr.Spawn.Median["bus"].P50)), wr.WakeOverSpawnP50 > 0 && wr.WakeOverSpawnP50 <= 2},
+			target{"< 1 KiB of bus memory per hibernated subscription (issue 23)", fmt.Sprintf("%.0f B", wr.AwayBytesPerSub), wr.AwayBytesPerSub > 0 && wr.AwayBytesPerSub < 1024})
+		if s := wr.Scale; s != nil {
+			ts = append(ts, target{fmt.Sprintf("%d conversations served with %d processes (issue 23)", s.Conversations, s.MaxAgents),
+				fmt.Sprintf("%d answered in %.1f s, %d dead letters, at most %d processes", s.Answered, s.Seconds, s.DeadLetters, s.MaxProcesses), s.met()})
+		}
 	}
 	var r10, r10k float64
 	for _, rr := range r.Route {

@@ -54,3 +54,41 @@ func TestBaselineNamesMatchSystems(t *testing.T) {
 		require.Equal(t, b.name, b.system(&process{name: b.role}).name(), "baseline of role %s", b.role)
 	}
 }
+
+// TestWakeTargets checks how issue 23's targets are judged: wake p50
+// within 2× of spawn p50, under 1 KiB per hibernated subscription, and
+// every conversation answered, none dead-lettered, with no more agent
+// processes than --max-agents.
+func TestWakeTargets(t *testing.T) {
+	scale := func(answered, dead, procs int) *scaleResult {
+		return &scaleResult{Conversations: 1000, MaxAgents: 16, Answered: answered, DeadLetters: dead, MaxProcesses: procs}
+	}
+	tests := []struct {
+		name      string
+		ratio     float64
+		bytes     float64
+		scale     *scaleResult
+		wantMet   []bool // wake, memory, scale
+		wantCount int
+	}{
+		{"all met", 1.5, 955, scale(1000, 0, 16), []bool{true, true, true}, 3},
+		{"slow wake", 2.1, 955, scale(1000, 0, 16), []bool{false, true, true}, 3},
+		{"no ratio", 0, 955, nil, []bool{false, true}, 2},
+		{"1 KiB is not under", 2, 1024, scale(999, 0, 16), []bool{true, false, false}, 3},
+		{"a dead letter", 1, 900, scale(1000, 1, 16), []bool{true, true, false}, 3},
+		{"a process too many", 1, 900, scale(1000, 0, 17), []bool{true, true, false}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &results{Wake: &wakeResult{WakeOverSpawnP50: tt.ratio, AwayBytesPerSub: tt.bytes, Scale: tt.scale}}
+			ts := evaluateTargets(r)
+			require.Len(t, ts, tt.wantCount)
+			for i, want := range tt.wantMet {
+				require.Equal(t, want, ts[i].Met, "%s: %s", ts[i].Target, ts[i].Measured)
+			}
+			var b strings.Builder
+			printReport(&b, r)
+			require.Contains(t, b.String(), "wake p50 / spawn p50")
+		})
+	}
+}

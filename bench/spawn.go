@@ -110,18 +110,31 @@ func (h *harness) spawnRun(bus *process, agent string) (stats, error) {
 // startSpawner runs `bub spawner` against the bus at busAddr, serving tg:*
 // with agent as its command. Agents inherit BENCH_REPORT_TOPIC from it.
 func startSpawner(bin, busAddr, agent, tmp string) (*process, error) {
+	return startSpawnerWith(bin, busAddr, agent, tmp, []string{"BENCH_REPORT_TOPIC=" + spawnReportTopic})
+}
+
+// startSpawnerWith runs `bub spawner` against the bus at busAddr, serving
+// tg:* with agent as its command and its workspaces in a fresh directory
+// under tmp, with env added to the harness's environment (the agents
+// inherit it) and flags added to the harness's own.
+func startSpawnerWith(bin, busAddr, agent, tmp string, env []string, flags ...string) (*process, error) {
 	if strings.ContainsAny(agent, `'\`) {
 		return nil, fmt.Errorf("start bub spawner: the agent's path %q holds a quote or backslash", agent)
 	}
-	cmd := exec.Command(bin, "spawner",
-		"--bus-url", "ws://"+busAddr+"/",
+	root, err := os.MkdirTemp(tmp, "workspaces-")
+	if err != nil {
+		return nil, fmt.Errorf("start bub spawner: %w", err)
+	}
+	args := append([]string{"spawner",
+		"--bus-url", "ws://" + busAddr + "/",
 		"--client-id", "bench-spawner",
-		"--command", "'"+agent+"'",
+		"--command", "'" + agent + "'",
 		"--patterns", "tg:*",
-		"--workspace-root", filepath.Join(tmp, "workspaces"),
+		"--workspace-root", root,
 		"--stop-timeout", "2s",
-		"--log-level", "warn")
-	cmd.Env = append(os.Environ(), "BENCH_REPORT_TOPIC="+spawnReportTopic)
+		"--log-level", "warn"}, flags...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	return startProcess("bub spawner", cmd)
 }
 

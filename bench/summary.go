@@ -91,6 +91,15 @@ func printSummary(w io.Writer, r *results) {
 		b := c.Median["bus"]
 		busOnly(c.Name, fmt.Sprintf("p50 %s, max %s", us(b.P50), us(b.Max)), b.ServerCPUPerMsg)
 	}
+	if wr := r.Wake; wr != nil {
+		for _, c := range []cell{wr.Spawn, wr.Wake} {
+			b := c.Median["bus"]
+			busOnly(c.Name, fmt.Sprintf("p50 %s, p99 %s", us(b.P50), us(b.P99)), b.ServerCPUPerMsg)
+		}
+		if s := wr.Scale; s != nil {
+			busOnly(fmt.Sprintf("%d conversations, --max-agents %d", s.Conversations, s.MaxAgents), fmt.Sprintf("%.1f s, p50 %s, p99 %s", s.Seconds, us(s.P50), us(s.P99)), 0)
+		}
+	}
 	if len(r.Idle) > 0 {
 		row := summaryRow{name: fmt.Sprintf("idle connection (%d)", r.Idle[0].Connections), value: map[string]string{}}
 		for _, i := range r.Idle {
