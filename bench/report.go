@@ -277,8 +277,8 @@ func printReport(w io.Writer, r *results) {
 		tw.Flush()
 		fmt.Fprintf(w, "wake p50 / spawn p50: %.2f; bus memory per durable subscription of a hibernated agent: %.0f B (BenchmarkDurableAwayMemory)\n", wr.WakeOverSpawnP50, wr.AwayBytesPerSub)
 		if s := wr.Scale; s != nil {
-			fmt.Fprintf(w, "%d conversations at once through --max-agents %d --idle-timeout %s: %d answered in %.1f s (p50 %s, p99 %s, max %s), %d dead letters, at most %d agent processes, %d spawns, %d hibernations (load average %s)\n",
-				s.Conversations, s.MaxAgents, s.IdleTimeout, s.Answered, s.Seconds, us(s.P50), us(s.P99), us(s.Max), s.DeadLetters, s.MaxProcesses, s.Spawns, s.Hibernations, s.Load)
+			fmt.Fprintf(w, "%d conversations at once through --max-agents %d --idle-timeout %s: %d answered in %.1f s (p50 %s, p99 %s, max %s), %d dead letters, at most %d agent processes, %d spawns (%d wakes), %d hibernations (%d for capacity) (load average %s)\n",
+				s.Conversations, s.MaxAgents, s.IdleTimeout, s.Answered, s.Seconds, us(s.P50), us(s.P99), us(s.Max), s.DeadLetters, s.MaxProcesses, s.Spawns, s.Wakes, s.Hibernations, s.ForCapacity, s.Load)
 		}
 	}
 	if len(r.Journal) > 0 {
