@@ -331,6 +331,16 @@ func TestDurableWakeEvent(t *testing.T) {
 	assert.Equal(t, "spawner", ev.Waker)
 	assert.Equal(t, "feed:woken", ev.Pattern)
 	assert.Equal(t, protocol.ReasonWakeMessage, ev.Reason)
+
+	// The waker is asked once: a second message held soon after does not
+	// ask again (rewakeAfter), so the next wake event, in the watcher's
+	// queue after any such one, is the other owner's first.
+	require.True(t, pub.Publish("feed:woken", "m2").Acks[0].Held)
+	watcher.MustCall(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "sleeper"}, nil)
+	require.True(t, pub.Publish("feed:sleeper", "m2").Acks[0].Held)
+	p = recv(t, events)
+	require.NoError(t, json.Unmarshal(p.Payload, &ev))
+	assert.Equal(t, "sleeper", ev.ClientID)
 }
 
 // TestDurableAdminRemove: subscriptions.remove ends an away owner's
