@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bub-bus/bub/internal/proctree"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 	"github.com/bub-bus/bub/spawner"
@@ -458,7 +459,7 @@ func (h *harness) scaleRun(bus *process, agent string) (*scaleResult, error) {
 	go func() {
 		defer close(watched)
 		for {
-			if n := int64(countChildren(sp.pid())); n > maxProcs.Load() {
+			if n := int64(proctree.Children(sp.pid())); n > maxProcs.Load() {
 				maxProcs.Store(n)
 			}
 			select {
@@ -577,31 +578,6 @@ func countDeadLetters(ctx context.Context, conn *peer.Conn) (int, error) {
 		}
 		params.Cursor = r.NextCursor
 	}
-}
-
-// countChildren counts the live processes whose parent is pid.
-func countChildren(pid int) int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	parent := strconv.Itoa(pid)
-	count := 0
-	for _, e := range entries {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parens.
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) > 1 && fields[1] == parent && fields[0] != "Z" {
-			count++
-		}
-	}
-	return count
 }
 
 // loadAverage returns the machine's load averages over 1, 5 and 15

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/internal/proctree"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/spawner"
 )
@@ -105,7 +105,7 @@ func TestSpawnerServesManyConversationsWithFewAgents(t *testing.T) {
 	go func() {
 		defer close(watched)
 		for {
-			if c := int64(countChildren(sp.cmd.Process.Pid)); c > maxChildren.Load() {
+			if c := int64(proctree.Children(sp.cmd.Process.Pid)); c > maxChildren.Load() {
 				maxChildren.Store(c)
 			}
 			select {
@@ -161,29 +161,4 @@ func TestSpawnerServesManyConversationsWithFewAgents(t *testing.T) {
 	if code != 0 || strings.Contains(out, "tg:") {
 		t.Errorf("dlq list: exit %d, %s%s; want no dead letters", code, out, errOut)
 	}
-}
-
-// countChildren counts the live processes whose parent is pid.
-func countChildren(pid int) int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	parent := strconv.Itoa(pid)
-	count := 0
-	for _, e := range entries {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parens.
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(fields) > 1 && fields[1] == parent && fields[0] != "Z" {
-			count++
-		}
-	}
-	return count
 }
