@@ -495,13 +495,20 @@ func (h *harness) scaleRun(bus *process, agent string) (*scaleResult, error) {
 	}
 	start := time.Now()
 	sent := make([]time.Time, n)
+	// results are the bus's answers to the publishes, to say what became
+	// of a conversation left unanswered.
+	results := make([]*protocol.SendMessageResult, n)
 	var sendErrs atomic.Int64
 	var wg sync.WaitGroup
 	for i := range n {
 		sent[i] = time.Now()
 		wg.Go(func() {
 			pub := pubs[i%len(pubs)]
-			if _, err := pub.SendMessage(ctx, "tg:"+chat(i), chatMessage(chat(i), "hello"), nil); err != nil && sendErrs.Add(1) == 1 {
+			res, err := pub.SendMessage(ctx, "tg:"+chat(i), chatMessage(chat(i), "hello"), nil)
+			c.mu.Lock()
+			results[i] = res
+			c.mu.Unlock()
+			if err != nil && sendErrs.Add(1) == 1 {
 				log.Printf("scale: publish to tg:%s: %v", chat(i), err)
 			}
 		})
@@ -521,7 +528,7 @@ func (h *harness) scaleRun(bus *process, agent string) (*scaleResult, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return r, fmt.Errorf("%d of %d conversations answered after %s", answered, n, scaleLimit)
+			return r, fmt.Errorf("%d of %d conversations answered after %s; %s", answered, n, scaleLimit, c.unanswered(n, chat, results))
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -561,6 +568,19 @@ settling:
 		return r, fmt.Errorf("%d of %d publishes failed", sendErrs.Load(), n)
 	}
 	return r, nil
+}
+
+// unanswered describes the first conversation of n left unanswered: the
+// bus's result for its publish.
+func (c *conversations) unanswered(n int, chat func(int) string, results []*protocol.SendMessageResult) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range n {
+		if _, ok := c.first[chat(i)]; !ok {
+			return fmt.Sprintf("tg:%s is not, the bus's result for its publish: %+v", chat(i), results[i])
+		}
+	}
+	return "every one is"
 }
 
 // countDeadLetters counts the bus's dead letters.
