@@ -39,7 +39,7 @@ const (
 // It is how something other than a message to the spawner brings a
 // hibernated agent back.
 func (s *Spawner) Wake(ctx context.Context, topic, reason string) error {
-	if _, refusal := s.await(ctx, topic, reason); refusal != nil {
+	if _, refusal := s.await(ctx, topic, reason, 0); refusal != nil {
 		return errors.New(refusal.Message)
 	}
 	return nil
@@ -49,9 +49,11 @@ func (s *Spawner) Wake(ctx context.Context, topic, reason string) error {
 // topic, starting it if needed; it outlives a hibernation that ends the
 // agent meanwhile by waking it again. When no agent can be had, it
 // returns instead the answer for the bus: should_retry, and when.
-func (s *Spawner) await(ctx context.Context, topic, reason string) (*agent, *peer.Result) {
+// placeLimit, when positive, bounds each wait for a place (see
+// retryPlaceWait).
+func (s *Spawner) await(ctx context.Context, topic, reason string, placeLimit time.Duration) (*agent, *peer.Result) {
 	for {
-		a, err := s.acquire(ctx, topic, reason)
+		a, err := s.acquire(ctx, topic, reason, placeLimit)
 		if err != nil {
 			r := s.refusal(topic, err)
 			return nil, &r
@@ -106,9 +108,15 @@ func (s *Spawner) awaitSubscription(ctx context.Context, a *agent, topic string,
 
 // acquire returns the agent that serves topic, starting one when there is
 // none. At capacity it asks an idle agent to make room and waits for a
-// place, until ctx ends.
-func (s *Spawner) acquire(ctx context.Context, topic, reason string) (*agent, error) {
+// place, until ctx ends or, when placeLimit is positive, for that long.
+func (s *Spawner) acquire(ctx context.Context, topic, reason string, placeLimit time.Duration) (*agent, error) {
 	waiting := false
+	var limit <-chan time.Time
+	if placeLimit > 0 {
+		t := time.NewTimer(placeLimit)
+		defer t.Stop()
+		limit = t.C
+	}
 	defer func() {
 		if waiting {
 			s.mu.Lock()
@@ -143,6 +151,8 @@ func (s *Spawner) acquire(ctx context.Context, topic, reason string) (*agent, er
 		}
 		select {
 		case <-freed:
+		case <-limit:
+			return nil, fmt.Errorf("%w (waited %s for a place)", err, placeLimit)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (waited for a place: %v)", err, context.Cause(ctx))
 		}

@@ -73,8 +73,9 @@ type Options struct {
 	// stopping included. A message that needs one more makes room: the
 	// least recently used agent that holds no delivery is hibernated.
 	// When every agent holds one, the message waits for the first place
-	// to free, for as long as the bus waits for the spawner's answer, and
-	// is then answered should_retry after 1s, to wait again.
+	// to free, for as long as the bus waits for the spawner's answer (a
+	// message routed again: 1s), and is then answered should_retry after
+	// 1s, to wait again.
 	// Default: 64.
 	MaxAgents int
 	// IdleTimeout is how long an agent may go without a delivery before
@@ -230,6 +231,19 @@ func (o *Options) setDefaults() {
 // soon, not after a backoff that grows.
 const capacityRetryAfter = time.Second
 
+// retryPlaceWait bounds the wait for a place of a message the bus routes
+// again after the spawner answered it should_retry for want of one (the
+// bus holds it, and runs the next routing from its scheduler, 64
+// attempts at a time; a delivery carries no sign of that, so the slot
+// remembers the refusal). An attempt that waits for a
+// place holds one of those turns, and enough of them waiting keep back
+// the reroutes that bring just started agents their messages: no agent
+// answers, so no place frees but by SpawnTimeout. make bench's wake
+// scenario (issue 23) stalled so, at 16 agents per 20 s, when 1,000 first
+// messages came at once and the first waits ran out. A first delivery is
+// the publisher's own walk and may wait as long as the bus does.
+const retryPlaceWait = time.Second
+
 // defaultDeliveryTimeout is bub serve's --delivery-timeout, taken for a
 // bus that announces none.
 const defaultDeliveryTimeout = 30 * time.Second
@@ -294,6 +308,10 @@ type slot struct {
 	// asleep says the slot's agent was hibernated (or ran before the
 	// spawner's restart), so its next start is a wake.
 	asleep bool
+	// rerouted says a message for the topic was answered should_retry
+	// for want of a place, and no agent started since: its next delivery
+	// comes from the bus's scheduler (retryPlaceWait).
+	rerouted bool
 }
 
 // New checks opts and returns a Spawner. It resolves the agent program
@@ -475,7 +493,15 @@ func (s *Spawner) handleFallback(ctx context.Context, d *peer.Delivery) (peer.Re
 	if d.Type() == protocol.TypeSubscriptionEvent {
 		reason = ReasonToolEvent
 	}
-	a, refusal := s.await(ctx, d.Topic, reason)
+	// A message the bus routes again comes from its scheduler, which
+	// must not be kept waiting (retryPlaceWait).
+	var placeLimit time.Duration
+	s.mu.Lock()
+	if sl := s.slotOfLocked(d.Topic); sl != nil && sl.rerouted {
+		placeLimit = retryPlaceWait
+	}
+	s.mu.Unlock()
+	a, refusal := s.await(ctx, d.Topic, reason, placeLimit)
 	if refusal != nil {
 		return *refusal, nil
 	}
@@ -488,6 +514,11 @@ func (s *Spawner) refusal(topic string, err error) peer.Result {
 	switch {
 	case errors.Is(err, ErrAtCapacity):
 		r.RetryAfter = capacityRetryAfter
+		s.mu.Lock()
+		if sl := s.slotOfLocked(topic); sl != nil {
+			sl.rerouted = true
+		}
+		s.mu.Unlock()
 	case errors.Is(err, ErrBackedOff):
 		s.mu.Lock()
 		if sl := s.slotOfLocked(topic); sl != nil {
@@ -562,6 +593,7 @@ func (s *Spawner) reserveLocked(sl *slot, reason string) (*agent, error) {
 		return nil, fmt.Errorf("%w: %d in a row, next start at %s", ErrBackedOff, sl.failures, sl.notBefore.UTC().Format(time.RFC3339))
 	}
 	a := newAgent(sl.agentID, sl)
+	sl.rerouted = false
 	if sl.asleep {
 		a.wake = reason
 		sl.asleep = false
