@@ -109,7 +109,7 @@ func (d *durables) applyShared(ch SubscriptionChange) {
 	e = d.entryLocked(ch.Key)
 	e.sub, e.rev, e.seq, e.deleted = sub, ch.Revision, cmp.Or(sub.Order, ch.Revision), false
 	o := d.ownerLocked(sub.ClientID, sub.Identity)
-	o.shared[sub.Pattern] = e
+	o.shareLocked(sub.Pattern, e)
 	var gone *conn
 	remote := false
 	switch sub.Node {
@@ -297,7 +297,7 @@ func (d *durables) wroteShared(key string, sub SharedSubscription, rev, seq uint
 	}
 	e.sub, e.rev, e.seq, e.deleted = sub, rev, seq, false
 	o := d.ownerLocked(sub.ClientID, sub.Identity)
-	o.shared[sub.Pattern] = e
+	o.shareLocked(sub.Pattern, e)
 	o.notifyLocked()
 }
 
