@@ -130,22 +130,26 @@ func (s *Store) ReserveIdempotent(identity, key string, now time.Time) (*store.I
 	return nil, fmt.Errorf("idempotency key of %q changed while it was reserved; try again", identity)
 }
 
-// getIdempotent reads identity's key and its revision, expired or not.
+// getIdempotent reads identity's key and its revision, expired or not,
+// as the bucket's leader has it (leaderGetSeq): kv.Get may be answered by
+// a replica that has not applied the answer another node just recorded,
+// and would show its reservation instead, a 409 for a repeat that should
+// get the first answer.
 func (s *Store) getIdempotent(identity, key string) (*idempotencyRecord, uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	e, err := s.n.idempotency.Get(ctx, idempotencyEntry(identity, key))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	data, rev, err := s.leaderGetSeq(ctx, bucketIdempotency, "$KV."+bucketIdempotency+"."+idempotencyEntry(identity, key))
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, 0, nil
 	}
 	if err != nil {
 		return nil, 0, s.n.explain(fmt.Errorf("read idempotency key of %q: %w", identity, err))
 	}
 	rec := new(idempotencyRecord)
-	if err := json.Unmarshal(e.Value(), rec); err != nil {
+	if err := json.Unmarshal(data, rec); err != nil {
 		return nil, 0, fmt.Errorf("%w: idempotency record of %q: %v", store.ErrInvalid, identity, err)
 	}
-	return rec, e.Revision(), nil
+	return rec, rev, nil
 }
 
 // PutIdempotent records the answer to identity's key for every node,
