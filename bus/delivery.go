@@ -76,6 +76,10 @@ const (
 	failDisconnected = "disconnected"
 	failError        = "error"
 	failBadResult    = "bad_result"
+	// failNotSent: the subscriber's connection was closing and the call
+	// was never written, so the subscriber never saw the message; the
+	// walk settles it as if the subscription were gone (settle).
+	failNotSent = "not_sent"
 )
 
 // deliveryError says why a delivery got no usable answer.
@@ -86,6 +90,12 @@ type deliveryError struct {
 
 func (e *deliveryError) Error() string {
 	return e.Kind + ": " + e.Detail
+}
+
+// isNotSent reports whether err is a delivery never written (failNotSent).
+func isNotSent(err error) bool {
+	var derr *deliveryError
+	return errors.As(err, &derr) && derr.Kind == failNotSent
 }
 
 // call sends processMessage to the subscriber's connection and waits for
@@ -123,6 +133,8 @@ func (s *Server) callResult(raw json.RawMessage, err error) (protocol.ProcessMes
 		return result, &deliveryError{failTimeout, fmt.Sprintf("no answer within %s", s.opts.DeliveryTimeout)}
 	case errors.As(err, &rerr):
 		return result, &deliveryError{failError, fmt.Sprintf("subscriber answered error %d: %s", rerr.Code, rerr.Message)}
+	case errors.Is(err, rpcstream.ErrNotSent):
+		return result, &deliveryError{failNotSent, "the subscriber's connection was closing; the message was not sent to it"}
 	case errors.Is(err, rpcstream.ErrClosed):
 		return result, &deliveryError{failDisconnected, "connection closed before the subscriber answered"}
 	default:

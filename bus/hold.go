@@ -81,7 +81,7 @@ func (s *Server) queueHold(p *store.Pending) {
 // likely asked in the same pass, and counting them would undo the wait
 // (two fallbacks would wake each other's holds for ever).
 func (s *Server) hasTaker(topic, askedBy string) bool {
-	for _, sub := range s.router.route(topic) {
+	for _, sub := range s.router.routeStaying(topic) {
 		if askedBy == "" || !sub.fallback {
 			return true
 		}
@@ -93,7 +93,7 @@ func (s *Server) hasTaker(topic, askedBy string) bool {
 // appeared, with the same per-subscriber retry rules as a fresh publish;
 // else it waits on until its lifetime ends, and is then dead-lettered.
 func (s *Server) attemptHold(p *store.Pending) {
-	chain := s.router.route(p.Message.Topic)
+	chain := s.router.routeStaying(p.Message.Topic)
 	now := time.Now()
 	ends := s.holdEnds(p.Attempts)
 	if !now.Before(ends) && !hasRegular(chain) {

@@ -43,7 +43,7 @@ type metrics struct {
 // (bus/docs_test.go checks them against each other).
 var (
 	publishOutcomes    = []string{"routed", "held", protocol.ReasonNoSubscribers}
-	deliveryOutcomes   = []string{"processed", "not_processed", protocol.ReasonRejected, failTimeout, failDisconnected, failError, failBadResult, failSlowSubscriber, failHeld}
+	deliveryOutcomes   = []string{"processed", "not_processed", protocol.ReasonRejected, failTimeout, failDisconnected, failError, failBadResult, failNotSent, failSlowSubscriber, failHeld}
 	retryOutcomes      = []string{"processed", "retry", protocol.ReasonRejected, protocol.ReasonSubscriberGone}
 	deadLetterReasons  = []string{protocol.ReasonMaxRetries, protocol.ReasonSubscriberGone, protocol.ReasonNoSubscribers, protocol.ReasonRejected}
 	authRefusalReasons = []string{refuseHost, refuseCredential, refuseClientID, refusePublishOnly, refusePublish, refuseBusTopic, refuseSubscribe, refuseFallback, refuseDurable, refuseWaker, refuseAdmin}

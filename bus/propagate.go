@@ -167,6 +167,12 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 	var retries, rejects []retry
 	var reroute *retry
 	var helds []retry
+	// unsent is the first delivery never written, its subscriber's
+	// connection closing: no retry is addressed to a client that has
+	// left, and when nothing else took the message it is routed again,
+	// without it (a spawner's agent that exits as a message for it is
+	// routed, say, and the spawner's fallback then starts it).
+	var unsent *retry
 	handled := false
 	for i, sub := range chain {
 		o := &outcomes[i]
@@ -180,6 +186,11 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 		switch {
 		case err == errHeld:
 			helds = append(helds, retry{ack: len(result.Acks), sub: sub.to})
+		case isNotSent(err):
+			sub.to.held().markLeaving()
+			if unsent == nil {
+				unsent = &retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, 0, sub.to}
+			}
 		case err == nil && r.Rejected():
 			rejects = append(rejects, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, 0, sub.to})
 		case sub.fallback && err == nil && r.ShouldRetry && !r.Handled():
@@ -206,6 +217,15 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 	}
 	if handled || !reliable {
 		return
+	}
+	if reroute == nil && unsent != nil && len(retries) == 0 && len(rejects) == 0 && len(helds) == 0 {
+		// At once the first time, the connection's end is then a moment
+		// away; after that with the retries' backoff, so that a close
+		// handshake that lingers is not a loop of store writes.
+		if len(prior) > 0 {
+			unsent.delay = s.backoff(len(prior), 0)
+		}
+		reroute = unsent
 	}
 	if reroute != nil {
 		s.rehold(m, &result.Acks[reroute.ack], append(prior, reroute.attempt), reroute.delay)

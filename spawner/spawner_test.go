@@ -2,10 +2,13 @@ package spawner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -507,6 +510,18 @@ func TestCleanExitIsFinalUntilADirectMessage(t *testing.T) {
 	if !res.Success {
 		t.Fatalf("direct message: %+v", res)
 	}
+	b, _ := json.Marshal(res)
+	t.Logf("direct message: %s", b)
+	t.Cleanup(func() {
+		if t.Failed() {
+			resp, err := http.Get(h.bus.HTTP.URL + "/v1/events?messageId=" + res.MessageID)
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				t.Logf("the bus's journal of the direct message: %s", body)
+			}
+		}
+	})
 	r := h.replyWithText(t, "echo: direct")
 	if r.AgentID != first.AgentID || r.topic != "outbound:8" {
 		t.Errorf("reply %+v: want agent %s answering for tg:8", r, first.AgentID)

@@ -80,6 +80,13 @@ func run(ctx context.Context, log *slog.Logger) error {
 	}
 	defer conn.Close()
 	if err := conn.Subscribe(ctx, env.DefaultTopic, a.handle, &peer.SubscribeOptions{Durable: os.Getenv("ECHO_DURABLE") == "1"}); err != nil {
+		if ctx.Err() != nil {
+			// Told to stop while it subscribed (a message on agent:{id}
+			// may already have been answered): a stop, not a failure
+			// for the spawner to restart.
+			log.Info("echo-agent stopping")
+			return nil
+		}
 		return err
 	}
 	log.Info("echo-agent ready", "agent_id", env.AgentID, "topic", env.DefaultTopic, "workspace", env.Workspace)

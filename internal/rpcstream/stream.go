@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -43,6 +44,12 @@ import (
 // ErrClosed is returned by Call when the connection ends before the
 // answer arrives, or had ended before the call.
 var ErrClosed = errors.New("rpcstream: connection closed")
+
+// ErrNotSent wraps the error of a Call or CallAsync whose request was
+// never written: the connection had ended, or had sent its close frame,
+// first. Unlike a call cut off by the close (ErrClosed alone), the peer
+// cannot have seen the request.
+var ErrNotSent = errors.New("rpcstream: request not sent")
 
 // ErrInvalidUTF8 is returned by ReadRequest for a text message that is
 // not valid UTF-8; the Stream has failed the connection with status 1007
@@ -513,7 +520,7 @@ func (s *Stream) send(method string, params []byte, appender ParamsAppender, a A
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return 0, ErrClosed
+		return 0, fmt.Errorf("%w: %w", ErrNotSent, ErrClosed)
 	}
 	id := s.nextCallID
 	s.nextCallID++
@@ -538,6 +545,11 @@ func (s *Stream) send(method string, params []byte, appender ParamsAppender, a A
 		framePool.Put(bp)
 	}
 	if err != nil && s.Abandon(id) {
+		// Refused before a byte left, or cut short by the socket's
+		// close: either way the peer has no whole request to act on.
+		if errors.Is(err, outbound.ErrCloseSent) || errors.Is(err, net.ErrClosed) {
+			err = fmt.Errorf("%w: %w", ErrNotSent, err)
+		}
 		return 0, err
 	}
 	// Written, or the connection failed and its reader ends the call.

@@ -2,6 +2,7 @@ package rpcstream
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 )
 
@@ -91,6 +92,11 @@ func TestAnswerCalls(t *testing.T) {
 	s.failCalls()
 	if r := <-waiting; r.err != ErrClosed {
 		t.Fatalf("after failCalls: %v", r.err)
+	}
+	// A call made after the end was never written: the peer cannot have
+	// seen it, which the bus tells from a call the close cut off.
+	if _, err := s.CallAsync("processMessage", nil, make(chanAnswer, 1)); !errors.Is(err, ErrNotSent) || !errors.Is(err, ErrClosed) {
+		t.Fatalf("call after the end: %v, want ErrNotSent and ErrClosed", err)
 	}
 }
 
