@@ -140,17 +140,6 @@ func (s *Spawner) acquire(ctx context.Context, topic, reason string, placeLimit 
 		}
 		s.mu.Lock()
 		if !waiting {
-			// Every waiting conversation holds one of the connection's
-			// handlers; were all of them held, the bus's events that tell
-			// of agents subscribing and going idle would be refused, and
-			// lost (the bus does not retry events), and no waiter would
-			// ever be served. Past the bound, the bus keeps the message
-			// and routes it again.
-			if s.maxWaiting > 0 && s.waiting >= s.maxWaiting {
-				n := s.waiting
-				s.mu.Unlock()
-				return nil, fmt.Errorf("%w (%d conversations already wait for a place)", err, n)
-			}
 			waiting = true
 			s.waiting++
 		}

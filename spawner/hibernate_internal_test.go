@@ -3,9 +3,7 @@ package spawner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -250,49 +248,4 @@ func clientEvent(t *testing.T, s *Spawner, name, clientID string) {
 	if _, err := s.handleClientEvent(context.Background(), &peer.Delivery{Topic: "system:client." + name, Payload: payload, Conn: &peer.Conn{}}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestWaitersLeaveHandlersForEvents: at capacity, with every agent busy,
-// at most maxWaiting conversations wait for a place; the next one is
-// refused at once, so that the connection keeps handlers for the bus's
-// events, which are what lets a waiting conversation be served.
-func TestWaitersLeaveHandlersForEvents(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		st, _, err := openState(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.close()
-		s := &Spawner{opts: Options{MaxAgents: 1, SpawnTimeout: time.Second}, state: st,
-			slots: map[string]*slot{}, byAgent: map[string]*slot{}, agents: map[string]*agent{},
-			freed: make(chan struct{}), maxWaiting: 2}
-		busy := newAgent("a", &slot{topic: "tg:a", agentID: "a"})
-		busy.ready, busy.busy, busy.served = true, true, true
-		s.agents["a"] = busy
-
-		ctx, cancel := context.WithCancel(context.Background())
-		errs := make(chan error, 2)
-		for _, topic := range []string{"tg:1", "tg:2"} {
-			go func() {
-				_, err := s.acquire(ctx, topic, ReasonMessage, 0)
-				errs <- err
-			}()
-		}
-		synctest.Wait()
-		_, err = s.acquire(ctx, "tg:3", ReasonMessage, 0)
-		if !errors.Is(err, ErrAtCapacity) || !strings.Contains(err.Error(), "2 conversations already wait for a place") {
-			t.Fatalf("third conversation: %v, want ErrAtCapacity at once, naming the 2 waiting", err)
-		}
-		cancel()
-		for range 2 {
-			if err := <-errs; !errors.Is(err, ErrAtCapacity) {
-				t.Errorf("a waiting conversation ended with %v, want ErrAtCapacity", err)
-			}
-		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.waiting != 0 {
-			t.Errorf("%d still counted as waiting", s.waiting)
-		}
-	})
 }

@@ -287,11 +287,8 @@ type Spawner struct {
 	// freed is closed and replaced when a place may have freed: an agent
 	// was reaped, or became idle and could make room.
 	freed chan struct{}
-	// waiting counts the conversations waiting for a place, up to
-	// maxWaiting; a conversation past it is answered should_retry at
-	// once.
-	waiting    int
-	maxWaiting int
+	// waiting counts the conversations waiting for a place.
+	waiting int
 }
 
 // slot is one topic the spawner has served, and the stable agent id it
@@ -399,13 +396,6 @@ func (s *Spawner) Run(ctx context.Context) error {
 			s.log.Warn("close the spawner's data", "err", err)
 		}
 	}()
-	handlers := max(1024, 4*s.opts.MaxAgents)
-	// Half the handlers at most wait for a place; the rest stay free for
-	// the bus's system:client.* events, without which no waiting
-	// conversation is served (acquire).
-	s.mu.Lock()
-	s.maxWaiting = handlers / 2
-	s.mu.Unlock()
 	conn, err := peer.Dial(ctx, s.opts.BusURL, &peer.Options{
 		ClientID:   s.opts.ClientID,
 		ClientInfo: &protocol.ClientInfo{Name: "bub-spawner", Version: buildinfo.Version()},
@@ -418,7 +408,7 @@ func (s *Spawner) Run(ctx context.Context) error {
 		// Every waiting message holds a handler, and a client event
 		// refused for want of one would be lost (the bus does not
 		// retry its events).
-		MaxConcurrentHandlers: handlers,
+		MaxConcurrentHandlers: max(1024, 4*s.opts.MaxAgents),
 		Logger:                s.log,
 		Token:                 s.opts.Token,
 	})
