@@ -6,6 +6,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/bub-bus/bub/bus/store"
 	"io/fs"
 	"net/http"
 	"strings"
@@ -264,6 +265,14 @@ func (s *Server) consoleSessionOf(r *http.Request) (*consoleSession, error) {
 	}
 	sess.admin.Store(admin)
 	return sess, nil
+}
+
+// observe notes, for the Agents and BCP pages, the spawner's and the
+// gateway's events among the messages this node routes, on either
+// publish path (routed).
+func (c *consoleState) observe(m *store.Message) {
+	c.agents.observe(m)
+	c.bcp.observe(m)
 }
 
 func (c *consoleState) dropExpiredLocked(now time.Time) {

@@ -667,45 +667,54 @@ func TestConsoleMessages(t *testing.T) {
 // system:bcp.budget event said, and the recent validation failures and
 // anomalies, newest first, each with who published it.
 func TestConsoleBCPEvents(t *testing.T) {
-	srv := bustest.Start(t, nil)
-	gw := bustest.Connect(t, srv.URL, "bcp-gateway", nil)
-	for _, p := range []struct{ topic, payload string }{
-		{"system:bcp.budget", `{"type":"bcp_channel_budget","event":"charge","controller":"main","reader":"researcher","spent_bits":55,"remaining_bits":145,"budget_bits":200,"cat2_queries":1,"max_cat2_queries":2,"at":"2026-01-01T00:00:00Z"}`},
-		{"system:bcp.budget", `{"type":"bcp_channel_budget","event":"charge","controller":"main","reader":"researcher","spent_bits":110,"remaining_bits":90,"budget_bits":200,"cat2_queries":2,"max_cat2_queries":2,"at":"2026-01-01T00:00:01Z"}`},
-		{"system:bcp.validation", `{"type":"bcp_validation_failed","controller":"main","reader":"researcher","query_id":"q-1","category":2,"code":"too_many_words","attempts_left":2,"at":"2026-01-01T00:00:02Z"}`},
-		{"system:bcp.validation", `{"type":"bcp_anomaly","controller":"main","reader":"researcher","query_id":"q-1","category":2,"anomalies":{"url":1},"at":"2026-01-01T00:00:03Z"}`},
-		{"system:bcp.validation", `{"type":"something_else","controller":"main","reader":"researcher"}`},
-	} {
-		if r := gw.Call(protocol.MethodSendMessage, map[string]any{"topic": p.topic, "payload": json.RawMessage(p.payload)}); r.Error != nil {
-			t.Fatalf("publish on %s: %v", p.topic, r.Error)
-		}
-	}
-	c := newConsoleClient(t, srv)
-	c.login("")
-	a := c.do(http.MethodGet, "/console/api/bcp", "", nil)
-	var got struct {
-		Channels []struct {
-			Controller    string  `json:"controller"`
-			Reader        string  `json:"reader"`
-			RemainingBits float64 `json:"remainingBits"`
-			Cat2Queries   int     `json:"cat2Queries"`
-			From          string  `json:"from"`
-		} `json:"channels"`
-		Total  int `json:"total"`
-		Recent []struct {
-			Kind      string         `json:"kind"`
-			Code      string         `json:"code"`
-			Anomalies map[string]int `json:"anomalies"`
-		} `json:"recent"`
-	}
-	if err := json.Unmarshal(a.body, &got); err != nil || got.Total != 1 || len(got.Channels) != 1 || len(got.Recent) != 2 {
-		t.Fatalf("bcp: %s (%v)", a.body, err)
-	}
-	if ch := got.Channels[0]; ch.Controller != "main" || ch.Reader != "researcher" || ch.RemainingBits != 90 || ch.Cat2Queries != 2 || ch.From != "bcp-gateway" {
-		t.Errorf("channel %+v: want the last event's 90 bits left, from bcp-gateway", ch)
-	}
-	if r := got.Recent; r[0].Kind != "anomaly" || r[0].Anomalies["url"] != 1 || r[1].Kind != "failure" || r[1].Code != "too_many_words" {
-		t.Errorf("recent %+v: want the anomaly, then the failure", r)
+	// Unheard, and heard by one subscriber (which the bus relays on its
+	// read loops, bus/direct.go): the console sees the events either way.
+	for _, heard := range []bool{false, true} {
+		t.Run(fmt.Sprintf("subscribed=%v", heard), func(t *testing.T) {
+			srv := bustest.Start(t, nil)
+			if heard {
+				bustest.Collect(t, srv.URL, "watcher", "system:bcp.*")
+			}
+			gw := bustest.Connect(t, srv.URL, "bcp-gateway", nil)
+			for _, p := range []struct{ topic, payload string }{
+				{"system:bcp.budget", `{"type":"bcp_channel_budget","event":"charge","controller":"main","reader":"researcher","spent_bits":55,"remaining_bits":145,"budget_bits":200,"cat2_queries":1,"max_cat2_queries":2,"at":"2026-01-01T00:00:00Z"}`},
+				{"system:bcp.budget", `{"type":"bcp_channel_budget","event":"charge","controller":"main","reader":"researcher","spent_bits":110,"remaining_bits":90,"budget_bits":200,"cat2_queries":2,"max_cat2_queries":2,"at":"2026-01-01T00:00:01Z"}`},
+				{"system:bcp.validation", `{"type":"bcp_validation_failed","controller":"main","reader":"researcher","query_id":"q-1","category":2,"code":"too_many_words","attempts_left":2,"at":"2026-01-01T00:00:02Z"}`},
+				{"system:bcp.validation", `{"type":"bcp_anomaly","controller":"main","reader":"researcher","query_id":"q-1","category":2,"anomalies":{"url":1},"at":"2026-01-01T00:00:03Z"}`},
+				{"system:bcp.validation", `{"type":"something_else","controller":"main","reader":"researcher"}`},
+			} {
+				if r := gw.Call(protocol.MethodSendMessage, map[string]any{"topic": p.topic, "payload": json.RawMessage(p.payload)}); r.Error != nil {
+					t.Fatalf("publish on %s: %v", p.topic, r.Error)
+				}
+			}
+			c := newConsoleClient(t, srv)
+			c.login("")
+			a := c.do(http.MethodGet, "/console/api/bcp", "", nil)
+			var got struct {
+				Channels []struct {
+					Controller    string  `json:"controller"`
+					Reader        string  `json:"reader"`
+					RemainingBits float64 `json:"remainingBits"`
+					Cat2Queries   int     `json:"cat2Queries"`
+					From          string  `json:"from"`
+				} `json:"channels"`
+				Total  int `json:"total"`
+				Recent []struct {
+					Kind      string         `json:"kind"`
+					Code      string         `json:"code"`
+					Anomalies map[string]int `json:"anomalies"`
+				} `json:"recent"`
+			}
+			if err := json.Unmarshal(a.body, &got); err != nil || got.Total != 1 || len(got.Channels) != 1 || len(got.Recent) != 2 {
+				t.Fatalf("bcp: %s (%v)", a.body, err)
+			}
+			if ch := got.Channels[0]; ch.Controller != "main" || ch.Reader != "researcher" || ch.RemainingBits != 90 || ch.Cat2Queries != 2 || ch.From != "bcp-gateway" {
+				t.Errorf("channel %+v: want the last event's 90 bits left, from bcp-gateway", ch)
+			}
+			if r := got.Recent; r[0].Kind != "anomaly" || r[0].Anomalies["url"] != 1 || r[1].Kind != "failure" || r[1].Code != "too_many_words" {
+				t.Errorf("recent %+v: want the anomaly, then the failure", r)
+			}
+		})
 	}
 }
 

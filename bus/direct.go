@@ -96,7 +96,6 @@ func (c *conn) relayDirect(req *rpcstream.Request, out *outgoing) (relayed bool)
 	}
 	out.accepted()
 	m := &out.message
-	s.consoleState.agents.observe(m)
 	result, err := s.routed(m, out.chain, true)
 	if err != nil {
 		r.refuse(err)

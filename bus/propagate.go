@@ -24,8 +24,6 @@ func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*p
 // its tickets (order.go) when it keeps its publisher's order.
 func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets []ticket, reliable bool) (*protocol.SendMessageResult, error) {
 	s.name(m)
-	s.consoleState.agents.observe(m)
-	s.consoleState.bcp.observe(m)
 	if s.tracer != nil {
 		span := s.tracePublish(m, len(chain))
 		defer span.End()
@@ -42,6 +40,7 @@ func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets 
 // counts and journals its routing; it completes the result when chain is
 // empty (the message is held, or nobody subscribes).
 func (s *Server) routed(m *store.Message, chain []*subscription, reliable bool) (*protocol.SendMessageResult, error) {
+	s.consoleState.observe(m)
 	result := &protocol.SendMessageResult{MessageID: m.ID, Acks: []protocol.Ack{}}
 	if len(chain) == 0 {
 		result.Reason = protocol.ReasonNoSubscribers
