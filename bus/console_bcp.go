@@ -3,6 +3,7 @@ package bus
 import (
 	"cmp"
 	"encoding/json"
+	"github.com/bub-bus/bub/protocol"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,11 +18,6 @@ import (
 // node routes them: kept in memory, bounded, like the agents.
 
 const (
-	// topicBCPBudget and topicBCPValidation are the gateway's event
-	// topics (gateway.TopicBudgetEvents, gateway.TopicValidationEvents,
-	// which the bus does not import).
-	topicBCPBudget     = "system:bcp.budget"
-	topicBCPValidation = "system:bcp.validation"
 	// maxConsoleChannels bounds the channels remembered; beyond it the
 	// one heard of longest ago is forgotten.
 	maxConsoleChannels = 10000
@@ -90,36 +86,14 @@ func clip(s string) string {
 
 // observe notes the gateway's event among the messages this node routes.
 func (b *bcpBook) observe(m *store.Message) {
-	if m.Topic != topicBCPBudget && m.Topic != topicBCPValidation {
-		return
-	}
-	var ev struct {
-		Type           string         `json:"type"`
-		Event          string         `json:"event"`
-		Controller     string         `json:"controller"`
-		Reader         string         `json:"reader"`
-		SpentBits      float64        `json:"spent_bits"`
-		RemainingBits  float64        `json:"remaining_bits"`
-		BudgetBits     float64        `json:"budget_bits"`
-		Cat2Queries    int            `json:"cat2_queries"`
-		MaxCat2Queries int            `json:"max_cat2_queries"`
-		Cat3Queries    int            `json:"cat3_queries"`
-		MaxCat3Queries int            `json:"max_cat3_queries"`
-		QueryID        string         `json:"query_id"`
-		SubscriptionID string         `json:"subscription_id"`
-		Category       int            `json:"category"`
-		Code           string         `json:"code"`
-		AttemptsLeft   *int           `json:"attempts_left"`
-		Anomalies      map[string]int `json:"anomalies"`
-		At             string         `json:"at"`
-	}
-	if json.Unmarshal(m.Payload, &ev) != nil || ev.Controller == "" || ev.Reader == "" {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case m.Topic == topicBCPBudget && ev.Type == "bcp_channel_budget":
+	switch m.Topic {
+	case protocol.TopicBCPBudget:
+		var ev protocol.BCPChannelBudget
+		if json.Unmarshal(m.Payload, &ev) != nil || ev.Type != protocol.TypeBCPChannelBudget || ev.Controller == "" || ev.Reader == "" {
+			return
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
 		if b.channels == nil {
 			b.channels = make(map[string]*consoleBudget)
 		}
@@ -133,11 +107,17 @@ func (b *bcpBook) observe(m *store.Message) {
 			Cat2Queries: ev.Cat2Queries, MaxCat2Queries: ev.MaxCat2Queries, Cat3Queries: ev.Cat3Queries, MaxCat3Queries: ev.MaxCat3Queries,
 			At: clip(ev.At), From: clip(m.From),
 		}
-	case m.Topic == topicBCPValidation && (ev.Type == "bcp_validation_failed" || ev.Type == "bcp_anomaly"):
+	case protocol.TopicBCPValidation:
+		var ev protocol.BCPValidationEvent
+		if json.Unmarshal(m.Payload, &ev) != nil || ev.Controller == "" || ev.Reader == "" {
+			return
+		}
 		e := consoleBCPEvent{Kind: "failure", Controller: clip(ev.Controller), Reader: clip(ev.Reader), QueryID: clip(ev.QueryID),
 			SubscriptionID: clip(ev.SubscriptionID), Category: ev.Category, Code: clip(ev.Code), AttemptsLeft: ev.AttemptsLeft,
 			At: clip(ev.At), From: clip(m.From)}
-		if ev.Type == "bcp_anomaly" {
+		switch ev.Type {
+		case protocol.TypeBCPValidationFailed:
+		case protocol.TypeBCPAnomaly:
 			e.Kind = "anomaly"
 			e.Anomalies = make(map[string]int, min(len(ev.Anomalies), maxBCPKinds))
 			for k, n := range ev.Anomalies {
@@ -146,7 +126,11 @@ func (b *bcpBook) observe(m *store.Message) {
 				}
 				e.Anomalies[clip(k)] = n
 			}
+		default:
+			return
 		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
 		if len(b.recent) < maxConsoleBCPEvents {
 			b.recent = append(b.recent, e)
 		} else {

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"github.com/bub-bus/bub/protocol"
 	"testing"
 
 	"github.com/bub-bus/bub/bus/store"
@@ -38,11 +39,11 @@ func FuzzConsoleAgentEvent(f *testing.F) {
 // channel per Controller and Reader, and no string of it longer than
 // maxBCPField.
 func FuzzConsoleBCPEvent(f *testing.F) {
-	f.Add(topicBCPBudget, []byte(`{"type":"bcp_channel_budget","event":"charge","controller":"main","reader":"r","spent_bits":55,"remaining_bits":145,"budget_bits":200,"at":"2026-01-01T00:00:00Z"}`))
-	f.Add(topicBCPValidation, []byte(`{"type":"bcp_validation_failed","controller":"main","reader":"r","query_id":"q-1","category":2,"code":"too_many_words","attempts_left":2}`))
-	f.Add(topicBCPValidation, []byte(`{"type":"bcp_anomaly","controller":"main","reader":"r","anomalies":{"url":2,"invisible":1}}`))
-	f.Add(topicBCPBudget, []byte(`{"type":"bcp_channel_budget","controller":"","reader":"r"}`))
-	f.Add(topicBCPValidation, []byte(`[1,2`))
+	f.Add(protocol.TopicBCPBudget, []byte(`{"type":"bcp_channel_budget","event":"charge","controller":"main","reader":"r","spent_bits":55,"remaining_bits":145,"budget_bits":200,"at":"2026-01-01T00:00:00Z"}`))
+	f.Add(protocol.TopicBCPValidation, []byte(`{"type":"bcp_validation_failed","controller":"main","reader":"r","query_id":"q-1","category":2,"code":"too_many_words","attempts_left":2}`))
+	f.Add(protocol.TopicBCPValidation, []byte(`{"type":"bcp_anomaly","controller":"main","reader":"r","anomalies":{"url":2,"invisible":1}}`))
+	f.Add(protocol.TopicBCPBudget, []byte(`{"type":"bcp_channel_budget","controller":"","reader":"r"}`))
+	f.Add(protocol.TopicBCPValidation, []byte(`[1,2`))
 	f.Fuzz(func(t *testing.T, topic string, payload []byte) {
 		var b bcpBook
 		m := &store.Message{Topic: topic, Payload: payload, From: "bcp-gateway"}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"github.com/bub-bus/bub/protocol"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 func TestOperatorEvents(t *testing.T) {
 	f := newFixture(t)
 	f.gateway(nil)
-	ops := f.dial("ops", TopicEvents+".*")
+	ops := f.dial("ops", protocol.TopicBCPEvents+".*")
 	main := f.agent("main")
 	researcher := f.reader("researcher")
 
@@ -29,8 +30,8 @@ func TestOperatorEvents(t *testing.T) {
 	researcher.expect(TypeValidationResult)
 	main.expect(TypeResponseDelivery)
 
-	var charge *ChannelBudget
-	var failure, anomaly *ValidationEvent
+	var charge *protocol.BCPChannelBudget
+	var failure, anomaly *protocol.BCPValidationEvent
 	deadline := time.After(bustest.Timeout)
 	for charge == nil || failure == nil || anomaly == nil {
 		select {
@@ -44,20 +45,20 @@ func TestOperatorEvents(t *testing.T) {
 				}
 			}
 			switch d.Type() {
-			case TypeChannelBudget:
-				var b ChannelBudget
-				if err := json.Unmarshal(d.Payload, &b); err != nil || d.Topic != TopicBudgetEvents {
+			case protocol.TypeBCPChannelBudget:
+				var b protocol.BCPChannelBudget
+				if err := json.Unmarshal(d.Payload, &b); err != nil || d.Topic != protocol.TopicBCPBudget {
 					t.Fatalf("%s on %s: %v", d.Payload, d.Topic, err)
 				}
 				if b.Event == "charge" {
 					charge = &b
 				}
-			case TypeValidationFailed, TypeAnomaly:
-				var v ValidationEvent
-				if err := json.Unmarshal(d.Payload, &v); err != nil || d.Topic != TopicValidationEvents {
+			case protocol.TypeBCPValidationFailed, protocol.TypeBCPAnomaly:
+				var v protocol.BCPValidationEvent
+				if err := json.Unmarshal(d.Payload, &v); err != nil || d.Topic != protocol.TopicBCPValidation {
 					t.Fatalf("%s on %s: %v", d.Payload, d.Topic, err)
 				}
-				if v.Type == TypeValidationFailed {
+				if v.Type == protocol.TypeBCPValidationFailed {
 					failure = &v
 				} else {
 					anomaly = &v

@@ -516,7 +516,7 @@ func (g *Gateway) sendOne(topic string) (sent bool, wait time.Duration) {
 			g.log.Error("bcp gateway: the bus refused a message, dropped", "topic", m.Topic, "err", err)
 		} else {
 			g.eventsRefused.Do(func() {
-				g.log.Warn("bcp gateway: the bus refuses the gateway's events for operators, dropped (said once); grant the gateway publish "+TopicEvents+".* for the console's BCP page",
+				g.log.Warn("bcp gateway: the bus refuses the gateway's events for operators, dropped (said once); grant the gateway publish "+protocol.TopicBCPEvents+".* for the console's BCP page",
 					"topic", m.Topic, "err", err)
 			})
 		}

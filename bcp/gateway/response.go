@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/bub-bus/bub/protocol"
 	"strings"
 
 	"github.com/bub-bus/bub/bcp"
@@ -77,7 +78,7 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 		} else if err := t.putQuery(q); err != nil {
 			return ack{}, err
 		}
-		if err := validationFailedEvent(t, ValidationEvent{Controller: q.Controller, Reader: q.Reader, QueryID: q.ID,
+		if err := validationFailedEvent(t, protocol.BCPValidationEvent{Controller: q.Controller, Reader: q.Reader, QueryID: q.ID,
 			Category: int(q.Spec.Category), AttemptsLeft: &left}, code); err != nil {
 			return ack{}, err
 		}
@@ -91,7 +92,7 @@ func (g *Gateway) answer(t *txn, from string, r *Response) (ack, error) {
 		return refuse(t, rec, code, detail)
 	}
 	t.onCommit(func(m *metrics) { m.validations.WithLabelValues("accepted", "").Inc() })
-	if err := anomalyEvent(t, ValidationEvent{Controller: q.Controller, Reader: q.Reader, QueryID: q.ID, Category: int(q.Spec.Category)}, res); err != nil {
+	if err := anomalyEvent(t, protocol.BCPValidationEvent{Controller: q.Controller, Reader: q.Reader, QueryID: q.ID, Category: int(q.Spec.Category)}, res); err != nil {
 		return ack{}, err
 	}
 	if res.RequiresApproval {

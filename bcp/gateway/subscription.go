@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"github.com/bub-bus/bub/protocol"
 	"time"
 
 	"github.com/bub-bus/bub/bcp"
@@ -68,7 +69,7 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 		rec.Event = "validation"
 		code := codeOf(verr)
 		t.onCommit(func(m *metrics) { m.validations.WithLabelValues("rejected", code).Inc() })
-		if err := validationFailedEvent(t, ValidationEvent{Controller: r.Controller, Reader: reader, SubscriptionID: r.SubscriptionID,
+		if err := validationFailedEvent(t, protocol.BCPValidationEvent{Controller: r.Controller, Reader: reader, SubscriptionID: r.SubscriptionID,
 			Category: int(sub.Spec.Category)}, code); err != nil {
 			return ack{}, err
 		}
@@ -92,7 +93,7 @@ func (g *Gateway) publish(t *txn, reader, messageID string, r *Response) (ack, e
 		return ack{}, err
 	}
 	t.onCommit(func(m *metrics) { m.validations.WithLabelValues("accepted", "").Inc() })
-	if err := anomalyEvent(t, ValidationEvent{Controller: r.Controller, Reader: reader, SubscriptionID: r.SubscriptionID,
+	if err := anomalyEvent(t, protocol.BCPValidationEvent{Controller: r.Controller, Reader: reader, SubscriptionID: r.SubscriptionID,
 		Category: int(sub.Spec.Category)}, res); err != nil {
 		return ack{}, err
 	}
