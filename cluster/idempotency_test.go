@@ -216,3 +216,35 @@ func TestIdempotencyStore(t *testing.T) {
 	r, err = st.ReserveIdempotent("carol", "a b/c.*>", now)
 	check("a key with subject characters", r, err, "")
 }
+
+// TestIdempotencyKeyAfterItsTTL: once JetStream's TTL of a key ends, the
+// server leaves a marker in its place (no KV-Operation header); the key
+// reads as unused, and can be reserved again, rather than as a record
+// that does not decode.
+func TestIdempotencyKeyAfterItsTTL(t *testing.T) {
+	st := startSolo(t, t.TempDir(), nil).Store()
+	now := time.Now()
+	rec := &store.Idempotent{BodyHash: []byte("sum"), Answer: json.RawMessage(`"one"`), Expires: now.Add(time.Second)}
+	if err := st.PutIdempotent("alice", "k", rec, now); err != nil {
+		t.Fatal(err)
+	}
+	// Asked as of now, the record is within its window: only the TTL's
+	// marker makes it go. Bounded: the TTL is two seconds.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := st.GetIdempotent("alice", "k", now)
+		if err != nil {
+			t.Fatalf("get while the TTL ends: %v", err)
+		}
+		if r == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key outlived its TTL by 13 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r, err := st.ReserveIdempotent("alice", "k", now); r != nil || err != nil {
+		t.Fatalf("reserve after the TTL: %v %v; want a reservation", r, err)
+	}
+}

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -566,9 +565,17 @@ func (s *Store) leaderGetSeq(ctx context.Context, bucket, subject string) ([]byt
 		return nil, 0, resp.Error
 	case resp.Message == nil:
 		return nil, 0, errors.New("message get response without a message")
-	case bytes.Contains(resp.Message.Header, []byte("KV-Operation")):
-		// A delete or purge marker.
-		return nil, resp.Message.Seq, store.ErrNotFound
+	}
+	if len(resp.Message.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err != nil {
+			return nil, 0, fmt.Errorf("message get response headers: %w", err)
+		}
+		// A delete or purge marker, or the marker the server writes when
+		// a key's TTL ends (no KV-Operation, as kv.Get also knows).
+		if h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != "" {
+			return nil, resp.Message.Seq, store.ErrNotFound
+		}
 	}
 	return resp.Message.Data, resp.Message.Seq, nil
 }
