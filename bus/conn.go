@@ -118,6 +118,11 @@ func (c *conn) serve() {
 
 	s.pinger.add(c)
 	c.readLoop()
+	// Out of the router at once, as close and pingLost do: the in-order
+	// runs stopInOrder waits for can take a delivery timeout, and a
+	// message routed to the connection meanwhile could not be written
+	// (not_sent). detach again in cleanup does nothing.
+	c.detach()
 	s.pinger.remove(c)
 	c.stopInOrder()
 	c.cleanup()

@@ -92,12 +92,6 @@ func (e *deliveryError) Error() string {
 	return e.Kind + ": " + e.Detail
 }
 
-// isNotSent reports whether err is a delivery never written (failNotSent).
-func isNotSent(err error) bool {
-	var derr *deliveryError
-	return errors.As(err, &derr) && derr.Kind == failNotSent
-}
-
 // call sends processMessage to the subscriber's connection and waits for
 // its answer. The params are encoded by hand around the payload and meta,
 // which go out byte for byte as the publisher sent them, and the answer

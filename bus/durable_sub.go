@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"container/heap"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -586,8 +585,7 @@ func (s *Server) deliverHeld(p *store.Pending, c *conn) bool {
 	}
 	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: len(p.Attempts) + 1, to: c}
 	r, err := s.deliver(s.ctx, d)
-	var derr *deliveryError
-	if errors.As(err, &derr) && derr.Kind == failDisconnected || c.isClosed() && err != nil {
+	if k := failKind(err); k == failDisconnected || k == failNotSent || c.isClosed() && err != nil {
 		return false
 	}
 	switch {

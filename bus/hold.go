@@ -81,7 +81,7 @@ func (s *Server) queueHold(p *store.Pending) {
 // likely asked in the same pass, and counting them would undo the wait
 // (two fallbacks would wake each other's holds for ever).
 func (s *Server) hasTaker(topic, askedBy string) bool {
-	for _, sub := range s.router.routeStaying(topic) {
+	for _, sub := range s.router.route(topic) {
 		if askedBy == "" || !sub.fallback {
 			return true
 		}
@@ -93,7 +93,7 @@ func (s *Server) hasTaker(topic, askedBy string) bool {
 // appeared, with the same per-subscriber retry rules as a fresh publish;
 // else it waits on until its lifetime ends, and is then dead-lettered.
 func (s *Server) attemptHold(p *store.Pending) {
-	chain := s.router.routeStaying(p.Message.Topic)
+	chain := s.router.route(p.Message.Topic)
 	now := time.Now()
 	ends := s.holdEnds(p.Attempts)
 	if !now.Before(ends) && !hasRegular(chain) {
@@ -157,22 +157,24 @@ func hasRegular(chain []*subscription) bool {
 
 // rehold holds m again after the fallback subscriber of ack asked for it
 // to be routed again (say, once the agent it spawned has subscribed), and
-// records that in the ack. attempts are the routing attempts made so far,
+// records that in the ack; askedBy is that fallback's clientId, or "" for
+// a message whose only subscriber left before it could be written
+// (settle), which any subscriber may then take at once. attempts are the routing attempts made so far,
 // the first being the publish. The hold is due after delay, the
 // fallback's retry_seconds, or sooner when another subscriber appears;
 // a delay of 0 means at once if a regular subscriber already has (the
 // agent the fallback started), else the retry backoff,
 // so that a fallback answering 0 cannot spin the bus. Either way it is
 // due no later than the end of its lifetime, when it is dead-lettered.
-func (s *Server) rehold(m *store.Message, ack *protocol.Ack, attempts []store.Attempt, delay time.Duration) {
+func (s *Server) rehold(m *store.Message, ack *protocol.Ack, askedBy string, attempts []store.Attempt, delay time.Duration) {
 	now := time.Now()
 	ends := s.holdEnds(attempts)
-	p := &store.Pending{Kind: store.KindHold, Message: *m, Attempts: attempts, AskedBy: ack.ClientID}
+	p := &store.Pending{Kind: store.KindHold, Message: *m, Attempts: attempts, AskedBy: askedBy}
 	if !now.Before(ends) {
 		s.deadLetter(p, protocol.ReasonNoSubscribers)
 		return
 	}
-	if delay <= 0 && !s.hasTaker(m.Topic, ack.ClientID) {
+	if delay <= 0 && !s.hasTaker(m.Topic, askedBy) {
 		delay = s.backoff(len(attempts), 0)
 	}
 	p.NextAt = now.Add(delay)

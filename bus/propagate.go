@@ -167,10 +167,11 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 	var reroute *retry
 	var helds []retry
 	// unsent is the first delivery never written, its subscriber's
-	// connection closing: no retry is addressed to a client that has
-	// left, and when nothing else took the message it is routed again,
-	// without it (a spawner's agent that exits as a message for it is
-	// routed, say, and the spawner's fallback then starts it).
+	// connection closing (and so out of the router, conn.serve): no retry
+	// is addressed to a client that has left, and when nothing else took
+	// the message it is routed again as if that subscriber had gone first
+	// (a spawner's agent exits as a message for it is routed, say, and the
+	// spawner's fallback then starts it).
 	var unsent *retry
 	handled := false
 	for i, sub := range chain {
@@ -185,8 +186,7 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 		switch {
 		case err == errHeld:
 			helds = append(helds, retry{ack: len(result.Acks), sub: sub.to})
-		case isNotSent(err):
-			sub.to.held().markLeaving()
+		case failKind(err) == failNotSent:
 			if unsent == nil {
 				unsent = &retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, 0, sub.to}
 			}
@@ -217,17 +217,17 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 	if handled || !reliable {
 		return
 	}
-	if reroute == nil && unsent != nil && len(retries) == 0 && len(rejects) == 0 && len(helds) == 0 {
-		// At once the first time, the connection's end is then a moment
-		// away; after that with the retries' backoff, so that a close
-		// handshake that lingers is not a loop of store writes.
+	switch {
+	case reroute != nil:
+		s.rehold(m, &result.Acks[reroute.ack], result.Acks[reroute.ack].ClientID, append(prior, reroute.attempt), reroute.delay)
+	case unsent != nil && len(retries) == 0 && len(rejects) == 0 && len(helds) == 0:
+		// At once the first time; after that with the retries' backoff,
+		// so that a close that lingers is not a loop of store writes.
+		var delay time.Duration
 		if len(prior) > 0 {
-			unsent.delay = s.backoff(len(prior), 0)
+			delay = s.backoff(len(prior), 0)
 		}
-		reroute = unsent
-	}
-	if reroute != nil {
-		s.rehold(m, &result.Acks[reroute.ack], append(prior, reroute.attempt), reroute.delay)
+		s.rehold(m, &result.Acks[unsent.ack], "", append(prior, unsent.attempt), delay)
 	}
 	for _, rj := range rejects {
 		ack := &result.Acks[rj.ack]

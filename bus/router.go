@@ -175,21 +175,6 @@ func (r *router) route(topic string) []*subscription {
 	return routeChain(r.matches(topic))
 }
 
-// routeStaying is route without the subscribers a delivery found leaving
-// (holding.leaving), left out before the fallbacks are weighed: a
-// message routed again while a subscriber's connection closes goes where
-// it would once that connection is gone.
-func (r *router) routeStaying(topic string) []*subscription {
-	matches := r.matches(topic)
-	kept := matches[:0]
-	for _, s := range matches {
-		if !s.to.held().isLeaving() {
-			kept = append(kept, s)
-		}
-	}
-	return routeChain(kept)
-}
-
 // routeChain orders matches, the subscriptions matching a topic, into its
 // routing chain (route).
 func routeChain(matches []*subscription) []*subscription {

@@ -46,11 +46,6 @@ type holding struct {
 	// connection is closing, another connection took its clientId over,
 	// or (a stand-in) it holds none any more.
 	closed bool
-	// leaving is set when a delivery to the subscriber could not be
-	// written, its connection closing: the holds routed again skip it
-	// (attemptHold, hasTaker), which would otherwise find it in the
-	// router, and fail again, until its connection's end removes it.
-	leaving bool
 	// clientID does not change once the subscriber is in the router, so
 	// the walk reads it without mu.
 	clientID string
@@ -61,22 +56,6 @@ type holding struct {
 }
 
 func (h *holding) held() *holding { return h }
-
-// markLeaving records that a delivery to the subscriber found its
-// connection closing (leaving).
-func (h *holding) markLeaving() {
-	h.mu.Lock()
-	h.leaving = true
-	h.mu.Unlock()
-}
-
-// isLeaving reports whether a delivery found the subscriber's connection
-// closing, or it has closed.
-func (h *holding) isLeaving() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.leaving || h.closed
-}
 
 // isClosed reports whether the subscriber takes no more deliveries.
 func (h *holding) isClosed() bool {
