@@ -3,13 +3,13 @@ package bus
 import (
 	"cmp"
 	"encoding/json"
-	"github.com/bub-bus/bub/protocol"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // The BCP page's channel budgets and recent validation failures and
@@ -46,6 +46,10 @@ type consoleBudget struct {
 	Cat3Queries    int     `json:"cat3Queries"`
 	MaxCat3Queries int     `json:"maxCat3Queries,omitempty"`
 	At             string  `json:"at"`
+	// heard orders the channels by when this node last heard of them,
+	// for forgetOldestLocked: At is the publisher's text, which neither
+	// sorts as time (RFC 3339 drops trailing zeros) nor can be trusted.
+	heard uint64
 	// From is the clientId that published it: the gateway, or whoever
 	// else a grant lets publish on system:bcp.*.
 	From string `json:"from"`
@@ -74,6 +78,8 @@ type bcpBook struct {
 	// goes once it is full.
 	recent []consoleBCPEvent
 	next   int
+	// heard counts the budgets heard (consoleBudget.heard).
+	heard uint64
 }
 
 // clip bounds a string of an event.
@@ -105,8 +111,9 @@ func (b *bcpBook) observe(m *store.Message) {
 			Controller: clip(ev.Controller), Reader: clip(ev.Reader), Event: clip(ev.Event),
 			SpentBits: ev.SpentBits, RemainingBits: ev.RemainingBits, BudgetBits: ev.BudgetBits,
 			Cat2Queries: ev.Cat2Queries, MaxCat2Queries: ev.MaxCat2Queries, Cat3Queries: ev.Cat3Queries, MaxCat3Queries: ev.MaxCat3Queries,
-			At: clip(ev.At), From: clip(m.From),
+			At: clip(ev.At), From: clip(m.From), heard: b.heard,
 		}
+		b.heard++
 	case protocol.TopicBCPValidation:
 		var ev protocol.BCPValidationEvent
 		if json.Unmarshal(m.Payload, &ev) != nil || ev.Controller == "" || ev.Reader == "" {
@@ -143,7 +150,7 @@ func (b *bcpBook) observe(m *store.Message) {
 func (b *bcpBook) forgetOldestLocked() {
 	var oldest string
 	for key, c := range b.channels {
-		if oldest == "" || c.At < b.channels[oldest].At {
+		if oldest == "" || c.heard < b.channels[oldest].heard {
 			oldest = key
 		}
 	}

@@ -1,10 +1,11 @@
 package bus
 
 import (
-	"github.com/bub-bus/bub/protocol"
+	"fmt"
 	"testing"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // FuzzConsoleAgentEvent: whatever a peer publishes on system:agent.*, the
@@ -64,4 +65,28 @@ func FuzzConsoleBCPEvent(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestBCPBookForgetsTheLongestUnheard: past maxConsoleChannels, the
+// channel forgotten is the one this node heard of longest ago, whatever
+// its publisher wrote in at (which need not sort as time, or be one).
+func TestBCPBookForgetsTheLongestUnheard(t *testing.T) {
+	var b bcpBook
+	budget := func(reader, at string) *store.Message {
+		return &store.Message{Topic: protocol.TopicBCPBudget, From: "gw",
+			Payload: []byte(`{"type":"bcp_channel_budget","controller":"main","reader":"` + reader + `","at":"` + at + `"}`)}
+	}
+	b.observe(budget("first", "9999"))
+	for i := range maxConsoleChannels {
+		b.observe(budget(fmt.Sprintf("r%d", i), "2026-01-01T00:00:00Z"))
+	}
+	channels, _ := b.snapshot()
+	if len(channels) != maxConsoleChannels {
+		t.Fatalf("%d channels kept, want %d", len(channels), maxConsoleChannels)
+	}
+	for _, c := range channels {
+		if c.Reader == "first" {
+			t.Fatal("the channel heard of first was kept, and a later one forgotten")
+		}
+	}
 }

@@ -18,14 +18,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/internal/leakcheck"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 	"github.com/bub-bus/bub/spawner"
+	"github.com/stretchr/testify/require"
 )
 
 // echoAgent builds examples/echo-agent on first use: the tests start

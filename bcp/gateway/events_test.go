@@ -2,12 +2,12 @@ package gateway
 
 import (
 	"encoding/json"
-	"github.com/bub-bus/bub/protocol"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // The gateway publishes, for operators, each channel's account after a

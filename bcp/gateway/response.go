@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/bub-bus/bub/protocol"
 	"strings"
 
 	"github.com/bub-bus/bub/bcp"
 	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // onResponse handles bcp:response: Readers' answers and publishes.

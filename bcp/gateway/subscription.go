@@ -2,11 +2,11 @@ package gateway
 
 import (
 	"fmt"
-	"github.com/bub-bus/bub/protocol"
 	"time"
 
 	"github.com/bub-bus/bub/bcp"
 	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // Codes of subscription publishes, as bcp-subscriptions.md names them.
