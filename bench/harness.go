@@ -378,32 +378,6 @@ type goMemory struct {
 	HeapInuseKiB float64 `json:"heap_inuse_kib"`
 }
 
-// goFigures returns the Go collector's goroutine count, stack and heap in
-// use from a Prometheus /metrics page at url.
-func goFigures(url string) (goroutines, stack, heap float64, err error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("read %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	want := map[string]*float64{"go_goroutines": &goroutines, "go_memstats_stack_inuse_bytes": &stack, "go_memstats_heap_inuse_bytes": &heap}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if v := want[name]; v != nil && ok {
-			*v, err = strconv.ParseFloat(value, 64)
-			if err != nil {
-				return 0, 0, 0, fmt.Errorf("%s in %s: %w", name, url, err)
-			}
-			delete(want, name)
-		}
-	}
-	if len(want) > 0 {
-		return 0, 0, 0, fmt.Errorf("%s lacks %d of the Go collector's figures", url, len(want))
-	}
-	return goroutines, stack, heap, sc.Err()
-}
-
 func measureIdle(sys idler, n int) (idleResult, error) {
 	r := idleResult{System: sys.name(), Wanted: n}
 	// The client ends are in this process and the server ends in the
@@ -420,10 +394,10 @@ func measureIdle(sys idler, n int) (idleResult, error) {
 		return r, err
 	}
 	_, isBus := sys.(*busSystem)
-	metrics := "http://" + sys.server().addr + "/metrics"
-	var g0, s0, h0 float64
+	goFigures := []string{"go_goroutines", "go_memstats_stack_inuse_bytes", "go_memstats_heap_inuse_bytes"}
+	var v0 []float64
 	if isBus {
-		if g0, s0, h0, err = goFigures(metrics); err != nil {
+		if v0, err = busMetrics(sys.server(), goFigures...); err != nil {
 			return r, err
 		}
 	}
@@ -448,11 +422,11 @@ func measureIdle(sys idler, n int) (idleResult, error) {
 		n := float64(r.Connections)
 		r.PerConnKiB = float64(after-before) / n / 1024
 		if isBus {
-			g1, s1, h1, err := goFigures(metrics)
+			v1, err := busMetrics(sys.server(), goFigures...)
 			if err != nil {
 				return r, err
 			}
-			r.Go = &goMemory{Goroutines: (g1 - g0) / n, StackKiB: (s1 - s0) / n / 1024, HeapInuseKiB: (h1 - h0) / n / 1024}
+			r.Go = &goMemory{Goroutines: (v1[0] - v0[0]) / n, StackKiB: (v1[1] - v0[1]) / n / 1024, HeapInuseKiB: (v1[2] - v0[2]) / n / 1024}
 			log.Printf("idle %s: per connection %.2f goroutines, %.1f KiB of stack, %.1f KiB of heap in use", sys.name(), r.Go.Goroutines, r.Go.StackKiB, r.Go.HeapInuseKiB)
 		}
 	}
