@@ -144,6 +144,9 @@ func (t *template) render(header http.Header, doc any) (string, error) {
 	for _, p := range t.parts {
 		if p.literal != "" {
 			b.WriteString(p.literal)
+			if b.Len() > protocol.MaxTopicBytes {
+				return "", fmt.Errorf("more than %d bytes", protocol.MaxTopicBytes)
+			}
 			continue
 		}
 		var v string
