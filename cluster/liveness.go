@@ -88,8 +88,12 @@ func (n *Node) startLiveness(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := n.nodes.Put(ctx, n.id, value); err != nil {
-		return fmt.Errorf("register in %s: %w", bucketNodes, err)
+	err = n.retryUntil(ctx, "register in "+bucketNodes, 5*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+		_, err := n.nodes.Put(ctx, n.id, value)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	sub, err := n.nc.Subscribe(heartbeatSubject("*"), n.sawHeartbeat)
 	if err != nil {

@@ -295,8 +295,16 @@ func (n *Node) start(ctx context.Context) error {
 	// and came back before anyone presumed it dead): its connections are
 	// gone, so its subscriptions and claims go too, before this run
 	// writes any.
-	if err := n.removeNodeKeys(ctx, n.id); err != nil {
-		return fmt.Errorf("remove keys of a previous run: %w", err)
+	// Each step from here on is repeated until it succeeds: a stream
+	// electing a leader (a peer restarting, a partition healing) answers
+	// nothing for a while, and a node that gave up then would exit where
+	// waiting a few seconds would have joined (the cluster test's rolling
+	// restart saw "register in BUB_NODES: nats: no response from stream").
+	err = n.retryUntil(ctx, "remove keys of a previous run", 5*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+		return n.removeNodeKeys(ctx, n.id)
+	})
+	if err != nil {
+		return err
 	}
 	if n.store, err = n.openStore(ctx); err != nil {
 		return err

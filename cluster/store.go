@@ -130,13 +130,18 @@ func (n *Node) openStore(ctx context.Context) (*Store, error) {
 	if state.Msgs == 0 {
 		s.readyMu.Do(func() { close(s.ready) })
 	}
-	cons, err := n.js.OrderedConsumer(ctx, "KV_"+bucketPending, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{kvSubjectPrefix + ">"},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly:    true,
+	var cons jetstream.Consumer
+	err = n.retryUntil(ctx, "watch bucket "+bucketPending, 5*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
+		var err error
+		cons, err = n.js.OrderedConsumer(ctx, "KV_"+bucketPending, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{kvSubjectPrefix + ">"},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+			HeadersOnly:    true,
+		})
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watch bucket %s: %w", bucketPending, err)
+		return nil, err
 	}
 	if s.watch, err = cons.Consume(s.applyWatched); err != nil {
 		return nil, fmt.Errorf("watch bucket %s: %w", bucketPending, err)

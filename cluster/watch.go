@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -42,10 +43,16 @@ func (n *Node) startWatch(ctx context.Context, kv jetstream.KeyValue, name strin
 	if updatesOnly {
 		opts = append(opts, jetstream.UpdatesOnly())
 	}
-	// The watch lives as long as the node, not as long as Start's ctx.
-	w, err := kv.WatchAll(n.ctx, opts...)
+	// The watch lives as long as the node, not as long as Start's ctx;
+	// its consumer cannot be made while the stream elects a leader.
+	var w jetstream.KeyWatcher
+	err := n.retryUntil(ctx, "watch "+name, 5*time.Second, 200*time.Millisecond, func(context.Context) error {
+		var err error
+		w, err = kv.WatchAll(n.ctx, opts...)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("watch %s: %w", name, err)
+		return err
 	}
 	wt.w = w
 	n.watchMu.Lock()

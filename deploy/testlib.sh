@@ -2,10 +2,19 @@
 # sets name (its prefix in the output) and started (date +%s) first.
 
 # step WHAT...: says what the test does now, with the seconds so far.
-step() { echo "$name: $* ($(($(date +%s) - started))s)"; }
+# last_step keeps it for a trap that reports a failure.
+step() {
+	last_step="$* ($(($(date +%s) - started))s)"
+	echo "$name: $last_step"
+}
 
 # fail WHY...: ends the test (the EXIT trap tears down).
-fail() { echo "$name: $*" >&2; exit 1; }
+# failure keeps WHY for the trap's last line.
+fail() {
+	failure="$*"
+	echo "$name: $*" >&2
+	exit 1
+}
 
 # wait_for SECONDS WHAT COMMAND...: runs COMMAND until it succeeds.
 wait_for() {

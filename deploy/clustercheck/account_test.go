@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -57,10 +58,44 @@ func TestRunAgainstOneNode(t *testing.T) {
 	srv := bustest.Start(t, &bus.Options{})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config{busURL: srv.URL + "," + srv.URL, topic: "agent:loadtest", messages: 60, duration: time.Second, workers: 4, drain: 10 * time.Second}
-	a, err := run(t.Context(), cfg, quiet)
+	calm := make(chan struct{})
+	close(calm)
+	a, err := run(t.Context(), cfg, calm, quiet)
 	require.NoError(t, err)
 	assert.True(t, a.ok(), "%+v", a)
 	assert.Equal(t, 60, a.Accepted)
 	assert.Equal(t, 60, a.Delivered)
 	assert.Zero(t, a.Redeliveries)
+}
+
+// TestDrainCountsFromCalm: with -wait-calm the drain ends -drain after
+// the later of the load's end and the signal that the disruptions are
+// over, so restarts that outlast the load do not eat the drain.
+func TestDrainCountsFromCalm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config{duration: time.Second, drain: 2 * time.Second}
+		started := time.Now()
+		calm := make(chan struct{})
+		bound, cancel := drainBound(t.Context(), cfg, started, calm)
+		defer cancel()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		require.NoError(t, bound.Err(), "ended before the disruptions were over")
+		close(calm)
+		time.Sleep(2*time.Second - time.Nanosecond)
+		synctest.Wait()
+		require.NoError(t, bound.Err(), "ended before -drain passed since the calm")
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		require.Error(t, bound.Err())
+
+		// Calm before the load's end: the drain counts from the end.
+		early := make(chan struct{})
+		close(early)
+		start := time.Now()
+		bound2, cancel2 := drainBound(t.Context(), cfg, start, early)
+		defer cancel2()
+		<-bound2.Done()
+		assert.Equal(t, 3*time.Second, time.Since(start))
+	})
 }

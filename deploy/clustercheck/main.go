@@ -9,7 +9,11 @@
 // retrying or held), so a publish refused or lost while a node is down
 // does not count. Once the load is sent it waits, up to -drain, until
 // every accepted id was delivered or dead-lettered (dlq.list), then
-// prints the account. It exits 1 when an accepted id vanished or a load
+// prints the account. With -wait-calm the drain is counted from SIGUSR1
+// as well (cluster-test.sh sends it once its kills, cuts and restarts
+// are over): on a slow host they may outlast the load, and a message
+// must be delivered once the cluster is whole, not while a node it
+// waits for is still restarting. It exits 1 when an accepted id vanished or a load
 // message was never accepted, 2 on a usage error.
 //
 //	clustercheck -bus-url ws://127.0.0.1:PORT1/,ws://127.0.0.1:PORT2/ [flags]
@@ -44,6 +48,7 @@ type config struct {
 	duration time.Duration
 	workers  int
 	drain    time.Duration
+	waitCalm bool
 	jsonOut  string
 }
 
@@ -57,6 +62,7 @@ func main() {
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "time the load is spread over")
 	fs.IntVar(&cfg.workers, "workers", 8, "publishes in flight at once, so that one slow delivery does not stall the pace")
 	fs.DurationVar(&cfg.drain, "drain", 60*time.Second, "after the load, how long accepted messages get to be delivered or dead-lettered")
+	fs.BoolVar(&cfg.waitCalm, "wait-calm", false, "count -drain from SIGUSR1 too, sent once the disruptions are over, not from the load's end alone")
 	fs.StringVar(&cfg.jsonOut, "json", "", "also write the account as JSON to this file")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -68,7 +74,19 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	a, err := run(ctx, cfg, log)
+	calm := make(chan struct{})
+	if cfg.waitCalm {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		go func() {
+			<-usr1
+			log.Info("told the disruptions are over; the drain counts from now or the load's end")
+			close(calm)
+		}()
+	} else {
+		close(calm)
+	}
+	a, err := run(ctx, cfg, calm, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "clustercheck: %v\n", err)
 		os.Exit(1)
@@ -98,7 +116,7 @@ type counters struct {
 	accepted, held, retrying, refused, unknown atomic.Int64
 }
 
-func run(ctx context.Context, cfg config, log *slog.Logger) (*account, error) {
+func run(ctx context.Context, cfg config, calm <-chan struct{}, log *slog.Logger) (*account, error) {
 	urls := strings.Split(cfg.busURL, ",")
 	for i := range urls {
 		urls[i] = strings.TrimSpace(urls[i])
@@ -147,9 +165,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) (*account, error) {
 
 	var n counters
 	started := time.Now()
-	// Every load message is published by the end of the load plus the
-	// drain, or counted as never accepted.
-	pubCtx, cancel := context.WithTimeout(ctx, cfg.duration+cfg.drain)
+	// Every load message is published by the end of the drain, or
+	// counted as never accepted.
+	pubCtx, cancel := drainBound(ctx, cfg, started, calm)
 	defer cancel()
 	seqs := make(chan int)
 	go func() {
@@ -190,7 +208,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) (*account, error) {
 	wg.Wait()
 	log.Info("load sent", "elapsed", time.Since(started).Round(time.Second), "accepted", n.accepted.Load(), "refused", n.refused.Load(), "unknown", n.unknown.Load())
 
-	dead, err := drain(ctx, cfg, pubs, book, log)
+	dead, err := drain(ctx, pubCtx.Done(), pubs, cfg.topic, book, log)
 	if err != nil {
 		return nil, err
 	}
@@ -265,18 +283,41 @@ func describe(res *protocol.SendMessageResult) string {
 	return b.String()
 }
 
+// drainBound returns a context that ends cfg.drain after the load's
+// planned end and calm, whichever comes later.
+func drainBound(ctx context.Context, cfg config, started time.Time, calm <-chan struct{}) (context.Context, context.CancelFunc) {
+	bound, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-time.After(time.Until(started.Add(cfg.duration))):
+		case <-bound.Done():
+			return
+		}
+		select {
+		case <-calm:
+		case <-bound.Done():
+			return
+		}
+		select {
+		case <-time.After(cfg.drain):
+			cancel()
+		case <-bound.Done():
+		}
+	}()
+	return bound, cancel
+}
+
 // drain waits until every accepted id was delivered or dead-lettered, or
-// cfg.drain passes, and returns the dead letters of the topic by
-// messageId, with their reasons.
-func drain(ctx context.Context, cfg config, pubs []*link, book *ledger, log *slog.Logger) (map[string]string, error) {
-	deadline := time.Now().Add(cfg.drain)
+// until ends, and returns the dead letters of the topic by messageId,
+// with their reasons.
+func drain(ctx context.Context, until <-chan struct{}, pubs []*link, topic string, book *ledger, log *slog.Logger) (map[string]string, error) {
 	var dead map[string]string
 	for round := 0; ; round++ {
 		missing := book.missing()
 		if len(missing) > 0 {
 			var err error
 			// Any node answers for the whole cluster's queue; ask each in turn.
-			if dead, err = deadLetters(ctx, pubs[round%len(pubs)], cfg.topic); err != nil && round%5 == 0 {
+			if dead, err = deadLetters(ctx, pubs[round%len(pubs)], topic); err != nil && round%5 == 0 {
 				log.Info("dlq.list failed; again", "err", err)
 			}
 		}
@@ -289,7 +330,7 @@ func drain(ctx context.Context, cfg config, pubs []*link, book *ledger, log *slo
 		if left == 0 {
 			return dead, nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if isDone(until) || ctx.Err() != nil {
 			log.Warn("drain ended with ids unaccounted for", "ids", left)
 			return dead, nil
 		}
@@ -316,5 +357,15 @@ func deadLetters(ctx context.Context, pub *link, topic string) (map[string]strin
 		if cursor = page.NextCursor; cursor == "" {
 			return dead, nil
 		}
+	}
+}
+
+// isDone says whether ch is closed.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
