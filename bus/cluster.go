@@ -420,6 +420,19 @@ func (cl *clusterState) TakenOver(clientID string, cid uint64) {
 	c.log.Info("client taken over by a connection on another node", "client", clientID, "dropped_subscriptions", n)
 }
 
+// ClaimRemoved closes a connection whose claim another node removed,
+// having presumed this node dead, as ownDeleted does for its
+// subscriptions: with 1013, so that the client reconnects, and
+// subscribes again, where 4001 would tell it to give up.
+func (cl *clusterState) ClaimRemoved(clientID string, cid uint64) {
+	c := cl.localConn(cid)
+	if c == nil {
+		return
+	}
+	c.log.Warn("closing peer: the cluster removed its clientId's claim, this node having been presumed dead", "client", clientID)
+	c.close(StatusTryAgainLater, closeRemovedByCluster)
+}
+
 // remoteStandIns returns the stand-ins of clientID's connections on
 // other nodes.
 func (cl *clusterState) remoteStandIns(clientID string) []*standIn {

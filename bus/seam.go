@@ -110,6 +110,10 @@ type ClusterHandler interface {
 	// TakenOver closes connection conn of this node: another connection
 	// claimed its clientID. It does not block.
 	TakenOver(clientID string, conn uint64)
+	// ClaimRemoved closes connection conn of this node so that its
+	// client reconnects: another node presumed this one dead and removed
+	// its claim of clientID. It does not block.
+	ClaimRemoved(clientID string, conn uint64)
 	// Deliver makes a delivery another node asked for and returns the
 	// answer for that node. Its requests for one connection come in the
 	// order they were sent, each once the one before is written

@@ -71,7 +71,8 @@ func (b *busNode) Join(ctx context.Context, j *bus.ClusterJoin) (bus.Store, erro
 				Key: ch.Key, Revision: ch.Revision, Deleted: ch.Deleted, Subscription: bus.SharedSubscription(ch.Subscription),
 			})
 		},
-		TakenOver: h.TakenOver,
+		TakenOver:    h.TakenOver,
+		ClaimRemoved: h.ClaimRemoved,
 		Deliver: func(ctx context.Context, d *Delivery) ([]byte, error) {
 			return h.Deliver(ctx, d), nil
 		},

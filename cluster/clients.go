@@ -122,10 +122,13 @@ func (n *Node) startClientWatch(ctx context.Context) error {
 }
 
 // sawClaim handles one change of BUB_CLIENTS. A put by another
-// connection newer than this node's claim takes the clientId over; so
-// does a delete this node did not make (ReleaseClient forgets the claim
-// before deleting): another node presumed this one dead and removed its
-// claims, and its subscriptions with them.
+// connection newer than this node's claim takes the clientId over. A
+// delete this node did not make (ReleaseClient forgets the claim before
+// deleting) ends the claim too, but takes nothing over: another node
+// presumed this one dead and removed its claims, and its subscriptions
+// with them, and the client must come back (the cluster test saw a
+// subscriber told "taken over" that way, which it takes as final, and
+// 520 held messages wait for it to the end).
 func (n *Node) sawClaim(e jetstream.KeyValueEntry) {
 	raw, err := base64.RawURLEncoding.DecodeString(e.Key())
 	if err != nil {
@@ -157,6 +160,13 @@ func (n *Node) sawClaim(e jetstream.KeyValueEntry) {
 	}
 	delete(cs.byClient, clientID)
 	cs.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		n.log.Warn("cluster: another node removed a claim of this node, having presumed it dead", "client", clientID, "conn", c.conn, "revision", e.Revision())
+		if n.handler.ClaimRemoved != nil {
+			n.handler.ClaimRemoved(clientID, c.conn)
+		}
+		return
+	}
 	n.log.Info("cluster: clientId taken over", "client", clientID, "conn", c.conn, "revision", e.Revision())
 	if n.handler.TakenOver != nil {
 		n.handler.TakenOver(clientID, c.conn)

@@ -185,6 +185,14 @@ func (n *Node) checkNodes() {
 	l.mu.Lock()
 	var gone []down
 	for _, id := range l.left {
+		if _, back := l.seen[id]; back {
+			// It left and started again before this check: its new
+			// run removed its old keys and resumes its own pending
+			// work; taking that over too would run it twice (the
+			// cluster test saw b1 take over 174 messages b3 had just
+			// resumed).
+			continue
+		}
 		gone = append(gone, down{id: id})
 	}
 	l.left = nil

@@ -222,6 +222,13 @@ type Handler struct {
 	// this node claimed, with the connection that lost it. It runs on
 	// the clients watcher's goroutine: it must not block. Optional.
 	TakenOver func(clientID string, conn uint64)
+	// ClaimRemoved is called when another node deleted a claim this
+	// node holds: it presumed this node dead (a pause, a partition) and
+	// removed its claims and subscriptions. Nobody took the clientId, so
+	// the client should reconnect, not give up as after TakenOver. It
+	// runs on the clients watcher's goroutine: it must not block.
+	// Optional.
+	ClaimRemoved func(clientID string, conn uint64)
 	// Deliver handles another node's delivery request for a connection
 	// of this node; its result is returned to the requesting node as is.
 	// ctx ends when the node closes; the handler bounds its own wait.
