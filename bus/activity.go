@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"context"
 	"sync"
 
 	"github.com/bub-bus/bub/protocol"
@@ -23,14 +22,22 @@ type activity struct {
 // last answered, or failed). Bus events are not counted: an observer is
 // delivered the busy events themselves, which would report it busy in
 // turn, without end.
-func (s *Server) track(next localFunc) localFunc {
-	return func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
-		if d.Message.From == s.opts.ServerID {
-			return next(ctx, c, d)
-		}
+func (s *Server) track() layer {
+	return layer{enter: s.busy, leave: s.idle}
+}
+
+// busy is track's enter half: one more delivery in flight to c.
+func (s *Server) busy(c *conn, d *delivery) error {
+	if d.Message.From != s.opts.ServerID {
 		s.countDelivery(c, d.ClientID, 1)
-		defer s.countDelivery(c, d.ClientID, -1)
-		return next(ctx, c, d)
+	}
+	return nil
+}
+
+// idle is track's leave half: one delivery fewer in flight to c.
+func (s *Server) idle(c *conn, d *delivery, _ error) {
+	if d.Message.From != s.opts.ServerID {
+		s.countDelivery(c, d.ClientID, -1)
 	}
 }
 

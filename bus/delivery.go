@@ -44,24 +44,108 @@ type deliverFunc func(ctx context.Context, d *delivery) (protocol.ProcessMessage
 // localFunc makes one delivery to c, one of this node's connections.
 type localFunc func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error)
 
-// layer wraps a localFunc with one per-attempt concern. Retries and
+// layer is one per-attempt concern of a delivery to one of this node's
+// connections, in two halves around the call: enter before it, leave
+// once it has its outcome. Halves rather than a wrapper, so that both
+// ways of making the call run the same code: the chain, which waits for
+// the answer (layered), and the relay on the read loops (direct.go),
+// whose answer comes on the subscriber's read loop or its timer, and
+// which runs enterLayers and leaveLayers itself. Retries and
 // dead-lettering are decided per routing pass (propagate.go, retry.go),
 // not per attempt, so they are not layers.
-type layer func(localFunc) localFunc
+type layer struct {
+	// enter runs before the call. An error refuses the attempt: the
+	// call is not made, and the error is the attempt's outcome.
+	enter func(c *conn, d *delivery) error
+	// leave runs once for each attempt enter let through, with its
+	// outcome: the call's answer or failure, a refusal by a layer inside
+	// this one, or errPanicked when the bus panicked on the way.
+	leave func(c *conn, d *delivery, err error)
+}
+
+// layerHook, when set (by tests only), is one more layer, the innermost:
+// a failpoint for the delivery layers (export_test.go).
+var layerHook *layer
+
+// localLayers returns the per-attempt layers, outermost first.
+func (s *Server) localLayers() []layer {
+	layers := []layer{s.skipSlow(), s.track()}
+	if layerHook != nil {
+		layers = append(layers, *layerHook)
+	}
+	return layers
+}
 
 // chain builds the delivery pipelines: every delivery is measured and
-// made by its subscriber; a local connection's goes through the layers,
-// outermost first, and a stand-in's to its node (standIn.deliver), where
-// that node's layers apply.
+// made by its subscriber; a local connection's goes through the layers
+// (Server.layers), then the call, bounded by the timeout, and a
+// stand-in's to its node (standIn.deliver), where that node's layers
+// apply.
 func (s *Server) chain() (deliverFunc, localFunc) {
-	layers := []layer{s.skipSlow, s.timeout, s.track}
-	local := localFunc(s.call)
-	for i := len(layers) - 1; i >= 0; i-- {
-		local = layers[i](local)
-	}
+	local := s.layered(s.timeout(s.call))
 	return s.traceDeliveries(s.measure(func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		return d.to.deliver(ctx, d)
 	})), local
+}
+
+// layered runs next inside the layers: every layer whose enter half let
+// the attempt through is left once, whatever ends it, a panic included
+// (which goes on once they are left).
+func (s *Server) layered(next localFunc) localFunc {
+	return func(ctx context.Context, c *conn, d *delivery) (r protocol.ProcessMessageResult, err error) {
+		if err := s.enterLayers(c, d); err != nil {
+			return r, err
+		}
+		left := false
+		defer func() {
+			if !left {
+				s.leaveLayers(c, d, len(s.layers), errPanicked)
+			}
+		}()
+		r, err = next(ctx, c, d)
+		left = true
+		s.leaveLayers(c, d, len(s.layers), err)
+		return r, err
+	}
+}
+
+// enterLayers runs the layers' enter halves, outermost first, and returns
+// the refusal of the one that refused, if one did. The layers entered
+// before it are left with that refusal, or with errPanicked when an enter
+// half panics (the panic goes on): after enterLayers, either every layer
+// is entered or none is.
+func (s *Server) enterLayers(c *conn, d *delivery) (err error) {
+	n, done := 0, false
+	defer func() {
+		if !done {
+			s.leaveLayers(c, d, n, errPanicked)
+		}
+	}()
+	for ; n < len(s.layers); n++ {
+		if err = s.layers[n].enter(c, d); err != nil {
+			break
+		}
+	}
+	done = true
+	if err != nil {
+		s.leaveLayers(c, d, n, err)
+	}
+	return err
+}
+
+// leaveLayers runs the leave halves of the first n layers, innermost
+// first, with the attempt's outcome err. When one panics, the layers
+// outside it are still left, with errPanicked, and the panic goes on.
+func (s *Server) leaveLayers(c *conn, d *delivery, n int, err error) {
+	defer func() {
+		if n > 0 {
+			s.leaveLayers(c, d, n, errPanicked)
+		}
+	}()
+	for n > 0 {
+		n--
+		s.layers[n].leave(c, d, err)
+	}
 }
 
 // deliver makes one delivery to c, unmeasured: Server.deliver measures
@@ -231,7 +315,10 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// timeout bounds each attempt by Options.DeliveryTimeout.
+// timeout bounds each attempt by Options.DeliveryTimeout. The relay on
+// the read loops (direct.go), whose call no goroutine waits on, bounds
+// its call by the same timeout with a timer that abandons the call, as
+// the Stream does when ctx ends: callResult reads both as a timeout.
 func (s *Server) timeout(next localFunc) localFunc {
 	return func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.DeliveryTimeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bub-bus/bub/internal/outbound"
@@ -41,7 +42,9 @@ import (
 // wait for room.
 const frameRoom = 1024
 
-// directRelay is one sendMessage relayed on the read loops.
+// directRelay is one sendMessage relayed on the read loops. Its delivery
+// goes through the same layers as the chain's (Server.layers), entered on
+// the publisher's read loop and left where the attempt ends.
 type directRelay struct {
 	pub, sub *conn
 	req      *rpcstream.Request
@@ -50,6 +53,13 @@ type directRelay struct {
 	d        delivery
 	// o is the delivery's outcome, as settle takes a walk's.
 	o [1]outcome
+	// entered is set once every layer let the attempt through, before
+	// the call is sent: the attempt's end leaves them.
+	entered bool
+	// ended is set by the attempt's first end, which settles the relay;
+	// a later one (an answer to a call whose sending panicked) changes
+	// nothing.
+	ended atomic.Bool
 
 	// mu guards call and timer, which the publisher's read loop sets
 	// while the answer may already be read by the subscriber's.
@@ -68,7 +78,7 @@ func (c *conn) relayDirect(req *rpcstream.Request, out *outgoing) (relayed bool)
 		return false
 	}
 	sub, ok := out.chain[0].to.(*conn)
-	if !ok || sub.slow.Load() || !out.tickets[0].ready() {
+	if !ok || !out.tickets[0].ready() {
 		return false
 	}
 	if !sub.out.HasRoom(frameRoom + len(out.message.Payload) + len(out.message.Meta)) {
@@ -79,15 +89,19 @@ func (c *conn) relayDirect(req *rpcstream.Request, out *outgoing) (relayed bool)
 		return false
 	}
 	r := &directRelay{pub: c, sub: sub, req: req, out: out}
-	sent := false
+	attempted := false
 	defer func() {
-		// As guard: a panic answers the request, not the process. Once
-		// the call is sent, its answer settles the relay.
+		// As guard: a panic answers the request, not the process; once
+		// the delivery is attempted, it is the delivery's failure, as in
+		// a walk (deliverInTurn).
 		if p := recover(); p != nil {
 			relayed = true
-			if !sent {
+			if !attempted {
 				r.refuse(c.panicked(req, p))
+				return
 			}
+			out.pass()
+			r.fail(s.deliveryPanicked(&r.d, p), c.out.Batch())
 		}
 	}()
 	if err := out.admit(); err != nil {
@@ -103,31 +117,36 @@ func (c *conn) relayDirect(req *rpcstream.Request, out *outgoing) (relayed bool)
 	}
 	r.result = result
 	r.d = delivery{Message: m, ClientID: sub.clientID, Subscription: out.chain[0].pattern.String(), Attempt: 1, to: sub}
+	attempted = true
 	r.o[0].at = time.Now()
-	if err := s.slowRefusal(sub, &r.d); err != nil {
+	if err := s.enterLayers(sub, &r.d); err != nil {
 		out.pass()
-		sent = true
-		r.finish(protocol.ProcessMessageResult{}, err, false, c.out.Batch())
+		r.fail(err, c.out.Batch())
 		return true
 	}
-	if m.From != s.opts.ServerID {
-		s.countDelivery(sub, r.d.ClientID, 1)
-	}
+	r.entered = true
 	c.out.Batch().Hold(sub.out)
-	r.mu.Lock()
-	id, err := sub.stream.CallAsync(protocol.MethodProcessMessage, &r.d, r)
+	err = r.send()
 	out.pass()
-	sent = true
-	if err == nil {
-		r.call = id
-		r.timer = time.AfterFunc(s.opts.DeliveryTimeout, r.timedOut)
-	}
-	r.mu.Unlock()
 	if err != nil {
-		res, derr := s.callResult(nil, err)
-		r.finish(res, derr, true, c.out.Batch())
+		r.answered(nil, err, c.out.Batch())
 	}
 	return true
+}
+
+// send writes the processMessage call and starts its timeout, the
+// chain's (Server.timeout) in the form of a timer, since no goroutine
+// waits for the answer.
+func (r *directRelay) send() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, err := r.sub.stream.CallAsync(protocol.MethodProcessMessage, &r.d, r)
+	if err != nil {
+		return err
+	}
+	r.call = id
+	r.timer = time.AfterFunc(r.pub.server.opts.DeliveryTimeout, r.timedOut)
+	return nil
 }
 
 // Answer takes the subscriber's answer, on its read loop.
@@ -135,12 +154,14 @@ func (r *directRelay) Answer(raw json.RawMessage, err error) {
 	r.mu.Lock()
 	t := r.timer
 	r.mu.Unlock()
-	t.Stop()
-	res, derr := r.pub.server.callResult(raw, err)
-	r.finish(res, derr, true, r.sub.out.Batch())
+	if t != nil { // nil only when sending panicked, and the attempt ended
+		t.Stop()
+	}
+	r.answered(raw, err, r.sub.out.Batch())
 }
 
-// timedOut ends the call when no answer came within DeliveryTimeout.
+// timedOut ends the call when no answer came within DeliveryTimeout, as
+// the Stream ends a Call whose context ends.
 func (r *directRelay) timedOut() {
 	r.mu.Lock()
 	id := r.call
@@ -148,35 +169,69 @@ func (r *directRelay) timedOut() {
 	if !r.sub.stream.Abandon(id) {
 		return // answered meanwhile
 	}
-	res, err := r.pub.server.callResult(nil, context.DeadlineExceeded)
-	r.finish(res, err, true, nil)
+	r.answered(nil, context.DeadlineExceeded, nil)
 }
 
-// finish records the delivery's outcome as the delivery layers do
-// (Server.chain: measure, skipSlow, track; made is false when skipSlow
-// refused it) and settles the relay: here, writing the result in b when
-// it is not nil, or on a goroutine when the store is to be written.
-func (r *directRelay) finish(res protocol.ProcessMessageResult, err error, made bool, b *outbound.Batch) {
-	s := r.pub.server
-	if made {
-		if r.d.Message.From != s.opts.ServerID {
-			s.countDelivery(r.sub, r.d.ClientID, -1)
-		}
-		s.noteAttempt(r.sub, &r.d, err)
+// answered ends the attempt with the call's answer raw, or its failure
+// err, as the Stream gives them; see finish for b.
+func (r *directRelay) answered(raw json.RawMessage, err error, b *outbound.Batch) {
+	if !r.ended.CompareAndSwap(false, true) {
+		return
 	}
-	s.measured(&r.d, r.o[0].at, res, err)
-	r.o[0].result, r.o[0].err = res, err
-	if err != nil || res.ShouldRetry || res.Rejected() || (b != nil && !r.pub.out.HasRoom(frameRoom+len(res.Message))) {
-		// The store is to be written, or the publisher reads slowly.
+	func() {
+		defer r.recoverAttempt()
+		r.o[0].result, r.o[0].err = r.pub.server.callResult(raw, err)
+	}()
+	r.finish(b)
+}
+
+// fail ends the attempt before any call was answered with err: a layer's
+// refusal, or errPanicked.
+func (r *directRelay) fail(err error, b *outbound.Batch) {
+	if !r.ended.CompareAndSwap(false, true) {
+		return
+	}
+	r.o[0].err = err
+	r.finish(b)
+}
+
+// finish completes the ended attempt as the chain does after the call:
+// it leaves the layers, if they were entered, and measures the delivery
+// (Server.layered, Server.measure), but for one the bus panicked in, which
+// a walk does not measure either. Then it settles the relay: here,
+// writing the result in b when b is not nil, or on a goroutine when the
+// store is to be written or the publisher reads slowly.
+func (r *directRelay) finish(b *outbound.Batch) {
+	s, o := r.pub.server, &r.o[0]
+	func() {
+		defer r.recoverAttempt()
+		if r.entered {
+			s.leaveLayers(r.sub, &r.d, len(s.layers), o.err)
+		}
+		if o.err != errPanicked {
+			s.measured(&r.d, o.at, o.result, o.err)
+		}
+	}()
+	if o.err != nil || o.result.ShouldRetry || o.result.Rejected() || (b != nil && !r.pub.out.HasRoom(frameRoom+len(o.result.Message))) {
 		go r.settle(nil)
 		return
 	}
 	r.settle(b)
 }
 
+// recoverAttempt, deferred, makes a panic the attempt's failure, as a
+// walk does (deliverInTurn).
+func (r *directRelay) recoverAttempt() {
+	if p := recover(); p != nil {
+		r.o[0].result, r.o[0].err = protocol.ProcessMessageResult{}, r.pub.server.deliveryPanicked(&r.d, p)
+	}
+}
+
 // settle completes the result as a walk does and answers the publisher.
+// The request's slot is given back whatever happens.
 func (r *directRelay) settle(b *outbound.Batch) {
 	pub, s := r.pub, r.pub.server
+	defer r.release()
 	var err error
 	func() {
 		defer func() {
@@ -194,14 +249,18 @@ func (r *directRelay) settle(b *outbound.Batch) {
 	} else {
 		pub.reply(r.req, r.result, nil)
 	}
-	s.requests.Done()
-	<-pub.slots
 }
 
-// refuse answers a relay that was not made with err.
+// refuse answers a relay that was not attempted with err.
 func (r *directRelay) refuse(err error) {
+	defer r.release()
 	r.out.pass()
 	r.pub.reply(r.req, nil, err)
+}
+
+// release gives back the publisher's slot and running request, which
+// dispatch took for the relay.
+func (r *directRelay) release() {
 	r.pub.server.requests.Done()
 	<-r.pub.slots
 }

@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -590,19 +589,12 @@ func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool
 // subscriber's consecutive timeouts, and once they reach the limit fails
 // its deliveries at once, as for a subscriber that went away, until it
 // answers again (a late answer counts: see noteAnswer) or reconnects.
-func (s *Server) skipSlow(next localFunc) localFunc {
-	return func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
-		if err := s.slowRefusal(c, d); err != nil {
-			return protocol.ProcessMessageResult{}, err
-		}
-		r, err := next(ctx, c, d)
-		s.noteAttempt(c, d, err)
-		return r, err
-	}
+func (s *Server) skipSlow() layer {
+	return layer{enter: s.slowRefusal, leave: s.noteAttempt}
 }
 
-// slowRefusal is skipSlow's look before a delivery to c: the refusal when
-// c is slow, else nil.
+// slowRefusal is skipSlow's enter half: the refusal when c is slow, else
+// nil.
 func (s *Server) slowRefusal(c *conn, d *delivery) error {
 	if c.answeredLate.Swap(false) {
 		c.noteAnswer(d.ClientID)
@@ -615,8 +607,9 @@ func (s *Server) slowRefusal(c *conn, d *delivery) error {
 	return nil
 }
 
-// noteAttempt is skipSlow's look after a delivery to c that was made:
-// an answer clears c's timeouts, a timeout counts towards slow.
+// noteAttempt is skipSlow's leave half: an answer clears c's timeouts, a
+// timeout counts towards slow, and a panic of the bus's own says nothing
+// of c.
 func (s *Server) noteAttempt(c *conn, d *delivery, err error) {
 	if err == nil {
 		c.noteAnswer(d.ClientID)
@@ -638,7 +631,9 @@ func (s *Server) noteAttempt(c *conn, d *delivery, err error) {
 				"client", d.ClientID, "limit", limitSlowSubscriber, "timeouts", n)
 		}
 	case failError, failBadResult:
-		c.noteAnswer(d.ClientID) // an answer, if not a useful one: the peer is there
+		if err != errPanicked {
+			c.noteAnswer(d.ClientID) // an answer, if not a useful one: the peer is there
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -303,11 +302,8 @@ func (s *Server) deliverInTurn(d *delivery, o *outcome) {
 		if d.turn != nil {
 			d.turn.pass()
 		}
-		if r := recover(); r != nil {
-			s.metrics.panics.WithLabelValues(panicRequest).Inc()
-			s.log.Error("delivery panicked; recorded as failed", "message_id", d.Message.ID, "client", d.ClientID,
-				"panic", r, "stack", string(debug.Stack()))
-			o.result, o.err = protocol.ProcessMessageResult{}, &deliveryError{failError, "the delivery failed inside the bus; its log has the details"}
+		if p := recover(); p != nil {
+			o.result, o.err = protocol.ProcessMessageResult{}, s.deliveryPanicked(d, p)
 		}
 	}()
 	if d.turn != nil {

@@ -47,6 +47,21 @@ func (c *conn) panicked(req *rpcstream.Request, r any) error {
 	return protocol.Errorf(protocol.ErrInternal, "%s failed inside the bus; its log has the details", methodLabel(req.Method))
 }
 
+// errPanicked is the outcome of a delivery the bus panicked in: a
+// failure, retried as any other, that says nothing of the subscriber.
+var errPanicked error = &deliveryError{failError, "the delivery failed inside the bus; its log has the details"}
+
+// deliveryPanicked logs and counts a panic p in the delivery d, and
+// returns the outcome it is recorded with, errPanicked. Both ways of
+// making a delivery record a panic so: a walk's (deliverInTurn) and the
+// relay's on the read loops (direct.go).
+func (s *Server) deliveryPanicked(d *delivery, p any) error {
+	s.metrics.panics.WithLabelValues(panicRequest).Inc()
+	s.log.Error("delivery panicked; recorded as failed", "message_id", d.Message.ID, "client", d.ClientID,
+		"panic", p, "stack", string(debug.Stack()))
+	return errPanicked
+}
+
 // guardAttempt runs a retry or hold attempt, which reads and writes the
 // store for a peer's message, on the scheduler's goroutine, with the same
 // protection as guard. After a panic the attempt's outcome is unknown, so

@@ -268,7 +268,10 @@ type Server struct {
 	metrics      *metrics
 	deliver      deliverFunc
 	deliverLocal localFunc
-	store        Store
+	// layers are the per-attempt delivery layers, outermost first, run
+	// by deliverLocal and by the relay on the read loops (delivery.go).
+	layers []layer
+	store  Store
 	// idempotent keeps idempotency keys; nil when the store does not
 	// (IdempotencyStore), and the keys are refused.
 	idempotent IdempotencyStore
@@ -391,6 +394,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	s.webhookClient = newWebhookClient(o.DeliveryTimeout, o.WebhookAllowPrivate)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.layers = s.localLayers()
 	s.deliver, s.deliverLocal = s.chain()
 	s.events = newEvents(s)
 	s.sched = newScheduler(s)
