@@ -228,10 +228,8 @@ func (r *directRelay) recoverAttempt() {
 }
 
 // settle completes the result as a walk does and answers the publisher.
-// The request's slot is given back whatever happens.
 func (r *directRelay) settle(b *outbound.Batch) {
 	pub, s := r.pub, r.pub.server
-	defer r.release()
 	var err error
 	func() {
 		defer func() {
@@ -245,22 +243,14 @@ func (r *directRelay) settle(b *outbound.Batch) {
 		b.Hold(pub.out)
 	}
 	if err != nil {
-		pub.reply(r.req, nil, err)
+		pub.finishRequest(r.req, nil, err)
 	} else {
-		pub.reply(r.req, r.result, nil)
+		pub.finishRequest(r.req, r.result, nil)
 	}
 }
 
 // refuse answers a relay that was not attempted with err.
 func (r *directRelay) refuse(err error) {
-	defer r.release()
 	r.out.pass()
-	r.pub.reply(r.req, nil, err)
-}
-
-// release gives back the publisher's slot and running request, which
-// dispatch took for the relay.
-func (r *directRelay) release() {
-	r.pub.server.requests.Done()
-	<-r.pub.slots
+	r.pub.finishRequest(r.req, nil, err)
 }

@@ -143,9 +143,7 @@ func (c *conn) handle(req *rpcstream.Request, onReader bool) {
 			return nil, err
 		})
 		if out == nil {
-			c.reply(req, result, err)
-			c.server.requests.Done()
-			<-c.slots
+			c.finishRequest(req, result, err)
 			return
 		}
 		if onReader && c.relayDirect(req, out) {
@@ -154,10 +152,20 @@ func (c *conn) handle(req *rpcstream.Request, onReader bool) {
 		work = out.publish
 	}
 	go func() {
-		defer func() { c.server.requests.Done(); <-c.slots }()
 		result, err := c.guard(req, work)
-		c.reply(req, result, err)
+		c.finishRequest(req, result, err)
 	}()
+}
+
+// finishRequest answers a request that took a slot and a running
+// request (dispatch). The slot is given back before the answer is
+// written, so a peer that sends its next request on reading the answer
+// finds room for it; the request ends once the answer is written, so
+// Shutdown's drain covers the reply.
+func (c *conn) finishRequest(req *rpcstream.Request, result any, err error) {
+	defer c.server.requests.Done()
+	<-c.slots
+	c.reply(req, result, err)
 }
 
 // ping answers with the bus's clock.
