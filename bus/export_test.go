@@ -129,3 +129,45 @@ func (c *conn) ExpiryArmed() bool {
 // WriteStats returns how many write calls the connection's socket has
 // taken and how many frames they carried.
 func (c *conn) WriteStats() (writes, frames uint64) { return c.out.Stats() }
+
+// PanicInDeliveries makes every delivery attempt to clientID panic in a
+// delivery layer, the innermost, for servers started during the test:
+// in its enter half, before the call, or with after in its leave half,
+// once the subscriber answered. The test must not run in parallel.
+func PanicInDeliveries(t testing.TB, clientID string, after bool) {
+	boom := func(d *delivery) {
+		if d.ClientID == clientID {
+			panic("test: panic in a delivery layer")
+		}
+	}
+	layerHook = &layer{
+		enter: func(_ *conn, d *delivery) error {
+			if !after {
+				boom(d)
+			}
+			return nil
+		},
+		leave: func(_ *conn, d *delivery, _ error) {
+			if after {
+				boom(d)
+			}
+		},
+	}
+	t.Cleanup(func() { layerHook = nil })
+}
+
+// DeliveriesInFlight returns the deliveries to the connection the bus
+// counts as in flight, whose first and last it reports on
+// system:client.busy and system:client.idle.
+func (c *conn) DeliveriesInFlight() int {
+	c.activity.mu.Lock()
+	defer c.activity.mu.Unlock()
+	return c.activity.inFlight
+}
+
+// WaitInOrder waits for the connection's in-order goroutine (inorder.go)
+// to end, once the requests it runs are answered, so that the next
+// request is handled on the read loop: a peer can read the answer to
+// its initialize before the goroutine that wrote it has ended. Nothing
+// may queue an in-order request meanwhile.
+func (c *conn) WaitInOrder() { c.inOrder.runs.Wait() }

@@ -263,18 +263,25 @@ func TestLimitSlowSubscriber(t *testing.T) {
 	require.Equal(t, 1.0, refusals(t, srv, "slow_subscriber_timeouts"))
 	requireServes(t, srv, "others")
 
-	// A late answer marks the subscriber alive; the ping, answered after
-	// the bus read the answer, orders it before the next publish.
-	var first struct {
-		ID json.RawMessage `json:"id"`
-	}
-	require.NoError(t, json.Unmarshal(frames[0], &first))
-	slow.Send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"processed":true}}`, first.ID))
-	slow.MustCall(protocol.MethodPing, nil, nil)
+	// A late answer marks the subscriber alive.
+	answerLate(t, slow, frames[0])
 	slow.OnProcess(bustest.Processed)
 	r = pub.Publish("work", "t")
 	require.True(t, r.Acks[0].Processed, "%+v", r.Acks[0])
 	require.Equal(t, 0.0, metric(t, srv, "bub_slow_subscribers", ""))
+}
+
+// answerLate answers the processMessage call frame, whose delivery timed
+// out, with processed, and returns once the bus has read the answer: the
+// ping after it is answered after it is read.
+func answerLate(t *testing.T, sub *bustest.Client, frame json.RawMessage) {
+	t.Helper()
+	var call struct {
+		ID json.RawMessage `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal(frame, &call))
+	sub.Send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"processed":true}}`, call.ID))
+	sub.MustCall(protocol.MethodPing, nil, nil)
 }
 
 // TestLimitSlowSubscriberCount: deliveries in flight when a subscriber
