@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -95,4 +96,80 @@ func TestRetriedPayloadComesBackFromTheStore(t *testing.T) {
 		assert.JSONEq(t, meta, string(p.Meta), "attempt %d", attempt)
 	}
 	require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
+}
+
+// TestNotSentRoutedAgain: a delivery never written, because its
+// subscriber's connection closed after the message was routed to it
+// (rpcstream.ErrNotSent), is settled as not_sent: the client that left
+// gets no retry, since it never saw the message; the message is held
+// again, for whichever subscriber comes, and routed to the next one.
+func TestNotSentRoutedAgain(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour})
+	leaver := bustest.Dial(t, srv.URL)
+	leaver.Initialize("leaver")
+	leaver.Subscribe("jobs", "")
+	// Subscribed last, with a pattern of its own, so first in the chain
+	// (last match wins): the walk waits for its answer before it goes on
+	// to leaver.
+	reached, release := make(chan struct{}, 1), make(chan struct{})
+	first := bustest.Connect(t, srv.URL, "first", func(protocol.ProcessMessageParams) any {
+		reached <- struct{}{}
+		<-release
+		return protocol.ProcessMessageResult{Processed: false}
+	})
+	first.Subscribe("job*", "")
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	pub.Send(`{"jsonrpc":"2.0","id":1,"method":"sendMessage","params":{"topic":"jobs","payload":{"type":"job"}}}`)
+	select {
+	case <-reached:
+	case <-time.After(bustest.Timeout):
+		t.Fatal("the first subscriber got no delivery")
+	}
+
+	// leaver goes while the walk waits, and first unsubscribes: nobody
+	// subscribes when the walk reaches leaver's closed connection.
+	require.NoError(t, leaver.WS.Close(websocket.StatusNormalClosure, "bye"))
+	require.Eventually(t, func() bool { return bus.ClientConn(srv.Server, "leaver") == nil }, bustest.Timeout, time.Millisecond)
+	first.MustCall(protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: "job*"}, nil)
+	close(release)
+
+	var answer struct {
+		Result protocol.SendMessageResult
+		Error  *protocol.Error
+	}
+	require.NoError(t, json.Unmarshal(pub.Recv(), &answer))
+	require.Nil(t, answer.Error)
+	acks := answer.Result.Acks
+	require.Len(t, acks, 2)
+	assert.Equal(t, protocol.Ack{ClientID: "first", Subscription: "job*"}, acks[0])
+	assert.Equal(t, "leaver", acks[1].ClientID)
+	assert.Contains(t, acks[1].Error, "not_sent: the subscriber's connection was closing")
+	assert.True(t, acks[1].Retrying, "held again")
+	assert.Equal(t, 2, acks[1].Attempt, "the next routing is the message's second")
+	assert.Equal(t, 1.0, metric(t, srv, "bub_deliveries_total", "not_sent"))
+
+	pending, err := srv.Store.Pending()
+	require.NoError(t, err)
+	require.Len(t, pending, 1, "one hold, and no retry for the client that left")
+	assert.Equal(t, store.KindHold, pending[0].Kind)
+	assert.Empty(t, pending[0].ClientID, "held for any subscriber")
+	assert.Empty(t, pending[0].AskedBy)
+
+	// Another client subscribes: the hold is routed to it at once, though
+	// its wait (RetryBaseDelay) is an hour.
+	got := make(chan protocol.ProcessMessageParams, 1)
+	bustest.Connect(t, srv.URL, "taker", func(p protocol.ProcessMessageParams) any {
+		got <- p
+		return protocol.ProcessMessageResult{Processed: true}
+	}).Subscribe("jobs", "")
+	select {
+	case p := <-got:
+		assert.Equal(t, answer.Result.MessageID, p.MessageID)
+	case <-time.After(bustest.Timeout):
+		t.Fatal("the message held again was not routed to the new subscriber")
+	}
+	require.Eventually(t, func() bool {
+		pending, err := srv.Store.Pending()
+		return err == nil && len(pending) == 0
+	}, bustest.Timeout, time.Millisecond, "the hold is done once taken")
 }
