@@ -185,7 +185,7 @@ func (r *directRelay) answered(raw json.RawMessage, err error, b *outbound.Batch
 	r.finish(b)
 }
 
-// fail ends the attempt before any call was answered with err: a layer's
+// fail ends the attempt with err, with no answer to wait for: a layer's
 // refusal, or errPanicked.
 func (r *directRelay) fail(err error, b *outbound.Batch) {
 	if !r.ended.CompareAndSwap(false, true) {
