@@ -59,9 +59,11 @@ type Options struct {
 	// timeout is used as set, but then the bus gives up first and may
 	// deliver the message again while the handler still runs.
 	HandlerTimeout time.Duration
-	// MaxConcurrentHandlers bounds the handlers running at once. A
-	// delivery beyond it is answered at once with ShouldRetry, never
-	// queued, so the read loop never blocks. Default: 64.
+	// MaxConcurrentHandlers bounds the handlers running at once, but for
+	// those of subscriptions with a bound of their own
+	// (SubscribeOptions.MaxConcurrentHandlers). A delivery beyond it is
+	// answered at once with ShouldRetry, never queued, so the read loop
+	// never blocks. Default: 64.
 	MaxConcurrentHandlers int
 	// NoReconnect makes the Conn end, rather than reconnect, when the
 	// connection drops; command-line tools that make one call want that.

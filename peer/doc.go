@@ -15,7 +15,10 @@
 // connection's read loop, so a handler may itself call SendMessage (A sends
 // to B, whose handler sends to A) without deadlock. At most
 // Options.MaxConcurrentHandlers run at once; a delivery beyond that bound is
-// answered at once with ShouldRetry instead of waiting. A handler that
+// answered at once with ShouldRetry instead of waiting. A subscription
+// with SubscribeOptions.MaxConcurrentHandlers has a bound of its own, so
+// that handlers of other subscriptions that block cannot crowd it out.
+// A handler that
 // knows a message can never succeed answers Result.Reject, and the bus
 // puts it in the dead-letter queue at once, with the handler's reason. A
 // handler that panics is answered with a JSON-RPC error; the process

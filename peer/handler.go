@@ -181,18 +181,22 @@ func (c *Conn) serve(s *session, req *rpcstream.Request) {
 		s.reply(req, Result{Message: fmt.Sprintf("no subscription to %q here", p.Subscription)}, nil)
 		return
 	}
+	slots := c.slots
+	if sub.slots != nil {
+		slots = sub.slots
+	}
 	select {
-	case c.slots <- struct{}{}:
+	case slots <- struct{}{}:
 	default:
 		s.reply(req, Result{
 			ShouldRetry: true,
 			RetryAfter:  busyRetryAfter,
-			Message:     fmt.Sprintf("busy: %d handlers already running", cap(c.slots)),
+			Message:     fmt.Sprintf("busy: %d handlers already running", cap(slots)),
 		}, nil)
 		return
 	}
 	if !c.startWork() {
-		<-c.slots
+		<-slots
 		s.reply(req, nil, protocol.Errorf(protocol.ErrShuttingDown, "client %q is closing", c.opts.ClientID))
 		return
 	}
@@ -208,7 +212,7 @@ func (c *Conn) serve(s *session, req *rpcstream.Request) {
 	}
 	go func() {
 		defer c.work.Done()
-		defer func() { <-c.slots }()
+		defer func() { <-slots }()
 		result, err := c.runHandler(sub, d)
 		if err != nil {
 			s.reply(req, nil, err)

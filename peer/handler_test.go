@@ -162,6 +162,53 @@ func TestBusyConnAnswersShouldRetry(t *testing.T) {
 	assert.True(t, r.Acks[0].Processed)
 }
 
+// A subscription with a bound of its own is not refused while the Conn's
+// shared handlers are all taken, and takes none of them: the spawner's
+// system:client.* events get through while every shared handler waits
+// for an agent. Its own bound is enforced in turn.
+func TestSubscriptionHandlerBoundIsItsOwn(t *testing.T) {
+	b := startBus(t, nil)
+	release := make(chan struct{})
+	started := make(chan string, 2)
+	block := func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		started <- d.Topic
+		<-release
+		return peer.Result{Processed: true}, nil
+	}
+	c := dial(t, b.URL, "c", &peer.Options{MaxConcurrentHandlers: 1})
+	require.NoError(t, c.Subscribe(t.Context(), "shared", block, nil))
+	require.NoError(t, c.Subscribe(t.Context(), "own", block, &peer.SubscribeOptions{MaxConcurrentHandlers: 1}))
+	pub := dial(t, b.URL, "pub", nil)
+	// Before the Conns close, which waits for their handlers.
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock)
+
+	shared := sendAsync(t, pub, "shared")
+	require.Equal(t, "shared", <-started)
+	// The shared bound is taken; the subscription with its own is served.
+	own := sendAsync(t, pub, "own")
+	select {
+	case topic := <-started:
+		require.Equal(t, "own", topic)
+	case r := <-own:
+		t.Fatalf("refused while the shared handlers were taken: %+v", r.Acks)
+	}
+	// Each bound is full now, and each refuses on its own count.
+	for _, topic := range []string{"shared", "own"} {
+		r, err := pub.SendMessage(t.Context(), topic, msg("x"), nil)
+		require.NoError(t, err)
+		require.Len(t, r.Acks, 1, topic)
+		assert.False(t, r.Acks[0].Processed, topic)
+		assert.Equal(t, "busy: 1 handlers already running", r.Acks[0].Message, topic)
+	}
+
+	unblock()
+	for _, r := range []*protocol.SendMessageResult{<-shared, <-own} {
+		require.Len(t, r.Acks, 1)
+		assert.True(t, r.Acks[0].Processed)
+	}
+}
+
 // A handler that sends, and waits for its own send's acks, must not block
 // the deliveries its send causes on the same connections.
 func TestNestedSendsComplete(t *testing.T) {

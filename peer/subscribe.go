@@ -32,6 +32,16 @@ type SubscribeOptions struct {
 	// this Conn after a reconnect) delivers them, in order. Unsubscribe
 	// ends it. It needs a grant with durable: true. Default: false.
 	Durable bool
+	// MaxConcurrentHandlers, when positive, bounds this subscription's
+	// handlers running at once on a budget of its own, apart from the
+	// Conn's Options.MaxConcurrentHandlers: its deliveries neither take
+	// the Conn's shared places nor are refused for want of one. A
+	// subscription whose deliveries must get through while the others'
+	// handlers block needs one: the spawner's system:client.*, whose
+	// events the bus never sends again, while every shared place holds a
+	// conversation waiting for an agent. Default: 0, the Conn's shared
+	// bound.
+	MaxConcurrentHandlers int
 }
 
 // subscription is one pattern the Conn holds, with its handler.
@@ -41,6 +51,9 @@ type subscription struct {
 	fallback bool
 	durable  bool
 	handler  Handler
+	// slots bounds the subscription's handlers running at once; nil for
+	// the Conn's shared bound.
+	slots chan struct{}
 }
 
 func (s *subscription) params() protocol.SubscribeParams {
@@ -66,6 +79,9 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, handler Handler, o
 		sub.policy = opts.Policy
 		sub.fallback = opts.Fallback
 		sub.durable = opts.Durable
+		if opts.MaxConcurrentHandlers > 0 {
+			sub.slots = make(chan struct{}, opts.MaxConcurrentHandlers)
+		}
 	}
 	s, err := c.lockSubscriptions()
 	if err != nil {

@@ -244,6 +244,18 @@ const capacityRetryAfter = time.Second
 // the publisher's own walk and may wait as long as the bus does.
 const retryPlaceWait = time.Second
 
+// clientEventHandlers bounds the handlers of system:client.* events, apart
+// from those of the messages to spawn for. The bus never sends an event
+// again, so one refused for want of a handler is lost; when the refused
+// one says an agent subscribed, the spawner never learns the agent is
+// ready and stops it after SpawnTimeout. Sharing one bound, the events
+// were refused whenever that many first messages waited for a place:
+// 1,500 new conversations at once through 16 agents (make bench's wake
+// scenario, issue 23) held every handler, and no agent was seen ready.
+// The bus sends a subscriber its events one at a time, one queue per
+// node of a cluster, so a few handlers are plenty.
+const clientEventHandlers = 64
+
 // defaultDeliveryTimeout is bub serve's --delivery-timeout, taken for a
 // bus that announces none.
 const defaultDeliveryTimeout = 30 * time.Second
@@ -405,9 +417,10 @@ func (s *Spawner) Run(ctx context.Context) error {
 		// handler answers should_retry while the agent goes on
 		// starting, instead of being delivered the message again while
 		// it still waits.
-		// Every waiting message holds a handler, and a client event
-		// refused for want of one would be lost (the bus does not
-		// retry its events).
+		// Every message waiting for an agent holds a handler; one
+		// refused for want of a handler is held by the bus and routed
+		// again a second later. The client events have handlers of
+		// their own (clientEventHandlers).
 		MaxConcurrentHandlers: max(1024, 4*s.opts.MaxAgents),
 		Logger:                s.log,
 		Token:                 s.opts.Token,
@@ -426,7 +439,7 @@ func (s *Spawner) Run(ctx context.Context) error {
 		s.events.close(5 * time.Second)
 		conn.Close()
 	}()
-	if err := conn.Subscribe(ctx, protocol.ClientEventsPattern, s.handleClientEvent, &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll}); err != nil {
+	if err := conn.Subscribe(ctx, protocol.ClientEventsPattern, s.handleClientEvent, &peer.SubscribeOptions{Policy: protocol.PolicyContinueAll, MaxConcurrentHandlers: clientEventHandlers}); err != nil {
 		return fmt.Errorf("spawner: %w", err)
 	}
 	for _, p := range s.opts.Patterns {
