@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/bub-bus/bub/peer"
@@ -39,7 +40,7 @@ const (
 // It is how something other than a message to the spawner brings a
 // hibernated agent back.
 func (s *Spawner) Wake(ctx context.Context, topic, reason string) error {
-	if _, refusal := s.await(ctx, topic, reason, 0); refusal != nil {
+	if _, refusal := s.await(ctx, topic, reason, false); refusal != nil {
 		return errors.New(refusal.Message)
 	}
 	return nil
@@ -48,12 +49,12 @@ func (s *Spawner) Wake(ctx context.Context, topic, reason string) error {
 // await returns topic's agent once it subscribes to a pattern matching
 // topic, starting it if needed; it outlives a hibernation that ends the
 // agent meanwhile by waking it again. When no agent can be had, it
-// returns instead the answer for the bus: should_retry, and when.
-// placeLimit, when positive, bounds each wait for a place (see
-// retryPlaceWait).
-func (s *Spawner) await(ctx context.Context, topic, reason string, placeLimit time.Duration) (*agent, *peer.Result) {
+// returns instead the answer for the bus: should_retry, and when. At
+// capacity, queue puts the conversation in the queue for a place instead
+// of waiting for one (see acquire).
+func (s *Spawner) await(ctx context.Context, topic, reason string, queue bool) (*agent, *peer.Result) {
 	for {
-		a, err := s.acquire(ctx, topic, reason, placeLimit)
+		a, err := s.acquire(ctx, topic, reason, queue)
 		if err != nil {
 			r := s.refusal(topic, err)
 			return nil, &r
@@ -107,16 +108,21 @@ func (s *Spawner) awaitSubscription(ctx context.Context, a *agent, topic string,
 }
 
 // acquire returns the agent that serves topic, starting one when there is
-// none. At capacity it asks an idle agent to make room and waits for a
-// place, until ctx ends or, when placeLimit is positive, for that long.
-func (s *Spawner) acquire(ctx context.Context, topic, reason string, placeLimit time.Duration) (*agent, error) {
+// none. At capacity it asks idle agents to make room, and then, with
+// queue, puts the conversation in the queue for a place (serveQueue starts
+// its agent as soon as one frees) and returns ErrAtCapacity; without, it
+// waits for a place until ctx ends.
+//
+// A delivery queues rather than waits: a handler waiting for a place
+// holds what the places are freed by. Its Conn's handlers, so that the
+// bus's events of agents subscribing were refused (issue 23's burst of
+// 1,500 new conversations), and, for a message the bus routes again from
+// its scheduler, one of the scheduler's 64 turns, which the reroutes that
+// bring new agents their messages then queued behind. The bus holds the
+// message of a queued conversation instead, and its agent's subscribe
+// routes it again at once.
+func (s *Spawner) acquire(ctx context.Context, topic, reason string, queue bool) (*agent, error) {
 	waiting := false
-	var limit <-chan time.Time
-	if placeLimit > 0 {
-		t := time.NewTimer(placeLimit)
-		defer t.Stop()
-		limit = t.C
-	}
 	defer func() {
 		if waiting {
 			s.mu.Lock()
@@ -139,23 +145,95 @@ func (s *Spawner) acquire(ctx context.Context, topic, reason string, placeLimit 
 			return nil, err
 		}
 		s.mu.Lock()
-		if !waiting {
+		sl := s.slotOfLocked(topic)
+		if sl != nil && sl.agent != nil {
+			// Started since claim looked.
+			s.mu.Unlock()
+			continue
+		}
+		ahead := 0
+		if queue {
+			ahead = s.enqueueLocked(sl, reason)
+		} else if !waiting {
 			waiting = true
 			s.waiting++
 		}
-		victim := s.makeRoomLocked()
+		victims := s.makeRoomLocked()
 		freed := s.freed
 		s.mu.Unlock()
-		if victim != nil {
-			s.terminate(victim)
+		for _, v := range victims {
+			s.terminate(v)
+		}
+		if queue {
+			return nil, fmt.Errorf("%w; queued for a place, %d ahead", err, ahead)
 		}
 		select {
 		case <-freed:
-		case <-limit:
-			return nil, fmt.Errorf("%w (waited %s for a place)", err, placeLimit)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (waited for a place: %v)", err, context.Cause(ctx))
 		}
+	}
+}
+
+// enqueueLocked puts sl in the queue for a place, unless it is there
+// already, and has serveQueue serve the queue; it returns how many
+// conversations are ahead of sl.
+func (s *Spawner) enqueueLocked(sl *slot, reason string) int {
+	if sl.queued == "" {
+		sl.queued = reason
+		s.queue = append(s.queue, sl)
+	}
+	if !s.serving && !s.closing {
+		s.serving = true
+		s.wakes.Go(s.serveQueue)
+	}
+	return slices.Index(s.queue, sl)
+}
+
+// serveQueue starts the agents of the queued conversations, oldest first,
+// each as soon as a place frees, making room as a waiting message would,
+// until the queue is empty or the spawner closes. The agent's subscribe
+// has the bus route the conversation's held message again, to it.
+func (s *Spawner) serveQueue() {
+	for {
+		s.mu.Lock()
+		var start *agent
+		for start == nil && len(s.queue) > 0 && !s.closing {
+			// reserveLocked takes sl out of the queue.
+			sl := s.queue[0]
+			a, err := s.reserveLocked(sl, sl.queued)
+			if errors.Is(err, ErrAtCapacity) {
+				break
+			}
+			if err != nil {
+				// Backing off: the bus routes the message again when
+				// its retry is due.
+				s.log.Warn("a conversation waiting for a place gets no agent", "agent_id", sl.agentID, "topic", sl.topic, "err", err)
+				s.queue = s.queue[1:]
+				sl.queued = ""
+			}
+			start = a
+		}
+		if start == nil && (len(s.queue) == 0 || s.closing) {
+			s.serving = false
+			s.mu.Unlock()
+			return
+		}
+		var victims []*agent
+		var freed chan struct{}
+		if start == nil {
+			victims = s.makeRoomLocked()
+			freed = s.freed
+		}
+		s.mu.Unlock()
+		if start != nil {
+			s.launch(start)
+			continue
+		}
+		for _, v := range victims {
+			s.terminate(v)
+		}
+		<-freed
 	}
 }
 
@@ -168,31 +246,31 @@ func (s *Spawner) remember(sl *slot) {
 	}
 }
 
-// makeRoomLocked hibernates the least recently used idle agent for a
-// conversation that waits for a place, unless enough agents are already
-// stopping to make room for every waiting one. It returns the agent the
-// caller must terminate, or nil.
-func (s *Spawner) makeRoomLocked() *agent {
+// makeRoomLocked hibernates the least recently used idle agents for the
+// conversations that wait for a place (in acquire, and in the queue), as
+// many as wait less those already stopping. It returns the agents the
+// caller must terminate.
+func (s *Spawner) makeRoomLocked() []*agent {
 	// Every agent stopping, whatever for, frees a place when it exits.
-	leaving := 0
+	need := s.waiting + len(s.queue)
+	var idle []*agent
 	for _, a := range s.agents {
-		if a.stopping {
-			leaving++
+		switch {
+		case a.stopping:
+			need--
+		case s.idleLocked(a):
+			idle = append(idle, a)
 		}
 	}
-	if leaving >= s.waiting {
+	if need <= 0 || len(idle) == 0 {
 		return nil
 	}
-	var victim *agent
-	for _, a := range s.agents {
-		if s.idleLocked(a) && (victim == nil || a.lastActive.Before(victim.lastActive)) {
-			victim = a
-		}
+	slices.SortFunc(idle, func(a, b *agent) int { return a.lastActive.Compare(b.lastActive) })
+	victims := idle[:min(need, len(idle))]
+	for _, a := range victims {
+		s.hibernateLocked(a, ReasonCapacity)
 	}
-	if victim != nil {
-		s.hibernateLocked(victim, ReasonCapacity)
-	}
-	return victim
+	return victims
 }
 
 // idleLocked reports whether a may be hibernated now: it is ready, holds

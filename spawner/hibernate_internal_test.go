@@ -3,7 +3,9 @@ package spawner
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,10 +14,11 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// TestMakeRoomChoosesLeastRecentlyUsedIdle: at capacity, the agent
-// hibernated is the idle one used least recently; an agent holding a
+// TestMakeRoomChoosesLeastRecentlyUsedIdle: at capacity, the agents
+// hibernated are the idle ones used least recently; an agent holding a
 // delivery, stopping, not yet ready, or new and not yet served is never
-// chosen, and no more agents are stopped than conversations wait.
+// chosen, and no more agents are stopped than conversations wait, in the
+// queue or in a Wake.
 func TestMakeRoomChoosesLeastRecentlyUsedIdle(t *testing.T) {
 	now := time.Now()
 	ago := func(d time.Duration) time.Time { return now.Add(-d) }
@@ -34,19 +37,23 @@ func TestMakeRoomChoosesLeastRecentlyUsedIdle(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		agents  []spec
-		waiting int
-		want    string // "" for none
+		waiting int // in a Wake
+		queued  int
+		want    []string
 	}{
-		{"oldest idle", []spec{idle("a", time.Minute), idle("b", time.Hour), idle("c", time.Second)}, 1, "b"},
-		{"busy is kept", []spec{idle("a", time.Minute), {id: "b", ready: true, busy: true, served: true, readyAgo: time.Hour, lastActive: time.Second}}, 1, "a"},
-		{"busy past the delivery timeout lost its idle event", []spec{idle("a", time.Minute), {id: "b", ready: true, busy: true, served: true, readyAgo: time.Hour, lastActive: time.Hour}}, 1, "b"},
-		{"every agent busy", []spec{{id: "a", ready: true, busy: true, served: true, readyAgo: time.Hour}}, 1, ""},
-		{"starting is kept", []spec{{id: "a", readyAgo: time.Hour, lastActive: time.Hour}, idle("b", time.Second)}, 1, "b"},
-		{"new, its message on its way", []spec{{id: "a", ready: true, readyAgo: 0, lastActive: 0}}, 1, ""},
-		{"new, no message for the spawn timeout", []spec{{id: "a", ready: true, readyAgo: 2 * time.Second, lastActive: 2 * time.Second}}, 1, "a"},
-		{"one already leaving for the one waiting", []spec{{id: "a", ready: true, served: true, stopping: ReasonCapacity}, idle("b", time.Hour)}, 1, ""},
-		{"one leaving, two waiting", []spec{{id: "a", ready: true, served: true, stopping: ReasonCapacity}, idle("b", time.Hour)}, 2, "b"},
-		{"one leaving for idleness makes the room", []spec{{id: "a", ready: true, served: true, stopping: ReasonIdle, lastActive: time.Hour}, idle("b", time.Minute)}, 1, ""},
+		{"oldest idle", []spec{idle("a", time.Minute), idle("b", time.Hour), idle("c", time.Second)}, 1, 0, []string{"b"}},
+		{"busy is kept", []spec{idle("a", time.Minute), {id: "b", ready: true, busy: true, served: true, readyAgo: time.Hour, lastActive: time.Second}}, 1, 0, []string{"a"}},
+		{"busy past the delivery timeout lost its idle event", []spec{idle("a", time.Minute), {id: "b", ready: true, busy: true, served: true, readyAgo: time.Hour, lastActive: time.Hour}}, 1, 0, []string{"b"}},
+		{"every agent busy", []spec{{id: "a", ready: true, busy: true, served: true, readyAgo: time.Hour}}, 1, 0, nil},
+		{"starting is kept", []spec{{id: "a", readyAgo: time.Hour, lastActive: time.Hour}, idle("b", time.Second)}, 1, 0, []string{"b"}},
+		{"new, its message on its way", []spec{{id: "a", ready: true, readyAgo: 0, lastActive: 0}}, 1, 0, nil},
+		{"new, no message for the spawn timeout", []spec{{id: "a", ready: true, readyAgo: 2 * time.Second, lastActive: 2 * time.Second}}, 1, 0, []string{"a"}},
+		{"one already leaving for the one waiting", []spec{{id: "a", ready: true, served: true, stopping: ReasonCapacity}, idle("b", time.Hour)}, 1, 0, nil},
+		{"one leaving, two waiting", []spec{{id: "a", ready: true, served: true, stopping: ReasonCapacity}, idle("b", time.Hour)}, 2, 0, []string{"b"}},
+		{"one leaving for idleness makes the room", []spec{{id: "a", ready: true, served: true, stopping: ReasonIdle, lastActive: time.Hour}, idle("b", time.Minute)}, 1, 0, nil},
+		{"one for each queued, oldest first", []spec{idle("a", time.Minute), idle("b", time.Hour), idle("c", time.Second), idle("d", 2*time.Hour)}, 0, 3, []string{"d", "b", "a"}},
+		{"queued and waking", []spec{idle("a", time.Minute), idle("b", time.Hour), idle("c", time.Second)}, 1, 1, []string{"b", "a"}},
+		{"fewer idle than waiting", []spec{idle("a", time.Minute), {id: "b", ready: true, busy: true, served: true, readyAgo: time.Hour}}, 0, 3, []string{"a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Spawner{opts: Options{SpawnTimeout: time.Second}, agents: map[string]*agent{}, waiting: tc.waiting}
@@ -59,16 +66,18 @@ func TestMakeRoomChoosesLeastRecentlyUsedIdle(t *testing.T) {
 				}
 				s.agents[sp.id] = a
 			}
-			victim := s.makeRoomLocked()
-			got := ""
-			if victim != nil {
-				got = victim.id
-				if !victim.stopping || victim.hibernate != ReasonCapacity {
-					t.Errorf("victim %s not marked stopping for capacity", got)
+			for i := range tc.queued {
+				s.queue = append(s.queue, &slot{topic: fmt.Sprintf("tg:queued-%d", i)})
+			}
+			var got []string
+			for _, v := range s.makeRoomLocked() {
+				got = append(got, v.id)
+				if !v.stopping || v.hibernate != ReasonCapacity {
+					t.Errorf("victim %s not marked stopping for capacity", v.id)
 				}
 			}
-			if got != tc.want {
-				t.Errorf("victim %q, want %q", got, tc.want)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("victims %q, want %q", got, tc.want)
 			}
 		})
 	}

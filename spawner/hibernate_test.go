@@ -2,6 +2,7 @@ package spawner_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 	"github.com/bub-bus/bub/spawner"
 )
 
@@ -79,9 +81,9 @@ func TestCapacityHibernatesLeastRecentlyUsed(t *testing.T) {
 }
 
 // TestCapacityWaitIsServedWhenAPlaceFrees: when every agent holds a
-// delivery, a new conversation waits, and is served as soon as one
-// answers, not after a backoff; the busy agent is not stopped before it
-// has answered.
+// delivery, a new conversation waits in the spawner's queue while the bus
+// holds its message, and is served as soon as one answers, not after a
+// backoff; the busy agent is not stopped before it has answered.
 func TestCapacityWaitIsServedWhenAPlaceFrees(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, spawner.Options{MaxAgents: 1}, &bus.Options{RetryBaseDelay: 5 * time.Second})
@@ -104,12 +106,26 @@ func TestCapacityWaitIsServedWhenAPlaceFrees(t *testing.T) {
 		agents := h.sp.Agents()
 		return len(agents) == 1 && agents[0].Busy
 	}, wait, 10*time.Millisecond, "the agent to be busy")
-	sent := make(chan struct{})
+	sent := make(chan *protocol.SendMessageResult, 1)
 	go func() {
-		defer close(sent)
-		h.client.SendMessage(context.Background(), "tg:11", chat("waiting"), nil)
+		res, err := h.client.SendMessage(context.Background(), "tg:11", chat("waiting"), nil)
+		if err != nil {
+			t.Errorf("send to tg:11: %v", err)
+		}
+		sent <- res
 	}()
 	require.Eventually(t, func() bool { return h.sp.Stats().Waiting == 1 }, wait, 10*time.Millisecond, "the new conversation to wait")
+	// It waits in the spawner's queue, not in the delivery: the bus has
+	// the spawner's answer and holds the message.
+	var res *protocol.SendMessageResult
+	select {
+	case res = <-sent:
+	case <-time.After(wait):
+		t.Fatal("the waiting conversation's publish got no answer")
+	}
+	if res == nil || len(res.Acks) != 1 || !res.Acks[0].Retrying || !strings.Contains(res.Acks[0].Message, "queued for a place") {
+		t.Fatalf("the waiting conversation's publish: %+v, want the spawner's should_retry, queued", res)
+	}
 
 	slow := h.replyWithText(t, "echo: slow")
 	answeredAt := time.Now()
@@ -117,14 +133,55 @@ func TestCapacityWaitIsServedWhenAPlaceFrees(t *testing.T) {
 		t.Errorf("slow message answered by %s, want %s", slow.AgentID, busy.AgentID)
 	}
 	h.replyWithText(t, "echo: waiting")
-	// The bus's own retry would come after 5s; the wait ends with the
-	// busy agent's hibernation and the new agent's start.
+	// The bus's own retry of the held message would come after 30s; the
+	// wait ends with the busy agent's hibernation and the new agent's
+	// start, whose subscribe has the bus route the message at once.
 	if gap := time.Since(answeredAt); gap > 3*time.Second {
 		t.Errorf("the waiting conversation was served %s after a place freed", gap)
 	}
-	<-sent
 	if ev := h.event(t, spawner.EventHibernated); ev.AgentID != busy.AgentID || ev.Reason != spawner.ReasonCapacity {
 		t.Errorf("hibernated %+v", ev)
+	}
+}
+
+// TestBurstBeyondHandlersIsServed is issue 23's burst at a small scale:
+// more new conversations at once than the spawner has handlers, through
+// fewer agents. Each conversation waiting for a place held a handler, so
+// the bus's events of the agents subscribing were refused for want of
+// one and lost (the bus never sends an event again): no agent was seen
+// ready, every spawn timed out, and nothing was served. Now a waiting
+// conversation holds no handler (it is queued, its message held by the
+// bus), and the client events have handlers of their own; every
+// conversation is answered, none dead-lettered, no spawn fails.
+func TestBurstBeyondHandlersIsServed(t *testing.T) {
+	t.Parallel()
+	opts := spawner.Options{MaxAgents: 2}
+	spawner.SetHandlers(&opts, 2)
+	h := newHarness(t, opts, nil)
+	const conversations = 8
+	sent := make(chan error, conversations)
+	for i := range conversations {
+		go func() {
+			_, err := h.client.SendMessage(context.Background(), fmt.Sprintf("tg:burst-%d", i), chat("hello"), nil)
+			sent <- err
+		}()
+	}
+	for range conversations {
+		require.NoError(t, <-sent)
+	}
+	answered := map[string]bool{}
+	for len(answered) < conversations {
+		r := h.reply(t)
+		answered[r.topic] = true
+	}
+	for i := range conversations {
+		require.True(t, answered[fmt.Sprintf("outbound:burst-%d", i)], "burst-%d answered", i)
+	}
+	if list, _, err := h.bus.Store.ListDeadLetters(store.Filter{}, "", 10); err != nil || len(list) != 0 {
+		t.Errorf("dead letters %v, %v; want none", list, err)
+	}
+	if log := h.log.String(); strings.Contains(log, spawner.ErrSpawnTimeout.Error()) {
+		t.Errorf("a spawn timed out:\n%s", log)
 	}
 }
 

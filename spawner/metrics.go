@@ -52,7 +52,8 @@ type Stats struct {
 	Running int
 	// Hibernated counts topics whose agent is hibernated.
 	Hibernated int
-	// Waiting counts conversations waiting for a place.
+	// Waiting counts conversations waiting for a place: in the queue, or
+	// woken by Wake.
 	Waiting int
 }
 
@@ -60,7 +61,7 @@ type Stats struct {
 func (s *Spawner) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Running: len(s.agents), Waiting: s.waiting}
+	st := Stats{Running: len(s.agents), Waiting: s.waiting + len(s.queue)}
 	for _, sl := range s.slots {
 		if sl.asleep && sl.agent == nil {
 			st.Hibernated++

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -72,10 +73,10 @@ type Options struct {
 	// MaxAgents bounds the agent processes running at once, those
 	// stopping included. A message that needs one more makes room: the
 	// least recently used agent that holds no delivery is hibernated.
-	// When every agent holds one, the message waits for the first place
-	// to free, for as long as the bus waits for the spawner's answer (a
-	// message routed again: 1s), and is then answered should_retry after
-	// 1s, to wait again.
+	// Until a place is free, its conversation waits in the spawner's
+	// queue and the bus holds the message: the queue's oldest
+	// conversation gets the next place, and its agent's subscription
+	// has the bus route the message to it at once.
 	// Default: 64.
 	MaxAgents int
 	// IdleTimeout is how long an agent may go without a delivery before
@@ -118,6 +119,14 @@ type Options struct {
 	// Issuer, when set, makes the spawner mint each agent a credential
 	// of its own, passed in BUB_TOKEN. Default: agents get none.
 	Issuer *Issuer
+
+	// handlers bounds the handlers the spawner's connection runs at once
+	// but for those of its client events (clientEventHandlers): each
+	// message for an agent that is starting holds one until the agent
+	// subscribes, and one refused for want of a handler is held by the
+	// bus and routed again a second later. Tests make it small
+	// (export_test.go). Default: max(1024, 4×MaxAgents).
+	handlers int
 }
 
 // Issuer mints agents' credentials: a JWT signed with Key, from the
@@ -203,6 +212,9 @@ func (o *Options) setDefaults() {
 	if o.MaxAgents <= 0 {
 		o.MaxAgents = 64
 	}
+	if o.handlers <= 0 {
+		o.handlers = max(1024, 4*o.MaxAgents)
+	}
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = 10 * time.Minute
 	}
@@ -226,23 +238,13 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// capacityRetryAfter is the delay a message asks for when it waited for a
-// place as long as the bus waits for the spawner's answer: it waits again
-// soon, not after a backoff that grows.
-const capacityRetryAfter = time.Second
-
-// retryPlaceWait bounds the wait for a place of a message the bus routes
-// again after the spawner answered it should_retry for want of one (the
-// bus holds it, and runs the next routing from its scheduler, 64
-// attempts at a time; a delivery carries no sign of that, so the slot
-// remembers the refusal). An attempt that waits for a
-// place holds one of those turns, and enough of them waiting keep back
-// the reroutes that bring just started agents their messages: no agent
-// answers, so no place frees but by SpawnTimeout. make bench's wake
-// scenario (issue 23) stalled so, at 16 agents per 20 s, when 1,000 first
-// messages came at once and the first waits ran out. A first delivery is
-// the publisher's own walk and may wait as long as the bus does.
-const retryPlaceWait = time.Second
+// queuedRetryAfter is the delay a message asks for when its conversation
+// waits in the queue for a place. The queue starts its agent as soon as
+// one frees, and the agent's subscribe has the bus route the message at
+// once; the delay is only for when that cannot happen (the spawner
+// restarted and forgot its queue, the agent's start failed), and a
+// message routed again while still queued is answered again at once.
+const queuedRetryAfter = 30 * time.Second
 
 // clientEventHandlers bounds the handlers of system:client.* events, apart
 // from those of the messages to spawn for. The bus never sends an event
@@ -299,8 +301,12 @@ type Spawner struct {
 	// freed is closed and replaced when a place may have freed: an agent
 	// was reaped, or became idle and could make room.
 	freed chan struct{}
-	// waiting counts the conversations waiting for a place.
+	// waiting counts the callers of acquire waiting for a place (Wake).
 	waiting int
+	// queue is the conversations waiting for a place, oldest first, and
+	// serving says a serveQueue goroutine serves it.
+	queue   []*slot
+	serving bool
 }
 
 // slot is one topic the spawner has served, and the stable agent id it
@@ -320,10 +326,9 @@ type slot struct {
 	// asleep says the slot's agent was hibernated (or ran before the
 	// spawner's restart), so its next start is a wake.
 	asleep bool
-	// rerouted says a message for the topic was answered should_retry
-	// for want of a place, and no agent started since: its next delivery
-	// comes from the bus's scheduler (retryPlaceWait).
-	rerouted bool
+	// queued is the reason of the start the slot waits for in
+	// Spawner.queue, "" when it is not there.
+	queued string
 }
 
 // New checks opts and returns a Spawner. It resolves the agent program
@@ -417,11 +422,7 @@ func (s *Spawner) Run(ctx context.Context) error {
 		// handler answers should_retry while the agent goes on
 		// starting, instead of being delivered the message again while
 		// it still waits.
-		// Every message waiting for an agent holds a handler; one
-		// refused for want of a handler is held by the bus and routed
-		// again a second later. The client events have handlers of
-		// their own (clientEventHandlers).
-		MaxConcurrentHandlers: max(1024, 4*s.opts.MaxAgents),
+		MaxConcurrentHandlers: s.opts.handlers,
 		Logger:                s.log,
 		Token:                 s.opts.Token,
 	})
@@ -499,22 +500,17 @@ func (s *Spawner) Agents() []AgentInfo {
 // handleFallback handles a message that no agent subscribes to: it finds
 // or starts (wakes) the topic's agent, waits until the agent subscribes
 // to a pattern matching the topic, and asks the bus to route the message
-// again, so that the agent gets it through its own subscription. It never
-// answers processed: the message is the agent's to process.
+// again, so that the agent gets it through its own subscription. At
+// capacity it queues the conversation and asks the bus to hold the
+// message, which the agent's subscribe routes again once the queue has
+// started it (acquire). It never answers processed: the message is the
+// agent's to process.
 func (s *Spawner) handleFallback(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
 	reason := ReasonMessage
 	if d.Type() == protocol.TypeSubscriptionEvent {
 		reason = ReasonToolEvent
 	}
-	// A message the bus routes again comes from its scheduler, which
-	// must not be kept waiting (retryPlaceWait).
-	var placeLimit time.Duration
-	s.mu.Lock()
-	if sl := s.slotOfLocked(d.Topic); sl != nil && sl.rerouted {
-		placeLimit = retryPlaceWait
-	}
-	s.mu.Unlock()
-	a, refusal := s.await(ctx, d.Topic, reason, placeLimit)
+	a, refusal := s.await(ctx, d.Topic, reason, true)
 	if refusal != nil {
 		return *refusal, nil
 	}
@@ -526,12 +522,7 @@ func (s *Spawner) refusal(topic string, err error) peer.Result {
 	r := peer.Result{ShouldRetry: true, Message: fmt.Sprintf("no agent for %s: %v", topic, err)}
 	switch {
 	case errors.Is(err, ErrAtCapacity):
-		r.RetryAfter = capacityRetryAfter
-		s.mu.Lock()
-		if sl := s.slotOfLocked(topic); sl != nil {
-			sl.rerouted = true
-		}
-		s.mu.Unlock()
+		r.RetryAfter = queuedRetryAfter
 	case errors.Is(err, ErrBackedOff):
 		s.mu.Lock()
 		if sl := s.slotOfLocked(topic); sl != nil {
@@ -606,7 +597,12 @@ func (s *Spawner) reserveLocked(sl *slot, reason string) (*agent, error) {
 		return nil, fmt.Errorf("%w: %d in a row, next start at %s", ErrBackedOff, sl.failures, sl.notBefore.UTC().Format(time.RFC3339))
 	}
 	a := newAgent(sl.agentID, sl)
-	sl.rerouted = false
+	if sl.queued != "" {
+		// Started otherwise (a wake, or its message routed again when a
+		// place was free): the queue must not start it again later.
+		s.queue = slices.DeleteFunc(s.queue, func(q *slot) bool { return q == sl })
+		sl.queued = ""
+	}
 	if sl.asleep {
 		a.wake = reason
 		sl.asleep = false
