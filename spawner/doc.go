@@ -38,7 +38,9 @@
 // that does; busy past the bus's delivery timeout and a margin, its idle
 // event was lost, and it counts as idle. At MaxAgents a message that needs an agent hibernates the
 // least recently used idle one and takes its place; when every agent
-// holds a delivery it waits, and is served as soon as one is idle. Each
+// holds a delivery its conversation waits in the spawner's queue, its
+// message held by the bus, and the oldest queued gets the next place:
+// its agent's subscribe has the bus deliver the held message. Each
 // topic's agent id is kept in Options.DataDir, so a restarted spawner
 // wakes an agent with the id the bus's retries and holds address. Wake
 // starts an agent for a caller other than a message.

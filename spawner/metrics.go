@@ -36,6 +36,9 @@ func newMetrics(s *Spawner) *metrics {
 			Name: "bub_spawner_agents_running", Help: "Agent processes running, starting or stopping.",
 		}, func() float64 { return float64(s.Stats().Running) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "bub_spawner_conversations_waiting", Help: "Conversations waiting for a place: queued, their messages held by the bus, or being woken.",
+		}, func() float64 { return float64(s.Stats().Waiting) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "bub_spawner_agents_hibernated", Help: "Topics whose agent is hibernated: stopped, with its id and workspace kept for the next message.",
 		}, func() float64 { return float64(s.Stats().Hibernated) }),
 	)
