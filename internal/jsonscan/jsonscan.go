@@ -97,21 +97,25 @@ func lower(c byte) byte {
 // String decodes raw, a JSON value, as encoding/json decodes it into a
 // string (escapes resolved, invalid UTF-8 replaced); ok is false when raw
 // is not a string.
-func String(raw []byte) (s string, ok bool) {
+func String(raw []byte) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
 	}
 	inner := raw[1 : len(raw)-1]
-	plain := true
 	for _, c := range inner {
 		if c >= utf8.RuneSelf || c == '\\' || c < 0x20 {
-			plain = false
-			break
+			return decodeString(raw)
 		}
 	}
-	if plain {
-		return string(inner), true
-	}
+	return string(inner), true
+}
+
+// decodeString is String's way for a string with escapes or non-ASCII
+// bytes. It is a function of its own because the string json.Unmarshal
+// decodes into lives on the heap: in String itself it did for every
+// string, the plain ones too, one allocation more each.
+func decodeString(raw []byte) (string, bool) {
+	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false
 	}
