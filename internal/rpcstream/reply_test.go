@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,6 +74,11 @@ func TestReplyRawAsReply(t *testing.T) {
 		{`{"jsonrpc":"2.0","method":"marshal","id":1.5e3}`, `{"id":1.5e3,"result":{"message":"\u0026","processed":true},"jsonrpc":"2.0"}`},
 		{`[{"jsonrpc":"2.0","method":"raw","id":1},{"jsonrpc":"2.0","method":"note"},{"jsonrpc":"2.0","method":"marshal","id":2}]`,
 			`[{"id":1,"result":{"processed":true,"message":"<&>"},"jsonrpc":"2.0"},{"id":2,"result":{"message":"\u0026","processed":true},"jsonrpc":"2.0"}]`},
+		// A batch larger than the queue keeps, then a request alone:
+		// the queue starts again empty either way.
+		{`[` + strings.Repeat(`{"jsonrpc":"2.0","method":"raw","id":3},`, 11) + `{"jsonrpc":"2.0","method":"raw","id":4}]`,
+			`[` + strings.Repeat(`{"id":3,"result":{"processed":true,"message":"<&>"},"jsonrpc":"2.0"},`, 11) + `{"id":4,"result":{"processed":true,"message":"<&>"},"jsonrpc":"2.0"}]`},
+		{`{"jsonrpc":"2.0","method":"raw","id":5}`, `{"id":5,"result":{"processed":true,"message":"<&>"},"jsonrpc":"2.0"}`},
 	} {
 		if err := ws.Write(ctx, websocket.MessageText, []byte(tc.send)); err != nil {
 			t.Fatal(err)

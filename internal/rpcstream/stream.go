@@ -68,9 +68,14 @@ type Stream struct {
 	// (NewOutbound); else they go through ws, one write call each.
 	out *outbound.Conn
 
-	// queue holds messages split from a batch, waiting to be read; only
-	// the reading goroutine touches it.
+	// queue holds messages split from a batch, waiting to be read, from
+	// queue[head] on; only the reading goroutine touches it. Emptied, it
+	// starts again at the front of its array, so that a message read
+	// does not cost the array a new one (queue[1:] left it no room),
+	// unless a large batch grew it: an idle connection keeps a few
+	// entries, not the largest batch it was ever sent.
 	queue []message
+	head  int
 	// answered holds the answers to the Stream's calls found in the
 	// message being read, handed to their Answerers once mu is released
 	// (an Answerer may write to this Stream); only the reading goroutine
@@ -153,6 +158,10 @@ func NewOutbound(ws *websocket.Conn, out *outbound.Conn) *Stream {
 	return s
 }
 
+// maxKeptQueue bounds the queue entries a Stream keeps once its queue
+// is empty.
+const maxKeptQueue = 8
+
 // syntheticPrefix starts every id the Stream hands over. The Stream's own
 // calls use numeric ids, so the two never meet.
 const syntheticPrefix = "~r"
@@ -216,7 +225,7 @@ var knownMethods = [...]string{
 // when none is queued. When the connection fails, the Stream's calls still
 // waiting fail with ErrClosed.
 func (s *Stream) next() (message, error) {
-	for len(s.queue) == 0 {
+	for s.head == len(s.queue) {
 		typ, data, err := s.read()
 		if err != nil {
 			s.failCalls()
@@ -237,9 +246,14 @@ func (s *Stream) next() (message, error) {
 		}
 		s.accept(data)
 	}
-	msg := s.queue[0]
-	s.queue[0] = message{}
-	s.queue = s.queue[1:]
+	msg := s.queue[s.head]
+	s.queue[s.head] = message{}
+	if s.head++; s.head == len(s.queue) {
+		s.queue, s.head = s.queue[:0], 0
+		if cap(s.queue) > maxKeptQueue {
+			s.queue = nil
+		}
+	}
 	return msg, nil
 }
 
