@@ -178,3 +178,22 @@ func TestBatchReleaseDoesNotWaitOnPeer(t *testing.T) {
 	writes, _ := c.Stats()
 	require.GreaterOrEqual(t, writes, uint64(2), "the socket took the whole batch at once: the test proves nothing")
 }
+
+// A release writes through the socket whatever deadline an earlier write
+// left on it: a connection that wrote only through releases for longer
+// than its write timeout was failed with an i/o timeout, though every
+// write had gone at once (a subscriber under steady load was dropped
+// after 10 s).
+func TestBatchReleaseAfterAnOldDeadline(t *testing.T) {
+	c, peer := tcpPair(t)
+	c.timeout = 10 * time.Second
+	// What the last blocking write leaves once its time is up.
+	require.NoError(t, c.Conn.SetWriteDeadline(time.Now().Add(-time.Second)))
+	var b Batch
+	b.Hold(c)
+	require.NoError(t, c.WriteMessage(websocket.MessageText, []byte("late")))
+	b.Flush()
+	_, p := readFrame(t, peer)
+	require.Equal(t, "late", p)
+	require.NoError(t, c.failure())
+}
