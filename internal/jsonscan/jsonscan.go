@@ -101,13 +101,26 @@ func String(raw []byte) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
 	}
-	inner := raw[1 : len(raw)-1]
+	if inner, ok := Plain(raw); ok {
+		return string(inner), true
+	}
+	return decodeString(raw)
+}
+
+// Plain returns the contents of raw, a JSON string, when they are the
+// string's bytes as they are: ASCII, no escape, no control character.
+// ok is false for any other value; String decodes those.
+func Plain(raw []byte) (inner []byte, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return nil, false
+	}
+	inner = raw[1 : len(raw)-1]
 	for _, c := range inner {
 		if c >= utf8.RuneSelf || c == '\\' || c < 0x20 {
-			return decodeString(raw)
+			return nil, false
 		}
 	}
-	return string(inner), true
+	return inner, true
 }
 
 // decodeString is String's way for a string with escapes or non-ASCII
