@@ -68,23 +68,29 @@ func KeyIs(key []byte, name string) bool {
 		return false
 	}
 	inner := key[1 : len(key)-1]
-	// Most keys are ASCII without escapes: compared in place. An ASCII key
-	// can fold-match an ASCII name only at the same length.
+	// Every escape and every multi-byte rune takes two bytes or more for
+	// the one character it decodes to (folding keeps the count), so a key
+	// matches an ASCII name of its own length only as plain ASCII,
+	// compared in place, and never one longer than itself; only a longer
+	// key needs looking into, and decoding if it has either.
+	switch {
+	case len(inner) == len(name):
+		for i, c := range inner {
+			if lower(c) != lower(name[i]) {
+				return false
+			}
+		}
+		return true
+	case len(inner) < len(name):
+		return false
+	}
 	for _, c := range inner {
 		if c >= utf8.RuneSelf || c == '\\' {
 			s, ok := String(key)
 			return ok && strings.EqualFold(s, name)
 		}
 	}
-	if len(inner) != len(name) {
-		return false
-	}
-	for i, c := range inner {
-		if lower(c) != lower(name[i]) {
-			return false
-		}
-	}
-	return true
+	return false
 }
 
 func lower(c byte) byte {
