@@ -489,9 +489,6 @@ func (c *Conn) call(ctx context.Context, method string, params, result any) erro
 	return c.callOn(ctx, s, method, params, result, 0)
 }
 
-// errCallTimeout tells Options.CallTimeout from the caller's own deadline.
-var errCallTimeout = errors.New("call timeout")
-
 // callOn calls method on session s with params (raw JSON as it is, or a
 // value to marshal) and decodes the answer into result (nil discards it).
 func (c *Conn) callOn(ctx context.Context, s *session, method string, params, result any, timeout time.Duration) error {
@@ -499,7 +496,9 @@ func (c *Conn) callOn(ctx context.Context, s *session, method string, params, re
 	if err != nil {
 		return fmt.Errorf("%s params: %w", method, err)
 	}
-	answer, err := c.callRaw(ctx, s, method, rawParams(raw), timeout)
+	w := getWaiter()
+	answer, err := c.callRaw(ctx, s, w, method, rawParams(raw), timeout)
+	w.put()
 	if err != nil || result == nil {
 		return err
 	}
@@ -515,18 +514,18 @@ type rawParams []byte
 func (p rawParams) AppendParams(dst []byte) []byte { return append(dst, p...) }
 
 // callRaw sends a request whose params p appends, encoded, straight into
-// the request's frame, and returns the result as the bus sent it. The call is bounded
-// by timeout, or Options.CallTimeout when it is zero, and what went wrong
-// becomes the package's errors: the bus's answer as a *protocol.Error, a
-// lost connection as ErrDisconnected or ErrClosed.
-func (c *Conn) callRaw(ctx context.Context, s *session, method string, params rpcstream.ParamsAppender, timeout time.Duration) (json.RawMessage, error) {
+// the request's frame, and returns the result as the bus sent it; w is the
+// waiter the call waits with (getWaiter), which the caller puts back once
+// done with params. The call is bounded by timeout, or
+// Options.CallTimeout when it is zero, and what went wrong becomes the
+// package's errors: the bus's answer as a *protocol.Error, a lost
+// connection as ErrDisconnected or ErrClosed.
+func (c *Conn) callRaw(ctx context.Context, s *session, w *waiter, method string, params rpcstream.ParamsAppender, timeout time.Duration) (json.RawMessage, error) {
 	if timeout <= 0 {
 		timeout = c.opts.CallTimeout
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errCallTimeout)
-	defer cancel()
-	result, err := s.stream.CallAppend(ctx, method, params, nil)
-	if err == nil {
+	result, answered, timedOut, err := w.wait(ctx, s.stream, method, params, timeout)
+	if answered && err == nil {
 		return result, nil
 	}
 	var rpcErr *rpcstream.ResponseError
@@ -537,10 +536,10 @@ func (c *Conn) callRaw(ctx context.Context, s *session, method string, params rp
 			e.Data = rpcErr.Data
 		}
 		return nil, e
-	case ctx.Err() != nil && context.Cause(ctx) == errCallTimeout:
+	case timedOut:
 		return nil, fmt.Errorf("%w: no answer within %s: %w", ErrCallTimeout, timeout, context.DeadlineExceeded)
-	case ctx.Err() != nil:
-		return nil, err
+	case err == nil:
+		return nil, ctx.Err()
 	case errors.Is(err, rpcstream.ErrClosed):
 		c.mu.Lock()
 		ended := c.ended

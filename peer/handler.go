@@ -152,7 +152,7 @@ func (c *Conn) read(s *session) {
 func (c *Conn) serve(s *session, req *rpcstream.Request) {
 	method, params := req.Method, req.Params
 	if method != protocol.MethodProcessMessage {
-		s.reply(req, nil, protocol.Errorf(protocol.ErrMethodNotFound, "a peer serves only %s, not %q", protocol.MethodProcessMessage, method))
+		s.replyError(req.ID, protocol.Errorf(protocol.ErrMethodNotFound, "a peer serves only %s, not %q", protocol.MethodProcessMessage, method))
 		return
 	}
 	// Read in place, not by json.Unmarshal: the Stream has checked the
@@ -162,7 +162,7 @@ func (c *Conn) serve(s *session, req *rpcstream.Request) {
 	// subscriber's CPU per delivery, docs/BENCHMARKS.md).
 	p, err := protocol.ScanProcessMessage(params)
 	if params == nil || err != nil {
-		s.reply(req, nil, protocol.Errorf(protocol.ErrInvalidParams, "%s needs params {topic, subscription, payload, messageId, from, attempt}", method))
+		s.replyError(req.ID, protocol.Errorf(protocol.ErrInvalidParams, "%s needs params {topic, subscription, payload, messageId, from, attempt}", method))
 		return
 	}
 	sub := c.subscription(p.Subscription)
@@ -173,12 +173,12 @@ func (c *Conn) serve(s *session, req *rpcstream.Request) {
 			// message again rather than let it be lost to this
 			// subscription; a Subscribe retried meanwhile handles it,
 			// and if none comes it ends in the dead-letter queue.
-			s.reply(req, Result{ShouldRetry: true, Message: fmt.Sprintf("subscription %q not confirmed here yet", p.Subscription)}, nil)
+			s.replyResult(req.ID, Result{ShouldRetry: true, Message: fmt.Sprintf("subscription %q not confirmed here yet", p.Subscription)})
 			return
 		}
 		// Unsubscribed while the message was on its way: not ours to
 		// handle, so let it propagate.
-		s.reply(req, Result{Message: fmt.Sprintf("no subscription to %q here", p.Subscription)}, nil)
+		s.replyResult(req.ID, Result{Message: fmt.Sprintf("no subscription to %q here", p.Subscription)})
 		return
 	}
 	slots := c.slots
@@ -188,16 +188,16 @@ func (c *Conn) serve(s *session, req *rpcstream.Request) {
 	select {
 	case slots <- struct{}{}:
 	default:
-		s.reply(req, Result{
+		s.replyResult(req.ID, Result{
 			ShouldRetry: true,
 			RetryAfter:  busyRetryAfter,
 			Message:     fmt.Sprintf("busy: %d handlers already running", cap(slots)),
-		}, nil)
+		})
 		return
 	}
 	if !c.startWork() {
 		<-slots
-		s.reply(req, nil, protocol.Errorf(protocol.ErrShuttingDown, "client %q is closing", c.opts.ClientID))
+		s.replyError(req.ID, protocol.Errorf(protocol.ErrShuttingDown, "client %q is closing", c.opts.ClientID))
 		return
 	}
 	d := &Delivery{
@@ -210,16 +210,21 @@ func (c *Conn) serve(s *session, req *rpcstream.Request) {
 		Attempt:      p.Attempt,
 		Conn:         c,
 	}
-	go func() {
-		defer c.work.Done()
-		defer func() { <-slots }()
-		result, err := c.runHandler(sub, d)
-		if err != nil {
-			s.reply(req, nil, err)
-			return
-		}
-		s.reply(req, result, nil)
-	}()
+	go c.handle(s, req.ID, sub, slots, d)
+}
+
+// handle runs sub's handler on d, on a goroutine of its own, and answers
+// the bus's call id with what it returns; it gives back its place in
+// slots, the bound it was counted against.
+func (c *Conn) handle(s *session, id string, sub *subscription, slots chan struct{}, d *Delivery) {
+	defer c.work.Done()
+	defer func() { <-slots }()
+	result, err := c.runHandler(sub, d)
+	if err != nil {
+		s.replyError(id, err)
+		return
+	}
+	s.replyResult(id, result)
 }
 
 // startWork counts a goroutine in c.work, unless the Conn has ended.
@@ -251,19 +256,19 @@ func (c *Conn) runHandler(sub *subscription, d *Delivery) (result Result, err er
 	return sub.handler(ctx, d)
 }
 
-// reply answers the bus's call req with result, or with err as a JSON-RPC
-// error.
-func (s *session) reply(req *rpcstream.Request, result any, err error) {
-	// A reply that cannot be written is lost with its connection; the
-	// bus records the delivery as failed.
-	if err != nil {
-		_ = s.stream.Reply(req.ID, nil, protocol.WireError(err))
-		return
-	}
-	if r, ok := result.(Result); ok {
-		result = json.RawMessage(r.appendWire(make([]byte, 0, 96)))
-	}
-	_ = s.stream.Reply(req.ID, result, nil)
+// replyResult answers the bus's call id with r. A reply that cannot be
+// written is lost with its connection; the bus records the delivery as
+// failed.
+func (s *session) replyResult(id string, r Result) {
+	// Encoded on the stack and written as it is: every delivery's answer
+	// is one, and json.Marshal would only check and copy it again.
+	var buf [128]byte
+	_ = s.stream.ReplyRaw(id, r.appendWire(buf[:0]))
+}
+
+// replyError answers the bus's call id with err, as a JSON-RPC error.
+func (s *session) replyError(id string, err error) {
+	_ = s.stream.Reply(id, nil, protocol.WireError(err))
 }
 
 // appendWire appends the processMessage result that carries r, the bytes

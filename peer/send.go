@@ -65,10 +65,13 @@ func (c *Conn) SendMessage(ctx context.Context, topic string, payload any, opts 
 		}
 	}
 	// Appended straight into the request's frame, so the payload is
-	// copied once per send, into a pooled buffer, not twice.
-	params := &sendRequest{topic: topic, payload: body, meta: meta}
+	// copied once per send, into a pooled buffer, not twice; the params
+	// live in the call's pooled waiter, not in an allocation of their own.
+	w := getWaiter()
+	defer w.put()
+	w.send = sendRequest{topic: topic, payload: body, meta: meta}
 	if limit := c.Limits().MaxMessageBytes; limit > 0 {
-		if size := int64(params.size() + requestOverhead); size > limit {
+		if size := int64(w.send.size() + requestOverhead); size > limit {
 			return nil, fmt.Errorf("sendMessage %q: %w: the request is %d bytes, over the bus's limit of %d bytes (maxMessageBytes; bub serve --max-message-bytes)", name, ErrMessageTooBig, size, limit)
 		}
 	}
@@ -76,7 +79,7 @@ func (c *Conn) SendMessage(ctx context.Context, topic string, payload any, opts 
 	if err != nil {
 		return nil, fmt.Errorf("sendMessage %q: %w", name, err)
 	}
-	raw, err := c.callRaw(ctx, s, protocol.MethodSendMessage, params, o.Timeout)
+	raw, err := c.callRaw(ctx, s, w, protocol.MethodSendMessage, &w.send, o.Timeout)
 	if err != nil {
 		return nil, fmt.Errorf("sendMessage %q: %w", name, err)
 	}
@@ -119,7 +122,7 @@ func (r *sendRequest) AppendParams(out []byte) []byte {
 func (r *sendRequest) size() int {
 	n := len(`{"payload":}`) + len(r.payload)
 	if r.topic != "" {
-		n += len(`"topic":,`) + len(appendString(nil, r.topic))
+		n += len(`"topic":,`) + stringSize(r.topic)
 	}
 	if r.meta != nil {
 		n += len(`,"meta":`) + len(r.meta)
@@ -131,15 +134,32 @@ func (r *sendRequest) size() int {
 // practice, which is copied between quotes without json.Marshal's
 // allocations; anything else goes through encoding/json.
 func appendString(out []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			quoted, _ := json.Marshal(s) // a string always marshals
-			return append(out, quoted...)
-		}
+	if !plainString(s) {
+		quoted, _ := json.Marshal(s) // a string always marshals
+		return append(out, quoted...)
 	}
 	out = append(out, '"')
 	out = append(out, s...)
 	return append(out, '"')
+}
+
+// stringSize is len(appendString(nil, s)), without encoding a plain s.
+func stringSize(s string) int {
+	if !plainString(s) {
+		return len(appendString(nil, s))
+	}
+	return len(s) + 2
+}
+
+// plainString reports whether s is printable ASCII with no quote or
+// backslash, which JSON writes between quotes as it is.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // requestOverhead bounds what the JSON-RPC envelope adds to sendMessage's

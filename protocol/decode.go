@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/bub-bus/bub/internal/jsonscan"
 )
@@ -182,7 +183,18 @@ func ScanProcessMessageResult(result []byte) (r ProcessMessageResult, err error)
 type fieldScanner struct {
 	structName string
 	err        error
+	// text holds the document's strings, so that they cost one
+	// allocation together rather than one each (a delivery has four, a
+	// sendMessage result three and two per ack). A strings.Builder never
+	// changes the bytes of a string it has handed out: when it grows, it
+	// copies them to a new array and the strings keep the old one. It is
+	// a value, so that it stays on the scanning goroutine's stack.
+	text strings.Builder
 }
+
+// textChunk is the room fieldScanner.text takes at its first string:
+// enough for a delivery's topic, subscription, message id and sender.
+const textChunk = 128
 
 // object checks that v, the whole document, is an object (or null, which
 // json.Unmarshal accepts and decodes to nothing); false means there is
@@ -208,11 +220,28 @@ func (sc *fieldScanner) string(v []byte, field string, dst *string) {
 	if jsonscan.IsNull(v) {
 		return
 	}
+	if inner, ok := jsonscan.Plain(v); ok {
+		*dst = sc.keep(inner)
+		return
+	}
 	if s, ok := jsonscan.String(v); ok {
 		*dst = s
 		return
 	}
 	sc.typeError(jsonscan.Kind(v), reflect.TypeFor[string](), field)
+}
+
+// keep returns b as a string held in sc.text.
+func (sc *fieldScanner) keep(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if sc.text.Cap() == 0 {
+		sc.text.Grow(max(textChunk, len(b)))
+	}
+	start := sc.text.Len()
+	sc.text.Write(b)
+	return sc.text.String()[start:]
 }
 
 func (sc *fieldScanner) bool(v []byte, field string, dst *bool) {
@@ -331,8 +360,11 @@ func (sc *fieldScanner) acks(v []byte, dst *[]Ack) {
 		return
 	}
 	// encoding/json names the innermost struct in a type error, and the
-	// path from the outermost in its field.
-	ack := fieldScanner{structName: "Ack"}
+	// path from the outermost in its field. The acks are read with sc
+	// itself, whose text they share, under the name Ack and with an
+	// error of their own, the first among them.
+	outer, outerErr := sc.structName, sc.err
+	sc.structName, sc.err = "Ack", nil
 	buf, n := *dst, 0
 	for elem := range jsonscan.Elements(v) {
 		if n == cap(buf) {
@@ -342,10 +374,10 @@ func (sc *fieldScanner) acks(v []byte, dst *[]Ack) {
 		switch kind := jsonscan.Kind(elem); kind {
 		case "null":
 		case "object":
-			ack.ack(elem, &buf[n])
+			sc.ack(elem, &buf[n])
 		default:
-			if ack.err == nil {
-				ack.err = &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeFor[Ack](), Struct: sc.structName, Field: "acks"}
+			if sc.err == nil {
+				sc.err = &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeFor[Ack](), Struct: outer, Field: "acks"}
 			}
 		}
 		n++
@@ -354,8 +386,10 @@ func (sc *fieldScanner) acks(v []byte, dst *[]Ack) {
 		buf = []Ack{}
 	}
 	*dst = buf[:n]
+	ackErr := sc.err
+	sc.structName, sc.err = outer, outerErr
 	if sc.err == nil {
-		sc.err = ack.err
+		sc.err = ackErr
 	}
 }
 

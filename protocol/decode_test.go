@@ -251,3 +251,32 @@ func FuzzScanSendMessageResult(f *testing.F) {
 		}
 	})
 }
+
+// A document's strings cost one allocation together: a delivery's four
+// are one, a sendMessage result's one besides its acks' array; and they
+// stay what json.Unmarshal reads when there are more than the first
+// allocation holds (each ack's strings after the text has grown).
+func TestScanStringsShareOneAllocation(t *testing.T) {
+	delivery := []byte(`{"topic":"bench:t1:abcdefghijkl","subscription":"bench:t1:abcdefghijkl","payload":{"type":"x","text":"` + strings.Repeat("x", 1000) + `"},"messageId":"48aa53b8b658-1277","from":"sdk-p1","attempt":1}`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = ScanProcessMessage(delivery) }); n != 1 {
+		t.Errorf("ScanProcessMessage: %v allocations, want 1", n)
+	}
+	result := []byte(`{"success":true,"messageId":"48aa53b8b658-1277","acks":[{"client_id":"sub","subscription":"bench:t1:abcdefghijkl","processed":true,"stopPropagation":false}]}`)
+	if n := testing.AllocsPerRun(100, func() { _, _ = ScanSendMessageResult(result) }); n != 2 {
+		t.Errorf("ScanSendMessageResult: %v allocations, want 2", n)
+	}
+
+	var acks []string
+	for i := range 200 {
+		acks = append(acks, fmt.Sprintf(`{"client_id":"s%d","subscription":"bench:%d:*","processed":true,"message":"m\u00e9%d","stopPropagation":false}`, i, i, i))
+	}
+	many := []byte(`{"success":true,"messageId":"m-1","acks":[` + strings.Join(acks, ",") + `]}`)
+	var want SendMessageResult
+	if err := json.Unmarshal(many, &want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ScanSendMessageResult(many)
+	if err != nil || fmt.Sprintf("%#v", got) != fmt.Sprintf("%#v", want) {
+		t.Fatalf("read %#v, %v; json.Unmarshal %#v", got, err, want)
+	}
+}

@@ -68,23 +68,29 @@ func KeyIs(key []byte, name string) bool {
 		return false
 	}
 	inner := key[1 : len(key)-1]
-	// Most keys are ASCII without escapes: compared in place. An ASCII key
-	// can fold-match an ASCII name only at the same length.
+	// Every escape and every multi-byte rune takes two bytes or more for
+	// the one character it decodes to (folding keeps the count), so a key
+	// matches an ASCII name of its own length only as plain ASCII,
+	// compared in place, and never one longer than itself; only a longer
+	// key needs looking into, and decoding if it has either.
+	switch {
+	case len(inner) == len(name):
+		for i, c := range inner {
+			if lower(c) != lower(name[i]) {
+				return false
+			}
+		}
+		return true
+	case len(inner) < len(name):
+		return false
+	}
 	for _, c := range inner {
 		if c >= utf8.RuneSelf || c == '\\' {
 			s, ok := String(key)
 			return ok && strings.EqualFold(s, name)
 		}
 	}
-	if len(inner) != len(name) {
-		return false
-	}
-	for i, c := range inner {
-		if lower(c) != lower(name[i]) {
-			return false
-		}
-	}
-	return true
+	return false
 }
 
 func lower(c byte) byte {
@@ -97,21 +103,38 @@ func lower(c byte) byte {
 // String decodes raw, a JSON value, as encoding/json decodes it into a
 // string (escapes resolved, invalid UTF-8 replaced); ok is false when raw
 // is not a string.
-func String(raw []byte) (s string, ok bool) {
+func String(raw []byte) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
 	}
-	inner := raw[1 : len(raw)-1]
-	plain := true
-	for _, c := range inner {
-		if c >= utf8.RuneSelf || c == '\\' || c < 0x20 {
-			plain = false
-			break
-		}
-	}
-	if plain {
+	if inner, ok := Plain(raw); ok {
 		return string(inner), true
 	}
+	return decodeString(raw)
+}
+
+// Plain returns the contents of raw, a JSON string, when they are the
+// string's bytes as they are: ASCII, no escape, no control character.
+// ok is false for any other value; String decodes those.
+func Plain(raw []byte) (inner []byte, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return nil, false
+	}
+	inner = raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c >= utf8.RuneSelf || c == '\\' || c < 0x20 {
+			return nil, false
+		}
+	}
+	return inner, true
+}
+
+// decodeString is String's way for a string with escapes or non-ASCII
+// bytes. It is a function of its own because the string json.Unmarshal
+// decodes into lives on the heap: in String itself it did for every
+// string, the plain ones too, one allocation more each.
+func decodeString(raw []byte) (string, bool) {
+	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false
 	}

@@ -93,3 +93,27 @@ func TestValueEndAndKind(t *testing.T) {
 		}
 	}
 }
+
+// A plain string costs String one allocation, the string itself (it cost
+// two while the slow path's variable lived on the heap for every call):
+// every string of every message the bus and the SDK read goes through it.
+func TestStringAllocations(t *testing.T) {
+	for _, tt := range []struct {
+		in, want string
+		allocs   float64
+	}{
+		{`"bench:t1:abc"`, "bench:t1:abc", 1},
+		{`""`, "", 0},
+	} {
+		in := []byte(tt.in)
+		var got string
+		var ok bool
+		allocs := testing.AllocsPerRun(100, func() { got, ok = String(in) })
+		if !ok || got != tt.want {
+			t.Errorf("String(%s) = %q, %v, want %q", tt.in, got, ok, tt.want)
+		}
+		if allocs != tt.allocs {
+			t.Errorf("String(%s) makes %v allocations, want %v", tt.in, allocs, tt.allocs)
+		}
+	}
+}

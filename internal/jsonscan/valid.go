@@ -1,12 +1,15 @@
 package jsonscan
 
+import "encoding/binary"
+
 // Valid reports whether data is one valid JSON value, with whitespace
 // around it allowed: exactly json.Valid's verdict (FuzzValid holds the two
 // together), nesting limit of 10,000 included. It is faster on the
-// strings a message is mostly made of: their contents are skipped a byte
-// at a time through a table, where encoding/json's scanner calls a state
-// function per byte; json.Valid went through a 1 KiB message at about
-// 200 MB/s on the loaded 2-core box.
+// strings a message is mostly made of: their contents are skipped eight
+// bytes at a time (hasStringStop), where encoding/json's scanner calls a
+// state function per byte; json.Valid went through a 1 KiB message at
+// about 200 MB/s on the loaded 2-core box, a byte-at-a-time table about
+// 1 GB/s, the words about 2.7 GB/s (BenchmarkValid).
 func Valid(data []byte) bool {
 	i, ok := value(data, skipSpace(data, 0))
 	return ok && skipSpace(data, i) == len(data)
@@ -134,6 +137,11 @@ func key(data []byte, i int) (int, bool) {
 func str(data []byte, i int) (int, bool) {
 	i++
 	for {
+		// Eight bytes at a time while none of them stops the run, then
+		// byte by byte through the table to the one that does.
+		for i+8 <= len(data) && !hasStringStop(binary.LittleEndian.Uint64(data[i:])) {
+			i += 8
+		}
 		for i < len(data) && !stringStop[data[i]] {
 			i++
 		}
@@ -167,6 +175,27 @@ func str(data []byte, i int) (int, bool) {
 			return i, false
 		}
 	}
+}
+
+// Bytes repeated over a word, for hasStringStop.
+const (
+	ones        = 0x0101010101010101
+	highBits    = 0x8080808080808080
+	quotes      = '"' * ones
+	backslashes = '\\' * ones
+)
+
+// hasStringStop reports whether any of the eight bytes in w is one that
+// stringStop marks: a quote, a backslash or a control character (< 0x20).
+// These are the word-at-a-time tests of "Bit Twiddling Hacks" (hasless,
+// haszero), whose yes-or-no answer is exact: a borrow from one byte into
+// the next happens only when the lower byte matched.
+func hasStringStop(w uint64) bool {
+	q, b := w^quotes, w^backslashes // zero where the byte matched
+	less := (w - 0x20*ones) &^ w
+	quote := (q - ones) &^ q
+	backslash := (b - ones) &^ b
+	return (less|quote|backslash)&highBits != 0
 }
 
 func isHex(c byte) bool {

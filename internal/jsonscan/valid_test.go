@@ -1,6 +1,7 @@
 package jsonscan
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -61,6 +62,27 @@ func BenchmarkJSONValid(b *testing.B) {
 	for b.Loop() {
 		if !json.Valid(benchMessage) {
 			b.Fatal("not valid")
+		}
+	}
+}
+
+// hasStringStop agrees with the stringStop table on every byte at every
+// place in a word, among bytes of values next to those it looks for and
+// with the high bit set.
+func TestHasStringStop(t *testing.T) {
+	for b := range 256 {
+		for at := range 8 {
+			for _, fill := range []byte{'a', 0xff, 0x80, 0x21, '"' + 1, '\\' + 1} {
+				var word [8]byte
+				for i := range word {
+					word[i] = fill
+				}
+				word[at] = byte(b)
+				want := stringStop[b] || stringStop[fill]
+				if got := hasStringStop(binary.LittleEndian.Uint64(word[:])); got != want {
+					t.Fatalf("hasStringStop(% x) = %v, want %v", word, got, want)
+				}
+			}
 		}
 	}
 }

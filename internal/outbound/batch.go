@@ -4,6 +4,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Flushing once per batch
@@ -145,6 +146,14 @@ func (c *Conn) sendNow(b []byte) (int, error) {
 	c.now.b = b
 	if c.now.fn == nil {
 		c.now.fn = c.writeNow
+	}
+	// RawConn.Write refuses at once when the write deadline has passed,
+	// before it tries the socket: without a fresh deadline, the one the
+	// last blocking write set (or net/http's, before the hijack) would
+	// fail the Conn once a busy connection had written only through here
+	// for a whole write timeout.
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
 	}
 	if err := c.reader.raw.Write(c.now.fn); err != nil {
 		return 0, err

@@ -552,12 +552,17 @@ func (c *Conn) drain(spare []byte, rounds int) {
 	go c.drain(spare, -1)
 }
 
-// bufferPool holds queue buffers between bursts, as *[]byte.
-var bufferPool sync.Pool
+// bufferPool holds queue buffers between bursts, as *[]byte; boxPool
+// holds the *[]byte emptied by getBuffer, so that putBuffer does not
+// allocate one for every buffer it pools (&b would escape).
+var bufferPool, boxPool sync.Pool
 
 func getBuffer() []byte {
 	if v, ok := bufferPool.Get().(*[]byte); ok {
-		return (*v)[:0]
+		b := (*v)[:0]
+		*v = nil
+		boxPool.Put(v)
+		return b
 	}
 	return make([]byte, 0, 4096)
 }
@@ -568,7 +573,12 @@ func putBuffer(b []byte) {
 	if b == nil || cap(b) > 2*maxQueued {
 		return
 	}
-	bufferPool.Put(&b)
+	v, _ := boxPool.Get().(*[]byte)
+	if v == nil {
+		v = new([]byte)
+	}
+	*v = b
+	bufferPool.Put(v)
 }
 
 // send writes b with a fresh deadline.
@@ -581,16 +591,32 @@ func (c *Conn) send(b []byte) error {
 	return err
 }
 
-// sendv writes parts in one writev with a fresh deadline.
-func (c *Conn) sendv(parts ...[]byte) error {
+// sendv writes the frames held, h+p and more in one writev with a fresh
+// deadline. The vector and a copy of the header are borrowed from a pool
+// (a vector of the caller's would escape to the heap at every write, and
+// the header with it); the parts themselves are not copied.
+func (c *Conn) sendv(held, h, p, more []byte) error {
 	c.writes.Add(1)
 	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
 		return err
 	}
-	bufs := net.Buffers(parts)
-	_, err := bufs.WriteTo(c.socket)
+	v := vectorPool.Get().(*vector)
+	v.parts = [...][]byte{held, v.header[:copy(v.header[:], h)], p, more}
+	v.bufs = v.parts[:]
+	_, err := v.bufs.WriteTo(c.socket)
+	v.parts, v.bufs = [4][]byte{}, nil
+	vectorPool.Put(v)
 	return err
 }
+
+// vector is what one writev of sendv takes.
+type vector struct {
+	header [maxHeader + 4]byte
+	parts  [4][]byte
+	bufs   net.Buffers
+}
+
+var vectorPool = sync.Pool{New: func() any { return new(vector) }}
 
 // fail records err as the Conn's failure, unless it already failed,
 // releases the socket and closes it, so the reader ends too.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/coder/websocket"
@@ -116,19 +117,20 @@ func (c *Conn) writeMasked(h []byte, op byte, p []byte, async bool) error {
 	return err
 }
 
-// appendMasked appends p masked with key (RFC 6455 section 5.3) to dst.
+// appendMasked appends p masked with key (RFC 6455 section 5.3) to dst,
+// in one pass over p: masked as it is copied.
 func appendMasked(dst, p []byte, key [4]byte) []byte {
 	start := len(dst)
-	dst = append(dst, p...)
+	dst = slices.Grow(dst, len(p))[:start+len(p)]
 	b := dst[start:]
 	k := uint64(binary.LittleEndian.Uint32(key[:]))
 	k |= k << 32
 	i := 0
-	for ; i+8 <= len(b); i += 8 {
-		binary.LittleEndian.PutUint64(b[i:], binary.LittleEndian.Uint64(b[i:])^k)
+	for ; i+8 <= len(p); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], binary.LittleEndian.Uint64(p[i:])^k)
 	}
-	for ; i < len(b); i++ {
-		b[i] ^= key[i&3]
+	for ; i < len(p); i++ {
+		b[i] = p[i] ^ key[i&3]
 	}
 	return dst
 }

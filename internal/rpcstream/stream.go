@@ -68,9 +68,14 @@ type Stream struct {
 	// (NewOutbound); else they go through ws, one write call each.
 	out *outbound.Conn
 
-	// queue holds messages split from a batch, waiting to be read; only
-	// the reading goroutine touches it.
+	// queue holds messages split from a batch, waiting to be read, from
+	// queue[head] on; only the reading goroutine touches it. Emptied, it
+	// starts again at the front of its array, so that a message read
+	// does not cost the array a new one (queue[1:] left it no room),
+	// unless a large batch grew it: an idle connection keeps a few
+	// entries, not the largest batch it was ever sent.
 	queue []message
+	head  int
 	// answered holds the answers to the Stream's calls found in the
 	// message being read, handed to their Answerers once mu is released
 	// (an Answerer may write to this Stream); only the reading goroutine
@@ -79,7 +84,7 @@ type Stream struct {
 
 	// mu guards the fields below.
 	mu      sync.Mutex
-	pending map[string]*pendingReply
+	pending map[string]pendingReply
 	nextID  uint64
 	// calls are the Stream's own calls waiting for an answer, by id.
 	calls      map[uint64]Answerer
@@ -90,7 +95,8 @@ type Stream struct {
 	onLate func()
 }
 
-// message is one checked JSON-RPC request.
+// message is one checked JSON-RPC request; the zero value, with no
+// method, is none.
 type message struct {
 	method    json.RawMessage // the JSON string, quotes included
 	params    json.RawMessage // nil when absent
@@ -139,7 +145,7 @@ type batch struct {
 // writeTimeout, else the connection is closed: a peer that does not read
 // is dropped rather than allowed to stall its senders.
 func New(ws *websocket.Conn, writeTimeout time.Duration) *Stream {
-	return &Stream{ws: ws, writeTimeout: writeTimeout, pending: make(map[string]*pendingReply), calls: make(map[uint64]Answerer)}
+	return &Stream{ws: ws, writeTimeout: writeTimeout, pending: make(map[string]pendingReply), calls: make(map[uint64]Answerer)}
 }
 
 // NewOutbound returns a Stream over ws, a connection accepted by
@@ -151,6 +157,10 @@ func NewOutbound(ws *websocket.Conn, out *outbound.Conn) *Stream {
 	s.out = out
 	return s
 }
+
+// maxKeptQueue bounds the queue entries a Stream keeps once its queue
+// is empty.
+const maxKeptQueue = 8
 
 // syntheticPrefix starts every id the Stream hands over. The Stream's own
 // calls use numeric ids, so the two never meet.
@@ -181,7 +191,7 @@ func (s *Stream) ReadRequest() (*Request, error) {
 		if err != nil {
 			return nil, err
 		}
-		method, ok := jsonscan.String(msg.method)
+		method, ok := methodName(msg.method)
 		if !ok {
 			continue // cannot happen: the method was checked to be a JSON string
 		}
@@ -189,11 +199,33 @@ func (s *Stream) ReadRequest() (*Request, error) {
 	}
 }
 
+// methodName returns the method of a request, raw a JSON string: one of
+// the protocol's own methods as its constant, so that reading a request
+// allocates no string for its name, any other decoded.
+func methodName(raw []byte) (string, bool) {
+	if len(raw) >= 2 {
+		name := raw[1 : len(raw)-1]
+		for _, m := range knownMethods {
+			if string(name) == m {
+				return m, true
+			}
+		}
+	}
+	return jsonscan.String(raw)
+}
+
+// knownMethods are the methods a bus or a peer reads on every message,
+// the most frequent first.
+var knownMethods = [...]string{
+	protocol.MethodSendMessage, protocol.MethodProcessMessage, protocol.MethodPing,
+	protocol.MethodSubscribe, protocol.MethodUnsubscribe, protocol.MethodInitialize,
+}
+
 // next returns the next message to hand over, reading from the connection
 // when none is queued. When the connection fails, the Stream's calls still
 // waiting fail with ErrClosed.
 func (s *Stream) next() (message, error) {
-	for len(s.queue) == 0 {
+	for s.head == len(s.queue) {
 		typ, data, err := s.read()
 		if err != nil {
 			s.failCalls()
@@ -214,9 +246,14 @@ func (s *Stream) next() (message, error) {
 		}
 		s.accept(data)
 	}
-	msg := s.queue[0]
-	s.queue[0] = message{}
-	s.queue = s.queue[1:]
+	msg := s.queue[s.head]
+	s.queue[s.head] = message{}
+	if s.head++; s.head == len(s.queue) {
+		s.queue, s.head = s.queue[:0], 0
+		if cap(s.queue) > maxKeptQueue {
+			s.queue = nil
+		}
+	}
 	return msg, nil
 }
 
@@ -267,8 +304,8 @@ func (s *Stream) accept(data []byte) {
 		s.handAnswers()
 		if reply != nil {
 			s.reply(reply)
-		} else if msg != nil {
-			s.queue = append(s.queue, *msg)
+		} else if msg.method != nil {
+			s.queue = append(s.queue, msg)
 		}
 		return
 	}
@@ -292,8 +329,8 @@ func (s *Stream) accept(data []byte) {
 		if reply != nil {
 			b.replies = append(b.replies, reply)
 		}
-		if msg != nil {
-			s.queue = append(s.queue, *msg)
+		if msg.method != nil {
+			s.queue = append(s.queue, msg)
 		}
 	}
 	done := b.waiting == 0
@@ -307,7 +344,7 @@ func (s *Stream) accept(data []byte) {
 	}
 }
 
-func (s *Stream) prepare(raw json.RawMessage) (msg *message, reply []byte) {
+func (s *Stream) prepare(raw json.RawMessage) (msg message, reply []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.prepareLocked(raw, nil)
@@ -350,48 +387,51 @@ func readEnvelope(obj []byte) envelope {
 }
 
 // prepareLocked checks one JSON-RPC message (raw is valid JSON). It
-// returns the request to hand on, or the error reply the sender gets, or
-// neither for a response (an answer to one of the Stream's own calls goes
+// returns the request to hand on (a message by value, so that it costs no
+// allocation), or the error reply the sender gets, or neither for a
+// response (an answer to one of the Stream's own calls goes
 // to its caller here; any other answers nothing and is dropped).
-func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg *message, reply []byte) {
+func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg message, reply []byte) {
 	if firstByte(raw) != '{' {
-		return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: a JSON-RPC message must be an object")
+		return message{}, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: a JSON-RPC message must be an object")
 	}
 	envelope := readEnvelope(raw)
 	env := &envelope
 	id := env.ID
 	if id != nil && !validID(id) {
-		return nil, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: id must be a string, a number or null")
+		return message{}, errorReply(nil, protocol.CodeInvalidRequest, "invalid request: id must be a string, a number or null")
 	}
 	if string(env.JSONRPC) != `"2.0"` {
-		return nil, errorReply(id, protocol.CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)
+		return message{}, errorReply(id, protocol.CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)
 	}
 	if env.Method == nil {
 		if env.Result != nil || env.Error != nil {
 			if id == nil || (env.Result != nil && env.Error != nil) {
-				return nil, nil // a malformed response: there is nobody to answer
+				return message{}, nil // a malformed response: there is nobody to answer
 			}
 			s.answerLocked(id, env)
-			return nil, nil
+			return message{}, nil
 		}
-		return nil, errorReply(id, protocol.CodeInvalidRequest, `invalid request: a request needs "method", a response "result" or "error"`)
+		return message{}, errorReply(id, protocol.CodeInvalidRequest, `invalid request: a request needs "method", a response "result" or "error"`)
 	}
 	if firstByte(env.Method) != '"' {
-		return nil, errorReply(id, protocol.CodeInvalidRequest, `invalid request: "method" must be a string`)
+		return message{}, errorReply(id, protocol.CodeInvalidRequest, `invalid request: "method" must be a string`)
 	}
 	if env.Result != nil || env.Error != nil {
-		return nil, errorReply(id, protocol.CodeInvalidRequest, `invalid request: a request cannot carry "result" or "error"`)
+		return message{}, errorReply(id, protocol.CodeInvalidRequest, `invalid request: a request cannot carry "result" or "error"`)
 	}
 	if env.Params != nil {
 		if c := firstByte(env.Params); c != '{' && c != '[' {
-			return nil, errorReply(id, protocol.CodeInvalidRequest, `invalid request: "params" must be an object or an array`)
+			return message{}, errorReply(id, protocol.CodeInvalidRequest, `invalid request: "params" must be an object or an array`)
 		}
 	}
-	msg = &message{method: env.Method, params: env.Params}
+	msg = message{method: env.Method, params: env.Params}
 	if id != nil {
 		s.nextID++
-		msg.synthetic = syntheticPrefix + strconv.FormatUint(s.nextID, 10)
-		s.pending[msg.synthetic] = &pendingReply{id: id, batch: b}
+		// Built on the stack: one allocation, the string, not two.
+		var name [len(syntheticPrefix) + 20]byte
+		msg.synthetic = string(strconv.AppendUint(append(name[:0], syntheticPrefix...), s.nextID, 10))
+		s.pending[msg.synthetic] = pendingReply{id: id, batch: b}
 		if b != nil {
 			b.waiting++
 		}
@@ -403,26 +443,39 @@ func (s *Stream) prepareLocked(raw json.RawMessage, b *batch) (msg *message, rep
 // to JSON) or, when rerr is not nil, with that error. It
 // restores the peer's id and holds the answers to a batch until all are in.
 func (s *Stream) Reply(id string, result any, rerr *protocol.Error) error {
-	var body []byte
-	var err error
+	member, v := resultMember, result
 	if rerr != nil {
-		body, err = json.Marshal(rerr)
-		body = append([]byte(`,"error":`), body...)
-	} else {
-		body, err = json.Marshal(result)
-		body = append([]byte(`,"result":`), body...)
+		member, v = errorMember, rerr
 	}
+	body, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode reply: %w", err)
 	}
-	body = append(body, `,"jsonrpc":"2.0"}`...)
-	return s.respond(id, body)
+	return s.respond(id, member, body)
 }
 
-// respond writes the response whose members after the id are rest, to the
+// ReplyRaw answers a request read with ReadRequest with result, encoded
+// JSON that it writes as it is, without the check and the copy of
+// json.Marshal: the caller vouches that result is one valid JSON value.
+// It is Reply for a result encoded already, such as one appended by hand
+// into a buffer on the caller's stack; result may be reused when
+// ReplyRaw returns.
+func (s *Stream) ReplyRaw(id string, result []byte) error {
+	return s.respond(id, resultMember, result)
+}
+
+// The members of a response that carry its answer, with the comma that
+// joins them to the id.
+const (
+	resultMember = `,"result":`
+	errorMember  = `,"error":`
+)
+
+// respond writes the response whose answer is member and value, to the
 // request the Stream renamed synthetic: under the peer's own id, and with
-// a batch's other answers once they are all in.
-func (s *Stream) respond(synthetic string, rest []byte) error {
+// a batch's other answers once they are all in. A response on its own is
+// built in a pooled buffer, as Call builds its requests.
+func (s *Stream) respond(synthetic, member string, value []byte) error {
 	s.mu.Lock()
 	p, ok := s.pending[synthetic]
 	delete(s.pending, synthetic)
@@ -430,15 +483,15 @@ func (s *Stream) respond(synthetic string, rest []byte) error {
 		s.mu.Unlock()
 		return fmt.Errorf("reply to unknown request %q", synthetic)
 	}
-	restored := make([]byte, 0, len(rest)+len(p.id)+8)
-	restored = append(restored, `{"id":`...)
-	restored = append(restored, p.id...)
-	restored = append(restored, rest...)
 	if p.batch == nil {
 		s.mu.Unlock()
-		return s.write(restored)
+		bp := framePool.Get().(*[]byte)
+		frame := appendResponse((*bp)[:0], p.id, member, value)
+		err := s.write(frame)
+		putFrame(bp, frame)
+		return err
 	}
-	p.batch.replies = append(p.batch.replies, restored)
+	p.batch.replies = append(p.batch.replies, appendResponse(make([]byte, 0, len(p.id)+len(member)+len(value)+24), p.id, member, value))
 	p.batch.waiting--
 	if p.batch.waiting > 0 {
 		s.mu.Unlock()
@@ -447,6 +500,16 @@ func (s *Stream) respond(synthetic string, rest []byte) error {
 	data := joinBatch(p.batch.replies)
 	s.mu.Unlock()
 	return s.write(data)
+}
+
+// appendResponse appends the response to the request whose id, as the
+// peer sent it, is id: member (resultMember or errorMember) and value.
+func appendResponse(dst, id []byte, member string, value []byte) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = append(dst, id...)
+	dst = append(dst, member...)
+	dst = append(dst, value...)
+	return append(dst, `,"jsonrpc":"2.0"}`...)
 }
 
 // Call sends a request for method with params, raw JSON written exactly
@@ -540,10 +603,7 @@ func (s *Stream) send(method string, params []byte, appender ParamsAppender, a A
 	}
 	frame = append(frame, '}')
 	err := s.write(frame)
-	*bp = frame
-	if cap(frame) <= maxPooledFrame {
-		framePool.Put(bp)
-	}
+	putFrame(bp, frame)
 	if err != nil && s.Abandon(id) {
 		// Refused before a byte left, or cut short by the socket's
 		// close: either way the peer has no whole request to act on.
@@ -559,6 +619,14 @@ func (s *Stream) send(method string, params []byte, appender ParamsAppender, a A
 // framePool holds the buffers Call builds frames in; a frame is written
 // before Call returns its buffer, so one buffer serves call after call.
 var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// putFrame returns frame, grown from the buffer bp held, to framePool.
+func putFrame(bp *[]byte, frame []byte) {
+	if cap(frame) <= maxPooledFrame {
+		*bp = frame
+		framePool.Put(bp)
+	}
+}
 
 // maxPooledFrame bounds the buffers framePool keeps, so one huge message
 // does not pin its buffer for good.

@@ -17,6 +17,7 @@ func FuzzPrepare(f *testing.F) {
 		`{"jsonrpc":"2.0","method":"x"}`,
 		`{"jsonrpc":"1.0","method":"x","id":null}`,
 		`{"id":{}}`, `[]`, `42`, `"s"`, `{"method":5}`,
+		`{"jsonrpc":"2.0","method":"\u0070ing","id":1}`, `{"jsonrpc":"2.0","method":"sendMessag","id":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -24,12 +25,15 @@ func FuzzPrepare(f *testing.F) {
 		if !json.Valid(data) {
 			return
 		}
-		s := &Stream{pending: make(map[string]*pendingReply)}
+		s := &Stream{pending: make(map[string]pendingReply)}
 		msg, reply := s.prepare(data)
-		if msg != nil {
+		if msg.method != nil {
 			var method string
 			if json.Unmarshal(msg.method, &method) != nil {
 				t.Fatalf("handed over method %q for %q", msg.method, data)
+			}
+			if name, ok := methodName(msg.method); !ok || name != method {
+				t.Fatalf("method %s read as %q, %v; json.Unmarshal says %q", msg.method, name, ok, method)
 			}
 			if msg.params != nil && (!json.Valid(msg.params) || (msg.params[0] != '{' && msg.params[0] != '[')) {
 				t.Fatalf("handed over params %q for %q", msg.params, data)
@@ -42,14 +46,14 @@ func FuzzPrepare(f *testing.F) {
 				t.Fatalf("bad error reply %q for %q", reply, data)
 			}
 		}
-		if msg != nil && reply != nil {
+		if msg.method != nil && reply != nil {
 			t.Fatalf("both a message and a reply for %q", data)
 		}
 	})
 }
 
 func TestPrepareRenamesIDs(t *testing.T) {
-	s := &Stream{pending: make(map[string]*pendingReply)}
+	s := &Stream{pending: make(map[string]pendingReply)}
 	msg, reply := s.prepare([]byte(`{"jsonrpc":"2.0","method":"ping","params":{},"id":1.0e3}`))
 	if reply != nil {
 		t.Fatalf("reply %s", reply)
@@ -57,7 +61,7 @@ func TestPrepareRenamesIDs(t *testing.T) {
 	if string(msg.method) != `"ping"` || string(msg.params) != `{}` || msg.synthetic != "~r1" {
 		t.Fatalf("msg = %s %s %q, want \"ping\" {} \"~r1\"", msg.method, msg.params, msg.synthetic)
 	}
-	if p := s.pending["~r1"]; p == nil || string(p.id) != "1.0e3" {
+	if p, ok := s.pending["~r1"]; !ok || string(p.id) != "1.0e3" {
 		t.Fatalf("pending = %+v", s.pending)
 	}
 }
@@ -65,14 +69,14 @@ func TestPrepareRenamesIDs(t *testing.T) {
 // The Stream's own calls are answered inside the Stream: a result, an
 // error object, and, once the connection fails, ErrClosed.
 func TestAnswerCalls(t *testing.T) {
-	s := &Stream{pending: make(map[string]*pendingReply), calls: make(map[uint64]Answerer)}
+	s := &Stream{pending: make(map[string]pendingReply), calls: make(map[uint64]Answerer)}
 	results, errs := make(chanAnswer, 1), make(chanAnswer, 1)
 	s.calls[7], s.calls[8] = results, errs
 	for _, in := range []string{
 		`{"jsonrpc":"2.0","id":7,"result":{"processed":true}}`,
 		`{"jsonrpc":"2.0","id":8,"error":{"code":-32000,"message":"no"}}`,
 	} {
-		if msg, reply := s.prepare([]byte(in)); msg != nil || reply != nil {
+		if msg, reply := s.prepare([]byte(in)); msg.method != nil || reply != nil {
 			t.Fatalf("%s: handed on %+v, replied %s", in, msg, reply)
 		}
 		s.handAnswers()
@@ -84,7 +88,7 @@ func TestAnswerCalls(t *testing.T) {
 		t.Fatalf("error = %v", r.err)
 	}
 	// An answer to no call of the Stream's answers nothing: dropped.
-	if msg, reply := s.prepare([]byte(`{"jsonrpc":"2.0","id":9,"result":{}}`)); msg != nil || reply != nil {
+	if msg, reply := s.prepare([]byte(`{"jsonrpc":"2.0","id":9,"result":{}}`)); msg.method != nil || reply != nil {
 		t.Fatalf("unknown answer: handed on %+v, replied %s", msg, reply)
 	}
 	waiting := make(chanAnswer, 1)
