@@ -484,7 +484,11 @@ func (h *harness) writeJSON() error {
 
 // profileBus profiles the bus (in a bus-pprof process) under relay load:
 // 1 KiB payloads, 64 in flight, the target scenario; with -only retries,
-// under the stored-retries load at 64 in flight instead.
+// under the stored-retries load at 64 in flight instead; with -only
+// fanout, under the fan-out of 1 KiB to 1,000 subscribers at 1 in flight.
+// Besides the CPU and allocation profiles it saves the block and mutex
+// profiles of the same run (the bus-pprof process records every blocking
+// event and mutex contention).
 func (h *harness) profileBus() error {
 	if err := os.MkdirAll(h.cfg.profile, 0o755); err != nil {
 		return fmt.Errorf("profile: %w", err)
@@ -495,10 +499,14 @@ func (h *harness) profileBus() error {
 	}
 	h.procs = append(h.procs, p)
 	sys := &busSystem{proc: p}
-	if h.cfg.only == "retries" {
+	subs, window, what := 1, 64, "relays"
+	switch h.cfg.only {
+	case "retries":
 		sys.answer, sys.expect = retryAnswer, retryExpect
+	case "fanout":
+		subs, window, what = fanoutSizes[len(fanoutSizes)-1], 1, "fan-outs"
 	}
-	ss, err := openSession(sys, 1, 1<<10)
+	ss, err := openSession(sys, subs, 1<<10)
 	if err != nil {
 		return err
 	}
@@ -514,11 +522,11 @@ func (h *harness) profileBus() error {
 		data, err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.addr, seconds))
 		cpu <- fetched{data, err}
 	}()
-	s, err := closedLoop(ss, 64, time.Second, (seconds+1)*time.Second)
+	s, err := closedLoop(ss, window, time.Second, (seconds+1)*time.Second)
 	if err != nil {
 		return err
 	}
-	log.Printf("under profile: %.0f relays/s, p50 %.0f µs, p99 %.0f µs", s.Throughput, s.P50, s.P99)
+	log.Printf("under profile: %.0f %s/s, p50 %.0f µs, p99 %.0f µs", s.Throughput, what, s.P50, s.P99)
 	if h.cfg.only == "retries" {
 		if err := logRecordsPerCommit(p); err != nil {
 			return err
@@ -528,16 +536,20 @@ func (h *harness) profileBus() error {
 	if f.err != nil {
 		return f.err
 	}
-	allocs, err := fetch("http://" + p.addr + "/debug/pprof/allocs")
-	if err != nil {
-		return err
+	profiles := map[string][]byte{"cpu.pprof": f.data}
+	for _, name := range []string{"allocs", "block", "mutex"} {
+		data, err := fetch("http://" + p.addr + "/debug/pprof/" + name)
+		if err != nil {
+			return err
+		}
+		profiles[name+".pprof"] = data
 	}
-	for name, data := range map[string][]byte{"cpu.pprof": f.data, "allocs.pprof": allocs} {
+	for name, data := range profiles {
 		if err := os.WriteFile(filepath.Join(h.cfg.profile, name), data, 0o644); err != nil {
 			return fmt.Errorf("profile: %w", err)
 		}
 	}
-	log.Printf("wrote %s/cpu.pprof and allocs.pprof; read them with go tool pprof -top", h.cfg.profile)
+	log.Printf("wrote %s/cpu.pprof, allocs.pprof, block.pprof and mutex.pprof; read them with go tool pprof -top", h.cfg.profile)
 	return nil
 }
 

@@ -19,6 +19,7 @@
 //	go run . [-quick] [-out results/latest.json]
 //	go run . -profile DIR   # CPU and allocation profiles of the bus under relay load
 //	go run . -profile DIR -only retries   # ... under the stored-retries load
+//	go run . -profile DIR -only fanout    # ... under the fan-out to 1,000 at 1 in flight
 package main
 
 import (
@@ -68,7 +69,7 @@ func main() {
 	flag.IntVar(&cfg.held, "held", 5000, "messages held, then woken, in the held scenario")
 	flag.IntVar(&cfg.spawns, "spawns", 20, "agents spawned, one after another, in the spawn scenario, and spawned then woken in the wake scenario")
 	flag.IntVar(&cfg.conversations, "conversations", 1000, "new conversations sent at once through bub spawner --max-agents 16 in the wake scenario")
-	flag.StringVar(&cfg.profile, "profile", "", "write CPU and allocation profiles of the bus under relay load (with -only retries: stored retries) into this directory, and do nothing else")
+	flag.StringVar(&cfg.profile, "profile", "", "write CPU, allocation, block and mutex profiles of the bus under relay load (with -only retries: stored retries; with -only fanout: the fan-out to 1,000 at 1 in flight) into this directory, and do nothing else")
 	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, cluster, retries, held, journal, spawn, wake, idle, route")
 	flag.Parse()
 	log.SetFlags(0)
