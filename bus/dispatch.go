@@ -42,28 +42,36 @@ type method struct {
 }
 
 // methods are the methods the bus serves; any other answers -32601.
-var methods = map[string]method{
-	protocol.MethodInitialize:  {open: true, inOrder: true, serve: (*conn).initialize},
-	protocol.MethodPing:        {serve: (*conn).ping},
-	protocol.MethodSubscribe:   {inOrder: true, serve: (*conn).subscribe},
-	protocol.MethodUnsubscribe: {inOrder: true, serve: (*conn).unsubscribe},
-	protocol.MethodSendMessage: {queued: true, route: (*conn).route},
-	protocol.MethodDLQList:     {queued: true, admin: true, serve: (*conn).dlqList},
-	protocol.MethodDLQGet:      {queued: true, admin: true, serve: (*conn).dlqGet},
-	protocol.MethodDLQReplay:   {queued: true, admin: true, serve: (*conn).dlqReplay},
-	protocol.MethodDLQPurge:    {queued: true, admin: true, serve: (*conn).dlqPurge},
+var methods map[string]method
 
-	protocol.MethodSubscriptionsList:   {queued: true, admin: true, serve: (*conn).subscriptionsList},
-	protocol.MethodSubscriptionsRemove: {queued: true, admin: true, serve: (*conn).subscriptionsRemove},
-	protocol.MethodSubscriptionsWaker:  {inOrder: true, serve: (*conn).subscriptionsWaker},
-	// Tool subscriptions (toolsub.go).
-	protocol.MethodToolSubscriptionStart:  {queued: true, serve: (*conn).startToolSubscription},
-	protocol.MethodToolSubscriptionCancel: {queued: true, serve: (*conn).cancelToolSubscription},
-	protocol.MethodToolSubscriptionList:   {queued: true, serve: (*conn).listToolSubscriptions},
-	// Webhook subscriptions (webhook_admin.go).
-	protocol.MethodWebhookAdd:    {queued: true, admin: true, serve: (*conn).webhookAdd},
-	protocol.MethodWebhookRemove: {queued: true, admin: true, serve: (*conn).webhookRemove},
-	protocol.MethodWebhookList:   {queued: true, admin: true, serve: (*conn).webhookList},
+// init fills methods. The table is filled here, not where it is declared,
+// because its handlers reach, through the walk's answer to a relayed
+// sendMessage, the code that reads it (methodLabel): a variable's
+// initializer may not refer to itself, an init function may.
+func init() {
+	methods = map[string]method{
+		protocol.MethodInitialize:  {open: true, inOrder: true, serve: (*conn).initialize},
+		protocol.MethodPing:        {serve: (*conn).ping},
+		protocol.MethodSubscribe:   {inOrder: true, serve: (*conn).subscribe},
+		protocol.MethodUnsubscribe: {inOrder: true, serve: (*conn).unsubscribe},
+		protocol.MethodSendMessage: {queued: true, route: (*conn).route},
+		protocol.MethodDLQList:     {queued: true, admin: true, serve: (*conn).dlqList},
+		protocol.MethodDLQGet:      {queued: true, admin: true, serve: (*conn).dlqGet},
+		protocol.MethodDLQReplay:   {queued: true, admin: true, serve: (*conn).dlqReplay},
+		protocol.MethodDLQPurge:    {queued: true, admin: true, serve: (*conn).dlqPurge},
+
+		protocol.MethodSubscriptionsList:   {queued: true, admin: true, serve: (*conn).subscriptionsList},
+		protocol.MethodSubscriptionsRemove: {queued: true, admin: true, serve: (*conn).subscriptionsRemove},
+		protocol.MethodSubscriptionsWaker:  {inOrder: true, serve: (*conn).subscriptionsWaker},
+		// Tool subscriptions (toolsub.go).
+		protocol.MethodToolSubscriptionStart:  {queued: true, serve: (*conn).startToolSubscription},
+		protocol.MethodToolSubscriptionCancel: {queued: true, serve: (*conn).cancelToolSubscription},
+		protocol.MethodToolSubscriptionList:   {queued: true, serve: (*conn).listToolSubscriptions},
+		// Webhook subscriptions (webhook_admin.go).
+		protocol.MethodWebhookAdd:    {queued: true, admin: true, serve: (*conn).webhookAdd},
+		protocol.MethodWebhookRemove: {queued: true, admin: true, serve: (*conn).webhookRemove},
+		protocol.MethodWebhookList:   {queued: true, admin: true, serve: (*conn).webhookList},
+	}
 }
 
 // run checks that the connection may call m, then serves req.
@@ -146,7 +154,7 @@ func (c *conn) handle(req *rpcstream.Request, onReader bool) {
 			c.finishRequest(req, result, err)
 			return
 		}
-		if onReader && c.relayDirect(req, out) {
+		if onReader && c.relayOnLoop(req, out) {
 			return
 		}
 		work = out.publish
@@ -166,6 +174,18 @@ func (c *conn) finishRequest(req *rpcstream.Request, result any, err error) {
 	defer c.server.requests.Done()
 	<-c.slots
 	c.reply(req, result, err)
+}
+
+// finishRequestRaw is finishRequest for a sendMessage whose result is
+// encoded already, body.
+func (c *conn) finishRequestRaw(req *rpcstream.Request, body []byte) {
+	defer c.server.requests.Done()
+	<-c.slots
+	c.server.metrics.requests.WithLabelValues(methodLabel(req.Method), outcomeOf(nil)).Inc()
+	// A failed write closes the connection, which the read loop notices.
+	if err := c.stream.ReplyRaw(req.ID, body); err != nil {
+		c.log.Debug("reply failed", "method", req.Method, "err", err)
+	}
 }
 
 // ping answers with the bus's clock.

@@ -3,7 +3,6 @@ package bus
 import (
 	"context"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
@@ -93,10 +92,11 @@ type outcome struct {
 //
 // Only an answer under a policy that may stop is waited for before the
 // next subscriber is invoked: a continueAll subscriber's delivery goes
-// out on a goroutine of its own and the walk goes on at once, so a run of
-// continueAll subscribers, and the one after them, are invoked together.
-// The acks are still in chain order, and the walk returns once every
-// delivery it made has answered or failed.
+// out and the walk goes on at once, so a run of continueAll subscribers,
+// and the one after them, are invoked together (walk.go says how,
+// without a goroutine per delivery). The acks are still in chain order,
+// and the walk returns once every delivery it made has answered or
+// failed.
 //
 // tickets, one per subscriber of chain, keep the publisher's order
 // (order.go); nil keeps none. Every ticket is passed before walk returns.
@@ -106,46 +106,11 @@ type outcome struct {
 // so far) and routed when another client subscribes or its retry_seconds
 // pass (see rehold).
 func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
-	// One allocation each for the walk's deliveries and outcomes, not one
-	// per subscriber: a fan-out can reach thousands.
-	deliveries := make([]delivery, len(chain))
-	outcomes := make([]outcome, len(chain))
-	var shared *sharedParams
-	if len(chain) > 1 {
-		// Every delivery of the walk sends the same params but for the
-		// subscription pattern: encoded once.
-		shared = newSharedParams(m)
-		defer shared.release()
-	}
-	var running sync.WaitGroup
-	made := len(chain)
-	for i, sub := range chain {
-		d := &deliveries[i]
-		*d = delivery{Message: m, ClientID: sub.to.held().clientID, Subscription: sub.pattern.String(), Attempt: 1, to: sub.to, shared: shared}
-		if tickets != nil {
-			d.turn = &tickets[i]
-		}
-		if !sub.policy.MayStop() && i < len(chain)-1 {
-			running.Add(1)
-			go func() {
-				defer running.Done()
-				s.deliverInTurn(d, &outcomes[i])
-			}()
-			continue
-		}
-		s.deliverInTurn(d, &outcomes[i])
-		o := &outcomes[i]
-		if o.stops(sub.policy) {
-			made = i + 1
-			break
-		}
-	}
-	// The deliveries the walk did not make give their turns on.
-	for i := made; i < len(tickets); i++ {
-		tickets[i].pass()
-	}
-	running.Wait()
-	s.settle(m, chain[:made], outcomes, result, reliable, prior)
+	w := s.newWalk(m, chain, tickets, result, reliable, prior)
+	w.ended = make(chan struct{})
+	w.advance(nil)
+	<-w.ended
+	s.settle(m, chain[:w.made], w.outcomes, result, reliable, prior)
 }
 
 // settle completes result from the outcomes of the deliveries made to
