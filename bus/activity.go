@@ -49,15 +49,16 @@ func (s *Server) countDelivery(c *conn, clientID string, delta int) {
 	before := c.activity.inFlight
 	c.activity.inFlight += delta
 	var topic, name string
+	var listened *anyCache
 	switch {
 	case before == 0 && c.activity.inFlight > 0:
-		topic, name = protocol.TopicClientBusy, protocol.EventBusy
+		topic, name, listened = protocol.TopicClientBusy, protocol.EventBusy, &s.busyListened
 	case before > 0 && c.activity.inFlight == 0:
-		topic, name = protocol.TopicClientIdle, protocol.EventIdle
+		topic, name, listened = protocol.TopicClientIdle, protocol.EventIdle, &s.idleListened
 	default:
 		return
 	}
-	if len(s.router.route(topic)) == 0 {
+	if !s.router.matchesAny(topic, listened) {
 		// Nobody listens: spare every delivery an event's encoding.
 		return
 	}

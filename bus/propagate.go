@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 
@@ -138,6 +139,9 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 	// spawner's fallback then starts it).
 	var unsent *retry
 	handled := false
+	// One allocation for the acks, not a doubling per growth: a fan-out
+	// can have thousands.
+	result.Acks = slices.Grow(result.Acks, len(chain))
 	for i, sub := range chain {
 		o := &outcomes[i]
 		r, err := o.result, o.err

@@ -1,9 +1,11 @@
 package bus
 
 import (
+	"iter"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bub-bus/bub/protocol"
 )
@@ -48,6 +50,9 @@ type router struct {
 	globLens map[int]int // literal head length → number of glob subscriptions with it
 	grams    map[string][]*subscription
 	gramLens map[int]int // gram length → number of glob subscriptions with it
+	// gen counts the changes to the table; written under mu, so a reader
+	// holding the read lock sees the generation of what it reads.
+	gen atomic.Uint64
 }
 
 func newRouter() *router {
@@ -102,6 +107,7 @@ func (r *router) insert(s *subscription) {
 }
 
 func (r *router) insertLocked(s *subscription) {
+	r.gen.Add(1)
 	p := s.pattern
 	switch p.Kind() {
 	case protocol.Exact:
@@ -128,6 +134,7 @@ func (r *router) remove(s *subscription) {
 }
 
 func (r *router) removeLocked(s *subscription) {
+	r.gen.Add(1)
 	switch s.pattern.Kind() {
 	case protocol.Exact:
 		removeFrom(r.exact, s.pattern.String(), s)
@@ -219,43 +226,99 @@ func routeChain(matches []*subscription) []*subscription {
 }
 
 // matches returns every subscription whose pattern matches topic, in no
-// order. The read lock is released by defer: route runs inside guard,
-// which recovers a panic, and a read lock left held would block every
-// later subscribe.
+// order.
 func (r *router) matches(topic string) []*subscription {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	matches := append([]*subscription(nil), r.exact[topic]...)
-	for i := 0; i < len(topic); i++ {
-		if c := topic[i]; c == ':' || c == '-' {
-			matches = append(matches, r.prefix[topic[:i+1]]...)
-		}
+	var matches []*subscription
+	for s := range r.matching(topic, nil) {
+		matches = append(matches, s)
 	}
-	for n := range r.globLens {
-		if n > len(topic) {
-			continue
+	return matches
+}
+
+// anyCache remembers whether a topic had any subscription, and at which
+// generation of the table (router.gen): the answer holds until the table
+// changes. The zero value knows nothing.
+type anyCache struct {
+	// v is the generation times two, plus one when a subscription
+	// matched; 0 before the first answer.
+	v atomic.Uint64
+}
+
+// matchesAny reports whether any subscription matches topic, so that the
+// topic's chain is not empty, without building the chain, and from cache
+// while the table has not changed since cache was filled: a bus event
+// nobody listens to is not encoded, and countDelivery asks twice per
+// delivery.
+func (r *router) matchesAny(topic string, cache *anyCache) bool {
+	if v := cache.v.Load(); v != 0 && v>>1 == r.gen.Load()+1 {
+		return v&1 == 1
+	}
+	found := false
+	var gen uint64
+	for range r.matching(topic, &gen) {
+		found = true
+		break
+	}
+	v := (gen + 1) << 1
+	if found {
+		v |= 1
+	}
+	cache.v.Store(v)
+	return found
+}
+
+// matching yields every subscription whose pattern matches topic, in no
+// order, under the read lock, and sets *gen, unless gen is nil, to the
+// generation of the table it reads. The lock is released by defer: route
+// runs inside guard, which recovers a panic, and a read lock left held
+// would block every later subscribe.
+func (r *router) matching(topic string, gen *uint64) iter.Seq[*subscription] {
+	return func(yield func(*subscription) bool) {
+		r.mu.RLock()
+		defer r.mu.RUnlock()
+		if gen != nil {
+			*gen = r.gen.Load()
 		}
-		for _, s := range r.globs[topic[:n]] {
-			if s.pattern.Match(topic) {
-				matches = append(matches, s)
+		for _, s := range r.exact[topic] {
+			if !yield(s) {
+				return
 			}
 		}
-	}
-	for n := range r.gramLens {
-		for i := 0; i+n <= len(topic); i++ {
-			gram := topic[i : i+n]
-			list := r.grams[gram]
-			// A gram that occurs twice in the topic is probed at its
-			// first occurrence only, so no subscription is matched twice.
-			if len(list) == 0 || strings.Index(topic, gram) < i {
+		for i := 0; i < len(topic); i++ {
+			if c := topic[i]; c == ':' || c == '-' {
+				for _, s := range r.prefix[topic[:i+1]] {
+					if !yield(s) {
+						return
+					}
+				}
+			}
+		}
+		for n := range r.globLens {
+			if n > len(topic) {
 				continue
 			}
-			for _, s := range list {
-				if s.pattern.Match(topic) {
-					matches = append(matches, s)
+			for _, s := range r.globs[topic[:n]] {
+				if s.pattern.Match(topic) && !yield(s) {
+					return
+				}
+			}
+		}
+		for n := range r.gramLens {
+			for i := 0; i+n <= len(topic); i++ {
+				gram := topic[i : i+n]
+				list := r.grams[gram]
+				// A gram that occurs twice in the topic is probed at its
+				// first occurrence only, so no subscription is matched
+				// twice.
+				if len(list) == 0 || strings.Index(topic, gram) < i {
+					continue
+				}
+				for _, s := range list {
+					if s.pattern.Match(topic) && !yield(s) {
+						return
+					}
 				}
 			}
 		}
 	}
-	return matches
 }

@@ -202,6 +202,9 @@ func TestRouteIndexMatchesScan(t *testing.T) {
 		}
 		subs = append(subs, r.add(testConn(raw), p, protocol.PolicyContinueAll, false))
 	}
+	// The caches outlive the removals below, so an answer kept past a
+	// change of the table would show.
+	caches := make(map[string]*anyCache)
 	check := func() {
 		t.Helper()
 		for _, topic := range topics {
@@ -209,6 +212,14 @@ func TestRouteIndexMatchesScan(t *testing.T) {
 			for _, s := range subs {
 				if s.pattern.Match(topic) {
 					want[s.pattern.String()] = true
+				}
+			}
+			if caches[topic] == nil {
+				caches[topic] = new(anyCache)
+			}
+			for range 2 { // filling the cache, then from it
+				if got := r.matchesAny(topic, caches[topic]); got != (len(want) > 0) {
+					t.Errorf("topic %q: matchesAny %v, want %v", topic, got, len(want) > 0)
 				}
 			}
 			got := map[string]bool{}
@@ -232,6 +243,21 @@ func TestRouteIndexMatchesScan(t *testing.T) {
 	check()
 	if r.size() != len(subs) || len(r.grams) == 0 {
 		t.Errorf("size %d, want %d; %d grams", r.size(), len(subs), len(r.grams))
+	}
+	// Down to nothing, then one again: matchesAny follows.
+	for _, s := range subs {
+		r.remove(s)
+	}
+	subs = nil
+	check()
+	p, err := protocol.ParsePattern("*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs = append(subs, r.add(testConn("*"), p, protocol.PolicyContinueAll, false))
+	check()
+	if r.size() != len(subs) {
+		t.Errorf("size %d, want %d", r.size(), len(subs))
 	}
 }
 

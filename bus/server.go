@@ -279,6 +279,9 @@ type Server struct {
 	toolSubs *toolSubscriptions
 	// tracer traces publishes and deliveries; nil when off (trace.go).
 	tracer trace.Tracer
+	// busyListened and idleListened remember whether anyone subscribes
+	// to the activity events (countDelivery).
+	busyListened, idleListened anyCache
 	// http holds the HTTP API's publishers (httpapi.go).
 	http httpPublishers
 	// hooks are the incoming webhooks by name, hookRequests counts their
