@@ -528,10 +528,7 @@ func (s *Server) callRemote(ctx context.Context, peer remotePeer, d *delivery) (
 		rd.Sent = d.turn.pass
 	}
 	resp, err := s.cl.cluster.Deliver(ctx, peer.node, rd)
-	*bp = params
-	if cap(params) <= maxPooledParams {
-		paramsPool.Put(bp)
-	}
+	putParams(bp, params)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrRemoteTimeout):

@@ -231,18 +231,18 @@ func (d *delivery) AppendParams(dst []byte) []byte {
 	}
 	if d.shared != nil {
 		dst = append(dst, d.shared.head...)
-		dst = appendJSONString(dst, d.Subscription)
+		dst = protocol.AppendJSONString(dst, d.Subscription)
 		return append(dst, d.shared.tail...)
 	}
 	dst = appendParamsHead(dst, d.Message)
-	dst = appendJSONString(dst, d.Subscription)
+	dst = protocol.AppendJSONString(dst, d.Subscription)
 	return appendParamsTail(dst, d.Message, d.Attempt)
 }
 
 // appendParamsHead appends the params up to the subscription's value.
 func appendParamsHead(dst []byte, m *store.Message) []byte {
 	dst = append(dst, `{"topic":`...)
-	dst = appendJSONString(dst, m.Topic)
+	dst = protocol.AppendJSONString(dst, m.Topic)
 	return append(dst, `,"subscription":`...)
 }
 
@@ -256,9 +256,9 @@ func appendParamsTail(dst []byte, m *store.Message, attempt int) []byte {
 		dst = append(dst, m.Payload...)
 	}
 	dst = append(dst, `,"messageId":`...)
-	dst = appendJSONString(dst, m.ID)
+	dst = protocol.AppendJSONString(dst, m.ID)
 	dst = append(dst, `,"from":`...)
-	dst = appendJSONString(dst, m.From)
+	dst = protocol.AppendJSONString(dst, m.From)
 	if len(m.Meta) > 0 {
 		dst = append(dst, `,"meta":`...)
 		dst = append(dst, m.Meta...)
@@ -278,7 +278,7 @@ type sharedParams struct {
 	buf        *[]byte
 }
 
-// paramsPool holds the buffers shared params are encoded in.
+// paramsPool holds the buffers params and results are encoded in.
 var paramsPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 // maxPooledParams bounds the buffers paramsPool keeps, so one huge
@@ -295,24 +295,16 @@ func newSharedParams(m *store.Message) *sharedParams {
 }
 
 func (p *sharedParams) release() {
-	if cap(*p.buf) <= maxPooledParams {
-		paramsPool.Put(p.buf)
-	}
+	putParams(p.buf, *p.buf)
 }
 
-// appendJSONString appends s as a JSON string, exactly as encoding/json
-// writes it: plain ASCII directly, anything to escape through
-// json.Marshal.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s)
-			return append(dst, b...)
-		}
+// putParams gives bp back to paramsPool, holding b, what was appended to
+// it, unless b grew past maxPooledParams.
+func putParams(bp *[]byte, b []byte) {
+	if cap(b) <= maxPooledParams {
+		*bp = b
+		paramsPool.Put(bp)
 	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }
 
 // timeout bounds each attempt by Options.DeliveryTimeout. The relay on

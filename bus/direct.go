@@ -1,8 +1,6 @@
 package bus
 
 import (
-	"encoding/json"
-
 	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/internal/rpcstream"
 )
@@ -96,7 +94,8 @@ func (w *walk) answer(b *outbound.Batch) {
 		return
 	}
 	pub, s := w.out.conn, w.s
-	var body []byte
+	bp := paramsPool.Get().(*[]byte)
+	body := (*bp)[:0]
 	err := func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -104,29 +103,31 @@ func (w *walk) answer(b *outbound.Batch) {
 			}
 		}()
 		s.settle(w.m, w.chain[:w.made], w.outcomes, w.result, true, nil)
-		body, err = json.Marshal(w.result)
-		return err
+		body = w.result.AppendJSON(body)
+		return nil
 	}()
 	if err == nil && b != nil && !pub.out.HasRoom(frameRoom+len(body)) {
 		// The publisher reads slowly: the write would wait for room.
-		go w.reply(nil, nil, body)
+		go w.reply(nil, nil, bp, body)
 		return
 	}
-	w.reply(b, err, body)
+	w.reply(b, err, bp, body)
 }
 
 // reply answers the walk's publisher with err, or else with body, its
-// result encoded, queued in b when b is not nil, as finishRequest does.
-func (w *walk) reply(b *outbound.Batch, err error, body []byte) {
+// result encoded in *bp, queued in b when b is not nil, as finishRequest
+// does; then it gives the buffer back.
+func (w *walk) reply(b *outbound.Batch, err error, bp *[]byte, body []byte) {
 	pub := w.out.conn
 	if err != nil {
 		pub.finishRequest(w.req, nil, err)
-		return
+	} else {
+		if b != nil {
+			b.Hold(pub.out)
+		}
+		pub.finishRequestRaw(w.req, body)
 	}
-	if b != nil {
-		b.Hold(pub.out)
-	}
-	pub.finishRequestRaw(w.req, body)
+	putParams(bp, body)
 }
 
 // settlesInMemory reports whether settling the walk writes nothing to the

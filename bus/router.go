@@ -53,6 +53,8 @@ type router struct {
 	// gen counts the changes to the table; written under mu, so a reader
 	// holding the read lock sees the generation of what it reads.
 	gen atomic.Uint64
+	// routes caches chains by topic (route).
+	routes routeCache
 }
 
 func newRouter() *router {
@@ -179,7 +181,62 @@ func removeFrom(index map[string][]*subscription, key string, s *subscription) b
 // and a client appears once, at its newest matching subscription. Fallback
 // subscriptions make the chain only when no regular one matches.
 func (r *router) route(topic string) []*subscription {
-	return routeChain(r.matches(topic))
+	c := &r.routes
+	c.mu.Lock()
+	if chain, ok := c.chains[topic]; ok && c.gen == r.gen.Load() {
+		// The caller owns what route returns (events.go filters it in
+		// place).
+		chain = slices.Clone(chain)
+		c.mu.Unlock()
+		return chain
+	}
+	c.mu.Unlock()
+	var gen uint64
+	var matches []*subscription
+	for s := range r.matching(topic, &gen) {
+		matches = append(matches, s)
+	}
+	chain := routeChain(matches)
+	c.keep(topic, chain, gen)
+	return chain
+}
+
+// routeCache keeps the chains of the topics routed last, for the
+// generation of the table they were made from, as NATS keeps the results
+// of its sublist: without it, every publish to a fan-out's topic matched
+// its thousand patterns and sorted their subscriptions again.
+type routeCache struct {
+	mu     sync.Mutex
+	gen    uint64
+	chains map[string][]*subscription
+	// size counts what chains holds: a subscription per chain member, and
+	// one for each empty chain.
+	size int
+}
+
+// maxRouteCache bounds routeCache.size: past it, the cache starts over.
+const maxRouteCache = 1 << 16
+
+// keep caches chain, topic's as the table was at generation gen, unless
+// the cache holds a later generation already.
+func (c *routeCache) keep(topic string, chain []*subscription, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.chains == nil:
+		c.chains = make(map[string][]*subscription)
+	case gen < c.gen:
+		return
+	}
+	n := max(len(chain), 1)
+	if gen > c.gen || c.size+n > maxRouteCache {
+		clear(c.chains)
+		c.gen, c.size = gen, 0
+	}
+	if _, ok := c.chains[topic]; !ok {
+		c.chains[topic] = slices.Clone(chain)
+		c.size += n
+	}
 }
 
 // routeChain orders matches, the subscriptions matching a topic, into its
@@ -223,16 +280,6 @@ func routeChain(matches []*subscription) []*subscription {
 		chain = append(chain, s)
 	}
 	return chain
-}
-
-// matches returns every subscription whose pattern matches topic, in no
-// order.
-func (r *router) matches(topic string) []*subscription {
-	var matches []*subscription
-	for s := range r.matching(topic, nil) {
-		matches = append(matches, s)
-	}
-	return matches
 }
 
 // anyCache remembers whether a topic had any subscription, and at which

@@ -222,6 +222,10 @@ func TestRouteIndexMatchesScan(t *testing.T) {
 					t.Errorf("topic %q: matchesAny %v, want %v", topic, got, len(want) > 0)
 				}
 			}
+			// The first route fills the cache, the second reads it: the
+			// caller owns what it gets, so clearing the first changes
+			// nothing.
+			clear(r.route(topic))
 			got := map[string]bool{}
 			for _, s := range r.route(topic) {
 				if got[s.pattern.String()] {
