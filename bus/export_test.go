@@ -171,3 +171,8 @@ func (c *conn) DeliveriesInFlight() int {
 // its initialize before the goroutine that wrote it has ended. Nothing
 // may queue an in-order request meanwhile.
 func (c *conn) WaitInOrder() { c.inOrder.runs.Wait() }
+
+// QueueFull reports whether the connection's queue has no room for a
+// frame a read loop would queue: a walk then makes its delivery on a
+// goroutine (walk.go).
+func (c *conn) QueueFull() bool { return !c.out.HasRoom(frameRoom) }

@@ -1,0 +1,167 @@
+package bus_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// A continueAll fan-out is written by its walker, the publisher's read
+// loop, and carried on by the answers (walk.go): while every subscriber
+// holds its delivery, no goroutine of the bus waits on one, as one per
+// delivery did before; and each subscriber's call left in one write.
+func TestFanOutStartsNoGoroutinePerDelivery(t *testing.T) {
+	const subscribers = 40
+	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: time.Minute})
+	invoked := make(chan struct{}, subscribers)
+	release := make(chan struct{})
+	for i := range subscribers {
+		c := bustest.Connect(t, srv.URL, fmt.Sprint("s", i), func(protocol.ProcessMessageParams) any {
+			invoked <- struct{}{}
+			<-release
+			return protocol.ProcessMessageResult{Processed: true}
+		})
+		c.Subscribe("fan"+strings.Repeat("?", i%4)+strings.Repeat("*", i/4+1), protocol.PolicyContinueAll)
+	}
+	writes := make([]uint64, subscribers)
+	for i := range subscribers {
+		writes[i], _ = bus.ClientConn(srv.Server, fmt.Sprint("s", i)).WriteStats()
+	}
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	pub.Send(`{"jsonrpc":"2.0","id":"fan","method":"sendMessage","params":{"topic":"fanout","payload":{"type":"t"}}}`)
+	for range subscribers {
+		select {
+		case <-invoked:
+		case <-time.After(bustest.Timeout):
+			t.Fatal("not every subscriber was invoked together")
+		}
+	}
+	var stacks bytes.Buffer
+	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&stacks, 1))
+	for _, waiting := range []string{"bus.(*Server).deliverInTurn", "bus.(*walk)"} {
+		assert.NotContains(t, stacks.String(), waiting, "a goroutine waits on a delivery")
+	}
+	for i := range subscribers {
+		w, _ := bus.ClientConn(srv.Server, fmt.Sprint("s", i)).WriteStats()
+		assert.Equal(t, uint64(1), w-writes[i], "write calls to s%d", i)
+	}
+	close(release)
+	var r struct {
+		Result protocol.SendMessageResult
+		Error  *protocol.Error
+	}
+	require.NoError(t, json.Unmarshal(pub.Recv(), &r))
+	require.Nil(t, r.Error)
+	require.Len(t, r.Result.Acks, subscribers)
+	for i, a := range r.Result.Acks {
+		assert.True(t, a.Processed, "ack %d: %+v", i, a)
+	}
+}
+
+// The walk's one timer bounds each call by DeliveryTimeout from its own
+// write, not from the walk's first: "next" waits for "first" to answer
+// (its policy may stop the walk), so "late" and "silent" are called
+// later, and "late" answers within its own timeout though past the first
+// call's. "silent" never answers and times out.
+func TestWalkTimesEachCallFromItsWrite(t *testing.T) {
+	const timeout = 2 * time.Second
+	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: timeout, Limits: bus.Limits{SlowSubscriberTimeouts: -1}})
+	answerAfter := func(d time.Duration, r protocol.ProcessMessageResult) bustest.ProcessFunc {
+		return func(protocol.ProcessMessageParams) any {
+			<-time.After(d)
+			return r
+		}
+	}
+	// Subscribed oldest first: the chain is silent, late, first.
+	bustest.Connect(t, srv.URL, "silent", answerAfter(time.Hour, protocol.ProcessMessageResult{})).Subscribe("w*", protocol.PolicyContinueAll)
+	bustest.Connect(t, srv.URL, "late", answerAfter(timeout*3/4, protocol.ProcessMessageResult{Processed: true})).Subscribe("w:*", protocol.PolicyContinueAll)
+	bustest.Connect(t, srv.URL, "first", answerAfter(timeout/2, protocol.ProcessMessageResult{})).Subscribe("w:t", protocol.PolicyStopOnProcessed)
+	r := bustest.Connect(t, srv.URL, "pub", nil).Publish("w:t", "t")
+	require.Len(t, r.Acks, 3)
+	want := []struct {
+		client    string
+		processed bool
+		err       string
+	}{{"first", false, ""}, {"late", true, ""}, {"silent", false, "timeout"}}
+	for i, w := range want {
+		a := r.Acks[i]
+		assert.Equal(t, w.client, a.ClientID, "ack %d", i)
+		assert.Equal(t, w.processed, a.Processed, "ack %d: %+v", i, a)
+		if w.err == "" {
+			assert.Empty(t, a.Error, "ack %d", i)
+		} else {
+			assert.Contains(t, a.Error, w.err, "ack %d", i)
+		}
+	}
+}
+
+// A walk on a read loop never waits for room in a subscriber's queue: a
+// delivery to a connection whose queue is full (its peer stopped reading)
+// is made on a goroutine, and the walk goes on to the other subscribers,
+// and the publisher's read loop to its next requests, while it waits.
+func TestFanOutPastAFullQueue(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: time.Minute, WriteTimeout: time.Minute, MaxMessageBytes: 4 << 20,
+		MaxInFlight: 64, Limits: bus.Limits{SlowSubscriberTimeouts: -1}})
+	healthy := make(chan string, 4)
+	h := bustest.Connect(t, srv.URL, "healthy", func(p protocol.ProcessMessageParams) any {
+		healthy <- p.Topic
+		return protocol.ProcessMessageResult{Processed: true}
+	})
+	h.Subscribe("fan", protocol.PolicyContinueAll)
+	h.Subscribe("other", protocol.PolicyContinueAll)
+	// Subscribed after healthy, so first in the fan-out's chain.
+	ws, _, err := websocket.Dial(t.Context(), srv.URL, nil)
+	require.NoError(t, err)
+	// Closed before the bus shuts down, so that the deliveries waiting on
+	// it fail at once.
+	defer ws.CloseNow()
+	for _, frame := range []string{
+		`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"stalled"},"id":1}`,
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"big"},"id":2}`,
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"fan*","policy":"continueAll"},"id":3}`,
+	} {
+		require.NoError(t, ws.Write(t.Context(), websocket.MessageText, []byte(frame)))
+		_, _, err := ws.Read(t.Context()) // after these the peer never reads again
+		require.NoError(t, err)
+	}
+	// Megabytes to the stalled peer, until its socket is full and its
+	// queue has no room; their results come when the test ends. Each from
+	// a publisher of its own: one publisher's messages take their turns
+	// at the stalled peer one at a time (order.go), and would wait for
+	// the write under way rather than queue behind it.
+	pad := strings.Repeat("x", 1<<20)
+	stalled := bus.ClientConn(srv.Server, "stalled")
+	for n := 0; !stalled.QueueFull(); n++ {
+		require.Less(t, n, 48, "the stalled peer's queue never filled")
+		filler := bustest.Connect(t, srv.URL, fmt.Sprint("filler-", n), nil)
+		filler.Send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"big","method":"sendMessage","params":{"topic":"big","payload":{"type":"t","pad":"%s"}}}`, pad))
+		for wait := time.Now().Add(time.Second); time.Now().Before(wait) && !stalled.QueueFull(); {
+			<-time.After(10 * time.Millisecond)
+		}
+	}
+	pub := bustest.Connect(t, srv.URL, "pub", nil)
+	pub.Send(`{"jsonrpc":"2.0","id":"fan","method":"sendMessage","params":{"topic":"fan","payload":{"type":"t"}}}`)
+	select {
+	case topic := <-healthy:
+		assert.Equal(t, "fan", topic)
+	case <-time.After(bustest.Timeout):
+		t.Fatal("the healthy subscriber waited on the stalled one")
+	}
+	// The publisher's read loop is free: a publish after the fan-out is
+	// answered while the fan-out still waits on the stalled peer.
+	r := pub.Publish("other", "t")
+	require.Len(t, r.Acks, 1)
+	assert.True(t, r.Acks[0].Processed)
+}
