@@ -143,13 +143,19 @@ func (s *relayServer) servePub(w http.ResponseWriter, r *http.Request) {
 			ws.CloseNow()
 			return
 		}
-		if len(subs) > 1 {
-			t.mu.Lock()
-			t.pending[binary.BigEndian.Uint64(msg)] = len(subs)
-			t.mu.Unlock()
+		if len(subs) == 1 {
+			_ = writeInBatch(subs[0], out, msg)
+			continue
 		}
+		t.mu.Lock()
+		t.pending[binary.BigEndian.Uint64(msg)] = len(subs)
+		t.mu.Unlock()
+		// A fan-out is queued on every subscriber's connection and each
+		// is flushed once, before this read loop reads again, as the
+		// bus's walk writes one (outbound.Batch).
 		for _, sub := range subs {
-			_ = writeInBatch(sub, out, msg)
+			out.Batch().Hold(sub)
+			_ = sub.WriteMessage(websocket.MessageBinary, msg)
 		}
 	}
 }
