@@ -291,17 +291,10 @@ func TestShutdown(t *testing.T) {
 // dropped, and its subscriptions with it.
 func TestKeepaliveDropsSilentPeer(t *testing.T) {
 	srv := bustest.Start(t, &bus.Options{PingInterval: 100 * time.Millisecond})
-	ws, _, err := websocket.Dial(t.Context(), srv.URL, nil)
-	require.NoError(t, err)
-	defer ws.CloseNow()
-	for _, frame := range []string{
+	ws := dialSilentPeer(t, srv.URL,
 		`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"silent"},"id":1}`,
-		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"quiet"},"id":2}`,
-	} {
-		require.NoError(t, ws.Write(t.Context(), websocket.MessageText, []byte(frame)))
-		_, _, err := ws.Read(t.Context()) // the answer; after this the peer never reads again
-		require.NoError(t, err)
-	}
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"quiet"},"id":2}`)
+	defer ws.CloseNow()
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	require.Eventually(t, func() bool {
 		return !pub.Publish("quiet", "t").Success
@@ -343,17 +336,10 @@ func TestSlowReaderEvicted(t *testing.T) {
 	// after a few timeouts, before the write timeout this test is about.
 	srv := bustest.Start(t, &bus.Options{WriteTimeout: 200 * time.Millisecond, DeliveryTimeout: 100 * time.Millisecond, MaxMessageBytes: 4 << 20, MaxAttempts: 1,
 		Limits: bus.Limits{SlowSubscriberTimeouts: -1}})
-	ws, _, err := websocket.Dial(t.Context(), srv.URL, nil)
-	require.NoError(t, err)
-	defer ws.CloseNow()
-	for _, frame := range []string{
+	ws := dialSilentPeer(t, srv.URL,
 		`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"stalled"},"id":1}`,
-		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"big"},"id":2}`,
-	} {
-		require.NoError(t, ws.Write(t.Context(), websocket.MessageText, []byte(frame)))
-		_, _, err := ws.Read(t.Context()) // after this the peer never reads again
-		require.NoError(t, err)
-	}
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"big"},"id":2}`)
+	defer ws.CloseNow()
 	healthy := bustest.Connect(t, srv.URL, "healthy", bustest.Processed)
 	healthy.Subscribe("small", "")
 

@@ -27,17 +27,21 @@
 // writes to the cluster, through the connection's in-order goroutine
 // (inorder.go); handle looks the method up in the one table of them
 // (methods), answers the quick methods itself, checks and routes
-// sendMessage itself, and runs its walk and the dlq.* methods (admin.go)
-// on goroutines of their own; a message to one subscriber connection
-// whose turn has come is relayed on the read loops instead (direct.go:
-// the publisher's writes the call, the subscriber's the result when the
-// answer comes), each read loop flushing the connections it wrote to once
-// per read (internal/outbound's Batch). The router (router.go) gives the
-// topic's chain, newest matching subscription first; each routed message
-// takes a ticket per subscriber (order.go) as it is routed. walk
-// (propagate.go) calls the delivery pipeline (delivery.go) down the chain
-// until a policy says stop, continueAll subscribers without waiting for
-// their answers; after the walk it stores the retries it needs. The scheduler
+// sendMessage itself, and starts its walk there (direct.go: the
+// publisher's read loop writes the calls, the subscribers' read loops
+// carry the walk on as the answers come, and the one that reads the last
+// writes the result), each read loop flushing the connections it wrote
+// to once per read (internal/outbound's Batch); a message that may wait
+// before its deliveries (an idempotency key, tracing, nobody to route
+// to) and the dlq.* methods (admin.go) run on goroutines of their own.
+// The router (router.go) gives the topic's chain, newest matching
+// subscription first; each routed message takes a ticket per subscriber
+// (order.go) as it is routed. walk (propagate.go, walk.go) makes the
+// deliveries down the chain until a policy says stop, continueAll
+// subscribers without waiting for their answers: it writes the calls to
+// this node's connections itself and hands the rest to the delivery
+// pipeline (delivery.go); after the walk it stores the retries it needs.
+// The scheduler
 // (retry.go) runs stored retries and holds (hold.go) when due, and moves
 // exhausted ones to the dead-letter queue (deadletter.go). Bus events go
 // out through a queue per subscriber, each in order (events.go). A
@@ -64,8 +68,10 @@
 // while an initialize, subscribe or unsubscribe runs (inorder.go), and one goroutine per
 // running sendMessage or dlq.* call (at most Options.MaxInFlight; a
 // sendMessage relayed on the read loops, direct.go, has none, and a
-// timer for its answer), plus
-// one per continueAll delivery a walk has running. A delivery waits for
+// timer per walk for its calls' answers), plus
+// one per delivery a walk cannot write without waiting (walk.go: its turn
+// has not come, its connection's queue is full, or it goes to another
+// node or an away owner). Such a delivery waits for
 // its ticket's turn before it is written, holding no lock. Writes to a
 // peer are bounded by
 // Options.WriteTimeout. The Server has one scheduler goroutine
@@ -74,7 +80,8 @@
 // a connection's activity.mu (activity.go, taken only by a delivery),
 // Server.mu, durables.mu (durable_sub.go), conn.mu, events.mu, router.mu,
 // scheduler.mu; a lane's mutex
-// (order.go) and journal.mu are taken alone. clusterState.mu comes before a stand-in's
+// (order.go), a walk's mu (walk.go), the router's route cache's and
+// journal.mu are taken alone. clusterState.mu comes before a stand-in's
 // mu and router.mu, and a local conn's mu is never held while taking it
 // (cluster.go). A conn's mu is its holding's (subscriber.go). None is held across network I/O or a store commit.
 // The exception is a tool subscription's order (toolsub.go), held while

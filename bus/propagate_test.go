@@ -412,17 +412,7 @@ func TestContinueAllFansOut(t *testing.T) {
 func TestFanOutHoldsNoCopyPerWaitingSubscriber(t *testing.T) {
 	const subscribers, size = 100, 200 << 10
 	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: time.Minute})
-	invoked := make(chan struct{}, subscribers)
-	release := make(chan struct{})
-	for i := range subscribers {
-		c := bustest.Connect(t, srv.URL, fmt.Sprint("s", i), func(protocol.ProcessMessageParams) any {
-			invoked <- struct{}{}
-			<-release
-			return protocol.ProcessMessageResult{}
-		})
-		// Distinct patterns: of identical ones only the newest counts.
-		c.Subscribe("fan"+strings.Repeat("?", i%3)+strings.Repeat("*", i/3+1), protocol.PolicyContinueAll)
-	}
+	invoked, release := waitingSubscribers(t, srv.URL, subscribers, protocol.ProcessMessageResult{})
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
 	var ms runtime.MemStats
 	runtime.GC()
@@ -438,13 +428,7 @@ func TestFanOutHoldsNoCopyPerWaitingSubscriber(t *testing.T) {
 		"params": map[string]any{"topic": "fanout", "payload": map[string]any{"type": "t", "blob": strings.Repeat("x", size)}}})
 	require.NoError(t, err)
 	pub.Send(string(request))
-	for range subscribers {
-		select {
-		case <-invoked:
-		case <-time.After(bustest.Timeout):
-			t.Fatal("not every subscriber was invoked together")
-		}
-	}
+	awaitInvoked(t, invoked, subscribers)
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	grown := int64(ms.HeapAlloc) - int64(before)

@@ -26,16 +26,7 @@ import (
 func TestFanOutStartsNoGoroutinePerDelivery(t *testing.T) {
 	const subscribers = 40
 	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: time.Minute})
-	invoked := make(chan struct{}, subscribers)
-	release := make(chan struct{})
-	for i := range subscribers {
-		c := bustest.Connect(t, srv.URL, fmt.Sprint("s", i), func(protocol.ProcessMessageParams) any {
-			invoked <- struct{}{}
-			<-release
-			return protocol.ProcessMessageResult{Processed: true}
-		})
-		c.Subscribe("fan"+strings.Repeat("?", i%4)+strings.Repeat("*", i/4+1), protocol.PolicyContinueAll)
-	}
+	invoked, release := waitingSubscribers(t, srv.URL, subscribers, protocol.ProcessMessageResult{Processed: true})
 	writes := make([]uint64, subscribers)
 	for i := range subscribers {
 		writes[i], _ = bus.ClientConn(srv.Server, fmt.Sprint("s", i)).WriteStats()
@@ -43,13 +34,7 @@ func TestFanOutStartsNoGoroutinePerDelivery(t *testing.T) {
 	// Relayed on the read loop once initialize's in-order goroutine ends.
 	pub := connectPublisher(t, srv, "pub")
 	pub.Send(`{"jsonrpc":"2.0","id":"fan","method":"sendMessage","params":{"topic":"fanout","payload":{"type":"t"}}}`)
-	for range subscribers {
-		select {
-		case <-invoked:
-		case <-time.After(bustest.Timeout):
-			t.Fatal("not every subscriber was invoked together")
-		}
-	}
+	awaitInvoked(t, invoked, subscribers)
 	var stacks bytes.Buffer
 	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&stacks, 1))
 	assert.NotContains(t, stacks.String(), "bus.(*Server).deliverInTurn", "a goroutine waits on a delivery")
@@ -128,20 +113,13 @@ func TestFanOutPastAFullQueue(t *testing.T) {
 	h.Subscribe("fan", protocol.PolicyContinueAll)
 	h.Subscribe("other", protocol.PolicyContinueAll)
 	// Subscribed after healthy, so first in the fan-out's chain.
-	ws, _, err := websocket.Dial(t.Context(), srv.URL, nil)
-	require.NoError(t, err)
+	ws := dialSilentPeer(t, srv.URL,
+		`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"stalled"},"id":1}`,
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"big"},"id":2}`,
+		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"fan*","policy":"continueAll"},"id":3}`)
 	// Closed before the bus shuts down, so that the deliveries waiting on
 	// it fail at once.
 	defer ws.CloseNow()
-	for _, frame := range []string{
-		`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"stalled"},"id":1}`,
-		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"big"},"id":2}`,
-		`{"jsonrpc":"2.0","method":"subscribe","params":{"topic":"fan*","policy":"continueAll"},"id":3}`,
-	} {
-		require.NoError(t, ws.Write(t.Context(), websocket.MessageText, []byte(frame)))
-		_, _, err := ws.Read(t.Context()) // after these the peer never reads again
-		require.NoError(t, err)
-	}
 	// Megabytes to the stalled peer, until its socket is full and its
 	// queue has no room; their results come when the test ends. Each from
 	// a publisher of its own: one publisher's messages take their turns
@@ -170,4 +148,49 @@ func TestFanOutPastAFullQueue(t *testing.T) {
 	r := pub.Publish("other", "t")
 	require.Len(t, r.Acks, 1)
 	assert.True(t, r.Acks[0].Processed)
+}
+
+// waitingSubscribers connects n continueAll subscribers of the topic
+// "fanout", each under a pattern of its own (of identical ones only the
+// newest counts), whose handlers note their invocation on invoked and
+// answer result once release is closed.
+func waitingSubscribers(t *testing.T, url string, n int, result protocol.ProcessMessageResult) (invoked <-chan struct{}, release chan struct{}) {
+	called := make(chan struct{}, n)
+	release = make(chan struct{})
+	for i := range n {
+		c := bustest.Connect(t, url, fmt.Sprint("s", i), func(protocol.ProcessMessageParams) any {
+			called <- struct{}{}
+			<-release
+			return result
+		})
+		c.Subscribe("fan"+strings.Repeat("?", i%3)+strings.Repeat("*", i/3+1), protocol.PolicyContinueAll)
+	}
+	return called, release
+}
+
+// awaitInvoked waits until n subscribers have noted their invocation on
+// invoked, each within bustest.Timeout of the one before.
+func awaitInvoked(t *testing.T, invoked <-chan struct{}, n int) {
+	t.Helper()
+	for i := range n {
+		select {
+		case <-invoked:
+		case <-time.After(bustest.Timeout):
+			t.Fatalf("only %d of %d subscribers were invoked together", i, n)
+		}
+	}
+}
+
+// dialSilentPeer connects a raw WebSocket peer that sends frames, reads
+// the answer to each, and then never reads again.
+func dialSilentPeer(t *testing.T, url string, frames ...string) *websocket.Conn {
+	t.Helper()
+	ws, _, err := websocket.Dial(t.Context(), url, nil)
+	require.NoError(t, err)
+	for _, frame := range frames {
+		require.NoError(t, ws.Write(t.Context(), websocket.MessageText, []byte(frame)))
+		_, _, err := ws.Read(t.Context())
+		require.NoError(t, err)
+	}
+	return ws
 }
