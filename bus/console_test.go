@@ -667,8 +667,9 @@ func TestConsoleMessages(t *testing.T) {
 // system:bcp.budget event said, and the recent validation failures and
 // anomalies, newest first, each with who published it.
 func TestConsoleBCPEvents(t *testing.T) {
-	// Unheard, and heard by one subscriber (which the bus relays on its
-	// read loops, bus/direct.go): the console sees the events either way.
+	// Unheard, and heard by one subscriber (whose delivery the bus makes
+	// from its read loops, bus/direct.go): the console sees the events
+	// either way.
 	for _, heard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("subscribed=%v", heard), func(t *testing.T) {
 			srv := bustest.Start(t, nil)

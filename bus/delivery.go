@@ -48,9 +48,9 @@ type localFunc func(ctx context.Context, c *conn, d *delivery) (protocol.Process
 // connections, in two halves around the call: enter before it, leave
 // once it has its outcome. Halves rather than a wrapper, so that both
 // ways of making the call run the same code: the chain, which waits for
-// the answer (layered), and the relay on the read loops (direct.go),
-// whose answer comes on the subscriber's read loop or its timer, and
-// which runs enterLayers and leaveLayers itself. Retries and
+// the answer (layered), and the call a walk writes itself (walk.go),
+// whose answer comes on the subscriber's read loop or the walk's timer,
+// and which runs enterLayers and leaveLayers itself. Retries and
 // dead-lettering are decided per routing pass (propagate.go, retry.go),
 // not per attempt, so they are not layers.
 type layer struct {
@@ -307,10 +307,10 @@ func putParams(bp *[]byte, b []byte) {
 	}
 }
 
-// timeout bounds each attempt by Options.DeliveryTimeout. The relay on
-// the read loops (direct.go), whose call no goroutine waits on, bounds
-// its call by the same timeout with a timer that abandons the call, as
-// the Stream does when ctx ends: callResult reads both as a timeout.
+// timeout bounds each attempt by Options.DeliveryTimeout. The calls a
+// walk writes itself (walk.go), which no goroutine waits on, are bounded
+// by the same timeout with the walk's timer, which abandons a call as the
+// Stream does when ctx ends: callResult reads both as a timeout.
 func (s *Server) timeout(next localFunc) localFunc {
 	return func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
 		ctx, cancel := context.WithTimeout(ctx, s.opts.DeliveryTimeout)

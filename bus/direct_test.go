@@ -38,15 +38,17 @@ func TestRelayBatchLeavesInOneWrite(t *testing.T) {
 	require.Equal(t, uint64(1), writes-writes0, "write calls to the subscriber for one batch read")
 }
 
-// relayPaths are the two ways a sendMessage to one subscriber connection
-// is made: relayed on the read loops (direct.go), and published through
-// the chain on a goroutine of its own, which a message with an
-// idempotency key takes. The tests below run on both, so the relay and
-// the chain are held to the same behaviour.
+// relayPaths are the ways a sendMessage to one subscriber connection is
+// made: its walk started on the read loops (direct.go), or on a goroutine
+// of its own, which a message with an idempotency key takes, each writing
+// its call itself (walk.go); and through the delivery pipeline, which a
+// walk takes for a delivery that may wait (ViaPipeline). The tests below
+// run on all three, so they are held to the same behaviour.
 var relayPaths = []struct {
-	name   string
-	direct bool
-}{{"read loops", true}, {"chain", false}}
+	name     string
+	direct   bool
+	pipeline bool
+}{{"read loops", true, false}, {"goroutine", false, false}, {"pipeline", false, true}}
 
 // batchKeys numbers the idempotency keys of publishBatch, so no two
 // messages share one.
@@ -92,16 +94,26 @@ func publishBatch(t *testing.T, pub *bustest.Client, topic string, n int, direct
 	return results
 }
 
+// pathOptions returns o, with its walks' deliveries made through the
+// delivery pipeline when pipeline is set (relayPaths).
+func pathOptions(pipeline bool, o *bus.Options) *bus.Options {
+	if pipeline {
+		return bus.ViaPipeline(o)
+	}
+	return o
+}
+
 // startSilent starts a bus whose deliveries time out after timeout, whose
 // retries wait an hour, and which takes n requests at once from a
 // connection and has a subscriber turn slow after slowAfter timeouts
-// (Limits.SlowSubscriberTimeouts); it connects a subscriber of "work",
+// (Limits.SlowSubscriberTimeouts), its walks' deliveries made through the
+// pipeline when pipeline is set; it connects a subscriber of "work",
 // sub, which reads its deliveries and answers none until told to, and a
 // publisher, pub.
-func startSilent(t *testing.T, timeout time.Duration, n, slowAfter int) (srv *bustest.Server, sub *bustest.Client, subConn *bus.Conn, pub *bustest.Client) {
+func startSilent(t *testing.T, timeout time.Duration, n, slowAfter int, pipeline bool) (srv *bustest.Server, sub *bustest.Client, subConn *bus.Conn, pub *bustest.Client) {
 	t.Helper()
-	srv = bustest.Start(t, &bus.Options{DeliveryTimeout: timeout, MaxInFlight: n,
-		RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour, Limits: bus.Limits{SlowSubscriberTimeouts: slowAfter}})
+	srv = bustest.Start(t, pathOptions(pipeline, &bus.Options{DeliveryTimeout: timeout, MaxInFlight: n,
+		RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour, Limits: bus.Limits{SlowSubscriberTimeouts: slowAfter}}))
 	sub = bustest.Dial(t, srv.URL)
 	sub.Initialize("sub")
 	sub.Subscribe("work", "")
@@ -109,8 +121,9 @@ func startSilent(t *testing.T, timeout time.Duration, n, slowAfter int) (srv *bu
 }
 
 // TestRelayTimeout: a delivery its subscriber does not answer within
-// DeliveryTimeout fails with timeout and is retried, relayed on the read
-// loops (its timer) as through the chain (its context). Each gives back
+// DeliveryTimeout fails with timeout and is retried, on every relay path
+// (relayPaths): the walk's timer bounds the calls it writes, the chain's
+// context the pipeline's. Each gives back
 // the publisher's slot and the subscriber's count of deliveries in
 // flight: a second round finds every slot free.
 func TestRelayTimeout(t *testing.T) {
@@ -119,7 +132,7 @@ func TestRelayTimeout(t *testing.T) {
 			t.Parallel()
 			const n = 3
 			// Every delivery times out: a short timeout is safe.
-			srv, sub, subConn, pub := startSilent(t, 100*time.Millisecond, n, -1)
+			srv, sub, subConn, pub := startSilent(t, 100*time.Millisecond, n, -1, path.pipeline)
 
 			for round := range 2 {
 				writes0, _ := subConn.WriteStats()
@@ -143,9 +156,8 @@ func TestRelayTimeout(t *testing.T) {
 
 // TestRelaySlowSubscriber: once a subscriber has left
 // SlowSubscriberTimeouts deliveries unanswered, its next ones are refused
-// without being sent and retried, relayed on the read loops as through
-// the chain; a late answer ends that, and the next deliveries are made
-// and processed.
+// without being sent and retried, on every relay path; a late answer ends
+// that, and the next deliveries are made and processed.
 func TestRelaySlowSubscriber(t *testing.T) {
 	for _, path := range relayPaths {
 		t.Run(path.name, func(t *testing.T) {
@@ -153,7 +165,7 @@ func TestRelaySlowSubscriber(t *testing.T) {
 			const n = 2
 			// Long enough for the deliveries answered at the end on a
 			// loaded machine.
-			srv, sub, subConn, pub := startSilent(t, time.Second, n, n)
+			srv, sub, subConn, pub := startSilent(t, time.Second, n, n, path.pipeline)
 
 			for _, r := range publishBatch(t, pub, "work", n, path.direct) {
 				require.Contains(t, r.Acks[0].Error, "timeout")
@@ -187,8 +199,8 @@ func TestRelaySlowSubscriber(t *testing.T) {
 }
 
 // TestRelayPanic: a panic in a delivery layer, before the call or after
-// the answer, is the delivery's failure and is retried, relayed on the
-// read loops as in a walk: the publisher gets its result, its slot back
+// the answer, is the delivery's failure and is retried, on every relay
+// path: the publisher gets its result, its slot back
 // (MaxInFlight 1, and the second publish is taken), the subscriber's
 // count of deliveries in flight goes back to 0, and the bus shuts down
 // without waiting on a request. Before the relay recovered it, the panic
@@ -198,7 +210,7 @@ func TestRelayPanic(t *testing.T) {
 		for _, path := range relayPaths {
 			t.Run(fmt.Sprintf("%s/after=%t", path.name, after), func(t *testing.T) {
 				bus.PanicInDeliveries(t, "sub", after)
-				srv := bustest.Start(t, &bus.Options{MaxInFlight: 1, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour})
+				srv := bustest.Start(t, pathOptions(path.pipeline, &bus.Options{MaxInFlight: 1, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour}))
 				bustest.Connect(t, srv.URL, "sub", bustest.Processed).Subscribe("work", "")
 				subConn := bus.ClientConn(srv.Server, "sub")
 				_, frames0 := subConn.WriteStats()

@@ -98,9 +98,8 @@ func (m method) run(c *conn, req *rpcstream.Request) (any, error) {
 // own, bounded by
 // Options.MaxInFlight: a peer waiting for its own sendMessage can still
 // answer processMessage calls, and a full connection gets -32006 at once
-// instead of a blocked read loop. On the read loop (onReader), a message
-// to one subscriber connection is relayed there, without a goroutine
-// (direct.go).
+// instead of a blocked read loop. On the read loop (onReader), a
+// message's walk starts there, without a goroutine (direct.go).
 func (c *conn) handle(req *rpcstream.Request, onReader bool) {
 	if req.Notif() {
 		// No bus method is a notification, and notifications are never

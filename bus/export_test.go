@@ -172,6 +172,14 @@ func (c *conn) DeliveriesInFlight() int {
 // may queue an in-order request meanwhile.
 func (c *conn) WaitInOrder() { c.inOrder.runs.Wait() }
 
+// ViaPipeline returns o with every delivery of a walk made through the
+// delivery pipeline, on a goroutine of its own, rather than by a call the
+// walk writes itself (walk.go).
+func ViaPipeline(o *Options) *Options {
+	o.viaPipeline = true
+	return o
+}
+
 // QueueFull reports whether the connection's queue has no room for a
 // frame a read loop would queue: a walk then makes its delivery on a
 // goroutine (walk.go).

@@ -53,8 +53,8 @@ var errPanicked error = &deliveryError{failError, "the delivery failed inside th
 
 // deliveryPanicked logs and counts a panic p in the delivery d, and
 // returns the outcome it is recorded with, errPanicked. Both ways of
-// making a delivery record a panic so: a walk's (deliverInTurn) and the
-// relay's on the read loops (direct.go).
+// making a delivery record a panic so: through the pipeline
+// (deliverInTurn) and by the call a walk writes itself (walk.go).
 func (s *Server) deliveryPanicked(d *delivery, p any) error {
 	s.metrics.panics.WithLabelValues(panicRequest).Inc()
 	s.log.Error("delivery panicked; recorded as failed", "message_id", d.Message.ID, "client", d.ClientID,

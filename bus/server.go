@@ -136,6 +136,12 @@ type Options struct {
 	// through it; cluster.ForBus gives one on NATS JetStream. Store must
 	// then be nil: the cluster gives the store. Nil: one node on its own.
 	Cluster Cluster
+
+	// viaPipeline makes every delivery of a walk go through the delivery
+	// pipeline on a goroutine of its own, as one that may wait does
+	// (walk.go), so that tests hold both ways of making a delivery to
+	// the same behaviour (export_test.go).
+	viaPipeline bool
 }
 
 // Limits bound what peers can make the bus hold. The zero value of each
