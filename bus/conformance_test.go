@@ -334,7 +334,10 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 func TestSlowReaderEvicted(t *testing.T) {
 	// The slow-subscriber limit would stop writing to the stalled peer
 	// after a few timeouts, before the write timeout this test is about.
-	srv := bustest.Start(t, &bus.Options{WriteTimeout: 200 * time.Millisecond, DeliveryTimeout: 100 * time.Millisecond, MaxMessageBytes: 4 << 20, MaxAttempts: 1,
+	// The write timeout is every connection's: at 200 ms a loaded
+	// machine's -race test client now and then read its own answers too
+	// late, and the publisher was the one evicted.
+	srv := bustest.Start(t, &bus.Options{WriteTimeout: time.Second, DeliveryTimeout: 100 * time.Millisecond, MaxMessageBytes: 4 << 20, MaxAttempts: 1,
 		Limits: bus.Limits{SlowSubscriberTimeouts: -1}})
 	ws := dialSilentPeer(t, srv.URL,
 		`{"jsonrpc":"2.0","method":"initialize","params":{"clientId":"stalled"},"id":1}`,
