@@ -54,7 +54,7 @@ func parseNodeCursors(c string) (nodeCursors, error) {
 	}
 	for entry := range strings.SplitSeq(c, ",") {
 		node, cur, ok := strings.Cut(entry, ":")
-		if !ok || !validNodeToken(node) {
+		if !ok || !protocol.ValidNodeID(node) {
 			return nil, fmt.Errorf("cursor %q: entry %q is not NODE:BOOT.SEQUENCE", c, entry)
 		}
 		if _, _, ok := splitCursor(cur); !ok || strings.ContainsAny(cur, ":,") {
@@ -69,20 +69,6 @@ func parseNodeCursors(c string) (nodeCursors, error) {
 		m[node] = cur
 	}
 	return m, nil
-}
-
-// validNodeToken reports whether node is a node id: letters, digits, '-'
-// and '_' (as package cluster requires of them).
-func validNodeToken(node string) bool {
-	if node == "" || len(node) > 128 {
-		return false
-	}
-	for _, r := range node {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // String writes the cursor; a cursor of one node only as it is.

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -235,7 +236,7 @@ func FuzzNodeCursors(f *testing.F) {
 		}
 		require.LessOrEqual(t, len(m), maxCursorNodes)
 		for node, cur := range m {
-			require.True(t, node == "" || validNodeToken(node), "node %q", node)
+			require.True(t, node == "" || protocol.ValidNodeID(node), "node %q", node)
 			_, _, ok := splitCursor(cur)
 			require.True(t, ok, "cursor %q of %q", cur, node)
 		}
@@ -243,4 +244,23 @@ func FuzzNodeCursors(f *testing.F) {
 		require.NoError(t, err, "written as %q", m.String())
 		require.Equal(t, m, again)
 	})
+}
+
+// TestNodeCursorsNodeIDs: a cluster's cursor names nodes by the rule
+// package cluster starts them by (protocol.ValidNodeID), so that every
+// node a cluster can run is one a reader can send back.
+func TestNodeCursorsNodeIDs(t *testing.T) {
+	for _, c := range []struct {
+		node string
+		ok   bool
+	}{
+		{"n-1_B", true},
+		{strings.Repeat("n", protocol.MaxNodeIDLength), true},
+		{strings.Repeat("n", protocol.MaxNodeIDLength+1), false},
+		{"a.b", false},
+		{"=durable", false},
+	} {
+		_, err := parseNodeCursors(c.node + ":b00t.3,z:b00t.4")
+		require.Equal(t, c.ok, err == nil, "node %q: %v", c.node, err)
+	}
 }

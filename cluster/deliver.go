@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/bub-bus/bub/protocol"
 )
 
 // deliverSubject is where node takes delivery requests. Node ids are
@@ -30,7 +32,7 @@ func (n *Node) Deliver(ctx context.Context, node string, d *Delivery) ([]byte, e
 	if n.closed.Load() {
 		return nil, ErrClosed
 	}
-	if !validNodeID.MatchString(node) {
+	if !protocol.ValidNodeID(node) {
 		return nil, fmt.Errorf("cluster: deliver to node %q: not a node id", node)
 	}
 	// Not nats.Conn.Request: it says nothing between sending and the

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/bub-bus/bub/protocol"
 )
 
 // journalSubject is where node answers searches of its message journal.
@@ -28,7 +30,7 @@ func (n *Node) Journal(ctx context.Context, node string, req []byte) ([]byte, er
 	if n.closed.Load() {
 		return nil, ErrClosed
 	}
-	if !validNodeID.MatchString(node) {
+	if !protocol.ValidNodeID(node) {
 		return nil, fmt.Errorf("cluster: journal of node %q: not a node id", node)
 	}
 	resp, err := n.nc.RequestWithContext(ctx, journalSubject(node), req)

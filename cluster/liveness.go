@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bub-bus/bub/protocol"
 )
 
 // heartbeatSubject is where node announces itself, every heartbeat
@@ -112,7 +114,7 @@ func (n *Node) startLiveness(ctx context.Context) error {
 // is new to this node: it gets a full node timeout to show a heartbeat,
 // however old its entry, since entry times come from other hosts' clocks.
 func (n *Node) sawRegistration(e jetstream.KeyValueEntry, _ bool) {
-	if e.Operation() != jetstream.KeyValuePut || e.Key() == n.id || !validNodeID.MatchString(e.Key()) {
+	if e.Operation() != jetstream.KeyValuePut || e.Key() == n.id || !protocol.ValidNodeID(e.Key()) {
 		return
 	}
 	l := &n.liveness
@@ -127,7 +129,7 @@ func (n *Node) sawRegistration(e jetstream.KeyValueEntry, _ bool) {
 // sawHeartbeat records another node's heartbeat.
 func (n *Node) sawHeartbeat(m *nats.Msg) {
 	id := strings.TrimPrefix(m.Subject, heartbeatSubject(""))
-	if id == n.id || !validNodeID.MatchString(id) {
+	if id == n.id || !protocol.ValidNodeID(id) {
 		return
 	}
 	l := &n.liveness

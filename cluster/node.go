@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bub-bus/bub/protocol"
 )
 
 // Options configure a Node. Name and NodeID are required, and either
@@ -21,7 +22,8 @@ import (
 type Options struct {
 	// Name is the cluster's name; every node of one cluster uses the same.
 	Name string
-	// NodeID names this node: letters, digits, '-' and '_'. It must be
+	// NodeID names this node: 1 to 128 letters, digits, '-' and '_'
+	// (protocol.ValidNodeID). It must be
 	// unique in the cluster and stable across restarts, since keys in the
 	// buckets carry it.
 	NodeID string
@@ -91,16 +93,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// validNodeID matches what may appear as one token of a NATS subject and
-// a KV key: NodeID is both.
-var validNodeID = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-
 func (o *Options) setDefaults() error {
 	switch {
 	case o.Name == "":
 		return errors.New("cluster: options: Name is empty")
-	case !validNodeID.MatchString(o.NodeID):
-		return fmt.Errorf("cluster: options: NodeID %q: want letters, digits, '-' or '_'", o.NodeID)
+	case !protocol.ValidNodeID(o.NodeID):
+		return fmt.Errorf("cluster: options: NodeID %q: want 1 to %d letters, digits, '-' or '_'", o.NodeID, protocol.MaxNodeIDLength)
 	case o.URL != "" && (o.ClusterListen != "" || len(o.Routes) > 0):
 		return errors.New("cluster: options: URL and an embedded server (ClusterListen, Routes) exclude each other")
 	case o.URL == "" && o.ClusterListen == "" && len(o.Routes) == 0:

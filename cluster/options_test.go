@@ -15,6 +15,8 @@ func TestOptionsRejected(t *testing.T) {
 		{"no name", Options{NodeID: "a", URL: "nats://x"}, "Name is empty"},
 		{"bad node id", Options{Name: "c", NodeID: "a.b", URL: "nats://x"}, `NodeID "a.b"`},
 		{"empty node id", Options{Name: "c", URL: "nats://x"}, `NodeID ""`},
+		// A longer one could not be named in a journal cursor.
+		{"long node id", Options{Name: "c", NodeID: strings.Repeat("n", 129), URL: "nats://x"}, "1 to 128"},
 		{"both", Options{Name: "c", NodeID: "a", URL: "nats://x", Routes: []string{"nats://y:1"}}, "exclude each other"},
 		{"neither", Options{Name: "c", NodeID: "a"}, "neither URL"},
 		{"no store", Options{Name: "c", NodeID: "a", ClusterListen: "127.0.0.1:0"}, "StoreDir"},

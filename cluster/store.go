@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // Store is the bus's durable state in JetStream: pending retries and
@@ -299,7 +300,7 @@ func (s *Store) write(fn func(ctx context.Context) error) error {
 // made: "p-", a node id, "-" and a number.
 func checkPendingID(id string) error {
 	i := strings.LastIndexByte(id, '-')
-	if !strings.HasPrefix(id, "p-") || i < 2 || !validNodeID.MatchString(id[2:i]) {
+	if !strings.HasPrefix(id, "p-") || i < 2 || !protocol.ValidNodeID(id[2:i]) {
 		return fmt.Errorf("%w: malformed id %q, want p-<node>-<number>", store.ErrInvalid, id)
 	}
 	_, err := store.ParseID(id[:i+1], id)
@@ -944,7 +945,7 @@ func (s *Store) Backup(fn func(store.Snapshot) error) error { return ErrNoBackup
 // nodes took over at once, or the dead node came back and rewrote the
 // entry) deletes its copy, so each entry ends up in one place.
 func (s *Store) TakeOver(ctx context.Context, node string) ([]*store.Pending, error) {
-	if !validNodeID.MatchString(node) || node == s.n.id {
+	if !protocol.ValidNodeID(node) || node == s.n.id {
 		return nil, fmt.Errorf("cluster: take over pending of %q: %w: not another node's id", node, store.ErrInvalid)
 	}
 	type found struct {

@@ -43,7 +43,7 @@ var clusterFlagNames = []string{
 
 func (c *clusterFlags) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.name, "cluster-name", "", "make this node one of a cluster of that name (docs/CLUSTER.md): state lives in NATS JetStream, not in the bbolt store; every node of one cluster gives the same name")
-	fs.StringVar(&c.nodeID, "node-id", "", "this node's id in the cluster: letters, digits, '-' and '_', unique and stable across restarts (its durable state is keyed by it); required with --cluster-name")
+	fs.StringVar(&c.nodeID, "node-id", "", "this node's id in the cluster: 1 to 128 letters, digits, '-' and '_', unique and stable across restarts (its durable state is keyed by it); required with --cluster-name")
 	fs.StringVar(&c.clusterListen, "nats-listen", "", "host:port the embedded NATS server takes the other nodes' routes on (with --cluster-name and no --nats-url: "+defaultClusterListen+")")
 	fs.StringVar(&c.routes, "nats-routes", "", "comma-separated nats://host:port of every other node's --nats-listen; list them all, as JetStream sizes its quorum from the list")
 	fs.StringVar(&c.clientListen, "nats-client-listen", "", "host:port the embedded NATS server takes NATS clients on, to inspect the cluster with the nats CLI (default: a free port on 127.0.0.1)")
