@@ -448,7 +448,7 @@ func (d *durables) pull(o *owner, c *conn) {
 		s.sched.add(p)
 	}
 	if err != nil {
-		s.log.Warn("cluster: could not take every message other nodes hold for a durable subscriber; its node delivers the rest", "client", o.id, "taken", len(moved), "err", err)
+		s.log.Warn("cluster: could not take every message other nodes hold for a durable subscriber; its node delivers the rest, and one taken whose old entry stays may come twice", "client", o.id, "taken", len(moved), "err", err)
 	}
 }
 

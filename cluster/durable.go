@@ -121,12 +121,13 @@ func (s *Store) WatchDurable(ctx context.Context, apply func(clientID string, o 
 // TakeHeld moves the messages other nodes hold for clientID, an owner of
 // durable subscriptions that came back to this node, under the patterns
 // pick accepts, to this node, and returns them for its scheduler,
-// payloads dropped. Each is copied under this node, then the other's is
-// deleted only at the revision read: when that fails (its node delivered
-// or dead-lettered it meanwhile) the copy is deleted, so each message
-// ends up in one place. It finds them by the watch's index, which may be
-// a moment behind another node's write: a message held that late is
-// delivered by its own node (the owner is live there by then).
+// payloads dropped. Each moves as TakeOver moves a dead node's entries
+// (moveEntry): a message its node delivered or dead-lettered meanwhile,
+// or another node moved first, stays where it is. A message moved whose
+// old entry could not be deleted is returned along with the error. It
+// finds them by the watch's index, which may be a moment behind another
+// node's write: a message held that late is delivered by its own node
+// (the owner is live there by then).
 func (s *Store) TakeHeld(ctx context.Context, clientID string, pick func(pattern string) bool) ([]*store.Pending, error) {
 	owner := clientKey(clientID)
 	s.counts.mu.Lock()
@@ -142,12 +143,11 @@ func (s *Store) TakeHeld(ctx context.Context, clientID string, pick func(pattern
 	var errs []error
 	for _, key := range keys {
 		p, err := s.takeHeld(ctx, key, clientID, pick)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", key, s.n.explain(err)))
-			continue
-		}
 		if p != nil {
 			moved = append(moved, p)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", key, s.n.explain(err)))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -157,7 +157,7 @@ func (s *Store) TakeHeld(ctx context.Context, clientID string, pick func(pattern
 }
 
 // takeHeld moves one held message, at key, to this node; nil when it is
-// gone, or is not one pick takes.
+// gone, is not one pick takes, or was not moved (moveEntry).
 func (s *Store) takeHeld(ctx context.Context, key, clientID string, pick func(pattern string) bool) (*store.Pending, error) {
 	ctx, cancel, err := s.writeContextFrom(ctx)
 	if err != nil {
@@ -179,24 +179,11 @@ func (s *Store) takeHeld(ctx context.Context, key, clientID string, pick func(pa
 	if p.Kind != store.KindDurable || p.ClientID != clientID || !pick(p.Subscription) {
 		return nil, nil
 	}
-	copyRev, err := s.putRecord(ctx, s.key(id), p.CountsAgainst(), heldFor(p), data, 0)
-	if err != nil {
-		return nil, fmt.Errorf("copy: %w", err)
+	moved, err := s.moveEntry(ctx, key, p, data, rev)
+	if !moved {
+		return nil, err
 	}
-	err = s.deleteRecord(ctx, key, rev)
-	if isWrongRevision(err) {
-		if err := s.deleteRecord(ctx, s.key(id), copyRev); err != nil && !isWrongRevision(err) {
-			return nil, fmt.Errorf("changed by its node meanwhile, but deleting this node's copy failed: %w", err)
-		}
-		return nil, nil
-	}
-	// On any other error the copy stays, and is delivered: perhaps
-	// twice, never lost.
-	s.setRev(id, copyRev)
-	if err != nil {
-		s.n.log.Warn("cluster: a held message moved, but its old entry stays; it may be delivered twice", "key", key, "err", err)
-	}
-	return p, nil
+	return p, err
 }
 
 // HeldCount returns how many messages the cluster holds for clientID, an

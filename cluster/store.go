@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +49,13 @@ type Store struct {
 	// not write back an entry another node took over.
 	revsMu sync.Mutex
 	revs   map[string]uint64
+
+	// moving holds the entries this node is moving to itself
+	// (moveEntry), by id, each with a channel closed when its move ends:
+	// a second move of one entry by this node (the takeover of a dead
+	// node and its owner's TakeHeld, at once) waits for the first.
+	movingMu sync.Mutex
+	moving   map[string]chan struct{}
 
 	// reserved holds this node's reservations of idempotency keys
 	// (idempotency.go).
@@ -109,6 +117,7 @@ func (n *Node) openStore(ctx context.Context) (*Store, error) {
 		kv:     n.pending,
 		prefix: "p-" + n.id + "-",
 		revs:   make(map[string]uint64),
+		moving: make(map[string]chan struct{}),
 		ready:  make(chan struct{}),
 	}
 	s.counts.keys = make(map[string]countedEntry)
@@ -329,40 +338,55 @@ func (s *Store) forgetRev(id string) {
 // a write nobody received is sent again, so none is stored twice.
 var rideElections = []jetstream.PublishOpt{jetstream.WithRetryAttempts(40), jetstream.WithRetryWait(250 * time.Millisecond)}
 
-// putRecord writes v under key, counted against publisher, and returns
-// its revision. rev > 0 replaces only that revision; rev 0 writes
-// whatever is there.
-func (s *Store) putRecord(ctx context.Context, key, publisher, heldFor string, v []byte, rev uint64) (uint64, error) {
+// anyRevision is publishKV's over for a write made whatever its key
+// holds; no stream's sequence reaches it.
+const anyRevision = math.MaxUint64
+
+// publishKV writes m, a put or a delete marker of a key of a bucket as
+// the KV layer writes them (ADR-8: a message on $KV.<bucket>.<key>),
+// riding elections, and returns its revision, once a majority has it.
+// It writes only over revision over of the key (0: a key never written,
+// or whose last delete marker was compacted away), failing with
+// isWrongRevision otherwise, unless over is anyRevision. Every write of
+// the node's buckets goes here, so that each rides elections: the KV
+// layer's own writes (Put, Update, Delete) do not.
+func (n *Node) publishKV(ctx context.Context, m *nats.Msg, over uint64) (uint64, error) {
+	opts := rideElections
+	if over != anyRevision {
+		opts = append(opts[:len(opts):len(opts)], jetstream.WithExpectLastSequencePerSubject(over))
+	}
+	ack, err := n.js.PublishMsg(ctx, m, opts...)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// putRecord writes v under key, counted against publisher, over
+// revision over (publishKV), and returns its revision.
+func (s *Store) putRecord(ctx context.Context, key, publisher, heldFor string, v []byte, over uint64) (uint64, error) {
 	m := &nats.Msg{Subject: kvSubjectPrefix + key, Header: nats.Header{}, Data: v}
 	m.Header.Set(headerPublisher, publisher)
 	if heldFor != "" {
 		m.Header.Set(headerHeldFor, heldFor)
 	}
-	opts := rideElections
-	if rev > 0 {
-		opts = append(opts[:len(opts):len(opts)], jetstream.WithExpectLastSequencePerSubject(rev))
-	}
-	ack, err := s.n.js.PublishMsg(ctx, m, opts...)
+	rev, err := s.n.publishKV(ctx, m, over)
 	if err != nil {
 		return 0, err
 	}
-	s.counts.apply(key, ack.Sequence, publisher, heldFor, int64(len(v)), true, false)
-	return ack.Sequence, nil
+	s.counts.apply(key, rev, publisher, heldFor, int64(len(v)), true, false)
+	return rev, nil
 }
 
-// deleteRecord deletes key; rev > 0 deletes only that revision.
-func (s *Store) deleteRecord(ctx context.Context, key string, rev uint64) error {
+// deleteRecord deletes key, over revision over (publishKV).
+func (s *Store) deleteRecord(ctx context.Context, key string, over uint64) error {
 	m := &nats.Msg{Subject: kvSubjectPrefix + key, Header: nats.Header{}}
 	m.Header.Set(headerKVOperation, "DEL")
-	opts := rideElections
-	if rev > 0 {
-		opts = append(opts[:len(opts):len(opts)], jetstream.WithExpectLastSequencePerSubject(rev))
-	}
-	ack, err := s.n.js.PublishMsg(ctx, m, opts...)
+	rev, err := s.n.publishKV(ctx, m, over)
 	if err != nil {
 		return err
 	}
-	s.counts.apply(key, ack.Sequence, "", "", 0, false, false)
+	s.counts.apply(key, rev, "", "", 0, false, false)
 	return nil
 }
 
@@ -413,7 +437,11 @@ func (s *Store) putPending(p *store.Pending) error {
 		return err
 	}
 	defer cancel()
-	newRev, err := s.putRecord(ctx, s.key(r.ID), r.CountsAgainst(), heldFor(&r), v, rev)
+	over := uint64(anyRevision)
+	if rev > 0 {
+		over = rev
+	}
+	newRev, err := s.putRecord(ctx, s.key(r.ID), r.CountsAgainst(), heldFor(&r), v, over)
 	if isWrongRevision(err) {
 		return fmt.Errorf("%w: the entry changed since this node wrote it (taken over by another node?): %w", store.ErrNotFound, err)
 	}
@@ -438,7 +466,7 @@ func pendingName(p *store.Pending) string {
 func (s *Store) DeletePending(id string) error {
 	err := checkPendingID(id)
 	if err == nil {
-		err = s.write(func(ctx context.Context) error { return s.deleteRecord(ctx, s.key(id), 0) })
+		err = s.write(func(ctx context.Context) error { return s.deleteRecord(ctx, s.key(id), anyRevision) })
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: delete pending %s: %w", id, s.n.explain(err))
@@ -635,7 +663,7 @@ func (s *Store) DeadLetter(pendingID string, d *store.DeadLetter) (string, error
 		}
 		r.ID = store.FormatID("d-", ack.Sequence)
 		if pendingID != "" {
-			if err := s.deleteRecord(ctx, s.key(pendingID), 0); err != nil {
+			if err := s.deleteRecord(ctx, s.key(pendingID), anyRevision); err != nil {
 				return fmt.Errorf("dead letter %s stored, but the pending entry stays: %w", r.ID, err)
 			}
 			s.forgetRev(pendingID)
@@ -964,26 +992,9 @@ func (s *Store) TakeOver(ctx context.Context, node string) ([]*store.Pending, er
 	movedTo := make([]bool, len(entries))
 	err = inParallel(len(entries), func(i int) error {
 		e := entries[i]
-		id := e.p.ID
-		rev, err := s.putRecord(ctx, s.key(id), e.p.CountsAgainst(), heldFor(e.p), e.v, 0)
-		if err != nil {
-			return fmt.Errorf("copy %s: %w", id, err)
-		}
-		err = s.deleteRecord(ctx, node+"."+id, e.rev)
-		if isWrongRevision(err) {
-			if err := s.deleteRecord(ctx, s.key(id), rev); err != nil && !isWrongRevision(err) {
-				return fmt.Errorf("%s moved by another node, but deleting this node's copy failed: %w", id, err)
-			}
-			return nil
-		}
-		// On any other error the copy stays and is scheduled: the
-		// entry may be delivered twice, but is not lost.
-		s.setRev(id, rev)
-		movedTo[i] = true
-		if err != nil {
-			return fmt.Errorf("delete %s of %s after copying it: %w", id, node, err)
-		}
-		return nil
+		var err error
+		movedTo[i], err = s.moveEntry(ctx, node+"."+e.p.ID, e.p, e.v, e.rev)
+		return err
 	})
 	var moved []*store.Pending
 	for i, e := range entries {
@@ -996,6 +1007,95 @@ func (s *Store) TakeOver(ctx context.Context, node string) ([]*store.Pending, er
 		return moved, fmt.Errorf("cluster: take over pending of %s: %w", node, s.n.explain(err))
 	}
 	return moved, nil
+}
+
+// moveEntry moves p, another node's pending entry read at key with
+// revision rev (its record v), to this node, under its id, and reports
+// whether this call moved it. It copies the entry, only where this node
+// holds no copy yet, then deletes the one at key only at rev:
+//
+//   - when that delete fails on the revision (the entry changed
+//     meanwhile: its node delivered or dead-lettered it, or another node
+//     moved it first), the copy is deleted: each entry ends up in one
+//     place;
+//   - on any other error of the delete the copy stays, and moved is
+//     true: the entry may be delivered twice, but is not lost;
+//   - where this node holds a copy already (an earlier move, by
+//     another of its callers: the takeover of a dead node and its
+//     owner's TakeHeld, or one whose delete failed), only the entry at
+//     key is deleted, and moved is false: the move that copied it
+//     returned it. Copying it again and losing the delete would delete
+//     the copy that move kept.
+//
+// Moves of one entry by this node are made one after the other.
+func (s *Store) moveEntry(ctx context.Context, key string, p *store.Pending, v []byte, rev uint64) (moved bool, err error) {
+	end, err := s.startMove(ctx, p.ID)
+	if err != nil {
+		return false, err
+	}
+	defer end()
+	mine := s.key(p.ID)
+	_, last, err := s.leaderGetSeq(ctx, bucketPending, kvSubjectPrefix+mine)
+	switch {
+	case err == nil:
+		return false, s.dropMoved(ctx, key, rev)
+	case !errors.Is(err, store.ErrNotFound):
+		return false, fmt.Errorf("read this node's copy of %s: %w", key, err)
+	}
+	copyRev, err := s.putRecord(ctx, mine, p.CountsAgainst(), heldFor(p), v, last)
+	if isWrongRevision(err) {
+		return false, s.dropMoved(ctx, key, rev)
+	}
+	if err != nil {
+		return false, fmt.Errorf("copy %s: %w", key, err)
+	}
+	err = s.deleteRecord(ctx, key, rev)
+	if isWrongRevision(err) {
+		if err := s.deleteRecord(ctx, mine, copyRev); err != nil && !isWrongRevision(err) {
+			return false, fmt.Errorf("%s changed meanwhile, but deleting this node's copy failed: %w", key, err)
+		}
+		return false, nil
+	}
+	s.setRev(p.ID, copyRev)
+	if err != nil {
+		return true, fmt.Errorf("delete %s after copying it: %w", key, err)
+	}
+	return true, nil
+}
+
+// startMove waits until this node moves entry id no more, and
+// registers a move of it; end ends that.
+func (s *Store) startMove(ctx context.Context, id string) (end func(), err error) {
+	for {
+		s.movingMu.Lock()
+		other := s.moving[id]
+		if other == nil {
+			done := make(chan struct{})
+			s.moving[id] = done
+			s.movingMu.Unlock()
+			return func() {
+				s.movingMu.Lock()
+				delete(s.moving, id)
+				s.movingMu.Unlock()
+				close(done)
+			}, nil
+		}
+		s.movingMu.Unlock()
+		select {
+		case <-other:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for this node's other move of %s: %w", id, ctx.Err())
+		}
+	}
+}
+
+// dropMoved deletes the entry at key, revision rev, which this node
+// holds a copy of: nothing when it changed meanwhile.
+func (s *Store) dropMoved(ctx context.Context, key string, rev uint64) error {
+	if err := s.deleteRecord(ctx, key, rev); err != nil && !isWrongRevision(err) {
+		return fmt.Errorf("delete %s, which this node holds already: %w", key, err)
+	}
+	return nil
 }
 
 // inParallel runs fn(0..n-1) with a few calls in flight at once, so

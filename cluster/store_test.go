@@ -485,8 +485,14 @@ func TestStoreCluster(t *testing.T) {
 	})
 
 	t.Run("takeover race", func(t *testing.T) {
+		// Every third entry is held for an away owner of durable
+		// subscriptions, whom a takes them for (TakeHeld) while a and b
+		// take the dead node's entries over: three moves of one entry
+		// at once, two of them by one node.
 		const entries = 40
+		const owner = "away-owner"
 		want := map[string]bool{}
+		held := 0
 		for i := range entries {
 			m := message(fmt.Sprintf("t%d", i), "race:x", "pubR")
 			if i == 0 {
@@ -494,31 +500,43 @@ func TestStoreCluster(t *testing.T) {
 			}
 			p := &store.Pending{Kind: store.KindRetry, Message: m, ClientID: "agent", Subscription: "race:*",
 				Attempts: []store.Attempt{{At: time.Unix(int64(i), 0).UTC(), Error: "timeout"}}, NextAt: time.Unix(1000+int64(i), 0).UTC()}
+			if i%3 == 1 {
+				p.Kind, p.ClientID, p.Subscriber = store.KindDurable, owner, "owner-identity"
+				held++
+			}
 			if err := c.PutPending(p); err != nil {
 				t.Fatal(err)
 			}
 			want[p.ID] = true
 		}
+		require.Eventually(t, func() bool { return a.HeldCount(owner) == held }, bound, 20*time.Millisecond, "a counts the messages held for %s", owner)
 		nodes[2].Crash()
 
 		// The bound starts here, not with the test: under load the
 		// subtest before can take most of it.
 		ctx, cancel := context.WithTimeout(t.Context(), bound)
 		defer cancel()
-		var moved [2][]*store.Pending
-		var errs [2]error
+		// a's takeover, b's, and a's TakeHeld.
+		var moved [3][]*store.Pending
+		var errs [3]error
 		var wg sync.WaitGroup
 		for i, st := range []*cluster.Store{a, b} {
 			wg.Go(func() { moved[i], errs[i] = st.TakeOver(ctx, "c") })
 		}
+		wg.Go(func() { moved[2], errs[2] = a.TakeHeld(ctx, owner, func(string) bool { return true }) })
 		wg.Wait()
 		if err := errors.Join(errs[:]...); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("a moved %d, b moved %d", len(moved[0]), len(moved[1]))
+		t.Logf("a took over %d and took %d held, b took over %d", len(moved[0]), len(moved[2]), len(moved[1]))
+		for _, p := range moved[2] {
+			if p.Kind != store.KindDurable || p.ClientID != owner {
+				t.Errorf("TakeHeld took %s, of kind %v for %q", p.ID, p.Kind, p.ClientID)
+			}
+		}
 		seen := map[string]string{}
 		for i, list := range moved {
-			owner := []string{"a", "b"}[i]
+			owner := []string{"a", "b", "a"}[i]
 			for _, p := range list {
 				if prev, ok := seen[p.ID]; ok {
 					t.Errorf("%s moved by %s and %s", p.ID, prev, owner)
@@ -550,6 +568,11 @@ func TestStoreCluster(t *testing.T) {
 			for _, p := range moved[i] {
 				wantIDs = append(wantIDs, p.ID)
 			}
+			if i == 0 {
+				for _, p := range moved[2] {
+					wantIDs = append(wantIDs, p.ID)
+				}
+			}
 			slices.Sort(got)
 			slices.Sort(wantIDs)
 			if !slices.Equal(got, wantIDs) {
@@ -567,9 +590,11 @@ func TestStoreCluster(t *testing.T) {
 			}
 		}
 		require.Eventually(t, func() bool {
-			// The big message is pubA's.
+			// The big message is pubA's, the held ones their
+			// owner's.
 			total, mine, _ := a.PendingUsage("pubR")
-			return total.Entries == entries && mine.Entries == entries-1
+			_, owners, _ := a.PendingUsage("owner-identity")
+			return total.Entries == entries && mine.Entries == entries-1-held && owners.Entries == held
 		}, bound, 20*time.Millisecond, "the counts hold each entry once")
 		// Nothing is left to take over.
 		if again, err := a.TakeOver(ctx, "c"); err != nil || len(again) != 0 {
