@@ -70,7 +70,7 @@ func (n *Node) ClaimClient(ctx context.Context, clientID string, conn uint64) (u
 	cs.byClient[clientID] = c
 	cs.mu.Unlock()
 
-	rev, err := n.clients.Put(ctx, clientKey(clientID), value)
+	rev, err := n.putKey(ctx, bucketClients, clientKey(clientID), value, anyRevision)
 
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -106,9 +106,9 @@ func (n *Node) ReleaseClient(ctx context.Context, clientID string, conn uint64) 
 	cs.mu.Unlock()
 	err := n.quorum()
 	if err == nil {
-		err = n.clients.Delete(ctx, clientKey(clientID), jetstream.LastRevision(c.rev))
+		_, err = n.deleteKey(ctx, bucketClients, clientKey(clientID), c.rev)
 	}
-	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if err != nil && !isWrongRevision(err) {
 		return fmt.Errorf("cluster: release clientId %q of conn %d: %w", clientID, conn, n.explain(err))
 	}
 	return nil

@@ -65,7 +65,7 @@ func (n *Node) compactBucket(ctx context.Context, kv jetstream.KeyValue) error {
 		if op := e.Operation(); op == jetstream.KeyValuePut || e.Created().After(limit) {
 			continue
 		}
-		err := stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+kv.Bucket()+"."+e.Key()), jetstream.WithPurgeSequence(e.Revision()+1))
+		err := stream.Purge(ctx, jetstream.WithPurgeSubject(kvSubject(kv.Bucket(), e.Key())), jetstream.WithPurgeSequence(e.Revision()+1))
 		if err != nil {
 			return err
 		}

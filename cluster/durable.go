@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bub-bus/bub/bus/store"
@@ -48,7 +47,7 @@ func (s *Store) UpdateDurable(clientID string, change func(*store.DurableOwner))
 
 func (s *Store) updateDurable(clientID string, change func(*store.DurableOwner)) (*store.DurableOwner, uint64, error) {
 	key := clientKey(clientID)
-	subject := "$KV." + bucketDurable + "." + key
+	subject := kvSubject(bucketDurable, key)
 	for range durableTries {
 		ctx, cancel, err := s.writeContext()
 		if err != nil {
@@ -69,15 +68,12 @@ func (s *Store) updateDurable(clientID string, change func(*store.DurableOwner))
 		}
 		change(rec)
 		rec.ClientID = clientID
-		m := &nats.Msg{Subject: subject, Header: nats.Header{}}
+		var stored uint64
 		if len(rec.Subscriptions) == 0 && rec.Waker == "" {
-			m.Header.Set(headerKVOperation, "DEL")
-		} else if m.Data, err = store.EncodeDurable(rec); err != nil {
-			cancel()
-			return nil, 0, err
+			stored, err = s.n.deleteKey(ctx, bucketDurable, key, rev)
+		} else if data, err = store.EncodeDurable(rec); err == nil {
+			stored, err = s.n.putKey(ctx, bucketDurable, key, data, rev)
 		}
-		opts := append(rideElections[:len(rideElections):len(rideElections)], jetstream.WithExpectLastSequencePerSubject(rev))
-		ack, err := s.n.js.PublishMsg(ctx, m, opts...)
 		cancel()
 		if isWrongRevision(err) {
 			continue
@@ -85,7 +81,7 @@ func (s *Store) updateDurable(clientID string, change func(*store.DurableOwner))
 		if err != nil {
 			return nil, 0, err
 		}
-		return rec, ack.Sequence, nil
+		return rec, stored, nil
 	}
 	return nil, 0, fmt.Errorf("changed by other nodes %d times in a row", durableTries)
 }

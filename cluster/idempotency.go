@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bub-bus/bub/bus"
@@ -121,8 +122,8 @@ func (s *Store) ReserveIdempotent(identity, key string, now time.Time) (*store.I
 		case rec != nil:
 			// Expired, its TTL not yet applied: removed at the revision
 			// read, so that a key another node records meanwhile stays.
-			err := s.n.idempotency.Delete(ctx, entry, jetstream.LastRevision(rev))
-			if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			_, err := s.n.deleteKey(ctx, bucketIdempotency, entry, rev)
+			if err != nil && !isWrongRevision(err) {
 				return nil, s.n.explain(fmt.Errorf("remove expired idempotency key of %q: %w", identity, err))
 			}
 		}
@@ -138,7 +139,7 @@ func (s *Store) ReserveIdempotent(identity, key string, now time.Time) (*store.I
 func (s *Store) getIdempotent(identity, key string) (*idempotencyRecord, uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	data, rev, err := s.leaderGetSeq(ctx, bucketIdempotency, "$KV."+bucketIdempotency+"."+idempotencyEntry(identity, key))
+	data, rev, err := s.leaderGetSeq(ctx, bucketIdempotency, kvSubject(bucketIdempotency, idempotencyEntry(identity, key)))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, 0, nil
 	}
@@ -169,8 +170,7 @@ func (s *Store) PutIdempotent(identity, key string, rec *store.Idempotent, now t
 	if rev, ok := s.reserved.take(entry); ok {
 		// The client library's Update takes no TTL: the put is made as
 		// it makes it, with one.
-		_, err = s.n.js.Publish(ctx, "$KV."+bucketIdempotency+"."+entry, v,
-			jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+		_, err = s.n.publishKV(ctx, &nats.Msg{Subject: kvSubject(bucketIdempotency, entry), Data: v}, rev, jetstream.WithMsgTTL(ttl))
 	} else {
 		_, err = s.n.idempotency.Create(ctx, entry, v, jetstream.KeyTTL(ttl))
 	}
@@ -191,7 +191,7 @@ func (s *Store) ReleaseIdempotent(identity, key string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := s.n.idempotency.Delete(ctx, entry, jetstream.LastRevision(rev)); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if _, err := s.n.deleteKey(ctx, bucketIdempotency, entry, rev); err != nil && !isWrongRevision(err) {
 		s.n.log.Warn("cluster: idempotency key stays reserved until its reservation ends", "ttl", idempotencyReservation, "err", s.n.explain(err))
 	}
 }

@@ -91,7 +91,7 @@ func (n *Node) startLiveness(ctx context.Context) error {
 		return err
 	}
 	err = n.retryUntil(ctx, "register in "+bucketNodes, 5*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
-		_, err := n.nodes.Put(ctx, n.id, value)
+		_, err := n.putKey(ctx, bucketNodes, n.id, value, anyRevision)
 		return err
 	})
 	if err != nil {
@@ -251,7 +251,7 @@ func (n *Node) removeDeadNode(id string) {
 		ctx, cancel := context.WithTimeout(n.ctx, max(n.opts.NodeTimeout, 20*time.Second))
 		err := n.removeNodeKeys(ctx, id)
 		if err == nil {
-			err = n.nodes.Delete(ctx, id)
+			_, err = n.deleteKey(ctx, bucketNodes, id, anyRevision)
 		}
 		cancel()
 		if err == nil || n.ctx.Err() != nil {
@@ -275,7 +275,7 @@ func (n *Node) removeNodeKeys(ctx context.Context, node string) error {
 	}
 	var errs []error
 	for _, e := range subs {
-		errs = append(errs, deleteAt(ctx, n.subs, e))
+		errs = append(errs, n.deleteAt(ctx, n.subs, e))
 	}
 	clients, err := currentEntries(ctx, n.clients, ">")
 	if err != nil {
@@ -286,7 +286,7 @@ func (n *Node) removeNodeKeys(ctx context.Context, node string) error {
 		var o owner
 		if json.Unmarshal(e.Value(), &o) == nil && o.Node == node {
 			claimed++
-			errs = append(errs, deleteAt(ctx, n.clients, e))
+			errs = append(errs, n.deleteAt(ctx, n.clients, e))
 		}
 	}
 	if len(subs)+claimed > 0 {
@@ -296,9 +296,9 @@ func (n *Node) removeNodeKeys(ctx context.Context, node string) error {
 }
 
 // deleteAt deletes e's key if its revision is still e's.
-func deleteAt(ctx context.Context, kv jetstream.KeyValue, e jetstream.KeyValueEntry) error {
-	err := kv.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision()))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+func (n *Node) deleteAt(ctx context.Context, kv jetstream.KeyValue, e jetstream.KeyValueEntry) error {
+	_, err := n.deleteKey(ctx, kv.Bucket(), e.Key(), e.Revision())
+	if err != nil && !isWrongRevision(err) {
 		return fmt.Errorf("delete %s/%s: %w", kv.Bucket(), e.Key(), err)
 	}
 	return nil

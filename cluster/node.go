@@ -494,7 +494,8 @@ func (n *Node) Close(ctx context.Context) error {
 		removed := n.quorum()
 		n.closed.Store(true)
 		if removed == nil {
-			removed = errors.Join(n.removeNodeKeys(ctx, n.id), n.nodes.Delete(ctx, n.id))
+			_, left := n.deleteKey(ctx, bucketNodes, n.id, anyRevision)
+			removed = errors.Join(n.removeNodeKeys(ctx, n.id), left)
 		}
 		err = errors.Join(
 			removed,

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -330,38 +329,6 @@ func (s *Store) forgetRev(id string) {
 	s.revsMu.Unlock()
 }
 
-// rideElections makes a write wait out a stream with no leader for up to
-// 10 s instead of failing: while a node dies or comes back, JetStream
-// elects new leaders, and a write in between found no one to answer
-// ("no response from stream"); the bus then had nowhere to keep a retry
-// it had to keep (make cluster-test saw messages vanish that way). Only
-// a write nobody received is sent again, so none is stored twice.
-var rideElections = []jetstream.PublishOpt{jetstream.WithRetryAttempts(40), jetstream.WithRetryWait(250 * time.Millisecond)}
-
-// anyRevision is publishKV's over for a write made whatever its key
-// holds; no stream's sequence reaches it.
-const anyRevision = math.MaxUint64
-
-// publishKV writes m, a put or a delete marker of a key of a bucket as
-// the KV layer writes them (ADR-8: a message on $KV.<bucket>.<key>),
-// riding elections, and returns its revision, once a majority has it.
-// It writes only over revision over of the key (0: a key never written,
-// or whose last delete marker was compacted away), failing with
-// isWrongRevision otherwise, unless over is anyRevision. Every write of
-// the node's buckets goes here, so that each rides elections: the KV
-// layer's own writes (Put, Update, Delete) do not.
-func (n *Node) publishKV(ctx context.Context, m *nats.Msg, over uint64) (uint64, error) {
-	opts := rideElections
-	if over != anyRevision {
-		opts = append(opts[:len(opts):len(opts)], jetstream.WithExpectLastSequencePerSubject(over))
-	}
-	ack, err := n.js.PublishMsg(ctx, m, opts...)
-	if err != nil {
-		return 0, err
-	}
-	return ack.Sequence, nil
-}
-
 // putRecord writes v under key, counted against publisher, over
 // revision over (publishKV), and returns its revision.
 func (s *Store) putRecord(ctx context.Context, key, publisher, heldFor string, v []byte, over uint64) (uint64, error) {
@@ -380,22 +347,12 @@ func (s *Store) putRecord(ctx context.Context, key, publisher, heldFor string, v
 
 // deleteRecord deletes key, over revision over (publishKV).
 func (s *Store) deleteRecord(ctx context.Context, key string, over uint64) error {
-	m := &nats.Msg{Subject: kvSubjectPrefix + key, Header: nats.Header{}}
-	m.Header.Set(headerKVOperation, "DEL")
-	rev, err := s.n.publishKV(ctx, m, over)
+	rev, err := s.n.deleteKey(ctx, bucketPending, key, over)
 	if err != nil {
 		return err
 	}
 	s.counts.apply(key, rev, "", "", 0, false, false)
 	return nil
-}
-
-// isWrongRevision reports whether err is JetStream's refusal of a
-// compare-and-set: replicated streams answer 10164, single ones 10071.
-func isWrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // PutPending stores p under this node, or replaces the entry with p's

@@ -84,31 +84,44 @@ func DurableKey(clientID, pattern string) string {
 // owner's key (DurableKey), Node and Conn as given: a connection of this
 // node, or Node "" while the owner is away. last > 0 writes only over
 // that revision: a write based on what another node replaced since fails
-// with ErrRevisionChanged, and writes nothing.
+// with ErrRevisionChanged, and writes nothing. Like every write of the
+// order it waits out a JetStream election (publishKV): a durable
+// subscription written away while a node dies must not be lost to one.
 func (n *Node) PutDurableSubscription(ctx context.Context, s Subscription, last uint64) (key string, rev uint64, err error) {
 	key = DurableKey(s.ClientID, s.Pattern)
-	if n.closed.Load() {
-		return key, 0, ErrClosed
-	}
 	s.Durable = true
-	value, err := json.Marshal(&s)
+	over := uint64(anyRevision)
+	if last > 0 {
+		over = last
+	}
+	rev, err = n.putSubscription(ctx, key, &s, over)
+	if isWrongRevision(err) {
+		err = ErrRevisionChanged
+	}
 	if err != nil {
 		return key, 0, fmt.Errorf("cluster: put durable subscription %q of %q: %w", s.Pattern, s.ClientID, err)
 	}
-	if err = n.quorum(); err == nil {
-		if last > 0 {
-			rev, err = n.subs.Update(ctx, key, value, last)
-		} else {
-			rev, err = n.subs.Put(ctx, key, value)
-		}
-	}
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || isWrongRevision(err) {
-		return key, 0, fmt.Errorf("cluster: put durable subscription %q of %q: %w", s.Pattern, s.ClientID, ErrRevisionChanged)
-	}
-	if err != nil {
-		return key, 0, fmt.Errorf("cluster: put durable subscription %q of %q: %w", s.Pattern, s.ClientID, n.explain(err))
-	}
 	return key, rev, nil
+}
+
+// putSubscription writes s under key in BUB_SUBS, over revision over
+// (publishKV), once this node has a quorum.
+func (n *Node) putSubscription(ctx context.Context, key string, s *Subscription, over uint64) (uint64, error) {
+	if n.closed.Load() {
+		return 0, ErrClosed
+	}
+	value, err := json.Marshal(s)
+	if err != nil {
+		return 0, err
+	}
+	if err := n.quorum(); err != nil {
+		return 0, err
+	}
+	rev, err := n.putKey(ctx, bucketSubs, key, value, over)
+	if err != nil && !isWrongRevision(err) {
+		return 0, n.explain(err)
+	}
+	return rev, err
 }
 
 // parseSubscriptionKey reads node and conn back from a key.
@@ -124,20 +137,10 @@ func parseSubscriptionKey(key string) (node string, conn uint64, ok bool) {
 // a majority of BUB_SUBS's replicas has it. Call Sync with the revision
 // before answering the subscriber, so every node routes with it.
 func (n *Node) PutSubscription(ctx context.Context, s Subscription) (uint64, error) {
-	if n.closed.Load() {
-		return 0, ErrClosed
-	}
 	s.Node = n.id
-	value, err := json.Marshal(&s)
+	rev, err := n.putSubscription(ctx, SubscriptionKey(n.id, s.Conn, s.Pattern), &s, anyRevision)
 	if err != nil {
-		return 0, fmt.Errorf("cluster: put subscription %q: %w", s.Pattern, err)
-	}
-	var rev uint64
-	if err = n.quorum(); err == nil {
-		rev, err = n.subs.Put(ctx, SubscriptionKey(n.id, s.Conn, s.Pattern), value)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("cluster: put subscription %q of conn %d: %w", s.Pattern, s.Conn, n.explain(err))
+		return 0, fmt.Errorf("cluster: put subscription %q of conn %d: %w", s.Pattern, s.Conn, err)
 	}
 	return rev, nil
 }
@@ -157,21 +160,14 @@ func (n *Node) deleteSubscription(ctx context.Context, key string) (uint64, erro
 	if n.closed.Load() {
 		return 0, ErrClosed
 	}
-	// jetstream.KeyValue.Delete does not return the revision it wrote,
-	// which Sync needs; the delete marker is published as the KV layer
-	// does it (ADR-8: a message on $KV.<bucket>.<key> with
-	// KV-Operation: DEL), and its ack carries the revision.
-	m := nats.NewMsg("$KV." + bucketSubs + "." + key)
-	m.Header.Set("KV-Operation", "DEL")
-	var ack *jetstream.PubAck
-	err := n.quorum()
-	if err == nil {
-		ack, err = n.js.PublishMsg(ctx, m, rideElections...)
+	if err := n.quorum(); err != nil {
+		return 0, err
 	}
+	rev, err := n.deleteKey(ctx, bucketSubs, key, anyRevision)
 	if err != nil {
 		return 0, n.explain(err)
 	}
-	return ack.Sequence, nil
+	return rev, nil
 }
 
 // subscriptionOrder is the node's side of the order: how far its watcher

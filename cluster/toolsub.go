@@ -24,7 +24,7 @@ func (s *Store) PutToolSubscription(ts *store.ToolSubscription) error {
 		return err
 	}
 	return s.write(func(ctx context.Context) error {
-		_, err := s.n.toolSubs.Put(ctx, ts.Key, v)
+		_, err := s.n.putKey(ctx, bucketToolSubs, ts.Key, v, anyRevision)
 		return err
 	})
 }
@@ -33,7 +33,8 @@ func (s *Store) PutToolSubscription(ts *store.ToolSubscription) error {
 // never used again, so the removal needs no revision.
 func (s *Store) DeleteToolSubscription(key string) error {
 	return s.write(func(ctx context.Context) error {
-		return s.n.toolSubs.Delete(ctx, key)
+		_, err := s.n.deleteKey(ctx, bucketToolSubs, key, anyRevision)
+		return err
 	})
 }
 
@@ -43,7 +44,7 @@ func (s *Store) DeleteToolSubscription(key string) error {
 func (s *Store) GetToolSubscription(key string) (*store.ToolSubscription, error) {
 	ctx, cancel := s.opContext()
 	defer cancel()
-	v, err := s.leaderGet(ctx, bucketToolSubs, "$KV."+bucketToolSubs+"."+key)
+	v, err := s.leaderGet(ctx, bucketToolSubs, kvSubject(bucketToolSubs, key))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
