@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,8 +93,9 @@ func testLogger() *slog.Logger {
 
 // startCluster starts one node per id, each embedding a server routed to
 // all the others, concurrently (each waits for the others' quorum), and
-// closes them at the end of the test.
-func startCluster(t *testing.T, ids []string, deliver func(string) func(context.Context, *cluster.Delivery) ([]byte, error)) ([]*cluster.Node, []*recorder) {
+// closes them at the end of the test. serve, if set, gives each node's
+// Deliver and Journal handlers.
+func startCluster(t *testing.T, ids []string, serve func(id string) cluster.Handler) ([]*cluster.Node, []*recorder) {
 	t.Helper()
 	ports := bustest.FreePorts(t, len(ids))
 	nodes := make([]*cluster.Node, len(ids))
@@ -114,7 +116,13 @@ func startCluster(t *testing.T, ids []string, deliver func(string) func(context.
 			StartTimeout:      bound,
 			Logger:            testLogger(),
 		}
-		h := cluster.Handler{
+		var h cluster.Handler
+		if serve != nil {
+			h = serve(id)
+		}
+		h = cluster.Handler{
+			Deliver:           h.Deliver,
+			Journal:           h.Journal,
 			ApplySubscription: rec.apply,
 			TakenOver: func(clientID string, conn uint64) {
 				rec.mu.Lock()
@@ -126,9 +134,6 @@ func startCluster(t *testing.T, ids []string, deliver func(string) func(context.
 				defer rec.mu.Unlock()
 				rec.down = append(rec.down, node)
 			},
-		}
-		if deliver != nil {
-			h.Deliver = deliver(id)
 		}
 		for j, p := range ports {
 			if j != i {
@@ -179,6 +184,21 @@ func echo(node string) func(context.Context, *cluster.Delivery) ([]byte, error) 
 	}
 }
 
+// searched is a Journal handler that answers with what it was asked, or
+// fails or hangs on request.
+func searched(node string) func(context.Context, []byte) ([]byte, error) {
+	return func(ctx context.Context, req []byte) ([]byte, error) {
+		switch string(req) {
+		case "fail":
+			return nil, errors.New("no such page")
+		case "hang":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return fmt.Appendf(nil, "%s searched %s", node, req), nil
+	}
+}
+
 // slowTurn is how long echo takes over a "slow" request.
 const slowTurn = 500 * time.Millisecond
 
@@ -188,7 +208,9 @@ const slowTurn = 500 * time.Millisecond
 // subtest kills a node.
 func TestCluster(t *testing.T) {
 	ids := []string{"a", "b", "c"}
-	nodes, recs := startCluster(t, ids, echo)
+	nodes, recs := startCluster(t, ids, func(id string) cluster.Handler {
+		return cluster.Handler{Deliver: echo(id), Journal: searched(id)}
+	})
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	ctx := t.Context()
 
@@ -347,6 +369,30 @@ func TestCluster(t *testing.T) {
 		d.Payload = []byte("hang")
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, err = a.Deliver(short, "c", d)
+		cancel()
+		if !errors.Is(err, cluster.ErrDeliveryTimeout) {
+			t.Errorf("handler that never answers: %v, want ErrDeliveryTimeout", err)
+		}
+	})
+
+	t.Run("journal", func(t *testing.T) {
+		// Asked and answered as a delivery is.
+		got, err := a.Journal(ctx, "b", []byte("page 1"))
+		if err != nil || string(got) != "b searched page 1" {
+			t.Errorf("journal of b: %q, %v", got, err)
+		}
+		if _, err := a.Journal(ctx, "zz", []byte("page 1")); !errors.Is(err, cluster.ErrNodeGone) {
+			t.Errorf("of a node that does not exist: %v, want ErrNodeGone", err)
+		}
+		if _, err := a.Journal(ctx, "a.b", []byte("page 1")); err == nil || !strings.Contains(err.Error(), "not a node id") {
+			t.Errorf("of a malformed node id: %v", err)
+		}
+		_, err = c.Journal(ctx, "a", []byte("fail"))
+		if !errors.Is(err, cluster.ErrJournalFailed) || !strings.Contains(err.Error(), "no such page") {
+			t.Errorf("handler error: %v, want ErrJournalFailed with its text", err)
+		}
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = a.Journal(short, "c", []byte("hang"))
 		cancel()
 		if !errors.Is(err, cluster.ErrDeliveryTimeout) {
 			t.Errorf("handler that never answers: %v, want ErrDeliveryTimeout", err)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/bub-bus/bub/protocol"
 )
 
 // deliverSubject is where node takes delivery requests. Node ids are
@@ -29,100 +27,20 @@ func deliverSubject(node string) string { return "bub.node." + node + ".deliver"
 // ctx ended first (the node may have died mid-delivery); ErrDeliveryFailed
 // with the handler's error text; ErrClosed after Close.
 func (n *Node) Deliver(ctx context.Context, node string, d *Delivery) ([]byte, error) {
-	if n.closed.Load() {
-		return nil, ErrClosed
-	}
-	if !protocol.ValidNodeID(node) {
-		return nil, fmt.Errorf("cluster: deliver to node %q: not a node id", node)
-	}
-	// Not nats.Conn.Request: it says nothing between sending and the
-	// answer, and the caller's next delivery to the same subscriber must
-	// wait only until this one is sent, not answered.
-	subject, answer, forget := n.replies.expect()
-	defer forget()
-	m := &nats.Msg{Subject: deliverSubject(node), Reply: subject, Data: appendDelivery(nil, d)}
+	m := &nats.Msg{Subject: deliverSubject(node), Data: appendDelivery(nil, d)}
 	if !d.Deadline.IsZero() {
 		left := max(time.Until(d.Deadline).Microseconds(), 0)
 		m.Header = nats.Header{timeLeftHeader: []string{strconv.FormatInt(left, 10)}}
 	}
-	if err := n.nc.PublishMsg(m); err != nil {
-		if errors.Is(err, nats.ErrConnectionClosed) {
-			return nil, fmt.Errorf("%w: deliver to node %s", ErrClosed, node)
-		}
-		return nil, fmt.Errorf("cluster: deliver to node %s (conn %d of %q): %w", node, d.Conn, d.ClientID, err)
-	}
-	if d.Sent != nil {
-		d.Sent()
-	}
-	var resp *nats.Msg
-	select {
-	case resp = <-answer:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: node %s (conn %d of %q): %w", ErrDeliveryTimeout, node, d.Conn, d.ClientID, ctx.Err())
-	}
-	if len(resp.Data) == 0 && resp.Header.Get("Status") == noRespondersStatus {
-		return nil, fmt.Errorf("%w: node %s (conn %d of %q)", ErrNodeGone, node, d.Conn, d.ClientID)
-	}
-	if len(resp.Data) == 0 {
-		return nil, fmt.Errorf("%w: empty response from node %s", ErrBadFrame, node)
-	}
-	switch resp.Data[0] {
-	case responseOK:
-		return resp.Data[1:], nil
-	case responseError:
-		return nil, fmt.Errorf("%w: node %s (conn %d of %q): %s", ErrDeliveryFailed, node, d.Conn, d.ClientID, resp.Data[1:])
-	}
-	return nil, fmt.Errorf("%w: response status %d from node %s", ErrBadFrame, resp.Data[0], node)
+	return n.ask(ctx, node, m, ErrDeliveryFailed, d.Sent, func() string {
+		return fmt.Sprintf("delivery to node %s (conn %d of %q)", node, d.Conn, d.ClientID)
+	})
 }
 
 // timeLeftHeader carries a delivery's Deadline as the microseconds left
 // when it was sent. A header, not a frame field: a node that does not
 // know it ignores it.
 const timeLeftHeader = "Bub-Time-Left-Us"
-
-// noRespondersStatus is the status the NATS server answers a request
-// with when nobody subscribes to its subject (the node is not running).
-const noRespondersStatus = "503"
-
-// replies routes the answers to this node's delivery requests to their
-// callers: one subscription to the node's inbox prefix, one channel per
-// request waiting.
-type replies struct {
-	prefix string
-	// mu guards the fields below.
-	mu      sync.Mutex
-	next    uint64
-	waiting map[string]chan *nats.Msg
-}
-
-// expect registers a request: its reply subject, the channel its answer
-// arrives on, and forget, to call once it is no longer waited for.
-func (r *replies) expect() (subject string, answer <-chan *nats.Msg, forget func()) {
-	ch := make(chan *nats.Msg, 1)
-	r.mu.Lock()
-	r.next++
-	token := strconv.FormatUint(r.next, 36)
-	r.waiting[token] = ch
-	r.mu.Unlock()
-	return r.prefix + token, ch, func() {
-		r.mu.Lock()
-		delete(r.waiting, token)
-		r.mu.Unlock()
-	}
-}
-
-// saw hands an answer to the request waiting for it; an answer nobody
-// waits for any more (its caller timed out) is dropped.
-func (r *replies) saw(m *nats.Msg) {
-	token := m.Subject[len(r.prefix):]
-	r.mu.Lock()
-	ch := r.waiting[token]
-	delete(r.waiting, token)
-	r.mu.Unlock()
-	if ch != nil {
-		ch <- m
-	}
-}
 
 // inbound keeps the requests this node handles in order per target
 // connection: a connection's next request goes to the handler once the
@@ -173,7 +91,7 @@ func (n *Node) handleDelivery(m *nats.Msg) {
 	}
 	if err != nil {
 		n.log.Warn("cluster: malformed delivery request", "err", err)
-		_ = m.Respond(append([]byte{responseError}, err.Error()...))
+		respond(m, nil, err)
 		return
 	}
 	in := &n.inbound
@@ -230,7 +148,7 @@ func (n *Node) drainLane(conn uint64, lane *inboundLane) {
 			defer r.d.Written()
 			n.serveDelivery(r)
 		}) {
-			_ = r.m.Respond(append([]byte{responseError}, ErrClosed.Error()...))
+			respond(r.m, nil, ErrClosed)
 			n.failLane(conn, lane)
 			return
 		}
@@ -248,24 +166,16 @@ func (n *Node) failLane(conn uint64, lane *inboundLane) {
 	delete(in.by, conn)
 	in.mu.Unlock()
 	for _, r := range left {
-		_ = r.m.Respond(append([]byte{responseError}, ErrClosed.Error()...))
+		respond(r.m, nil, ErrClosed)
 	}
 }
 
 // serveDelivery runs the Deliver handler for one request and answers it.
 func (n *Node) serveDelivery(r inboundRequest) {
-	var result []byte
-	err := errors.New("this node delivers to no one (no Deliver handler)")
-	if n.handler.Deliver != nil {
-		result, err = n.handler.Deliver(n.ctx, r.d)
-	}
-	if err != nil {
-		_ = r.m.Respond(append([]byte{responseError}, err.Error()...))
+	if n.handler.Deliver == nil {
+		respond(r.m, nil, errors.New("this node delivers to no one (no Deliver handler)"))
 		return
 	}
-	// One allocation for status and result; the result may be large.
-	resp := make([]byte, 1+len(result))
-	resp[0] = responseOK
-	copy(resp[1:], result)
-	_ = r.m.Respond(resp)
+	result, err := n.handler.Deliver(n.ctx, r.d)
+	respond(r.m, result, err)
 }

@@ -14,14 +14,14 @@ var (
 	// ErrClosed is returned by operations on a Node after Close.
 	ErrClosed = bus.ErrClusterClosed
 
-	// ErrNodeGone is returned by Deliver when no node answers on the
-	// target's delivery subject: the node is not running (it died, or
-	// left) or never existed.
+	// ErrNodeGone is returned by Deliver and Journal when no node
+	// answers on the target's subject: the node is not running (it died,
+	// or left) or never existed.
 	ErrNodeGone = bus.ErrNodeGone
 
-	// ErrDeliveryTimeout is returned by Deliver when the target node took
-	// the request but did not answer before the context ended. The node
-	// may also have died while delivering.
+	// ErrDeliveryTimeout is returned by Deliver and Journal when the
+	// target node did not answer before the context ended. The node may
+	// also have died meanwhile.
 	ErrDeliveryTimeout = bus.ErrRemoteTimeout
 
 	// ErrTakenOver is returned by ClaimClient when a claim by another
@@ -35,6 +35,10 @@ var (
 	// ErrDeliveryFailed is returned by Deliver when the target node's
 	// Deliver handler returned an error; its text follows.
 	ErrDeliveryFailed = errors.New("cluster: remote delivery failed")
+
+	// ErrJournalFailed is returned by Journal when the node's Journal
+	// handler returned an error (or it has none); its text follows.
+	ErrJournalFailed = errors.New("cluster: remote journal search failed")
 
 	// ErrSyncTimeout is returned by Sync when some live node did not
 	// confirm a revision in time; the nodes are named.
@@ -51,8 +55,8 @@ var (
 	// "no quorum: 1 of 3 nodes reachable".
 	ErrNoQuorum = errors.New("no quorum")
 
-	// ErrBadFrame is returned when a delivery request or response does
-	// not parse.
+	// ErrBadFrame is returned when a delivery request, or the answer to
+	// a request, does not parse.
 	ErrBadFrame = errors.New("cluster: malformed delivery frame")
 )
 
