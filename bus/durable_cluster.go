@@ -47,6 +47,9 @@ type sharedDurables interface {
 	TakeHeld(ctx context.Context, clientID string, pick func(pattern string) bool) ([]*store.Pending, error)
 	// HeldCount is how many messages the cluster holds for clientID.
 	HeldCount(clientID string) int
+	// TakeBack moves p, held here, back from the node that took it over
+	// while this node was presumed dead.
+	TakeBack(ctx context.Context, p *store.Pending) (bool, error)
 }
 
 // sharedEntry is a durable subscription in the cluster's order, as this
@@ -437,6 +440,25 @@ func (d *durables) goLive(o *owner, c *conn, topics []string) {
 			break
 		}
 	}
+}
+
+// loadHeld is loadMessage for a message held here for an owner that came
+// back. On a cluster, one another node took over while this node was
+// presumed dead (it came back just then) is moved back first, so that it
+// is delivered in its place, not after the others.
+func (s *Server) loadHeld(p *store.Pending) bool {
+	if shared := s.durables.shared; shared != nil && p.ID != "" {
+		err := s.store.LoadMessage(p)
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			if _, err := shared.TakeBack(s.ctx, p); err != nil {
+				s.log.Warn("cluster: could not take back a held message another node took over", "id", p.ID, "err", err)
+			}
+		}
+	}
+	return s.loadMessage(p)
 }
 
 // pull moves the messages other nodes hold for o under the patterns

@@ -339,3 +339,134 @@ func TestDurableClusterNodeDeath(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 }
+
+// TestDurableClusterNodeRestart: a node restarts while two owners of
+// durable subscriptions matching one topic (continueAll, so that each
+// message is held for both) are away, having subscribed on it, with
+// messages held for them on every node, the restarting one included.
+// Their subscriptions survive; the restarted node counts what every node
+// holds for them; one owner comes back to the restarted node, the other
+// to a node that stayed up, and each gets every message once, in order.
+// The node is killed and restarted at once (usually before the others
+// presume it dead: it keeps its held messages), killed and restarted
+// once the others presumed it dead (the acting node took its held
+// messages over), and shut down cleanly (taken over at once; the node
+// leaving is the acting one).
+func TestDurableClusterNodeRestart(t *testing.T) {
+	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	for run, r := range []struct {
+		name string
+		node int
+		// crash kills the node, and presumed waits until the others
+		// presume it dead before it starts again.
+		crash, presumed bool
+	}{
+		{"killed, restarted at once", 1, true, false},
+		{"killed, restarted once presumed dead", 2, true, true},
+		{"shut down cleanly", 0, false, false},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			prefix := fmt.Sprint("dr", run)
+			topic := prefix + ":x"
+			owners := []string{prefix + "-back", prefix + "-there"}
+			// Two patterns: of two subscriptions to one pattern only
+			// the newer is in a chain.
+			patterns := []string{prefix + ":*", topic}
+			for i, id := range owners {
+				owner := bustest.Connect(t, nodes[r.node].URL, id, bustest.Processed)
+				subscribeDurable(t, owner, patterns[i], protocol.PolicyContinueAll)
+				leaveCluster(t, nodes, owner, id, 1)
+			}
+			var ids []string
+			for i := range 6 {
+				n := nodes[i%len(nodes)]
+				p := bustest.Connect(t, n.URL, fmt.Sprintf("%s-pub-%d", prefix, i), nil).Publish(topic, "m")
+				require.Len(t, p.Acks, 2, "publish %d: %+v", i, p)
+				for _, a := range p.Acks {
+					require.True(t, a.Held, "publish %d: ack %+v", i, a)
+				}
+				ids = append(ids, p.MessageID)
+			}
+			for _, id := range owners {
+				heldEverywhere(t, nodes, id, len(ids))
+			}
+
+			if r.crash {
+				bus.Crash(nodes[r.node].Server)
+			}
+			if r.presumed {
+				for i, n := range nodes {
+					if i == r.node {
+						continue
+					}
+					if !assert.Eventually(t, func() bool { return len(bus.LiveNodes(n.Server)) == len(nodes)-1 }, clusterWait, 20*time.Millisecond) {
+						t.Fatalf("node %d never presumed node %d dead: it holds %v live", i, r.node, bus.LiveNodes(n.Server))
+					}
+				}
+			}
+			restarted := bustest.RestartNode(t, nodes, r.node)
+			back := time.Now()
+			// Away, not gone, on every node, the restarted one
+			// counting what every node holds.
+			for _, id := range owners {
+				heldEverywhere(t, nodes, id, len(ids))
+			}
+
+			seen := make([]chan protocol.ProcessMessageParams, len(owners))
+			for i, to := range []*bustest.Server{restarted, nodes[(r.node+2)%len(nodes)]} {
+				seen[i] = make(chan protocol.ProcessMessageParams, 2*len(ids))
+				c := bustest.Connect(t, to.URL, owners[i], attempts(seen[i], protocol.ProcessMessageResult{Processed: true}))
+				subscribeDurable(t, c, patterns[i], protocol.PolicyContinueAll)
+				for j, want := range ids {
+					p := recvWithin(t, seen[i], clusterWait, fmt.Sprintf("%s: held message %d never came", owners[i], j))
+					assert.Equal(t, want, p.MessageID, "%s: delivery %d out of order", owners[i], j)
+				}
+			}
+			t.Logf("%d messages held for each of 2 owners delivered %v after the restart", len(ids), time.Since(back).Round(time.Millisecond))
+
+			// Settled: live on every node, and nothing left in the
+			// store anywhere that could be delivered again.
+			for i, n := range nodes {
+				var seen string
+				settled := assert.Eventually(t, func() bool {
+					seen = ""
+					settled := true
+					for _, id := range owners {
+						subs := listDurable(t, n.URL, id)
+						seen += fmt.Sprintf("%+v; ", subs)
+						settled = settled && len(subs) == 1 && !subs[0].Away && subs[0].Held == 0
+					}
+					pending := metric(t, n, "bub_pending", "")
+					seen += fmt.Sprint("pending ", pending)
+					return settled && pending == 0
+				}, clusterWait, 20*time.Millisecond, "node %s never listed both subscriptions live with nothing pending", n.URL)
+				if !settled {
+					t.Fatalf("node %d, last seen: %s", i, seen)
+				}
+			}
+			// Once: a message published now is the next each owner
+			// gets, and nothing came before it.
+			live := bustest.Connect(t, restarted.URL, prefix+"-pub-live", nil).Publish(topic, "live")
+			require.Len(t, live.Acks, 2, "%+v", live)
+			for _, a := range live.Acks {
+				assert.True(t, a.Processed, "live delivery: %+v", a)
+			}
+			for i := range owners {
+				assert.Equal(t, live.MessageID, recvWithin(t, seen[i], clusterWait, "the live message never came").MessageID, "%s: a message delivered again", owners[i])
+				assert.Empty(t, seen[i], "%s: delivered again", owners[i])
+			}
+		})
+	}
+}
+
+// heldEverywhere waits until every node lists clientID's one durable
+// subscription away, with held messages held for it.
+func heldEverywhere(t *testing.T, nodes []*bustest.Server, clientID string, held int) {
+	t.Helper()
+	for _, n := range nodes {
+		require.Eventually(t, func() bool {
+			subs := listDurable(t, n.URL, clientID)
+			return len(subs) == 1 && subs[0].Away && subs[0].Held == held
+		}, clusterWait, 20*time.Millisecond, "node %s never listed %q's subscription away with %d held", n.URL, clientID, held)
+	}
+}

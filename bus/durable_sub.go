@@ -570,7 +570,7 @@ func (d *durables) finishDrain(o *owner, c *conn) (bool, []string) {
 // settles it as a retry attempt would; it reports false, leaving the
 // message held, when c is gone.
 func (s *Server) deliverHeld(p *store.Pending, c *conn) bool {
-	if !s.loadMessage(p) {
+	if !s.loadHeld(p) {
 		return true
 	}
 	pattern := c.patternFor(p.Subscription, p.Message.Topic)

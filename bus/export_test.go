@@ -184,3 +184,7 @@ func ViaPipeline(o *Options) *Options {
 // frame a read loop would queue: a walk then makes its delivery on a
 // goroutine (walk.go).
 func (c *conn) QueueFull() bool { return !c.out.HasRoom(frameRoom) }
+
+// LiveNodes returns the nodes a cluster node holds live, itself
+// included.
+func LiveNodes(s *Server) []string { return s.cl.cluster.Live() }

@@ -123,7 +123,10 @@ func (s *Store) WatchDurable(ctx context.Context, apply func(clientID string, o 
 // old entry could not be deleted is returned along with the error. It
 // finds them by the watch's index, which may be a moment behind another
 // node's write: a message held that late is delivered by its own node
-// (the owner is live there by then).
+// (the owner is live there by then). One the index has under a node
+// whose entries were taken over meanwhile is looked for under the live
+// nodes, so that the messages a dead node held are in the first batch
+// with the others, in their order.
 func (s *Store) TakeHeld(ctx context.Context, clientID string, pick func(pattern string) bool) ([]*store.Pending, error) {
 	owner := clientKey(clientID)
 	s.counts.mu.Lock()
@@ -160,14 +163,17 @@ func (s *Store) takeHeld(ctx context.Context, key, clientID string, pick func(pa
 		return nil, err
 	}
 	defer cancel()
+	node, id, _ := strings.Cut(key, ".")
 	data, rev, err := s.leaderGetSeq(ctx, bucketPending, kvSubjectPrefix+key)
+	if errors.Is(err, store.ErrNotFound) {
+		key, data, rev, err = s.findTaken(ctx, node, id)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	_, id, _ := strings.Cut(key, ".")
 	p, err := store.DecodeSchedule(id, data)
 	if err != nil {
 		return nil, err
@@ -180,6 +186,55 @@ func (s *Store) takeHeld(ctx context.Context, key, clientID string, pick func(pa
 		return nil, err
 	}
 	return p, err
+}
+
+// findTaken looks for entry id, gone from node's keys, under the other
+// live nodes': a takeover of node keeps the id. store.ErrNotFound when
+// none has it.
+func (s *Store) findTaken(ctx context.Context, node, id string) (key string, data []byte, rev uint64, err error) {
+	for _, other := range s.n.Live() {
+		if other == node || other == s.n.id {
+			continue
+		}
+		key = other + "." + id
+		data, rev, err = s.leaderGetSeq(ctx, bucketPending, kvSubjectPrefix+key)
+		if !errors.Is(err, store.ErrNotFound) {
+			return key, data, rev, err
+		}
+	}
+	return "", nil, 0, store.ErrNotFound
+}
+
+// TakeBack moves p, a message this node held for an away owner, back to
+// this node from the live node that took it over while this node was
+// presumed dead, and reports whether it did: a node that comes back just
+// then, with the owner, delivers it in its place among the others it
+// holds, not after them. A message the other node made a retry meanwhile
+// (its owner was live elsewhere) stays with it.
+func (s *Store) TakeBack(ctx context.Context, p *store.Pending) (bool, error) {
+	ctx, cancel, err := s.writeContextFrom(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer cancel()
+	key, data, rev, err := s.findTaken(ctx, s.n.id, p.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err == nil {
+		var taken *store.Pending
+		if taken, err = store.DecodeSchedule(p.ID, data); err == nil {
+			if taken.Kind != store.KindDurable {
+				return false, nil
+			}
+			var moved bool
+			moved, err = s.moveEntry(ctx, key, taken, data, rev)
+			if err == nil {
+				return moved, nil
+			}
+		}
+	}
+	return false, fmt.Errorf("cluster: take back held message %s: %w", p.ID, s.n.explain(err))
 }
 
 // HeldCount returns how many messages the cluster holds for clientID, an

@@ -36,6 +36,10 @@ type Server struct {
 	Store *store.Store
 	// URL is the WebSocket URL peers dial.
 	URL string
+
+	// start starts a node of a cluster again (RestartNode); nil for a
+	// bus of its own.
+	start func() (*Server, error)
 }
 
 // Start starts a bus with opts on 127.0.0.1 and stops it when the test

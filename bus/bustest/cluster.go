@@ -65,13 +65,20 @@ func StartCluster(t testing.TB, opts *bus.Options, ids ...string) []*Server {
 				co.Routes = append(co.Routes, "nats://127.0.0.1:"+strconv.Itoa(p))
 			}
 		}
-		o.Cluster = cluster.ForBus(co)
-		wg.Go(func() {
-			nodes[i], errs[i] = serve(&o)
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("node %s: %w", id, errs[i])
+		// Each start, the first and any restart, is the same node: its
+		// id, its store and its routes.
+		var start func() (*Server, error)
+		start = func() (*Server, error) {
+			o := o
+			o.Cluster = cluster.ForBus(co)
+			s, err := serve(&o)
+			if err != nil {
+				return nil, fmt.Errorf("node %s: %w", id, err)
 			}
-		})
+			s.start = start
+			return s, nil
+		}
+		wg.Go(func() { nodes[i], errs[i] = start() })
 	}
 	wg.Wait()
 	t.Logf("bustest: cluster %v started in %v", ids, time.Since(started).Round(time.Millisecond))
@@ -90,6 +97,30 @@ func StartCluster(t testing.TB, opts *bus.Options, ids ...string) []*Server {
 		t.Fatalf("bustest: start cluster: %v", err)
 	}
 	return nodes
+}
+
+// RestartNode stops nodes[i], a node of a cluster StartCluster started,
+// and starts it again as the same node (its id, JetStream store and
+// routes), at a new URL. A node the test crashed (bus.Crash) stops at
+// once; one still running shuts down cleanly, leaving the cluster as an
+// operator's restart does. The new node replaces nodes[i], which must
+// be the slice StartCluster returned, so that the cluster's clean-up
+// stops it with the others; it is returned once it serves.
+func RestartNode(t testing.TB, nodes []*Server, i int) *Server {
+	t.Helper()
+	old := nodes[i]
+	if old.start == nil {
+		t.Fatalf("bustest: restart node %d: not a node StartCluster started", i)
+	}
+	began := time.Now()
+	old.stop(ClusterTimeout)
+	s, err := old.start()
+	if err != nil {
+		t.Fatalf("bustest: restart: %v", err)
+	}
+	nodes[i] = s
+	t.Logf("bustest: node %d restarted in %v", i, time.Since(began).Round(time.Millisecond))
+	return s
 }
 
 // FreePorts returns n loopback ports that were free a moment ago, for a
