@@ -467,7 +467,12 @@ func (d *durables) pull(o *owner, c *conn) {
 	s := d.server
 	moved, err := d.shared.TakeHeld(s.ctx, o.id, func(pattern string) bool { return d.deliverable(o, c, pattern) })
 	for _, p := range moved {
-		s.sched.add(p)
+		// One this node held, taken back from the node that took it
+		// over (this node came back just then), may be in the
+		// scheduler still, from the store as this node started.
+		if !s.sched.holdsFor(o.id, p.ID) {
+			s.sched.add(p)
+		}
 	}
 	if err != nil {
 		s.log.Warn("cluster: could not take every message other nodes hold for a durable subscriber; its node delivers the rest, and one taken whose old entry stays may come twice", "client", o.id, "taken", len(moved), "err", err)

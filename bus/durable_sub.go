@@ -895,6 +895,19 @@ func (q *scheduler) takeOwner(clientID string, pick func(pattern string) bool) [
 	return out
 }
 
+// holdsFor reports whether the queue holds the message id for clientID,
+// an owner of durable subscriptions.
+func (q *scheduler) holdsFor(clientID, id string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for e := range q.owners[clientID] {
+		if e.p.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // countOwner counts the messages held for clientID under the patterns
 // pick accepts; the caller may hold durables.mu.
 func (q *scheduler) countOwner(clientID string, pick func(pattern string) bool) int {

@@ -124,17 +124,17 @@ func (s *Store) WatchDurable(ctx context.Context, apply func(clientID string, o 
 // finds them by the watch's index, which may be a moment behind another
 // node's write: a message held that late is delivered by its own node
 // (the owner is live there by then). One the index has under a node
-// whose entries were taken over meanwhile is looked for under the live
-// nodes, so that the messages a dead node held are in the first batch
-// with the others, in their order.
+// whose entries were taken over meanwhile, this one's included (it came
+// back just then), is looked for under the live nodes, so that the
+// messages a dead node held are in the first batch with the others, in
+// their order; one of this node's still under its key is its
+// scheduler's already, and is not returned.
 func (s *Store) TakeHeld(ctx context.Context, clientID string, pick func(pattern string) bool) ([]*store.Pending, error) {
 	owner := clientKey(clientID)
 	s.counts.mu.Lock()
 	var keys []string
 	for key := range s.counts.held[owner] {
-		if !strings.HasPrefix(key, s.n.id+".") {
-			keys = append(keys, key)
-		}
+		keys = append(keys, key)
 	}
 	s.counts.mu.Unlock()
 	slices.Sort(keys)
@@ -156,7 +156,8 @@ func (s *Store) TakeHeld(ctx context.Context, clientID string, pick func(pattern
 }
 
 // takeHeld moves one held message, at key, to this node; nil when it is
-// gone, is not one pick takes, or was not moved (moveEntry).
+// gone, is this node's already, is not one pick takes, or was not moved
+// (moveEntry).
 func (s *Store) takeHeld(ctx context.Context, key, clientID string, pick func(pattern string) bool) (*store.Pending, error) {
 	ctx, cancel, err := s.writeContextFrom(ctx)
 	if err != nil {
@@ -165,8 +166,11 @@ func (s *Store) takeHeld(ctx context.Context, key, clientID string, pick func(pa
 	defer cancel()
 	node, id, _ := strings.Cut(key, ".")
 	data, rev, err := s.leaderGetSeq(ctx, bucketPending, kvSubjectPrefix+key)
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		key, data, rev, err = s.findTaken(ctx, node, id)
+	case err == nil && node == s.n.id:
+		return nil, nil
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil

@@ -113,16 +113,25 @@ func (n *Node) startLiveness(ctx context.Context) error {
 // sawRegistration takes a node registered in BUB_NODES as live, if it
 // is new to this node: it gets a full node timeout to show a heartbeat,
 // however old its entry, since entry times come from other hosts' clocks.
-func (n *Node) sawRegistration(e jetstream.KeyValueEntry, _ bool) {
+// A node this node holds live that registers again restarted before
+// anyone presumed it dead: the watches' consumers its previous run
+// hosted went with it, and the watches start again (watch.go).
+func (n *Node) sawRegistration(e jetstream.KeyValueEntry, initial bool) {
 	if e.Operation() != jetstream.KeyValuePut || e.Key() == n.id || !protocol.ValidNodeID(e.Key()) {
 		return
 	}
 	l := &n.liveness
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, known := l.seen[e.Key()]; !known {
+	_, known := l.seen[e.Key()]
+	if !known {
 		n.log.Info("cluster node registered", "peer", e.Key())
 		l.seen[e.Key()] = time.Now()
+	}
+	l.mu.Unlock()
+	if known && !initial {
+		n.log.Info("cluster node restarted", "peer", e.Key())
+		// Not here: a restart waits for this watch's step to end.
+		n.goFunc(n.restartWatches)
 	}
 }
 
@@ -220,11 +229,9 @@ func (n *Node) checkNodes() {
 // the revisions read, so a node that comes back and writes again keeps
 // its new entries.
 func (n *Node) nodeDown(d down) {
-	if d.presumed {
-		// It may have hosted the watches' consumers (watch.go); the
-		// restart does not hold up the takeover.
-		n.goFunc(n.restartWatches)
-	}
+	// Dead or leaving, it may have hosted the watches' consumers
+	// (watch.go); the restart does not hold up the takeover.
+	n.goFunc(n.restartWatches)
 	acting := n.Acting()
 	n.log.Warn("cluster node down", "peer", d.id, "presumed_dead", d.presumed, "acting", acting)
 	if acting {

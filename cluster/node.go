@@ -338,6 +338,7 @@ func (n *Node) connect(ctx context.Context) (nodes int, err error) {
 		// The node must outlive NATS outages: it reconnects for ever and
 		// its watchers resume where they were.
 		nats.MaxReconnects(-1),
+		nats.ErrorHandler(n.natsError),
 	}
 	if n.opts.URL != "" {
 		if n.opts.CredsFile != "" {

@@ -3,9 +3,11 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -13,10 +15,16 @@ import (
 // node hosting it dies, the watch notices only by its idle heartbeat and
 // then waits for the stream's new leader: the tests measured up to 20 s
 // with nothing applied, meanwhile a subscription made on a surviving node
-// was not routed to, and a hold taken over was not woken. So every watch
-// is started again, from the revision after the last one it applied, as
-// soon as a node is presumed dead (restartWatches); an entry the old and
-// the new watch both deliver is applied once.
+// was not routed to, and a hold taken over was not woken; and when the
+// client library fails to make the consumer again it drops the
+// subscription, and the watch applies nothing more, for ever. (A node
+// was seen applying nothing of BUB_SUBS for 40 s after another node left
+// cleanly or restarted at once, in TestDurableClusterNodeRestart.) So every
+// watch is started again, from the revision after the last one it
+// applied, as soon as a node is presumed dead, leaves, or registers
+// again having restarted, and when the client library reports that it
+// could not make an ordered consumer again (restartWatches); an entry the
+// old and the new watch both deliver is applied once.
 
 // watch applies a bucket's entries, in revision order, for the node's
 // life, and can be started again where it was.
@@ -130,6 +138,24 @@ func (wt *watch) stop() {
 	w := wt.w
 	wt.mu.Unlock()
 	_ = w.Stop()
+}
+
+// orderedConsumerLost is how the client library's error reads when it
+// could not make a watch's ordered consumer again, and dropped its
+// subscription: it has no sentinel for it.
+const orderedConsumerLost = "recreating ordered consumer"
+
+// natsError logs an error the NATS client reports off any call (on a
+// subscription), and starts the watches again when it dropped one.
+func (n *Node) natsError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	var subject string
+	if sub != nil {
+		subject = sub.Subject
+	}
+	n.log.Warn("cluster: NATS reported an error", "subject", subject, "err", err)
+	if strings.Contains(err.Error(), orderedConsumerLost) {
+		n.goFunc(n.restartWatches)
+	}
 }
 
 // restartWatches starts every watch of the node again (see above).
