@@ -41,6 +41,10 @@ type watch struct {
 	w       jetstream.KeyWatcher
 	last    uint64
 	stopped bool
+
+	// restarting makes restarts one at a time: one asked for during
+	// another is made after it.
+	restarting sync.Mutex
 }
 
 // startWatch starts watching kv and returns once the current values are
@@ -102,17 +106,49 @@ func (wt *watch) read(w jetstream.KeyWatcher, initial bool, loaded chan struct{}
 	}
 }
 
+// watchRetry is the pause between tries to start a watch again.
+const watchRetry = time.Second
+
 // restart starts the watch again after the last revision applied and
-// stops the old one; on failure the old one goes on.
+// stops the old one. A try that fails (JetStream electing leaders, as
+// around a node's death or leaving) is made again until one succeeds or
+// the node closes, the old watch going on meanwhile: it may be the one
+// that applies nothing more.
 func (wt *watch) restart() {
-	wt.mu.Lock()
-	from := wt.last + 1
-	wt.mu.Unlock()
-	w, err := wt.kv.WatchAll(wt.n.ctx, jetstream.ResumeFromRevision(from))
-	if err != nil {
-		wt.n.log.Warn("cluster: could not start a watch again; the old one goes on", "bucket", wt.name, "err", err)
-		return
+	wt.restarting.Lock()
+	defer wt.restarting.Unlock()
+	for try := 1; ; try++ {
+		wt.mu.Lock()
+		from, stopped := wt.last+1, wt.stopped
+		wt.mu.Unlock()
+		if stopped {
+			return
+		}
+		w, err := wt.kv.WatchAll(wt.n.ctx, jetstream.ResumeFromRevision(from))
+		if err == nil {
+			if try > 1 {
+				wt.n.log.Info("cluster: watch started again", "bucket", wt.name, "tries", try)
+			}
+			wt.replace(w)
+			return
+		}
+		if wt.n.ctx.Err() != nil {
+			return
+		}
+		if try == 1 {
+			wt.n.log.Warn("cluster: could not start a watch again; trying again, the old one going on meanwhile", "bucket", wt.name, "retry_in", watchRetry, "err", err)
+		}
+		select {
+		case <-time.After(watchRetry):
+		case <-wt.n.ctx.Done():
+			return
+		}
 	}
+}
+
+// replace makes w, a watch started again, the watch's, and stops the one
+// it replaces.
+func (wt *watch) replace(w jetstream.KeyWatcher) {
 	wt.mu.Lock()
 	if wt.stopped {
 		// The node closed meanwhile: a watcher left running would keep
@@ -164,6 +200,8 @@ func (n *Node) restartWatches() {
 	watches := append([]*watch(nil), n.watches...)
 	n.watchMu.Unlock()
 	for _, wt := range watches {
-		wt.restart()
+		// Each on its own: one that cannot start again yet does not
+		// hold up the others.
+		n.goFunc(wt.restart)
 	}
 }
