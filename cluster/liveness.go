@@ -113,9 +113,11 @@ func (n *Node) startLiveness(ctx context.Context) error {
 // sawRegistration takes a node registered in BUB_NODES as live, if it
 // is new to this node: it gets a full node timeout to show a heartbeat,
 // however old its entry, since entry times come from other hosts' clocks.
-// A node this node holds live that registers again restarted before
-// anyone presumed it dead: the watches' consumers its previous run
-// hosted went with it, and the watches start again (watch.go).
+// A node that registers while this node runs may have restarted (before
+// anyone presumed it dead, or after it left and before this node
+// handled that): the watches' consumers its previous run hosted went
+// with it, and the watches start again (watch.go). A new node costs a
+// restart for nothing.
 func (n *Node) sawRegistration(e jetstream.KeyValueEntry, initial bool) {
 	if e.Operation() != jetstream.KeyValuePut || e.Key() == n.id || !protocol.ValidNodeID(e.Key()) {
 		return
@@ -128,8 +130,8 @@ func (n *Node) sawRegistration(e jetstream.KeyValueEntry, initial bool) {
 		l.seen[e.Key()] = time.Now()
 	}
 	l.mu.Unlock()
-	if known && !initial {
-		n.log.Info("cluster node restarted", "peer", e.Key())
+	if !initial {
+		n.log.Info("cluster node registered again, or anew", "peer", e.Key(), "was_live", known)
 		// Not here: a restart waits for this watch's step to end.
 		n.goFunc(n.restartWatches)
 	}

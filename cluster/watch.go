@@ -22,7 +22,7 @@ import (
 // cleanly or restarted at once, in TestDurableClusterNodeRestart.) So every
 // watch is started again, from the revision after the last one it
 // applied, as soon as a node is presumed dead, leaves, or registers
-// again having restarted, and when the client library reports that it
+// (it may have restarted unnoticed), and when the client library reports that it
 // could not make an ordered consumer again (restartWatches); an entry the
 // old and the new watch both deliver is applied once.
 
