@@ -399,6 +399,20 @@ func (t *toolSubscriptions) forget(ts *store.ToolSubscription) {
 	t.unindexLocked(ts.Key)
 }
 
+// restore puts back a subscription its final event ended, once the
+// event could not be published. The caller holds its live order.
+func (t *toolSubscriptions) restore(ts *store.ToolSubscription, live *liveToolSub) {
+	if err := t.store.PutToolSubscription(ts); err != nil {
+		t.s.log.Error("tool subscription ended by a final event that could not be published, and not put back: the tool's next event is refused", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID, "err", err)
+		return
+	}
+	live.ended = false
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.indexLocked(ts)
+	t.live[ts.Key] = live
+}
+
 // notifyCancel publishes cancel_tool_call to ts's tool, best effort, and
 // reports whether anyone subscribes there to take it.
 func (t *toolSubscriptions) notifyCancel(ts *store.ToolSubscription) bool {
@@ -480,22 +494,28 @@ func (s *Server) toolEvent(id string, body []byte) (*toolEventAnswer, error) {
 	if live.ended {
 		return nil, gone()
 	}
-	// A final event ends the subscription before it is published, so
-	// that none after it goes through, and again if the publish fails.
+	// A final event ends the subscription before it is published: none
+	// after it goes through, and an agent that lists its subscriptions
+	// once it has the event no longer finds it. A publish that fails
+	// puts it back, so the tool can send the event again.
 	live.ended = ev.Final
+	if ev.Final {
+		if err := t.store.DeleteToolSubscription(ts.Key); err != nil {
+			live.ended = false
+			t.events.WithLabelValues(toolEventFailed).Inc()
+			return nil, protocol.Errorf(protocol.ErrInternal, "end tool subscription with its final event: %v", err)
+		}
+		t.forget(ts)
+	}
 	answer, err := t.publish(live.pub, ts, ev)
 	if err != nil {
-		live.ended = false
+		if ev.Final {
+			t.restore(ts, live)
+		}
 		t.events.WithLabelValues(toolEventFailed).Inc()
 		return nil, err
 	}
 	if ev.Final {
-		if err := t.store.DeleteToolSubscription(ts.Key); err != nil {
-			// Delivered; a restart finds it again, and the tool sends
-			// no event after a final one.
-			s.log.Error("tool subscription ended by its final event, but not removed from the store", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID, "err", err)
-		}
-		t.forget(ts)
 		s.log.Info("tool subscription ended by its final event", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID)
 	}
 	t.events.WithLabelValues(answer.Status).Inc()

@@ -92,6 +92,9 @@ func TestToolSubscriptionEvents(t *testing.T) {
 	p = recvEvent(t, got)
 	require.NoError(t, json.Unmarshal(p.Payload, &ev))
 	assert.True(t, ev.Final)
+	var list protocol.ToolSubscriptionListResult
+	agent.MustCall(protocol.MethodToolSubscriptionList, map[string]any{}, &list)
+	assert.Empty(t, list.Subscriptions, "the final event was delivered before its subscription ended")
 
 	before := metric(t, srv, "bub_tool_events_total", "unknown")
 	a = httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "after", false), nil)
@@ -106,7 +109,6 @@ func TestToolSubscriptionEvents(t *testing.T) {
 		t.Fatalf("an event after the final one was delivered: %s", p.Payload)
 	case <-time.After(200 * time.Millisecond):
 	}
-	var list protocol.ToolSubscriptionListResult
 	agent.MustCall(protocol.MethodToolSubscriptionList, map[string]any{}, &list)
 	assert.Empty(t, list.Subscriptions)
 	assert.Equal(t, float64(3), metric(t, srv, "bub_tool_events_total", "delivered"))
@@ -415,6 +417,32 @@ func TestToolSubscriptionFinalIsLast(t *testing.T) {
 	select {
 	case p := <-got:
 		t.Fatalf("more deliveries than 200s: %s", p.Payload)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestToolSubscriptionFinalRefusedKeepsIt: a final event the bus cannot
+// publish (here the owner's publish rate) leaves the subscription as it
+// was, so the tool can send it again; nothing is delivered.
+func TestToolSubscriptionFinalRefusedKeepsIt(t *testing.T) {
+	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{PublishRate: 0.001, PublishBurst: 1}})
+	agent, got := agentOn(t, srv, "agent-1", "tg:1")
+	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
+	a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "1", false), nil)
+	require.Equal(t, 200, a.status, string(a.body))
+	recvEvent(t, got)
+
+	a = httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "last", true), nil)
+	assert.Equal(t, int64(protocol.CodeRateLimited), a.errorCode(), string(a.body))
+	var list protocol.ToolSubscriptionListResult
+	agent.MustCall(protocol.MethodToolSubscriptionList, map[string]any{}, &list)
+	require.Len(t, list.Subscriptions, 1, "a final event that was refused ended its subscription")
+	assert.Equal(t, "call-1", list.Subscriptions[0].ToolCallID)
+	a = httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "last", true), nil)
+	assert.Equal(t, int64(protocol.CodeRateLimited), a.errorCode(), "the callback was forgotten: %s", a.body)
+	select {
+	case p := <-got:
+		t.Fatalf("a refused event was delivered: %s", p.Payload)
 	case <-time.After(100 * time.Millisecond):
 	}
 }
