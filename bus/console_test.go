@@ -695,15 +695,20 @@ func TestConsoleBCPEvents(t *testing.T) {
 				Channels []struct {
 					Controller    string  `json:"controller"`
 					Reader        string  `json:"reader"`
-					RemainingBits float64 `json:"remainingBits"`
-					Cat2Queries   int     `json:"cat2Queries"`
+					RemainingBits float64 `json:"remaining_bits"`
+					Cat2Queries   int     `json:"cat2_queries"`
 					From          string  `json:"from"`
 				} `json:"channels"`
-				Total  int `json:"total"`
+				Total int `json:"total"`
+				// The names the console's script reads: the
+				// protocol's, as the gateway wrote them.
 				Recent []struct {
-					Kind      string         `json:"kind"`
-					Code      string         `json:"code"`
-					Anomalies map[string]int `json:"anomalies"`
+					Kind         string         `json:"kind"`
+					QueryID      string         `json:"query_id"`
+					Code         string         `json:"code"`
+					AttemptsLeft *int           `json:"attempts_left"`
+					Anomalies    map[string]int `json:"anomalies"`
+					From         string         `json:"from"`
 				} `json:"recent"`
 			}
 			if err := json.Unmarshal(a.body, &got); err != nil || got.Total != 1 || len(got.Channels) != 1 || len(got.Recent) != 2 {
@@ -714,6 +719,9 @@ func TestConsoleBCPEvents(t *testing.T) {
 			}
 			if r := got.Recent; r[0].Kind != "anomaly" || r[0].Anomalies["url"] != 1 || r[1].Kind != "failure" || r[1].Code != "too_many_words" {
 				t.Errorf("recent %+v: want the anomaly, then the failure", r)
+			}
+			if f := got.Recent[1]; f.QueryID != "q-1" || f.AttemptsLeft == nil || *f.AttemptsLeft != 2 || f.Anomalies != nil || f.From != "bcp-gateway" {
+				t.Errorf("failure %+v: want query q-1 with 2 attempts left, no anomalies, from bcp-gateway", f)
 			}
 		})
 	}
