@@ -258,13 +258,7 @@ func BenchmarkFrameReadMem(b *testing.B) {
 		// own copy and its UTF-8 check, with no frame parsed.
 		b.Run("floor/"+fc.name, func(b *testing.B) {
 			var sink frameSink
-			b.SetBytes(int64(fc.size))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := sink.take(bytes.Clone(payload)); err != nil {
-					b.Fatal(err)
-				}
-			}
+			readEach(b, fc.size, func() error { return sink.take(bytes.Clone(payload)) })
 		})
 		b.Run("coder/"+fc.name, func(b *testing.B) {
 			w := &hijackWriter{header: http.Header{}, conn: &replayConn{chunk: chunk}}
@@ -273,24 +267,10 @@ func BenchmarkFrameReadMem(b *testing.B) {
 				b.Fatal(err)
 			}
 			c.SetReadLimit(frameReadLimit)
-			r := &coderReader{ws: c}
-			b.SetBytes(int64(fc.size))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := r.next(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			readEach(b, fc.size, (&coderReader{ws: c}).next)
 		})
 		b.Run("gobwas/"+fc.name, func(b *testing.B) {
-			r := newGobwasReader(&replayConn{chunk: chunk})
-			b.SetBytes(int64(fc.size))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := r.next(); err != nil {
-					b.Fatal(err)
-				}
-			}
+			readEach(b, fc.size, newGobwasReader(&replayConn{chunk: chunk}).next)
 		})
 		b.Run("nbio/"+fc.name, func(b *testing.B) {
 			conn := &replayConn{chunk: chunk}
@@ -305,6 +285,19 @@ func BenchmarkFrameReadMem(b *testing.B) {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// readEach times next, which reads one frame of size bytes, in b's loop;
+// b.Loop stops the timer when it ends, before what the caller does next
+// (waiting for a feeder, say).
+func readEach(b *testing.B, size int, next func() error) {
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := next(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -393,15 +386,7 @@ func BenchmarkFrameReadTCP(b *testing.B) {
 			client := s.dial(b, "/ws")
 			r := &coderReader{ws: <-s.coder}
 			wait := feed(client, chunk, make(chan struct{}))
-			b.SetBytes(int64(fc.size))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				if err := r.next(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
+			readEach(b, fc.size, r.next)
 			wait()
 		})
 		b.Run("gobwas/"+fc.name, func(b *testing.B) {
@@ -410,15 +395,7 @@ func BenchmarkFrameReadTCP(b *testing.B) {
 			b.Cleanup(func() { _ = srv.Close() })
 			r := newGobwasReader(srv)
 			wait := feed(client, chunk, make(chan struct{}))
-			b.SetBytes(int64(fc.size))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				if err := r.next(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
+			readEach(b, fc.size, r.next)
 			wait()
 		})
 		b.Run("nbio/"+fc.name, func(b *testing.B) {

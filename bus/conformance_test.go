@@ -63,8 +63,7 @@ func TestFrames(t *testing.T) {
 			case "":
 				c.NoFrame(200 * time.Millisecond)
 			case "batch":
-				var replies []bustest.Response
-				require.NoError(t, json.Unmarshal(c.Recv(), &replies))
+				replies := c.RecvBatch()
 				byID := map[string]bustest.Response{}
 				for _, r := range replies {
 					byID[string(r.ID)] = r
@@ -181,8 +180,8 @@ func TestBinaryFrameRefused(t *testing.T) {
 	srv := bustest.Start(t, nil)
 	c := bustest.Dial(t, srv.URL)
 	require.NoError(t, c.WS.Write(t.Context(), websocket.MessageBinary, []byte(`{"jsonrpc":"2.0","method":"ping","id":1}`)))
-	var r bustest.Response
-	require.NoError(t, json.Unmarshal(c.Recv(), &r))
+	r := c.RecvResponse()
+	require.NotNil(t, r.Error)
 	assert.Equal(t, int64(protocol.CodeInvalidRequest), r.Error.Code)
 	c.Initialize("binary")
 }
@@ -191,16 +190,14 @@ func TestPing(t *testing.T) {
 	srv := bustest.Start(t, nil)
 	c := bustest.Connect(t, srv.URL, "pinger", nil)
 	c.Send(`{"jsonrpc":"2.0","method":"ping","id":"p"}`)
-	var r struct {
-		ID     string              `json:"id"`
-		Result protocol.PingResult `json:"result"`
-	}
-	require.NoError(t, json.Unmarshal(c.Recv(), &r))
-	assert.Equal(t, "p", r.ID)
-	ts, err := time.Parse(time.RFC3339, r.Result.Timestamp)
+	r := c.RecvResponse()
+	assert.JSONEq(t, `"p"`, string(r.ID))
+	var ping protocol.PingResult
+	require.NoError(t, json.Unmarshal(r.Result, &ping), "ping: %s", r.Result)
+	ts, err := time.Parse(time.RFC3339, ping.Timestamp)
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now(), ts, time.Minute)
-	assert.True(t, strings.HasSuffix(r.Result.Timestamp, "Z"), "timestamp %s is not UTC", r.Result.Timestamp)
+	assert.True(t, strings.HasSuffix(ping.Timestamp, "Z"), "timestamp %s is not UTC", ping.Timestamp)
 }
 
 func TestTakeover(t *testing.T) {

@@ -33,19 +33,10 @@ const (
 )
 
 // consoleBudget is a channel's account, as its last bcp_channel_budget
-// said.
+// said: the gateway's event, its strings clipped, under the protocol's
+// names, so that the console's script reads what the gateway writes.
 type consoleBudget struct {
-	Controller     string  `json:"controller"`
-	Reader         string  `json:"reader"`
-	Event          string  `json:"event"`
-	SpentBits      float64 `json:"spentBits"`
-	RemainingBits  float64 `json:"remainingBits"`
-	BudgetBits     float64 `json:"budgetBits"`
-	Cat2Queries    int     `json:"cat2Queries"`
-	MaxCat2Queries int     `json:"maxCat2Queries,omitempty"`
-	Cat3Queries    int     `json:"cat3Queries"`
-	MaxCat3Queries int     `json:"maxCat3Queries,omitempty"`
-	At             string  `json:"at"`
+	protocol.BCPChannelBudget
 	// heard orders the channels by when this node last heard of them,
 	// for forgetOldestLocked: At is the publisher's text, which neither
 	// sorts as time (RFC 3339 drops trailing zeros) nor can be trusted.
@@ -55,19 +46,15 @@ type consoleBudget struct {
 	From string `json:"from"`
 }
 
-// consoleBCPEvent is a validation failure or an anomaly.
+// consoleBCPEvent is a validation failure or an anomaly: the gateway's
+// event as it came, its strings clipped, under the protocol's names, so
+// that the console's script reads what the gateway writes.
 type consoleBCPEvent struct {
-	Kind           string         `json:"kind"` // failure, anomaly
-	Controller     string         `json:"controller"`
-	Reader         string         `json:"reader"`
-	QueryID        string         `json:"queryId,omitempty"`
-	SubscriptionID string         `json:"subscriptionId,omitempty"`
-	Category       int            `json:"category"`
-	Code           string         `json:"code,omitempty"`
-	AttemptsLeft   *int           `json:"attemptsLeft,omitempty"`
-	Anomalies      map[string]int `json:"anomalies,omitempty"`
-	At             string         `json:"at"`
-	From           string         `json:"from"`
+	protocol.BCPValidationEvent
+	// Kind is the console's word for Type: failure, anomaly.
+	Kind string `json:"kind"`
+	// From is the clientId that published it.
+	From string `json:"from"`
 }
 
 // bcpBook is what the console heard of the gateway.
@@ -90,6 +77,13 @@ func clip(s string) string {
 	return s
 }
 
+// clipAll bounds the strings of an event in place.
+func clipAll(fields ...*string) {
+	for _, f := range fields {
+		*f = clip(*f)
+	}
+}
+
 // observe notes the gateway's event among the messages this node routes.
 func (b *bcpBook) observe(m *store.Message) {
 	switch m.Topic {
@@ -103,39 +97,39 @@ func (b *bcpBook) observe(m *store.Message) {
 		if b.channels == nil {
 			b.channels = make(map[string]*consoleBudget)
 		}
-		key := clip(ev.Controller) + "\x00" + clip(ev.Reader)
+		clipAll(&ev.Event, &ev.Controller, &ev.Reader, &ev.At)
+		key := ev.Controller + "\x00" + ev.Reader
 		if b.channels[key] == nil && len(b.channels) >= maxConsoleChannels {
 			b.forgetOldestLocked()
 		}
-		b.channels[key] = &consoleBudget{
-			Controller: clip(ev.Controller), Reader: clip(ev.Reader), Event: clip(ev.Event),
-			SpentBits: ev.SpentBits, RemainingBits: ev.RemainingBits, BudgetBits: ev.BudgetBits,
-			Cat2Queries: ev.Cat2Queries, MaxCat2Queries: ev.MaxCat2Queries, Cat3Queries: ev.Cat3Queries, MaxCat3Queries: ev.MaxCat3Queries,
-			At: clip(ev.At), From: clip(m.From), heard: b.heard,
-		}
+		b.channels[key] = &consoleBudget{BCPChannelBudget: ev, From: clip(m.From), heard: b.heard}
 		b.heard++
 	case protocol.TopicBCPValidation:
 		var ev protocol.BCPValidationEvent
 		if json.Unmarshal(m.Payload, &ev) != nil || ev.Controller == "" || ev.Reader == "" {
 			return
 		}
-		e := consoleBCPEvent{Kind: "failure", Controller: clip(ev.Controller), Reader: clip(ev.Reader), QueryID: clip(ev.QueryID),
-			SubscriptionID: clip(ev.SubscriptionID), Category: ev.Category, Code: clip(ev.Code), AttemptsLeft: ev.AttemptsLeft,
-			At: clip(ev.At), From: clip(m.From)}
+		e := consoleBCPEvent{Kind: "failure", From: clip(m.From)}
 		switch ev.Type {
 		case protocol.TypeBCPValidationFailed:
+			// Anomalies are an anomaly's; a failure's would be kept
+			// unbounded.
+			ev.Anomalies = nil
 		case protocol.TypeBCPAnomaly:
 			e.Kind = "anomaly"
-			e.Anomalies = make(map[string]int, min(len(ev.Anomalies), maxBCPKinds))
+			anomalies := make(map[string]int, min(len(ev.Anomalies), maxBCPKinds))
 			for k, n := range ev.Anomalies {
-				if len(e.Anomalies) == maxBCPKinds {
+				if len(anomalies) == maxBCPKinds {
 					break
 				}
-				e.Anomalies[clip(k)] = n
+				anomalies[clip(k)] = n
 			}
+			ev.Anomalies = anomalies
 		default:
 			return
 		}
+		clipAll(&ev.Controller, &ev.Reader, &ev.QueryID, &ev.SubscriptionID, &ev.Code, &ev.At)
+		e.BCPValidationEvent = ev
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if len(b.recent) < maxConsoleBCPEvents {

@@ -54,14 +54,29 @@ func FuzzConsoleBCPEvent(f *testing.F) {
 		if len(channels) > 1 || len(recent) > 2 {
 			t.Fatalf("one event twice made %d channels and %d events", len(channels), len(recent))
 		}
+		clipped := func(ss ...string) bool {
+			for _, s := range ss {
+				if len(s) > maxBCPField {
+					return false
+				}
+			}
+			return true
+		}
 		for _, c := range channels {
-			if len(c.Controller) > maxBCPField || len(c.Reader) > maxBCPField || len(c.At) > maxBCPField || c.Controller == "" {
+			if !clipped(c.Controller, c.Reader, c.Event, c.At, c.From) || c.Controller == "" || c.Type != protocol.TypeBCPChannelBudget {
 				t.Fatalf("channel %+v", c)
 			}
 		}
 		for _, e := range recent {
-			if len(e.Anomalies) > maxBCPKinds || len(e.Code) > maxBCPField || (e.Kind != "failure" && e.Kind != "anomaly") {
+			if len(e.Anomalies) > maxBCPKinds || !clipped(e.Controller, e.Reader, e.QueryID, e.SubscriptionID, e.Code, e.At, e.From) ||
+				(e.Kind == "failure") != (e.Type == protocol.TypeBCPValidationFailed) || (e.Kind == "anomaly") != (e.Type == protocol.TypeBCPAnomaly) ||
+				(e.Kind == "failure" && e.Anomalies != nil) {
 				t.Fatalf("event %+v", e)
+			}
+			for k := range e.Anomalies {
+				if !clipped(k) {
+					t.Fatalf("anomaly kind of %d bytes", len(k))
+				}
 			}
 		}
 	})

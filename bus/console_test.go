@@ -131,6 +131,30 @@ func (c *consoleClient) post(path, body string) httpAnswer {
 	return c.do(http.MethodPost, path, body, map[string]string{"X-Bub-CSRF": c.csrf, "Content-Type": "application/json"})
 }
 
+// stream opens the event stream at path with the session's cookie and
+// fails the test unless it answers 200 with text/event-stream. Reading
+// it is bounded by bustest.Timeout, so that a stream that does not end
+// fails the read, not the run; it is closed when the test ends.
+func (c *consoleClient) stream(path string) *http.Response {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(c.t.Context(), bustest.Timeout)
+	c.t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.AddCookie(c.cookie)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatalf("stream %s: %v", path, err)
+	}
+	c.t.Cleanup(func() { resp.Body.Close() })
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		c.t.Fatalf("stream %s: %d %s", path, resp.StatusCode, ct)
+	}
+	return resp
+}
+
 func newConsoleClient(t *testing.T, srv *bustest.Server) *consoleClient {
 	return &consoleClient{t: t, http: http.DefaultClient, base: srv.HTTP.URL}
 }
@@ -396,21 +420,7 @@ func TestConsoleStream(t *testing.T) {
 	srv := bustest.Start(t, nil)
 	c := newConsoleClient(t, srv)
 	c.login("")
-	ctx, cancel := context.WithTimeout(t.Context(), bustest.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.HTTP.URL+"/console/api/stream", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.AddCookie(c.cookie)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("Content-Type %q", ct)
-	}
+	resp := c.stream("/console/api/stream")
 	buf := make([]byte, 4096)
 	got := ""
 	for strings.Count(got, "event: sample") < 2 {
@@ -446,10 +456,7 @@ func TestConsoleAgents(t *testing.T) {
 			Event string `json:"event"`
 		}
 		_ = json.Unmarshal([]byte(ev), &e)
-		r := spawner.Call(protocol.MethodSendMessage, map[string]any{"topic": "system:agent." + e.Event, "payload": json.RawMessage(ev)})
-		if r.Error != nil {
-			t.Fatalf("publish %s: %v", e.Event, r.Error)
-		}
+		spawner.MustCall(protocol.MethodSendMessage, map[string]any{"topic": "system:agent." + e.Event, "payload": json.RawMessage(ev)}, nil)
 	}
 	c := newConsoleClient(t, srv)
 	c.login("")
@@ -624,19 +631,7 @@ func TestConsoleMessages(t *testing.T) {
 		t.Errorf("watcher's purge: %d %s", a.status, a.body)
 	}
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.HTTP.URL+"/console/api/events/stream?topic=orders:*", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.AddCookie(c.cookie)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("tail: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
+	resp := c.stream("/console/api/events/stream?topic=orders:*")
 	// The tail starts with the next event: the headers came once the
 	// stream fixed where it starts.
 	tailed := worker.Publish("orders:tailed", "order")
@@ -684,9 +679,7 @@ func TestConsoleBCPEvents(t *testing.T) {
 				{"system:bcp.validation", `{"type":"bcp_anomaly","controller":"main","reader":"researcher","query_id":"q-1","category":2,"anomalies":{"url":1},"at":"2026-01-01T00:00:03Z"}`},
 				{"system:bcp.validation", `{"type":"something_else","controller":"main","reader":"researcher"}`},
 			} {
-				if r := gw.Call(protocol.MethodSendMessage, map[string]any{"topic": p.topic, "payload": json.RawMessage(p.payload)}); r.Error != nil {
-					t.Fatalf("publish on %s: %v", p.topic, r.Error)
-				}
+				gw.MustCall(protocol.MethodSendMessage, map[string]any{"topic": p.topic, "payload": json.RawMessage(p.payload)}, nil)
 			}
 			c := newConsoleClient(t, srv)
 			c.login("")
@@ -695,15 +688,20 @@ func TestConsoleBCPEvents(t *testing.T) {
 				Channels []struct {
 					Controller    string  `json:"controller"`
 					Reader        string  `json:"reader"`
-					RemainingBits float64 `json:"remainingBits"`
-					Cat2Queries   int     `json:"cat2Queries"`
+					RemainingBits float64 `json:"remaining_bits"`
+					Cat2Queries   int     `json:"cat2_queries"`
 					From          string  `json:"from"`
 				} `json:"channels"`
-				Total  int `json:"total"`
+				Total int `json:"total"`
+				// The names the console's script reads: the
+				// protocol's, as the gateway wrote them.
 				Recent []struct {
-					Kind      string         `json:"kind"`
-					Code      string         `json:"code"`
-					Anomalies map[string]int `json:"anomalies"`
+					Kind         string         `json:"kind"`
+					QueryID      string         `json:"query_id"`
+					Code         string         `json:"code"`
+					AttemptsLeft *int           `json:"attempts_left"`
+					Anomalies    map[string]int `json:"anomalies"`
+					From         string         `json:"from"`
 				} `json:"recent"`
 			}
 			if err := json.Unmarshal(a.body, &got); err != nil || got.Total != 1 || len(got.Channels) != 1 || len(got.Recent) != 2 {
@@ -714,6 +712,9 @@ func TestConsoleBCPEvents(t *testing.T) {
 			}
 			if r := got.Recent; r[0].Kind != "anomaly" || r[0].Anomalies["url"] != 1 || r[1].Kind != "failure" || r[1].Code != "too_many_words" {
 				t.Errorf("recent %+v: want the anomaly, then the failure", r)
+			}
+			if f := got.Recent[1]; f.QueryID != "q-1" || f.AttemptsLeft == nil || *f.AttemptsLeft != 2 || f.Anomalies != nil || f.From != "bcp-gateway" {
+				t.Errorf("failure %+v: want query q-1 with 2 attempts left, no anomalies, from bcp-gateway", f)
 			}
 		})
 	}
@@ -726,19 +727,7 @@ func TestConsoleTailEndsWithSession(t *testing.T) {
 	srv := consoleBus(t, nil)
 	c := newConsoleClient(t, srv)
 	c.login("root-token")
-	// Bounded: a tail that does not end fails the read, not the run.
-	ctx, cancel := context.WithTimeout(t.Context(), bustest.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.HTTP.URL+"/console/api/events/stream", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.AddCookie(c.cookie)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("tail: %v %v", resp, err)
-	}
-	defer resp.Body.Close()
+	resp := c.stream("/console/api/events/stream")
 	if a := c.post("/console/api/logout", "{}"); a.status != http.StatusOK {
 		t.Fatalf("logout: %d %s", a.status, a.body)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -78,18 +79,15 @@ func publishBatch(t *testing.T, pub *bustest.Client, topic string, n int, direct
 		reqs[i] = fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"sendMessage","params":{"topic":%q,"payload":{"type":"t"}%s}}`, i, topic, meta)
 	}
 	pub.Send("[" + strings.Join(reqs, ",") + "]")
-	var answers []struct {
-		ID     int
-		Result protocol.SendMessageResult
-		Error  *protocol.Error
-	}
-	require.NoError(t, json.Unmarshal(pub.Recv(), &answers))
+	answers := pub.RecvBatch()
 	require.Len(t, answers, n)
 	results := make([]protocol.SendMessageResult, n)
 	for _, a := range answers {
-		require.Nil(t, a.Error, "publish %d", a.ID)
-		require.Len(t, a.Result.Acks, 1, "publish %d", a.ID)
-		results[a.ID] = a.Result
+		id, err := strconv.Atoi(string(a.ID))
+		require.NoError(t, err, "id %s", a.ID)
+		require.Nil(t, a.Error, "publish %d", id)
+		require.NoError(t, json.Unmarshal(a.Result, &results[id]), "publish %d", id)
+		require.Len(t, results[id].Acks, 1, "publish %d", id)
 	}
 	return results
 }

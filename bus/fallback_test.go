@@ -84,12 +84,7 @@ func TestFallbackRerouteWaitsAsAsked(t *testing.T) {
 	r := pub.Publish("tg:9", "telegram_message")
 	require.Len(t, r.Acks, 1)
 	require.True(t, r.Acks[0].Retrying, "the fallback's ack says the message is kept: %+v", r.Acks[0])
-	var list protocol.DLQListResult
-	require.Eventually(t, func() bool {
-		list = dlqList(t, pub, protocol.DLQListParams{})
-		return len(list.Entries) == 1
-	}, bustest.Timeout, 20*time.Millisecond)
-	d := list.Entries[0]
+	d := onlyDeadLetter(t, pub)
 	assert.Equal(t, protocol.ReasonNoSubscribers, d.Reason)
 	assert.GreaterOrEqual(t, d.DeadAt.Sub(d.FirstAttempt), lifetime, "dead-lettered before the hold lifetime ended")
 
@@ -125,8 +120,7 @@ func TestTwoFallbacksWaitAsAsked(t *testing.T) {
 	}
 	pub := bustest.Connect(t, srv.URL, "bridge", nil)
 	pub.Publish("tg:2", "telegram_message")
-	require.Eventually(t, func() bool { return len(dlqList(t, pub, protocol.DLQListParams{}).Entries) == 1 },
-		bustest.Timeout, 20*time.Millisecond)
+	onlyDeadLetter(t, pub)
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, calls, 2, "both fallbacks are asked")

@@ -133,13 +133,9 @@ func TestNotSentRoutedAgain(t *testing.T) {
 	first.MustCall(protocol.MethodUnsubscribe, protocol.UnsubscribeParams{Topic: "job*"}, nil)
 	close(release)
 
-	var answer struct {
-		Result protocol.SendMessageResult
-		Error  *protocol.Error
-	}
-	require.NoError(t, json.Unmarshal(pub.Recv(), &answer))
-	require.Nil(t, answer.Error)
-	acks := answer.Result.Acks
+	var answer protocol.SendMessageResult
+	pub.RecvResult(&answer)
+	acks := answer.Acks
 	require.Len(t, acks, 2)
 	assert.Equal(t, protocol.Ack{ClientID: "first", Subscription: "job*"}, acks[0])
 	assert.Equal(t, "leaver", acks[1].ClientID)
@@ -164,7 +160,7 @@ func TestNotSentRoutedAgain(t *testing.T) {
 	}).Subscribe("jobs", "")
 	select {
 	case p := <-got:
-		assert.Equal(t, answer.Result.MessageID, p.MessageID)
+		assert.Equal(t, answer.MessageID, p.MessageID)
 	case <-time.After(bustest.Timeout):
 		t.Fatal("the message held again was not routed to the new subscriber")
 	}

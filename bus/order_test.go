@@ -68,9 +68,7 @@ func checkPublisherOrder(t *testing.T, messages int, pubURL string, subURL func(
 		pub.Send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"sendMessage","params":{"topic":"o:t","payload":{"type":"seq","n":%d}},"id":%d}`, n, n))
 	}
 	for range messages {
-		var r bustest.Response
-		require.NoError(t, json.Unmarshal(pub.Recv(), &r))
-		require.Nil(t, r.Error)
+		pub.RecvResult(nil)
 	}
 	wg.Wait()
 	for i, s := range subs {

@@ -433,8 +433,7 @@ func TestFanOutHoldsNoCopyPerWaitingSubscriber(t *testing.T) {
 	runtime.ReadMemStats(&ms)
 	grown := int64(ms.HeapAlloc) - int64(before)
 	close(release)
-	var r bustest.Response
-	require.NoError(t, json.Unmarshal(pub.Recv(), &r))
+	r := pub.RecvResponse()
 	require.Nil(t, r.Error)
 	require.JSONEq(t, `"fan"`, string(r.ID))
 	// A few copies in flight are fine (the walk's own, frames being

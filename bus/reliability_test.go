@@ -49,6 +49,18 @@ func dlqList(t *testing.T, c *bustest.Client, params protocol.DLQListParams) pro
 	return r
 }
 
+// onlyDeadLetter waits until the dead-letter queue holds exactly one
+// entry, as c lists it, and returns it.
+func onlyDeadLetter(t *testing.T, c *bustest.Client) protocol.DeadLetter {
+	t.Helper()
+	var list protocol.DLQListResult
+	require.Eventually(t, func() bool {
+		list = dlqList(t, c, protocol.DLQListParams{})
+		return len(list.Entries) == 1
+	}, bustest.Timeout, 20*time.Millisecond, "one dead letter")
+	return list.Entries[0]
+}
+
 func TestRetryPaths(t *testing.T) {
 	retry := protocol.ProcessMessageResult{ShouldRetry: true, Message: "busy"}
 	ok := protocol.ProcessMessageResult{Processed: true}
@@ -277,12 +289,7 @@ func TestHeldWaitsForItsLifetime(t *testing.T) {
 	next, err := time.Parse(time.RFC3339Nano, r.NextAttempt)
 	require.NoError(t, err)
 	assert.WithinDuration(t, before.Add(lifetime), next, 100*time.Millisecond, "next_attempt is the end of the lifetime")
-	var list protocol.DLQListResult
-	require.Eventually(t, func() bool {
-		list = dlqList(t, pub, protocol.DLQListParams{})
-		return len(list.Entries) == 1
-	}, bustest.Timeout, 20*time.Millisecond)
-	d := list.Entries[0]
+	d := onlyDeadLetter(t, pub)
 	assert.Equal(t, protocol.ReasonNoSubscribers, d.Reason)
 	assert.Empty(t, d.ClientID)
 	assert.GreaterOrEqual(t, d.DeadAt.Sub(before), lifetime)
@@ -336,13 +343,9 @@ func TestHoldLifetimeCountsFromThePublish(t *testing.T) {
 
 	srv := bustest.Start(t, &bus.Options{Store: st, HoldLifetime: time.Hour})
 	pub := bustest.Connect(t, srv.URL, "pub", nil)
-	var list protocol.DLQListResult
-	require.Eventually(t, func() bool {
-		list = dlqList(t, pub, protocol.DLQListParams{})
-		return len(list.Entries) == 1
-	}, bustest.Timeout, 20*time.Millisecond)
-	assert.Equal(t, "old-1", list.Entries[0].MessageID)
-	assert.Equal(t, protocol.ReasonNoSubscribers, list.Entries[0].Reason)
+	d := onlyDeadLetter(t, pub)
+	assert.Equal(t, "old-1", d.MessageID)
+	assert.Equal(t, protocol.ReasonNoSubscribers, d.Reason)
 	assert.Equal(t, 1, pendingCount(t, srv), "the hold within its lifetime waits on")
 }
 

@@ -1,8 +1,8 @@
 package bus_test
 
 import (
-	"encoding/json"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -49,17 +49,13 @@ func TestRequestsKeepOrder(t *testing.T) {
 		c.Send(f)
 	}
 	for i := range frames {
-		var r struct {
-			ID    int             `json:"id"`
-			Error *protocol.Error `json:"error"`
-		}
-		require.NoError(t, json.Unmarshal(c.Recv(), &r))
-		assert.Equal(t, i+1, r.ID, "answers in the order of the requests")
-		if r.ID == 6 {
+		r := c.RecvResponse()
+		assert.JSONEq(t, strconv.Itoa(i+1), string(r.ID), "answers in the order of the requests")
+		if i+1 == 6 {
 			require.NotNil(t, r.Error, "a second subscribe to burst:a after the first")
 			assert.EqualValues(t, protocol.CodeAlreadySubscribed, r.Error.Code)
 		} else {
-			assert.Nil(t, r.Error, "request %d", r.ID)
+			assert.Nil(t, r.Error, "request %d", i+1)
 		}
 	}
 }

@@ -249,6 +249,61 @@ func (c *Client) Recv() []byte {
 	return nil
 }
 
+// RecvResponse returns the next frame not taken by Call or OnProcess
+// as the JSON-RPC response it must be: the answer to a request written
+// with Send. A frame that is not one (a call or notification from the
+// bus, a batch's array) fails the test, saying what came instead.
+func (c *Client) RecvResponse() Response {
+	c.t.Helper()
+	frame := c.Recv()
+	r, ok := decodeResponse(frame)
+	if !ok {
+		c.t.Fatalf("bustest: want a JSON-RPC response, got %s", frame)
+	}
+	return r
+}
+
+// RecvBatch is RecvResponse for the answer to a batch written with
+// Send: its responses, in the order the bus wrote them.
+func (c *Client) RecvBatch() []Response {
+	c.t.Helper()
+	frame := c.Recv()
+	var raws []json.RawMessage
+	if err := json.Unmarshal(frame, &raws); err != nil {
+		c.t.Fatalf("bustest: want a batch of JSON-RPC responses, got %s", frame)
+	}
+	rs := make([]Response, len(raws))
+	for i, raw := range raws {
+		r, ok := decodeResponse(raw)
+		if !ok {
+			c.t.Fatalf("bustest: want a batch of JSON-RPC responses, got %s in %s", raw, frame)
+		}
+		rs[i] = r
+	}
+	return rs
+}
+
+// RecvResult is RecvResponse that fails the test on an error response
+// and decodes the result into out (if not nil), as MustCall does.
+func (c *Client) RecvResult(out any) {
+	c.t.Helper()
+	c.mustResult("the request sent", c.RecvResponse(), out)
+}
+
+// decodeResponse decodes frame as a JSON-RPC response: an object with
+// an id (null counts: the answer to a request too broken to have one),
+// no method, and a result or an error.
+func decodeResponse(frame []byte) (Response, bool) {
+	var r struct {
+		Response
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(frame, &r) != nil || r.Method != "" || len(r.ID) == 0 || (r.Result == nil && r.Error == nil) {
+		return Response{}, false
+	}
+	return r.Response, true
+}
+
 // RecvWithin is Recv that returns an error instead of failing the test,
 // so that the caller can say which step waited in vain.
 func (c *Client) RecvWithin(d time.Duration) ([]byte, error) {
@@ -332,13 +387,19 @@ func (c *Client) Call(method string, params any) Response {
 // the result into out (if not nil).
 func (c *Client) MustCall(method string, params any, out any) {
 	c.t.Helper()
-	r := c.Call(method, params)
+	c.mustResult(fmt.Sprintf("%s %v", method, params), c.Call(method, params), out)
+}
+
+// mustResult fails the test if r, the answer to what, is an error, and
+// decodes its result into out (if not nil).
+func (c *Client) mustResult(what string, r Response, out any) {
+	c.t.Helper()
 	if r.Error != nil {
-		c.t.Fatalf("bustest: %s %v: error %d: %s", method, params, r.Error.Code, r.Error.Message)
+		c.t.Fatalf("bustest: %s: error %d: %s", what, r.Error.Code, r.Error.Message)
 	}
 	if out != nil {
 		if err := json.Unmarshal(r.Result, out); err != nil {
-			c.t.Fatalf("bustest: %s: decode result %s: %v", method, r.Result, err)
+			c.t.Fatalf("bustest: %s: decode result %s: %v", what, r.Result, err)
 		}
 	}
 }

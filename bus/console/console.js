@@ -601,15 +601,15 @@ async function loadBudgets() {
     (data.total === 1 ? "" : "s") + (data.total > data.channels.length ? ", showing " + data.channels.length : "") + ").";
   const of = (n, max) => n + (max ? " of " + max : "");
   clear($("budget-rows"), ...data.channels.map((c) => el("tr", { "data-channel": c.controller + "/" + c.reader },
-    el("td", { class: "mono" }, c.controller), el("td", { class: "mono" }, c.reader), el("td", { class: "num" }, fmtNum(c.spentBits)),
-    el("td", { class: "num" }, el("span", { class: c.budgetBits > 0 && c.remainingBits < 0.2 * c.budgetBits ? "tag warn" : "" }, fmtNum(c.remainingBits))),
-    el("td", { class: "num" }, fmtNum(c.budgetBits)), el("td", { class: "num" }, of(c.cat2Queries, c.maxCat2Queries)),
-    el("td", { class: "num" }, of(c.cat3Queries, c.maxCat3Queries)), el("td", {}, c.event + " " + fmtTime(c.at)), el("td", { class: "mono" }, c.from))));
+    el("td", { class: "mono" }, c.controller), el("td", { class: "mono" }, c.reader), el("td", { class: "num" }, fmtNum(c.spent_bits)),
+    el("td", { class: "num" }, el("span", { class: c.budget_bits > 0 && c.remaining_bits < 0.2 * c.budget_bits ? "tag warn" : "" }, fmtNum(c.remaining_bits))),
+    el("td", { class: "num" }, fmtNum(c.budget_bits)), el("td", { class: "num" }, of(c.cat2_queries, c.max_cat2_queries)),
+    el("td", { class: "num" }, of(c.cat3_queries, c.max_cat3_queries)), el("td", {}, c.event + " " + fmtTime(c.at)), el("td", { class: "mono" }, c.from))));
   clear($("bcp-events"), ...data.recent.map((e) => el("tr", { "data-kind": e.kind },
     el("td", { class: "nowrap" }, fmtTime(e.at)), el("td", {}, el("span", { class: e.kind === "failure" ? "tag bad" : "tag warn" }, e.kind)),
-    el("td", { class: "mono" }, e.controller), el("td", { class: "mono" }, e.reader), el("td", { class: "mono" }, e.queryId || e.subscriptionId || "–"),
+    el("td", { class: "mono" }, e.controller), el("td", { class: "mono" }, e.reader), el("td", { class: "mono" }, e.query_id || e.subscription_id || "–"),
     el("td", { class: "num" }, e.category),
-    el("td", {}, e.kind === "failure" ? e.code + (e.attemptsLeft !== undefined ? " (" + e.attemptsLeft + " attempts left)" : "")
+    el("td", {}, e.kind === "failure" ? e.code + (e.attempts_left !== undefined ? " (" + e.attempts_left + " attempts left)" : "")
       : Object.entries(e.anomalies || {}).map(([k, n]) => k + " × " + n).join(", ")),
     el("td", { class: "mono" }, e.from))));
 }

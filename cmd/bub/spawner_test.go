@@ -21,18 +21,25 @@ import (
 
 // echoAgentBinary builds examples/echo-agent once for the tests that
 // need it.
-var echoAgentBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "bub-echo-agent-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "echo-agent")
-	out, err := exec.Command("go", "build", "-o", bin, "../../examples/echo-agent").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build echo-agent: %v: %s", err, out)
-	}
-	return bin, nil
-})
+var echoAgentBinary = exampleBinary("echo-agent")
+
+// exampleBinary returns a function that builds examples/NAME the first
+// time it is called, and returns the binary's path (or the build's
+// error) every time.
+func exampleBinary(name string) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		dir, err := os.MkdirTemp("", "bub-"+name+"-")
+		if err != nil {
+			return "", err
+		}
+		bin := filepath.Join(dir, name)
+		out, err := exec.Command("go", "build", "-o", bin, "../../examples/"+name).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("build %s: %v: %s", name, err, out)
+		}
+		return bin, nil
+	})
+}
 
 // process is a long-running bub command whose stdout lines are collected.
 type process struct {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -24,18 +23,7 @@ import (
 
 // timerToolBinary builds examples/timer-tool once for the tests that need
 // it.
-var timerToolBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "bub-timer-tool-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "timer-tool")
-	out, err := exec.Command("go", "build", "-o", bin, "../../examples/timer-tool").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build timer-tool: %v: %s", err, out)
-	}
-	return bin, nil
-})
+var timerToolBinary = exampleBinary("timer-tool")
 
 // startTimerTool runs the timer tool against busURL with its state in
 // state, and stops it when the test ends.

@@ -367,6 +367,43 @@ def test_busy_handlers_answer_should_retry(bus_server: BusServer) -> None:
     run(main())
 
 
+def test_subscription_handler_bound_is_its_own(bus_server: BusServer) -> None:
+    """A subscription with max_concurrent_handlers of its own is not
+    refused while the Bus's shared handlers are all taken, and takes
+    none of them (the spawner's system:client.* events while every
+    shared handler waits for an agent); its own bound is enforced in
+    turn."""
+
+    async def main() -> None:
+        started: asyncio.Queue[str] = asyncio.Queue()
+        release = asyncio.Event()
+
+        async def blocking(d: Delivery) -> Result:
+            await started.put(d.topic)
+            await release.wait()
+            return Result(processed=True)
+
+        async with Bus(bus_server.url, client_id="narrow", max_concurrent_handlers=1) as narrow, Bus(bus_server.url) as pub:
+            await narrow.add_subscription("shared", blocking)
+            await narrow.add_subscription("own", blocking, max_concurrent_handlers=1)
+            shared = asyncio.create_task(pub.send_message("shared", {"type": "t"}))
+            assert await started.get() == "shared"
+            # The shared bound is taken; the subscription with its own
+            # is served all the same.
+            own = asyncio.create_task(pub.send_message("own", {"type": "t"}))
+            got = asyncio.create_task(started.get())
+            await asyncio.wait({got, own}, return_when=asyncio.FIRST_COMPLETED)
+            assert got.done() and got.result() == "own", f"refused while the shared handlers were taken: {own.result().acks if own.done() else None}"
+            # Each bound is full now, and each refuses on its own count.
+            for topic in ("shared", "own"):
+                (ack,) = (await pub.send_message(topic, {"type": "t"})).acks
+                assert ack.retrying and ack.message == "busy: 1 handlers already running", (topic, ack)
+            release.set()
+            assert (await shared).acks[0].processed and (await own).acks[0].processed
+
+    run(main())
+
+
 def test_subscribe_that_timed_out(bus_server: BusServer) -> None:
     """A subscribe whose answer came too late may have been applied: its
     deliveries are answered should_retry rather than lost, and subscribing

@@ -63,6 +63,12 @@ class _Subscription:
     policy: Policy | str | None
     fallback: bool
     durable: bool = False
+    # When positive, this subscription's handlers run on a bound of their
+    # own, apart from the Bus's max_concurrent_handlers; 0 for that
+    # shared bound.
+    max_concurrent_handlers: int = 0
+    # Its handlers running, counted against its own bound.
+    running: set[asyncio.Task[None]] = field(default_factory=set)
 
     def params(self) -> dict[str, Any]:
         p: dict[str, Any] = {"topic": self.pattern}
@@ -134,7 +140,9 @@ class Bus:
       answered as failed [the bus's delivery timeout less a tenth, and
       less at most a second: 29 s of 30 s].
     - max_concurrent_handlers: beyond it a delivery is answered
-      should_retry at once, never queued [64].
+      should_retry at once, never queued; the handlers of a subscription
+      with a bound of its own (subscribe's max_concurrent_handlers) are
+      not counted [64].
     - reconnect: reconnect after a drop [True].
     - reconnect_min, reconnect_max: the backoff's first delay and cap, in
       seconds [0.1, 30].
@@ -184,7 +192,10 @@ class Bus:
         # Serializes subscribe, unsubscribe and re-subscription, so the bus
         # gets patterns in the order _subs lists them.
         self._sub_lock = asyncio.Lock()
+        # Every running handler, for close; _shared holds those counted
+        # against max_concurrent_handlers.
         self._handlers: set[asyncio.Task[None]] = set()
+        self._shared: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._subscribe_errors: list[BaseException] = []
         self._supervisor: asyncio.Task[None] | None = None
@@ -489,8 +500,9 @@ class Bus:
             # handle, so let it propagate.
             self._reply_later(session, request_id, result=Result(message=f"no subscription to {pattern!r} here"))
             return
-        if len(self._handlers) >= self._max_handlers:
-            busy = Result(should_retry=True, retry_after=_BUSY_RETRY_AFTER, message=f"busy: {self._max_handlers} handlers already running")
+        running, bound = (sub.running, sub.max_concurrent_handlers) if sub.max_concurrent_handlers > 0 else (self._shared, self._max_handlers)
+        if len(running) >= bound:
+            busy = Result(should_retry=True, retry_after=_BUSY_RETRY_AFTER, message=f"busy: {bound} handlers already running")
             self._reply_later(session, request_id, result=busy)
             return
         meta = params.get("meta")
@@ -507,8 +519,9 @@ class Bus:
             raw_meta=raw["meta"].encode() if "meta" in raw and isinstance(meta, dict) else None,
         )
         task = asyncio.create_task(self._run_handler(session, request_id, sub, delivery))
-        self._handlers.add(task)
-        task.add_done_callback(self._handlers.discard)
+        for tasks in (self._handlers, running):
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
     def handler_budget(self) -> float:
         """How long a handler may run: handler_timeout, or the bus's
@@ -676,7 +689,15 @@ class Bus:
 
     # --- subscriptions -----------------------------------------------------
 
-    def subscribe(self, pattern: str, *, policy: Policy | str | None = None, fallback: bool = False, durable: bool = False) -> Callable[[H], H]:
+    def subscribe(
+        self,
+        pattern: str,
+        *,
+        policy: Policy | str | None = None,
+        fallback: bool = False,
+        durable: bool = False,
+        max_concurrent_handlers: int = 0,
+    ) -> Callable[[H], H]:
         """A decorator that subscribes pattern (an exact topic, a prefix
         ending in ':' or '-', or a glob; docs/PROTOCOL.md) with the
         decorated async handler::
@@ -693,12 +714,18 @@ class Bus:
         the clientId's rather than the connection's: messages for it are
         held while no connection holds it, and delivered, in order, when it
         is subscribed again (docs/PROTOCOL.md, "Durable subscriptions";
-        the credential needs durable: true)."""
+        the credential needs durable: true). max_concurrent_handlers,
+        when positive, bounds this subscription's handlers running at
+        once on a budget of its own, apart from the Bus's: its deliveries
+        neither take the shared places nor are refused for want of one,
+        which a subscription whose deliveries must get through while the
+        others' handlers block needs (default 0: the Bus's shared
+        bound)."""
 
         def register(handler: H) -> H:
             if pattern in self._subs:
                 raise ValueError(f"subscribe {pattern!r}: this Bus already subscribed to it")
-            sub = _Subscription(pattern, handler, policy, fallback, durable)
+            sub = _Subscription(pattern, handler, policy, fallback, durable, max_concurrent_handlers)
             self._subs[pattern] = sub
             if self._started:
                 task = asyncio.create_task(self._subscribe_in_background(sub))
@@ -733,12 +760,22 @@ class Bus:
             error, self._subscribe_errors = self._subscribe_errors[0], []
             raise error
 
-    async def add_subscription(self, pattern: str, handler: Handler, *, policy: Policy | str | None = None, fallback: bool = False, durable: bool = False) -> None:
+    async def add_subscription(
+        self,
+        pattern: str,
+        handler: Handler,
+        *,
+        policy: Policy | str | None = None,
+        fallback: bool = False,
+        durable: bool = False,
+        max_concurrent_handlers: int = 0,
+    ) -> None:
         """Subscribes pattern with handler now, raising what the bus
         answers (RPCError: -32003 when held already, -32010 outside the
         grant). Raises Disconnected at once while reconnecting: it is not
-        queued. durable is as for subscribe."""
-        sub = _Subscription(pattern, handler, policy, fallback, durable)
+        queued. durable and max_concurrent_handlers are as for
+        subscribe."""
+        sub = _Subscription(pattern, handler, policy, fallback, durable, max_concurrent_handlers)
         self._current()
         async with self._sub_lock:
             session = self._current()
