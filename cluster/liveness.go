@@ -271,12 +271,13 @@ type down struct {
 
 // checkNodes presumes dead the nodes whose heartbeat is older than the
 // node timeout, and handles them with the nodes that left, once this
-// node hears a majority of the nodes (decidesLocked). In a minority it handles none:
-// it cannot tell whether they are gone or it is cut off from them, and
-// handling them would have it remove, once the partition heals, the
-// keys of nodes that ran on all along (a partitioned node did exactly
-// that). They wait, and are handled once a majority is back if they
-// are still silent then; one heard again meanwhile is no longer gone.
+// node hears a majority of the nodes (decidesLocked). In a minority it
+// handles none: it cannot tell whether they are gone or it is cut off
+// from them, and handling them would have it remove, once the partition
+// heals, the keys of nodes that ran on all along (a partitioned node did
+// exactly that). They wait, and are handled once a majority is back if
+// they are still silent then; one heard again meanwhile is no longer
+// gone.
 func (n *Node) checkNodes() {
 	l := &n.liveness
 	now := time.Now()
