@@ -15,6 +15,8 @@ import (
 type owner struct {
 	Node string `json:"node"`
 	Conn uint64 `json:"conn"`
+	// Run is the run of Node that claimed (Node.run).
+	Run string `json:"run,omitempty"`
 }
 
 // clientKey is the BUB_CLIENTS key of a clientId: base64url, because a
@@ -58,7 +60,7 @@ func (n *Node) ClaimClient(ctx context.Context, clientID string, conn uint64) (u
 	if err := n.quorum(); err != nil {
 		return 0, fmt.Errorf("cluster: claim clientId %q for conn %d: %w", clientID, conn, err)
 	}
-	value, err := json.Marshal(owner{Node: n.id, Conn: conn})
+	value, err := json.Marshal(owner{Node: n.id, Conn: conn, Run: n.run})
 	if err != nil {
 		return 0, err
 	}

@@ -36,6 +36,7 @@ type recorder struct {
 	mu        sync.Mutex
 	changes   []cluster.SubscriptionChange
 	takenOver []string // clientId/conn
+	removed   []string // clientId/conn, claims another node removed
 	down      []string
 }
 
@@ -78,6 +79,12 @@ func (r *recorder) takenOverList() []string {
 	return slices.Clone(r.takenOver)
 }
 
+func (r *recorder) removedList() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.removed)
+}
+
 func (r *recorder) downList() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -97,9 +104,19 @@ func testLogger() *slog.Logger {
 // Deliver and Journal handlers.
 func startCluster(t *testing.T, ids []string, serve func(id string) cluster.Handler) ([]*cluster.Node, []*recorder) {
 	t.Helper()
+	nodes, recs, _ := startClusterWith(t, ids, serve, nil)
+	return nodes, recs
+}
+
+// startClusterWith is startCluster with tweak, if set, changing each
+// node's options before it starts; it returns the options too, with
+// which a test starts a node again.
+func startClusterWith(t *testing.T, ids []string, serve func(id string) cluster.Handler, tweak func(id string, o *cluster.Options)) ([]*cluster.Node, []*recorder, []*cluster.Options) {
+	t.Helper()
 	ports := bustest.FreePorts(t, len(ids))
 	nodes := make([]*cluster.Node, len(ids))
 	recs := make([]*recorder, len(ids))
+	allOpts := make([]*cluster.Options, len(ids))
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -116,29 +133,19 @@ func startCluster(t *testing.T, ids []string, serve func(id string) cluster.Hand
 			StartTimeout:      bound,
 			Logger:            testLogger(),
 		}
+		allOpts[i] = opts
 		var h cluster.Handler
 		if serve != nil {
 			h = serve(id)
 		}
-		h = cluster.Handler{
-			Deliver:           h.Deliver,
-			Journal:           h.Journal,
-			ApplySubscription: rec.apply,
-			TakenOver: func(clientID string, conn uint64) {
-				rec.mu.Lock()
-				defer rec.mu.Unlock()
-				rec.takenOver = append(rec.takenOver, fmt.Sprintf("%s/%d", clientID, conn))
-			},
-			NodeDown: func(node string, acting bool) {
-				rec.mu.Lock()
-				defer rec.mu.Unlock()
-				rec.down = append(rec.down, node)
-			},
-		}
+		h = rec.handler(h)
 		for j, p := range ports {
 			if j != i {
 				opts.Routes = append(opts.Routes, "nats://127.0.0.1:"+strconv.Itoa(p))
 			}
+		}
+		if tweak != nil {
+			tweak(id, opts)
 		}
 		wg.Go(func() { nodes[i], errs[i] = cluster.Start(t.Context(), opts, h) })
 	}
@@ -161,7 +168,32 @@ func startCluster(t *testing.T, ids []string, serve func(id string) cluster.Hand
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	return nodes, recs
+	return nodes, recs, allOpts
+}
+
+// handler returns h, with Deliver and Journal as they are, recording
+// what the node's other callbacks hear.
+func (r *recorder) handler(h cluster.Handler) cluster.Handler {
+	return cluster.Handler{
+		Deliver:           h.Deliver,
+		Journal:           h.Journal,
+		ApplySubscription: r.apply,
+		TakenOver: func(clientID string, conn uint64) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.takenOver = append(r.takenOver, fmt.Sprintf("%s/%d", clientID, conn))
+		},
+		ClaimRemoved: func(clientID string, conn uint64) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.removed = append(r.removed, fmt.Sprintf("%s/%d", clientID, conn))
+		},
+		NodeDown: func(node string, acting bool) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.down = append(r.down, node)
+		},
+	}
 }
 
 // echo is a Deliver handler that answers with what it got, or fails,

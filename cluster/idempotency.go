@@ -103,7 +103,7 @@ func (s *Store) ReserveIdempotent(identity, key string, now time.Time) (*store.I
 	defer cancel()
 	// Twice at most: a key found expired is removed, then created.
 	for range 2 {
-		rev, err := s.n.idempotency.Create(ctx, entry, v, jetstream.KeyTTL(idempotencyReservation))
+		rev, err := s.createIdempotent(ctx, entry, v, idempotencyReservation)
 		if err == nil {
 			s.reserved.put(entry, rev)
 			return nil, nil
@@ -129,6 +129,37 @@ func (s *Store) ReserveIdempotent(identity, key string, now time.Time) (*store.I
 		}
 	}
 	return nil, fmt.Errorf("idempotency key of %q changed while it was reserved; try again", identity)
+}
+
+// createIdempotent writes v under entry, with a TTL of ttl, only where
+// the key holds nothing: never written, or ended by a delete or its TTL,
+// whose marker it writes over; else it fails with
+// jetstream.ErrKeyExists. It does what the client library's Create
+// does, but through publishKV, so that it waits out an election as the
+// node's other writes do: the first reservation of a key failed at once
+// while the bucket's stream had no leader, and its publish with it.
+func (s *Store) createIdempotent(ctx context.Context, entry string, v []byte, ttl time.Duration) (uint64, error) {
+	subject := kvSubject(bucketIdempotency, entry)
+	create := func(over uint64) (uint64, error) {
+		rev, err := s.n.publishKV(ctx, &nats.Msg{Subject: subject, Data: v}, over, jetstream.WithMsgTTL(ttl))
+		if isWrongRevision(err) {
+			return 0, jetstream.ErrKeyExists
+		}
+		return rev, err
+	}
+	rev, err := create(0)
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return rev, err
+	}
+	// Written before: over its marker, if the last write is one.
+	_, marker, err := s.leaderGetSeq(ctx, bucketIdempotency, subject)
+	switch {
+	case err == nil:
+		return 0, jetstream.ErrKeyExists
+	case !errors.Is(err, store.ErrNotFound):
+		return 0, err
+	}
+	return create(marker)
 }
 
 // getIdempotent reads identity's key and its revision, expired or not,
@@ -172,7 +203,7 @@ func (s *Store) PutIdempotent(identity, key string, rec *store.Idempotent, now t
 		// it makes it, with one.
 		_, err = s.n.publishKV(ctx, &nats.Msg{Subject: kvSubject(bucketIdempotency, entry), Data: v}, rev, jetstream.WithMsgTTL(ttl))
 	} else {
-		_, err = s.n.idempotency.Create(ctx, entry, v, jetstream.KeyTTL(ttl))
+		_, err = s.createIdempotent(ctx, entry, v, ttl)
 	}
 	if err != nil {
 		return s.n.explain(fmt.Errorf("record idempotency key of %q: %w", identity, err))

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,6 +92,13 @@ type Options struct {
 	// Logger receives the node's and the embedded server's logs.
 	// Default slog.Default().
 	Logger *slog.Logger
+
+	// Tests only (export_test.go). deaf drops the heartbeats of the
+	// peers it names, as a partition would. removing is called before
+	// each try to remove a dead peer's keys, and what it returns with
+	// the try's result.
+	deaf     func(peer string) bool
+	removing func(peer string) (tried func(error))
 }
 
 func (o *Options) setDefaults() error {
@@ -153,7 +161,11 @@ type Node struct {
 	opts    Options
 	handler Handler
 	id      string
-	log     *slog.Logger
+	// run names this run of the node, new at each Start: the keys it
+	// writes carry it, so that the node acting for a previous run,
+	// presumed dead, leaves this run's alone.
+	run string
+	log *slog.Logger
 
 	server *server.Server // nil with an external NATS
 	// serverLog is the embedded server's log, which knows the routes
@@ -258,6 +270,7 @@ func Start(ctx context.Context, opts *Options, h Handler) (*Node, error) {
 		return nil, errors.New("cluster: handler: ApplySubscription is nil")
 	}
 	n.id = n.opts.NodeID
+	n.run = rand.Text()
 	n.log = n.opts.Logger.With("node", n.id)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 
@@ -306,7 +319,7 @@ func (n *Node) start(ctx context.Context) error {
 	// waiting a few seconds would have joined (the cluster test's rolling
 	// restart saw "register in BUB_NODES: nats: no response from stream").
 	err = n.retryUntil(ctx, "remove keys of a previous run", 5*time.Second, 200*time.Millisecond, func(ctx context.Context) error {
-		return n.removeNodeKeys(ctx, n.id)
+		return n.removeNodeKeys(ctx, n.id, "")
 	})
 	if err != nil {
 		return err
@@ -496,11 +509,11 @@ func (n *Node) Close(ctx context.Context) error {
 		n.closed.Store(true)
 		if removed == nil {
 			_, left := n.deleteKey(ctx, bucketNodes, n.id, anyRevision)
-			removed = errors.Join(n.removeNodeKeys(ctx, n.id), left)
+			removed = errors.Join(n.removeNodeKeys(ctx, n.id, n.run), left)
 		}
 		err = errors.Join(
 			removed,
-			n.nc.Publish(heartbeatSubject(n.id), []byte(beatLeft)),
+			n.heartbeat(beatLeft),
 			n.nc.FlushWithContext(ctx),
 		)
 		if err != nil {

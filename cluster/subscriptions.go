@@ -40,6 +40,14 @@ type Subscription struct {
 	Order uint64 `json:"order,omitempty"`
 }
 
+// storedSubscription is a BUB_SUBS value: the subscription, and the run
+// of Node that wrote it (Node.run) when it is a connection's, so that
+// the node acting for a previous run, presumed dead, leaves it alone.
+type storedSubscription struct {
+	Subscription
+	Run string `json:"run,omitempty"`
+}
+
 // SubscriptionChange is one change of the subscription order, as every
 // node applies it.
 type SubscriptionChange struct {
@@ -110,7 +118,11 @@ func (n *Node) putSubscription(ctx context.Context, key string, s *Subscription,
 	if n.closed.Load() {
 		return 0, ErrClosed
 	}
-	value, err := json.Marshal(s)
+	stored := storedSubscription{Subscription: *s}
+	if s.Node == n.id && !s.Durable {
+		stored.Run = n.run
+	}
+	value, err := json.Marshal(stored)
 	if err != nil {
 		return 0, err
 	}
