@@ -85,6 +85,10 @@ type conn struct {
 	// activity has a lock of its own (activity.go).
 	activity activity
 
+	// end is called once the connection has ended and cleaned up: what
+	// accepted it lets go of it (serveWebSocket).
+	end func()
+
 	// The keepalive schedule (keepalive.go), guarded by pinger.mu.
 	pingPrev, pingNext *conn
 	pingDue            time.Duration
@@ -110,14 +114,36 @@ func (s *Server) newConn(ws *websocket.Conn, out *outbound.Conn, remote string) 
 	return c
 }
 
-// serve runs the connection until it ends; the Server registered it.
-func (c *conn) serve() {
+// serve runs the connection until it ends, then calls end; the Server
+// registered it. Between messages the connection parks
+// (rpcstream.Stream.ParkWhenIdle): no goroutine of the bus waits for an
+// idle peer, and one is started to read on once the peer sends
+// (docs/BENCHMARKS.md, "Idle connection memory").
+func (c *conn) serve(end func()) {
 	s := c.server
 	s.metrics.connections.Inc()
 	c.log.Debug("peer connected")
 
+	c.end = end
+	c.stream.ParkWhenIdle(c.readOn)
 	s.pinger.add(c)
-	c.readLoop()
+	c.run()
+}
+
+// readOn reads on, on a goroutine of its own, once a parked connection's
+// peer has sent, hung up, or the connection was closed.
+func (c *conn) readOn() {
+	c.server.metrics.parked.Dec()
+	c.run()
+}
+
+// run reads until the connection parks, or ends: then it cleans up.
+func (c *conn) run() {
+	if c.readLoop() {
+		c.server.metrics.parked.Inc()
+		return
+	}
+	s := c.server
 	// Out of the router at once, as close and pingLost do: the in-order
 	// runs stopInOrder waits for can take a delivery timeout, and a
 	// message routed to the connection meanwhile could not be written
@@ -126,13 +152,19 @@ func (c *conn) serve() {
 	s.pinger.remove(c)
 	c.stopInOrder()
 	c.cleanup()
+	c.end()
 }
 
-// readLoop hands every request to dispatch until the connection fails.
-// Answers to processMessage calls go to their callers inside the Stream.
-func (c *conn) readLoop() {
+// readLoop hands every request to dispatch until the connection parks
+// (it returns true: the goroutine must leave the connection alone) or
+// fails. Answers to processMessage calls go to their callers inside the
+// Stream.
+func (c *conn) readLoop() (parked bool) {
 	for {
 		req, err := c.stream.ReadRequest()
+		if errors.Is(err, rpcstream.ErrParked) {
+			return true
+		}
 		if err != nil {
 			// websocket has already closed with 1009; without this the
 			// peer's only clue is a dropped connection.
@@ -147,7 +179,7 @@ func (c *conn) readLoop() {
 			// Answers to its calls that failed with it may have been
 			// written in the batch (direct.go).
 			c.out.Batch().Flush()
-			return
+			return false
 		}
 		c.dispatch(req)
 	}

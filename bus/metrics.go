@@ -15,6 +15,7 @@ import (
 type metrics struct {
 	registry         *prometheus.Registry
 	connections      prometheus.Gauge
+	parked           prometheus.Gauge
 	subscriptions    prometheus.Gauge
 	published        *prometheus.CounterVec
 	deliveries       *prometheus.CounterVec
@@ -66,6 +67,9 @@ func newMetrics() *metrics {
 		registry: prometheus.NewRegistry(),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bub_connections", Help: "WebSocket peers connected now.",
+		}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bub_connections_parked", Help: "WebSocket peers connected now whose connection is parked: idle, with no goroutine reading it.",
 		}),
 		subscriptions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bub_subscriptions", Help: "Subscriptions held now.",
@@ -128,7 +132,7 @@ func newMetrics() *metrics {
 			vec.WithLabelValues(v)
 		}
 	}
-	m.registry.MustRegister(m.connections, m.subscriptions, m.published, m.deliveries,
+	m.registry.MustRegister(m.connections, m.parked, m.subscriptions, m.published, m.deliveries,
 		m.deliveryDuration, m.requests, m.closes, build,
 		m.retriesScheduled, m.retryAttempts, m.held, m.deadLettered, m.storeCommit, m.eventsDropped, m.authRefusals, m.panics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

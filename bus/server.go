@@ -589,12 +589,13 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	// memory (docs/BENCHMARKS.md, "Idle connection memory").
 	handedOff = true
 	go func() {
-		defer s.work.Done()
-		defer release()
 		c.startHandshakeTimer()
-		defer c.forgetSlow()
-		defer c.stopHandshakeTimer()
-		c.serve()
+		c.serve(func() {
+			c.stopHandshakeTimer()
+			c.forgetSlow()
+			release()
+			s.work.Done()
+		})
 	}()
 }
 

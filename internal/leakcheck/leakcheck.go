@@ -13,13 +13,15 @@ import (
 )
 
 // Main runs the tests and then waits up to five seconds for every
-// goroutine that is not the runtime's or the test framework's to end;
-// if some do not, it prints their stacks and exits non-zero. Call it from
-// TestMain.
-func Main(m *testing.M) {
+// goroutine that is not the runtime's or the test framework's to end,
+// and for every one of also to return nil; if some do not, it prints
+// their stacks (or the errors) and exits non-zero. Call it from
+// TestMain. also checks what outlives tests without a goroutine, such as
+// connections parked with no goroutine reading them.
+func Main(m *testing.M, also ...func() error) {
 	code := m.Run()
 	if code == 0 {
-		if err := check(5 * time.Second); err != nil {
+		if err := check(5*time.Second, also); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
@@ -27,18 +29,30 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-func check(timeout time.Duration) error {
+func check(timeout time.Duration, also []func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		leaked := leaked()
-		if len(leaked) == 0 {
+		err := checkOnce(also)
+		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("leakcheck: %d goroutines outlived the tests:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+			return err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func checkOnce(also []func() error) error {
+	if leaked := leaked(); len(leaked) > 0 {
+		return fmt.Errorf("leakcheck: %d goroutines outlived the tests:\n\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+	}
+	for _, f := range also {
+		if err := f(); err != nil {
+			return fmt.Errorf("leakcheck: %w", err)
+		}
+	}
+	return nil
 }
 
 // benign are stack fragments of goroutines that outlive tests by design.
@@ -53,6 +67,9 @@ var benign = []string{
 	"runtime.goexit0",
 	"runtime/trace.Start",
 	"testing.(*T).Run",
+	// The poller of parked connections lives as long as the process;
+	// what it holds, Main's also checks (outbound.Parked).
+	"outbound.(*poller).run",
 }
 
 func leaked() []string {

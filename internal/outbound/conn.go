@@ -119,12 +119,24 @@ type Conn struct {
 	// handshaking is set on a client's Conn until the upgrade is done:
 	// the HTTP request passes through Write as it is.
 	handshaking atomic.Bool
+	// rmu guards early and reader: the goroutine reading is not always
+	// the same (coder/websocket's Close reads the peer's close frame
+	// itself, and Park may run meanwhile on a goroutine resumed).
+	rmu sync.Mutex
 	// early holds bytes net/http read past the upgrade request; Read
-	// hands them out first. Only the reading goroutine touches it.
+	// hands them out first.
 	early []byte
-	// reader reads the socket in batches (read.go); only the reading
-	// goroutine touches it.
+	// reader reads the socket in batches (read.go).
 	reader batchReader
+	// park is the Conn's state as Park sees it (park.go); parks is set
+	// on a server's Conn that can park.
+	park  parkState
+	parks bool
+	// onPong and onPing are the hooks Accept was given, which Park calls
+	// as coder/websocket would for the frames it answers itself
+	// (takeControl); with onPing set, pings are left to coder/websocket.
+	onPong func(context.Context, []byte)
+	onPing func(context.Context, []byte) bool
 	// now is the writer's non-blocking write (release).
 	now nowWrite
 	// batch holds the Conns the goroutine handling what this Conn reads
@@ -196,6 +208,8 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 		}
 		return nil, nil, err
 	}
+	conn.onPong, conn.onPing = onPong, o.OnPingReceived
+	conn.enablePark()
 	return ws, conn, nil
 }
 
@@ -252,8 +266,10 @@ func tcpUnder(nc net.Conn) *net.TCPConn {
 
 // Read reads from the socket, after the bytes net/http had buffered.
 func (c *Conn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	if len(c.early) > 0 {
-		n := copy(p, c.early)
+		n := c.reader.handOut(p, c.early)
 		c.early = c.early[n:]
 		if len(c.early) == 0 {
 			c.early = nil
@@ -302,6 +318,8 @@ func (c *Conn) writeMessage(typ websocket.MessageType, p []byte, async bool) err
 // the peer sent together, so a reader can tell whether more follow at
 // once. Only the reading goroutine may call it.
 func (c *Conn) Buffered() int {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	return len(c.early) + len(c.reader.ahead)
 }
 
@@ -348,7 +366,9 @@ func (c *Conn) Close() error {
 	c.queued = nil
 	c.room.Broadcast()
 	c.mu.Unlock()
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	c.unpark()
+	return err
 }
 
 // Stats returns how many write calls the socket has taken and how many
@@ -630,6 +650,7 @@ func (c *Conn) fail(err error) {
 	c.room.Broadcast()
 	c.mu.Unlock()
 	_ = c.Conn.Close()
+	c.unpark()
 }
 
 func (c *Conn) failure() error {

@@ -19,7 +19,9 @@ import (
 // there), hands its bytes out to the bufio.Reader above it, and returns
 // the buffer as soon as it is drained: one read call takes everything
 // the peer has sent, up to readAheadSize, and an idle connection holds no
-// buffer of its own (the bufio.Reader's 4 KiB aside).
+// buffer of its own (the bufio.Reader's 512 bytes aside). A Conn that
+// parks (park.go) also hands out no byte past the frame under way
+// (frames.go).
 
 // readAheadSize is the most one read call takes from the socket: 64
 // pipelined requests of 1 KiB, with their frame headers.
@@ -37,10 +39,20 @@ type batchReader struct {
 	buf   *[]byte
 	ahead []byte
 	// readFn is fill as a func value made once, and n and err its
-	// results, so that a read allocates nothing.
-	readFn func(fd uintptr) bool
-	n      int
-	err    error
+	// results, so that a read allocates nothing. With polling set, fill
+	// does not ask to wait when nothing is there: it sets again.
+	readFn  func(fd uintptr) bool
+	n       int
+	err     error
+	polling bool
+	again   bool
+	// pending is the error a poll met (Park), which the next read
+	// returns: the end of the stream is coder/websocket's to see.
+	pending error
+	// bounded is set on a Conn that parks: frames follows what is handed
+	// out, which stops at the end of each frame (frames.go).
+	bounded bool
+	frames  frameCursor
 }
 
 func (r *batchReader) init(socket *net.TCPConn) {
@@ -61,15 +73,26 @@ func (r *batchReader) init(socket *net.TCPConn) {
 // buffer.
 func (r *batchReader) read(p []byte) (int, error) {
 	if len(r.ahead) > 0 {
-		n := copy(p, r.ahead)
+		n := r.handOut(p, r.ahead)
 		r.ahead = r.ahead[n:]
 		if len(r.ahead) == 0 {
 			r.release()
 		}
 		return n, nil
 	}
-	if len(p) >= readAheadSize {
-		return r.readInto(p)
+	if r.pending != nil {
+		return 0, r.pending
+	}
+	if len(p) >= readAheadSize && (!r.bounded || r.frames.left > 0) {
+		if r.bounded {
+			// Within a payload, so that the read takes nothing past it.
+			p = p[:min(int64(len(p)), r.frames.left)]
+		}
+		n, err := r.readInto(p)
+		if r.bounded {
+			r.frames.take(p[:n])
+		}
+		return n, err
 	}
 	r.n, r.err = 0, nil
 	if err := r.raw.Read(r.readFn); err != nil {
@@ -88,8 +111,44 @@ func (r *batchReader) read(p []byte) (int, error) {
 	return r.read(p)
 }
 
+// handOut copies into p what of from may be handed out now, and returns
+// how much that was.
+func (r *batchReader) handOut(p, from []byte) int {
+	n := min(len(p), len(from))
+	if r.bounded {
+		n = r.frames.take(from[:n])
+	}
+	return copy(p, from[:n])
+}
+
+// poll reads what the socket has now into a borrowed buffer, without
+// waiting: it reports whether something came, or the stream ended (then
+// pending is set).
+func (r *batchReader) poll() bool {
+	r.n, r.err, r.polling, r.again = 0, nil, true, false
+	err := r.raw.Read(r.readFn)
+	r.polling = false
+	switch {
+	case err != nil:
+		r.release()
+		r.pending = err
+	case r.err != nil:
+		r.release()
+		r.pending = r.err
+	case r.again:
+		return false
+	case r.n == 0:
+		r.release()
+		r.pending = io.EOF
+	default:
+		r.ahead = (*r.buf)[:r.n]
+	}
+	return true
+}
+
 // fill is the RawConn callback: it borrows a buffer and reads into it,
-// and gives the buffer back and asks to wait when nothing is there yet.
+// and gives the buffer back and asks to wait when nothing is there yet
+// (unless polling).
 func (r *batchReader) fill(fd uintptr) bool {
 	if r.buf == nil {
 		r.buf = readAheadPool.Get().(*[]byte)
@@ -101,7 +160,8 @@ func (r *batchReader) fill(fd uintptr) bool {
 			continue
 		case err == syscall.EAGAIN:
 			r.release()
-			return false
+			r.again = true
+			return r.polling
 		case err != nil:
 			r.err = os.NewSyscallError("read", err)
 			return true

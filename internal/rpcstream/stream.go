@@ -51,6 +51,11 @@ var ErrClosed = errors.New("rpcstream: connection closed")
 // cannot have seen the request.
 var ErrNotSent = errors.New("rpcstream: request not sent")
 
+// ErrParked is returned by ReadRequest when the connection is parked
+// (ParkWhenIdle) instead of waiting for the peer: nothing was read, and
+// the resume function given to ParkWhenIdle reads on.
+var ErrParked = errors.New("rpcstream: connection parked until the peer sends")
+
 // ErrInvalidUTF8 is returned by ReadRequest for a text message that is
 // not valid UTF-8; the Stream has failed the connection with status 1007
 // (invalid frame payload data), as RFC 6455 section 8.1 requires, and
@@ -93,6 +98,9 @@ type Stream struct {
 	// onLate is called for an answer to one of the Stream's calls that
 	// came after the call gave up; set before reading starts.
 	onLate func()
+	// resume, when set, is what a parked connection calls to read on
+	// (ParkWhenIdle); set before reading starts.
+	resume func()
 }
 
 // message is one checked JSON-RPC request; the zero value, with no
@@ -158,6 +166,15 @@ func NewOutbound(ws *websocket.Conn, out *outbound.Conn) *Stream {
 	return s
 }
 
+// ParkWhenIdle makes ReadRequest park the connection when it would wait
+// for the peer (outbound.Conn.Park): ReadRequest then returns ErrParked,
+// the goroutine that called it can end, and resume is called on a new
+// goroutine once the peer sends, hangs up, or the connection is closed;
+// it should call ReadRequest again. The Stream must have been made by
+// NewOutbound over a server's connection (outbound.Accept). Call it
+// before reading starts.
+func (s *Stream) ParkWhenIdle(resume func()) { s.resume = resume }
+
 // maxKeptQueue bounds the queue entries a Stream keeps once its queue
 // is empty.
 const maxKeptQueue = 8
@@ -184,7 +201,8 @@ func (r *Request) Notif() bool { return r.ID == "" }
 // itself and reading on. Its Params are the bytes the peer sent, and its
 // ID a synthetic one that Reply turns back into the peer's. Answers
 // to the Stream's own calls go to their callers; other responses are
-// dropped, as they answer nothing.
+// dropped, as they answer nothing. After ParkWhenIdle, it returns
+// ErrParked rather than wait for the peer.
 func (s *Stream) ReadRequest() (*Request, error) {
 	for {
 		msg, err := s.next()
@@ -226,6 +244,9 @@ var knownMethods = [...]string{
 // waiting fail with ErrClosed.
 func (s *Stream) next() (message, error) {
 	for s.head == len(s.queue) {
+		if s.resume != nil && s.out.Park(s.resume) {
+			return message{}, ErrParked
+		}
 		typ, data, err := s.read()
 		if err != nil {
 			s.failCalls()

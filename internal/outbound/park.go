@@ -1,0 +1,50 @@
+package outbound
+
+// Parking idle connections
+//
+// A goroutine per connection waiting in coder/websocket's Read costs its
+// stack, 4 KiB once the connection has handled a request or two, and an
+// idle connection needs nothing else of it: most of what is left of an
+// idle connection's memory (docs/BENCHMARKS.md, "Idle connection
+// memory"). So the goroutine reading a server's Conn, at the end of each
+// message, parks the Conn instead of waiting (Park): when nothing waits
+// in any buffer above the socket and the socket has nothing either, the
+// socket is handed to a poller of its own (one epoll instance for the
+// process, on Linux; park_linux.go) and the goroutine ends. When the
+// socket turns readable or the peer hangs up, or the Conn is closed by
+// anyone, a new goroutine is started to read on. Pongs to the
+// keepalive's pings (and the peer's pings) are answered by Park itself,
+// so they wake an idle Conn only for as long as that takes.
+//
+// Elsewhere, or on a connection that is not a TCP socket (TLS buffers
+// records above the socket), Park does nothing and the goroutine waits
+// in Read as before.
+
+// Park is called by the goroutine reading c, between two messages, to
+// park c instead of waiting for the next one. It returns false when
+// there is something to read now (or c cannot park): read it. It returns
+// true when c is parked: the caller must return without reading or
+// touching what the reading goroutine owns, and resume is called on a new
+// goroutine once the socket is readable, the peer has hung up, or c is
+// closed; it should read on (and may park again). Before parking, what
+// the batch produced is flushed (Batch), as before any read that may
+// wait.
+func (c *Conn) Park(resume func()) bool {
+	if !c.parks {
+		return false
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	r := &c.reader
+	if len(c.early) > 0 || len(r.ahead) > 0 || r.pending != nil || !r.frames.between() {
+		return false
+	}
+	c.batch.Flush()
+	for r.poll() {
+		c.takeControl()
+		if len(r.ahead) > 0 || r.pending != nil {
+			return false
+		}
+	}
+	return c.parkSocket(resume)
+}
