@@ -22,7 +22,14 @@ import (
 	"github.com/bub-bus/bub/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { leakcheck.Main(m) }
+func TestMain(m *testing.M) {
+	leakcheck.Main(m, func() error {
+		if n := Parked(); n > 0 {
+			return fmt.Errorf("%d Conns are still parked", n)
+		}
+		return nil
+	})
+}
 
 // pipe returns a Conn over one end of a synchronous pipe, whose writes
 // return only once the other end has read them, and that other end.

@@ -36,7 +36,11 @@ func (c *Conn) Park(resume func()) bool {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	r := &c.reader
-	if len(c.early) > 0 || len(r.ahead) > 0 || r.pending != nil || !r.frames.between() {
+	if len(c.early) > 0 || r.pending != nil || !r.frames.between() {
+		return false
+	}
+	c.takeControl()
+	if len(r.ahead) > 0 {
 		return false
 	}
 	c.batch.Flush()
