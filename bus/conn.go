@@ -88,6 +88,8 @@ type conn struct {
 	// end is called once the connection has ended and cleaned up: what
 	// accepted it lets go of it (serveWebSocket).
 	end func()
+	// readOnFn is readOn as a func value made once, for Park.
+	readOnFn func()
 
 	// The keepalive schedule (keepalive.go), guarded by pinger.mu.
 	pingPrev, pingNext *conn
@@ -125,9 +127,22 @@ func (c *conn) serve(end func()) {
 	c.log.Debug("peer connected")
 
 	c.end = end
-	c.stream.ParkWhenIdle(c.readOn)
+	c.readOnFn = c.readOn
+	c.stream.ParkWhenIdle(c.park)
 	s.pinger.add(c)
 	c.run()
+}
+
+// park parks the connection if nothing is there to read (the Stream
+// calls it before each read). Counted first: once parked, the connection
+// may be resumed before Park returns.
+func (c *conn) park() bool {
+	c.server.metrics.parked.Inc()
+	if c.out.Park(c.readOnFn) {
+		return true
+	}
+	c.server.metrics.parked.Dec()
+	return false
 }
 
 // readOn reads on, on a goroutine of its own, once a parked connection's
@@ -140,7 +155,6 @@ func (c *conn) readOn() {
 // run reads until the connection parks, or ends: then it cleans up.
 func (c *conn) run() {
 	if c.readLoop() {
-		c.server.metrics.parked.Inc()
 		return
 	}
 	s := c.server

@@ -1,5 +1,7 @@
 package outbound
 
+import "time"
+
 // Parking idle connections
 //
 // A goroutine per connection waiting in coder/websocket's Read costs its
@@ -8,8 +10,8 @@ package outbound
 // idle connection's memory (docs/BENCHMARKS.md, "Idle connection
 // memory"). So the goroutine reading a server's Conn, at the end of each
 // message, parks the Conn instead of waiting (Park): when nothing waits
-// in any buffer above the socket and the socket has nothing either, the
-// socket is handed to a poller of its own (one epoll instance for the
+// in any buffer above the socket and the socket has had nothing for a
+// moment (parkLinger), the socket is handed to a poller of its own (one epoll instance for the
 // process, on Linux; park_linux.go) and the goroutine ends. When the
 // socket turns readable or the peer hangs up, or the Conn is closed by
 // anyone, a new goroutine is started to read on. Pongs to the
@@ -19,6 +21,15 @@ package outbound
 // Elsewhere, or on a connection that is not a TCP socket (TLS buffers
 // records above the socket), Park does nothing and the goroutine waits
 // in Read as before.
+
+// parkLinger is how long a Conn with nothing to read waits for its peer
+// before it parks. Parking and resuming cost a system call to arm the
+// socket, a wake-up of the poller and a new goroutine whose stack grows
+// again as it reads, about as much again as the message itself at one
+// request in flight; a busy connection's next message comes well within
+// this, so only a connection idle for longer parks, at most 20 times a
+// second. Waiting costs a deadline set and cleared.
+const parkLinger = 50 * time.Millisecond
 
 // Park is called by the goroutine reading c, between two messages, to
 // park c instead of waiting for the next one. It returns false when
@@ -44,11 +55,18 @@ func (c *Conn) Park(resume func()) bool {
 		return false
 	}
 	c.batch.Flush()
-	for r.poll() {
-		c.takeControl()
-		if len(r.ahead) > 0 || r.pending != nil {
-			return false
+	for linger := time.Duration(0); ; {
+		if r.poll(c.socket, linger) {
+			c.takeControl()
+			if len(r.ahead) > 0 || r.pending != nil {
+				return false
+			}
+			linger = 0
+			continue
 		}
+		if linger > 0 {
+			return c.parkSocket(resume)
+		}
+		linger = parkLinger
 	}
-	return c.parkSocket(resume)
 }

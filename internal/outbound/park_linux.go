@@ -29,7 +29,8 @@ import (
 // resumes it.
 
 // parkState is a Conn's part in the poller, guarded by the poller's mu;
-// registered only the goroutine parking touches, under the Conn's rmu.
+// registered and arm's fields only the goroutine parking touches, under
+// the Conn's rmu.
 type parkState struct {
 	// id keys the Conn in the poller's set, in the event's data: 0 until
 	// it first parks.
@@ -40,6 +41,10 @@ type parkState struct {
 	// registered is set once the socket is in the epoll set: the next
 	// Park re-arms it (EPOLL_CTL_MOD).
 	registered bool
+	// armFn is arm's RawConn callback as a func value made once, and
+	// armErr its result, so that parking allocates nothing.
+	armFn  func(fd uintptr)
+	armErr error
 }
 
 // poller is the process's epoll instance for parked sockets.
@@ -170,7 +175,7 @@ func (c *Conn) parkSocket(resume func()) bool {
 	c.park.resume = resume
 	p.parked[c.park.id] = c
 	p.mu.Unlock()
-	if err := c.arm(p); err != nil {
+	if err := c.arm(); err != nil {
 		// The socket is closing. Read on (and meet the error), unless
 		// the close has taken c out already and resumes it.
 		p.mu.Lock()
@@ -184,28 +189,33 @@ func (c *Conn) parkSocket(resume func()) bool {
 
 // arm adds c's socket to the epoll set, or re-arms it, for one event:
 // readable, or hung up (EPOLLHUP and EPOLLERR always count).
-func (c *Conn) arm(p *poller) error {
+func (c *Conn) arm() error {
+	if c.park.armFn == nil {
+		c.park.armFn = c.armSocket
+	}
+	c.park.armErr = nil
+	if err := c.reader.raw.Control(c.park.armFn); err != nil {
+		return err
+	}
+	return c.park.armErr
+}
+
+// armSocket is arm's RawConn callback.
+func (c *Conn) armSocket(fd uintptr) {
 	ev := syscall.EpollEvent{
 		Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT,
 		Fd:     int32(uint32(c.park.id)),
 		Pad:    int32(uint32(c.park.id >> 32)),
 	}
-	var err error
-	cerr := c.reader.raw.Control(func(fd uintptr) {
-		op := syscall.EPOLL_CTL_MOD
-		if !c.park.registered {
-			op = syscall.EPOLL_CTL_ADD
-		}
-		if err = syscall.EpollCtl(p.epfd, op, int(fd), &ev); err == nil {
-			c.park.registered = true
-		} else {
-			err = os.NewSyscallError("epoll_ctl", err)
-		}
-	})
-	if cerr != nil {
-		return cerr
+	op := syscall.EPOLL_CTL_MOD
+	if !c.park.registered {
+		op = syscall.EPOLL_CTL_ADD
 	}
-	return err
+	if err := syscall.EpollCtl(thePoller.epfd, op, int(fd), &ev); err != nil {
+		c.park.armErr = os.NewSyscallError("epoll_ctl", err)
+		return
+	}
+	c.park.registered = true
 }
 
 // unpark marks c closed for parking and, if it is parked, resumes it, so

@@ -119,9 +119,11 @@ func echo(t *testing.T, ws *websocket.Conn, msg string) {
 
 // Idle connections park, with no goroutine reading them, and each one
 // reads on when its peer sends: many at once, round after round, so that
-// a wake-up lost between a request and the arming would show.
+// a wake-up lost between a request and the arming would show; and
+// messages that follow each other closely, which mostly come while the
+// Conn lingers before parking (parkLinger), are all read.
 func TestParkedConnsResumeOnMessage(t *testing.T) {
-	const conns, rounds = 100, 5
+	const conns, rounds, burst = 100, 5, 20
 	s := startParkServer(t, nil, 5*time.Second)
 	clients := make([]*websocket.Conn, conns)
 	for i := range clients {
@@ -135,6 +137,15 @@ func TestParkedConnsResumeOnMessage(t *testing.T) {
 		}
 		wg.Wait()
 	}
+	var wg sync.WaitGroup
+	for i, ws := range clients {
+		wg.Go(func() {
+			for j := range burst {
+				echo(t, ws, fmt.Sprintf("%d:burst %d", i, j))
+			}
+		})
+	}
+	wg.Wait()
 	for _, ws := range clients {
 		require.NoError(t, ws.Close(websocket.StatusNormalClosure, ""))
 	}

@@ -1,11 +1,13 @@
 package outbound
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Reading in batches
@@ -121,13 +123,27 @@ func (r *batchReader) handOut(p, from []byte) int {
 	return copy(p, from[:n])
 }
 
-// poll reads what the socket has now into a borrowed buffer, without
-// waiting: it reports whether something came, or the stream ended (then
-// pending is set).
-func (r *batchReader) poll() bool {
-	r.n, r.err, r.polling, r.again = 0, nil, true, false
+// poll reads what the socket has into a borrowed buffer: what it has now
+// (linger zero), or what comes within linger. It reports whether
+// something came, or the stream ended (then pending is set).
+func (r *batchReader) poll(socket *net.TCPConn, linger time.Duration) bool {
+	r.n, r.err, r.again = 0, nil, false
+	r.polling = linger == 0
+	if linger > 0 {
+		if err := socket.SetReadDeadline(time.Now().Add(linger)); err != nil {
+			r.pending = err
+			return true
+		}
+	}
 	err := r.raw.Read(r.readFn)
 	r.polling = false
+	if linger > 0 {
+		// Cleared, or coder/websocket's next read would meet it.
+		_ = socket.SetReadDeadline(time.Time{})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return false
+		}
+	}
 	switch {
 	case err != nil:
 		r.release()
@@ -164,9 +180,11 @@ func (r *batchReader) fill(fd uintptr) bool {
 			return r.polling
 		case err != nil:
 			r.err = os.NewSyscallError("read", err)
-			return true
+		default:
+			r.n = n
 		}
-		r.n = n
+		// Called again once the socket was readable: again is history.
+		r.again = false
 		return true
 	}
 }

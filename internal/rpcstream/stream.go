@@ -51,9 +51,9 @@ var ErrClosed = errors.New("rpcstream: connection closed")
 // cannot have seen the request.
 var ErrNotSent = errors.New("rpcstream: request not sent")
 
-// ErrParked is returned by ReadRequest when the connection is parked
+// ErrParked is returned by ReadRequest when the connection was parked
 // (ParkWhenIdle) instead of waiting for the peer: nothing was read, and
-// the resume function given to ParkWhenIdle reads on.
+// whoever parked it reads on later.
 var ErrParked = errors.New("rpcstream: connection parked until the peer sends")
 
 // ErrInvalidUTF8 is returned by ReadRequest for a text message that is
@@ -98,9 +98,9 @@ type Stream struct {
 	// onLate is called for an answer to one of the Stream's calls that
 	// came after the call gave up; set before reading starts.
 	onLate func()
-	// resume, when set, is what a parked connection calls to read on
+	// park, when set, is called instead of waiting for the peer
 	// (ParkWhenIdle); set before reading starts.
-	resume func()
+	park func() bool
 }
 
 // message is one checked JSON-RPC request; the zero value, with no
@@ -166,14 +166,13 @@ func NewOutbound(ws *websocket.Conn, out *outbound.Conn) *Stream {
 	return s
 }
 
-// ParkWhenIdle makes ReadRequest park the connection when it would wait
-// for the peer (outbound.Conn.Park): ReadRequest then returns ErrParked,
-// the goroutine that called it can end, and resume is called on a new
-// goroutine once the peer sends, hangs up, or the connection is closed;
-// it should call ReadRequest again. The Stream must have been made by
-// NewOutbound over a server's connection (outbound.Accept). Call it
-// before reading starts.
-func (s *Stream) ParkWhenIdle(resume func()) { s.resume = resume }
+// ParkWhenIdle has ReadRequest call park whenever it would read from the
+// connection, with nothing read and not handed over, so that the
+// connection can be parked instead of waited on (outbound.Conn.Park):
+// when park returns true, ReadRequest returns ErrParked, and the caller
+// reads on, on whatever goroutine, once the connection is resumed. Call
+// it before reading starts.
+func (s *Stream) ParkWhenIdle(park func() bool) { s.park = park }
 
 // maxKeptQueue bounds the queue entries a Stream keeps once its queue
 // is empty.
@@ -244,7 +243,7 @@ var knownMethods = [...]string{
 // waiting fail with ErrClosed.
 func (s *Stream) next() (message, error) {
 	for s.head == len(s.queue) {
-		if s.resume != nil && s.out.Park(s.resume) {
+		if s.park != nil && s.park() {
 			return message{}, ErrParked
 		}
 		typ, data, err := s.read()
