@@ -110,6 +110,8 @@ func (s *Server) newConn(ws *websocket.Conn, out *outbound.Conn, remote string) 
 		slots:   make(chan struct{}, s.opts.MaxInFlight),
 	}
 	c.inOrder.init()
+	// Idle, it parks (serve).
+	out.AllowPark()
 	// An answer that comes after its call timed out still shows the peer
 	// is there (Limits.SlowSubscriberTimeouts).
 	c.stream.OnLateAnswer(c.noteLateAnswer)

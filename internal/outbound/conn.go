@@ -129,7 +129,7 @@ type Conn struct {
 	// reader reads the socket in batches (read.go).
 	reader batchReader
 	// park is the Conn's state as Park sees it (park.go); parks is set
-	// on a server's Conn that can park.
+	// on a server's Conn that can park (AllowPark).
 	park  parkState
 	parks bool
 	// onPong and onPing are the hooks Accept was given, which Park calls
@@ -209,7 +209,6 @@ func Accept(w http.ResponseWriter, r *http.Request, opts *websocket.AcceptOption
 		return nil, nil, err
 	}
 	conn.onPong, conn.onPing = onPong, o.OnPingReceived
-	conn.enablePark()
 	return ws, conn, nil
 }
 

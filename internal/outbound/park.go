@@ -11,8 +11,9 @@ import "time"
 // memory"). So the goroutine reading a server's Conn, at the end of each
 // message, parks the Conn instead of waiting (Park): when nothing waits
 // in any buffer above the socket and the socket has had nothing for a
-// moment (parkLinger), the socket is handed to a poller of its own (one epoll instance for the
-// process, on Linux; park_linux.go) and the goroutine ends. When the
+// moment (parkLinger), the socket is handed to a poller of its own (one
+// epoll instance for the process, on Linux; park_linux.go) and the
+// goroutine ends. When the
 // socket turns readable or the peer hangs up, or the Conn is closed by
 // anyone, a new goroutine is started to read on. Pongs to the
 // keepalive's pings (and the peer's pings) are answered by Park itself,
@@ -30,6 +31,20 @@ import "time"
 // this, so only a connection idle for longer parks, at most 20 times a
 // second. Waiting costs a deadline set and cleared.
 const parkLinger = 50 * time.Millisecond
+
+// AllowPark lets c park (Park), if it is a server's Conn (Accept) over
+// a TCP socket and the platform has a poller; it reports whether c can.
+// Call it before c is first read: from then on, what c hands
+// coder/websocket stops at the end of each frame (frames.go), which
+// costs a little on every read, so a Conn that never parks is better off
+// without it.
+func (c *Conn) AllowPark() bool {
+	if c.masked {
+		return false // a client's (Dial): its peer's frames are not masked
+	}
+	c.enablePark()
+	return c.parks
+}
 
 // Park is called by the goroutine reading c, between two messages, to
 // park c instead of waiting for the next one. It returns false when

@@ -75,6 +75,7 @@ func startParkServer(t *testing.T, opts *websocket.AcceptOptions, timeout time.D
 			return
 		}
 		ws.SetReadLimit(1 << 20)
+		require.True(t, out.AllowPark())
 		e := &parkEcho{ws: ws, out: out, ended: s.ended}
 		e.resume = e.run
 		s.conns <- e
@@ -345,11 +346,14 @@ func TestParkFramesAnyHowSent(t *testing.T) {
 	parkedNow(t, 0)
 }
 
-// Only a server's Conn parks and cuts its hand-outs at frame ends; one
-// made otherwise reads as before.
-func TestOnlyAcceptedConnsPark(t *testing.T) {
+// Only a server's Conn allowed to park parks and cuts its hand-outs at
+// frame ends; any other reads as before.
+func TestOnlyAllowedConnsPark(t *testing.T) {
 	c, _ := tcpPair(t)
 	require.False(t, c.parks)
 	require.False(t, c.reader.bounded)
 	require.False(t, c.Park(func() { t.Error("resumed") }))
+	client := newClientConn(c.Conn, time.Second)
+	require.False(t, client.AllowPark(), "a client's Conn")
+	require.False(t, client.reader.bounded)
 }
