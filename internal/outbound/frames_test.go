@@ -19,8 +19,8 @@ const (
 	opText         = 0x1
 )
 
-// frameEnds returns where each frame of stream ends, as RFC 6455 lays
-// frames out, and the length of what is a whole number of frames.
+// frameEnds returns where each whole frame of stream ends, as RFC 6455
+// lays frames out.
 func frameEnds(stream []byte) []int {
 	var ends []int
 	at := 0

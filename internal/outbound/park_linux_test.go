@@ -57,7 +57,7 @@ func (e *parkEcho) run() {
 	}
 }
 
-// echoServer is a parking echo server; conns receives each connection as
+// parkServer is a parking echo server; conns receives each connection as
 // it is accepted, and ended the error each one's reading ended with.
 type parkServer struct {
 	url   string
