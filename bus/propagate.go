@@ -112,6 +112,7 @@ func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket,
 	w.advance(nil)
 	<-w.ended
 	s.settle(m, chain[:w.made], w.outcomes, result, reliable, prior)
+	w.release()
 }
 
 // settle completes result from the outcomes of the deliveries made to
