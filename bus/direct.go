@@ -71,7 +71,7 @@ func (c *conn) relayOnLoop(req *rpcstream.Request, out *outgoing) (relayed bool)
 		c.refuseRelay(req, out, err)
 		return true
 	}
-	w := s.newWalk(m, out.chain, out.tickets, result, true, nil)
+	w := s.newWalk(m, out.chain, out.tickets, result, true, nil, out.scratch)
 	w.out, w.req = out, req
 	started = true
 	w.advance(c.out.Batch())

@@ -124,15 +124,20 @@ type walkStep struct {
 }
 
 // newWalk prepares the walk of m down chain, with its tickets (nil when it
-// keeps no publisher's order), into result.
-func (s *Server) newWalk(m *store.Message, chain []*subscription, tickets []ticket, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) *walk {
+// keeps no publisher's order), into result. sc, when not nil, is the
+// scratch its tickets were taken from, for a walk of several subscribers;
+// else it takes one of its own.
+func (s *Server) newWalk(m *store.Message, chain []*subscription, tickets []ticket, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt, sc *walkScratch) *walk {
 	w := &walk{s: s, m: m, chain: chain, tickets: tickets, result: result, reliable: reliable, prior: prior, made: len(chain), waitFor: -1}
 	if len(chain) == 1 {
 		w.steps, w.outcomes = w.oneStep[:], w.oneOutcome[:]
 	} else {
 		// Kept from walk to walk rather than allocated, not even once
 		// per walk: a fan-out to 1,000 allocated 240 KB of them.
-		w.scratch = getWalkScratch(len(chain))
+		if sc == nil {
+			sc = getWalkScratch(len(chain))
+		}
+		w.scratch = sc
 		w.steps, w.outcomes = w.scratch.steps[:len(chain)], w.scratch.outcomes[:len(chain)]
 		// Every delivery of the walk sends the same params but for the
 		// subscription pattern: encoded once.
@@ -152,11 +157,13 @@ func (s *Server) newWalk(m *store.Message, chain []*subscription, tickets []tick
 // walkScratch is the memory of a walk of several subscribers that lasts
 // only as long as the walk: its steps, its outcomes and, for a walk
 // relayed on the read loops, whose result is encoded as soon as it is
-// settled, its acks. Kept in walkScratchPool between walks.
+// settled, its acks and the publisher's tickets (taken by route). Kept in
+// walkScratchPool between walks.
 type walkScratch struct {
 	steps    []walkStep
 	outcomes []outcome
 	acks     []protocol.Ack
+	tickets  []ticket
 }
 
 // walkScratchPool holds the walkScratch of walks that have ended.
@@ -187,7 +194,8 @@ func (w *walk) release() {
 	clear(w.steps)
 	clear(w.outcomes)
 	clear(sc.acks)
-	sc.acks = sc.acks[:0]
+	clear(sc.tickets)
+	sc.acks, sc.tickets = sc.acks[:0], sc.tickets[:0]
 	w.scratch, w.steps, w.outcomes = nil, nil, nil
 	walkScratchPool.Put(sc)
 }
