@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -193,7 +194,6 @@ func (s *Server) call(ctx context.Context, c *conn, d *delivery) (protocol.Proce
 // failure, into the delivery's result or *deliveryError.
 func (s *Server) callResult(raw json.RawMessage, err error) (protocol.ProcessMessageResult, error) {
 	var result protocol.ProcessMessageResult
-	var rerr *rpcstream.ResponseError
 	switch {
 	case err == nil:
 		if !protocol.IsObject(raw) {
@@ -207,16 +207,26 @@ func (s *Server) callResult(raw json.RawMessage, err error) (protocol.ProcessMes
 			return result, &deliveryError{failBadResult, fmt.Sprintf("processMessage result: %v", err)}
 		}
 		return result, nil
+	}
+	return result, s.callFailure(err)
+}
+
+// callFailure is callResult's error for a call that got no result. A
+// function of its own, so that errors.As's target, which it moves to the
+// heap, is not allocated for every answer.
+func (s *Server) callFailure(err error) error {
+	var rerr *rpcstream.ResponseError
+	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return result, &deliveryError{failTimeout, fmt.Sprintf("no answer within %s", s.opts.DeliveryTimeout)}
+		return &deliveryError{failTimeout, fmt.Sprintf("no answer within %s", s.opts.DeliveryTimeout)}
 	case errors.As(err, &rerr):
-		return result, &deliveryError{failError, fmt.Sprintf("subscriber answered error %d: %s", rerr.Code, rerr.Message)}
+		return &deliveryError{failError, fmt.Sprintf("subscriber answered error %d: %s", rerr.Code, rerr.Message)}
 	case errors.Is(err, rpcstream.ErrNotSent):
-		return result, &deliveryError{failNotSent, "the subscriber's connection was closing; the message was not sent to it"}
+		return &deliveryError{failNotSent, "the subscriber's connection was closing; the message was not sent to it"}
 	case errors.Is(err, rpcstream.ErrClosed):
-		return result, &deliveryError{failDisconnected, "connection closed before the subscriber answered"}
+		return &deliveryError{failDisconnected, "connection closed before the subscriber answered"}
 	default:
-		return result, &deliveryError{failDisconnected, err.Error()}
+		return &deliveryError{failDisconnected, err.Error()}
 	}
 }
 
@@ -341,12 +351,11 @@ func (s *Server) measured(d *delivery, start time.Time, r protocol.ProcessMessag
 // deliveryOutcome names a delivery's outcome, as the deliveries metric
 // and the delivery's span say it.
 func deliveryOutcome(r protocol.ProcessMessageResult, err error) string {
-	var derr *deliveryError
 	switch {
-	case errors.As(err, &derr):
-		return derr.Kind
 	case err != nil:
-		return failError
+		// failKind, since errors.As's target would be allocated for
+		// every delivery, failed or not, if it were declared here.
+		return cmp.Or(failKind(err), failError)
 	case r.Handled():
 		return "processed"
 	case r.Rejected():

@@ -71,7 +71,7 @@ func (c *conn) relayOnLoop(req *rpcstream.Request, out *outgoing) (relayed bool)
 		c.refuseRelay(req, out, err)
 		return true
 	}
-	w := s.newWalk(m, out.chain, out.tickets, result, true, nil)
+	w := s.newWalk(m, out.chain, out.tickets, result, true, nil, out.scratch)
 	w.out, w.req = out, req
 	started = true
 	w.advance(c.out.Batch())
@@ -102,10 +102,17 @@ func (w *walk) answer(b *outbound.Batch) {
 				err = pub.panicked(w.req, p)
 			}
 		}()
+		if w.scratch != nil {
+			// The result is encoded as soon as it is settled: its acks
+			// can be the scratch's, kept from walk to walk.
+			w.result.Acks = w.scratch.acks[:0]
+			defer func() { w.scratch.acks, w.result.Acks = w.result.Acks, nil }()
+		}
 		s.settle(w.m, w.chain[:w.made], w.outcomes, w.result, true, nil)
 		body = w.result.AppendJSON(body)
 		return nil
 	}()
+	w.release()
 	if err == nil && b != nil && !pub.out.HasRoom(frameRoom+len(body)) {
 		// The publisher reads slowly: the write would wait for room.
 		go w.reply(nil, nil, bp, body)

@@ -493,6 +493,9 @@ type outgoing struct {
 	message store.Message
 	chain   []*subscription
 	tickets []ticket
+	// scratch, for a chain of several subscribers, holds tickets; a walk
+	// relayed on the read loops gives it back when it ends (relayOnLoop).
+	scratch *walkScratch
 	// callback is set for an event sent to callback:{id}: the bus takes
 	// it itself (toolsub.go), routed to nobody.
 	callback string
@@ -545,7 +548,14 @@ func (c *conn) route(req *rpcstream.Request) (*outgoing, error) {
 	}
 	out := &outgoing{conn: c, message: store.Message{Topic: p.Topic, From: from, Payload: p.Payload, Meta: p.Meta}}
 	out.chain = c.server.router.route(p.Topic)
-	out.tickets = c.lanes.issue(out.chain, nil)
+	if len(out.chain) > 1 {
+		// Kept from fan-out to fan-out (walkScratch).
+		out.scratch = getWalkScratch(len(out.chain))
+		out.tickets = c.lanes.issue(out.chain, out.scratch.tickets)
+		out.scratch.tickets = out.tickets
+	} else {
+		out.tickets = c.lanes.issue(out.chain, nil)
+	}
 	return out, nil
 }
 

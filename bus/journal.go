@@ -88,6 +88,9 @@ type journal struct {
 	// record; nil when nobody waits, so that recording allocates nothing
 	// for readers that are not there.
 	wake chan struct{}
+	// spare is the next block to write to, made ready by readyBlock;
+	// nil until it is.
+	spare *journalBlock
 	// closed ends the streams (Shutdown).
 	closed chan struct{}
 }
@@ -150,17 +153,29 @@ func eventBytes(ev *protocol.JournalEvent) int64 {
 func (j *journal) record(ev *protocol.JournalEvent) {
 	ev.Node = j.node
 	size := eventBytes(ev)
+	now := time.Now()
 	j.mu.Lock()
-	// Stamped under mu, so that the journal's order is its time order:
-	// a cluster's page merges the nodes' journals by time
-	// (journal_cluster.go).
-	ev.Time = time.Now()
+	// The journal's order is its time order: a cluster's page merges
+	// the nodes' journals by time (journal_cluster.go). The clock is read
+	// before mu, which records wait on, so an event that waited behind
+	// one stamped later takes that one's time.
 	last := j.lastLocked()
+	if last != nil && last.n > 0 && now.Before(last.events[last.n-1].Time) {
+		now = last.events[last.n-1].Time
+	}
+	ev.Time = now
+	fresh := false
 	if last == nil || last.n == journalBlockSize {
 		// A new block is the one allocation, once per journalBlockSize
-		// events.
-		last = &journalBlock{first: j.next}
+		// events; made ready outside mu by the record that took the
+		// one before (readyBlock).
+		last, j.spare = j.spare, nil
+		if last == nil {
+			last = new(journalBlock)
+		}
+		last.first = j.next
 		j.blocks = append(j.blocks, last)
+		fresh = true
 	}
 	last.events[last.n] = *ev
 	last.n++
@@ -174,6 +189,25 @@ func (j *journal) record(ev *protocol.JournalEvent) {
 	}
 	j.mu.Unlock()
 	j.recorded.Inc()
+	if fresh {
+		j.readyBlock()
+	}
+}
+
+// readyBlock makes the journal's next block, outside mu: its allocation
+// and the first write to each of its pages (the kernel's page faults)
+// cost more than the copying of the events into it, and under mu every
+// other record would wait for them.
+func (j *journal) readyBlock() {
+	b := new(journalBlock)
+	for i := range b.events {
+		b.events[i].Attempt = 0
+	}
+	j.mu.Lock()
+	if j.spare == nil {
+		j.spare = b
+	}
+	j.mu.Unlock()
 }
 
 func (j *journal) lastLocked() *journalBlock {

@@ -264,3 +264,23 @@ func TestNodeCursorsNodeIDs(t *testing.T) {
 		require.Equal(t, c.ok, err == nil, "node %q: %v", c.node, err)
 	}
 }
+
+// Events recorded at once by several goroutines, which read the clock
+// before they take the journal's lock, are still in time order, every
+// one of them kept, across blocks made ready outside the lock.
+func TestJournalConcurrentRecordsInTimeOrder(t *testing.T) {
+	const writers, each = 4, 3 * journalBlockSize
+	j := testJournal(JournalOptions{})
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() { recordN(j, each) })
+	}
+	wg.Wait()
+	page, _, more, gap := j.read(0, writers*each, &journalQuery{})
+	require.False(t, more)
+	require.False(t, gap)
+	require.Len(t, page, writers*each)
+	for i := 1; i < len(page); i++ {
+		require.False(t, page[i].Time.Before(page[i-1].Time), "event %d at %v is before event %d at %v", i+1, page[i].Time, i, page[i-1].Time)
+	}
+}

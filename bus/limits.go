@@ -638,9 +638,13 @@ func (s *Server) noteAttempt(c *conn, d *delivery, err error) {
 }
 
 // failKind is the Kind of a *deliveryError, or "". It is a function of its
-// own because errors.As moves its target to the heap: called only for a
-// failed delivery, it costs a successful one nothing.
+// own because errors.As moves its target to the heap, and returns at once
+// for no error: so it costs a successful delivery nothing (settle asks it
+// of every one).
 func failKind(err error) string {
+	if err == nil {
+		return ""
+	}
 	var derr *deliveryError
 	if errors.As(err, &derr) {
 		return derr.Kind

@@ -60,6 +60,11 @@ func (ls *lanes) issue(chain []*subscription, tickets []ticket) []ticket {
 		ls.by = make(map[subscriber]*lane)
 		ls.pruneAt = 64
 	}
+	if cap(tickets) < len(chain) {
+		// One allocation, not a doubling per growth: a fan-out can
+		// have thousands.
+		tickets = make([]ticket, 0, len(chain))
+	}
 	tickets = tickets[:0]
 	for _, sub := range chain {
 		l := ls.by[sub.to]

@@ -107,11 +107,12 @@ type outcome struct {
 // so far) and routed when another client subscribes or its retry_seconds
 // pass (see rehold).
 func (s *Server) walk(m *store.Message, chain []*subscription, tickets []ticket, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) {
-	w := s.newWalk(m, chain, tickets, result, reliable, prior)
+	w := s.newWalk(m, chain, tickets, result, reliable, prior, nil)
 	w.ended = make(chan struct{})
 	w.advance(nil)
 	<-w.ended
 	s.settle(m, chain[:w.made], w.outcomes, result, reliable, prior)
+	w.release()
 }
 
 // settle completes result from the outcomes of the deliveries made to

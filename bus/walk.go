@@ -78,9 +78,12 @@ type walk struct {
 	// until it leaves.
 	batch outbound.Batch
 	// A walk of one subscriber, the common relay, keeps its step here
-	// rather than in slices of their own.
+	// rather than in slices of their own; a walk of several takes them
+	// from scratch, which it gives back when its outcomes are settled
+	// (release).
 	oneStep    [1]walkStep
 	oneOutcome [1]outcome
+	scratch    *walkScratch
 
 	// mu guards the fields below and every step's state and call.
 	mu sync.Mutex
@@ -94,8 +97,10 @@ type walk struct {
 	// once the walker has left, so that the answer carries the walk on.
 	waitFor int
 	parked  bool
-	// invoked is set once every delivery the walk makes is invoked.
-	invoked bool
+	// invoked is set once every delivery the walk makes is invoked;
+	// finished once the walk has finished (finish), after which its
+	// timer touches no step: the steps may be another walk's.
+	invoked, finished bool
 	// timer ends the calls past DeliveryTimeout; timerIdle is set while
 	// it is not armed. timed is the first delivery it may have to end.
 	timer     *time.Timer
@@ -119,15 +124,21 @@ type walkStep struct {
 }
 
 // newWalk prepares the walk of m down chain, with its tickets (nil when it
-// keeps no publisher's order), into result.
-func (s *Server) newWalk(m *store.Message, chain []*subscription, tickets []ticket, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt) *walk {
+// keeps no publisher's order), into result. sc, when not nil, is the
+// scratch its tickets were taken from, for a walk of several subscribers;
+// else it takes one of its own.
+func (s *Server) newWalk(m *store.Message, chain []*subscription, tickets []ticket, result *protocol.SendMessageResult, reliable bool, prior []store.Attempt, sc *walkScratch) *walk {
 	w := &walk{s: s, m: m, chain: chain, tickets: tickets, result: result, reliable: reliable, prior: prior, made: len(chain), waitFor: -1}
 	if len(chain) == 1 {
 		w.steps, w.outcomes = w.oneStep[:], w.oneOutcome[:]
 	} else {
-		// One allocation each for the walk's steps and outcomes, not
-		// one per subscriber: a fan-out can reach thousands.
-		w.steps, w.outcomes = make([]walkStep, len(chain)), make([]outcome, len(chain))
+		// Kept from walk to walk rather than allocated, not even once
+		// per walk: a fan-out to 1,000 allocated 240 KB of them.
+		if sc == nil {
+			sc = getWalkScratch(len(chain))
+		}
+		w.scratch = sc
+		w.steps, w.outcomes = w.scratch.steps[:len(chain)], w.scratch.outcomes[:len(chain)]
 		// Every delivery of the walk sends the same params but for the
 		// subscription pattern: encoded once.
 		w.shared = newSharedParams(m)
@@ -141,6 +152,52 @@ func (s *Server) newWalk(m *store.Message, chain []*subscription, tickets []tick
 		}
 	}
 	return w
+}
+
+// walkScratch is the memory of a walk of several subscribers that lasts
+// only as long as the walk: its steps, its outcomes and, for a walk
+// relayed on the read loops, whose result is encoded as soon as it is
+// settled, its acks and the publisher's tickets (taken by route). Kept in
+// walkScratchPool between walks.
+type walkScratch struct {
+	steps    []walkStep
+	outcomes []outcome
+	acks     []protocol.Ack
+	tickets  []ticket
+}
+
+// walkScratchPool holds the walkScratch of walks that have ended.
+var walkScratchPool sync.Pool
+
+// getWalkScratch returns a walkScratch with room for n steps and outcomes,
+// each zero.
+func getWalkScratch(n int) *walkScratch {
+	sc, _ := walkScratchPool.Get().(*walkScratch)
+	if sc == nil {
+		sc = new(walkScratch)
+	}
+	if cap(sc.steps) < n {
+		sc.steps, sc.outcomes = make([]walkStep, n), make([]outcome, n)
+	}
+	return sc
+}
+
+// release gives the walk's scratch back once nothing reads its steps,
+// outcomes or acks any more: the walk has finished and its outcomes are
+// settled. What they point to is cleared, so that the pool keeps no
+// message, connection or answer alive.
+func (w *walk) release() {
+	sc := w.scratch
+	if sc == nil {
+		return
+	}
+	clear(w.steps)
+	clear(w.outcomes)
+	clear(sc.acks)
+	clear(sc.tickets)
+	sc.acks, sc.tickets = sc.acks[:0], sc.tickets[:0]
+	w.scratch, w.steps, w.outcomes = nil, nil, nil
+	walkScratchPool.Put(sc)
 }
 
 // advance invokes the chain's subscribers from the walk's next one on,
@@ -271,8 +328,22 @@ func (w *walk) armLocked(deadline time.Time) {
 func (w *walk) timedOut() {
 	timeout := w.s.opts.DeliveryTimeout
 	now := time.Now()
-	var due []*walkStep
+	// What is due is noted by value: a due call answered meanwhile may
+	// end the walk, whose steps may then be another walk's. One that
+	// Abandon takes back is no longer answered, so its walk cannot end
+	// before callDone, and its step stays the walk's.
+	type dueCall struct {
+		st   *walkStep
+		c    *conn
+		call uint64
+	}
+	var due []dueCall
 	w.mu.Lock()
+	if w.finished {
+		// Fired as the walk finished: its steps may be another's now.
+		w.mu.Unlock()
+		return
+	}
 	w.timerIdle = true
 	for i := w.timed; i < w.next; i++ {
 		st := &w.steps[i]
@@ -287,13 +358,14 @@ func (w *walk) timedOut() {
 			w.timer.Reset(left)
 			break
 		}
-		due = append(due, st)
+		due = append(due, dueCall{st, st.c, st.call})
 	}
+	s := w.s
 	w.mu.Unlock()
-	for _, st := range due {
-		if st.c.stream.Abandon(st.call) {
-			res, err := w.s.callResult(nil, context.DeadlineExceeded)
-			w.callDone(st, res, err, nil)
+	for _, d := range due {
+		if d.c.stream.Abandon(d.call) {
+			res, err := s.callResult(nil, context.DeadlineExceeded)
+			w.callDone(d.st, res, err, nil)
 		}
 	}
 }
@@ -356,6 +428,7 @@ func (w *walk) stepDone(st *walkStep, b *outbound.Batch) {
 // goroutine waiting in Server.walk or here (direct.go).
 func (w *walk) finish(b *outbound.Batch) {
 	w.mu.Lock()
+	w.finished = true
 	if w.timer != nil {
 		w.timer.Stop()
 	}
