@@ -51,6 +51,11 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	exampleDirs.Lock()
+	for _, d := range exampleDirs.paths {
+		os.RemoveAll(d)
+	}
+	exampleDirs.Unlock()
 	os.Exit(code)
 }
 

@@ -23,6 +23,13 @@ import (
 // need it.
 var echoAgentBinary = exampleBinary("echo-agent")
 
+// exampleDirs are the directories exampleBinary built into, which
+// TestMain removes once the tests end.
+var exampleDirs struct {
+	sync.Mutex
+	paths []string
+}
+
 // exampleBinary returns a function that builds examples/NAME the first
 // time it is called, and returns the binary's path (or the build's
 // error) every time.
@@ -32,6 +39,9 @@ func exampleBinary(name string) func() (string, error) {
 		if err != nil {
 			return "", err
 		}
+		exampleDirs.Lock()
+		exampleDirs.paths = append(exampleDirs.paths, dir)
+		exampleDirs.Unlock()
 		bin := filepath.Join(dir, name)
 		out, err := exec.Command("go", "build", "-o", bin, "../../examples/"+name).CombinedOutput()
 		if err != nil {
