@@ -52,7 +52,13 @@ func TestReaderHearsListBeforeWaitingQueries(t *testing.T) {
 	third := main.query(cat1Query("researcher"))
 	back := f.agent("researcher")
 	back.expect(TypeSubscriptionsActive)
-	if q := back.expectAfter(TypeSubscriptionsActive, TypeQuery); q["query_id"] != third {
+	// A query whose ack was still on its way when the first connection
+	// closed is delivered again (at least once), before the third.
+	q := back.expectAfter(TypeSubscriptionsActive, TypeQuery)
+	for q["query_id"] == second || q["query_id"] == first {
+		q = back.expectAfter(TypeSubscriptionsActive, TypeQuery)
+	}
+	if q["query_id"] != third {
 		t.Fatalf("query %v after the reconnect, want %s", q["query_id"], third)
 	}
 }
