@@ -381,7 +381,7 @@ func TestServeReloadAuthAndLimits(t *testing.T) {
 func TestServeCountsConnectionsFromAccept(t *testing.T) {
 	t.Parallel()
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	_, addr := startServe(t, "http", client, "--max-connections-per-addr", "3", "--handshake-timeout", "3s")
+	_, addr := startServe(t, "http", client, "--max-connections-per-addr", "3", "--handshake-timeout", "8s")
 	for range 3 {
 		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
 		require.NoError(t, err)
