@@ -40,6 +40,9 @@ type Server struct {
 	// start starts a node of a cluster again (RestartNode); nil for a
 	// bus of its own.
 	start func() (*Server, error)
+	// stopServing stops an in-memory bus's HTTP server (StartInMemory);
+	// nil for one on loopback, whose HTTP is closed instead.
+	stopServing func()
 }
 
 // Start starts a bus with opts on 127.0.0.1 and stops it when the test
@@ -89,6 +92,10 @@ func (s *Server) stop(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_ = s.Shutdown(ctx)
+	if s.stopServing != nil {
+		s.stopServing()
+		return
+	}
 	s.HTTP.Close()
 }
 
@@ -128,9 +135,9 @@ type Client struct {
 func DialWS(url, token string) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	var opts *websocket.DialOptions
+	opts := &websocket.DialOptions{HTTPClient: httpClient(url)}
 	if token != "" {
-		opts = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}}
+		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
 	}
 	ws, resp, err := websocket.Dial(ctx, url, opts)
 	if err != nil {
