@@ -47,20 +47,29 @@ pytest-sdk:
 # fuzz coordinator can report a spurious "context deadline exceeded" when a
 # duration runs out mid-execution (golang/go#75804, fixed in Go 1.27), and
 # a count has no deadline to race. 50000 is a few seconds per target here.
-# The targets are listed by one `go test -list` for every package, which
-# builds the packages in parallel (one call per package took 20 s). A
-# target whose cost grows faster than its input must bound the input
-# (FuzzEscape does): the fuzzer minimizes every new interesting input by
-# running it thousands of times, and one large input then holds a worker
-# for the whole -fuzzminimizetime (60 s) with no executions counted.
+# Each package with targets is built once, instrumented for fuzzing
+# (`go test -c -fuzz`), and its binary runs each target from the
+# package's folder (where testdata/fuzz holds the seeds) with go test's
+# own cache folder for what the fuzzer finds: one `go test -fuzz` per
+# target linked its package again for each of the 39 targets. A target
+# whose cost grows faster than its input must bound the input (FuzzEscape
+# does): the fuzzer minimizes every new interesting input by running it
+# thousands of times, and one large input then holds a worker for the
+# whole -fuzzminimizetime (60 s) with no executions counted.
 FUZZTIME ?= 50000x
+FUZZ_DIR := build/fuzz
 fuzz:
-	@set -e; list=$$(mktemp); trap 'rm -f "$$list"' EXIT; \
+	@set -e; mkdir -p $(FUZZ_DIR); list=$$(mktemp); trap 'rm -f "$$list"' EXIT; \
 	$(GO) test -list '^Fuzz' ./... > "$$list"; \
-	for pt in $$(awk '/^Fuzz/ { t = t " " $$1; next } /^ok/ { n = split(t, a, " "); for (i = 1; i <= n; i++) print $$2 "," a[i]; t = "" }' "$$list"); do \
-		pkg=$${pt%,*}; target=$${pt#*,}; \
-		echo "fuzz $$pkg $$target"; \
-		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+	cache=$$($(GO) env GOCACHE)/fuzz; \
+	for pkg in $$(awk '/^Fuzz/ { n++ } /^ok/ { if (n) print $$2; n = 0 }' "$$list"); do \
+		bin=$(CURDIR)/$(FUZZ_DIR)/$$(echo $$pkg | tr / _).test; \
+		$(GO) test -c -fuzz=. -o $$bin $$pkg; \
+		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+		for target in $$(awk -v p=$$pkg '/^Fuzz/ { t = t " " $$1; next } /^ok/ { if ($$2 == p) print t; t = "" }' "$$list"); do \
+			echo "fuzz $$pkg $$target"; \
+			(cd $$dir && $$bin -test.run='^$$' -test.fuzz="^$$target$$" -test.fuzztime=$(FUZZTIME) -test.fuzzcachedir=$$cache/$$pkg) || exit 1; \
+		done; \
 	done
 
 # The harness (bench/, a module of its own; docs/BENCHMARKS.md): builds

@@ -26,6 +26,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -486,7 +487,7 @@ func TestConsoleAgents(t *testing.T) {
 // subscriptions on every node, with their node, in the chain too; it
 // counts the nodes; and it says which node to disconnect a client from.
 func TestConsoleCluster(t *testing.T) {
-	nodes := bustest.StartCluster(t, nil, "a", "b")
+	nodes := clustertest.Start(t, nil, "a", "b")
 	a, b := nodes[0], nodes[1]
 	bustest.Connect(t, b.URL, "on-b", nil).Subscribe("jobs:*", protocol.PolicyContinueAll)
 	bustest.Connect(t, a.URL, "on-a", nil).Subscribe("jobs:1", "")

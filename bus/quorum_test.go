@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -22,7 +23,7 @@ import (
 // that it has no quorum and how many nodes it reaches, at once instead of
 // after a timeout that names no cause.
 func TestClusterMinority(t *testing.T) {
-	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	nodes := clustertest.Start(t, clusterOptions(), "a", "b", "c")
 	a := nodes[0]
 	sub := bustest.Connect(t, a.URL, "sub", bustest.Processed)
 	pub := bustest.Connect(t, a.URL, "pub", nil)
@@ -35,7 +36,7 @@ func TestClusterMinority(t *testing.T) {
 		// The survivor is under test, not the leave: on a loaded box
 		// the second leave can outlast its timeout while JetStream
 		// moves the first node's leaders, and the node stops anyway.
-		ctx, cancel := context.WithTimeout(t.Context(), bustest.ClusterTimeout)
+		ctx, cancel := context.WithTimeout(t.Context(), clustertest.Timeout)
 		if err := n.Shutdown(ctx); err != nil {
 			t.Logf("shutdown of a node: %v", err)
 		}
@@ -58,7 +59,7 @@ func TestClusterMinority(t *testing.T) {
 		}
 		// The node timeout, a heartbeat to notice, and slack for a
 		// loaded box.
-		if time.Since(lost) > bustest.ClusterNodeTimeout+bustest.ClusterHeartbeat+time.Second {
+		if time.Since(lost) > clustertest.NodeTimeout+clustertest.Heartbeat+time.Second {
 			t.Fatalf("/readyz %d %q %v after losing two of three nodes", code, body, time.Since(lost))
 		}
 		time.Sleep(20 * time.Millisecond)

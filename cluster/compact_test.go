@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/cluster"
+	"github.com/bub-bus/bub/cluster/clustertest"
 )
 
 // TestCompactRemovesOldDeleteMarkers checks that the acting node removes
@@ -36,7 +36,7 @@ func TestCompactRemovesOldDeleteMarkers(t *testing.T) {
 // compactOnce runs the check on a node of its own; it reports whether
 // JetStream stopped answering.
 func compactOnce(t *testing.T) (hung bool) {
-	port := bustest.FreePorts(t, 1)[0]
+	port := clustertest.FreePorts(t, 1)[0]
 	n := startSolo(t, t.TempDir(), func(o *cluster.Options) {
 		o.ClientListen = fmt.Sprintf("127.0.0.1:%d", port)
 		o.CompactInterval = 100 * time.Millisecond

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster"
+	"github.com/bub-bus/bub/cluster/clustertest"
 )
 
 // soloOptions are the options of a node alone on an embedded server,
@@ -77,7 +77,7 @@ func TestStartFailsFastOnPortInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	peer := bustest.FreePorts(t, 1)[0]
+	peer := clustertest.FreePorts(t, 1)[0]
 	opts := soloOptions(t.TempDir())
 	opts.ClusterListen = ln.Addr().String()
 	opts.Routes = []string{"nats://127.0.0.1:" + strconv.Itoa(peer)}
@@ -101,7 +101,7 @@ func TestStartFailsFastOnPortInUse(t *testing.T) {
 // lead nowhere, so there is no quorum) gives up as soon as its context
 // ends, leaving no goroutine behind (TestMain's leak check).
 func TestStartStopsWhenCancelled(t *testing.T) {
-	peers := bustest.FreePorts(t, 3)
+	peers := clustertest.FreePorts(t, 3)
 	opts := soloOptions(t.TempDir())
 	opts.ClusterListen = "127.0.0.1:" + strconv.Itoa(peers[0])
 	opts.Routes = []string{"nats://127.0.0.1:" + strconv.Itoa(peers[1]), "nats://127.0.0.1:" + strconv.Itoa(peers[2])}

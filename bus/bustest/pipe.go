@@ -151,6 +151,6 @@ func StartInMemory(t testing.TB, opts *bus.Options) *Server {
 		n.Close()
 		<-served
 	}
-	t.Cleanup(func() { s.stop(Timeout) })
+	t.Cleanup(func() { s.Stop(Timeout) })
 	return s
 }
