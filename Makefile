@@ -1,7 +1,11 @@
+SHELL := /bin/bash
+# A recipe line that pipes fails when any command in it fails.
+.SHELLFLAGS := -o pipefail -ec
+
 GO ?= go
 BIN := bin/bub
 
-.PHONY: all build run test fuzz bench bench-quick bench-go vet clean \
+.PHONY: all build run test check test-go test-docker fuzz bench bench-quick bench-go vet clean \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
 	cluster-test cluster-test-if-docker pytest-sdk console-shots
 
@@ -21,12 +25,32 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 
+# Everything CI runs (.ci/run calls this): vet; every package's tests
+# under -race, alone, since many of them run real processes and clusters
+# on real time; then two lanes side by side. The Go lane is CPU-bound:
+# the Python SDK's tests and a short run of every fuzz target, niced so
+# that the other lane's containers get the CPU they ask for. The Docker
+# lane mostly waits on containers: the compose stack's test, then the
+# three-node cluster under load while nodes are killed and cut off.
+# Each lane's lines carry its name.
 test: vet compose-config
-	$(GO) test -race -count=1 -timeout 8m ./...
-	$(MAKE) pytest-sdk
-	$(MAKE) fuzz
-	$(MAKE) compose-test-if-docker
-	$(MAKE) cluster-test-if-docker
+	$(GO) test -race -count=1 -timeout 10m ./...
+	@$(MAKE) --no-print-directory -j2 test-go test-docker
+
+test-go:
+	$(MAKE) --no-print-directory pytest-sdk 2>&1 | sed -u 's/^/[go] /'
+	nice -n 10 $(MAKE) --no-print-directory fuzz 2>&1 | sed -u 's/^/[go] /'
+
+test-docker:
+	$(MAKE) --no-print-directory compose-test-if-docker 2>&1 | sed -u 's/^/[docker] /'
+	$(MAKE) --no-print-directory cluster-test-if-docker 2>&1 | sed -u 's/^/[docker] /'
+
+# The edit-compile-test loop: vet and the library packages' tests under
+# -race, without the cluster tests (-short skips them) and without the
+# packages whose tests run the bub binary, examples or deploy tools.
+# About a minute once the build cache is warm.
+check: vet
+	$(GO) test -race -short -count=1 $$($(GO) list ./... | grep -v -e /cmd/ -e /examples/ -e /deploy/)
 
 # The Python SDK's tests (sdk/python) against the bub built here, and
 # mypy --strict on the SDK where Debian's mypy is installed. Skipped, in

@@ -44,8 +44,14 @@ var starts sync.Map // *bustest.Server -> func() (*bustest.Server, error)
 // concurrently, since each waits for JetStream's quorum, and stop together
 // when the test ends: a node stopped after the others finds no quorum for
 // its clean-up writes and would wait out its timeout.
+//
+// Under -short (make check) the test is skipped: a cluster takes seconds
+// of elections to start, and make test runs every cluster test.
 func Start(t testing.TB, opts *bus.Options, ids ...string) []*bustest.Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("clustertest: a cluster test; -short skips it, make test runs it")
+	}
 	ports := FreePorts(t, len(ids))
 	started := time.Now()
 	nodes := make([]*bustest.Server, len(ids))
