@@ -27,7 +27,8 @@ vet:
 
 # Everything CI runs (.ci/run calls this): vet; every package's tests
 # under -race, alone, since many of them run real processes and clusters
-# on real time; then two lanes side by side. The Go lane is CPU-bound:
+# on real time; the tests that measure the process's heap, without -race
+# and alone (norace_test.go); then two lanes side by side. The Go lane is CPU-bound:
 # the Python SDK's tests and a short run of every fuzz target, niced so
 # that the other lane's containers get the CPU they ask for. The Docker
 # lane mostly waits on containers: the compose stack's test, then the
@@ -35,6 +36,7 @@ vet:
 # Each lane's lines carry its name.
 test: vet compose-config
 	$(GO) test -race -count=1 -timeout 10m ./...
+	$(GO) test -count=1 -run '^TestNoRace' ./bus/
 	@$(MAKE) --no-print-directory -j2 test-go test-docker
 
 test-go:
