@@ -163,7 +163,7 @@ func start(ctx context.Context, suites []*Suite, dir string) (*harness, []*suite
 	if err != nil {
 		return nil, nil, err
 	}
-	h := &harness{tb: tb, approver: &approverPeer{policy: map[string]string{}, requests: map[string]int{}},
+	h := &harness{tb: tb, approver: &approverPeer{policy: map[string]string{}, requests: map[string]map[string]bool{}},
 		baseline: &baselinePeer{runs: map[string]*baselineRun{}}}
 	fail := func(err error) (*harness, []*suiteRig, error) {
 		h.close()
@@ -198,22 +198,22 @@ func start(ctx context.Context, suites []*Suite, dir string) (*harness, []*suite
 		rig := &suiteRig{suite: s, controller: newControllerPeer(readerID(s.Name)), reader: &readerPeer{ctx: ctx}}
 		ready := make(chan struct{})
 		var once sync.Once
-		var sdk *agent.Reader
-		conn, err := tb.dial(ctx, readerID(s.Name), peer.AgentTopic(readerID(s.Name)), func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
-			return sdk.Handler(gatewayID, agent.ReaderHandler{
-				OnQuery: rig.reader.onQuery,
-				OnSubscriptions: func(context.Context, []bcp.ActiveSubscription) error {
-					once.Do(func() { close(ready) })
-					return nil
-				},
-			})(ctx, d)
-		})
+		conn, err := tb.dial(ctx, readerID(s.Name), "", nil)
 		if err != nil {
 			return fail(err)
 		}
 		h.conns = append(h.conns, conn)
-		sdk = agent.NewReader(conn)
-		rig.reader.sdk = sdk
+		rig.reader.sdk = agent.NewReader(conn)
+		err = conn.Subscribe(ctx, peer.AgentTopic(readerID(s.Name)), rig.reader.sdk.Handler(gatewayID, agent.ReaderHandler{
+			OnQuery: rig.reader.onQuery,
+			OnSubscriptions: func(context.Context, []bcp.ActiveSubscription) error {
+				once.Do(func() { close(ready) })
+				return nil
+			},
+		}), nil)
+		if err != nil {
+			return fail(fmt.Errorf("%s: subscribe: %w", readerID(s.Name), err))
+		}
 		// The gateway holds a Reader's queries until it has acknowledged
 		// the list of its subscriptions; wait for it, so the first
 		// run's latency is the bus's, not the handshake's.
@@ -222,16 +222,14 @@ func start(ctx context.Context, suites []*Suite, dir string) (*harness, []*suite
 		case <-time.After(outcomeWait):
 			return fail(fmt.Errorf("reader %s: no bcp_subscriptions_active from the gateway within %v", readerID(s.Name), outcomeWait))
 		}
-		var csdk *agent.Controller
-		conn, err = tb.dial(ctx, controllerID(s.Name), peer.AgentTopic(controllerID(s.Name)), func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
-			return csdk.Handler(gatewayID, rig.controller.handler())(ctx, d)
-		})
-		if err != nil {
+		if conn, err = tb.dial(ctx, controllerID(s.Name), "", nil); err != nil {
 			return fail(err)
 		}
 		h.conns = append(h.conns, conn)
-		csdk = agent.NewController(conn)
-		rig.controller.sdk = csdk
+		rig.controller.sdk = agent.NewController(conn)
+		if err := conn.Subscribe(ctx, peer.AgentTopic(controllerID(s.Name)), rig.controller.sdk.Handler(gatewayID, rig.controller.handler()), nil); err != nil {
+			return fail(fmt.Errorf("%s: subscribe: %w", controllerID(s.Name), err))
+		}
 		rigs = append(rigs, rig)
 	}
 	return h, rigs, nil

@@ -22,10 +22,11 @@ import (
 const outcomeWait = 30 * time.Second
 
 // dial connects name with its token, subscribing handler to pattern
-// when both are given.
+// when one is given; without one the connection is publish-only unless
+// the caller subscribes.
 func (tb *testbed) dial(ctx context.Context, name, pattern string, handler peer.Handler) (*peer.Conn, error) {
 	conn, err := peer.Dial(ctx, tb.url, &peer.Options{ClientID: name, Token: tb.tokens[name], Logger: slog.New(slog.DiscardHandler),
-		PublishOnly: pattern == "", NoReconnect: true})
+		PublishOnly: name == baselineController, NoReconnect: true})
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", name, err)
 	}
@@ -168,8 +169,8 @@ type approverPeer struct {
 	conn *peer.Conn
 	// mu guards the fields below.
 	mu       sync.Mutex
-	policy   map[string]string // controller → the current run's policy
-	requests map[string]int    // controller → approval requests heard
+	policy   map[string]string          // controller → the current run's policy
+	requests map[string]map[string]bool // controller → approval ids heard this run
 	errs     []string
 	wg       sync.WaitGroup
 }
@@ -177,13 +178,13 @@ type approverPeer struct {
 func (p *approverPeer) setRun(controller, policy string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.policy[controller], p.requests[controller] = policy, 0
+	p.policy[controller], p.requests[controller] = policy, map[string]bool{}
 }
 
 func (p *approverPeer) requested(controller string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.requests[controller]
+	return len(p.requests[controller])
 }
 
 func (p *approverPeer) handle(_ context.Context, d *peer.Delivery) (peer.Result, error) {
@@ -198,9 +199,17 @@ func (p *approverPeer) handle(_ context.Context, d *peer.Delivery) (peer.Result,
 		return peer.Result{}, err
 	}
 	p.mu.Lock()
-	p.requests[req.Controller]++
+	seen := p.requests[req.Controller][req.ApprovalID]
+	if p.requests[req.Controller] != nil {
+		p.requests[req.Controller][req.ApprovalID] = true
+	}
 	policy := p.policy[req.Controller]
 	p.mu.Unlock()
+	if seen {
+		// The bus delivers at least once: a request heard again was
+		// decided already.
+		return peer.Result{Processed: true}, nil
+	}
 	dec := map[string]string{"type": gateway.TypeApprovalDecision, "approval_id": req.ApprovalID, "decision": "approve"}
 	if req.Kind == gateway.KindSummary {
 		decision, edited := decideSummary(policy, req.Summary, req.Anomalies)
@@ -271,7 +280,14 @@ func (p *baselinePeer) handle(_ context.Context, d *peer.Delivery) (peer.Result,
 	}
 	var b strings.Builder
 	for _, k := range specKeys(req.Spec) {
-		fmt.Fprintf(&b, "%s: %s\n", k, orUnknown(r.facts[k]))
+		v := orUnknown(r.facts[k])
+		if k == "summary" {
+			// Free text has no length limit: the "summary" is the
+			// documents themselves, as a model asked to copy them
+			// would give them.
+			v = strings.Join(strings.Fields(r.text), " ")
+		}
+		fmt.Fprintf(&b, "%s: %s\n", k, v)
 	}
 	b.WriteString("document: " + r.text)
 	return peer.Result{Processed: true, Message: b.String()}, nil

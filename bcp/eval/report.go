@@ -365,10 +365,10 @@ func mean(xs []float64) float64 {
 // WriteTable prints the report as the tables docs/BCP-EVAL.md reads.
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "suite\ttasks\tinj\tcases\tutility honest\tutility attacked\tASR inside\tASR beyond\tASR beyond covert\tbits mean/max (budget)\tcovert bits: charged/uncharged/closed\tapprovals\tbaseline utility\tbaseline ASR\t")
+	fmt.Fprintln(tw, "suite\ttasks\tinj\tcases\tutility honest\tutility attacked\tgoals inside\tASR inside\tASR beyond\tASR beyond covert\tbits mean/max (budget)\tcovert bits: charged/uncharged/closed\tapprovals\tbaseline utility\tbaseline ASR\t")
 	for _, s := range append(slices.Clone(r.Suites), r.Total) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%.0f/%.0f (%.0f)\t%d/%d/%d\t%d\t%s\t%s\t\n",
-			s.Suite, s.UserTasks, s.InjectionTasks, s.SecurityCases, s.UtilityHonest, s.UtilityUnderAttack,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%.0f/%.0f (%.0f)\t%d/%d/%d\t%d\t%s\t%s\t\n",
+			s.Suite, s.UserTasks, s.InjectionTasks, s.SecurityCases, s.UtilityHonest, s.UtilityUnderAttack, s.GoalsInside,
 			s.AttackInsideAdaptive, s.AttackBeyondAdaptive, s.AttackBeyondCovert,
 			s.BitsHonestMean, s.BitsMaxAny, s.BudgetBits,
 			s.CovertRecoveredCharged, s.CovertRecovered-s.CovertRecoveredCharged-s.CovertRecoveredClosed, s.CovertRecoveredClosed,
