@@ -41,6 +41,13 @@ type CovertChannel struct {
 	// gateway charged for the answers the decoder read: the spec's
 	// estimate, which a date or integer answer exceeds.
 	ChargedBits float64 `json:"bits_charged,omitempty"`
+	// On the answer channel: the most one run recovered (its bound is
+	// the run's budget), and the runs whose answers carried more bits
+	// than the gateway charged for them, by how much at most.
+	MaxRunRecovered   int     `json:"max_bits_recovered_one_run,omitempty"`
+	RunsAboveCharge   int     `json:"runs_recovered_above_charge,omitempty"`
+	MaxAboveCharge    float64 `json:"max_bits_recovered_above_charge,omitempty"`
+	MaxRunBudgetShare float64 `json:"max_share_of_budget_one_run,omitempty"`
 	// Bound says where the bound comes from.
 	Bound string `json:"bound"`
 }
@@ -290,6 +297,12 @@ func addCovert(into map[string]*CovertChannel, r RunResult) {
 		cc.BoundBits = round(cc.BoundBits + bounds[ch].bits)
 		if ch == ChannelAnswer {
 			cc.ChargedBits = round(cc.ChargedBits + r.BitsDelivered)
+			cc.MaxRunRecovered = max(cc.MaxRunRecovered, c.Recovered)
+			cc.MaxRunBudgetShare = max(cc.MaxRunBudgetShare, math.Round(float64(c.Recovered)/r.BudgetBits*1000)/1000)
+			if above := float64(c.Recovered) - r.BitsDelivered; above > 0 {
+				cc.RunsAboveCharge++
+				cc.MaxAboveCharge = max(cc.MaxAboveCharge, round(above))
+			}
 		}
 	}
 }
@@ -347,6 +360,10 @@ func (t *SuiteReport) merge(s SuiteReport) {
 		tc.BitsRecovered += c.BitsRecovered
 		tc.BoundBits = round(tc.BoundBits + c.BoundBits)
 		tc.ChargedBits = round(tc.ChargedBits + c.ChargedBits)
+		tc.MaxRunRecovered = max(tc.MaxRunRecovered, c.MaxRunRecovered)
+		tc.MaxRunBudgetShare = max(tc.MaxRunBudgetShare, c.MaxRunBudgetShare)
+		tc.RunsAboveCharge += c.RunsAboveCharge
+		tc.MaxAboveCharge = max(tc.MaxAboveCharge, c.MaxAboveCharge)
 	}
 	t.sumCovert()
 }
@@ -379,11 +396,12 @@ func (r *Report) WriteTable(w io.Writer) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, ch := range []string{ChannelAnswer, ChannelAnomaly, ChannelRefusal, ChannelTiming, ChannelOrder, ChannelCase, ChannelWhitespace, ChannelKeyOrder, ChannelUnicode, ChannelInvisible} {
 		if c := r.Total.Covert[ch]; c != nil {
-			charged := ""
 			if ch == ChannelAnswer {
-				charged = fmt.Sprintf(" (%.0f declared bits charged)", c.ChargedBits)
+				fmt.Fprintf(tw, "  %s\t%d / %d\t≤ budget\t%.0f bits charged; one run at most %d bits, %.1f%% of its budget; %d runs above their charge, by up to %.0f bits\n",
+					ch, c.BitsRecovered, c.BitsSent, c.ChargedBits, c.MaxRunRecovered, 100*c.MaxRunBudgetShare, c.RunsAboveCharge, c.MaxAboveCharge)
+				continue
 			}
-			fmt.Fprintf(tw, "  %s\t%d / %d\t≤ %.1f\t%s%s\n", ch, c.BitsRecovered, c.BitsSent, c.BoundBits, c.Bound, charged)
+			fmt.Fprintf(tw, "  %s\t%d / %d\t≤ %.1f\t%s\n", ch, c.BitsRecovered, c.BitsSent, c.BoundBits, c.Bound)
 		}
 	}
 	tw.Flush()
