@@ -34,9 +34,11 @@ func (r Rate) String() string {
 // CovertChannel is what the covert decoder got through one channel, in
 // all of a suite's covert runs, against the most the channel allows.
 type CovertChannel struct {
-	BitsSent      int     `json:"bits_sent"`
-	BitsRecovered int     `json:"bits_recovered"`
-	BoundBits     float64 `json:"bound_bits"`
+	BitsSent      int `json:"bits_sent"`
+	BitsRecovered int `json:"bits_recovered"`
+	// BoundBits is the sum of the runs' bounds; for the answer channel,
+	// whose bound is per run, the largest run's.
+	BoundBits float64 `json:"bound_bits"`
 	// ChargedBits, on the answer channel, are the declared bits the
 	// gateway charged for the answers the decoder read: the spec's
 	// estimate, which a date or integer answer exceeds.
@@ -258,7 +260,7 @@ func channelBounds(r RunResult) map[string]struct {
 		why  string
 	}
 	return map[string]b{
-		ChannelAnswer:  {r.BudgetBits, "the channel's budget_bits for the session: what the budget allows"},
+		ChannelAnswer:  {r.BudgetBits, "per run: the channel's budget_bits for the session, what the budget allows"},
 		ChannelAnomaly: {float64(r.TextAnswers), "1 bit per delivered text answer: invisible characters flagged or not"},
 		ChannelRefusal: {queries * math.Log2(3), "log2(3) per query: delivered, validation_failed or expired"},
 		ChannelTiming: {queries * math.Log2(queryTTL.Seconds()/0.1),
@@ -294,8 +296,12 @@ func addCovert(into map[string]*CovertChannel, r RunResult) {
 		}
 		cc.BitsSent += c.Sent
 		cc.BitsRecovered += c.Recovered
-		cc.BoundBits = round(cc.BoundBits + bounds[ch].bits)
-		if ch == ChannelAnswer {
+		if ch != ChannelAnswer {
+			cc.BoundBits = round(cc.BoundBits + bounds[ch].bits)
+		} else {
+			// The answer channel's bound is per run: the session's
+			// budget.
+			cc.BoundBits = max(cc.BoundBits, bounds[ch].bits)
 			cc.ChargedBits = round(cc.ChargedBits + r.BitsDelivered)
 			cc.MaxRunRecovered = max(cc.MaxRunRecovered, c.Recovered)
 			cc.MaxRunBudgetShare = max(cc.MaxRunBudgetShare, math.Round(float64(c.Recovered)/r.BudgetBits*1000)/1000)
@@ -358,7 +364,11 @@ func (t *SuiteReport) merge(s SuiteReport) {
 		}
 		tc.BitsSent += c.BitsSent
 		tc.BitsRecovered += c.BitsRecovered
-		tc.BoundBits = round(tc.BoundBits + c.BoundBits)
+		if ch == ChannelAnswer {
+			tc.BoundBits = max(tc.BoundBits, c.BoundBits)
+		} else {
+			tc.BoundBits = round(tc.BoundBits + c.BoundBits)
+		}
 		tc.ChargedBits = round(tc.ChargedBits + c.ChargedBits)
 		tc.MaxRunRecovered = max(tc.MaxRunRecovered, c.MaxRunRecovered)
 		tc.MaxRunBudgetShare = max(tc.MaxRunBudgetShare, c.MaxRunBudgetShare)
