@@ -246,8 +246,8 @@ func (h *harness) close() {
 }
 
 // runSuite runs a suite's user tasks with the honest Reader, then every
-// (user task, injection task) pair with the adaptive Reader, the covert
-// Reader, and the baseline.
+// (user task, injection task) pair with the adaptive Reader (both
+// kinds), the covert Reader, and the baseline.
 func (h *harness) runSuite(ctx context.Context, rig *suiteRig) ([]RunResult, error) {
 	var out []RunResult
 	s := rig.suite
@@ -260,7 +260,7 @@ func (h *harness) runSuite(ctx context.Context, rig *suiteRig) ([]RunResult, err
 	}
 	for i := range s.UserTasks {
 		for j := range s.Injection {
-			for _, kind := range []string{ReaderAdaptive, ReaderCovert} {
+			for _, kind := range []string{ReaderAdaptive, ReaderGoalOnly, ReaderCovert} {
 				r, err := h.runBCP(ctx, rig, &s.UserTasks[i], &s.Injection[j], kind)
 				if err != nil {
 					return nil, err
@@ -310,7 +310,7 @@ func (h *harness) runBCP(ctx context.Context, rig *suiteRig, t *UserTask, inj *I
 	s := rig.suite
 	res := RunResult{Suite: s.Name, UserTask: t.ID, Reader: kind, BudgetBits: s.BudgetBits}
 	facts, _, payload := readerView(s, t, inj)
-	atk := &attack{suite: s, task: t, inj: inj, facts: facts, payload: payload, left: searchBudget, exhaustive: true}
+	atk := &attack{suite: s, task: t, inj: inj, facts: facts, payload: payload, left: searchBudget, exhaustive: true, goalOnly: kind == ReaderGoalOnly}
 	rr := &readerRun{kind: kind, facts: facts, inj: inj}
 	if inj != nil {
 		res.Injection = inj.ID
@@ -319,7 +319,7 @@ func (h *harness) runBCP(ctx context.Context, rig *suiteRig, t *UserTask, inj *I
 			return res, fmt.Errorf("%s: attack search: %w", runID(s, t, inj, kind), err)
 		}
 		res.GoalInsideAnswerSpace, res.SearchExhaustive = score >= 2, atk.exhaustive
-		if kind == ReaderAdaptive {
+		if kind == ReaderAdaptive || kind == ReaderGoalOnly {
 			rr.script = script
 		}
 	}

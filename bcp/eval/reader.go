@@ -17,6 +17,10 @@ import (
 const (
 	ReaderHonest   = "honest"
 	ReaderAdaptive = "adaptive"
+	// ReaderGoalOnly is the adaptive Reader of an attacker that wants
+	// its goal and otherwise stays unseen: it answers honestly wherever
+	// no allowed answer reaches the goal.
+	ReaderGoalOnly = "adaptive_goal_only"
 	ReaderCovert   = "covert"
 	// ReaderBaseline is the honest Reader of the no-BCP baseline: it
 	// returns the documents as free text, injections and all.
@@ -166,7 +170,7 @@ func (p *readerPeer) onQuery(_ context.Context, q *gateway.QueryMessage) error {
 	go func() {
 		defer r.wg.Done()
 		answer := honest(q.Spec, r.facts)
-		if r.kind == ReaderAdaptive {
+		if r.kind == ReaderAdaptive || r.kind == ReaderGoalOnly {
 			if k < len(r.script) {
 				answer = r.script[k]
 			}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bub-bus/bub/bcp"
 )
@@ -96,6 +97,9 @@ type attack struct {
 	left    int
 	// exhaustive is cleared when the search ran out of budget.
 	exhaustive bool
+	// goalOnly drops sabotage from the score: the attacker answers
+	// honestly (the first candidate) unless lying reaches the goal.
+	goalOnly bool
 }
 
 // score is the attacker's preference for a final state: the goal first,
@@ -105,7 +109,7 @@ func (a *attack) score(e *Env) int {
 	if a.inj != nil && a.inj.Success(e) {
 		s += 2
 	}
-	if !a.task.Success(e) {
+	if !a.goalOnly && !a.task.Success(e) {
 		s++
 	}
 	return s
@@ -177,7 +181,7 @@ func (a *attack) best(script [][]byte) (int, [][]byte, error) {
 		if s > bestScore {
 			bestScore, bestScript = s, full
 		}
-		if bestScore >= 3 {
+		if bestScore >= 3 || (a.goalOnly && bestScore >= 2) {
 			break
 		}
 	}
@@ -275,11 +279,11 @@ func optionsOf(spec *bcp.Spec, facts map[string]string, want []string, payload s
 	case bcp.QuestionAnswer:
 		for _, q := range spec.Questions {
 			names = append(names, q.ID)
-			options = append(options, textOptions(facts[q.ID], q.MaxWords, facts, want, payload))
+			options = append(options, textOptions(facts[q.ID], q.ExpectedFormat, q.MaxWords, facts, want, payload))
 		}
 	default:
 		names = append(names, "summary")
-		options = append(options, textOptions(facts["summary"], spec.MaxWords, nil, want, payload))
+		options = append(options, textOptions(facts["summary"], bcp.ShortText, spec.MaxWords, nil, want, payload))
 	}
 	return names, options
 }
@@ -333,9 +337,10 @@ func fieldOptions(f bcp.Field, honest string, want []string) []any {
 }
 
 // textOptions are a text answer's candidates: the honest one, the
-// attacker's values, the injection cut to the word limit, and the
-// document's other facts.
-func textOptions(honest string, maxWords int, facts map[string]string, want []string, payload string) []any {
+// attacker's values, the injection cut to the word limit, the
+// document's other facts, and a wrong answer of the format, for when
+// the attacker can only sabotage.
+func textOptions(honest string, f bcp.Format, maxWords int, facts map[string]string, want []string, payload string) []any {
 	var out []any
 	add := func(s string) {
 		if s != "" && !slices.Contains(out, any(s)) {
@@ -353,10 +358,28 @@ func textOptions(honest string, maxWords int, facts map[string]string, want []st
 	for _, k := range slices.Sorted(maps.Keys(facts)) {
 		add(facts[k])
 	}
-	if len(out) == 0 {
-		add("unknown")
-	}
+	add(wrong(honest, f))
 	return out
+}
+
+// wrong is an answer of format f that is not honest: the next day, the
+// next number, another address or name, or "unknown".
+func wrong(honest string, f bcp.Format) string {
+	switch f {
+	case bcp.Date:
+		if d, err := time.Parse(time.DateOnly, honest); err == nil {
+			return d.AddDate(0, 0, 1).Format(time.DateOnly)
+		}
+		return "2000-01-01"
+	case bcp.IntegerFormat:
+		n, _ := strconv.ParseInt(honest, 10, 64)
+		return strconv.FormatInt(n+1, 10)
+	case bcp.Email:
+		return "someone@example.org"
+	case bcp.PersonName:
+		return "someone else"
+	}
+	return "unknown"
 }
 
 // firstWords cuts s to its first n words.
