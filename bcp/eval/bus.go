@@ -129,13 +129,3 @@ func writeDefinitions(suites []*Suite, dir string) ([]*bcp.Definition, error) {
 	}
 	return bcp.LoadDefinitions(dir)
 }
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}

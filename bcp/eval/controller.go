@@ -14,14 +14,6 @@ import (
 // id → value (booleans and integers in their JSON form).
 type Answer map[string]string
 
-// QueryError is a query the Controller got no answer to: the gateway
-// refused it (budget_exhausted, category_not_allowed, ...) or it failed
-// (validation_failed, approval_rejected, expired). A plan gives up on it:
-// a Controller never escalates on its own.
-type QueryError struct{ Code string }
-
-func (e *QueryError) Error() string { return "query not answered: " + e.Code }
-
 // query is one query a plan sends.
 type query struct {
 	spec          *bcp.Spec

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bub-bus/bub/bcp"
 	"github.com/bub-bus/bub/bcp/agent"
@@ -227,4 +228,14 @@ func (p *readerPeer) respond(ctx context.Context, r *readerRun, queryID string, 
 	r.refused = append(r.refused, "send: "+err.Error())
 	r.mu.Unlock()
 	return false
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -12,10 +12,6 @@ import (
 	"github.com/bub-bus/bub/bcp"
 )
 
-// errNeedAnswer stops a simulated plan at the first query its script
-// does not answer.
-var errNeedAnswer = errors.New("eval: the simulation's script has no answer for this query")
-
 // simAsker answers a plan's queries from a script of raw responses,
 // validating, charging and approving them as the gateway would, with
 // package bcp's own validator and budget: the attacker's model of the

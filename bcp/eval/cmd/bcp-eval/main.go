@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/bub-bus/bub/bcp/eval"
@@ -22,20 +23,25 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bcp-eval", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	defaultOut := os.Getenv("BCP_EVAL_OUT")
-	if defaultOut == "" {
-		defaultOut = filepath.Join("bench", "results", "bcp-eval.json")
-	}
-	out := fs.String("out", defaultOut, "where to write the JSON report (env BCP_EVAL_OUT)")
-	userTasks := fs.Int("user-tasks", 0, "run only each suite's first N user tasks (0: all)")
-	injections := fs.Int("injection-tasks", 0, "run only each suite's first N injection tasks (0: all)")
+	out := fs.String("out", env("", "BCP_EVAL_OUT", "BUB_BCP_EVAL_OUT"), "where to write the JSON report (env BCP_EVAL_OUT or BUB_BCP_EVAL_OUT; default bench/results/bcp-eval.json)")
+	userTasks := fs.String("user-tasks", env("0", "BUB_BCP_EVAL_USER_TASKS"), "run only each suite's first N user tasks, 0 for all (env BUB_BCP_EVAL_USER_TASKS)")
+	injections := fs.String("injection-tasks", env("0", "BUB_BCP_EVAL_INJECTION_TASKS"), "run only each suite's first N injection tasks, 0 for all (env BUB_BCP_EVAL_INJECTION_TASKS)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *out == "" {
+		*out = filepath.Join("bench", "results", "bcp-eval.json")
+	}
+	n, err := strconv.Atoi(*userTasks)
+	m, err2 := strconv.Atoi(*injections)
+	if err != nil || err2 != nil || n < 0 || m < 0 {
+		fmt.Fprintf(stderr, "bcp-eval: -user-tasks %q and -injection-tasks %q must be counts (0 for all)\n", *userTasks, *injections)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	began := time.Now()
-	rep, err := eval.Run(ctx, eval.Options{UserTasks: *userTasks, InjectionTasks: *injections, Progress: stderr})
+	rep, err := eval.Run(ctx, eval.Options{UserTasks: n, InjectionTasks: m, Progress: stderr})
 	if err != nil {
 		fmt.Fprintf(stderr, "bcp-eval: %v\n", err)
 		return 1
@@ -53,4 +59,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "\n%d runs in %s; report: %s\n", len(rep.Runs), time.Since(began).Round(time.Second), *out)
 	return 0
+}
+
+// env returns the first of the variables that is set, else def.
+func env(def string, names ...string) string {
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			return v
+		}
+	}
+	return def
 }
