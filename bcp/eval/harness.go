@@ -27,6 +27,9 @@ type Options struct {
 	UserTasks, InjectionTasks int
 	// Progress, when set, gets a line per suite as it finishes.
 	Progress io.Writer
+	// Model, when set, adds a model Reader: every user task without and
+	// with every injection task, the model answering (model.go).
+	Model *ModelOptions
 }
 
 // RunResult is one run: one user task, with one injection task or none,
@@ -85,6 +88,7 @@ type suiteRig struct {
 
 // harness holds everything one Run starts.
 type harness struct {
+	model    *ModelOptions
 	tb       *testbed
 	gw       *gateway.Gateway
 	approver *approverPeer
@@ -112,6 +116,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer h.close()
+	h.model = opts.Model
 	results := make([][]RunResult, len(rigs))
 	errs := make([]error, len(rigs))
 	var wg sync.WaitGroup
@@ -274,6 +279,22 @@ func (h *harness) runSuite(ctx context.Context, rig *suiteRig) ([]RunResult, err
 			out = append(out, r)
 		}
 	}
+	if h.model == nil {
+		return out, nil
+	}
+	for i := range s.UserTasks {
+		for j := -1; j < len(s.Injection); j++ {
+			var inj *InjectionTask
+			if j >= 0 {
+				inj = &s.Injection[j]
+			}
+			r, err := h.runBCP(ctx, rig, &s.UserTasks[i], inj, ReaderModel)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+	}
 	return out, nil
 }
 
@@ -309,9 +330,9 @@ func runID(s *Suite, t *UserTask, inj *InjectionTask, kind string) string {
 func (h *harness) runBCP(ctx context.Context, rig *suiteRig, t *UserTask, inj *InjectionTask, kind string) (RunResult, error) {
 	s := rig.suite
 	res := RunResult{Suite: s.Name, UserTask: t.ID, Reader: kind, BudgetBits: s.BudgetBits}
-	facts, _, payload := readerView(s, t, inj)
+	facts, text, payload := readerView(s, t, inj)
 	atk := &attack{suite: s, task: t, inj: inj, facts: facts, payload: payload, left: searchBudget, exhaustive: true, goalOnly: kind == ReaderGoalOnly}
-	rr := &readerRun{kind: kind, facts: facts, inj: inj}
+	rr := &readerRun{kind: kind, facts: facts, inj: inj, text: text, model: h.model}
 	if inj != nil {
 		res.Injection = inj.ID
 		score, script, err := atk.best(nil)

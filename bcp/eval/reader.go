@@ -23,6 +23,9 @@ const (
 	// no allowed answer reaches the goal.
 	ReaderGoalOnly = "adaptive_goal_only"
 	ReaderCovert   = "covert"
+	// ReaderModel is a model behind an OpenAI-compatible endpoint
+	// (ModelOptions): off unless configured.
+	ReaderModel = "model"
 	// ReaderBaseline is the honest Reader of the no-BCP baseline: it
 	// returns the documents as free text, injections and all.
 	ReaderBaseline = "baseline"
@@ -82,9 +85,12 @@ func beyond(spec *bcp.Spec, inj *InjectionTask) []byte {
 // readerRun is one run's Reader: what it read, how it behaves, and what
 // happened to its answers.
 type readerRun struct {
-	kind   string
-	facts  map[string]string
-	inj    *InjectionTask
+	kind  string
+	facts map[string]string
+	inj   *InjectionTask
+	// text and model are a model Reader's documents and endpoint.
+	text   string
+	model  *ModelOptions
 	script [][]byte // adaptive: the answers the search chose, by query
 	// covert:
 	secret     *secret
@@ -168,6 +174,13 @@ func (p *readerPeer) onQuery(_ context.Context, q *gateway.QueryMessage) error {
 		return nil
 	}
 	r.wg.Add(1)
+	if r.kind == ReaderModel {
+		go func() {
+			defer r.wg.Done()
+			p.modelAnswer(ctx, r, q)
+		}()
+		return nil
+	}
 	go func() {
 		defer r.wg.Done()
 		answer := honest(q.Spec, r.facts)

@@ -26,6 +26,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", env("", "BCP_EVAL_OUT", "BUB_BCP_EVAL_OUT"), "where to write the JSON report (env BCP_EVAL_OUT or BUB_BCP_EVAL_OUT; default bench/results/bcp-eval.json)")
 	userTasks := fs.String("user-tasks", env("0", "BUB_BCP_EVAL_USER_TASKS"), "run only each suite's first N user tasks, 0 for all (env BUB_BCP_EVAL_USER_TASKS)")
 	injections := fs.String("injection-tasks", env("0", "BUB_BCP_EVAL_INJECTION_TASKS"), "run only each suite's first N injection tasks, 0 for all (env BUB_BCP_EVAL_INJECTION_TASKS)")
+	modelURL := fs.String("model-url", env("", "BUB_BCP_EVAL_MODEL_URL"), "also run a model as the Reader: an OpenAI-compatible API's base URL, such as http://127.0.0.1:8080/v1; its key, if any, in BUB_BCP_EVAL_MODEL_KEY (env BUB_BCP_EVAL_MODEL_URL)")
+	modelName := fs.String("model", env("", "BUB_BCP_EVAL_MODEL"), "the model's name, with -model-url (env BUB_BCP_EVAL_MODEL)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -38,10 +40,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bcp-eval: -user-tasks %q and -injection-tasks %q must be counts (0 for all)\n", *userTasks, *injections)
 		return 2
 	}
+	var model *eval.ModelOptions
+	if *modelURL != "" {
+		model = &eval.ModelOptions{URL: *modelURL, Model: *modelName, APIKey: os.Getenv("BUB_BCP_EVAL_MODEL_KEY")}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	began := time.Now()
-	rep, err := eval.Run(ctx, eval.Options{UserTasks: n, InjectionTasks: m, Progress: stderr})
+	rep, err := eval.Run(ctx, eval.Options{UserTasks: n, InjectionTasks: m, Progress: stderr, Model: model})
 	if err != nil {
 		fmt.Fprintf(stderr, "bcp-eval: %v\n", err)
 		return 1
