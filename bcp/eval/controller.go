@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +52,8 @@ type asker interface {
 // Ctx is what a plan runs with: the environment, the tools, and the
 // asker. It records every query and outcome for the report.
 type Ctx struct {
+	// ctx is the harness's context, which ends every wait of the run.
+	ctx   context.Context
 	Env   *Env
 	tools map[string]Tool
 	asker asker

@@ -8,6 +8,7 @@ import "errors"
 // a Controller never escalates on its own.
 type QueryError struct{ Code string }
 
+// Error says which code left the query unanswered.
 func (e *QueryError) Error() string { return "query not answered: " + e.Code }
 
 // errNeedAnswer stops a simulated plan at the first query its script

@@ -272,7 +272,7 @@ func (h *harness) runSuite(ctx context.Context, rig *suiteRig) ([]RunResult, err
 				}
 				out = append(out, r)
 			}
-			r, err := h.runBaseline(rig, &s.UserTasks[i], &s.Injection[j])
+			r, err := h.runBaseline(ctx, rig, &s.UserTasks[i], &s.Injection[j])
 			if err != nil {
 				return nil, err
 			}
@@ -356,7 +356,7 @@ func (h *harness) runBCP(ctx context.Context, rig *suiteRig, t *UserTask, inj *I
 	if err := rig.controller.sdk.StartSession(ctx); err != nil {
 		return res, fmt.Errorf("%s: start session: %w", runID(s, t, inj, kind), err)
 	}
-	c := &Ctx{Env: s.Initial(), tools: s.Tools, asker: rig.controller}
+	c := &Ctx{ctx: ctx, Env: s.Initial(), tools: s.Tools, asker: rig.controller}
 	unanswered, err := runPlan(t, c)
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", runID(s, t, inj, kind), err)
@@ -401,12 +401,12 @@ func (h *harness) runBCP(ctx context.Context, rig *suiteRig, t *UserTask, inj *I
 
 // runBaseline runs one task with no gateway: the Controller follows the
 // Reader's free text.
-func (h *harness) runBaseline(rig *suiteRig, t *UserTask, inj *InjectionTask) (RunResult, error) {
+func (h *harness) runBaseline(ctx context.Context, rig *suiteRig, t *UserTask, inj *InjectionTask) (RunResult, error) {
 	s := rig.suite
 	facts, text, _ := readerView(s, t, inj)
 	h.baseline.set(s.Name, &baselineRun{facts: facts, text: text})
 	ask := &baselineAsker{conn: h.baseConn, suite: s}
-	c := &Ctx{Env: s.Initial(), tools: s.Tools, asker: ask}
+	c := &Ctx{ctx: ctx, Env: s.Initial(), tools: s.Tools, asker: ask}
 	if _, err := runPlan(t, c); err != nil {
 		return RunResult{}, fmt.Errorf("%s: %w", runID(s, t, inj, ReaderBaseline), err)
 	}

@@ -118,7 +118,7 @@ func (p *controllerPeer) wait(ctx context.Context, id string) (outcome, error) {
 }
 
 func (p *controllerPeer) ask(c *Ctx, qs []query) ([]reply, error) {
-	ctx := context.Background()
+	ctx := c.ctx
 	out := make([]reply, len(qs))
 	ids := make([]string, len(qs))
 	sent := make([]time.Time, len(qs))
@@ -313,7 +313,7 @@ var (
 func (b *baselineAsker) ask(c *Ctx, qs []query) ([]reply, error) {
 	out := make([]reply, len(qs))
 	for i, q := range qs {
-		res, err := b.conn.SendMessage(context.Background(), baselineTopic, baselineRequest{Type: "baseline_read", Suite: b.suite.Name, Spec: q.spec}, nil)
+		res, err := b.conn.SendMessage(c.ctx, baselineTopic, baselineRequest{Type: "baseline_read", Suite: b.suite.Name, Spec: q.spec}, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -27,6 +27,7 @@ func (r *Rate) merge(o Rate) {
 	}
 }
 
+// String is "count/of percent", or "-" for no cases.
 func (r Rate) String() string {
 	if r.Of == 0 {
 		return "-"
