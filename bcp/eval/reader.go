@@ -99,6 +99,7 @@ type readerRun struct {
 	// mu guards the fields below, which the Reader's handler goroutines
 	// change.
 	mu             sync.Mutex
+	seen           map[string]bool // query ids: the bus delivers at least once
 	queries        int
 	held           *gateway.QueryMessage
 	heldQuery      covertQuery
@@ -140,6 +141,15 @@ func (p *readerPeer) onQuery(_ context.Context, q *gateway.QueryMessage) error {
 		return fmt.Errorf("eval: query %s with no run", q.QueryID)
 	}
 	r.mu.Lock()
+	if r.seen[q.QueryID] {
+		// Heard again: it was answered (or is being) the first time.
+		r.mu.Unlock()
+		return nil
+	}
+	if r.seen == nil {
+		r.seen = map[string]bool{}
+	}
+	r.seen[q.QueryID] = true
 	k := r.queries
 	r.queries++
 	r.mu.Unlock()
