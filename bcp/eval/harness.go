@@ -62,6 +62,8 @@ type RunResult struct {
 	// BudgetBits is the channel's budget_bits for the session.
 	BudgetBits float64 `json:"budget_bits"`
 	Approvals  int     `json:"approvals_requested"`
+	// Decisions are the scripted approver's: approve, reject, edit.
+	Decisions map[string]int `json:"approval_decisions,omitempty"`
 	// BeyondAttempts are the adaptive Reader's answers beyond the spec;
 	// BeyondAccepted those the gateway let through (must be 0).
 	BeyondAttempts int `json:"beyond_spec_answers_sent,omitempty"`
@@ -168,7 +170,7 @@ func start(ctx context.Context, suites []*Suite, dir string) (*harness, []*suite
 	if err != nil {
 		return nil, nil, err
 	}
-	h := &harness{tb: tb, approver: &approverPeer{policy: map[string]string{}, requests: map[string]map[string]bool{}},
+	h := &harness{tb: tb, approver: &approverPeer{policy: map[string]string{}, requests: map[string]map[string]bool{}, decisions: map[string]map[string]int{}},
 		baseline: &baselinePeer{runs: map[string]*baselineRun{}}}
 	fail := func(err error) (*harness, []*suiteRig, error) {
 		h.close()
@@ -371,6 +373,9 @@ func (h *harness) runBCP(ctx context.Context, rig *suiteRig, t *UserTask, inj *I
 	res.AttackSuccess = inj != nil && inj.Success(c.Env)
 	res.BitsCharged = round(float64(usage.SpentBits))
 	res.Approvals = h.approver.requested(controllerID(s.Name))
+	if d := h.approver.decided(controllerID(s.Name)); len(d) > 0 {
+		res.Decisions = d
+	}
 	res.BeyondAttempts, res.BeyondAccepted, res.ReaderRefused = rr.beyondTries, rr.beyondAccepted, rr.refused
 	for i, q := range c.Queries {
 		r := c.Replies[i]

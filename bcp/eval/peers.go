@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"strings"
 	"sync"
@@ -171,14 +172,24 @@ type approverPeer struct {
 	mu       sync.Mutex
 	policy   map[string]string          // controller → the current run's policy
 	requests map[string]map[string]bool // controller → approval ids heard this run
-	errs     []string
-	wg       sync.WaitGroup
+	// decisions are the run's decisions per controller: approve,
+	// reject, edit.
+	decisions map[string]map[string]int
+	errs      []string
+	wg        sync.WaitGroup
 }
 
 func (p *approverPeer) setRun(controller, policy string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.policy[controller], p.requests[controller] = policy, map[string]bool{}
+	p.policy[controller], p.requests[controller], p.decisions[controller] = policy, map[string]bool{}, map[string]int{}
+}
+
+// decided returns the run's decisions for controller.
+func (p *approverPeer) decided(controller string) map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.decisions[controller])
 }
 
 func (p *approverPeer) requested(controller string) int {
@@ -221,6 +232,11 @@ func (p *approverPeer) handle(_ context.Context, d *peer.Delivery) (peer.Result,
 			dec["reason"] = "flagged by the gateway"
 		}
 	}
+	p.mu.Lock()
+	if p.decisions[req.Controller] != nil {
+		p.decisions[req.Controller][dec["decision"]]++
+	}
+	p.mu.Unlock()
 	// Off the handler: the gateway's next message to this approver
 	// waits for this one's ack.
 	p.wg.Add(1)
