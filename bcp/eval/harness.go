@@ -122,11 +122,15 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	results := make([][]RunResult, len(rigs))
 	errs := make([]error, len(rigs))
 	var wg sync.WaitGroup
+	// progressMu serializes the suites' lines on Progress.
+	var progressMu sync.Mutex
 	for i, rig := range rigs {
 		wg.Go(func() {
 			results[i], errs[i] = h.runSuite(ctx, rig)
 			if opts.Progress != nil && errs[i] == nil {
+				progressMu.Lock()
 				fmt.Fprintf(opts.Progress, "bcp-eval: suite %s: %d runs\n", rig.suite.Name, len(results[i]))
+				progressMu.Unlock()
 			}
 		})
 	}
