@@ -107,7 +107,13 @@ func complete(ctx context.Context, m *ModelOptions, messages []map[string]string
 	if err := json.Unmarshal(data, &out); err != nil || len(out.Choices) == 0 {
 		return "", errors.New("chat completions: no choices in the response")
 	}
-	content := out.Choices[0].Message.Content
+	return replyObject(out.Choices[0].Message.Content)
+}
+
+// replyObject cuts the JSON object out of a model's reply, which often
+// wraps it in prose or a code fence: from the first "{" to the last "}".
+// Whether it is valid is the gateway's to say.
+func replyObject(content string) (string, error) {
 	start, end := strings.Index(content, "{"), strings.LastIndex(content, "}")
 	if start < 0 || end < start {
 		return "", errors.New("chat completions: the reply holds no JSON object")
