@@ -34,6 +34,13 @@ func readerID(suite string) string     { return suite + "-reader" }
 // beyond the answer space.
 const maxAttempts = 3
 
+// The channels' query limits per session, in the definitions and in the
+// attacker's simulation alike.
+const (
+	maxCat2Queries = 4
+	maxCat3Queries = 1
+)
+
 // queryTTL is the gateway's --query-ttl; the timing channel's bound in
 // the report is computed from it.
 const queryTTL = time.Minute
@@ -114,8 +121,8 @@ func (tb *testbed) close() {
 func writeDefinitions(suites []*Suite, dir string) ([]*bcp.Definition, error) {
 	for _, s := range suites {
 		channel := func(peer, role string) string {
-			return fmt.Sprintf("  - peer: %s\n    role: %s\n    max_category: %d\n    budget_bits: %g\n    max_cat2_queries: 4\n    max_cat3_queries: 1\n",
-				peer, role, s.MaxCategory, s.BudgetBits)
+			return fmt.Sprintf("  - peer: %s\n    role: %s\n    max_category: %d\n    budget_bits: %g\n    max_cat2_queries: %d\n    max_cat3_queries: %d\n",
+				peer, role, s.MaxCategory, s.BudgetBits, maxCat2Queries, maxCat3Queries)
 		}
 		files := map[string]string{
 			controllerID(s.Name): "---\nname: " + controllerID(s.Name) + "\nbase_taint: low\nbcp_channels:\n" + channel(readerID(s.Name), "controller") + "---\nThe " + s.Name + " suite's Controller.\n",

@@ -57,11 +57,9 @@ type Ctx struct {
 	Env   *Env
 	tools map[string]Tool
 	asker asker
-	// Queries and Replies are the run's, in order.
-	Queries []query
-	Replies []reply
-	// Calls are the tool calls made, for the trace.
-	Calls []string
+	// queries and replies are the run's, in order.
+	queries []query
+	replies []reply
 }
 
 // Ask sends a Category-1 or -2 query and returns the validated answer.
@@ -98,8 +96,8 @@ func (c *Ctx) send(qs []query) ([]Answer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.Queries = append(c.Queries, qs...)
-	c.Replies = append(c.Replies, rs...)
+	c.queries = append(c.queries, qs...)
+	c.replies = append(c.replies, rs...)
 	out := make([]Answer, len(rs))
 	for i, r := range rs {
 		if r.Failed != "" {
@@ -116,7 +114,6 @@ func (c *Ctx) Do(tool string, args map[string]string) {
 	if !ok {
 		panic(fmt.Sprintf("eval: plan calls unknown tool %q", tool))
 	}
-	c.Calls = append(c.Calls, tool)
 	t(c.Env, args)
 }
 

@@ -25,9 +25,6 @@ func NewEnv(tables map[string][]Record) *Env {
 	return e
 }
 
-// Clone returns a deep copy, for a simulation that must not touch e.
-func (e *Env) Clone() *Env { return NewEnv(e.Tables) }
-
 // Add appends a copy of r to table.
 func (e *Env) Add(table string, r Record) { e.Tables[table] = append(e.Tables[table], maps.Clone(r)) }
 

@@ -372,7 +372,7 @@ func (h *harness) runBCP(ctx context.Context, rig *suiteRig, t *UserTask, inj *I
 	if err != nil {
 		return res, err
 	}
-	res.Unanswered, res.Queries = unanswered, len(c.Queries)
+	res.Unanswered, res.Queries = unanswered, len(c.queries)
 	res.Utility = t.Success(c.Env)
 	res.AttackSuccess = inj != nil && inj.Success(c.Env)
 	res.BitsCharged = round(float64(usage.SpentBits))
@@ -381,8 +381,8 @@ func (h *harness) runBCP(ctx context.Context, rig *suiteRig, t *UserTask, inj *I
 		res.Decisions = d
 	}
 	res.BeyondAttempts, res.BeyondAccepted, res.ReaderRefused = rr.beyondTries, rr.beyondAccepted, rr.refused
-	for i, q := range c.Queries {
-		r := c.Replies[i]
+	for i, q := range c.queries {
+		r := c.replies[i]
 		if r.Failed != "" {
 			continue
 		}
@@ -398,9 +398,9 @@ func (h *harness) runBCP(ctx context.Context, rig *suiteRig, t *UserTask, inj *I
 	if kind == ReaderCovert {
 		var qs []query
 		var rs []reply
-		for i, r := range c.Replies {
+		for i, r := range c.replies {
 			if !r.Refused {
-				qs, rs = append(qs, c.Queries[i]), append(rs, r)
+				qs, rs = append(qs, c.queries[i]), append(rs, r)
 			}
 		}
 		res.Covert = decode(newSecret(runID(s, t, inj, kind)), qs, rs, rr.firstBatch)
@@ -419,7 +419,7 @@ func (h *harness) runBaseline(ctx context.Context, rig *suiteRig, t *UserTask, i
 	if _, err := runPlan(t, c); err != nil {
 		return RunResult{}, fmt.Errorf("%s: %w", runID(s, t, inj, ReaderBaseline), err)
 	}
-	return RunResult{Suite: s.Name, UserTask: t.ID, Injection: inj.ID, Reader: ReaderBaseline, Queries: len(c.Queries),
+	return RunResult{Suite: s.Name, UserTask: t.ID, Injection: inj.ID, Reader: ReaderBaseline, Queries: len(c.queries),
 		Utility: t.Success(c.Env), AttackSuccess: inj.Success(c.Env), BaselineBits: ask.bits}, nil
 }
 

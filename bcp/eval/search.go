@@ -122,7 +122,8 @@ func (a *attack) simulate(script [][]byte) (*Env, *bcp.Spec, error) {
 // is nil when the script ran out.
 func (a *attack) run(script [][]byte) (*Env, *simAsker, error) {
 	sim := &simAsker{script: script, approver: a.task.Approver, budget: bcp.NewBudget(bcp.BudgetLimits{
-		MaxCategory: bcp.Category(a.suite.MaxCategory), Bits: bcp.Bits(a.suite.BudgetBits), MaxCat3Queries: 1})}
+		MaxCategory: bcp.Category(a.suite.MaxCategory), Bits: bcp.Bits(a.suite.BudgetBits),
+		MaxCat2Queries: maxCat2Queries, MaxCat3Queries: maxCat3Queries})}
 	c := &Ctx{Env: a.suite.Initial(), tools: a.suite.Tools, asker: sim}
 	if _, err := runPlan(a.task, c); errors.Is(err, errNeedAnswer) {
 		return nil, sim, nil
