@@ -38,6 +38,18 @@ func all(preds ...func(*Env) bool) func(*Env) bool {
 	}
 }
 
+// anyOf is the disjunction of predicates.
+func anyOf(preds ...func(*Env) bool) func(*Env) bool {
+	return func(e *Env) bool {
+		for _, p := range preds {
+			if p(e) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // matches returns a record predicate for field/value pairs, as has reads
 // them.
 func matches(want []string) func(Record) bool {
