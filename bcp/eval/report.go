@@ -477,7 +477,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, ch := range []string{ChannelAnswer, ChannelAnomaly, ChannelRefusal, ChannelTiming, ChannelOrder, ChannelCase, ChannelWhitespace, ChannelKeyOrder, ChannelUnicode, ChannelInvisible} {
 		if c := r.Total.Covert[ch]; c != nil {
 			if ch == ChannelAnswer {
-				fmt.Fprintf(tw, "  %s\t%d / %d\t≤ budget\t%.0f bits charged; one run at most %d bits, %.1f%% of its budget; %d runs above their charge, by up to %.0f bits\n",
+				fmt.Fprintf(tw, "  %s\t%d / %d\t≤ budget\t%.0f bits charged; one run at most %d bits, and at most %.1f%% of its budget; %d runs above their charge, by up to %.0f bits\n",
 					ch, c.BitsRecovered, c.BitsSent, c.ChargedBits, c.MaxRunRecovered, 100*c.MaxRunBudgetShare, c.RunsAboveCharge, c.MaxAboveCharge)
 				continue
 			}
