@@ -5,7 +5,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/bub
 
-.PHONY: all build run test check test-go test-docker fuzz bench bench-quick bench-go vet clean \
+.PHONY: all build run test check test-go test-docker fuzz bench bench-quick bench-go bcp-eval vet clean \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
 	cluster-test cluster-test-if-docker pytest-sdk console-shots
 
@@ -109,6 +109,13 @@ bench:
 # One short round: checks the harness works, numbers not for publishing.
 bench-quick:
 	cd bench && $(GO) run . -quick -out results/quick.json
+
+# The BCP evaluation (docs/BCP-EVAL.md): every suite's tasks through a
+# bus and the BCP gateway on loopback, with honest, adaptive and covert
+# Readers and the no-BCP baseline; prints the table and writes the JSON
+# report to $(BCP_EVAL_OUT) (default bench/results/bcp-eval.json).
+bcp-eval:
+	$(GO) run ./bcp/eval/cmd/bcp-eval
 
 # The in-package Go benchmarks (router, relay, store).
 bench-go:
