@@ -177,6 +177,8 @@ func TestFailedDeliveries(t *testing.T) {
 		drop    bool // close the subscriber's socket on delivery
 		inError string
 	}{
+		// The behaviour under test: a subscriber slower than the
+		// delivery timeout.
 		{"timeout", func(protocol.ProcessMessageParams) any { time.Sleep(2 * time.Second); return nil }, false, "timeout"},
 		{"error response", func(protocol.ProcessMessageParams) any { return &protocol.Error{Code: -32000, Message: "kaput"} }, false, "kaput"},
 		{"result not an object", func(protocol.ProcessMessageParams) any { return "yes" }, false, "bad_result"},

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/cluster/clustertest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -51,19 +53,16 @@ func TestClusterMinority(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	for {
+	// The node timeout, a heartbeat to notice, and slack for a loaded
+	// box.
+	checkfor.Check(t, clustertest.NodeTimeout+clustertest.Heartbeat+time.Second, func() error {
 		code, body := readyz()
 		if code == http.StatusServiceUnavailable && strings.Contains(body, want) {
 			t.Logf("/readyz not ready %v after the loss: %s", time.Since(lost).Round(time.Millisecond), strings.TrimSpace(body))
-			break
+			return nil
 		}
-		// The node timeout, a heartbeat to notice, and slack for a
-		// loaded box.
-		if time.Since(lost) > clustertest.NodeTimeout+clustertest.Heartbeat+time.Second {
-			t.Fatalf("/readyz %d %q %v after losing two of three nodes", code, body, time.Since(lost))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("/readyz %d %q %v after losing two of three nodes", code, body, time.Since(lost))
+	})
 
 	start := time.Now()
 	for _, c := range []struct {

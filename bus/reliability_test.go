@@ -85,6 +85,8 @@ func TestRetryPaths(t *testing.T) {
 					return ok
 				}
 				if tt.first == nil {
+					// The behaviour under test: a subscriber slower
+					// than the delivery timeout.
 					time.Sleep(time.Second)
 				}
 				return tt.first

@@ -208,7 +208,7 @@ func echo(node string) func(context.Context, *cluster.Delivery) ([]byte, error) 
 			<-ctx.Done()
 			return nil, ctx.Err()
 		case "slow":
-			time.Sleep(slowTurn)
+			time.Sleep(slowTurn) // the behaviour under test: a slow subscriber
 		case "time left":
 			return strconv.AppendInt(nil, time.Until(d.Deadline).Milliseconds(), 10), nil
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/cluster/clustertest"
+	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // TestCompactRemovesOldDeleteMarkers checks that the acting node removes
@@ -76,18 +77,19 @@ func compactOnce(t *testing.T) (hung bool) {
 		return f(rctx)
 	}
 	gone := cluster.SubscriptionKey("solo", 1, "gone:*")
-	for deadline := time.Now().Add(bound / 2); ; {
+	checkfor.Check(t, bound/2, func() error {
 		err := read(func(c context.Context) error { _, err := kv.History(c, gone); return err })
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			break
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return nil
+		case errors.Is(err, context.DeadlineExceeded):
+			hung = true
+			return nil
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the delete marker of %s is still there: %v", gone, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return fmt.Errorf("the delete marker of %s is still there: %v", gone, err)
+	})
+	if hung {
+		return true
 	}
 	err = read(func(c context.Context) error {
 		_, err := kv.Get(c, cluster.SubscriptionKey("solo", 1, "kept:*"))

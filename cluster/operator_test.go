@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/cluster/clustertest"
+	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // soloOptions are the options of a node alone on an embedded server,
@@ -144,18 +146,15 @@ func TestMinority(t *testing.T) {
 	c.Crash()
 	lost := time.Now()
 	const want = "no quorum: 1 of 3 nodes reachable"
-	for {
+	// A node timeout, a heartbeat to notice, and slack for a loaded box.
+	checkfor.Check(t, testNodeTimeout+testHeartbeat+time.Second, func() error {
 		err := a.Ready()
 		if err != nil && strings.Contains(err.Error(), want) && errors.Is(err, cluster.ErrNoQuorum) {
 			t.Logf("not ready %v after the second loss: %v", time.Since(lost), err)
-			break
+			return nil
 		}
-		// A node timeout, a heartbeat to notice, and slack for a loaded box.
-		if time.Since(lost) > testNodeTimeout+testHeartbeat+time.Second {
-			t.Fatalf("a still says ready (%v) %v after losing two of three nodes", err, time.Since(lost))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("a still says ready (%v) %v after losing two of three nodes", err, time.Since(lost))
+	})
 
 	start := time.Now()
 	_, err := a.PutSubscription(ctx, cluster.Subscription{Conn: 1, Pattern: "*", ClientID: "x"})
