@@ -403,4 +403,3 @@ func TestContinueAllFansOut(t *testing.T) {
 		})
 	}
 }
-
