@@ -53,9 +53,10 @@ func TestClusterMinority(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	// The node timeout, a heartbeat to notice, and slack for a loaded
-	// box.
-	checkfor.Check(t, clustertest.NodeTimeout+clustertest.Heartbeat+time.Second, func() error {
+	// Within the node timeout and a heartbeat on a quiet box (the log
+	// line says how long it took); the wait's bound is a safety net,
+	// not the promise, which no test on a loaded box can time.
+	checkfor.Check(t, clustertest.Timeout, func() error {
 		code, body := readyz()
 		if code == http.StatusServiceUnavailable && strings.Contains(body, want) {
 			t.Logf("/readyz not ready %v after the loss: %s", time.Since(lost).Round(time.Millisecond), strings.TrimSpace(body))

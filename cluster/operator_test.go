@@ -146,8 +146,10 @@ func TestMinority(t *testing.T) {
 	c.Crash()
 	lost := time.Now()
 	const want = "no quorum: 1 of 3 nodes reachable"
-	// A node timeout, a heartbeat to notice, and slack for a loaded box.
-	checkfor.Check(t, testNodeTimeout+testHeartbeat+time.Second, func() error {
+	// Within a node timeout and a heartbeat on a quiet box (the log line
+	// says how long it took); the wait's bound is a safety net, not the
+	// promise, which no test on a loaded box can time.
+	checkfor.Check(t, bound, func() error {
 		err := a.Ready()
 		if err != nil && strings.Contains(err.Error(), want) && errors.Is(err, cluster.ErrNoQuorum) {
 			t.Logf("not ready %v after the second loss: %v", time.Since(lost), err)
