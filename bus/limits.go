@@ -39,6 +39,9 @@ const (
 	limitSlowSubscriber     = "slow_subscriber_timeouts"
 	limitPublishRate        = "publish_rate"
 	limitDurablePerIdentity = "max_durable_per_identity"
+	limitKeysPerIdentity    = "max_idempotency_keys_per_identity"
+	limitConnsPerIdentity   = "max_connections_per_identity"
+	limitStreamsPerIdentity = "max_streams_per_identity"
 )
 
 // limitNames is the closed label set of bub_limit_refusals_total.
@@ -47,6 +50,7 @@ var limitNames = []string{
 	limitTopicBytes, limitPatternWildcards, limitPending, limitPendingPerIdentity,
 	limitStoredBytes, limitStoredPerIdentity, limitDeadLetters, limitDeadLetterBytes,
 	limitReplayIDs, limitSlowSubscriber, limitPublishRate, limitDurablePerIdentity,
+	limitKeysPerIdentity, limitConnsPerIdentity, limitStreamsPerIdentity,
 }
 
 // closeHandshakeTimeout is the close reason (and closes metric label) of a
@@ -75,6 +79,10 @@ func (l *Limits) setDefaults() {
 	def(&l.MaxDeadLetterBytes, 1<<30)
 	def(&l.MaxReplayIDs, 1000)
 	def(&l.MaxDurablePerIdentity, 100)
+	def(&l.MaxIdempotencyKeysPerIdentity, 10000)
+	def(&l.MaxConnectionsPerIdentity, 1000)
+	def(&l.MaxStreamsPerIdentity, 64)
+	def(&l.MaxHTTPPublishersPerIdentity, 256)
 	def(&l.SlowSubscriberTimeouts, 3)
 	if l.HandshakeTimeout == 0 {
 		l.HandshakeTimeout = 10 * time.Second
@@ -410,6 +418,11 @@ func (c *conn) admitPublish() (identity string, err error) {
 	c.mu.Unlock()
 
 	full, err := s.pendingFull(l, identity, perIdentity, true)
+	if err == nil && full != nil && full.limit == limitStoredPerIdentity && s.pruneKeys(identity) {
+		// Expired idempotency records took the room: count again
+		// without them.
+		full, err = s.pendingFull(l, identity, perIdentity, true)
+	}
 	if err != nil {
 		return identity, protocol.Errorf(protocol.ErrInternal, "count pending messages: %v", err)
 	}
@@ -452,7 +465,7 @@ type pendingCap struct {
 func (c *pendingCap) String() string {
 	what := "retries and held messages"
 	if c.limit == limitStoredBytes || c.limit == limitStoredPerIdentity {
-		what = "bytes of retries and held messages"
+		what = "bytes of retries, held messages and idempotency records"
 	}
 	if c.identity == "" {
 		return fmt.Sprintf("the bus holds %d %s, its limit %d", c.n, what, c.bound)

@@ -204,6 +204,24 @@ type Limits struct {
 	// identity (the clientId when no auth is configured), across its
 	// clientIds. Default: 100.
 	MaxDurablePerIdentity int
+	// MaxIdempotencyKeysPerIdentity bounds the idempotency keys one
+	// identity holds within Options.IdempotencyWindow, whatever door its
+	// publishes came through; a publish with a new key beyond it is
+	// refused (-32011, with retry_after_ms until the oldest expires).
+	// Default: 10000.
+	MaxIdempotencyKeysPerIdentity int
+	// MaxConnectionsPerIdentity bounds the WebSocket connections one
+	// authenticated identity holds initialized, across its clientIds
+	// and addresses. Default: 1000.
+	MaxConnectionsPerIdentity int
+	// MaxStreamsPerIdentity bounds the journal's SSE streams one
+	// identity holds open. Default: 64.
+	MaxStreamsPerIdentity int
+	// MaxHTTPPublishersPerIdentity bounds the clientIds one identity
+	// publishes as over HTTP that the bus keeps (each with its order and
+	// rate); beyond it the identity's least recently used is forgotten.
+	// Default: 256.
+	MaxHTTPPublishersPerIdentity int
 }
 
 func (o *Options) setDefaults() {
@@ -290,6 +308,9 @@ type Server struct {
 	busyListened, idleListened anyCache
 	// http holds the HTTP API's publishers (httpapi.go).
 	http httpPublishers
+	// keyLocks serialize the requests of one idempotency key
+	// (idempotency.go).
+	keyLocks keyLocks
 	// hooks are the incoming webhooks by name, hookRequests counts their
 	// requests and hookReplays keeps their delivery ids (webhook_in.go).
 	hooks        map[string]*hook
