@@ -250,12 +250,15 @@ func (c *conn) cleanup() {
 	subs := c.detach()
 	s.metrics.connections.Dec()
 	c.mu.Lock()
-	id, identity, takenOver, publishOnly := c.clientID, c.identity, c.takenOver, c.publishOnly
+	id, identity, takenOver, publishOnly, slot := c.clientID, c.identity, c.takenOver, c.publishOnly, c.identitySlot
 	if c.expiry != nil {
 		c.expiry.Stop()
 		c.expiry = nil
 	}
 	c.mu.Unlock()
+	if slot != nil {
+		slot()
+	}
 	if id != "" && !publishOnly {
 		s.release(c, id)
 	}

@@ -354,8 +354,15 @@ func (c *conn) commitInitialize(p *protocol.InitializeParams, grant *handshakeGr
 	if err := c.reauthorizeLocked(p, grant); err != nil {
 		return nil, err
 	}
+	var slot func()
+	if grant.principal != nil {
+		if slot, err = c.takeIdentitySlot(grant.principal.Name()); err != nil {
+			return nil, err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.identitySlot = slot
 	if initializeHook != nil {
 		initializeHook(p.ClientID)
 	}
@@ -570,21 +577,29 @@ func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 	if out.callback != "" {
 		return out.conn.server.callbackEvent(out.callback, out.message.Payload)
 	}
-	if err := out.admit(); err != nil {
-		return nil, err
-	}
 	s := out.conn.server
 	key, err := idempotencyKeyOf(out.message.Meta)
 	if err != nil {
 		return nil, err
 	}
 	if key == "" {
+		if err := out.admit(); err != nil {
+			return nil, err
+		}
 		out.accepted()
 		return s.publishRouted(&out.message, out.chain, out.tickets, true)
 	}
 	// meta.idempotency_key: a repeat gets the first result and publishes
-	// nothing (idempotency.go).
-	result, _, err := s.idempotently(out.message.Publisher, key, idempotencySum(req.Params), func() (*protocol.SendMessageResult, error) {
+	// nothing (idempotency.go), even once the limits would refuse a new
+	// message.
+	c := out.conn
+	c.mu.Lock()
+	identity := c.limitKeyLocked()
+	c.mu.Unlock()
+	result, _, err := s.idempotently(identity, key, idempotencySum(req.Params), func() (*protocol.SendMessageResult, error) {
+		if err := out.admit(); err != nil {
+			return nil, err
+		}
 		out.accepted()
 		return s.publishRouted(&out.message, out.chain, out.tickets, true)
 	})
