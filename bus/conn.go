@@ -99,6 +99,9 @@ type conn struct {
 
 func (s *Server) newConn(ws *websocket.Conn, out *outbound.Conn, remote string) *conn {
 	ws.SetReadLimit(s.opts.MaxMessageBytes)
+	// And on a frame's header: a peer that declares more and sends
+	// nothing gets its 1009 at once, not at the ping timeout.
+	out.SetReadLimit(s.opts.MaxMessageBytes)
 	c := &conn{
 		holding: holding{server: s, log: s.log.With("remote", remote), subs: make(map[string]*subscription)},
 		ws:      ws,

@@ -1,8 +1,12 @@
 package bus_test
 
 import (
+	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -208,4 +212,29 @@ func TestLimitsPerIdentity(t *testing.T) {
 		last = c.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "slow-ws-4"}).Error
 		return last == nil
 	}, bustest.Timeout, 10*time.Millisecond, "a closed connection's place is given back; last answer %v", &last)
+}
+
+// TestFrameHeaderTooBig (reproduction 6): a frame whose header declares
+// more bytes than the read limit is refused with 1009 as soon as the
+// header is read; the peer sending no payload was held until the ping
+// timeout.
+func TestFrameHeaderTooBig(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Start(t, nil)
+	c := rawConn(t, srv, strings.Replace(upgradeBodied, "Content-Length: 1000\r\n", "", 1))
+	r := bufio.NewReader(c)
+	require.Equal(t, http.StatusSwitchingProtocols, readResponse(t, c, r).StatusCode)
+	// A masked text frame of 2^62 bytes, and not one of them.
+	header := []byte{0x81, 0x80 | 127}
+	header = binary.BigEndian.AppendUint64(header, 1<<62)
+	header = append(header, 1, 2, 3, 4)
+	_, err := c.Write(header)
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(bustest.Timeout)))
+	frame := make([]byte, 4)
+	_, err = io.ReadFull(r, frame)
+	require.NoError(t, err, "no close frame within %s (the ping timeout is longer)", bustest.Timeout)
+	require.Equal(t, byte(0x88), frame[0], "a close frame")
+	require.Equal(t, uint16(websocket.StatusMessageTooBig), binary.BigEndian.Uint16(frame[2:]))
+	requireClosedByBus(t, c, r)
 }
