@@ -42,7 +42,8 @@ type Grant struct {
 	// its agents.
 	Durable bool `yaml:"durable" json:"durable,omitempty"`
 	Waker   bool `yaml:"waker" json:"waker,omitempty"`
-	// Rate limits publishes per connection; zero: the bus default.
+	// Rate limits the identity's publishes, across its connections and
+	// HTTP publishers (one token bucket); zero: the bus default.
 	Rate Rate `yaml:"rate" json:"rate,omitempty"`
 	// MaxPending caps the retries and held messages this identity's
 	// publishes may have stored at once; zero: the bus default.

@@ -416,7 +416,7 @@ func (c *conn) admitPublish() (identity string, err error) {
 		ms := max(1, (wait+time.Millisecond-1)/time.Millisecond)
 		return identity, &protocol.Error{
 			Code:    protocol.CodeRateLimited,
-			Message: fmt.Sprintf("%s: %s: %q publishes faster than its rate, across its connections; retry after %d ms", protocol.ErrRateLimited.Message, limitPublishRate, identity, ms),
+			Message: fmt.Sprintf("%s: %s: publishing faster than this identity's rate, shared by its connections; retry after %d ms", protocol.ErrRateLimited.Message, limitPublishRate, ms),
 			Data:    rateLimitedData{RetryAfterMS: int64(ms)},
 		}
 	}

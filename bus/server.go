@@ -195,8 +195,10 @@ type Limits struct {
 	// fail at once, as for a subscriber that went away, until it answers
 	// one or reconnects. Default: 3.
 	SlowSubscriberTimeouts int
-	// PublishRate limits each connection's sendMessage calls (a token
-	// bucket); an identity's grant may set its own. Default: none.
+	// PublishRate limits each identity's publishes, by every door (one
+	// token bucket shared by its connections and HTTP publishers; per
+	// clientId on an open bus); an identity's grant may set its own.
+	// Default: none.
 	PublishRate float64
 	// PublishBurst is the bucket's size. Default: max(1, PublishRate).
 	PublishBurst int

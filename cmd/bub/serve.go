@@ -140,8 +140,12 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxDeadLetterBytes, "max-dead-letter-bytes", 0, "bytes in the dead-letter queue (0: 1 GiB; negative: no limit)")
 	fs.IntVar(&l.MaxReplayIDs, "max-replay-ids", 0, "ids one dlq.replay takes (0: 1000)")
 	fs.IntVar(&l.MaxDurablePerIdentity, "max-durable-per-identity", 0, "durable subscriptions one identity may hold, across its clientIds (0: 100; negative: no limit)")
+	fs.IntVar(&l.MaxIdempotencyKeysPerIdentity, "max-idempotency-keys-per-identity", 0, "idempotency keys one identity may hold within the idempotency window, across every door; a new one beyond is refused (0: 10000; negative: no limit)")
+	fs.IntVar(&l.MaxConnectionsPerIdentity, "max-connections-per-identity", 0, "initialized WebSocket connections one authenticated identity may hold, across its clientIds and addresses (0: 1000; negative: no limit)")
+	fs.IntVar(&l.MaxStreamsPerIdentity, "max-streams-per-identity", 0, "journal event streams (SSE) one authenticated identity may hold open (0: 64; negative: no limit)")
+	fs.IntVar(&l.MaxHTTPPublishersPerIdentity, "max-http-publishers-per-identity", 0, "clientIds one identity publishes as over HTTP that the bus keeps, each with its order; beyond it its least recently used is forgotten (0: 256; negative: no limit)")
 	fs.IntVar(&l.SlowSubscriberTimeouts, "slow-subscriber-timeouts", 0, "consecutive delivery timeouts after which the bus stops waiting on a subscriber (0: 3)")
-	fs.Float64Var(&l.PublishRate, "publish-rate", 0, "sendMessage calls per second per connection, a token bucket; an identity may set its own (0: no limit)")
+	fs.Float64Var(&l.PublishRate, "publish-rate", 0, "sendMessage calls per second per identity, a token bucket shared by its connections and HTTP publishers (per clientId on an open bus); an identity may set its own (0: no limit)")
 	fs.IntVar(&l.PublishBurst, "publish-burst", 0, "size of the publish token bucket (0: max(1, --publish-rate))")
 
 	c.cluster.addFlags(fs)
