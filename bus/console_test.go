@@ -743,3 +743,53 @@ func TestConsoleTailEndsWithSession(t *testing.T) {
 		t.Fatalf("the tail showed an event after logout: %s", body)
 	}
 }
+
+// TestConsoleSessionsNotEndedByOthers (issue 36, reproduction 3): logins
+// with a credential without admin end that credential's own oldest
+// sessions, never an admin's; logins are throttled per address with
+// Retry-After, and wrong ones are counted.
+func TestConsoleSessionsNotEndedByOthers(t *testing.T) {
+	t.Parallel()
+	srv := consoleBus(t, nil)
+	admin := newConsoleClient(t, srv)
+	require.Equal(t, http.StatusOK, admin.login("root-token").status)
+	var viewers []*consoleClient
+	var throttled httpAnswer
+	for range 20 {
+		v := newConsoleClient(t, srv)
+		a := v.login("viewer-token")
+		if a.status == http.StatusTooManyRequests {
+			throttled = a
+			break
+		}
+		require.Equal(t, http.StatusOK, a.status, string(a.body))
+		viewers = append(viewers, v)
+	}
+	require.Len(t, viewers, 9, "10 attempts from the address, the admin's among them")
+	require.Equal(t, http.StatusTooManyRequests, throttled.status)
+	require.NotEmpty(t, throttled.header.Get("Retry-After"))
+	require.EqualValues(t, protocol.CodeRateLimited, throttled.errorCode())
+
+	require.Equal(t, http.StatusOK, admin.do(http.MethodGet, "/console/api/session", "", nil).status, "the admin is still logged in")
+	// The viewer holds 8 sessions: its first one ended for its ninth.
+	first := viewers[0].do(http.MethodGet, "/console/api/session", "", nil)
+	require.Equal(t, http.StatusUnauthorized, first.status, string(first.body))
+	for _, v := range viewers[1:] {
+		require.Equal(t, http.StatusOK, v.do(http.MethodGet, "/console/api/session", "", nil).status)
+	}
+
+	// Wrong tokens from another bus's address bucket: 10 refused, then
+	// throttled; each counted.
+	srv2 := consoleBus(t, nil)
+	guesser := newConsoleClient(t, srv2)
+	for i := range 12 {
+		a := guesser.login(fmt.Sprint("guess-", i))
+		want := http.StatusUnauthorized
+		if i >= 10 {
+			want = http.StatusTooManyRequests
+		}
+		require.Equal(t, want, a.status, "attempt %d: %s", i, a.body)
+	}
+	require.Equal(t, 10.0, metric(t, srv2, "bub_console_logins_total", "refused"))
+	require.Equal(t, 2.0, metric(t, srv2, "bub_console_logins_total", "throttled"))
+}

@@ -310,6 +310,10 @@ type Server struct {
 	busyListened, idleListened anyCache
 	// http holds the HTTP API's publishers (httpapi.go).
 	http httpPublishers
+	// consoleLogins counts console logins by outcome, and
+	// consoleLoginThrottle throttles them (console_login.go).
+	consoleLogins        *prometheus.CounterVec
+	consoleLoginThrottle loginThrottle
 	// keyLocks serialize the requests of one idempotency key
 	// (idempotency.go).
 	keyLocks keyLocks
@@ -423,6 +427,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		return nil, fmt.Errorf("new bus: %w", err)
 	}
 	s.hookRequests, s.webhookCalls = newWebhookMetrics(s.metrics.registry)
+	s.consoleLogins = newConsoleLoginMetric(s.metrics.registry)
 	s.webhookClient = newWebhookClient(o.DeliveryTimeout, o.WebhookAllowPrivate)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
