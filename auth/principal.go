@@ -56,6 +56,16 @@ func (p *Principal) AllowsClientID(id string) bool {
 	return false
 }
 
+// ClientIDs are the clientIds, exact or patterns, the credential may
+// initialize as, for a refusal to name to its holder.
+func (p *Principal) ClientIDs() []string {
+	ids := make([]string, len(p.clientIDs))
+	for i, pat := range p.clientIDs {
+		ids[i] = pat.String()
+	}
+	return ids
+}
+
 // Bind compiles the principal's rules for one clientId ({{clientId}}
 // replaced). The bus calls it once per initialize.
 //

@@ -238,3 +238,36 @@ func TestFrameHeaderTooBig(t *testing.T) {
 	require.Equal(t, uint16(websocket.StatusMessageTooBig), binary.BigEndian.Uint16(frame[2:]))
 	requireClosedByBus(t, c, r)
 }
+
+// TestHTTPErrorsInHTTPTerms (issue 37, item 6): the HTTP API's refusals
+// name the header to send and the body's field to set, not the
+// WebSocket upgrade and initialize.
+func TestHTTPErrorsInHTTPTerms(t *testing.T) {
+	t.Parallel()
+	srv := doorsAuth(t, bus.Limits{})
+	body := `{"topic":"jobs:a","payload":{"type":"t"}}`
+	for name, tc := range map[string]struct {
+		header map[string]string
+		body   string
+		status int
+		want   string
+	}{
+		"no token":        {nil, body, 401, "send the header Authorization: Bearer TOKEN"},
+		"wrong token":     {bearerHeader("nope"), body, 401, "credential not accepted (unknown, expired or revoked); send the header Authorization: Bearer TOKEN"},
+		"no clientId":     {bearerHeader("slow-token"), body, 403, `may not publish as "slow", the credential's name (the body has no "clientId"): its grant's client_ids (slow-*) do not allow it; set "clientId" in the body`},
+		"wrong clientId":  {bearerHeader("slow-token"), `{"topic":"jobs:a","payload":{"type":"t"},"clientId":"fast"}`, 403, `the body's "clientId" "fast"`},
+		"journal, no one": {nil, "", 401, "send the header Authorization: Bearer TOKEN"},
+	} {
+		method, path := "POST", "/v1/messages"
+		if tc.body == "" {
+			method, path = "GET", "/v1/events"
+		}
+		a := httpDo(t, srv, method, path, tc.body, tc.header)
+		require.Equal(t, tc.status, a.status, "%s: %s", name, a.body)
+		var answer struct{ Error protocol.Error }
+		require.NoError(t, json.Unmarshal(a.body, &answer), name)
+		require.Contains(t, answer.Error.Message, tc.want, name)
+		require.NotContains(t, answer.Error.Message, "initialize", name)
+		require.NotContains(t, answer.Error.Message, "upgrade", name)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"path"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -267,8 +269,15 @@ func (s *Server) checkBrowser(r *http.Request) error {
 // a publish-only connection, and returns the publisher it goes through.
 func (s *Server) httpPublisher(cred credential, clientID, remote string) (*publisher, error) {
 	a := s.auth.Load()
-	if clientID == "" && a != nil {
-		if pr, err := s.authenticate(a, cred); err == nil {
+	defaulted := clientID == ""
+	var pr *auth.Principal
+	if a != nil {
+		var err error
+		if pr, err = s.authenticate(a, cred); err != nil {
+			s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
+			return nil, httpUnauthorized(cred)
+		}
+		if defaulted {
 			clientID = pr.Name()
 		}
 	}
@@ -287,7 +296,7 @@ func (s *Server) httpPublisher(cred credential, clientID, remote string) (*publi
 	}
 	principal, access, err := c.authorizeAgainst(a, &protocol.InitializeParams{ClientID: clientID, PublishOnly: true})
 	if err != nil {
-		return nil, err
+		return nil, httpTerms(err, cred, pr, clientID, defaulted)
 	}
 	key := httpPublisherKey{clientID: clientID}
 	if principal != nil {
@@ -298,6 +307,26 @@ func (s *Server) httpPublisher(cred credential, clientID, remote string) (*publi
 	p.c.setAccessLocked(principal, access)
 	p.c.mu.Unlock()
 	return p, nil
+}
+
+// httpTerms says err, a refusal of initialize's checks, in the HTTP
+// API's terms: the header to send, the body's clientId to set.
+func httpTerms(err error, cred credential, pr *auth.Principal, clientID string, defaulted bool) error {
+	switch protocol.CodeOf(err) {
+	case protocol.CodeUnauthorized:
+		return httpUnauthorized(cred)
+	case protocol.CodeForbidden:
+		how := fmt.Sprintf("the body's \"clientId\" %q", clientID)
+		if defaulted {
+			how = fmt.Sprintf("%q, the credential's name (the body has no \"clientId\")", clientID)
+		}
+		allowed := "none"
+		if pr != nil {
+			allowed = strings.Join(pr.ClientIDs(), ", ")
+		}
+		return protocol.Errorf(protocol.ErrForbidden, "this credential may not publish as %s: its grant's client_ids (%s) do not allow it; set \"clientId\" in the body to one they do", how, allowed)
+	}
+	return err
 }
 
 // keep returns the publisher kept for key, keeping fresh if there is

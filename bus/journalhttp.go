@@ -166,7 +166,7 @@ func (s *Server) journalAccess(cred credential) (*auth.Access, *auth.Authenticat
 	principal, err := s.authenticate(a, cred)
 	if err != nil {
 		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
-		return nil, a, protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted; %s", unauthorizedDetail)
+		return nil, a, httpUnauthorized(cred)
 	}
 	access := principal.Bind(principal.Name())
 	if access.Admin() {
