@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -171,7 +172,7 @@ func TestInvalidUTF8RefusedByEveryDoor(t *testing.T) {
 // refusal names its limit.
 func TestLimitsPerIdentity(t *testing.T) {
 	t.Parallel()
-	srv := doorsAuth(t, bus.Limits{MaxConnectionsPerIdentity: 3})
+	srv := doorsAuth(t, bus.Limits{MaxConnectionsPerIdentity: 3, MaxStreamsPerIdentity: 2})
 	accepted := 0
 	for i := range 20 {
 		body := fmt.Sprintf(`{"topic":"jobs:a","payload":{"type":"t"},"clientId":"slow-%d"}`, i)
@@ -212,6 +213,25 @@ func TestLimitsPerIdentity(t *testing.T) {
 		last = c.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "slow-ws-4"}).Error
 		return last == nil
 	}, bustest.Timeout, 10*time.Millisecond, "a closed connection's place is given back; last answer %v", &last)
+
+	// Its journal streams, from however many requests.
+	stream := func() *http.Response {
+		ctx, cancel := context.WithCancel(t.Context())
+		t.Cleanup(cancel)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.HTTP.URL+bus.PathEventsStream, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer slow-token")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	require.Equal(t, http.StatusOK, stream().StatusCode)
+	require.Equal(t, http.StatusOK, stream().StatusCode)
+	third := stream()
+	body, _ := io.ReadAll(third.Body)
+	require.Equal(t, http.StatusTooManyRequests, third.StatusCode, string(body))
+	require.Contains(t, string(body), `max_streams_per_identity: identity \"slow\" holds 2 event streams`)
 }
 
 // TestFrameHeaderTooBig (reproduction 6): a frame whose header declares
@@ -270,4 +290,29 @@ func TestHTTPErrorsInHTTPTerms(t *testing.T) {
 		require.NotContains(t, answer.Error.Message, "initialize", name)
 		require.NotContains(t, answer.Error.Message, "upgrade", name)
 	}
+}
+
+// TestHookReplayHMAC (reproduction 4, the hmac variant): a hook whose
+// delivery id comes from an unsigned header, or that has none, refuses
+// a captured request sent again with another id; another body goes
+// through.
+func TestHookReplayHMAC(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Start(t, &bus.Options{Hooks: []bus.Hook{
+		{Name: "shop", Scheme: bus.HookHMAC, Secret: []byte("k"), Header: "X-Shop-Hmac-Sha256", Topic: "webhook:shop", DeliveryID: "{header:X-Shop-Webhook-Id}"},
+		{Name: "plain", Scheme: bus.HookHMAC, Secret: []byte("k"), Header: "X-Sig", Topic: "webhook:plain"},
+	}})
+	post := func(hook, header, body, id string) int {
+		h := map[string]string{header: bustest.HMACHex("k", body)}
+		if id != "" {
+			h["X-Shop-Webhook-Id"] = id
+		}
+		a := httpDo(t, srv, "POST", bus.PathHooks+hook, body, h)
+		return a.status
+	}
+	require.Equal(t, 201, post("shop", "X-Shop-Hmac-Sha256", `{"order":1}`, "w-1"))
+	require.Equal(t, 409, post("shop", "X-Shop-Hmac-Sha256", `{"order":1}`, "w-2"), "the same signed body under a new id")
+	require.Equal(t, 201, post("shop", "X-Shop-Hmac-Sha256", `{"order":2}`, "w-3"))
+	require.Equal(t, 201, post("plain", "X-Sig", `{"n":1}`, ""))
+	require.Equal(t, 409, post("plain", "X-Sig", `{"n":1}`, ""), "a hook without delivery ids")
 }
