@@ -48,6 +48,10 @@ type Grant struct {
 	// MaxPending caps the retries and held messages this identity's
 	// publishes may have stored at once; zero: the bus default.
 	MaxPending int `yaml:"max_pending" json:"max_pending,omitempty"`
+	// MaxConnections caps the WebSocket connections this identity holds
+	// at once, across its clientIds and addresses; zero: the bus's
+	// max_connections_per_identity.
+	MaxConnections int `yaml:"max_connections" json:"max_connections,omitempty"`
 }
 
 // Identity is a static-token identity.
@@ -165,6 +169,9 @@ func checkRate(g *Grant) error {
 	}
 	if g.MaxPending < 0 {
 		return fmt.Errorf("max_pending %d is negative", g.MaxPending)
+	}
+	if g.MaxConnections < 0 {
+		return fmt.Errorf("max_connections %d is negative", g.MaxConnections)
 	}
 	return nil
 }

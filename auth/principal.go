@@ -20,6 +20,8 @@ type Principal struct {
 	grants     []*grant
 	rate       Rate
 	maxPending int
+	// maxConnections is its grant's MaxConnections; zero: the bus's.
+	maxConnections int
 }
 
 // Name is the identity for logs and events: the identity's name,
@@ -55,6 +57,10 @@ func (p *Principal) AllowsClientID(id string) bool {
 	}
 	return false
 }
+
+// MaxConnections is the cap on the WebSocket connections the
+// credential may hold at once; zero: the bus's.
+func (p *Principal) MaxConnections() int { return p.maxConnections }
 
 // ClientIDs are the clientIds, exact or patterns, the credential may
 // initialize as, for a refusal to name to its holder.

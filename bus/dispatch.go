@@ -356,7 +356,7 @@ func (c *conn) commitInitialize(p *protocol.InitializeParams, grant *handshakeGr
 	}
 	var slot func()
 	if grant.principal != nil {
-		if slot, err = c.takeIdentitySlot(grant.principal.Name()); err != nil {
+		if slot, err = c.takeIdentitySlot(grant.principal); err != nil {
 			return nil, err
 		}
 	}

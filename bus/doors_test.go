@@ -36,8 +36,9 @@ func doorsAuth(t *testing.T, limits bus.Limits) *bustest.Server {
 	dir := t.TempDir()
 	a, err := auth.New(auth.Config{Identities: []auth.Identity{
 		{Name: "bob-sub", TokenSHA256: authtest.SHA256("sub-token"), Grant: auth.Grant{
-			ClientIDs: []string{"bob-sub"},
-			Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}"}},
+			ClientIDs:      []string{"bob-sub", "bob-sub-*"},
+			MaxConnections: 1,
+			Subscribe:      auth.Rules{Allow: []string{"agent:{{clientId}}"}},
 		}},
 		{Name: "bob-pub", TokenSHA256: authtest.SHA256("pub-token"), Grant: auth.Grant{
 			ClientIDs:   []string{"bob-pub"},
@@ -211,6 +212,12 @@ func TestLimitsPerIdentity(t *testing.T) {
 		last = c.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "slow-ws-4"}).Error
 		return last == nil
 	}, bustest.Timeout, 10*time.Millisecond, "a closed connection's place is given back; last answer %v", &last)
+
+	// A grant's own cap comes before the bus's.
+	_, code := initialize(t, srv.URL, "sub-token", "bob-sub-1", false)
+	require.Zero(t, code)
+	c = bustest.DialToken(t, srv.URL, "sub-token")
+	requireCode(t, c.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "bob-sub-2"}), protocol.CodeLimitReached, `identity "bob-sub" holds 1 connections, its limit 1`)
 
 	// Its journal streams, from however many requests.
 	stream := func() *http.Response {

@@ -7,6 +7,8 @@ import (
 	"weak"
 
 	"golang.org/x/time/rate"
+
+	"github.com/bub-bus/bub/auth"
 )
 
 // Limits per identity. A credential may open many connections, from
@@ -117,10 +119,14 @@ func (t *identitySlots) take(identity string, bound int) (release func(), held i
 	}, 0
 }
 
-// takeIdentitySlot counts c against MaxConnectionsPerIdentity for
-// identity, at initialize, and returns the release cleanup calls.
-func (c *conn) takeIdentitySlot(identity string) (func(), error) {
-	bound := c.server.limits().MaxConnectionsPerIdentity
+// takeIdentitySlot counts c against its identity's cap on connections,
+// at initialize: its grant's max_connections, else
+// MaxConnectionsPerIdentity. It returns the release cleanup calls.
+func (c *conn) takeIdentitySlot(p *auth.Principal) (func(), error) {
+	identity, bound := p.Name(), p.MaxConnections()
+	if bound <= 0 {
+		bound = c.server.limits().MaxConnectionsPerIdentity
+	}
 	release, held := c.server.limitState.identityConns.take(identity, bound)
 	if release != nil {
 		return release, nil
