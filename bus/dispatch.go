@@ -583,11 +583,7 @@ func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 		return nil, err
 	}
 	if key == "" {
-		if err := out.admit(); err != nil {
-			return nil, err
-		}
-		out.accepted()
-		return s.publishRouted(&out.message, out.chain, out.tickets, true)
+		return out.acceptAndWalk()
 	}
 	// meta.idempotency_key: a repeat gets the first result and publishes
 	// nothing (idempotency.go), even once the limits would refuse a new
@@ -596,17 +592,30 @@ func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 	c.mu.Lock()
 	identity := c.limitKeyLocked()
 	c.mu.Unlock()
-	result, _, err := s.idempotently(identity, key, idempotencySum(req.Params), func() (*protocol.SendMessageResult, error) {
-		if err := out.admit(); err != nil {
-			return nil, err
-		}
-		out.accepted()
-		return s.publishRouted(&out.message, out.chain, out.tickets, true)
-	})
+	result, _, err := s.idempotently(identity, key, idempotencySum(req.Params), out.acceptAndWalk)
 	if err != nil {
 		return nil, err
 	}
 	return result, nil
+}
+
+// accept admits the message (admit) and, admitted, names and journals
+// it (accepted): what every door does to a routed message before its
+// walk.
+func (out *outgoing) accept() error {
+	if err := out.admit(); err != nil {
+		return err
+	}
+	out.accepted()
+	return nil
+}
+
+// acceptAndWalk accepts the message and walks its chain to the end.
+func (out *outgoing) acceptAndWalk() (*protocol.SendMessageResult, error) {
+	if err := out.accept(); err != nil {
+		return nil, err
+	}
+	return out.conn.server.publishRouted(&out.message, out.chain, out.tickets, true)
 }
 
 // admit applies the publish-path limits (admitPublish) and notes who

@@ -18,8 +18,8 @@ import (
 //
 //   - routeMessage checks sendMessage's params (topic rules, grant,
 //     payload, meta) and routes them, in the publisher's order;
-//   - admit applies the publisher's rate and the quotas of what it makes
-//     the bus store;
+//   - accept applies the publisher's rate and the quotas of what it
+//     makes the bus store (admit), then names and journals the message;
 //   - idempotently keeps a key's bounded result for the window;
 //   - publishRouted walks the subscribers.
 //
@@ -169,13 +169,12 @@ func (s *Server) publishOnce(p *publisher, params []byte, o *publishOptions) (*p
 		done()
 		return nil, err
 	}
-	if err := out.admit(); err != nil {
+	out.remote = o.remote
+	if err := out.accept(); err != nil {
 		out.pass()
 		done()
 		return nil, err
 	}
-	out.remote = o.remote
-	out.accepted()
 	if o.header != nil {
 		s.traceHTTP(&out.message, o.header)
 	}
