@@ -6,8 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
+	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -197,20 +197,13 @@ func (s *Server) publishOnce(p *publisher, params []byte, o *publishOptions) (*p
 }
 
 // checkUTF8 refuses b, what, unless it is valid UTF-8, naming the byte
-// offset of the first invalid sequence: a strict peer (a browser, Node's
-// WebSocket) drops the connection on a frame that is not, so the bus
-// never relays one.
+// offset of the first invalid sequence, as the WebSocket reader's close
+// does (rpcstream): a strict peer (a browser, Node's WebSocket) drops
+// the connection on a frame that is not, so the bus never relays one.
 func checkUTF8(what string, b []byte) error {
-	if utf8.Valid(b) {
+	off := rpcstream.InvalidUTF8At(b)
+	if off < 0 {
 		return nil
-	}
-	off := 0
-	for off < len(b) {
-		r, n := utf8.DecodeRune(b[off:])
-		if r == utf8.RuneError && n == 1 {
-			break
-		}
-		off += n
 	}
 	return protocol.Errorf(protocol.ErrParse, "%s is not valid UTF-8: byte %d (0x%02x) does not begin a valid sequence", what, off, b[off])
 }
