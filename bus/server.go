@@ -178,7 +178,8 @@ type Limits struct {
 	// Default: 1 GiB.
 	MaxStoredBytes int
 	// MaxStoredBytesPerIdentity bounds those counting against one
-	// identity, as MaxPendingPerIdentity counts. Default: 64 MiB.
+	// identity, as MaxPendingPerIdentity counts, with the identity's
+	// idempotency records (idempotency.go). Default: 64 MiB.
 	MaxStoredBytesPerIdentity int
 	// MaxDeadLetters bounds the entries of the dead-letter queue; at
 	// the bound, or at MaxDeadLetterBytes, a message due to be

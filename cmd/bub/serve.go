@@ -135,7 +135,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxPending, "max-pending", 0, "stored retries and held messages in all (0: 100000; negative: no limit)")
 	fs.IntVar(&l.MaxPendingPerIdentity, "max-pending-per-identity", 0, "stored retries and held messages counting against one identity: its held publishes, the retries waiting on it (0: 10000; negative: no limit)")
 	fs.IntVar(&l.MaxStoredBytes, "max-stored-bytes", 0, "bytes of stored retries and held messages in all (0: 1 GiB; negative: no limit)")
-	fs.IntVar(&l.MaxStoredBytesPerIdentity, "max-stored-bytes-per-identity", 0, "bytes of stored retries and held messages counting against one identity (0: 64 MiB; negative: no limit)")
+	fs.IntVar(&l.MaxStoredBytesPerIdentity, "max-stored-bytes-per-identity", 0, "bytes of stored retries, held messages and idempotency records counting against one identity (0: 64 MiB; negative: no limit)")
 	fs.IntVar(&l.MaxDeadLetters, "max-dead-letters", 0, "entries in the dead-letter queue; at the cap, messages due there stay pending (0: 100000; negative: no limit)")
 	fs.IntVar(&l.MaxDeadLetterBytes, "max-dead-letter-bytes", 0, "bytes in the dead-letter queue (0: 1 GiB; negative: no limit)")
 	fs.IntVar(&l.MaxReplayIDs, "max-replay-ids", 0, "ids one dlq.replay takes (0: 1000)")
