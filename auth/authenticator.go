@@ -117,7 +117,7 @@ func compilePrincipal(name string, g *Grant) (*Principal, error) {
 		return nil, err
 	}
 	cg.durable, cg.waker = g.Durable, g.Waker
-	return &Principal{name: name, clientIDs: ids, grants: []*grant{cg}, rate: g.Rate, maxPending: g.MaxPending}, nil
+	return &Principal{name: name, clientIDs: ids, grants: []*grant{cg}, rate: g.Rate, maxPending: g.MaxPending, maxConnections: g.MaxConnections}, nil
 }
 
 func compileIssuer(iss *Issuer, baseDir string) (*jwtIssuer, error) {
@@ -150,7 +150,7 @@ func compileIssuer(iss *Issuer, baseDir string) (*jwtIssuer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &jwtIssuer{name: iss.Name, key: key, clientIDs: ids, ceiling: ceiling, rate: iss.Ceiling.Rate, pending: iss.Ceiling.MaxPending}, nil
+	return &jwtIssuer{name: iss.Name, key: key, clientIDs: ids, ceiling: ceiling, rate: iss.Ceiling.Rate, pending: iss.Ceiling.MaxPending, connections: iss.Ceiling.MaxConnections}, nil
 }
 
 // Authenticate checks a bearer token ("" when none was presented) and

@@ -42,11 +42,16 @@ type Grant struct {
 	// its agents.
 	Durable bool `yaml:"durable" json:"durable,omitempty"`
 	Waker   bool `yaml:"waker" json:"waker,omitempty"`
-	// Rate limits publishes per connection; zero: the bus default.
+	// Rate limits the identity's publishes, across its connections and
+	// HTTP publishers (one token bucket); zero: the bus default.
 	Rate Rate `yaml:"rate" json:"rate,omitempty"`
 	// MaxPending caps the retries and held messages this identity's
 	// publishes may have stored at once; zero: the bus default.
 	MaxPending int `yaml:"max_pending" json:"max_pending,omitempty"`
+	// MaxConnections caps the WebSocket connections this identity holds
+	// at once, across its clientIds and addresses; zero: the bus's
+	// max_connections_per_identity.
+	MaxConnections int `yaml:"max_connections" json:"max_connections,omitempty"`
 }
 
 // Identity is a static-token identity.
@@ -164,6 +169,9 @@ func checkRate(g *Grant) error {
 	}
 	if g.MaxPending < 0 {
 		return fmt.Errorf("max_pending %d is negative", g.MaxPending)
+	}
+	if g.MaxConnections < 0 {
+		return fmt.Errorf("max_connections %d is negative", g.MaxConnections)
 	}
 	return nil
 }

@@ -84,6 +84,8 @@ type jwtIssuer struct {
 	ceiling   *grant
 	rate      Rate
 	pending   int
+	// connections is the ceiling's MaxConnections.
+	connections int
 }
 
 // ClockSkew is the clock skew tolerated on exp, nbf and iat: the spawner
@@ -154,6 +156,9 @@ func (a *Authenticator) authenticateJWT(token string, now time.Time) (*Principal
 		grants:     []*grant{claims, iss.ceiling},
 		rate:       iss.rate,
 		maxPending: iss.pending,
+		// The ceiling's cap holds for each token's identity
+		// (issuer/sub), as its rate and max_pending do.
+		maxConnections: iss.connections,
 	}, nil
 }
 

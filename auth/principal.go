@@ -20,6 +20,8 @@ type Principal struct {
 	grants     []*grant
 	rate       Rate
 	maxPending int
+	// maxConnections is its grant's MaxConnections; zero: the bus's.
+	maxConnections int
 }
 
 // Name is the identity for logs and events: the identity's name,
@@ -54,6 +56,20 @@ func (p *Principal) AllowsClientID(id string) bool {
 		}
 	}
 	return false
+}
+
+// MaxConnections is the cap on the WebSocket connections the
+// credential may hold at once; zero: the bus's.
+func (p *Principal) MaxConnections() int { return p.maxConnections }
+
+// ClientIDs are the clientIds, exact or patterns, the credential may
+// initialize as, for a refusal to name to its holder.
+func (p *Principal) ClientIDs() []string {
+	ids := make([]string, len(p.clientIDs))
+	for i, pat := range p.clientIDs {
+		ids[i] = pat.String()
+	}
+	return ids
 }
 
 // Bind compiles the principal's rules for one clientId ({{clientId}}

@@ -40,7 +40,18 @@ const (
 	closePermsChanged  = "permissions no longer allow a subscription"
 	closeUnauthorized  = "credential not accepted"
 	unauthorizedDetail = "present a token the bus accepts: Authorization: Bearer TOKEN on the upgrade, or token in initialize (docs/SECURITY.md)"
+	// httpUnauthorizedDetail says the same to an HTTP request.
+	httpUnauthorizedDetail = "send the header Authorization: Bearer TOKEN with a token this bus accepts (docs/SECURITY.md)"
 )
+
+// httpUnauthorized is the 401 of an HTTP request whose credential cred
+// was refused, in HTTP's terms: the header to send.
+func httpUnauthorized(cred credential) error {
+	if cred.token == "" && cred.certCN == "" {
+		return protocol.Errorf(protocol.ErrUnauthorized, "no credential: this bus needs one; %s", httpUnauthorizedDetail)
+	}
+	return protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted (unknown, expired or revoked); %s", httpUnauthorizedDetail)
+}
 
 // credential is what a connection presented, kept so that a reload can
 // check it again. The token is never logged.

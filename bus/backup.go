@@ -97,7 +97,7 @@ func (s *Server) authorizeBackup(w http.ResponseWriter, r *http.Request) (string
 		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
 		s.log.Warn("backup refused: credential not accepted", "remote", r.RemoteAddr, "reason", err)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="bub"`)
-		http.Error(w, "bub-bus: "+BackupPath+" needs a credential with admin: "+unauthorizedDetail, http.StatusUnauthorized)
+		http.Error(w, "bub-bus: "+BackupPath+" needs a credential with admin: "+httpUnauthorizedDetail, http.StatusUnauthorized)
 		return "", false
 	}
 	// Admin does not depend on the clientId; no connection is made.

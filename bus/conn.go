@@ -99,6 +99,9 @@ type conn struct {
 
 func (s *Server) newConn(ws *websocket.Conn, out *outbound.Conn, remote string) *conn {
 	ws.SetReadLimit(s.opts.MaxMessageBytes)
+	// And on a frame's header: a peer that declares more and sends
+	// nothing gets its 1009 at once, not at the ping timeout.
+	out.SetReadLimit(s.opts.MaxMessageBytes)
 	c := &conn{
 		holding: holding{server: s, log: s.log.With("remote", remote), subs: make(map[string]*subscription)},
 		ws:      ws,
@@ -250,12 +253,15 @@ func (c *conn) cleanup() {
 	subs := c.detach()
 	s.metrics.connections.Dec()
 	c.mu.Lock()
-	id, identity, takenOver, publishOnly := c.clientID, c.identity, c.takenOver, c.publishOnly
+	id, identity, takenOver, publishOnly, slot := c.clientID, c.identity, c.takenOver, c.publishOnly, c.identitySlot
 	if c.expiry != nil {
 		c.expiry.Stop()
 		c.expiry = nil
 	}
 	c.mu.Unlock()
+	if slot != nil {
+		slot()
+	}
 	if id != "" && !publishOnly {
 		s.release(c, id)
 	}

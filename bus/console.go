@@ -38,9 +38,14 @@ const (
 	// operator logs in again after it, and a stolen cookie is worth that
 	// long at most. The credential's own expiry ends it sooner.
 	consoleSessionLifetime = 30 * time.Minute
-	// maxConsoleSessions bounds the sessions kept; a login beyond it
-	// ends the oldest.
+	// maxConsoleSessions bounds the sessions kept. A login beyond it
+	// ends its own identity's oldest, else, for an admin, the oldest
+	// session without admin; a login without admin is refused when the
+	// others are another identity's (consoleSessions.add).
 	maxConsoleSessions = 256
+	// maxConsoleSessionsPerIdentity bounds one identity's sessions: its
+	// next login ends its own oldest, never another identity's.
+	maxConsoleSessionsPerIdentity = 8
 	// consoleCSP allows the console's own files and nothing else: no
 	// inline script or style, no other origin, no framing.
 	consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
@@ -189,13 +194,27 @@ func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, protocol.Errorf(protocol.ErrParse, "login body must be {\"token\": \"...\"}"))
 		return
 	}
+	now := time.Now()
+	if err := s.consoleLoginThrottle.allow("address "+remoteIP(r.RemoteAddr), now); err != nil {
+		s.consoleLogins.WithLabelValues(loginThrottled).Inc()
+		writeError(w, 0, err)
+		return
+	}
 	cred, _ := bearer(r)
 	cred.token = strings.TrimSpace(body.Token)
 	identity, expires, admin, err := s.consoleCredential(cred)
 	if err != nil {
+		s.consoleLogins.WithLabelValues(loginRefused).Inc()
 		s.log.Warn("console login refused", "remote", r.RemoteAddr, "err", err)
 		writeError(w, 0, err)
 		return
+	}
+	if identity != "" {
+		if err := s.consoleLoginThrottle.allow("identity "+identity, now); err != nil {
+			s.consoleLogins.WithLabelValues(loginThrottled).Inc()
+			writeError(w, 0, err)
+			return
+		}
 	}
 	sess := &consoleSession{id: randomHex(32), csrf: randomHex(32), cred: cred, identity: identity, expires: time.Now().Add(consoleSessionLifetime)}
 	sess.admin.Store(admin)
@@ -204,21 +223,14 @@ func (s *Server) consoleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	c := &s.consoleState
 	c.mu.Lock()
-	if c.sessions == nil {
-		c.sessions = make(map[string]*consoleSession)
-	}
-	c.dropExpiredLocked(time.Now())
-	if len(c.sessions) >= maxConsoleSessions {
-		var oldest *consoleSession
-		for _, o := range c.sessions {
-			if oldest == nil || o.expires.Before(oldest.expires) {
-				oldest = o
-			}
-		}
-		delete(c.sessions, oldest.id)
-	}
-	c.sessions[sess.id] = sess
+	err = c.addLocked(sess, admin)
 	c.mu.Unlock()
+	if err != nil {
+		s.consoleLogins.WithLabelValues(loginFull).Inc()
+		writeError(w, http.StatusServiceUnavailable, err)
+		return
+	}
+	s.consoleLogins.WithLabelValues(loginOK).Inc()
 	http.SetCookie(w, &http.Cookie{
 		Name: consoleCookie, Value: sess.id, Path: PathConsole, Expires: sess.expires,
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,

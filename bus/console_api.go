@@ -464,7 +464,7 @@ func (s *Server) askGateway(sess *consoleSession, r *http.Request, payload any) 
 		return "", err
 	}
 	body, _ := json.Marshal(map[string]any{"topic": topicBCPApproval, "payload": payload})
-	answer, err := s.publishHTTP(p, body, true, r.RemoteAddr, nil)
+	answer, _, err := s.publishHTTP(p, body, "", true, r)
 	if err != nil {
 		return "", err
 	}

@@ -3,6 +3,7 @@ package bus
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
@@ -103,5 +104,43 @@ func TestBCPBookForgetsTheLongestUnheard(t *testing.T) {
 		if c.Reader == "first" {
 			t.Fatal("the channel heard of first was kept, and a later one forgotten")
 		}
+	}
+}
+
+// TestConsoleFullTable: in a full table of sessions, a login without
+// admin by an identity holding none is refused, not made room for by
+// ending another identity's; an admin's login ends the oldest session
+// without admin, never an admin's.
+func TestConsoleFullTable(t *testing.T) {
+	t.Parallel()
+	var c consoleState
+	now := time.Now()
+	add := func(identity string, admin bool, age time.Duration) *consoleSession {
+		sess := &consoleSession{id: randomHex(8), identity: identity, expires: now.Add(time.Hour - age)}
+		sess.admin.Store(admin)
+		if err := c.addLocked(sess, admin); err != nil {
+			t.Fatalf("add %s: %v", identity, err)
+		}
+		return sess
+	}
+	// The oldest session is the admin's.
+	root := add("root", true, 3*time.Minute)
+	oldestViewer := add("viewer-0", false, 2*time.Minute)
+	for i := 1; len(c.sessions) < maxConsoleSessions; i++ {
+		add(fmt.Sprint("viewer-", i/maxConsoleSessionsPerIdentity+1), false, time.Minute)
+	}
+	err := c.addLocked(&consoleSession{id: "new", identity: "stranger", expires: now.Add(time.Hour)}, false)
+	if protocol.CodeOf(err) != protocol.CodeLimitReached {
+		t.Fatalf("a login without admin into a full table of others' sessions: %v; want -32011", err)
+	}
+	add("root-2", true, 0)
+	if c.sessions[root.id] == nil {
+		t.Fatal("an admin's login ended the admin's session")
+	}
+	if c.sessions[oldestViewer.id] != nil {
+		t.Fatal("an admin's login in a full table kept the oldest session without admin")
+	}
+	if len(c.sessions) != maxConsoleSessions {
+		t.Fatalf("%d sessions, want %d", len(c.sessions), maxConsoleSessions)
 	}
 }

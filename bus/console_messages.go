@@ -52,6 +52,12 @@ func (s *Server) consoleEventStream(sess *consoleSession, w http.ResponseWriter,
 	if !ok {
 		return
 	}
+	release, err := s.takeStream(sess.identity)
+	if err != nil {
+		writeError(w, 0, err)
+		return
+	}
+	defer release()
 	s.streamJournal(w, r, req, a, func() (*auth.Access, *auth.Authenticator, error) {
 		sess, err := s.consoleSessionOf(r)
 		if err != nil {

@@ -750,3 +750,58 @@ func TestConsoleTailEndsWithSession(t *testing.T) {
 		t.Fatalf("the tail showed an event after logout: %s", body)
 	}
 }
+
+// TestConsoleSessionsNotEndedByOthers (issue 36, reproduction 3): logins
+// with a credential without admin end that credential's own oldest
+// sessions, never an admin's; logins are throttled per address with
+// Retry-After, and wrong ones are counted.
+func TestConsoleSessionsNotEndedByOthers(t *testing.T) {
+	t.Parallel()
+	srv := consoleBus(t, nil)
+	admin := newConsoleClient(t, srv)
+	require.Equal(t, http.StatusOK, admin.login("root-token").status)
+	var viewers []*consoleClient
+	var throttled httpAnswer
+	for range 30 {
+		v := newConsoleClient(t, srv)
+		a := v.login("viewer-token")
+		if a.status == http.StatusTooManyRequests {
+			throttled = a
+			break
+		}
+		require.Equal(t, http.StatusOK, a.status, string(a.body))
+		viewers = append(viewers, v)
+	}
+	// 10 attempts from the address, the admin's among them (one more
+	// for each 6 s the loop took).
+	require.GreaterOrEqual(t, len(viewers), 9)
+	require.Equal(t, http.StatusTooManyRequests, throttled.status, "logins were never throttled")
+	require.NotEmpty(t, throttled.header.Get("Retry-After"))
+	require.EqualValues(t, protocol.CodeRateLimited, throttled.errorCode())
+
+	require.Equal(t, http.StatusOK, admin.do(http.MethodGet, "/console/api/session", "", nil).status, "the admin is still logged in")
+	// The viewer holds its 8 newest sessions: its next logins ended its
+	// oldest.
+	kept := len(viewers) - 8
+	for i, v := range viewers {
+		want := http.StatusOK
+		if i < kept {
+			want = http.StatusUnauthorized
+		}
+		require.Equal(t, want, v.do(http.MethodGet, "/console/api/session", "", nil).status, "the viewer's session %d", i)
+	}
+
+	// Wrong tokens, on a bus of their own: refused until throttled; each
+	// counted.
+	srv2 := consoleBus(t, nil)
+	guesser := newConsoleClient(t, srv2)
+	refused := 0
+	for a := guesser.login("guess"); a.status != http.StatusTooManyRequests; a = guesser.login("guess") {
+		require.Equal(t, http.StatusUnauthorized, a.status, string(a.body))
+		refused++
+		require.Less(t, refused, 30, "wrong logins were never throttled")
+	}
+	require.GreaterOrEqual(t, refused, 10)
+	require.Equal(t, float64(refused), metric(t, srv2, "bub_console_logins_total", "refused"))
+	require.Equal(t, 1.0, metric(t, srv2, "bub_console_logins_total", "throttled"))
+}

@@ -60,11 +60,10 @@ func (c *conn) relayOnLoop(req *rpcstream.Request, out *outgoing) (relayed bool)
 			}
 		}
 	}()
-	if err := out.admit(); err != nil {
+	if err := out.accept(); err != nil {
 		c.refuseRelay(req, out, err)
 		return true
 	}
-	out.accepted()
 	m := &out.message
 	result, err := s.routed(m, out.chain, true)
 	if err != nil {

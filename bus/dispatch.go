@@ -54,7 +54,7 @@ func init() {
 		protocol.MethodPing:        {serve: (*conn).ping},
 		protocol.MethodSubscribe:   {inOrder: true, serve: (*conn).subscribe},
 		protocol.MethodUnsubscribe: {inOrder: true, serve: (*conn).unsubscribe},
-		protocol.MethodSendMessage: {queued: true, route: (*conn).route},
+		protocol.MethodSendMessage: {queued: true, route: func(c *conn, req *rpcstream.Request) (*outgoing, error) { return c.routeMessage(req.Params) }},
 		protocol.MethodDLQList:     {queued: true, admin: true, serve: (*conn).dlqList},
 		protocol.MethodDLQGet:      {queued: true, admin: true, serve: (*conn).dlqGet},
 		protocol.MethodDLQReplay:   {queued: true, admin: true, serve: (*conn).dlqReplay},
@@ -214,19 +214,19 @@ func outcomeOf(err error) string {
 // decodeParams decodes a request's params object into v, naming the field
 // at fault when it cannot.
 func decodeParams(req *rpcstream.Request, v any) error {
-	if err := paramsObject(req); err != nil {
+	if err := paramsObject(req.Method, req.Params); err != nil {
 		return err
 	}
 	return paramsError(req.Method, json.Unmarshal(req.Params, v))
 }
 
 // paramsObject refuses params that are absent, null or positional.
-func paramsObject(req *rpcstream.Request) error {
-	if req.Params == nil || string(req.Params) == "null" {
-		return protocol.Errorf(protocol.ErrInvalidParams, "%s needs a params object", req.Method)
+func paramsObject(method string, params []byte) error {
+	if params == nil || string(params) == "null" {
+		return protocol.Errorf(protocol.ErrInvalidParams, "%s needs a params object", method)
 	}
-	if !protocol.IsObject(req.Params) {
-		return protocol.Errorf(protocol.ErrInvalidParams, "%s params must be an object, not positional", req.Method)
+	if !protocol.IsObject(params) {
+		return protocol.Errorf(protocol.ErrInvalidParams, "%s params must be an object, not positional", method)
 	}
 	return nil
 }
@@ -354,8 +354,15 @@ func (c *conn) commitInitialize(p *protocol.InitializeParams, grant *handshakeGr
 	if err := c.reauthorizeLocked(p, grant); err != nil {
 		return nil, err
 	}
+	var slot func()
+	if grant.principal != nil {
+		if slot, err = c.takeIdentitySlot(grant.principal); err != nil {
+			return nil, err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.identitySlot = slot
 	if initializeHook != nil {
 		initializeHook(p.ClientID)
 	}
@@ -504,23 +511,26 @@ type outgoing struct {
 	remote string
 }
 
-// route checks a sendMessage, routes it and takes its tickets (order.go).
-// It runs in the connection's order (handle): params are read in place, in one pass, and
-// nothing here waits on a peer or the store.
-func (c *conn) route(req *rpcstream.Request) (*outgoing, error) {
+// routeMessage checks sendMessage's params, routes them and takes
+// their tickets (order.go): the checks every door's messages take
+// (publish.go). It runs in the publisher's order (handle, publishAs):
+// params are read in place, in one pass, and nothing here waits on a
+// peer or the store.
+func (c *conn) routeMessage(params []byte) (*outgoing, error) {
+	const method = protocol.MethodSendMessage
 	// One look at the connection for everything the checks need.
 	c.mu.Lock()
 	initialized, from, access, identity, defaultTopic := c.initialized, c.clientID, c.access, c.identity, c.defaultTopic
 	c.mu.Unlock()
 	if !initialized {
-		return nil, protocol.Errorf(protocol.ErrNotInitialized, "call initialize before %s", req.Method)
+		return nil, protocol.Errorf(protocol.ErrNotInitialized, "call initialize before %s", method)
 	}
-	if err := paramsObject(req); err != nil {
+	if err := paramsObject(method, params); err != nil {
 		return nil, err
 	}
-	p, payloadErr, err := protocol.ScanSendMessage(req.Params)
+	p, payloadErr, err := protocol.ScanSendMessage(params)
 	if err != nil {
-		return nil, paramsError(req.Method, err)
+		return nil, paramsError(method, err)
 	}
 	if p.Topic == "" {
 		p.Topic = defaultTopic
@@ -567,28 +577,45 @@ func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 	if out.callback != "" {
 		return out.conn.server.callbackEvent(out.callback, out.message.Payload)
 	}
-	if err := out.admit(); err != nil {
-		return nil, err
-	}
 	s := out.conn.server
 	key, err := idempotencyKeyOf(out.message.Meta)
 	if err != nil {
 		return nil, err
 	}
 	if key == "" {
-		out.accepted()
-		return s.publishRouted(&out.message, out.chain, out.tickets, true)
+		return out.acceptAndWalk()
 	}
 	// meta.idempotency_key: a repeat gets the first result and publishes
-	// nothing (idempotency.go).
-	result, _, err := s.idempotently(out.message.Publisher, key, idempotencySum(req.Params), func() (any, error) {
-		out.accepted()
-		return s.publishRouted(&out.message, out.chain, out.tickets, true)
-	})
+	// nothing (idempotency.go), even once the limits would refuse a new
+	// message.
+	c := out.conn
+	c.mu.Lock()
+	identity := c.limitKeyLocked()
+	c.mu.Unlock()
+	result, _, err := s.idempotently(identity, key, idempotencySum(req.Params), out.acceptAndWalk)
 	if err != nil {
 		return nil, err
 	}
 	return result, nil
+}
+
+// accept admits the message (admit) and, admitted, names and journals
+// it (accepted): what every door does to a routed message before its
+// walk.
+func (out *outgoing) accept() error {
+	if err := out.admit(); err != nil {
+		return err
+	}
+	out.accepted()
+	return nil
+}
+
+// acceptAndWalk accepts the message and walks its chain to the end.
+func (out *outgoing) acceptAndWalk() (*protocol.SendMessageResult, error) {
+	if err := out.accept(); err != nil {
+		return nil, err
+	}
+	return out.conn.server.publishRouted(&out.message, out.chain, out.tickets, true)
 }
 
 // admit applies the publish-path limits (admitPublish) and notes who

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"path"
@@ -13,7 +14,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/bub-bus/bub/internal/rpcstream"
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -26,10 +27,6 @@ const (
 	// PathOpenAPI serves the API's OpenAPI 3.1 document.
 	PathOpenAPI = "/v1/openapi.json"
 )
-
-// maxHTTPPublishers bounds the publishers the HTTP API keeps; beyond it
-// they are forgotten all at once, their rate buckets full again.
-const maxHTTPPublishers = 4096
 
 //go:embed openapi.json
 var openAPI []byte
@@ -44,22 +41,26 @@ func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(openAPI)
 }
 
-// httpPublishers are the stand-in connections HTTP publishes go
-// through, one per identity and clientId, so that the publish rate and
-// the publisher's order hold across requests as on one WebSocket.
+// httpPublishers are the publishers HTTP publishes go through, one per
+// identity and clientId, so that the publisher's order holds across
+// requests as on one WebSocket. An identity keeps at most
+// Limits.MaxHTTPPublishersPerIdentity of them, and the bus
+// maxHTTPPublishers: beyond either, the least recently used is
+// forgotten (its next request makes it again), never all at once. The
+// publish rate is the identity's, not a publisher's (limits.go), so
+// forgetting one refills no bucket.
 type httpPublishers struct {
+	// mu guards all.
 	mu  sync.Mutex
-	all map[string]*httpPublisher
-	// keys are the idempotency keys being answered.
-	keys map[string]*keyLock
+	all map[httpPublisherKey]*publisher
 }
 
-// httpPublisher is one of them; order serializes its routing, which a
-// WebSocket connection's read loop does for it.
-type httpPublisher struct {
-	order sync.Mutex
-	c     *conn
-}
+// httpPublisherKey names an HTTP publisher: the identity (its limit
+// key) and the clientId.
+type httpPublisherKey struct{ identity, clientID string }
+
+// maxHTTPPublishers bounds the publishers the HTTP API keeps in all.
+const maxHTTPPublishers = 4096
 
 // httpError is the body of an HTTP API error: the JSON-RPC error object
 // the WebSocket API would answer.
@@ -166,23 +167,29 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
-	if _, ok := r.Header["Idempotency-Key"]; !ok {
+	if _, ok := r.Header["Idempotency-Key"]; ok {
+		err = checkIdempotencyKey(key)
+	} else {
 		// Or in meta, as on sendMessage.
-		if key, err = idempotencyKeyOf(head.Meta); err != nil {
-			writeError(w, 0, err)
-			return
-		}
+		key, err = idempotencyKeyOf(head.Meta)
 	}
-	if key == "" && r.Header["Idempotency-Key"] == nil {
-		answer, err := s.publishHTTP(p, body, r.URL.Query().Get("wait") == "ack", r.RemoteAddr, r.Header)
-		if err != nil {
-			writeError(w, 0, err)
-			return
-		}
-		writeJSON(w, http.StatusCreated, answer)
+	if err != nil {
+		writeError(w, 0, err)
 		return
 	}
-	s.publishIdempotent(w, r, p, key, body)
+	answer, replayed, err := s.publishHTTP(p, body, key, r.URL.Query().Get("wait") == "ack", r)
+	switch {
+	case errors.Is(err, errKeyReused):
+		writeError(w, http.StatusConflict, err)
+		return
+	case err != nil:
+		writeError(w, 0, err)
+		return
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, http.StatusCreated, answer)
 }
 
 // readBody reads a POST's body, at most limit bytes, and checks it is a
@@ -200,6 +207,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 
 // parseBody checks that body is a JSON object: sendMessage's params.
 func parseBody(body []byte) ([]byte, error) {
+	if err := checkUTF8("the body", body); err != nil {
+		return nil, err
+	}
 	if !json.Valid(body) {
 		return nil, protocol.Errorf(protocol.ErrParse, "body is not valid JSON; send {\"topic\": ..., \"payload\": ...}")
 	}
@@ -257,22 +267,27 @@ func (s *Server) checkBrowser(r *http.Request) error {
 // httpPublisher authenticates cred as clientID (by default the
 // credential's name, or "http" on an open bus), as initialize would for
 // a publish-only connection, and returns the publisher it goes through.
-func (s *Server) httpPublisher(cred credential, clientID, remote string) (*httpPublisher, error) {
-	c := &conn{
-		holding: holding{server: s, log: s.log.With("remote", remote, "api", "http"), subs: make(map[string]*subscription)},
-		remote:  remote,
-		slots:   make(chan struct{}, s.opts.MaxInFlight),
-	}
-	c.cred = cred
+func (s *Server) httpPublisher(cred credential, clientID, remote string) (*publisher, error) {
 	a := s.auth.Load()
-	if clientID == "" && a != nil {
-		if pr, err := s.authenticate(a, cred); err == nil {
+	defaulted := clientID == ""
+	var pr *auth.Principal
+	if a != nil {
+		var err error
+		if pr, err = s.authenticate(a, cred); err != nil {
+			s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
+			return nil, httpUnauthorized(cred)
+		}
+		if defaulted {
 			clientID = pr.Name()
 		}
 	}
 	if clientID == "" {
 		clientID = "http"
 	}
+	// A publisher not yet kept, to check the credential with.
+	p := s.newPublisher(clientID, "", remote, "remote", remote, "api", "http")
+	c := p.c
+	c.cred = cred
 	if err := protocol.ValidateClientID(clientID); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidClientInfo, "%v", err)
 	}
@@ -281,117 +296,102 @@ func (s *Server) httpPublisher(cred credential, clientID, remote string) (*httpP
 	}
 	principal, access, err := c.authorizeAgainst(a, &protocol.InitializeParams{ClientID: clientID, PublishOnly: true})
 	if err != nil {
-		return nil, err
+		return nil, httpTerms(err, cred, pr, clientID, defaulted)
 	}
-	name := clientID
+	key := httpPublisherKey{clientID: clientID}
 	if principal != nil {
-		name = principal.Name() + "\x00" + clientID
+		key.identity = principal.Name()
 	}
-	h := &s.http
-	h.mu.Lock()
-	p := h.all[name]
-	if p == nil {
-		if h.all == nil || len(h.all) >= maxHTTPPublishers {
-			h.all = make(map[string]*httpPublisher)
-		}
-		c.cid = s.connSeq.Add(1)
-		// closed: it holds no subscription and arms no expiry timer; each
-		// request authenticates again.
-		c.closed, c.initialized, c.publishOnly, c.clientID = true, true, true, clientID
-		p = &httpPublisher{c: c}
-		h.all[name] = p
-	}
-	h.mu.Unlock()
+	p = s.http.keep(key, p, s.limits().MaxHTTPPublishersPerIdentity)
 	p.c.mu.Lock()
 	p.c.setAccessLocked(principal, access)
 	p.c.mu.Unlock()
 	return p, nil
 }
 
-// publishHTTP publishes body (sendMessage's params) through p and
-// returns the answer. Without wait it answers once the message is
-// accepted: admitted and routed, or held or found with no subscriber;
-// with it, once the walk is done, as sendMessage does. remote is the
-// request's address, for the journal: p serves every request of its
-// identity and clientId, from wherever they come. header's traceparent,
-// if any, is the publish's parent span (trace.go).
-func (s *Server) publishHTTP(p *httpPublisher, body []byte, wait bool, remote string, header http.Header) (*publishAnswer, error) {
-	c := p.c
-	select {
-	case c.slots <- struct{}{}:
-	default:
-		return nil, protocol.Errorf(protocol.ErrTooManyRequests, "%d requests of this publisher already running; wait for their answers", cap(c.slots))
+// httpTerms says err, a refusal of initialize's checks, in the HTTP
+// API's terms: the header to send, the body's clientId to set.
+func httpTerms(err error, cred credential, pr *auth.Principal, clientID string, defaulted bool) error {
+	switch protocol.CodeOf(err) {
+	case protocol.CodeUnauthorized:
+		return httpUnauthorized(cred)
+	case protocol.CodeForbidden:
+		how := fmt.Sprintf("the body's \"clientId\" %q", clientID)
+		if defaulted {
+			how = fmt.Sprintf("%q, the credential's name (the body has no \"clientId\")", clientID)
+		}
+		allowed := "none"
+		if pr != nil {
+			allowed = strings.Join(pr.ClientIDs(), ", ")
+		}
+		return protocol.Errorf(protocol.ErrForbidden, "this credential may not publish as %s: its grant's client_ids (%s) do not allow it; set \"clientId\" in the body to one they do", how, allowed)
 	}
-	if err := s.beginRequest(); err != nil {
-		<-c.slots
-		return nil, err
-	}
-	// The slot and the running request are held until the walk is done,
-	// answered or not, as on a WebSocket connection.
-	done := func() {
-		s.requests.Done()
-		<-c.slots
-	}
-	p.order.Lock()
-	out, err := c.route(&rpcstream.Request{Method: protocol.MethodSendMessage, Params: body, ID: "http"})
-	p.order.Unlock()
-	if err == nil && out.callback != "" {
-		out.pass()
-		err = protocol.Errorf(protocol.ErrInvalidParams, "a tool posts its events to %s{id}, not to %s", protocol.PathCallbacks, PathMessages)
-	}
-	if err != nil {
-		done()
-		return nil, err
-	}
-	if err := out.admit(); err != nil {
-		out.pass()
-		done()
-		return nil, err
-	}
-	out.remote = remote
-	out.accepted()
-	s.traceHTTP(&out.message, header)
-	answer := &publishAnswer{MessageID: out.message.ID}
-	walk := func() (*protocol.SendMessageResult, error) {
-		defer done()
-		defer out.pass()
-		return s.publishRouted(&out.message, out.chain, out.tickets, true)
-	}
-	if !wait && len(out.chain) > 0 {
-		go func() { _, _ = walk() }()
-		return answer, nil
-	}
-	result, err := walk()
-	if err != nil {
-		return nil, err
-	}
-	if wait {
-		answer.Result = result
-	}
-	return answer, nil
+	return err
 }
 
-// publishIdempotent publishes a request that carries an Idempotency-Key
-// (idempotently); a key used for another body is refused with 409.
-func (s *Server) publishIdempotent(w http.ResponseWriter, r *http.Request, p *httpPublisher, key string, body []byte) {
-	p.c.mu.Lock()
-	identity := p.c.limitKeyLocked()
-	p.c.mu.Unlock()
-	wait := r.URL.Query().Get("wait") == "ack"
-	sum := sha256.Sum256(append([]byte(strconv.FormatBool(wait)+"\n"), body...))
-	answer, replayed, err := s.idempotently(identity, key, sum[:], func() (any, error) {
-		return s.publishHTTP(p, body, wait, r.RemoteAddr, r.Header)
-	})
-	switch {
-	case errors.Is(err, errKeyReused):
-		writeError(w, http.StatusConflict, err)
-		return
-	case err != nil:
-		writeError(w, 0, err)
-		return
+// keep returns the publisher kept for key, keeping fresh if there is
+// none; an identity past its bound, or the table past maxHTTPPublishers,
+// forgets its least recently used.
+func (h *httpPublishers) keep(key httpPublisherKey, fresh *publisher, perIdentity int) *publisher {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p := h.all[key]; p != nil {
+		return p
 	}
-	if replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
+	if h.all == nil {
+		h.all = make(map[httpPublisherKey]*publisher)
 	}
-	writeJSON(w, http.StatusCreated, answer)
+	mine := 0
+	for k := range h.all {
+		if k.identity == key.identity {
+			mine++
+		}
+	}
+	if perIdentity >= 0 && mine >= perIdentity {
+		h.forgetLRULocked(func(k httpPublisherKey) bool { return k.identity == key.identity })
+	} else if len(h.all) >= maxHTTPPublishers {
+		h.forgetLRULocked(func(httpPublisherKey) bool { return true })
+	}
+	h.all[key] = fresh
+	return fresh
+}
+
+// forgetLRULocked forgets the least recently used publisher whose key
+// is one of. The caller holds h.mu.
+func (h *httpPublishers) forgetLRULocked(of func(httpPublisherKey) bool) {
+	var oldest httpPublisherKey
+	var used int64
+	found := false
+	for k, p := range h.all {
+		if u := p.used.Load(); of(k) && (!found || u < used) {
+			oldest, used, found = k, u, true
+		}
+	}
+	if found {
+		delete(h.all, oldest)
+	}
+}
+
+// publishHTTP publishes body (sendMessage's params) through p and
+// returns the answer (publishAs); the body's idempotency key, from the
+// Idempotency-Key header or meta.idempotency_key, makes a repeat publish
+// nothing. remote is the request's address, for the journal: p serves
+// every request of its identity and clientId, from wherever they come.
+func (s *Server) publishHTTP(p *publisher, body []byte, key string, wait bool, r *http.Request) (*publishAnswer, bool, error) {
+	o := &publishOptions{wait: wait, remote: r.RemoteAddr, header: r.Header, key: key}
+	if key != "" {
+		// The wait is part of the request: a repeat with another wait
+		// would get another answer.
+		sum := sha256.Sum256(append([]byte(strconv.FormatBool(wait)+"\n"), body...))
+		o.sum = sum[:]
+	}
+	pub, err := s.publishAs(r.Context(), p, body, o)
+	if err != nil {
+		return nil, false, err
+	}
+	answer := &publishAnswer{MessageID: pub.MessageID}
+	if wait {
+		answer.Result = pub.Result
+	}
+	return answer, pub.Replayed, nil
 }

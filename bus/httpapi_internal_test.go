@@ -38,3 +38,38 @@ func FuzzHTTPBody(f *testing.F) {
 		}
 	})
 }
+
+// TestHTTPPublishersLRU: the HTTP publisher table forgets, past an
+// identity's bound, that identity's least recently used publisher,
+// never another identity's and never all at once.
+func TestHTTPPublishersLRU(t *testing.T) {
+	t.Parallel()
+	s, err := New(&Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
+	var h httpPublishers
+	keep := func(identity, clientID string) *publisher {
+		p := s.newPublisher(clientID, identity, "test")
+		return h.keep(httpPublisherKey{identity: identity, clientID: clientID}, p, 3)
+	}
+	other := keep("other", "o")
+	a := keep("slow", "slow-a")
+	keep("slow", "slow-b")
+	keep("slow", "slow-c")
+	// slow-a is used again: slow-b is now the least recent.
+	a.used.Add(1 << 40)
+	keep("slow", "slow-d")
+	if len(h.all) != 4 {
+		t.Fatalf("%d publishers kept, want 4: other's and slow's 3", len(h.all))
+	}
+	for _, k := range []httpPublisherKey{{"other", "o"}, {"slow", "slow-a"}, {"slow", "slow-c"}, {"slow", "slow-d"}} {
+		if h.all[k] == nil {
+			t.Errorf("%v was forgotten", k)
+		}
+	}
+	if got := keep("other", "o"); got != other {
+		t.Error("other's publisher was made again: it had been forgotten")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -76,18 +77,22 @@ func checkIdempotencyKey(key string) error {
 }
 
 // idempotently runs publish once for identity's key within the window:
-// it returns publish's answer, as JSON, and keeps it; a repeat whose
-// request has the same sum gets the kept answer (replayed) and publish
-// does not run; one with another sum is errKeyReused. Requests with one
-// key run one at a time. An error is not kept: a retry runs again.
-func (s *Server) idempotently(identity, key string, sum []byte, publish func() (any, error)) (answer json.RawMessage, replayed bool, err error) {
+// it returns publish's result and keeps a bounded copy of it
+// (boundedResult); a repeat whose request has the same sum gets the
+// kept copy (replayed) and publish does not run; one with another sum
+// is errKeyReused. Requests with one key run one at a time. An error is
+// not kept: a retry runs again. A new key is refused while identity
+// holds MaxIdempotencyKeysPerIdentity (keyRoom); the bytes of its
+// records count against its stored-bytes cap with its messages', which
+// admitPublish applies.
+func (s *Server) idempotently(identity, key string, sum []byte, publish func() (*protocol.SendMessageResult, error)) (result *protocol.SendMessageResult, replayed bool, err error) {
 	if err := checkIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
 	if s.idempotent == nil {
 		return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "this bus's store keeps no idempotency keys; publish without one")
 	}
-	unlock := s.http.lockKey(identity + "\x00" + key)
+	unlock := s.keyLocks.lock(identity + "\x00" + key)
 	defer unlock()
 	now := time.Now()
 	get := s.idempotent.GetIdempotent
@@ -106,16 +111,26 @@ func (s *Server) idempotently(identity, key string, sum []byte, publish func() (
 		if !bytes.Equal(rec.BodyHash, sum) {
 			return nil, false, &keyConflict{protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q was used for another request within the idempotency window; use a new key", key)}
 		}
-		return rec.Answer, true, nil
+		var kept protocol.SendMessageResult
+		if err := json.Unmarshal(rec.Answer, &kept); err != nil {
+			return nil, false, protocol.Errorf(protocol.ErrInternal, "idempotency key %q: its kept result does not decode: %v", key, err)
+		}
+		if kept.Acks == nil {
+			kept.Acks = []protocol.Ack{}
+		}
+		return &kept, true, nil
 	}
-	result, err := publish()
+	err = s.keyRoom(identity, now)
+	if err == nil {
+		result, err = publish()
+	}
 	if err != nil {
 		if shared {
 			reserver.ReleaseIdempotent(identity, key)
 		}
 		return nil, false, err
 	}
-	b, err := json.Marshal(result)
+	b, err := json.Marshal(boundedResult(result))
 	if err != nil {
 		return nil, false, protocol.Errorf(protocol.ErrInternal, "encode answer: %v", err)
 	}
@@ -124,7 +139,86 @@ func (s *Server) idempotently(identity, key string, sum []byte, publish func() (
 		// Published but not recorded: a retry would publish again.
 		s.log.Error("idempotency key not recorded; a retry will publish again", "identity", identity, "err", err)
 	}
-	return b, false, nil
+	return result, false, nil
+}
+
+// boundedResult is what an idempotency record keeps of a publish's
+// result: the message id and the outcome, never what subscribers
+// answered (their acks' messages), which a subscriber could make as
+// large as a message to fill the store on its publisher's keys.
+func boundedResult(r *protocol.SendMessageResult) *protocol.SendMessageResult {
+	return &protocol.SendMessageResult{
+		Success: r.Success, MessageID: r.MessageID, Acks: []protocol.Ack{},
+		Reason: r.Reason, Held: r.Held, NextAttempt: r.NextAttempt,
+	}
+}
+
+// IdempotencyCounter is an IdempotencyStore that counts each identity's
+// records, as *store.Store does: the bus then caps them
+// (Limits.MaxIdempotencyKeysPerIdentity) and their bytes count against
+// the identity's stored bytes (PendingUsage includes them). A store that
+// does not count (a cluster's) keeps keys without a per-identity cap.
+type IdempotencyCounter interface {
+	IdempotentUsage(identity string) (store.Usage, error)
+	// PruneIdempotent drops identity's expired records and says when
+	// the first of the others expires.
+	PruneIdempotent(identity string, now time.Time) (time.Time, error)
+}
+
+var _ IdempotencyCounter = (*store.Store)(nil)
+
+// pruneKeys drops identity's expired idempotency records, and reports
+// whether that freed any bytes.
+func (s *Server) pruneKeys(identity string) bool {
+	counter, ok := s.idempotent.(IdempotencyCounter)
+	if !ok {
+		return false
+	}
+	before, err := counter.IdempotentUsage(identity)
+	if err != nil || before.Entries == 0 {
+		return false
+	}
+	if _, err := counter.PruneIdempotent(identity, time.Now()); err != nil {
+		s.log.Error("expired idempotency keys not dropped", "identity", identity, "err", err)
+		return false
+	}
+	after, err := counter.IdempotentUsage(identity)
+	return err == nil && after.Bytes < before.Bytes
+}
+
+// keyRoom refuses a new idempotency key of identity when it holds
+// MaxIdempotencyKeysPerIdentity within the window, after dropping those
+// that expired; the refusal says when the oldest frees its place. A
+// webhook's keys (hookIdentity) are not capped: only requests signed
+// with its secret make them, two per request, at the rate its sender
+// chooses, and a refusal would lose the sender's events.
+func (s *Server) keyRoom(identity string, now time.Time) error {
+	counter, ok := s.idempotent.(IdempotencyCounter)
+	bound := s.limits().MaxIdempotencyKeysPerIdentity
+	if !ok || bound < 0 || strings.HasPrefix(identity, hookIdentityPrefix) {
+		return nil
+	}
+	u, err := counter.IdempotentUsage(identity)
+	if err != nil {
+		return protocol.Errorf(protocol.ErrInternal, "count idempotency keys: %v", err)
+	}
+	if u.Entries < bound {
+		return nil
+	}
+	next, err := counter.PruneIdempotent(identity, now)
+	if err != nil {
+		return protocol.Errorf(protocol.ErrInternal, "drop expired idempotency keys: %v", err)
+	}
+	if u, err = counter.IdempotentUsage(identity); err != nil || u.Entries < bound {
+		return err
+	}
+	s.limitState.refused[limitKeysPerIdentity].Inc()
+	ms := max(1, next.Sub(now).Milliseconds())
+	return &protocol.Error{
+		Code:    protocol.CodeLimitReached,
+		Message: fmt.Sprintf("%s: %s: identity %q holds %d idempotency keys within the window, its limit %d; retry after %d ms, when the oldest expires", protocol.ErrLimitReached.Message, limitKeysPerIdentity, identity, u.Entries, bound, ms),
+		Data:    rateLimitedData{RetryAfterMS: ms},
+	}
 }
 
 // idempotencyKeyOf returns meta's idempotency_key, "" when it has none.
@@ -157,17 +251,24 @@ func idempotencySum(params []byte) []byte {
 	return sum[:]
 }
 
-// lockKey serializes the requests with one idempotency key and returns
-// the unlock.
-func (h *httpPublishers) lockKey(k string) func() {
+// keyLocks serialize the requests that use one idempotency key, whichever
+// door they come through.
+type keyLocks struct {
+	// mu guards all.
+	mu  sync.Mutex
+	all map[string]*keyLock
+}
+
+// lock takes k's lock and returns the unlock.
+func (h *keyLocks) lock(k string) func() {
 	h.mu.Lock()
-	if h.keys == nil {
-		h.keys = make(map[string]*keyLock)
+	if h.all == nil {
+		h.all = make(map[string]*keyLock)
 	}
-	l := h.keys[k]
+	l := h.all[k]
 	if l == nil {
 		l = &keyLock{}
-		h.keys[k] = l
+		h.all[k] = l
 	}
 	l.users++
 	h.mu.Unlock()
@@ -176,7 +277,7 @@ func (h *httpPublishers) lockKey(k string) func() {
 		l.mu.Unlock()
 		h.mu.Lock()
 		if l.users--; l.users == 0 {
-			delete(h.keys, k)
+			delete(h.all, k)
 		}
 		h.mu.Unlock()
 	}

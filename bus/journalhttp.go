@@ -166,7 +166,7 @@ func (s *Server) journalAccess(cred credential) (*auth.Access, *auth.Authenticat
 	principal, err := s.authenticate(a, cred)
 	if err != nil {
 		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
-		return nil, a, protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted; %s", unauthorizedDetail)
+		return nil, a, httpUnauthorized(cred)
 	}
 	access := principal.Bind(principal.Name())
 	if access.Admin() {
@@ -296,6 +296,20 @@ func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	identity := ""
+	if a != nil {
+		// journalRequest accepted the credential.
+		cred, _ := bearer(r)
+		if pr, err := s.authenticate(a, cred); err == nil {
+			identity = pr.Name()
+		}
+	}
+	release, err := s.takeStream(identity)
+	if err != nil {
+		writeError(w, 0, err)
+		return
+	}
+	defer release()
 	s.streamJournal(w, r, req, a, func() (*auth.Access, *auth.Authenticator, error) { return s.journalReader(r) })
 }
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/bub-bus/bub/internal/streak"
 	"github.com/bub-bus/bub/protocol"
@@ -39,6 +38,9 @@ const (
 	limitSlowSubscriber     = "slow_subscriber_timeouts"
 	limitPublishRate        = "publish_rate"
 	limitDurablePerIdentity = "max_durable_per_identity"
+	limitKeysPerIdentity    = "max_idempotency_keys_per_identity"
+	limitConnsPerIdentity   = "max_connections_per_identity"
+	limitStreamsPerIdentity = "max_streams_per_identity"
 )
 
 // limitNames is the closed label set of bub_limit_refusals_total.
@@ -47,6 +49,7 @@ var limitNames = []string{
 	limitTopicBytes, limitPatternWildcards, limitPending, limitPendingPerIdentity,
 	limitStoredBytes, limitStoredPerIdentity, limitDeadLetters, limitDeadLetterBytes,
 	limitReplayIDs, limitSlowSubscriber, limitPublishRate, limitDurablePerIdentity,
+	limitKeysPerIdentity, limitConnsPerIdentity, limitStreamsPerIdentity,
 }
 
 // closeHandshakeTimeout is the close reason (and closes metric label) of a
@@ -75,6 +78,10 @@ func (l *Limits) setDefaults() {
 	def(&l.MaxDeadLetterBytes, 1<<30)
 	def(&l.MaxReplayIDs, 1000)
 	def(&l.MaxDurablePerIdentity, 100)
+	def(&l.MaxIdempotencyKeysPerIdentity, 10000)
+	def(&l.MaxConnectionsPerIdentity, 1000)
+	def(&l.MaxStreamsPerIdentity, 64)
+	def(&l.MaxHTTPPublishersPerIdentity, 256)
 	def(&l.SlowSubscriberTimeouts, 3)
 	if l.HandshakeTimeout == 0 {
 		l.HandshakeTimeout = 10 * time.Second
@@ -122,6 +129,13 @@ type limitState struct {
 	deadLettersFull prometheus.Gauge
 	// deadFull is set while it is, so that the log says so once.
 	deadFull atomic.Bool
+	// buckets are the identities' publish buckets; identityConns and
+	// identityStreams count their connections and journal streams
+	// (identity_limits.go).
+	buckets         rateBuckets
+	identityConns   identitySlots
+	identityStreams identitySlots
+
 	// refusedConns summarizes refused connections by limit: under a
 	// connection flood a line per refusal would flood the log.
 	refusedConns *streak.Log
@@ -239,11 +253,15 @@ type connLimits struct {
 	rate       float64
 	rateBurst  int
 
-	// limiter is the publish token bucket, made on first use; its rate
-	// and burst are limiterRate and limiterBurst. Guarded by conn.mu.
-	limiter      *rate.Limiter
-	limiterRate  float64
-	limiterBurst int
+	// bucket is the publish token bucket of bucketOf, the identity the
+	// connection publishes as (identity_limits.go), taken on its first
+	// publish under a rate. Guarded by conn.mu.
+	bucket   *rateBucket
+	bucketOf string
+	// identitySlot gives back the connection's place under
+	// MaxConnectionsPerIdentity; nil when it took none. Guarded by
+	// conn.mu.
+	identitySlot func()
 	// logged has a bit per publish-path limit already logged as reached,
 	// so a peer hammering at a limit gets one log line per streak, not
 	// one per refusal. Guarded by conn.mu.
@@ -398,7 +416,7 @@ func (c *conn) admitPublish() (identity string, err error) {
 		ms := max(1, (wait+time.Millisecond-1)/time.Millisecond)
 		return identity, &protocol.Error{
 			Code:    protocol.CodeRateLimited,
-			Message: fmt.Sprintf("%s: %s: publishing faster than this connection's rate; retry after %d ms", protocol.ErrRateLimited.Message, limitPublishRate, ms),
+			Message: fmt.Sprintf("%s: %s: publishing faster than this identity's rate, shared by its connections; retry after %d ms", protocol.ErrRateLimited.Message, limitPublishRate, ms),
 			Data:    rateLimitedData{RetryAfterMS: int64(ms)},
 		}
 	}
@@ -410,6 +428,11 @@ func (c *conn) admitPublish() (identity string, err error) {
 	c.mu.Unlock()
 
 	full, err := s.pendingFull(l, identity, perIdentity, true)
+	if err == nil && full != nil && full.limit == limitStoredPerIdentity && s.pruneKeys(identity) {
+		// Expired idempotency records took the room: count again
+		// without them.
+		full, err = s.pendingFull(l, identity, perIdentity, true)
+	}
 	if err != nil {
 		return identity, protocol.Errorf(protocol.ErrInternal, "count pending messages: %v", err)
 	}
@@ -452,7 +475,7 @@ type pendingCap struct {
 func (c *pendingCap) String() string {
 	what := "retries and held messages"
 	if c.limit == limitStoredBytes || c.limit == limitStoredPerIdentity {
-		what = "bytes of retries and held messages"
+		what = "bytes of retries, held messages and idempotency records"
 	}
 	if c.identity == "" {
 		return fmt.Sprintf("the bus holds %d %s, its limit %d", c.n, what, c.bound)
@@ -555,9 +578,10 @@ type rateLimitedData struct {
 	RetryAfterMS int64 `json:"retry_after_ms"`
 }
 
-// allowPublishLocked takes a token from c's publish bucket, or says how
+// allowPublishLocked takes a token from the publish bucket of c's
+// identity, shared by all its connections and publishers, or says how
 // long until one is there. The bucket follows the rate in force: the
-// connection's own, else the Limits'. The caller holds c.mu.
+// identity's grant's, else the Limits'. The caller holds c.mu.
 func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool) {
 	r, burst := c.rate, c.rateBurst
 	if r <= 0 {
@@ -569,20 +593,10 @@ func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool
 	if burst <= 0 {
 		burst = burstFor(r)
 	}
-	switch {
-	case c.limiter == nil:
-		c.limiter = rate.NewLimiter(rate.Limit(r), burst)
-	case c.limiterRate != r || c.limiterBurst != burst:
-		c.limiter.SetLimitAt(now, rate.Limit(r))
-		c.limiter.SetBurstAt(now, burst)
+	if key := c.limitKeyLocked(); c.bucket == nil || c.bucketOf != key {
+		c.bucket, c.bucketOf = c.server.limitState.buckets.of(key), key
 	}
-	c.limiterRate, c.limiterBurst = r, burst
-	if c.limiter.AllowN(now, 1) {
-		return 0, true
-	}
-	// AllowN took nothing; the wait is for the missing part of a token.
-	missing := 1 - c.limiter.TokensAt(now)
-	return time.Duration(missing / r * float64(time.Second)), false
+	return c.bucket.allow(now, r, burst)
 }
 
 // skipSlow is the delivery layer for SlowSubscriberTimeouts: it counts a

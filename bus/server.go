@@ -178,7 +178,8 @@ type Limits struct {
 	// Default: 1 GiB.
 	MaxStoredBytes int
 	// MaxStoredBytesPerIdentity bounds those counting against one
-	// identity, as MaxPendingPerIdentity counts. Default: 64 MiB.
+	// identity, as MaxPendingPerIdentity counts, with the identity's
+	// idempotency records (idempotency.go). Default: 64 MiB.
 	MaxStoredBytesPerIdentity int
 	// MaxDeadLetters bounds the entries of the dead-letter queue; at
 	// the bound, or at MaxDeadLetterBytes, a message due to be
@@ -195,8 +196,10 @@ type Limits struct {
 	// fail at once, as for a subscriber that went away, until it answers
 	// one or reconnects. Default: 3.
 	SlowSubscriberTimeouts int
-	// PublishRate limits each connection's sendMessage calls (a token
-	// bucket); an identity's grant may set its own. Default: none.
+	// PublishRate limits each identity's publishes, by every door (one
+	// token bucket shared by its connections and HTTP publishers; per
+	// clientId on an open bus); an identity's grant may set its own.
+	// Default: none.
 	PublishRate float64
 	// PublishBurst is the bucket's size. Default: max(1, PublishRate).
 	PublishBurst int
@@ -204,6 +207,24 @@ type Limits struct {
 	// identity (the clientId when no auth is configured), across its
 	// clientIds. Default: 100.
 	MaxDurablePerIdentity int
+	// MaxIdempotencyKeysPerIdentity bounds the idempotency keys one
+	// identity holds within Options.IdempotencyWindow, whatever door its
+	// publishes came through; a publish with a new key beyond it is
+	// refused (-32011, with retry_after_ms until the oldest expires).
+	// Default: 10000.
+	MaxIdempotencyKeysPerIdentity int
+	// MaxConnectionsPerIdentity bounds the WebSocket connections one
+	// authenticated identity holds initialized, across its clientIds
+	// and addresses. Default: 1000.
+	MaxConnectionsPerIdentity int
+	// MaxStreamsPerIdentity bounds the journal's SSE streams one
+	// identity holds open. Default: 64.
+	MaxStreamsPerIdentity int
+	// MaxHTTPPublishersPerIdentity bounds the clientIds one identity
+	// publishes as over HTTP that the bus keeps (each with its order and
+	// rate); beyond it the identity's least recently used is forgotten.
+	// Default: 256.
+	MaxHTTPPublishersPerIdentity int
 }
 
 func (o *Options) setDefaults() {
@@ -290,6 +311,13 @@ type Server struct {
 	busyListened, idleListened anyCache
 	// http holds the HTTP API's publishers (httpapi.go).
 	http httpPublishers
+	// consoleLogins counts console logins by outcome, and
+	// consoleLoginThrottle throttles them (console_login.go).
+	consoleLogins        *prometheus.CounterVec
+	consoleLoginThrottle loginThrottle
+	// keyLocks serialize the requests of one idempotency key
+	// (idempotency.go).
+	keyLocks keyLocks
 	// hooks are the incoming webhooks by name, hookRequests counts their
 	// requests and hookReplays keeps their delivery ids (webhook_in.go).
 	hooks        map[string]*hook
@@ -400,6 +428,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		return nil, fmt.Errorf("new bus: %w", err)
 	}
 	s.hookRequests, s.webhookCalls = newWebhookMetrics(s.metrics.registry)
+	s.consoleLogins = newConsoleLoginMetric(s.metrics.registry)
 	s.webhookClient = newWebhookClient(o.DeliveryTimeout, o.WebhookAllowPrivate)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())

@@ -96,7 +96,7 @@ type liveToolSub struct {
 	limiter *rate.Limiter
 	// pub publishes its events as the owner: one stand-in connection,
 	// whose tickets keep the events' order at each subscriber.
-	pub *conn
+	pub *publisher
 }
 
 // newToolSubscriptions loads the index from st (nil: the bus keeps
@@ -377,15 +377,11 @@ func (t *toolSubscriptions) liveOf(ts *store.ToolSubscription) *liveToolSub {
 		return l
 	}
 	s := t.s
-	pub := &conn{
-		holding: holding{server: s, log: s.log.With("tool_subscription", ts.GroupID+"/"+ts.ToolCallID), subs: make(map[string]*subscription)},
-	}
-	pub.cid = s.connSeq.Add(1)
-	// closed: it holds no subscription; it only publishes.
-	pub.closed, pub.initialized, pub.publishOnly, pub.clientID = true, true, true, ts.Owner
+	identity := ""
 	if ts.Identity != ts.Owner {
-		pub.identity = ts.Identity
+		identity = ts.Identity
 	}
+	pub := s.newPublisher(ts.Owner, identity, "tool subscription "+ts.GroupID+"/"+ts.ToolCallID, "tool_subscription", ts.GroupID+"/"+ts.ToolCallID)
 	l := &liveToolSub{limiter: rate.NewLimiter(rate.Limit(s.opts.ToolEventRate), s.opts.ToolEventBurst), pub: pub}
 	t.live[ts.Key] = l
 	return l
@@ -456,6 +452,10 @@ func (s *Server) toolEvent(id string, body []byte) (*toolEventAnswer, error) {
 		t.events.WithLabelValues(toolEventUnknown).Inc()
 		s.log.Info("tool event discarded: no active subscription has its callback (cancelled, final, or never made)")
 		return nil, protocol.Errorf(protocol.ErrNotFound, "no active tool subscription has this callback: it was cancelled, ended by a final event, or never made; send no more events")
+	}
+	if err := checkUTF8("the event", body); err != nil {
+		t.events.WithLabelValues(toolEventMalformed).Inc()
+		return nil, err
 	}
 	ev, err := protocol.ParseSubscriptionEvent(body)
 	if err != nil {
@@ -530,49 +530,29 @@ func (t *toolSubscriptions) lookup(id string) (*store.ToolSubscription, error) {
 	return t.store.GetToolSubscription(callbackKey(id))
 }
 
-// publish publishes ev on ts's topic as ts's owner, through pub: the
-// owner's pending caps apply, and a topic with nobody to take the event
-// now (no subscriber, no fallback, not held) means its thread is gone:
-// the event is logged and discarded (orphaned). With subscribers the
-// answer comes once the message is accepted; its walk goes on, retried
-// or dead-lettered as any message's.
-func (t *toolSubscriptions) publish(pub *conn, ts *store.ToolSubscription, ev *protocol.SubscriptionEvent) (*toolEventAnswer, error) {
-	s := t.s
-	payload, err := json.Marshal(ev)
+// publish publishes ev on ts's topic as ts's owner, through pub
+// (publishAs): the owner's rate and caps apply, and a topic with nobody
+// to take the event now (no subscriber, no fallback, not held) means
+// its thread is gone: the event is logged and discarded (orphaned). With
+// subscribers the answer comes once the message is accepted; its walk
+// goes on, retried or dead-lettered as any message's.
+func (t *toolSubscriptions) publish(pub *publisher, ts *store.ToolSubscription, ev *protocol.SubscriptionEvent) (*toolEventAnswer, error) {
+	params, err := json.Marshal(struct {
+		Topic   string                      `json:"topic"`
+		Payload *protocol.SubscriptionEvent `json:"payload"`
+	}{ts.Topic, ev})
 	if err != nil {
 		return nil, protocol.Errorf(protocol.ErrInternal, "encode event: %v", err)
 	}
-	if err := s.beginRequest(); err != nil {
-		return nil, err
-	}
-	out := &outgoing{conn: pub, message: store.Message{Topic: ts.Topic, From: ts.Owner, Payload: payload}}
-	out.chain = s.router.route(ts.Topic)
-	out.tickets = pub.lanes.issue(out.chain, nil)
-	if err := out.admit(); err != nil {
-		out.pass()
-		s.requests.Done()
-		return nil, err
-	}
-	s.name(&out.message)
-	if len(out.chain) > 0 {
-		go func() {
-			defer s.requests.Done()
-			defer out.pass()
-			_, _ = s.publishRouted(&out.message, out.chain, out.tickets, true)
-		}()
-		return &toolEventAnswer{Status: toolEventDelivered, MessageID: out.message.ID}, nil
-	}
-	defer s.requests.Done()
-	defer out.pass()
-	result, err := s.publishRouted(&out.message, out.chain, out.tickets, true)
+	pubd, err := t.s.publishAs(context.Background(), pub, params, &publishOptions{remote: pub.c.remote})
 	if err != nil {
 		return nil, err
 	}
-	if !result.Held {
-		s.log.Warn("tool event orphaned: its thread's topic has nobody to take it; discarded", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID, "topic", ts.Topic)
+	if pubd.Result != nil && pubd.Result.NoSubscribers() {
+		t.s.log.Warn("tool event orphaned: its thread's topic has nobody to take it; discarded", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID, "topic", ts.Topic)
 		return &toolEventAnswer{Status: toolEventOrphaned}, nil
 	}
-	return &toolEventAnswer{Status: toolEventDelivered, MessageID: out.message.ID}, nil
+	return &toolEventAnswer{Status: toolEventDelivered, MessageID: pubd.MessageID}, nil
 }
 
 // callbackEvent takes a sendMessage to callback:{id}: a tool that is a

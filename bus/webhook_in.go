@@ -99,9 +99,9 @@ type hook struct {
 	Hook
 	topic      *template
 	deliveryID *template
-	// publisher is the stand-in connection the hook publishes through
-	// (httpapi.go), so its messages take the publish path's checks.
-	publisher *httpPublisher
+	// publisher is who the hook publishes as (publish.go), so its
+	// messages take every door's checks.
+	publisher *publisher
 }
 
 // hookName is what a hook's name may be: it is a URL segment and part
@@ -200,16 +200,8 @@ func (s *Server) newHook(cfg Hook) (*hook, error) {
 			return nil, fmt.Errorf("delivery_id %q: %w", cfg.DeliveryID, err)
 		}
 	}
-	c := &conn{
-		holding: holding{server: s, log: s.log.With("hook", cfg.Name), subs: make(map[string]*subscription)},
-		remote:  "hook " + cfg.Name,
-		slots:   make(chan struct{}, s.opts.MaxInFlight),
-	}
-	c.cid = s.connSeq.Add(1)
-	// As an HTTP publisher (httpapi.go): closed, holding nothing. No
-	// access: the operator who configured the hook chose its topics.
-	c.closed, c.initialized, c.publishOnly, c.clientID = true, true, true, hookClientPrefix+cfg.Name
-	h.publisher = &httpPublisher{c: c}
+	// No grant: the operator who configured the hook chose its topics.
+	h.publisher = s.newPublisher(hookClientPrefix+cfg.Name, "", "hook "+cfg.Name, "hook", cfg.Name)
 	return h, nil
 }
 
@@ -429,28 +421,35 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, httpError{Error: protocol.WireError(protocol.Errorf(protocol.ErrUnauthorized, "the request's signature is missing, malformed, stale or wrong for hook %q", h.Name))})
 		return
 	}
+	if err := checkUTF8("the body", body); err != nil {
+		count(hookBadRequest)
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
 	params, deliveryID, err := h.message(r.Header, body)
 	if err != nil {
 		count(hookBadRequest)
 		writeError(w, http.StatusBadRequest, err)
 		return
 	}
-	publish := func() (any, error) { return s.publishHTTP(h.publisher, params, false, r.RemoteAddr, r.Header) }
-	var answer any
-	if deliveryID == "" {
-		answer, err = publish()
-	} else {
-		var replayed bool
-		answer, replayed, err = s.hookReplays.once(s, h.Name, deliveryID, body, publish)
-		if replayed {
-			err = errReplay
+	var answer publishAnswer
+	publish := func() (*protocol.SendMessageResult, error) {
+		pub, err := s.publishAs(r.Context(), h.publisher, params, &publishOptions{remote: r.RemoteAddr, header: r.Header})
+		if err != nil {
+			return nil, err
 		}
+		answer.MessageID = pub.MessageID
+		return &protocol.SendMessageResult{MessageID: pub.MessageID, Acks: []protocol.Ack{}}, nil
+	}
+	_, replayed, err := s.hookReplays.once(s, h.Name, deliveryID, body, publish)
+	if replayed {
+		err = errReplay
 	}
 	switch {
 	case errors.Is(err, errReplay), errors.Is(err, errKeyReused):
 		count(hookReplay)
-		s.log.Warn("webhook refused: delivery id seen before", "hook", h.Name, "remote", r.RemoteAddr, "delivery_id", deliveryID)
-		writeError(w, http.StatusConflict, protocol.Errorf(protocol.ErrInvalidParams, "delivery id %q of hook %q was seen before: a replay; nothing published", deliveryID, h.Name))
+		s.log.Warn("webhook refused: request seen before", "hook", h.Name, "remote", r.RemoteAddr, "delivery_id", deliveryID)
+		writeError(w, http.StatusConflict, protocol.Errorf(protocol.ErrInvalidParams, "hook %q took this signed body, or delivery id %q, before: a replay; nothing published", h.Name, deliveryID))
 	case err != nil:
 		count(hookRefused)
 		writeError(w, 0, err)
@@ -460,7 +459,8 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// errReplay is a delivery id seen before with the same body.
+// errReplay is a request whose body, or delivery id with the same
+// body, was seen before.
 var errReplay = errors.New("delivery id seen before")
 
 // message builds the sendMessage params of a request whose signature

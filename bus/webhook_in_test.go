@@ -29,9 +29,12 @@ func TestHookStatuses(t *testing.T) {
 	}})
 	_, got := bustest.Collect(t, srv.URL, "sink", "webhook:*")
 	push := `{"repository":{"full_name":"octo/hello"},"ref":"refs/heads/main"}`
-	ghHeader := func(body, delivery string) map[string]string {
-		return map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("gh-secret", body), "X-GitHub-Event": "push", "X-GitHub-Delivery": delivery}
+	push2 := `{"repository":{"full_name":"octo/hello"},"ref":"refs/heads/dev"}`
+	ghHeaderAs := func(body, delivery, event string) map[string]string {
+		return map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("gh-secret", body), "X-GitHub-Event": event, "X-GitHub-Delivery": delivery}
 	}
+	ghHeader := func(body, delivery string) map[string]string { return ghHeaderAs(body, delivery, "push") }
+	notUTF8 := `{"repository":{"full_name":"octo/hello"},"x":"` + "\xff\xfe" + `"}`
 	now := strconv.FormatInt(time.Now().Unix(), 10)
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)
 	event := `{"id":"evt_1","type":"invoice.paid"}`
@@ -52,7 +55,13 @@ func TestHookStatuses(t *testing.T) {
 		{"github no signature", "POST", "/v1/hooks/github", push, map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "d-3"}, 401, protocol.CodeUnauthorized, ""},
 		{"github no delivery id", "POST", "/v1/hooks/github", push, ghHeader(push, ""), 400, protocol.CodeInvalidParams, ""},
 		{"github field missing", "POST", "/v1/hooks/github", `{"zen":"hi"}`, ghHeader(`{"zen":"hi"}`, "d-4"), 400, protocol.CodeInvalidParams, ""},
-		{"github second delivery", "POST", "/v1/hooks/github", push, ghHeader(push, "d-5"), 201, 0, "webhook:github:octo/hello:push"},
+		// The signature covers the body only: the same body under a new
+		// delivery id, or with its event header changed to route it
+		// elsewhere, is the captured request again.
+		{"github replayed, new delivery id", "POST", "/v1/hooks/github", push, ghHeader(push, "d-5"), 409, protocol.CodeInvalidParams, ""},
+		{"github replayed, re-routed", "POST", "/v1/hooks/github", push, ghHeaderAs(push, "d-6", "deployment"), 409, protocol.CodeInvalidParams, ""},
+		{"github second delivery", "POST", "/v1/hooks/github", push2, ghHeader(push2, "d-7"), 201, 0, "webhook:github:octo/hello:push"},
+		{"github not UTF-8", "POST", "/v1/hooks/github", notUTF8, ghHeader(notUTF8, "d-8"), 400, protocol.CodeParseError, ""},
 		// GitHub's own test vector passes the signature check; its body
 		// is no JSON, so it is refused after it.
 		{"github's vector", "POST", "/v1/hooks/vector", "Hello, World!", map[string]string{"X-Hub-Signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17", "X-GitHub-Delivery": "v-1"}, 400, protocol.CodeParseError, ""},
@@ -106,7 +115,7 @@ func TestHookStatuses(t *testing.T) {
 			}
 		})
 	}
-	for outcome, want := range map[string]float64{"published": 4, "bad_signature": 3, "stale": 1, "replay": 3, "bad_request": 4, "too_large": 1, "not_found": 1} {
+	for outcome, want := range map[string]float64{"published": 4, "bad_signature": 3, "stale": 1, "replay": 5, "bad_request": 5, "too_large": 1, "not_found": 1} {
 		if n := metric(t, srv, "bub_webhook_requests_total", outcome); n != want {
 			t.Errorf("bub_webhook_requests_total{outcome=%q} = %v; want %v", outcome, n, want)
 		}

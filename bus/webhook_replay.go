@@ -2,72 +2,122 @@ package bus
 
 import (
 	"crypto/sha256"
-	"encoding/json"
+	"encoding/hex"
+	"errors"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/bub-bus/bub/protocol"
 )
 
-// hookReplays remembers the delivery ids the incoming webhooks took,
-// for Options.IdempotencyWindow, so that a request sent again, by an
+// hookReplays remembers the requests the incoming webhooks took, for
+// Options.IdempotencyWindow, so that a request sent again, by an
 // attacker who caught it or by a sender retrying, publishes nothing.
-// They are idempotency keys of the hook (idempotency.go), kept in the
-// store and so across restarts; a store that keeps none (a cluster's)
-// leaves them to memory here, per node, bounded by maxMemoryReplays.
+// Each request is remembered twice: by a digest of its signed body, and
+// by its delivery id when the hook names one. Most senders sign only the
+// body (GitHub, HMAC), not the headers that carry the delivery id or the
+// event's kind; so a captured request sent again with a new delivery id,
+// or with another header to route it elsewhere, is the same signed body
+// and is refused all the same. The records are idempotency keys of the
+// hook (idempotency.go), kept in the store and so across restarts; a
+// store that keeps none (a cluster's) leaves them to memory here, per
+// node, bounded by maxMemoryReplays.
 type hookReplays struct {
 	// mu guards the fields below.
 	mu sync.Mutex
-	// seen are the ids in memory, by hook and id, with when they
+	// seen are the keys in memory, by hook and key, with when they
 	// expire; order lists them oldest first, for pruning.
 	seen  map[string]time.Time
 	order []string
 }
 
-// maxMemoryReplays bounds the delivery ids kept in memory; beyond it
-// the oldest are forgotten first.
+// maxMemoryReplays bounds the keys kept in memory; beyond it the oldest
+// are forgotten first.
 const maxMemoryReplays = 100_000
 
-// hookIdentity is the idempotency identity of a hook's delivery ids: no
-// credential's name holds a NUL, so none shares it.
-func hookIdentity(hook string) string { return "\x00hook:" + hook }
+// hookIdentityPrefix begins the idempotency identity of a hook's
+// requests: no credential's name holds a NUL, so none shares it.
+const hookIdentityPrefix = "\x00hook:"
 
-// once runs publish unless hook took id before, and returns its answer.
-// A repeat gets replayed set; the same id with another body gets
-// errKeyReused. A failed publish keeps no id: the sender may try again.
-func (rp *hookReplays) once(s *Server, hook, id string, body []byte, publish func() (any, error)) (json.RawMessage, bool, error) {
-	if err := checkIdempotencyKey(id); err != nil {
-		return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "delivery id %q: %v", truncate(id, 64), err)
+// hookIdentity is the idempotency identity of hook's requests.
+func hookIdentity(hook string) string { return hookIdentityPrefix + hook }
+
+// bodyKeyPrefix begins the key a request's body digest is kept under; a
+// delivery id is checked printable ASCII of at most 255 bytes, and may
+// look the same, but then it is the same request's.
+const bodyKeyPrefix = "body:"
+
+// once runs publish unless hook took a request with the same body, or
+// the delivery id id ("" for none), within the window, and returns its
+// result. A repeat gets replayed set; the same id with another body gets
+// errKeyReused. A failed publish keeps nothing: the sender may try
+// again.
+func (rp *hookReplays) once(s *Server, hook, id string, body []byte, publish func() (*protocol.SendMessageResult, error)) (*protocol.SendMessageResult, bool, error) {
+	if id != "" {
+		if err := checkIdempotencyKey(id); err != nil {
+			return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "delivery id %q: %v", truncate(id, 64), err)
+		}
 	}
 	sum := sha256.Sum256(body)
-	if s.idempotent != nil {
-		return s.idempotently(hookIdentity(hook), id, sum[:], publish)
+	keys := []string{bodyKeyPrefix + hex.EncodeToString(sum[:])}
+	if id != "" {
+		keys = append(keys, id)
 	}
-	key := hook + "\x00" + id
+	if s.idempotent == nil {
+		return rp.onceInMemory(s, hook, keys, publish)
+	}
+	// The body's key outside, the id's inside: a replay found by
+	// the inner one fails the outer, which then keeps nothing.
+	run := publish
+	for _, key := range slices.Backward(keys[1:]) {
+		inner := run
+		run = func() (*protocol.SendMessageResult, error) {
+			result, replayed, err := s.idempotently(hookIdentity(hook), key, sum[:], inner)
+			if replayed {
+				return nil, errReplay
+			}
+			return result, err
+		}
+	}
+	result, replayed, err := s.idempotently(hookIdentity(hook), keys[0], sum[:], run)
+	if errors.Is(err, errReplay) {
+		return nil, true, nil
+	}
+	return result, replayed, err
+}
+
+// onceInMemory is once for a store that keeps no idempotency keys.
+func (rp *hookReplays) onceInMemory(s *Server, hook string, keys []string, publish func() (*protocol.SendMessageResult, error)) (*protocol.SendMessageResult, bool, error) {
 	now := time.Now()
 	rp.mu.Lock()
 	rp.pruneLocked(now)
-	if _, ok := rp.seen[key]; ok {
-		rp.mu.Unlock()
-		return nil, true, nil
+	for _, key := range keys {
+		if _, ok := rp.seen[hook+"\x00"+key]; ok {
+			rp.mu.Unlock()
+			return nil, true, nil
+		}
 	}
 	if rp.seen == nil {
 		rp.seen = make(map[string]time.Time)
 	}
 	// Taken before publishing, so that two copies sent at once publish
 	// once.
-	rp.seen[key] = now.Add(s.opts.IdempotencyWindow)
-	rp.order = append(rp.order, key)
+	for _, key := range keys {
+		rp.seen[hook+"\x00"+key] = now.Add(s.opts.IdempotencyWindow)
+		rp.order = append(rp.order, hook+"\x00"+key)
+	}
 	rp.mu.Unlock()
-	answer, err := publish()
+	result, err := publish()
 	if err != nil {
 		rp.mu.Lock()
-		delete(rp.seen, key)
+		for _, key := range keys {
+			delete(rp.seen, hook+"\x00"+key)
+		}
 		rp.mu.Unlock()
 		return nil, false, err
 	}
-	b, err := json.Marshal(answer)
-	return b, false, err
+	return result, false, nil
 }
 
 // pruneLocked forgets the expired ids, and the oldest beyond the bound.

@@ -38,6 +38,23 @@ type pendingIndex struct {
 	by    map[string]Usage   // whom → its pending entries
 	total Usage              // every pending entry
 	dead  Usage              // every dead letter
+	// keys are the idempotency records by identity (keyOwner), and
+	// allKeys all of them: they are stored for an identity too, so
+	// their bytes count against its caps.
+	keys    map[string]Usage
+	allKeys Usage
+}
+
+// countKey counts an idempotency record of size bytes of identity in,
+// or out when sign is -1.
+func (ix *pendingIndex) countKey(identity string, size int64, sign int) {
+	u := ix.keys[identity]
+	if u.add(size, sign); u.Entries <= 0 {
+		delete(ix.keys, identity)
+	} else {
+		ix.keys[identity] = u
+	}
+	ix.allKeys.add(size, sign)
 }
 
 // counted is a pending entry as the index counts it.
@@ -70,7 +87,9 @@ func (p *Pending) CountsAgainst() string {
 }
 
 // PendingUsage returns what the pending entries take in all, and what
-// those counting against identity take (Pending.CountsAgainst).
+// those counting against identity take (Pending.CountsAgainst). The
+// bytes include the idempotency records' (IdempotentUsage): an identity
+// that makes the bus keep answers pays for them as for its messages.
 func (s *Store) PendingUsage(identity string) (total, mine Usage, err error) {
 	ix, err := s.counts()
 	if err != nil {
@@ -78,6 +97,8 @@ func (s *Store) PendingUsage(identity string) (total, mine Usage, err error) {
 	}
 	ix.mu.Lock()
 	total, mine = ix.total, ix.by[identity]
+	total.Bytes += ix.allKeys.Bytes
+	mine.Bytes += ix.keys[identity].Bytes
 	ix.mu.Unlock()
 	return total, mine, nil
 }
@@ -115,7 +136,8 @@ func (s *Store) buildPendingIndex() error {
 	}
 	owner := make(map[uint64]counted)
 	by := make(map[string]Usage)
-	var total, dead Usage
+	keys := make(map[string]Usage)
+	var total, dead, allKeys Usage
 	err := s.view(func(t tx) error {
 		err := t.each(bucketPending, nil, func(k, v []byte) (bool, error) {
 			var r struct {
@@ -139,6 +161,17 @@ func (s *Store) buildPendingIndex() error {
 		if err != nil {
 			return err
 		}
+		err = t.each(bucketIdempotency, nil, func(k, v []byte) (bool, error) {
+			identity := keyOwner(k)
+			u := keys[identity]
+			u.add(int64(len(v)), 1)
+			keys[identity] = u
+			allKeys.add(int64(len(v)), 1)
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
 		return t.each(bucketDeadLetters, nil, func(_, v []byte) (bool, error) {
 			dead.add(int64(len(v)), 1)
 			return true, nil
@@ -149,6 +182,7 @@ func (s *Store) buildPendingIndex() error {
 	}
 	ix.mu.Lock()
 	ix.owner, ix.by, ix.total, ix.dead = owner, by, total, dead
+	ix.keys, ix.allKeys = keys, allKeys
 	ix.mu.Unlock()
 	ix.ready.Store(true)
 	return nil

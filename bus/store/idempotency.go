@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -57,21 +58,30 @@ func (s *Store) GetIdempotent(identity, key string, now time.Time) (*Idempotent,
 
 // PutIdempotent records the answer to identity's key, durably, and drops
 // some of the records that expired before now, so the bucket stays
-// near the keys used within the window.
+// near the keys used within the window. The records count against
+// identity (IdempotentUsage, and PendingUsage's bytes) until they are
+// dropped.
 func (s *Store) PutIdempotent(identity, key string, rec *Idempotent, now time.Time) error {
 	v, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode idempotency record: %w", err)
 	}
-	return s.update(func(t tx) error {
+	v = seal(v)
+	var gone []keyRecord
+	var replaced int64
+	err = s.updatePending(func(t tx) error {
 		// The records after this one are looked at, a few per write:
 		// the keys in use spread the looks over the whole bucket.
-		var expired [][]byte
+		gone, replaced = gone[:0], 0
+		k := idempotencyKey(identity, key)
+		if old := t.get(bucketIdempotency, k); old != nil {
+			replaced = int64(len(old))
+		}
 		looked := 0
-		err := t.each(bucketIdempotency, idempotencyKey(identity, key), func(k, v []byte) (bool, error) {
+		err := t.each(bucketIdempotency, k, func(k, v []byte) (bool, error) {
 			var old Idempotent
 			if json.Unmarshal(v, &old) == nil && !now.Before(old.Expires) {
-				expired = append(expired, append([]byte(nil), k...))
+				gone = append(gone, keyRecord{key: append([]byte(nil), k...), size: int64(len(v))})
 			}
 			looked++
 			return looked < pruneIdempotent, nil
@@ -79,15 +89,105 @@ func (s *Store) PutIdempotent(identity, key string, rec *Idempotent, now time.Ti
 		if err != nil {
 			return err
 		}
-		for _, k := range expired {
-			if err := t.delete(bucketIdempotency, k); err != nil {
-				return err
-			}
+		if err := deleteRecords(t, gone); err != nil {
+			return err
 		}
-		return t.put(bucketIdempotency, idempotencyKey(identity, key), seal(v))
+		return t.put(bucketIdempotency, k, v)
+	}, func(ix *pendingIndex) {
+		for _, r := range gone {
+			if string(r.key) == identity+"\x00"+key {
+				// Expired and replaced: counted as replaced below.
+				continue
+			}
+			ix.countKey(keyOwner(r.key), r.size, -1)
+		}
+		if replaced > 0 {
+			ix.countKey(identity, replaced, -1)
+		}
+		ix.countKey(identity, int64(len(v)), 1)
 	})
+	return err
 }
 
 // pruneIdempotent bounds the records one PutIdempotent looks at to drop
 // the expired among them.
 const pruneIdempotent = 16
+
+// keyRecord is an idempotency record to drop, with its size.
+type keyRecord struct {
+	key  []byte
+	size int64
+}
+
+// deleteRecords drops records from the idempotency bucket.
+func deleteRecords(t tx, records []keyRecord) error {
+	for _, r := range records {
+		if err := t.delete(bucketIdempotency, r.key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keyOwner is the identity of an idempotency record's key: what is
+// before its last NUL (a key is printable ASCII; an identity may hold a
+// NUL, as a webhook's does).
+func keyOwner(k []byte) string {
+	if i := bytes.LastIndexByte(k, 0); i >= 0 {
+		return string(k[:i])
+	}
+	return ""
+}
+
+// IdempotentUsage returns what identity's idempotency records take: how
+// many, and their bytes as stored. Records that expired count until they
+// are dropped (PruneIdempotent).
+func (s *Store) IdempotentUsage(identity string) (Usage, error) {
+	ix, err := s.counts()
+	if err != nil {
+		return Usage{}, err
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.keys[identity], nil
+}
+
+// PruneIdempotent drops identity's idempotency records that expired
+// before now, and returns when the first of those left expires (zero
+// when none is left). An identity's records are next to one another in
+// the bucket, so this reads only them.
+func (s *Store) PruneIdempotent(identity string, now time.Time) (next time.Time, err error) {
+	prefix := []byte(identity + "\x00")
+	var gone []keyRecord
+	err = s.updatePending(func(t tx) error {
+		gone, next = gone[:0], time.Time{}
+		err := t.each(bucketIdempotency, prefix, func(k, v []byte) (bool, error) {
+			if !bytes.HasPrefix(k, prefix) {
+				return false, nil
+			}
+			if bytes.IndexByte(k[len(prefix):], 0) >= 0 {
+				// Another identity's, whose name starts with this one
+				// and a NUL.
+				return true, nil
+			}
+			var rec Idempotent
+			if json.Unmarshal(v, &rec) == nil && now.Before(rec.Expires) {
+				if next.IsZero() || rec.Expires.Before(next) {
+					next = rec.Expires
+				}
+				return true, nil
+			}
+			gone = append(gone, keyRecord{key: append([]byte(nil), k...), size: int64(len(v))})
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		return deleteRecords(t, gone)
+	}, func(ix *pendingIndex) {
+		for _, r := range gone {
+			ix.countKey(identity, r.size, -1)
+		}
+	})
+	return next, err
+}

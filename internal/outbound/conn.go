@@ -267,6 +267,9 @@ func tcpUnder(nc net.Conn) *net.TCPConn {
 func (c *Conn) Read(p []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	if c.reader.frames.tooBig {
+		return 0, ErrFrameTooBig
+	}
 	if len(c.early) > 0 {
 		n := c.reader.handOut(p, c.early)
 		c.early = c.early[n:]

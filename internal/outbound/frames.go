@@ -31,6 +31,10 @@ type frameCursor struct {
 	n      uint8
 	// left is what of the current frame's payload is not handed out.
 	left int64
+	// limit, when > 0, is the largest data frame payload the reader
+	// takes (SetReadLimit); tooBig is set once a header declares more.
+	limit  int64
+	tooBig bool
 }
 
 // take returns how many bytes at the start of b may be handed out: all
@@ -51,11 +55,29 @@ func (f *frameCursor) take(b []byte) int {
 			}
 		}
 		f.left = payloadLen(f.header[:f.n])
+		f.tooBig = f.tooBig || f.over(f.header[0], f.left)
 		f.n = 0
 	}
 	k := min(int64(len(b)-i), f.left)
 	f.left -= k
 	return i + int(k)
+}
+
+// over reports whether a frame whose header begins with b0 and declares
+// a payload of n bytes is larger than the limit. Control frames are
+// coder/websocket's to refuse (they carry 125 bytes at most). A
+// compressed frame (RSV1) may be a little larger than the message it
+// inflates to, when the message does not compress: it is given a 64th
+// more, and 64 KiB, of room.
+func (f *frameCursor) over(b0 byte, n int64) bool {
+	if f.limit <= 0 || b0&0x08 != 0 {
+		return false
+	}
+	limit := f.limit
+	if b0&0x40 != 0 {
+		limit += limit/64 + 64<<10
+	}
+	return n > limit
 }
 
 // between reports whether the bytes handed out end at a frame boundary.

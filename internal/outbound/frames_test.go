@@ -1,6 +1,9 @@
 package outbound
 
-import "testing"
+import (
+	"encoding/binary"
+	"testing"
+)
 
 // clientFrame is one masked frame.
 func clientFrame(op byte, fin bool, payload string) []byte {
@@ -75,4 +78,43 @@ func FuzzFrameCursor(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFrameCursorLimit checks that a data frame declaring more than the
+// limit is marked too big once its header is taken, whatever follows,
+// that control frames are left to coder/websocket, and that a
+// compressed frame is given room to be a little larger than its message.
+func TestFrameCursorLimit(t *testing.T) {
+	t.Parallel()
+	frame := func(b0 byte, n uint64) []byte {
+		h := []byte{b0, 0x80 | 127}
+		h = binary.BigEndian.AppendUint64(h, n)
+		return append(h, 1, 2, 3, 4)
+	}
+	for _, tt := range []struct {
+		name   string
+		header []byte
+		tooBig bool
+	}{
+		{"text at the limit", frame(0x81, 1000), false},
+		{"text over", frame(0x81, 1001), true},
+		{"2^62 bytes", frame(0x82, 1<<62), true},
+		{"continuation over", frame(0x80, 1001), true},
+		{"compressed, a little over", frame(0xC1, 1100), false},
+		{"compressed, far over", frame(0xC1, 1<<20), true},
+		{"ping", []byte{0x89, 0x80, 1, 2, 3, 4}, false},
+	} {
+		f := frameCursor{limit: 1000}
+		// Taken a byte at a time: the verdict comes with the header's
+		// last byte.
+		for i := range tt.header {
+			f.take(tt.header[i : i+1])
+			if f.tooBig && i < len(tt.header)-1 {
+				t.Errorf("%s: too big before its header was whole (byte %d)", tt.name, i)
+			}
+		}
+		if f.tooBig != tt.tooBig {
+			t.Errorf("%s: tooBig %v, want %v", tt.name, f.tooBig, tt.tooBig)
+		}
+	}
 }

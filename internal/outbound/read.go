@@ -220,3 +220,20 @@ func (r *batchReader) release() {
 		r.buf, r.ahead = nil, nil
 	}
 }
+
+// ErrFrameTooBig is what Read returns once a frame header declared a
+// payload larger than the read limit (SetReadLimit): the peer is refused
+// as soon as the header is read, not once as many bytes came, which a
+// peer that declares 2^62 bytes and sends none would never make happen.
+var ErrFrameTooBig = errors.New("outbound: a frame header declares more bytes than the read limit")
+
+// SetReadLimit makes Read fail with ErrFrameTooBig once a data frame's
+// header declares a payload of more than n bytes (0: no limit). It
+// applies to a Conn that parks (AllowPark), which follows the frames it
+// hands out; on any other the reader above it (coder/websocket's limit)
+// counts the bytes as they come. Call it before the first Read.
+func (c *Conn) SetReadLimit(n int64) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.reader.frames.limit = n
+}

@@ -247,6 +247,14 @@ func (s *Stream) next() (message, error) {
 			return message{}, ErrParked
 		}
 		typ, data, err := s.read()
+		if errors.Is(err, outbound.ErrFrameTooBig) {
+			// Refused on its header (outbound.Conn.SetReadLimit): close
+			// as coder/websocket does once the bytes it counts pass its
+			// limit, and say so the same way.
+			s.failCalls()
+			_ = s.ws.Close(websocket.StatusMessageTooBig, "frame larger than the read limit")
+			return message{}, fmt.Errorf("%w: %w", websocket.ErrMessageTooBig, err)
+		}
 		if err != nil {
 			s.failCalls()
 			return message{}, err

@@ -1,0 +1,209 @@
+package bus
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bub-bus/bub/internal/rpcstream"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// One publish path for every door. A message comes in on a peer's
+// WebSocket connection (sendMessage), by the HTTP API, through an
+// incoming webhook or as a tool subscription's event; each is checked,
+// limited and made idempotent by the same code:
+//
+//   - routeMessage checks sendMessage's params (topic rules, grant,
+//     payload, meta) and routes them, in the publisher's order;
+//   - accept applies the publisher's rate and the quotas of what it
+//     makes the bus store (admit), then names and journals the message;
+//   - idempotently keeps a key's bounded result for the window;
+//   - publishRouted walks the subscribers.
+//
+// A WebSocket connection runs these stages itself, split between its
+// read loop and a goroutine (dispatch.go), because its read loop is the
+// relay's hot path; every other door calls publishAs, which runs them in
+// one call. The WebSocket reader checks a frame's UTF-8 and size before
+// it is parsed (rpcstream); publishAs checks them for the other doors.
+
+// publisher is who a message that does not come on a peer's own
+// WebSocket connection is published as: an HTTP caller (per identity and
+// clientId), an incoming webhook, a tool subscription. It is a
+// connection that holds no subscription and takes no call (closed), made
+// by newPublisher only, so that limits, grants and the journal see it as
+// they see a peer.
+type publisher struct {
+	// order serializes the routing of its messages, which a WebSocket
+	// connection's read loop does for it: its messages take their turns
+	// at each subscriber in the order they were routed.
+	order sync.Mutex
+	c     *conn
+	// used is when it last published (UnixNano), for the HTTP API's
+	// least-recently-used eviction.
+	used atomic.Int64
+}
+
+// newPublisher makes the publisher for clientID, publishing as identity
+// ("" for none: the clientId is then who the limits count against).
+// remote names it in the journal and logs; attrs are added to its log
+// lines. Its grant, if any, is set by the caller (setAccessLocked).
+func (s *Server) newPublisher(clientID, identity, remote string, attrs ...any) *publisher {
+	c := &conn{
+		holding: holding{server: s, log: s.log.With(attrs...), subs: make(map[string]*subscription)},
+		remote:  remote,
+		cid:     s.connSeq.Add(1),
+		since:   time.Now(),
+		slots:   make(chan struct{}, s.opts.MaxInFlight),
+	}
+	// closed: it holds no subscription and arms no expiry timer.
+	c.closed, c.initialized, c.publishOnly = true, true, true
+	c.clientID, c.identity = clientID, identity
+	p := &publisher{c: c}
+	p.used.Store(time.Now().UnixNano())
+	return p
+}
+
+// publishOptions say how a door wants a publish answered.
+type publishOptions struct {
+	// wait answers once the walk is done, with sendMessage's result;
+	// without it the answer comes once the message is accepted (admitted
+	// and routed, or held, or found to have no subscriber).
+	wait bool
+	// remote is the request's address, for the journal: a publisher may
+	// serve requests from several.
+	remote string
+	// header carries the request's traceparent, if any (trace.go).
+	header http.Header
+	// key is the idempotency key ("" for none), and sum tells a repeat
+	// of the request from another that uses the key.
+	key string
+	sum []byte
+}
+
+// published is what publish answers.
+type published struct {
+	MessageID string
+	// Result is sendMessage's result: with wait, or when the message had
+	// no subscriber to walk; for a replayed idempotent publish, the
+	// bounded result kept (boundedResult).
+	Result *protocol.SendMessageResult
+	// Replayed is set when the idempotency key was used before with the
+	// same request: nothing was published again.
+	Replayed bool
+}
+
+// publishAs checks params (sendMessage's) and publishes them as p, the one
+// way in for every door but a peer's WebSocket connection (see above).
+// ctx is not yet consulted: once accepted, a message is delivered or
+// dead-lettered whatever becomes of its request.
+func (s *Server) publishAs(_ context.Context, p *publisher, params []byte, o *publishOptions) (*published, error) {
+	if err := checkUTF8("the message", params); err != nil {
+		return nil, err
+	}
+	if n := int64(len(params)); n > s.opts.MaxMessageBytes {
+		return nil, protocol.Errorf(protocol.ErrLimitReached, "the message is %d bytes, more than %d (--max-message-bytes)", n, s.opts.MaxMessageBytes)
+	}
+	if !protocol.IsObject(params) {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "the message must be a JSON object {\"topic\": ..., \"payload\": ...}")
+	}
+	if o.key == "" {
+		return s.publishOnce(p, params, o)
+	}
+	p.c.mu.Lock()
+	identity := p.c.limitKeyLocked()
+	p.c.mu.Unlock()
+	var answer *published
+	result, replayed, err := s.idempotently(identity, o.key, o.sum, func() (*protocol.SendMessageResult, error) {
+		var err error
+		answer, err = s.publishOnce(p, params, o)
+		if err != nil {
+			return nil, err
+		}
+		if answer.Result != nil {
+			return answer.Result, nil
+		}
+		return &protocol.SendMessageResult{MessageID: answer.MessageID, Acks: []protocol.Ack{}}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if replayed {
+		answer = &published{MessageID: result.MessageID, Replayed: true}
+		if o.wait {
+			answer.Result = result
+		}
+	}
+	return answer, nil
+}
+
+// publishOnce routes, admits and publishes params as p.
+func (s *Server) publishOnce(p *publisher, params []byte, o *publishOptions) (*published, error) {
+	c := p.c
+	select {
+	case c.slots <- struct{}{}:
+	default:
+		return nil, protocol.Errorf(protocol.ErrTooManyRequests, "%d requests of this publisher already running; wait for their answers", cap(c.slots))
+	}
+	if err := s.beginRequest(); err != nil {
+		<-c.slots
+		return nil, err
+	}
+	// The slot and the running request are held until the walk is done,
+	// answered or not, as on a WebSocket connection.
+	done := func() {
+		s.requests.Done()
+		<-c.slots
+	}
+	p.order.Lock()
+	p.used.Store(time.Now().UnixNano())
+	out, err := c.routeMessage(params)
+	p.order.Unlock()
+	if err == nil && out.callback != "" {
+		out.pass()
+		err = protocol.Errorf(protocol.ErrInvalidParams, "a tool posts its events to %s{id}, not as a message", protocol.PathCallbacks)
+	}
+	if err != nil {
+		done()
+		return nil, err
+	}
+	out.remote = o.remote
+	if err := out.accept(); err != nil {
+		out.pass()
+		done()
+		return nil, err
+	}
+	if o.header != nil {
+		s.traceHTTP(&out.message, o.header)
+	}
+	answer := &published{MessageID: out.message.ID}
+	walk := func() (*protocol.SendMessageResult, error) {
+		defer done()
+		defer out.pass()
+		return s.publishRouted(&out.message, out.chain, out.tickets, true)
+	}
+	if !o.wait && len(out.chain) > 0 {
+		go func() { _, _ = walk() }()
+		return answer, nil
+	}
+	result, err := walk()
+	if err != nil {
+		return nil, err
+	}
+	answer.Result = result
+	return answer, nil
+}
+
+// checkUTF8 refuses b, what, unless it is valid UTF-8, naming the byte
+// offset of the first invalid sequence, as the WebSocket reader's close
+// does (rpcstream): a strict peer (a browser, Node's WebSocket) drops
+// the connection on a frame that is not, so the bus never relays one.
+func checkUTF8(what string, b []byte) error {
+	off := rpcstream.InvalidUTF8At(b)
+	if off < 0 {
+		return nil
+	}
+	return protocol.Errorf(protocol.ErrParse, "%s is not valid UTF-8: byte %d (0x%02x) does not begin a valid sequence", what, off, b[off])
+}
