@@ -26,8 +26,10 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 
 # Everything CI runs (.ci/run calls this): vet; every package's tests
-# under -race, alone, since many of them run real processes and clusters
-# on real time; the tests that measure the process's heap, without -race
+# under -race, three packages at a time (bus, cmd/bub and cluster, the
+# three longest, spend most of their time waiting on processes, sockets
+# and elections, so a third package uses the cores the other two leave),
+# apart from the lanes below; the tests that measure the process's heap, without -race
 # and alone (norace_test.go); then two lanes side by side. The Go lane is CPU-bound:
 # the Python SDK's tests and a short run of every fuzz target, niced so
 # that the other lane's containers get the CPU they ask for. The Docker
@@ -35,7 +37,7 @@ vet:
 # three-node cluster under load while nodes are killed and cut off.
 # Each lane's lines carry its name.
 test: vet compose-config
-	$(GO) test -race -count=1 -timeout 10m ./...
+	$(GO) test -race -count=1 -p 3 -timeout 10m ./...
 	$(GO) test -count=1 -run '^TestNoRace' ./bus/
 	@$(MAKE) --no-print-directory -j2 test-go test-docker
 
@@ -72,7 +74,10 @@ pytest-sdk:
 # time. The budget is a count of executions, not a duration: Go 1.26's
 # fuzz coordinator can report a spurious "context deadline exceeded" when a
 # duration runs out mid-execution (golang/go#75804, fixed in Go 1.27), and
-# a count has no deadline to race. 50000 is a few seconds per target here.
+# a count has no deadline to race. 20000 is a second or two per target
+# here, once its package is built: make test's fuzz run is a smoke test
+# of every target (it found FuzzEscape's slow inputs), not a campaign;
+# run one target longer by hand (go test -fuzz FuzzX -fuzztime 10m PKG).
 # Each package with targets is built once, instrumented for fuzzing
 # (`go test -c -fuzz`), and its binary runs each target from the
 # package's folder (where testdata/fuzz holds the seeds) with go test's
@@ -82,7 +87,7 @@ pytest-sdk:
 # does): the fuzzer minimizes every new interesting input by running it
 # thousands of times, and one large input then holds a worker for the
 # whole -fuzzminimizetime (60 s) with no executions counted.
-FUZZTIME ?= 50000x
+FUZZTIME ?= 20000x
 FUZZ_DIR := build/fuzz
 fuzz:
 	@set -e; mkdir -p $(FUZZ_DIR); list=$$(mktemp); trap 'rm -f "$$list"' EXIT; \
