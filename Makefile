@@ -25,17 +25,20 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 
-# Everything CI runs (.ci/run calls this): vet; every package's tests
-# under -race, three packages at a time (bus, cmd/bub and cluster, the
-# three longest, spend most of their time waiting on processes, sockets
-# and elections, so a third package uses the cores the other two leave),
-# apart from the lanes below; the tests that measure the process's heap, without -race
-# and alone (norace_test.go); then two lanes side by side. The Go lane is CPU-bound:
-# the Python SDK's tests and a short run of every fuzz target, niced so
-# that the other lane's containers get the CPU they ask for. The Docker
-# lane mostly waits on containers: the compose stack's test, then the
-# three-node cluster under load while nodes are killed and cut off.
-# Each lane's lines carry its name.
+# Everything CI runs (.ci/run calls this), in three steps:
+# 1. every package's tests under -race, three packages at a time: bus,
+#    cmd/bub and cluster, the three longest, spend most of their time
+#    waiting on processes, sockets and elections, so a third package uses
+#    what the other two leave of the cores;
+# 2. the tests that measure the process's heap, without -race and alone
+#    (bus/norace_test.go);
+# 3. two lanes side by side, each line prefixed with its lane's name: the
+#    Go lane (the Python SDK's tests, then a short run of every fuzz
+#    target, niced so that the other lane's containers get the CPU they
+#    ask for) and the Docker lane, which mostly waits on containers (the
+#    compose stack's test, then three nodes under load while nodes are
+#    killed and cut off).
+# docs/TESTING.md says more, and how long it takes.
 test: vet compose-config
 	$(GO) test -race -count=1 -p 3 -timeout 10m ./...
 	$(GO) test -count=1 -run '^TestNoRace' ./bus/
