@@ -29,6 +29,8 @@ type Store interface {
 	CountDeadLetters() (int, error)
 	DeadLetterUsage() (store.Usage, error)
 
+	IdempotencyStore
+
 	// Backup hands fn a consistent copy of the store; a store with no
 	// file of its own answers store.ErrNoFile.
 	Backup(fn func(store.Snapshot) error) error

@@ -36,17 +36,23 @@ func (e *keyConflict) Error() string        { return e.err.Error() }
 func (e *keyConflict) Unwrap() error        { return e.err }
 func (e *keyConflict) Is(target error) bool { return target == errKeyReused }
 
-// IdempotencyStore is a Store that keeps idempotency keys, which a
-// Store may do: without it the bus refuses a publish with a key. Both
+// IdempotencyStore is the part of Store that keeps idempotency keys and
+// counts each identity's records: the bus caps them
+// (Limits.MaxIdempotencyKeysPerIdentity), and their bytes count against
+// the identity's stored bytes (PendingUsage includes them). Both
 // *store.Store (one node) and *cluster.Store (JetStream, every node's
 // keys in one bucket) keep them; the methods mean what *store.Store's
 // say. A repeat on any node that shares the store gets the first answer.
 type IdempotencyStore interface {
 	GetIdempotent(identity, key string, now time.Time) (*store.Idempotent, error)
 	PutIdempotent(identity, key string, rec *store.Idempotent, now time.Time) error
+	// IdempotentUsage returns what identity's records take; the bus
+	// asks it for every new key, so it must not scan the store.
+	IdempotentUsage(identity string) (store.Usage, error)
+	// PruneIdempotent drops identity's expired records and says when
+	// the first of the others expires.
+	PruneIdempotent(identity string, now time.Time) (time.Time, error)
 }
-
-var _ IdempotencyStore = (*store.Store)(nil)
 
 // IdempotencyReserver is an IdempotencyStore shared by several nodes,
 // whose requests with one key the bus cannot serialize in memory: the
@@ -89,14 +95,11 @@ func (s *Server) idempotently(identity, key string, sum []byte, publish func() (
 	if err := checkIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
-	if s.idempotent == nil {
-		return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "this bus's store keeps no idempotency keys; publish without one")
-	}
 	unlock := s.keyLocks.lock(identity + "\x00" + key)
 	defer unlock()
 	now := time.Now()
-	get := s.idempotent.GetIdempotent
-	reserver, shared := s.idempotent.(IdempotencyReserver)
+	get := s.store.GetIdempotent
+	reserver, shared := s.store.(IdempotencyReserver)
 	if shared {
 		get = reserver.ReserveIdempotent
 	}
@@ -134,7 +137,7 @@ func (s *Server) idempotently(identity, key string, sum []byte, publish func() (
 	if err != nil {
 		return nil, false, protocol.Errorf(protocol.ErrInternal, "encode answer: %v", err)
 	}
-	err = s.idempotent.PutIdempotent(identity, key, &store.Idempotent{BodyHash: sum, Answer: b, Expires: now.Add(s.opts.IdempotencyWindow)}, now)
+	err = s.store.PutIdempotent(identity, key, &store.Idempotent{BodyHash: sum, Answer: b, Expires: now.Add(s.opts.IdempotencyWindow)}, now)
 	if err != nil {
 		// Published but not recorded: a retry would publish again.
 		s.log.Error("idempotency key not recorded; a retry will publish again", "identity", identity, "err", err)
@@ -153,36 +156,18 @@ func boundedResult(r *protocol.SendMessageResult) *protocol.SendMessageResult {
 	}
 }
 
-// IdempotencyCounter is an IdempotencyStore that counts each identity's
-// records, as *store.Store does: the bus then caps them
-// (Limits.MaxIdempotencyKeysPerIdentity) and their bytes count against
-// the identity's stored bytes (PendingUsage includes them). A store that
-// does not count (a cluster's) keeps keys without a per-identity cap.
-type IdempotencyCounter interface {
-	IdempotentUsage(identity string) (store.Usage, error)
-	// PruneIdempotent drops identity's expired records and says when
-	// the first of the others expires.
-	PruneIdempotent(identity string, now time.Time) (time.Time, error)
-}
-
-var _ IdempotencyCounter = (*store.Store)(nil)
-
 // pruneKeys drops identity's expired idempotency records, and reports
 // whether that freed any bytes.
 func (s *Server) pruneKeys(identity string) bool {
-	counter, ok := s.idempotent.(IdempotencyCounter)
-	if !ok {
-		return false
-	}
-	before, err := counter.IdempotentUsage(identity)
+	before, err := s.store.IdempotentUsage(identity)
 	if err != nil || before.Entries == 0 {
 		return false
 	}
-	if _, err := counter.PruneIdempotent(identity, time.Now()); err != nil {
+	if _, err := s.store.PruneIdempotent(identity, time.Now()); err != nil {
 		s.log.Error("expired idempotency keys not dropped", "identity", identity, "err", err)
 		return false
 	}
-	after, err := counter.IdempotentUsage(identity)
+	after, err := s.store.IdempotentUsage(identity)
 	return err == nil && after.Bytes < before.Bytes
 }
 
@@ -193,23 +178,22 @@ func (s *Server) pruneKeys(identity string) bool {
 // with its secret make them, two per request, at the rate its sender
 // chooses, and a refusal would lose the sender's events.
 func (s *Server) keyRoom(identity string, now time.Time) error {
-	counter, ok := s.idempotent.(IdempotencyCounter)
 	bound := s.limits().MaxIdempotencyKeysPerIdentity
-	if !ok || bound < 0 || strings.HasPrefix(identity, hookIdentityPrefix) {
+	if bound < 0 || strings.HasPrefix(identity, hookIdentityPrefix) {
 		return nil
 	}
-	u, err := counter.IdempotentUsage(identity)
+	u, err := s.store.IdempotentUsage(identity)
 	if err != nil {
 		return protocol.Errorf(protocol.ErrInternal, "count idempotency keys: %v", err)
 	}
 	if u.Entries < bound {
 		return nil
 	}
-	next, err := counter.PruneIdempotent(identity, now)
+	next, err := s.store.PruneIdempotent(identity, now)
 	if err != nil {
 		return protocol.Errorf(protocol.ErrInternal, "drop expired idempotency keys: %v", err)
 	}
-	if u, err = counter.IdempotentUsage(identity); err != nil || u.Entries < bound {
+	if u, err = s.store.IdempotentUsage(identity); err != nil || u.Entries < bound {
 		return err
 	}
 	s.limitState.refused[limitKeysPerIdentity].Inc()

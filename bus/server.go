@@ -299,9 +299,6 @@ type Server struct {
 	// by deliverLocal and by the relay on the read loops (delivery.go).
 	layers []layer
 	store  Store
-	// idempotent keeps idempotency keys; nil when the store does not
-	// (IdempotencyStore), and the keys are refused.
-	idempotent IdempotencyStore
 	// toolSubs keeps the tool subscriptions (toolsub.go).
 	toolSubs *toolSubscriptions
 	// tracer traces publishes and deliveries; nil when off (trace.go).
@@ -318,11 +315,10 @@ type Server struct {
 	// keyLocks serialize the requests of one idempotency key
 	// (idempotency.go).
 	keyLocks keyLocks
-	// hooks are the incoming webhooks by name, hookRequests counts their
-	// requests and hookReplays keeps their delivery ids (webhook_in.go).
+	// hooks are the incoming webhooks by name and hookRequests counts
+	// their requests (webhook_in.go).
 	hooks        map[string]*hook
 	hookRequests *prometheus.CounterVec
-	hookReplays  hookReplays
 	// webhooks are the URL subscribers by clientId, under webhookMu;
 	// webhookClient makes their calls, counted in webhookCalls
 	// (webhook_out.go).
@@ -456,7 +452,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		s.durables.shared = shared
 	}
 	s.journal = newJournal(o.Journal, s.cl.self, s.bootID, s.metrics.registry)
-	s.idempotent, _ = s.store.(IdempotencyStore)
 	fail := func(err error) (*Server, error) {
 		s.cancel()
 		_ = s.cl.cluster.Leave(context.Background())

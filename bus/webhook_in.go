@@ -441,7 +441,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		answer.MessageID = pub.MessageID
 		return &protocol.SendMessageResult{MessageID: pub.MessageID, Acks: []protocol.Ack{}}, nil
 	}
-	_, replayed, err := s.hookReplays.once(s, h.Name, deliveryID, body, publish)
+	_, replayed, err := s.hookOnce(h.Name, deliveryID, body, publish)
 	if replayed {
 		err = errReplay
 	}

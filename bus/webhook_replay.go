@@ -5,13 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"slices"
-	"sync"
-	"time"
 
 	"github.com/bub-bus/bub/protocol"
 )
 
-// hookReplays remembers the requests the incoming webhooks took, for
+// Incoming webhooks' requests are remembered for
 // Options.IdempotencyWindow, so that a request sent again, by an
 // attacker who caught it or by a sender retrying, publishes nothing.
 // Each request is remembered twice: by a digest of its signed body, and
@@ -20,21 +18,8 @@ import (
 // event's kind; so a captured request sent again with a new delivery id,
 // or with another header to route it elsewhere, is the same signed body
 // and is refused all the same. The records are idempotency keys of the
-// hook (idempotency.go), kept in the store and so across restarts; a
-// store that keeps none (a cluster's) leaves them to memory here, per
-// node, bounded by maxMemoryReplays.
-type hookReplays struct {
-	// mu guards the fields below.
-	mu sync.Mutex
-	// seen are the keys in memory, by hook and key, with when they
-	// expire; order lists them oldest first, for pruning.
-	seen  map[string]time.Time
-	order []string
-}
-
-// maxMemoryReplays bounds the keys kept in memory; beyond it the oldest
-// are forgotten first.
-const maxMemoryReplays = 100_000
+// hook (idempotency.go), kept in the store and so across restarts, and
+// on a cluster shared by its nodes.
 
 // hookIdentityPrefix begins the idempotency identity of a hook's
 // requests: no credential's name holds a NUL, so none shares it.
@@ -48,12 +33,12 @@ func hookIdentity(hook string) string { return hookIdentityPrefix + hook }
 // look the same, but then it is the same request's.
 const bodyKeyPrefix = "body:"
 
-// once runs publish unless hook took a request with the same body, or
+// hookOnce runs publish unless hook took a request with the same body, or
 // the delivery id id ("" for none), within the window, and returns its
 // result. A repeat gets replayed set; the same id with another body gets
 // errKeyReused. A failed publish keeps nothing: the sender may try
 // again.
-func (rp *hookReplays) once(s *Server, hook, id string, body []byte, publish func() (*protocol.SendMessageResult, error)) (*protocol.SendMessageResult, bool, error) {
+func (s *Server) hookOnce(hook, id string, body []byte, publish func() (*protocol.SendMessageResult, error)) (*protocol.SendMessageResult, bool, error) {
 	if id != "" {
 		if err := checkIdempotencyKey(id); err != nil {
 			return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "delivery id %q: %v", truncate(id, 64), err)
@@ -63,9 +48,6 @@ func (rp *hookReplays) once(s *Server, hook, id string, body []byte, publish fun
 	keys := []string{bodyKeyPrefix + hex.EncodeToString(sum[:])}
 	if id != "" {
 		keys = append(keys, id)
-	}
-	if s.idempotent == nil {
-		return rp.onceInMemory(s, hook, keys, publish)
 	}
 	// The body's key outside, the id's inside: a replay found by
 	// the inner one fails the outer, which then keeps nothing.
@@ -85,54 +67,4 @@ func (rp *hookReplays) once(s *Server, hook, id string, body []byte, publish fun
 		return nil, true, nil
 	}
 	return result, replayed, err
-}
-
-// onceInMemory is once for a store that keeps no idempotency keys.
-func (rp *hookReplays) onceInMemory(s *Server, hook string, keys []string, publish func() (*protocol.SendMessageResult, error)) (*protocol.SendMessageResult, bool, error) {
-	now := time.Now()
-	rp.mu.Lock()
-	rp.pruneLocked(now)
-	for _, key := range keys {
-		if _, ok := rp.seen[hook+"\x00"+key]; ok {
-			rp.mu.Unlock()
-			return nil, true, nil
-		}
-	}
-	if rp.seen == nil {
-		rp.seen = make(map[string]time.Time)
-	}
-	// Taken before publishing, so that two copies sent at once publish
-	// once.
-	for _, key := range keys {
-		rp.seen[hook+"\x00"+key] = now.Add(s.opts.IdempotencyWindow)
-		rp.order = append(rp.order, hook+"\x00"+key)
-	}
-	rp.mu.Unlock()
-	result, err := publish()
-	if err != nil {
-		rp.mu.Lock()
-		for _, key := range keys {
-			delete(rp.seen, hook+"\x00"+key)
-		}
-		rp.mu.Unlock()
-		return nil, false, err
-	}
-	return result, false, nil
-}
-
-// pruneLocked forgets the expired ids, and the oldest beyond the bound.
-// Every id has the same lifetime, so order is also expiry order.
-func (rp *hookReplays) pruneLocked(now time.Time) {
-	for len(rp.order) > 0 {
-		key := rp.order[0]
-		exp, ok := rp.seen[key]
-		full := len(rp.order) >= maxMemoryReplays
-		if ok && now.Before(exp) && !full {
-			break
-		}
-		if ok {
-			delete(rp.seen, key)
-		}
-		rp.order = rp.order[1:]
-	}
 }

@@ -49,9 +49,8 @@ func (b *busNode) goAsync(f func(ctx context.Context)) {
 }
 
 var (
-	_ bus.Cluster          = (*busNode)(nil)
-	_ bus.Store            = (*Store)(nil)
-	_ bus.IdempotencyStore = (*Store)(nil)
+	_ bus.Cluster = (*busNode)(nil)
+	_ bus.Store   = (*Store)(nil)
 )
 
 func (b *busNode) Names() (string, string) { return b.opts.Name, b.opts.NodeID }

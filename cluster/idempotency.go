@@ -37,10 +37,14 @@ const idempotencyMarkerTTL = time.Minute
 const idempotencyReservation = 2 * time.Minute
 
 // idempotencyRecord is a key's entry: the first answer, or, while the
-// request that reserved the key runs, a reservation.
+// request that reserved the key runs, a reservation. Identity is whose
+// key it is, for the nodes' counts (idempotency_count.go): the bucket
+// key, a hash, does not say; a record written before it was kept counts
+// against no identity until its window ends.
 type idempotencyRecord struct {
 	store.Idempotent
-	Reserved bool `json:"reserved,omitempty"`
+	Identity string `json:"identity,omitempty"`
+	Reserved bool   `json:"reserved,omitempty"`
 }
 
 // reservations are the revisions of this node's reservations, by entry,
@@ -95,7 +99,8 @@ func (s *Store) GetIdempotent(identity, key string, now time.Time) (*store.Idemp
 // another request reserved is bus.ErrIdempotencyBusy.
 func (s *Store) ReserveIdempotent(identity, key string, now time.Time) (*store.Idempotent, error) {
 	entry := idempotencyEntry(identity, key)
-	v, err := json.Marshal(idempotencyRecord{Reserved: true, Idempotent: store.Idempotent{Expires: now.Add(idempotencyReservation)}})
+	reservation := &idempotencyRecord{Reserved: true, Identity: identity, Idempotent: store.Idempotent{Expires: now.Add(idempotencyReservation)}}
+	v, err := json.Marshal(reservation)
 	if err != nil {
 		return nil, fmt.Errorf("encode idempotency reservation: %w", err)
 	}
@@ -106,6 +111,7 @@ func (s *Store) ReserveIdempotent(identity, key string, now time.Time) (*store.I
 		rev, err := s.createIdempotent(ctx, entry, v, idempotencyReservation)
 		if err == nil {
 			s.reserved.put(entry, rev)
+			s.keys.apply(entry, rev, reservation, int64(len(v)), false)
 			return nil, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -122,8 +128,10 @@ func (s *Store) ReserveIdempotent(identity, key string, now time.Time) (*store.I
 		case rec != nil:
 			// Expired, its TTL not yet applied: removed at the revision
 			// read, so that a key another node records meanwhile stays.
-			_, err := s.n.deleteKey(ctx, bucketIdempotency, entry, rev)
-			if err != nil && !isWrongRevision(err) {
+			del, err := s.n.deleteKey(ctx, bucketIdempotency, entry, rev)
+			if err == nil {
+				s.keys.apply(entry, del, nil, 0, false)
+			} else if !isWrongRevision(err) {
 				return nil, s.n.explain(fmt.Errorf("remove expired idempotency key of %q: %w", identity, err))
 			}
 		}
@@ -188,7 +196,8 @@ func (s *Store) getIdempotent(identity, key string) (*idempotencyRecord, uint64,
 // until rec.Expires, once a majority of the replicas has it: in place of
 // this node's reservation, at its revision, or as a new key.
 func (s *Store) PutIdempotent(identity, key string, rec *store.Idempotent, now time.Time) error {
-	v, err := json.Marshal(idempotencyRecord{Idempotent: *rec})
+	record := &idempotencyRecord{Idempotent: *rec, Identity: identity}
+	v, err := json.Marshal(record)
 	if err != nil {
 		return fmt.Errorf("encode idempotency record: %w", err)
 	}
@@ -198,16 +207,18 @@ func (s *Store) PutIdempotent(identity, key string, rec *store.Idempotent, now t
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	entry := idempotencyEntry(identity, key)
-	if rev, ok := s.reserved.take(entry); ok {
+	var rev uint64
+	if over, ok := s.reserved.take(entry); ok {
 		// The client library's Update takes no TTL: the put is made as
 		// it makes it, with one.
-		_, err = s.n.publishKV(ctx, &nats.Msg{Subject: kvSubject(bucketIdempotency, entry), Data: v}, rev, jetstream.WithMsgTTL(ttl))
+		rev, err = s.n.publishKV(ctx, &nats.Msg{Subject: kvSubject(bucketIdempotency, entry), Data: v}, over, jetstream.WithMsgTTL(ttl))
 	} else {
-		_, err = s.createIdempotent(ctx, entry, v, ttl)
+		rev, err = s.createIdempotent(ctx, entry, v, ttl)
 	}
 	if err != nil {
 		return s.n.explain(fmt.Errorf("record idempotency key of %q: %w", identity, err))
 	}
+	s.keys.apply(entry, rev, record, int64(len(v)), false)
 	return nil
 }
 
@@ -222,7 +233,10 @@ func (s *Store) ReleaseIdempotent(identity, key string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if _, err := s.n.deleteKey(ctx, bucketIdempotency, entry, rev); err != nil && !isWrongRevision(err) {
+	del, err := s.n.deleteKey(ctx, bucketIdempotency, entry, rev)
+	if err == nil {
+		s.keys.apply(entry, del, nil, 0, false)
+	} else if !isWrongRevision(err) {
 		s.n.log.Warn("cluster: idempotency key stays reserved until its reservation ends", "ttl", idempotencyReservation, "err", s.n.explain(err))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -231,7 +232,8 @@ func TestIdempotencyKeyAfterItsTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Asked as of now, the record is within its window: only the TTL's
-	// marker makes it go. Bounded: the TTL is two seconds.
+	// marker makes it go, and the watch of the bucket uncounts it.
+	// Bounded: the TTL is two seconds.
 	checkfor.Check(t, 15*time.Second, func() error {
 		r, err := st.GetIdempotent("alice", "k", now)
 		if err != nil {
@@ -240,9 +242,71 @@ func TestIdempotencyKeyAfterItsTTL(t *testing.T) {
 		if r != nil {
 			return fmt.Errorf("the key outlived its TTL: %+v", r)
 		}
+		if u, _ := st.IdempotentUsage("alice"); u.Entries != 0 {
+			return fmt.Errorf("the key's TTL ended, but alice's usage is %+v", u)
+		}
 		return nil
 	})
 	if r, err := st.ReserveIdempotent("alice", "k", now); r != nil || err != nil {
 		t.Fatalf("reserve after the TTL: %v %v; want a reservation", r, err)
+	}
+}
+
+// keyUsage runs the same idempotency records on st and describes how it
+// counts them: records count against their identity in entries and
+// bytes (PendingUsage's bytes too), pruning drops only the identity's
+// expired ones and says when the next expires. The file store and the
+// cluster's must describe the same.
+func keyUsage(t *testing.T, st bus.Store, now time.Time) []string {
+	var log []string
+	for _, r := range []struct {
+		identity, key string
+		ttl           time.Duration
+	}{{"alice", "a", time.Hour}, {"alice", "b", time.Minute}, {"alice\x00x", "c", time.Hour}, {"bob", "a", time.Hour}} {
+		rec := &store.Idempotent{BodyHash: []byte{1}, Answer: json.RawMessage(`{"messageId":"m-1"}`), Expires: now.Add(r.ttl)}
+		if err := st.PutIdempotent(r.identity, r.key, rec, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	describe := func(what string) {
+		for _, identity := range []string{"alice", "alice\x00x", "bob"} {
+			u, err := st.IdempotentUsage(identity)
+			_, mine, perr := st.PendingUsage(identity)
+			log = append(log, fmt.Sprintf("%s: %q holds %d records, bytes counted %v, in its pending bytes %v (%v, %v)",
+				what, identity, u.Entries, u.Bytes > 0, mine == store.Usage{Bytes: u.Bytes}, err, perr))
+		}
+	}
+	describe("put")
+	// As of after b's window, before its TTL ends it.
+	next, err := st.PruneIdempotent("alice", now.Add(2*time.Minute))
+	log = append(log, fmt.Sprintf("pruned alice: next expiry in %v (%v)", next.Sub(now), err))
+	describe("pruned")
+	return log
+}
+
+// TestIdempotentUsageCounted checks that the cluster's store counts
+// idempotency records as the file store does (keyUsage), that a
+// reservation does not count, and that a node started again counts the
+// same from the bucket.
+func TestIdempotentUsageCounted(t *testing.T) {
+	now := time.Now()
+	want := keyUsage(t, store.OpenMemory(), now)
+	dir := t.TempDir()
+	n := startSolo(t, dir, nil)
+	st := n.Store()
+	if got := keyUsage(t, st, now); !slices.Equal(got, want) {
+		t.Fatalf("the cluster counts\n%s\nthe file store\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	before, _ := st.IdempotentUsage("alice")
+	if _, err := st.ReserveIdempotent("alice", "running", now); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := st.IdempotentUsage("alice"); u != before {
+		t.Errorf("a reservation counted: alice's usage went from %+v to %+v", before, u)
+	}
+	closeNode(n)
+	st = startSolo(t, dir, nil).Store()
+	if again, _ := st.IdempotentUsage("alice"); again != before {
+		t.Errorf("started again, alice's usage is %+v, want %+v", again, before)
 	}
 }

@@ -60,7 +60,9 @@ type Store struct {
 	// (idempotency.go).
 	reserved reservations
 
-	counts  pendingCounts
+	counts pendingCounts
+	// keys counts the idempotency records (idempotency_count.go).
+	keys    keyCounts
 	watch   jetstream.ConsumeContext
 	ready   chan struct{}
 	readyMu sync.Once
@@ -165,6 +167,10 @@ func (n *Node) openStore(ctx context.Context) (*Store, error) {
 	// node's ids there: every id this node made was put, which moved the
 	// sequence past it, or failed to be put and is in no entry.
 	s.seq.Store(max(state.LastSeq, s.counts.maxSequence(s.prefix)))
+	if err := s.watchKeys(ctx); err != nil {
+		s.watch.Stop()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -574,11 +580,16 @@ func (s *Store) leaderGetSeq(ctx context.Context, bucket, subject string) ([]byt
 // PendingUsage returns what the pending entries of the whole cluster
 // take, in all and those counting against identity
 // (store.Pending.CountsAgainst). It reads counts kept in memory from a
-// watch of the bucket: no round trip.
+// watch of the bucket: no round trip. The bytes include the idempotency
+// records' (IdempotentUsage), as *store.Store's do.
 func (s *Store) PendingUsage(identity string) (total, mine store.Usage, err error) {
 	s.counts.mu.Lock()
-	defer s.counts.mu.Unlock()
-	return s.counts.total, s.counts.by[identity], nil
+	total, mine = s.counts.total, s.counts.by[identity]
+	s.counts.mu.Unlock()
+	keysTotal, keysMine := s.keys.usage(identity)
+	total.Bytes += keysTotal.Bytes
+	mine.Bytes += keysMine.Bytes
+	return total, mine, nil
 }
 
 // CountPending returns the number of pending entries of the cluster.
