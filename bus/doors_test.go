@@ -20,6 +20,8 @@ import (
 	"github.com/bub-bus/bub/auth/authtest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/cluster/clustertest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -32,6 +34,12 @@ import (
 // 5, then one every 100 s (so that no test waits long enough to see a
 // token come back), as any clientId slow-*.
 func doorsAuth(t *testing.T, limits bus.Limits) *bustest.Server {
+	t.Helper()
+	return bustest.Start(t, doorsOptions(t, limits))
+}
+
+// doorsOptions are doorsAuth's options.
+func doorsOptions(t *testing.T, limits bus.Limits) *bus.Options {
 	t.Helper()
 	dir := t.TempDir()
 	a, err := auth.New(auth.Config{Identities: []auth.Identity{
@@ -53,90 +61,136 @@ func doorsAuth(t *testing.T, limits bus.Limits) *bustest.Server {
 		}},
 	}}, dir)
 	require.NoError(t, err)
-	return bustest.Start(t, &bus.Options{Auth: a, Limits: limits})
+	return &bus.Options{Auth: a, Limits: limits}
+}
+
+// idempotencyBuses are the buses the idempotency limits are checked on:
+// one node, and a cluster of two whose nodes share the keys and count
+// them (docs/CLUSTER.md, "Auth, limits and events cluster-wide"). start
+// returns the nodes, the first one first; a test publishes on the first
+// and checks on the last, the same node when there is one.
+var idempotencyBuses = []struct {
+	name  string
+	start func(t *testing.T, o *bus.Options) []*bustest.Server
+}{
+	{"one node", func(t *testing.T, o *bus.Options) []*bustest.Server { return []*bustest.Server{bustest.Start(t, o)} }},
+	{"cluster", func(t *testing.T, o *bus.Options) []*bustest.Server { return clustertest.Start(t, o, "a", "b") }},
+}
+
+// waitKeys waits until srv counts entries idempotency records of
+// identity: on a cluster, until its node's watch applied the other
+// node's writes.
+func waitKeys(t *testing.T, srv *bustest.Server, identity string, entries int) {
+	t.Helper()
+	checkfor.Check(t, clusterWait, func() error {
+		u, err := bus.IdempotentUsage(srv.Server, identity)
+		if err != nil || u.Entries != entries {
+			return fmt.Errorf("%q holds %d idempotency records (%v), want %d", identity, u.Entries, err, entries)
+		}
+		return nil
+	})
 }
 
 // TestIdempotencyRecordsBoundedAndCounted (reproduction 1): a
 // subscriber that answers every delivery with a large message cannot
 // make its publisher's idempotency records large; the records count
 // against the publisher's stored bytes, so new keys are refused with
-// the same -32011 as held messages once they fill it.
+// the same -32011 as held messages once they fill it; on a cluster too,
+// with the subscriber on the other node, which counts the records as
+// the publisher's does.
 func TestIdempotencyRecordsBoundedAndCounted(t *testing.T) {
 	t.Parallel()
-	const quota = 16 << 10
-	srv := doorsAuth(t, bus.Limits{MaxStoredBytesPerIdentity: quota})
-	big := strings.Repeat("x", 64<<10)
-	sub := bustest.DialToken(t, srv.URL, "sub-token")
-	sub.OnProcess(func(protocol.ProcessMessageParams) any {
-		return protocol.ProcessMessageResult{Processed: true, Message: big}
-	})
-	sub.Initialize("bob-sub")
-	sub.Subscribe("agent:bob-sub", "")
-	pub := bustest.DialToken(t, srv.URL, "pub-token")
-	r := pub.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "bob-pub", PublishOnly: true})
-	require.Nil(t, r.Error)
+	for _, on := range idempotencyBuses {
+		t.Run(on.name, func(t *testing.T) {
+			const quota = 16 << 10
+			nodes := on.start(t, doorsOptions(t, bus.Limits{MaxStoredBytesPerIdentity: quota}))
+			srv, other := nodes[0], nodes[len(nodes)-1]
+			big := strings.Repeat("x", 64<<10)
+			sub := bustest.DialToken(t, other.URL, "sub-token")
+			sub.OnProcess(func(protocol.ProcessMessageParams) any {
+				return protocol.ProcessMessageResult{Processed: true, Message: big}
+			})
+			sub.Initialize("bob-sub")
+			sub.Subscribe("agent:bob-sub", "")
+			pub := bustest.DialToken(t, srv.URL, "pub-token")
+			r := pub.Call(protocol.MethodInitialize, protocol.InitializeParams{ClientID: "bob-pub", PublishOnly: true})
+			require.Nil(t, r.Error)
 
-	send := func(i int) bustest.Response {
-		return pub.Call(protocol.MethodSendMessage, map[string]any{
-			"topic": "agent:bob-sub", "payload": map[string]any{"type": "t"},
-			"meta": map[string]any{"idempotency_key": fmt.Sprintf("k-%d", i)},
+			send := func(i int) bustest.Response {
+				return pub.Call(protocol.MethodSendMessage, map[string]any{
+					"topic": "agent:bob-sub", "payload": map[string]any{"type": "t"},
+					"meta": map[string]any{"idempotency_key": fmt.Sprintf("k-%d", i)},
+				})
+			}
+			accepted := 0
+			var refused bustest.Response
+			for i := range 200 {
+				r := send(i)
+				if r.Error != nil {
+					refused = r
+					break
+				}
+				var res protocol.SendMessageResult
+				require.NoError(t, json.Unmarshal(r.Result, &res))
+				require.Len(t, res.Acks, 1, "the first answer has the subscriber's ack")
+				accepted++
+			}
+			requireCode(t, refused, protocol.CodeLimitReached, `max_stored_bytes_per_identity: identity "bob-pub" holds`)
+			require.Greater(t, accepted, 10, "each record keeps no subscriber answer, so many fit")
+			usage, err := bus.IdempotentUsage(srv.Server, "bob-pub")
+			require.NoError(t, err)
+			require.Equal(t, accepted, usage.Entries)
+			require.LessOrEqual(t, usage.Bytes, int64(quota+1024), "the records stay within the quota, give or take the last")
+			waitKeys(t, other, "bob-pub", accepted)
+
+			// A repeat still gets its bounded answer: the message id and outcome.
+			again := send(0)
+			require.Nil(t, again.Error)
+			var res protocol.SendMessageResult
+			require.NoError(t, json.Unmarshal(again.Result, &res))
+			require.True(t, res.Success)
+			require.Empty(t, res.Acks)
+			require.NotContains(t, string(again.Result), "xxxx")
 		})
 	}
-	accepted := 0
-	var refused bustest.Response
-	for i := range 200 {
-		r := send(i)
-		if r.Error != nil {
-			refused = r
-			break
-		}
-		var res protocol.SendMessageResult
-		require.NoError(t, json.Unmarshal(r.Result, &res))
-		require.Len(t, res.Acks, 1, "the first answer has the subscriber's ack")
-		accepted++
-	}
-	requireCode(t, refused, protocol.CodeLimitReached, `max_stored_bytes_per_identity: identity "bob-pub" holds`)
-	require.Greater(t, accepted, 10, "each record keeps no subscriber answer, so many fit")
-	usage, err := srv.Store.IdempotentUsage("bob-pub")
-	require.NoError(t, err)
-	require.Equal(t, accepted, usage.Entries)
-	require.LessOrEqual(t, usage.Bytes, int64(quota+1024), "the records stay within the quota, give or take the last")
-
-	// A repeat still gets its bounded answer: the message id and outcome.
-	again := send(0)
-	require.Nil(t, again.Error)
-	var res protocol.SendMessageResult
-	require.NoError(t, json.Unmarshal(again.Result, &res))
-	require.True(t, res.Success)
-	require.Empty(t, res.Acks)
-	require.NotContains(t, string(again.Result), "xxxx")
 }
 
 // TestIdempotencyKeysCapped: an identity holds at most
 // max_idempotency_keys_per_identity keys in the window; a new one beyond
-// is refused by every door with -32011 and when to retry.
+// is refused by every door with -32011 and when to retry; on a cluster,
+// by every node, each counting the keys the others took.
 func TestIdempotencyKeysCapped(t *testing.T) {
 	t.Parallel()
-	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{MaxIdempotencyKeysPerIdentity: 3}})
-	for i := range 3 {
-		a := httpDo(t, srv, "POST", "/v1/messages", `{"topic":"jobs:a","payload":{"type":"t"}}`, map[string]string{"Idempotency-Key": fmt.Sprint("k", i)})
-		require.Equal(t, 201, a.status, string(a.body))
+	for _, on := range idempotencyBuses {
+		t.Run(on.name, func(t *testing.T) {
+			nodes := on.start(t, &bus.Options{Limits: bus.Limits{MaxIdempotencyKeysPerIdentity: 3}})
+			srv, other := nodes[0], nodes[len(nodes)-1]
+			for i := range 3 {
+				a := httpDo(t, srv, "POST", "/v1/messages", `{"topic":"jobs:a","payload":{"type":"t"}}`, map[string]string{"Idempotency-Key": fmt.Sprint("k", i)})
+				require.Equal(t, 201, a.status, string(a.body))
+			}
+			a := httpDo(t, srv, "POST", "/v1/messages", `{"topic":"jobs:a","payload":{"type":"t"}}`, map[string]string{"Idempotency-Key": "k3"})
+			require.Equal(t, 429, a.status, string(a.body))
+			require.EqualValues(t, protocol.CodeLimitReached, a.errorCode())
+			require.Contains(t, string(a.body), "max_idempotency_keys_per_identity")
+			require.Contains(t, string(a.body), "retry_after_ms")
+			require.NotEmpty(t, a.header.Get("Retry-After"))
+			waitKeys(t, other, "http", 3)
+			// A key it holds is still answered.
+			a = httpDo(t, other, "POST", "/v1/messages", `{"topic":"jobs:a","payload":{"type":"t"}}`, map[string]string{"Idempotency-Key": "k0"})
+			require.Equal(t, 201, a.status, string(a.body))
+			require.Equal(t, "true", a.header.Get("Idempotent-Replayed"))
+			// The same identity over WebSocket meets the same cap.
+			c := bustest.Connect(t, other.URL, "http", nil)
+			r := c.Call(protocol.MethodSendMessage, map[string]any{"topic": "jobs:a", "payload": map[string]any{"type": "t"}, "meta": map[string]any{"idempotency_key": "k4"}})
+			requireCode(t, r, protocol.CodeLimitReached, "max_idempotency_keys_per_identity")
+			refused := refusals(t, srv, "max_idempotency_keys_per_identity")
+			if other != srv {
+				refused += refusals(t, other, "max_idempotency_keys_per_identity")
+			}
+			require.Equal(t, 2.0, refused)
+		})
 	}
-	a := httpDo(t, srv, "POST", "/v1/messages", `{"topic":"jobs:a","payload":{"type":"t"}}`, map[string]string{"Idempotency-Key": "k3"})
-	require.Equal(t, 429, a.status, string(a.body))
-	require.EqualValues(t, protocol.CodeLimitReached, a.errorCode())
-	require.Contains(t, string(a.body), "max_idempotency_keys_per_identity")
-	require.Contains(t, string(a.body), "retry_after_ms")
-	require.NotEmpty(t, a.header.Get("Retry-After"))
-	// A key it holds is still answered.
-	a = httpDo(t, srv, "POST", "/v1/messages", `{"topic":"jobs:a","payload":{"type":"t"}}`, map[string]string{"Idempotency-Key": "k0"})
-	require.Equal(t, 201, a.status, string(a.body))
-	require.Equal(t, "true", a.header.Get("Idempotent-Replayed"))
-	// The same identity over WebSocket meets the same cap.
-	c := bustest.Connect(t, srv.URL, "http", nil)
-	r := c.Call(protocol.MethodSendMessage, map[string]any{"topic": "jobs:a", "payload": map[string]any{"type": "t"}, "meta": map[string]any{"idempotency_key": "k4"}})
-	requireCode(t, r, protocol.CodeLimitReached, "max_idempotency_keys_per_identity")
-	require.Equal(t, 2.0, refusals(t, srv, "max_idempotency_keys_per_identity"))
 }
 
 // TestInvalidUTF8RefusedByEveryDoor (reproduction 2): a message that is

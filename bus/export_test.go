@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/bus/store"
 )
 
 // HeldUntil returns when each message held on topic is next due: the end
@@ -19,6 +20,12 @@ func HeldUntil(s *Server, topic string) []time.Time {
 		due = append(due, e.p.NextAt)
 	}
 	return due
+}
+
+// IdempotentUsage returns what identity's idempotency records take, as
+// s's store counts them: on a cluster, as s's node sees every node's.
+func IdempotentUsage(s *Server, identity string) (store.Usage, error) {
+	return s.store.IdempotentUsage(identity)
 }
 
 // SetMaxEventBacklog lowers the system:client.* backlog that disconnects a
