@@ -145,14 +145,15 @@ func TestHookReplayKeptAcrossRestart(t *testing.T) {
 	}
 }
 
-// TestHookReplayOnCluster checks that a cluster node, whose store keeps
-// no idempotency keys, still refuses a delivery id it took.
+// TestHookReplayOnCluster checks that a cluster refuses a delivery id
+// one of its nodes took, on the other node too: the hook's keys are in
+// the cluster's store.
 func TestHookReplayOnCluster(t *testing.T) {
-	node := clustertest.Start(t, &bus.Options{Hooks: []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}}, "n1")[0]
+	nodes := clustertest.Start(t, &bus.Options{Hooks: []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}}, "n1", "n2")
 	body := `{"a":1}`
 	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
 	for i, want := range []int{201, 409} {
-		if a := httpDo(t, node, "POST", "/v1/hooks/gh", body, header); a.status != want {
+		if a := httpDo(t, nodes[i], "POST", "/v1/hooks/gh", body, header); a.status != want {
 			t.Fatalf("request %d: %d %s; want %d", i, a.status, a.body, want)
 		}
 	}
