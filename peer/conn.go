@@ -68,6 +68,11 @@ type Options struct {
 	// NoReconnect makes the Conn end, rather than reconnect, when the
 	// connection drops; command-line tools that make one call want that.
 	NoReconnect bool
+	// RetryUnauthorized keeps reconnecting when the bus refuses the
+	// credential (see ErrRefused), for a peer whose credential an
+	// operator is expected to fix on the bus's side while it waits.
+	// Default: false, the Conn ends with ErrRefused.
+	RetryUnauthorized bool
 	// ReconnectMin is the delay before the first reconnect attempt; each
 	// failed attempt doubles it, up to ReconnectMax, with jitter.
 	// Default: 100ms.
@@ -334,6 +339,13 @@ func splitURLs(list string) ([]string, error) {
 func refused(err error) bool {
 	var rpcErr *protocol.Error
 	return errors.Is(err, ErrUnauthorized) || errors.As(err, &rpcErr)
+}
+
+// credentialRefused reports whether err from establish is the bus
+// refusing the credential itself, rather than anything else it may say.
+func credentialRefused(err error) bool {
+	code := protocol.CodeOf(err)
+	return errors.Is(err, ErrUnauthorized) || code == protocol.CodeUnauthorized || code == protocol.CodeForbidden
 }
 
 // ClientID returns the clientId the Conn initialized with.

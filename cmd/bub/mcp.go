@@ -47,6 +47,7 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 		"What other peers wrote reaches the assistant marked as untrusted data. Logs go to stderr.\n"+
 		"See docs/MCP.md.")
 	cfg.client.addFlags(fs)
+	cfg.client.addReconnectFlags(fs)
 	fs.Lookup("client-id").Usage = "clientId to connect as, the assistant's identity on the bus (default: $BUB_AGENT_ID, else cli- and random hex); it takes over a connection with the same clientId"
 	fs.StringVar(&cfg.listen, "listen", "", "serve Streamable HTTP on this address (e.g. 127.0.0.1:7893) instead of stdio; needs --listen-token-file, or --listen-insecure on loopback")
 	fs.StringVar(&cfg.tokenFile, "listen-token-file", "", "file holding the token every HTTP client of --listen must present as Authorization: Bearer; surrounding white space is ignored")
@@ -102,7 +103,7 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 		err = serveMCPHTTP(ctx, std, server, cfg.listen, token, conn.ClientID())
 	}
 	if conn.Err() != nil && !errors.Is(conn.Err(), peer.ErrClosed) {
-		return errorf(std, "the bus connection ended: %v", conn.Err())
+		return errorf(std, "the bus connection ended: %v", endedHint(conn.Err()))
 	}
 	if err != nil {
 		return errorf(std, "%v", err)
