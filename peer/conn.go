@@ -365,6 +365,15 @@ func (c *Conn) Limits() protocol.Limits {
 // connection with Options.NoReconnect. It stays open while reconnecting.
 func (c *Conn) Done() <-chan struct{} { return c.ctx.Done() }
 
+// Bind returns a copy of ctx that is also cancelled when the Conn ends
+// for good (Done), and the func that releases it: a program whose work is
+// the Conn's (a bridge, a server acting as this clientId) stops with it.
+func (c *Conn) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	unbind := context.AfterFunc(c.ctx, cancel)
+	return ctx, func() { unbind(); cancel() }
+}
+
 // Err returns why the Conn ended (ErrClosed, ErrTakenOver, or the error
 // that dropped the connection), or nil while it has not.
 func (c *Conn) Err() error {

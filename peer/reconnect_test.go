@@ -351,3 +351,18 @@ func (f recordFunc) Enabled(context.Context, slog.Level) bool      { return true
 func (f recordFunc) Handle(_ context.Context, r slog.Record) error { f(r); return nil }
 func (f recordFunc) WithAttrs([]slog.Attr) slog.Handler            { return f }
 func (f recordFunc) WithGroup(string) slog.Handler                 { return f }
+
+// Bind's context ends with the Conn, and only then.
+func TestBindEndsWithTheConn(t *testing.T) {
+	b := startBus(t, nil)
+	c := dial(t, b.URL, "agent", nil)
+	ctx, unbind := c.Bind(t.Context())
+	defer unbind()
+	require.NoError(t, ctx.Err(), "a live Conn's bound context ended")
+	require.NoError(t, c.Close())
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the bound context outlived the Conn")
+	}
+}

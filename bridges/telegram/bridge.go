@@ -275,15 +275,8 @@ func (b *Bridge) Run(ctx context.Context) (err error) {
 	// A bus connection that ends for good ends the bridge: it can carry
 	// nothing more, and a supervisor restarting it says so louder than a
 	// bridge that polls Telegram for chats it cannot deliver.
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-conn.Done():
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, unbind := conn.Bind(ctx)
+	defer unbind()
 	defer func() {
 		if end := conn.Err(); err == nil && end != nil {
 			err = fmt.Errorf("telegram: bus connection ended: %w", end)

@@ -86,15 +86,8 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 	server := mcp.NewServer(conn, &mcp.Options{SendTimeout: answerTimeout(conn.Limits()), Logger: logger})
 	// A connection that ends for good (its clientId taken over, its
 	// credential revoked) ends the server: it can act as nobody.
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-conn.Done():
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, unbind := conn.Bind(ctx)
+	defer unbind()
 	if cfg.listen == "" {
 		// Said on stderr, which an assistant keeps as the server's log.
 		fmt.Fprintf(std.err, "bub mcp: serving MCP on stdio as %s\n", conn.ClientID())
