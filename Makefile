@@ -8,10 +8,12 @@ BIN := bin/bub
 all: build
 
 # A first build compiles every dependency (NATS, Prometheus, ...), minutes
-# with no output; say so rather than look hung.
+# that go build spends silent; deploy/build-progress.sh says how far it
+# has got (a line every 20 packages) rather than look hung.
 build:
 	@test -x $(BIN) || echo "building $(BIN): the first build compiles bub and its dependencies, which takes a few minutes; later builds take seconds"
-	$(GO) build -o $(BIN) ./cmd/bub
+	@echo "go build -o $(BIN) ./cmd/bub"
+	@GO="$(GO)" deploy/build-progress.sh $(BIN) ./cmd/bub
 
 # Starts the bus on 127.0.0.1:7892 with its data in ./data, once built.
 run: build
