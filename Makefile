@@ -1,7 +1,7 @@
 GO ?= go
 BIN := bin/bub
 
-.PHONY: all build run test fuzz bench bench-quick bench-go vet clean \
+.PHONY: all build run telegram-demo test fuzz bench bench-quick bench-go vet clean \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
 	cluster-test cluster-test-if-docker pytest-sdk console-shots
 
@@ -18,6 +18,15 @@ build:
 # Starts the bus on 127.0.0.1:7892 with its data in ./data, once built.
 run: build
 	./$(BIN) serve
+
+# The Telegram bridge without a bot token: the fake Bot API of the tests
+# (bridges/telegram/telegramtest), and against it the bus, the spawner
+# with the echo agent and the bridge, on loopback ports and a temporary
+# directory; a user writes twice, and the chat, the bus messages it
+# becomes and the bot's answers are printed (examples/telegram-demo).
+telegram-demo: build
+	$(GO) build -o bin/echo-agent ./examples/echo-agent
+	$(GO) run ./examples/telegram-demo --bub $(BIN) --agent bin/echo-agent
 
 vet:
 	$(GO) vet ./...
