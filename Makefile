@@ -125,8 +125,9 @@ image-binaries:
 	mkdir -p $(IMAGE_DIR)/data $(IMAGE_DIR)/tmp
 	chmod 0700 $(IMAGE_DIR)/data
 	chmod 1777 $(IMAGE_DIR)/tmp
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/bub ./cmd/bub
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/echo-agent ./examples/echo-agent
+	@echo "building the image's binaries (static, stripped): the first time, minutes, as for make build"
+	@CGO_ENABLED=0 GO="$(GO)" deploy/build-progress.sh $(IMAGE_DIR)/bub ./cmd/bub -trimpath -ldflags '$(IMAGE_LDFLAGS)'
+	@CGO_ENABLED=0 GO="$(GO)" deploy/build-progress.sh $(IMAGE_DIR)/echo-agent ./examples/echo-agent -trimpath -ldflags '$(IMAGE_LDFLAGS)'
 	cp -R examples/agents $(IMAGE_DIR)/agents
 
 image: image-binaries
