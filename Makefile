@@ -1,7 +1,11 @@
+SHELL := /bin/bash
+# A recipe line that pipes fails when any command in it fails.
+.SHELLFLAGS := -o pipefail -ec
+
 GO ?= go
 BIN := bin/bub
 
-.PHONY: all build run telegram-demo test fuzz bench bench-quick bench-go vet clean \
+.PHONY: all build run telegram-demo test check test-go test-docker fuzz bench bench-quick bench-go bcp-eval vet clean \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
 	cluster-test cluster-test-if-docker pytest-sdk console-shots
 
@@ -32,12 +36,34 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 
+# Everything CI runs (.ci/run calls this): vet; every package's tests
+# under -race, alone, since many of them run real processes and clusters
+# on real time; the tests that measure the process's heap, without -race
+# and alone (norace_test.go); then two lanes side by side. The Go lane is CPU-bound:
+# the Python SDK's tests and a short run of every fuzz target, niced so
+# that the other lane's containers get the CPU they ask for. The Docker
+# lane mostly waits on containers: the compose stack's test, then the
+# three-node cluster under load while nodes are killed and cut off.
+# Each lane's lines carry its name.
 test: vet compose-config
-	$(GO) test -race -count=1 -timeout 8m ./...
-	$(MAKE) pytest-sdk
-	$(MAKE) fuzz
-	$(MAKE) compose-test-if-docker
-	$(MAKE) cluster-test-if-docker
+	$(GO) test -race -count=1 -timeout 10m ./...
+	$(GO) test -count=1 -run '^TestNoRace' ./bus/
+	@$(MAKE) --no-print-directory -j2 test-go test-docker
+
+test-go:
+	$(MAKE) --no-print-directory pytest-sdk 2>&1 | sed -u 's/^/[go] /'
+	nice -n 10 $(MAKE) --no-print-directory fuzz 2>&1 | sed -u 's/^/[go] /'
+
+test-docker:
+	$(MAKE) --no-print-directory compose-test-if-docker 2>&1 | sed -u 's/^/[docker] /'
+	$(MAKE) --no-print-directory cluster-test-if-docker 2>&1 | sed -u 's/^/[docker] /'
+
+# The edit-compile-test loop: vet and the library packages' tests under
+# -race, without the cluster tests (-short skips them) and without the
+# packages whose tests run the bub binary, examples or deploy tools.
+# About a minute once the build cache is warm.
+check: vet
+	$(GO) test -race -short -count=1 $$($(GO) list ./... | grep -v -e /cmd/ -e /examples/ -e /deploy/)
 
 # The Python SDK's tests (sdk/python) against the bub built here, and
 # mypy --strict on the SDK where Debian's mypy is installed. Skipped, in
@@ -58,20 +84,29 @@ pytest-sdk:
 # fuzz coordinator can report a spurious "context deadline exceeded" when a
 # duration runs out mid-execution (golang/go#75804, fixed in Go 1.27), and
 # a count has no deadline to race. 50000 is a few seconds per target here.
-# The targets are listed by one `go test -list` for every package, which
-# builds the packages in parallel (one call per package took 20 s). A
-# target whose cost grows faster than its input must bound the input
-# (FuzzEscape does): the fuzzer minimizes every new interesting input by
-# running it thousands of times, and one large input then holds a worker
-# for the whole -fuzzminimizetime (60 s) with no executions counted.
+# Each package with targets is built once, instrumented for fuzzing
+# (`go test -c -fuzz`), and its binary runs each target from the
+# package's folder (where testdata/fuzz holds the seeds) with go test's
+# own cache folder for what the fuzzer finds: one `go test -fuzz` per
+# target linked its package again for each of the 39 targets. A target
+# whose cost grows faster than its input must bound the input (FuzzEscape
+# does): the fuzzer minimizes every new interesting input by running it
+# thousands of times, and one large input then holds a worker for the
+# whole -fuzzminimizetime (60 s) with no executions counted.
 FUZZTIME ?= 50000x
+FUZZ_DIR := build/fuzz
 fuzz:
-	@set -e; list=$$(mktemp); trap 'rm -f "$$list"' EXIT; \
+	@set -e; mkdir -p $(FUZZ_DIR); list=$$(mktemp); trap 'rm -f "$$list"' EXIT; \
 	$(GO) test -list '^Fuzz' ./... > "$$list"; \
-	for pt in $$(awk '/^Fuzz/ { t = t " " $$1; next } /^ok/ { n = split(t, a, " "); for (i = 1; i <= n; i++) print $$2 "," a[i]; t = "" }' "$$list"); do \
-		pkg=$${pt%,*}; target=$${pt#*,}; \
-		echo "fuzz $$pkg $$target"; \
-		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+	cache=$$($(GO) env GOCACHE)/fuzz; \
+	for pkg in $$(awk '/^Fuzz/ { n++ } /^ok/ { if (n) print $$2; n = 0 }' "$$list"); do \
+		bin=$(CURDIR)/$(FUZZ_DIR)/$$(echo $$pkg | tr / _).test; \
+		$(GO) test -c -fuzz=. -o $$bin $$pkg; \
+		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+		for target in $$(awk -v p=$$pkg '/^Fuzz/ { t = t " " $$1; next } /^ok/ { if ($$2 == p) print t; t = "" }' "$$list"); do \
+			echo "fuzz $$pkg $$target"; \
+			(cd $$dir && $$bin -test.run='^$$' -test.fuzz="^$$target$$" -test.fuzztime=$(FUZZTIME) -test.fuzzcachedir=$$cache/$$pkg) || exit 1; \
+		done; \
 	done
 
 # The harness (bench/, a module of its own; docs/BENCHMARKS.md): builds
@@ -85,6 +120,13 @@ bench:
 # One short round: checks the harness works, numbers not for publishing.
 bench-quick:
 	cd bench && $(GO) run . -quick -out results/quick.json
+
+# The BCP evaluation (docs/BCP-EVAL.md): every suite's tasks through a
+# bus and the BCP gateway on loopback, with honest, adaptive and covert
+# Readers and the no-BCP baseline; prints the table and writes the JSON
+# report to $(BCP_EVAL_OUT) (default bench/results/bcp-eval.json).
+bcp-eval:
+	$(GO) run ./bcp/eval/cmd/bcp-eval
 
 # The in-package Go benchmarks (router, relay, store).
 bench-go:

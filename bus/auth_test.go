@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/bub-bus/bub/auth/authtest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -625,13 +627,12 @@ func TestExpiryTimerEndsWithConnection(t *testing.T) {
 		t.Fatal("an initialized connection with a signed token has no expiry timer")
 	}
 	_ = a.WS.Close(websocket.StatusNormalClosure, "")
-	deadline := time.Now().Add(bustest.Timeout)
-	for c.ExpiryArmed() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the expiry timer is still set %s after the connection closed", bustest.Timeout)
+	checkfor.Check(t, bustest.Timeout, func() error {
+		if c.ExpiryArmed() {
+			return errors.New("the expiry timer is still set after the connection closed")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	if why := c.Recheck(); why != "" || c.ExpiryArmed() {
 		t.Errorf("a reload's check after the cleanup armed the timer again (close reason %q)", why)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 	"github.com/bub-bus/bub/spawner"
@@ -91,7 +92,7 @@ func runSpawner(t *testing.T, o *spawner.Options) {
 func TestCluster(t *testing.T) {
 	agentBin, err := bustest.EchoAgent()
 	require.NoError(t, err)
-	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	nodes := clustertest.Start(t, clusterOptions(), "a", "b", "c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	processed := protocol.ProcessMessageResult{Processed: true}
 
@@ -343,7 +344,7 @@ func TestClusterNodeDeath(t *testing.T) {
 	// the dead node's confirmation: the subscriber's pongs must be read
 	// meanwhile, so the cluster write is off its read loop.
 	opts.PingInterval = 400 * time.Millisecond
-	nodes := bustest.StartCluster(t, opts, "a", "b", "c")
+	nodes := clustertest.Start(t, opts, "a", "b", "c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	// The worker on b asks for its first attempt again in 2 s: long

@@ -2,8 +2,10 @@ package bus_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -302,10 +305,12 @@ func TestKeepaliveDropsSilentPeer(t *testing.T) {
 // completes, and its publisher gets the result.
 func TestShutdownDrainsInFlight(t *testing.T) {
 	srv := bustest.Start(t, nil)
-	started := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
+	free := sync.OnceFunc(func() { close(release) })
+	defer free() // should the test fail before the delivery is let go
 	sub := bustest.Connect(t, srv.URL, "slow", func(protocol.ProcessMessageParams) any {
 		close(started)
-		time.Sleep(300 * time.Millisecond)
+		<-release
 		return protocol.ProcessMessageResult{Processed: true}
 	})
 	sub.Subscribe("slow", "")
@@ -317,6 +322,20 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	<-started
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(t.Context()) }()
+	// The delivery ends only once Shutdown is under way: /readyz says
+	// 503 from its start.
+	checkfor.Check(t, bustest.Timeout, func() error {
+		resp, err := srv.HTTP.Client().Get(srv.HTTP.URL + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return fmt.Errorf("/readyz answers %s with Shutdown called, want 503", resp.Status)
+		}
+		return nil
+	})
+	free()
 	r := <-result
 	require.Nil(t, r.Error, "the in-flight publish finishes")
 	var res protocol.SendMessageResult

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 	"github.com/bub-bus/bub/spawner"
@@ -67,7 +68,7 @@ func leaveCluster(t *testing.T, nodes []*bustest.Server, c *bustest.Client, clie
 func TestDurableOnCluster(t *testing.T) {
 	opts := clusterOptions()
 	opts.Limits.MaxPendingPerIdentity = 5
-	nodes := bustest.StartCluster(t, opts, "a", "b", "c")
+	nodes := clustertest.Start(t, opts, "a", "b", "c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	t.Run("held on every node, delivered once, oldest first, on another", func(t *testing.T) {
@@ -293,7 +294,7 @@ func TestDurableOnCluster(t *testing.T) {
 // once. An owner whose node died is away, not gone: it subscribes again
 // on a survivor and gets what was held for it meanwhile.
 func TestDurableClusterNodeDeath(t *testing.T) {
-	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	nodes := clustertest.Start(t, clusterOptions(), "a", "b", "c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	owner := bustest.Connect(t, a.URL, "dd-owner", bustest.Processed)
@@ -353,7 +354,7 @@ func TestDurableClusterNodeDeath(t *testing.T) {
 // messages over), and shut down cleanly (taken over at once; the node
 // leaving is the acting one).
 func TestDurableClusterNodeRestart(t *testing.T) {
-	nodes := bustest.StartCluster(t, clusterOptions(), "a", "b", "c")
+	nodes := clustertest.Start(t, clusterOptions(), "a", "b", "c")
 	for run, r := range []struct {
 		name string
 		node int
@@ -404,7 +405,7 @@ func TestDurableClusterNodeRestart(t *testing.T) {
 					}
 				}
 			}
-			restarted := bustest.RestartNode(t, nodes, r.node)
+			restarted := clustertest.RestartNode(t, nodes, r.node)
 			back := time.Now()
 			// Away, not gone, on every node, the restarted one
 			// counting what every node holds.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -66,70 +67,74 @@ func TestFallbackSpawnsThenDelivers(t *testing.T) {
 // MaxAttempts. (Its own fallback subscription once made every re-hold due
 // at once: all attempts within milliseconds.)
 func TestFallbackRerouteWaitsAsAsked(t *testing.T) {
-	const asked = 100 * time.Millisecond
-	const lifetime = 450 * time.Millisecond
-	opts := fastRetries(2)
-	opts.HoldLifetime = lifetime
-	srv := bustest.Start(t, opts)
-	var mu sync.Mutex
-	var times []time.Time
-	spawner := bustest.Connect(t, srv.URL, "spawner", func(protocol.ProcessMessageParams) any {
-		mu.Lock()
-		times = append(times, time.Now())
-		mu.Unlock()
-		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: asked.Seconds(), Message: "at capacity"}
-	})
-	subscribeFallback(t, spawner, "tg:*")
-	pub := bustest.Connect(t, srv.URL, "bridge", nil)
-	r := pub.Publish("tg:9", "telegram_message")
-	require.Len(t, r.Acks, 1)
-	require.True(t, r.Acks[0].Retrying, "the fallback's ack says the message is kept: %+v", r.Acks[0])
-	d := onlyDeadLetter(t, pub)
-	assert.Equal(t, protocol.ReasonNoSubscribers, d.Reason)
-	assert.GreaterOrEqual(t, d.DeadAt.Sub(d.FirstAttempt), lifetime, "dead-lettered before the hold lifetime ended")
+	synctest.Test(t, func(t *testing.T) {
+		const asked = 100 * time.Millisecond
+		const lifetime = 450 * time.Millisecond
+		opts := fastRetries(2)
+		opts.HoldLifetime = lifetime
+		srv := bustest.StartInMemory(t, opts)
+		var mu sync.Mutex
+		var times []time.Time
+		spawner := bustest.Connect(t, srv.URL, "spawner", func(protocol.ProcessMessageParams) any {
+			mu.Lock()
+			times = append(times, time.Now())
+			mu.Unlock()
+			return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: asked.Seconds(), Message: "at capacity"}
+		})
+		subscribeFallback(t, spawner, "tg:*")
+		pub := bustest.Connect(t, srv.URL, "bridge", nil)
+		r := pub.Publish("tg:9", "telegram_message")
+		require.Len(t, r.Acks, 1)
+		require.True(t, r.Acks[0].Retrying, "the fallback's ack says the message is kept: %+v", r.Acks[0])
+		d := onlyDeadLetter(t, pub)
+		assert.Equal(t, protocol.ReasonNoSubscribers, d.Reason)
+		assert.GreaterOrEqual(t, d.DeadAt.Sub(d.FirstAttempt), lifetime, "dead-lettered before the hold lifetime ended")
 
-	mu.Lock()
-	defer mu.Unlock()
-	// 0, 100, 200, 300, 400 ms; the lifetime ends before the sixth.
-	assert.Greater(t, len(times), opts.MaxAttempts, "rerouting is bounded by the lifetime, not by MaxAttempts")
-	for i := 1; i < len(times); i++ {
-		assert.GreaterOrEqual(t, times[i].Sub(times[i-1]), asked, "routing %d came sooner than the fallback asked", i+1)
-	}
-	assert.Len(t, d.Attempts, len(times)+1, "one attempt per routing, and the end of the lifetime")
+		mu.Lock()
+		defer mu.Unlock()
+		// 0, 100, 200, 300, 400 ms; the lifetime ends before the sixth.
+		assert.Greater(t, len(times), opts.MaxAttempts, "rerouting is bounded by the lifetime, not by MaxAttempts")
+		for i := 1; i < len(times); i++ {
+			assert.GreaterOrEqual(t, times[i].Sub(times[i-1]), asked, "routing %d came sooner than the fallback asked", i+1)
+		}
+		assert.Len(t, d.Attempts, len(times)+1, "one attempt per routing, and the end of the lifetime")
+	})
 }
 
 // TestTwoFallbacksWaitAsAsked: with two fallbacks on a topic, both asked
 // in each pass, neither one's presence brings forward the wait the other
 // asked for.
 func TestTwoFallbacksWaitAsAsked(t *testing.T) {
-	const asked = 100 * time.Millisecond
-	opts := fastRetries(2)
-	opts.HoldLifetime = 350 * time.Millisecond
-	srv := bustest.Start(t, opts)
-	var mu sync.Mutex
-	calls := map[string][]time.Time{}
-	// Different patterns: of identical ones only the newest is routed to.
-	for id, pattern := range map[string]string{"spawner-a": "tg:*", "spawner-b": "tg:2"} {
-		fb := bustest.Connect(t, srv.URL, id, func(protocol.ProcessMessageParams) any {
-			mu.Lock()
-			calls[id] = append(calls[id], time.Now())
-			mu.Unlock()
-			return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: asked.Seconds()}
-		})
-		subscribeFallback(t, fb, pattern)
-	}
-	pub := bustest.Connect(t, srv.URL, "bridge", nil)
-	pub.Publish("tg:2", "telegram_message")
-	onlyDeadLetter(t, pub)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, calls, 2, "both fallbacks are asked")
-	for id, times := range calls {
-		assert.LessOrEqual(t, len(times), 4, "%s asked %d times within 350 ms", id, len(times))
-		for i := 1; i < len(times); i++ {
-			assert.GreaterOrEqual(t, times[i].Sub(times[i-1]), asked, "%s: routing %d came sooner than asked", id, i+1)
+	synctest.Test(t, func(t *testing.T) {
+		const asked = 100 * time.Millisecond
+		opts := fastRetries(2)
+		opts.HoldLifetime = 350 * time.Millisecond
+		srv := bustest.StartInMemory(t, opts)
+		var mu sync.Mutex
+		calls := map[string][]time.Time{}
+		// Different patterns: of identical ones only the newest is routed to.
+		for id, pattern := range map[string]string{"spawner-a": "tg:*", "spawner-b": "tg:2"} {
+			fb := bustest.Connect(t, srv.URL, id, func(protocol.ProcessMessageParams) any {
+				mu.Lock()
+				calls[id] = append(calls[id], time.Now())
+				mu.Unlock()
+				return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: asked.Seconds()}
+			})
+			subscribeFallback(t, fb, pattern)
 		}
-	}
+		pub := bustest.Connect(t, srv.URL, "bridge", nil)
+		pub.Publish("tg:2", "telegram_message")
+		onlyDeadLetter(t, pub)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, calls, 2, "both fallbacks are asked")
+		for id, times := range calls {
+			assert.LessOrEqual(t, len(times), 4, "%s asked %d times within 350 ms", id, len(times))
+			for i := 1; i < len(times); i++ {
+				assert.GreaterOrEqual(t, times[i].Sub(times[i-1]), asked, "%s: routing %d came sooner than asked", id, i+1)
+			}
+		}
+	})
 }
 
 // TestOnlyAnotherSubscriberWakesAReroute: the fallback that asked to wait

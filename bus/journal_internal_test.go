@@ -35,7 +35,8 @@ func TestJournalRetentionByAge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := testJournal(JournalOptions{MaxAge: time.Minute})
 		recordN(j, 3*journalBlockSize)
-		time.Sleep(2 * time.Minute)
+		time.Sleep(2 * time.Minute) // the bubble's fake time passes the age
+
 		page, _, _, _ := j.read(0, maxEventsLimit, &journalQuery{})
 		require.Empty(t, page, "past the age, though still held")
 

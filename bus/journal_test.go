@@ -19,6 +19,7 @@ import (
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -467,7 +468,7 @@ func TestJournalWholeClusterFromAnyNode(t *testing.T) {
 	cfg, _ := authConfig(t, dir)
 	authn, err := auth.New(cfg, dir)
 	require.NoError(t, err)
-	nodes := bustest.StartCluster(t, &bus.Options{Auth: authn}, "a", "b", "c")
+	nodes := clustertest.Start(t, &bus.Options{Auth: authn}, "a", "b", "c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	worker := bustest.DialToken(t, b.URL, "main-token")

@@ -10,6 +10,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -164,13 +165,13 @@ func TestClusterLimitDeadLetters(t *testing.T) {
 	opts := clusterOptions()
 	opts.HoldLifetime, opts.RetryDelayCap = 10*time.Millisecond, 50*time.Millisecond
 	opts.Limits = bus.Limits{MaxPendingPerIdentity: perIdentity, MaxDeadLetters: deadCap}
-	nodes := bustest.StartCluster(t, opts, "a", "b")
+	nodes := clustertest.Start(t, opts, "a", "b")
 	a, b := nodes[0], nodes[1]
 	p := bustest.Connect(t, a.URL, "p", nil)
 	require.Eventually(t, func() bool {
 		r := publishKiB(p, "agent:away")
 		return r.Error != nil && metric(t, a, "bub_dead_letters_full", "") == 1
-	}, bustest.ClusterTimeout, time.Millisecond)
+	}, clustertest.Timeout, time.Millisecond)
 	dead := metric(t, b, "bub_dead_letters", "")
 	require.GreaterOrEqual(t, dead, float64(deadCap), "b reads the one queue")
 	require.LessOrEqual(t, dead, float64(deadCap+perIdentity-1))
@@ -180,7 +181,7 @@ func TestClusterLimitDeadLetters(t *testing.T) {
 	require.Eventually(t, func() bool {
 		r := publishKiB(again, "agent:away")
 		return r.Error != nil && strings.Contains(r.Error.Message, `max_pending_per_identity: identity "p" holds`)
-	}, bustest.ClusterTimeout, time.Millisecond)
+	}, clustertest.Timeout, time.Millisecond)
 }
 
 // TestDeadLetterFullAckSaysSo: a delivery the bus gives up on at once

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -84,6 +85,8 @@ func TestRetryPaths(t *testing.T) {
 					return ok
 				}
 				if tt.first == nil {
+					// The behaviour under test: a subscriber slower
+					// than the delivery timeout.
 					time.Sleep(time.Second)
 				}
 				return tt.first
@@ -463,45 +466,51 @@ func TestAdminMethods(t *testing.T) {
 }
 
 // TestRetriesSurviveRestart: pending work committed by one bus is resumed
-// by the next one on the same store.
+// by the next one on the same store. On the bubble's clock the retry
+// asked for in 5 s cannot fire before the first bus stops, since that
+// clock moves only when every goroutine waits (asked for in 0.3 s on the
+// wall clock, it fired first on a loaded box and came as attempt 3); the
+// second bus makes it due within recv's bound of bustest.Timeout.
 func TestRetriesSurviveRestart(t *testing.T) {
-	dir := t.TempDir()
-	st, err := store.Open(dir, nil)
-	require.NoError(t, err)
-	opts := &bus.Options{Store: st, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour}
-	first := bustest.Start(t, opts)
-	sub := bustest.Connect(t, first.URL, "worker", func(protocol.ProcessMessageParams) any {
-		return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 0.3}
-	})
-	sub.Subscribe("jobs", "")
-	pub := bustest.Connect(t, first.URL, "pub", nil)
-	retried := pub.Publish("jobs", "t")
-	require.True(t, retried.Acks[0].Retrying)
-	held := pub.Publish("agent:absent", "t")
-	require.True(t, held.Held)
-	require.NoError(t, first.Shutdown(t.Context()))
-	require.NoError(t, st.Close())
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		st, err := store.Open(dir, nil)
+		require.NoError(t, err)
+		opts := &bus.Options{Store: st, RetryBaseDelay: time.Hour, RetryDelayCap: time.Hour}
+		first := bustest.StartInMemory(t, opts)
+		sub := bustest.Connect(t, first.URL, "worker", func(protocol.ProcessMessageParams) any {
+			return protocol.ProcessMessageResult{ShouldRetry: true, RetrySeconds: 5}
+		})
+		sub.Subscribe("jobs", "")
+		pub := bustest.Connect(t, first.URL, "pub", nil)
+		retried := pub.Publish("jobs", "t")
+		require.True(t, retried.Acks[0].Retrying)
+		held := pub.Publish("agent:absent", "t")
+		require.True(t, held.Held)
+		require.NoError(t, first.Shutdown(t.Context()))
+		require.NoError(t, st.Close())
 
-	st, err = store.Open(dir, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { st.Close() })
-	second := bustest.Start(t, &bus.Options{Store: st, RetryBaseDelay: 20 * time.Millisecond})
-	var mu sync.Mutex
-	got := map[string]int{}
-	done := make(chan struct{}, 2)
-	handler := func(p protocol.ProcessMessageParams) any {
+		st, err = store.Open(dir, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { st.Close() })
+		second := bustest.StartInMemory(t, &bus.Options{Store: st, RetryBaseDelay: 20 * time.Millisecond})
+		var mu sync.Mutex
+		got := map[string]int{}
+		done := make(chan struct{}, 2)
+		handler := func(p protocol.ProcessMessageParams) any {
+			mu.Lock()
+			got[p.MessageID] = p.Attempt
+			mu.Unlock()
+			done <- struct{}{}
+			return protocol.ProcessMessageResult{Processed: true}
+		}
+		bustest.Connect(t, second.URL, "worker", handler).Subscribe("jobs", "")
+		bustest.Connect(t, second.URL, "absent", handler).Subscribe("agent:absent", "")
+		recv(t, done)
+		recv(t, done)
 		mu.Lock()
-		got[p.MessageID] = p.Attempt
-		mu.Unlock()
-		done <- struct{}{}
-		return protocol.ProcessMessageResult{Processed: true}
-	}
-	bustest.Connect(t, second.URL, "worker", handler).Subscribe("jobs", "")
-	bustest.Connect(t, second.URL, "absent", handler).Subscribe("agent:absent", "")
-	recv(t, done)
-	recv(t, done)
-	mu.Lock()
-	defer mu.Unlock()
-	assert.Equal(t, 2, got[retried.MessageID])
-	assert.Equal(t, 1, got[held.MessageID])
+		defer mu.Unlock()
+		assert.Equal(t, 2, got[retried.MessageID])
+		assert.Equal(t, 1, got[held.MessageID])
+	})
 }

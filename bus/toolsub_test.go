@@ -16,6 +16,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -335,7 +336,7 @@ func TestToolSubscriptionSurvivesRestart(t *testing.T) {
 // to the other node reaches the agent on the first; a cancel on the
 // other node ends it on both.
 func TestToolSubscriptionsOnCluster(t *testing.T) {
-	nodes := bustest.StartCluster(t, nil, "n1", "n2")
+	nodes := clustertest.Start(t, nil, "n1", "n2")
 	agent, got := agentOn(t, nodes[0], "agent-1", "tg:1")
 	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
 	// The other node's index follows the bucket's watch.

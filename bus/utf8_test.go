@@ -3,12 +3,12 @@ package bus_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -46,15 +46,7 @@ func TestInvalidUTF8NotForwarded(t *testing.T) {
 # TYPE bub_connection_closes_total counter
 bub_connection_closes_total{reason="text message not valid UTF-8"} 1
 `
-	deadline := time.Now().Add(bustest.Timeout)
-	for {
-		err := testutil.GatherAndCompare(srv.Registry(), strings.NewReader(want), "bub_connection_closes_total")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	checkfor.Check(t, bustest.Timeout, func() error {
+		return testutil.GatherAndCompare(srv.Registry(), strings.NewReader(want), "bub_connection_closes_total")
+	})
 }

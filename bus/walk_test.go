@@ -7,6 +7,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/coder/websocket"
@@ -199,57 +200,59 @@ func dialSilentPeer(t *testing.T, url string, frames ...string) *websocket.Conn 
 // timer may fire as a walk ends and its scratch goes to the next, are its
 // own.
 func TestFanOutsReuseTheirScratch(t *testing.T) {
-	const (
-		subscribers = 5
-		messages    = 12
-		// Long enough for the subscribers that answer at once on a
-		// loaded box under -race: at 100 ms they sometimes timed out
-		// too, before this change as after.
-		timeout = 500 * time.Millisecond
-	)
-	srv := bustest.Start(t, &bus.Options{DeliveryTimeout: timeout, Limits: bus.Limits{SlowSubscriberTimeouts: -1}})
-	done := make(chan struct{})
-	defer close(done)
-	for _, set := range []string{"a", "b"} {
-		for i := range subscribers {
-			id := fmt.Sprint(set, i)
-			bustest.Connect(t, srv.URL, id, func(p protocol.ProcessMessageParams) any {
-				var payload struct{ N int }
-				_ = json.Unmarshal(p.Payload, &payload)
-				if i == 0 && payload.N%2 == 1 {
-					select {
-					case <-time.After(2 * timeout):
-					case <-done:
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			subscribers = 5
+			messages    = 12
+			// Long enough for the subscribers that answer at once on a
+			// loaded box under -race: at 100 ms they sometimes timed out
+			// too, before this change as after.
+			timeout = 500 * time.Millisecond
+		)
+		srv := bustest.StartInMemory(t, &bus.Options{DeliveryTimeout: timeout, Limits: bus.Limits{SlowSubscriberTimeouts: -1}})
+		done := make(chan struct{})
+		defer close(done)
+		for _, set := range []string{"a", "b"} {
+			for i := range subscribers {
+				id := fmt.Sprint(set, i)
+				bustest.Connect(t, srv.URL, id, func(p protocol.ProcessMessageParams) any {
+					var payload struct{ N int }
+					_ = json.Unmarshal(p.Payload, &payload)
+					if i == 0 && payload.N%2 == 1 {
+						select {
+						case <-time.After(2 * timeout):
+						case <-done:
+						}
 					}
-				}
-				return protocol.ProcessMessageResult{Processed: true, Message: fmt.Sprint(id, ":", payload.N)}
-			}).Subscribe("r"+set+strings.Repeat("*", i+1), protocol.PolicyContinueAll)
-		}
-	}
-	published := make(chan struct{})
-	for _, set := range []string{"a", "b"} {
-		pub := connectPublisher(t, srv, "pub-"+set)
-		go func() {
-			defer func() { published <- struct{}{} }()
-			for n := range messages {
-				r := pub.Call(protocol.MethodSendMessage, map[string]any{"topic": "r" + set, "payload": map[string]any{"type": "t", "n": n}})
-				if !assert.Nil(t, r.Error) {
-					return
-				}
-				var res protocol.SendMessageResult
-				assert.NoError(t, json.Unmarshal(r.Result, &res))
-				assert.Len(t, res.Acks, subscribers, "message %s %d", set, n)
-				for _, a := range res.Acks {
-					if a.ClientID == set+"0" && n%2 == 1 {
-						assert.Contains(t, a.Error, "no answer within", "message %s %d: %+v", set, n, a)
-						continue
-					}
-					assert.True(t, strings.HasPrefix(a.ClientID, set), "message %s %d: %+v", set, n, a)
-					assert.Equal(t, fmt.Sprint(a.ClientID, ":", n), a.Message, "message %s %d: %+v", set, n, a)
-				}
+					return protocol.ProcessMessageResult{Processed: true, Message: fmt.Sprint(id, ":", payload.N)}
+				}).Subscribe("r"+set+strings.Repeat("*", i+1), protocol.PolicyContinueAll)
 			}
-		}()
-	}
-	<-published
-	<-published
+		}
+		published := make(chan struct{})
+		for _, set := range []string{"a", "b"} {
+			pub := connectPublisher(t, srv, "pub-"+set)
+			go func() {
+				defer func() { published <- struct{}{} }()
+				for n := range messages {
+					r := pub.Call(protocol.MethodSendMessage, map[string]any{"topic": "r" + set, "payload": map[string]any{"type": "t", "n": n}})
+					if !assert.Nil(t, r.Error) {
+						return
+					}
+					var res protocol.SendMessageResult
+					assert.NoError(t, json.Unmarshal(r.Result, &res))
+					assert.Len(t, res.Acks, subscribers, "message %s %d", set, n)
+					for _, a := range res.Acks {
+						if a.ClientID == set+"0" && n%2 == 1 {
+							assert.Contains(t, a.Error, "no answer within", "message %s %d: %+v", set, n, a)
+							continue
+						}
+						assert.True(t, strings.HasPrefix(a.ClientID, set), "message %s %d: %+v", set, n, a)
+						assert.Equal(t, fmt.Sprint(a.ClientID, ":", n), a.Message, "message %s %d: %+v", set, n, a)
+					}
+				}
+			}()
+		}
+		<-published
+		<-published
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -138,7 +139,7 @@ func TestHookReplayKeptAcrossRestart(t *testing.T) {
 // TestHookReplayOnCluster checks that a cluster node, whose store keeps
 // no idempotency keys, still refuses a delivery id it took.
 func TestHookReplayOnCluster(t *testing.T) {
-	node := bustest.StartCluster(t, &bus.Options{Hooks: []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}}, "n1")[0]
+	node := clustertest.Start(t, &bus.Options{Hooks: []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}}, "n1")[0]
 	body := `{"a":1}`
 	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
 	for i, want := range []int{201, 409} {

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/cluster"
+	"github.com/bub-bus/bub/cluster/clustertest"
 )
 
 // TestClaimRemovedIsNotATakeover: a claim deleted by someone else (a
@@ -25,7 +25,7 @@ import (
 func TestClaimRemovedIsNotATakeover(t *testing.T) {
 	var mu sync.Mutex
 	var removed, takenOver []string
-	port := bustest.FreePorts(t, 1)[0]
+	port := clustertest.FreePorts(t, 1)[0]
 	o := soloOptions(t.TempDir())
 	o.ClientListen = fmt.Sprintf("127.0.0.1:%d", port)
 	n, err := cluster.Start(t.Context(), o, cluster.Handler{

@@ -16,8 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/cluster"
+	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -113,7 +113,7 @@ func startCluster(t *testing.T, ids []string, serve func(id string) cluster.Hand
 // which a test starts a node again.
 func startClusterWith(t *testing.T, ids []string, serve func(id string) cluster.Handler, tweak func(id string, o *cluster.Options)) ([]*cluster.Node, []*recorder, []*cluster.Options) {
 	t.Helper()
-	ports := bustest.FreePorts(t, len(ids))
+	ports := clustertest.FreePorts(t, len(ids))
 	nodes := make([]*cluster.Node, len(ids))
 	recs := make([]*recorder, len(ids))
 	allOpts := make([]*cluster.Options, len(ids))
@@ -208,7 +208,7 @@ func echo(node string) func(context.Context, *cluster.Delivery) ([]byte, error) 
 			<-ctx.Done()
 			return nil, ctx.Err()
 		case "slow":
-			time.Sleep(slowTurn)
+			time.Sleep(slowTurn) // the behaviour under test: a slow subscriber
 		case "time left":
 			return strconv.AppendInt(nil, time.Until(d.Deadline).Milliseconds(), 10), nil
 		}

@@ -10,8 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/cluster"
+	"github.com/bub-bus/bub/cluster/clustertest"
+	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // TestCompactRemovesOldDeleteMarkers checks that the acting node removes
@@ -36,7 +37,7 @@ func TestCompactRemovesOldDeleteMarkers(t *testing.T) {
 // compactOnce runs the check on a node of its own; it reports whether
 // JetStream stopped answering.
 func compactOnce(t *testing.T) (hung bool) {
-	port := bustest.FreePorts(t, 1)[0]
+	port := clustertest.FreePorts(t, 1)[0]
 	n := startSolo(t, t.TempDir(), func(o *cluster.Options) {
 		o.ClientListen = fmt.Sprintf("127.0.0.1:%d", port)
 		o.CompactInterval = 100 * time.Millisecond
@@ -76,18 +77,19 @@ func compactOnce(t *testing.T) (hung bool) {
 		return f(rctx)
 	}
 	gone := cluster.SubscriptionKey("solo", 1, "gone:*")
-	for deadline := time.Now().Add(bound / 2); ; {
+	checkfor.Check(t, bound/2, func() error {
 		err := read(func(c context.Context) error { _, err := kv.History(c, gone); return err })
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			break
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return nil
+		case errors.Is(err, context.DeadlineExceeded):
+			hung = true
+			return nil
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the delete marker of %s is still there: %v", gone, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return fmt.Errorf("the delete marker of %s is still there: %v", gone, err)
+	})
+	if hung {
+		return true
 	}
 	err = read(func(c context.Context) error {
 		_, err := kv.Get(c, cluster.SubscriptionKey("solo", 1, "kept:*"))

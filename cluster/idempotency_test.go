@@ -13,6 +13,8 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/cluster/clustertest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -38,7 +40,7 @@ func post(t *testing.T, srv *bustest.Server, body, key string, query ...string) 
 // answer and publishes nothing, and the key with another body is 409
 // there too; a refused request leaves its key free for its retry.
 func TestIdempotencyAcrossNodes(t *testing.T) {
-	nodes := bustest.StartCluster(t, nil, "a", "b")
+	nodes := clustertest.Start(t, nil, "a", "b")
 	a, b := nodes[0], nodes[1]
 	_, got := bustest.Collect(t, a.URL, "worker", "jobs:*")
 	body := `{"topic":"jobs:a","payload":{"type":"t","n":1}}`
@@ -76,7 +78,7 @@ func TestIdempotencyAcrossNodes(t *testing.T) {
 		markers = append(markers, id)
 	}
 	seen := map[string]int{}
-	timeout := time.After(bustest.ClusterTimeout)
+	timeout := time.After(clustertest.Timeout)
 	for seen[markers[0]] == 0 || seen[markers[1]] == 0 {
 		select {
 		case d := <-got:
@@ -100,7 +102,7 @@ func TestIdempotencyAcrossNodes(t *testing.T) {
 // to the other: that one is 409 and publishes nothing; once the first
 // answered, the other node replays its answer.
 func TestIdempotencyBusyAcrossNodes(t *testing.T) {
-	nodes := bustest.StartCluster(t, nil, "a", "b")
+	nodes := clustertest.Start(t, nil, "a", "b")
 	a, b := nodes[0], nodes[1]
 	invoked, release := make(chan string, 4), make(chan struct{})
 	bustest.Connect(t, a.URL, "slow", func(p protocol.ProcessMessageParams) any {
@@ -127,7 +129,7 @@ func TestIdempotencyBusyAcrossNodes(t *testing.T) {
 	var id string
 	select {
 	case id = <-invoked:
-	case <-time.After(bustest.ClusterTimeout):
+	case <-time.After(clustertest.Timeout):
 		t.Fatal("the first request was not delivered")
 	}
 	if status, _, _ := postWait(t, b, body, "k"); status != 409 {
@@ -230,20 +232,16 @@ func TestIdempotencyKeyAfterItsTTL(t *testing.T) {
 	}
 	// Asked as of now, the record is within its window: only the TTL's
 	// marker makes it go. Bounded: the TTL is two seconds.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	checkfor.Check(t, 15*time.Second, func() error {
 		r, err := st.GetIdempotent("alice", "k", now)
 		if err != nil {
 			t.Fatalf("get while the TTL ends: %v", err)
 		}
-		if r == nil {
-			break
+		if r != nil {
+			return fmt.Errorf("the key outlived its TTL: %+v", r)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the key outlived its TTL by 13 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	if r, err := st.ReserveIdempotent("alice", "k", now); r != nil || err != nil {
 		t.Fatalf("reserve after the TTL: %v %v; want a reservation", r, err)
 	}

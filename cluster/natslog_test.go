@@ -42,7 +42,7 @@ func TestRouteLogSummarizes(t *testing.T) {
 		// 42 s of a node down: four attempts a second.
 		for i := range 42 * 4 {
 			l.Errorf(routeConnectError, i+1, refused("127.0.0.1:6223"))
-			time.Sleep(250 * time.Millisecond)
+			time.Sleep(250 * time.Millisecond) // the bubble's fake time between attempts
 		}
 		got := logLines(&out)
 		want := []string{
@@ -68,7 +68,8 @@ func TestRouteLogSummarizes(t *testing.T) {
 		}
 
 		// Back for longer than the gap: nothing unreachable; lost again:
-		// a new outage, said at once, counted from its start.
+		// a new outage, said at once, counted from its start. The sleep
+		// passes the bubble's fake time.
 		time.Sleep(routeOutageGap + time.Second)
 		if u := l.routes.unreachable(); len(u) != 0 {
 			t.Errorf("unreachable after %v without a failure: %v", routeOutageGap+time.Second, u)

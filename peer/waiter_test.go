@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -70,11 +71,15 @@ func TestAbandonedCallsLeaveNoAnswerBehind(t *testing.T) {
 	}
 	wg.Wait()
 	for i := range 50 {
-		err := send(t.Context(), 100000+i)
-		for deadline := time.Now().Add(10 * time.Second); protocol.CodeOf(err) == protocol.CodeTooManyRequests && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond) // the calls given up are still on their way
-			err = send(t.Context(), 100000+i)
-		}
-		require.NoError(t, err)
+		// The bus refuses calls while those given up are still on their
+		// way.
+		checkfor.Check(t, 10*time.Second, func() error {
+			err := send(t.Context(), 100000+i)
+			if protocol.CodeOf(err) == protocol.CodeTooManyRequests {
+				return err
+			}
+			require.NoError(t, err)
+			return nil
+		})
 	}
 }

@@ -109,6 +109,7 @@ func TestIdleTimer(t *testing.T) {
 		busy.idleTimer.Stop()
 		s.mu.Unlock()
 
+		// The sleeps pass the bubble's fake time.
 		time.Sleep(999 * time.Millisecond)
 		synctest.Wait()
 		if reason(served) != "" {
@@ -150,7 +151,7 @@ func TestReconnectEndsBusy(t *testing.T) {
 		s.agents["a"] = a
 		event := func(name string) {
 			t.Helper()
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // the bubble's fake time, as between real events
 			clientEvent(t, s, name, "a")
 		}
 		state := func() (busy bool, hibernate string) {
@@ -168,7 +169,7 @@ func TestReconnectEndsBusy(t *testing.T) {
 		if busy, _ := state(); busy {
 			t.Fatal("still busy on a new connection")
 		}
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the bubble's fake time
 		synctest.Wait()
 		if _, reason := state(); reason != ReasonIdle {
 			t.Fatalf("hibernated for %q after its idle timeout, want %q", reason, ReasonIdle)
@@ -219,6 +220,7 @@ func TestLostIdleEventEndsBusy(t *testing.T) {
 		a := newAgent("a", &slot{topic: "tg:a", agentID: "a"})
 		a.ready, a.served, a.readyAt, a.lastActive = true, true, time.Now(), time.Now()
 		s.agents["a"] = a
+		// The sleeps pass the bubble's fake time.
 		for _, name := range []string{protocol.EventConnected, protocol.EventBusy} {
 			time.Sleep(time.Millisecond)
 			clientEvent(t, s, name, "a")

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // busAt runs a bus with auth on addr over a store on disk, so that the
@@ -31,16 +33,11 @@ func busAt(t *testing.T, addr, dir string) (stop func()) {
 		t.Fatal(err)
 	}
 	var ln net.Listener
-	for deadline := time.Now().Add(bustest.Timeout); ; {
-		// The old listener's port may take a moment to free.
-		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The old listener's port may take a moment to free.
+	checkfor.Check(t, bustest.Timeout, func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
 	hs := &http.Server{Handler: srv}
 	go hs.Serve(ln)
 	stopped := false
@@ -81,7 +78,20 @@ func TestBusRestartMidFlow(t *testing.T) {
 	id := main.query(cat2Query("researcher", 5))
 	researcher.expect(TypeQuery)
 	stopBus()
-	time.Sleep(2 * time.Second) // the query expires while the bus is down
+	// The query expires while the bus is down: the gateway writes the
+	// failure in its audit log before it can tell anyone.
+	checkfor.Check(t, bustest.Timeout, func() error {
+		records, err := g.Audit(0)
+		if err != nil {
+			return err
+		}
+		for _, r := range records {
+			if r.Event == "failure" && r.QueryID == id && r.Outcome == CodeExpired {
+				return nil
+			}
+		}
+		return fmt.Errorf("query %s not expired in the audit log: %+v", id, records)
+	})
 	busAt(t, addr, busDir)
 
 	failed := main.expect(TypeQueryFailed)

@@ -27,6 +27,10 @@ import (
 // instead of hanging it.
 const Timeout = 10 * time.Second
 
+// LongTimeout bounds the waits that may cross a cluster's nodes: a POST
+// that another node answers, spans exported from several.
+const LongTimeout = 30 * time.Second
+
 // Server is a bus served over loopback HTTP.
 type Server struct {
 	*bus.Server
@@ -37,9 +41,9 @@ type Server struct {
 	// URL is the WebSocket URL peers dial.
 	URL string
 
-	// start starts a node of a cluster again (RestartNode); nil for a
-	// bus of its own.
-	start func() (*Server, error)
+	// stopServing stops an in-memory bus's HTTP server (StartInMemory);
+	// nil for one on loopback, whose HTTP is closed instead.
+	stopServing func()
 }
 
 // Start starts a bus with opts on 127.0.0.1 and stops it when the test
@@ -61,17 +65,18 @@ func Start(t testing.TB, opts *bus.Options) *Server {
 		// A cluster's store is no *store.Store; Server.Store is then nil.
 		st, _ = o.Store.(*store.Store)
 	}
-	s, err := serve(&o)
+	s, err := Serve(&o)
 	if err != nil {
 		t.Fatalf("bustest: %v", err)
 	}
 	s.Store = st
-	t.Cleanup(func() { s.stop(Timeout) })
+	t.Cleanup(func() { s.Stop(Timeout) })
 	return s
 }
 
-// serve makes a bus with o and serves it on loopback.
-func serve(o *bus.Options) (*Server, error) {
+// Serve makes a bus with o and serves it on loopback, for a caller that
+// stops it (Stop) itself: Start is this for a test.
+func Serve(o *bus.Options) (*Server, error) {
 	srv, err := bus.New(o)
 	if err != nil {
 		return nil, err
@@ -83,12 +88,16 @@ func serve(o *bus.Options) (*Server, error) {
 	return &Server{Server: srv, HTTP: hs, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}, nil
 }
 
-// stop shuts the bus down, waiting at most timeout for it, and closes its
+// Stop shuts the bus down, waiting at most timeout for it, and closes its
 // listener.
-func (s *Server) stop(timeout time.Duration) {
+func (s *Server) Stop(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_ = s.Shutdown(ctx)
+	if s.stopServing != nil {
+		s.stopServing()
+		return
+	}
 	s.HTTP.Close()
 }
 
@@ -128,9 +137,9 @@ type Client struct {
 func DialWS(url, token string) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	var opts *websocket.DialOptions
+	opts := &websocket.DialOptions{HTTPClient: httpClient(url)}
 	if token != "" {
-		opts = &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}}
+		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + token}}
 	}
 	ws, resp, err := websocket.Dial(ctx, url, opts)
 	if err != nil {

@@ -83,10 +83,10 @@ func (o *OTLP) serve(w http.ResponseWriter, r *http.Request) {
 
 // Wait returns the spans received once ok says they are all there, and
 // their resources' string attributes, span by span; it fails the test
-// after ClusterTimeout.
+// after LongTimeout.
 func (o *OTLP) Wait(t testing.TB, ok func([]*tracepb.Span) bool) ([]*tracepb.Span, []map[string]string) {
 	t.Helper()
-	timeout := time.After(ClusterTimeout)
+	timeout := time.After(LongTimeout)
 	for {
 		o.mu.Lock()
 		spans, resources, changed := append([]*tracepb.Span(nil), o.spans...), append([]map[string]string(nil), o.resources...), o.changed

@@ -10,10 +10,10 @@ import (
 
 // Post posts body to url with header and returns the answer's status,
 // header and body; it fails the test when there is no answer within
-// ClusterTimeout.
+// LongTimeout.
 func Post(t testing.TB, url, body string, header map[string]string) (int, http.Header, []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), ClusterTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), LongTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/bub-bus/bub/bcp/gateway"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -117,18 +119,17 @@ func runGateway(t *testing.T, url string, args ...string) (stop func() (int, str
 		return code, stderr.String()
 	}
 	t.Cleanup(func() { stop() })
-	deadline := time.Now().Add(bustest.Timeout)
-	for !strings.Contains(stderr.String(), "bcp gateway serving") {
+	checkfor.Check(t, bustest.Timeout, func() error {
 		select {
 		case code := <-done:
 			t.Fatalf("gateway exited %d: %s", code, stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway not serving within %v: %s", bustest.Timeout, stderr.String())
+		if !strings.Contains(stderr.String(), "bcp gateway serving") {
+			return fmt.Errorf("gateway not serving: %s", stderr.String())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	return stop
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -76,6 +77,17 @@ func crashRound(t *testing.T) {
 			}
 		})
 	}
+	// Without a message announced before the kill the test would prove
+	// nothing.
+	checkfor.Check(t, 30*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(announced) == 0 {
+			return fmt.Errorf("no message announced yet; bus log: %s", d.stderr)
+		}
+		return nil
+	})
+	// The behaviour under test: a crash at a random moment of the load.
 	time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
 	d.kill() // SIGKILL
 	close(stop)
@@ -84,9 +96,6 @@ func crashRound(t *testing.T) {
 	want := len(announced)
 	mu.Unlock()
 	wg.Wait()
-	if want == 0 {
-		t.Fatal("nothing was announced before the kill; the test proves nothing")
-	}
 
 	d = startBus(t, dir, flags...)
 	var dmu sync.Mutex
@@ -126,17 +135,12 @@ func crashRound(t *testing.T) {
 		}
 		return missing
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		missing := lost()
-		if len(missing) == 0 {
-			t.Logf("%d announced messages, all delivered or dead-lettered after the crash", want)
-			break
+	checkfor.Check(t, 60*time.Second, func() error {
+		if missing := lost(); len(missing) > 0 {
+			return fmt.Errorf("%d of %d announced messages lost after the crash: %v\nbus log: %s", len(missing), want, missing[:min(len(missing), 10)], d.stderr)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d announced messages lost after the crash: %v\nbus log: %s", len(missing), want, missing[:min(len(missing), 10)], d.stderr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	t.Logf("%d announced messages, all delivered or dead-lettered after the crash", want)
 	d.stop(t)
 }

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // bubBinary is the bub binary built once for the tests that run it as a
@@ -140,19 +142,18 @@ func startBusAt(t *testing.T, addr, dataDir string, flags ...string) *daemon {
 			t.Errorf("the race detector fired in bub serve:\n%s", d.stderr)
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	checkfor.Check(t, 20*time.Second, func() error {
 		resp, err := http.Get(d.http + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return d
-			}
+		if err != nil {
+			return fmt.Errorf("bub serve did not become ready: %w\n%s", err, d.stderr)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("bub serve did not become ready: %s", d.stderr)
-	return nil
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("bub serve did not become ready: /readyz %s\n%s", resp.Status, d.stderr)
+		}
+		return nil
+	})
+	return d
 }
 
 func (d *daemon) kill() {
@@ -233,18 +234,15 @@ func TestCLIEndToEnd(t *testing.T) {
 
 	// listen has subscribed once a message to its topic is routed.
 	var out string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	checkfor.Check(t, 20*time.Second, func() error {
+		var errOut string
 		var code int
-		out, _, code = bub(t, env, "", "send-message", "--topic", "inbound:chat-1", "--payload", `{"type":"plaintext_message","text":"hello"}`)
-		if code == 0 {
-			break
+		out, errOut, code = bub(t, env, "", "send-message", "--topic", "inbound:chat-1", "--payload", `{"type":"plaintext_message","text":"hello"}`)
+		if code != 0 {
+			return fmt.Errorf("send-message never routed: exit %d: %s; listen stderr: %s", code, errOut, listenErr)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("send-message never routed; listen stderr: %s", listenErr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	var result struct {
 		Success   bool   `json:"success"`
 		MessageID string `json:"messageId"`

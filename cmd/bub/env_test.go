@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -207,15 +209,10 @@ func deadLetter(t *testing.T, url, topic string) {
 	})
 	worker.Subscribe(topic, "")
 	bustest.Connect(t, url, "pub", nil).Publish(topic, "job")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, _, _ := bub(t, []string{"BUB_BUS_URL=" + url}, "", "dlq", "list")
-		if strings.Contains(out, topic) {
-			return
+	checkfor.Check(t, 10*time.Second, func() error {
+		if out, _, _ := bub(t, []string{"BUB_BUS_URL=" + url}, "", "dlq", "list"); !strings.Contains(out, topic) {
+			return fmt.Errorf("no dead letter for %s: %s", topic, out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no dead letter for %s: %s", topic, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

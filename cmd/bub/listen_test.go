@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -33,18 +35,16 @@ func startListen(t *testing.T, ctx context.Context, args ...string) (stdout, std
 // subscribes a moment after it starts.
 func sendUntil(t *testing.T, c *peer.Conn, topic string, done func(*protocol.SendMessageResult) bool) *protocol.SendMessageResult {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r, err := c.SendMessage(t.Context(), topic, map[string]string{"type": "plaintext_message", "text": "one"}, nil)
+	var r *protocol.SendMessageResult
+	checkfor.Check(t, 5*time.Second, func() (err error) {
+		r, err = c.SendMessage(t.Context(), topic, map[string]string{"type": "plaintext_message", "text": "one"}, nil)
 		require.NoError(t, err)
-		if done(r) {
-			return r
+		if !done(r) {
+			return fmt.Errorf("no wanted result on %s; last %+v", topic, r)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no wanted result on %s within 5s; last %+v", topic, r)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 func routed(r *protocol.SendMessageResult) bool { return r.Success }

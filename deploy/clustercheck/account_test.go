@@ -78,6 +78,7 @@ func TestDrainCountsFromCalm(t *testing.T) {
 		calm := make(chan struct{})
 		bound, cancel := drainBound(t.Context(), cfg, started, calm)
 		defer cancel()
+		// The sleeps pass the bubble's fake time.
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
 		require.NoError(t, bound.Err(), "ended before the disruptions were over")

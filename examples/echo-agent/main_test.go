@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // TestEchoAgent runs the agent as a spawner would, from its environment,
@@ -26,20 +28,16 @@ func TestEchoAgent(t *testing.T) {
 	go func() { done <- run(runCtx, slog.New(slog.DiscardHandler)) }()
 
 	// The agent is up once its topic has a subscriber.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	checkfor.Check(t, 10*time.Second, func() error {
 		res, err := client.SendMessage(ctx, "tg:99", map[string]any{"type": "plaintext_message", "text": "hi"}, nil)
-		if err == nil && res.Success {
-			if !res.Acks[0].Processed || res.Acks[0].ClientID != "echo-1" {
-				t.Errorf("acks %+v", res.Acks)
-			}
-			break
+		if err != nil || !res.Success {
+			return fmt.Errorf("the agent never subscribed tg:99: %+v, %v", res, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent never subscribed tg:99: %+v, %v", res, err)
+		if !res.Acks[0].Processed || res.Acks[0].ClientID != "echo-1" {
+			t.Errorf("acks %+v", res.Acks)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	tests := []struct {
 		name    string

@@ -5,6 +5,7 @@ package pythonechoagent_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/spawner"
 )
 
@@ -94,13 +96,12 @@ func TestPythonEchoAgent(t *testing.T) {
 			t.Logf("spawner log:\n%s", &log)
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(log.String(), "spawner serving") {
-		if time.Now().After(deadline) {
-			t.Fatal("spawner did not start")
+	checkfor.Check(t, 10*time.Second, func() error {
+		if !strings.Contains(log.String(), "spawner serving") {
+			return errors.New("spawner did not start")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	var agentID string
 	for i, msg := range []map[string]any{

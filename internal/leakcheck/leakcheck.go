@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // Main runs the tests and then waits up to five seconds for every
@@ -21,26 +23,12 @@ import (
 func Main(m *testing.M, also ...func() error) {
 	code := m.Run()
 	if code == 0 {
-		if err := check(5*time.Second, also); err != nil {
+		if err := checkfor.Wait(5*time.Second, func() error { return checkOnce(also) }); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-func check(timeout time.Duration, also []func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := checkOnce(also)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func checkOnce(also []func() error) error {

@@ -56,6 +56,7 @@ func TestRuns(t *testing.T) {
 			t.Fatalf("summaries before the period ended: %v", got)
 		}
 
+		// The sleeps pass the bubble's fake time.
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		got, sums := rec.take()
