@@ -3,6 +3,7 @@ package peer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -337,10 +339,13 @@ func TestReconnectRefusedCredentialIsFinal(t *testing.T) {
 		b.opts.Auth = nil
 		b.restart()
 		pub := dial(t, b.URL, "pub", nil)
-		require.Eventually(t, func() bool {
+		checkfor.Check(t, 10*time.Second, func() error {
 			r, err := pub.SendMessage(t.Context(), "x", msg("x"), nil)
-			return err == nil && len(r.Acks) == 1 && r.Acks[0].ClientID == "agent"
-		}, 10*time.Second, 10*time.Millisecond, "the Conn is back with its subscription")
+			if err != nil || len(r.Acks) != 1 || r.Acks[0].ClientID != "agent" {
+				return fmt.Errorf("the Conn is not back with its subscription: acks %+v, err %v", r, err)
+			}
+			return nil
+		})
 	})
 }
 

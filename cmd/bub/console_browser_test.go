@@ -23,6 +23,7 @@ import (
 
 	"github.com/bub-bus/bub/bcp/gateway"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -523,28 +524,25 @@ func jsString(s string) string {
 }
 
 // waitDeadLettered waits until the bus's journal has dead-lettered
-// message id, asking GET /v1/events with token; it fails the test with
-// the last answer when that does not happen within bustest.Timeout.
+// message id, asking GET /v1/events with token; the test fails with the
+// journal's last answer when that does not happen within bustest.Timeout.
 func waitDeadLettered(t *testing.T, d *daemon, token, id string) {
 	t.Helper()
-	var last string
-	for deadline := time.Now().Add(bustest.Timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	checkfor.Check(t, bustest.Timeout, func() error {
 		req, err := http.NewRequest(http.MethodGet, d.http+"/v1/events?kind=dead_lettered&messageId="+url.QueryEscape(id), nil)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
-			last = err.Error()
-			continue
+			return err
 		}
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
-		last = string(body)
-		if strings.Contains(last, `"kind":"dead_lettered"`) {
-			return
+		if !strings.Contains(string(body), `"kind":"dead_lettered"`) {
+			return fmt.Errorf("message %s not dead-lettered; the journal said: %s", id, body)
 		}
-	}
-	t.Fatalf("message %s was not dead-lettered within %s; the journal said: %s", id, bustest.Timeout, last)
+		return nil
+	})
 }

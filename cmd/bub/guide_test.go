@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/spawner"
 )
 
@@ -208,7 +210,12 @@ func TestReadmeHello(t *testing.T) {
 	d := startBus(t, t.TempDir())
 	env := []string{"BUB_BUS_URL=" + d.url}
 	listener := startBub(t, env, commands[1][1:]...)
-	require.Eventually(t, func() bool { return strings.Contains(listener.stderr.String(), "subscribed to") }, 20*time.Second, 20*time.Millisecond, "the listener's subscribed line")
+	checkfor.Check(t, 20*time.Second, func() error {
+		if !strings.Contains(listener.stderr.String(), "subscribed to") {
+			return fmt.Errorf("the listener has not said it subscribed: %q", listener.stderr)
+		}
+		return nil
+	})
 	out, errOut, code := bub(t, env, "", commands[2][1:]...)
 	require.Equal(t, 0, code, "the README says send-message exits 0: %s", errOut)
 	sameAsGuide(t, guideStep{args: commands[2][1:], want: outputs[0]}, out)

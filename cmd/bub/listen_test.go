@@ -226,7 +226,12 @@ func TestListenRefusedCredentialExits(t *testing.T) {
 	dir, addr := t.TempDir(), freeAddr(t)
 	d := startBusAt(t, addr, filepath.Join(dir, "data"))
 	listen, _, listenErr := startListenProcess(t, []string{"BUB_BUS_URL=" + d.url}, "inbound:*")
-	require.Eventually(t, func() bool { return strings.Contains(listenErr.String(), "subscribed to") }, 20*time.Second, 10*time.Millisecond, "bub listen did not subscribe: %s", listenErr)
+	checkfor.Check(t, 20*time.Second, func() error {
+		if !strings.Contains(listenErr.String(), "subscribed to") {
+			return fmt.Errorf("bub listen has not subscribed: %q", listenErr)
+		}
+		return nil
+	})
 	exited := make(chan error, 1)
 	go func() { exited <- listen.Wait() }()
 
