@@ -5,21 +5,32 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/bub
 
-.PHONY: all build run test check test-go test-docker fuzz bench bench-quick bench-go bcp-eval vet clean \
+.PHONY: all build run telegram-demo test check test-go test-docker fuzz bench bench-quick bench-go bcp-eval vet clean \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
 	cluster-test cluster-test-if-docker pytest-sdk console-shots
 
 all: build
 
 # A first build compiles every dependency (NATS, Prometheus, ...), minutes
-# with no output; say so rather than look hung.
+# that go build spends silent; deploy/build-progress.sh says how far it
+# has got (a line every 20 packages) rather than look hung.
 build:
 	@test -x $(BIN) || echo "building $(BIN): the first build compiles bub and its dependencies, which takes a few minutes; later builds take seconds"
-	$(GO) build -o $(BIN) ./cmd/bub
+	@echo "go build -o $(BIN) ./cmd/bub"
+	@GO="$(GO)" deploy/build-progress.sh $(BIN) ./cmd/bub
 
 # Starts the bus on 127.0.0.1:7892 with its data in ./data, once built.
 run: build
 	./$(BIN) serve
+
+# The Telegram bridge without a bot token: the fake Bot API of the tests
+# (bridges/telegram/telegramtest), and against it the bus, the spawner
+# with the echo agent and the bridge, on loopback ports and a temporary
+# directory; a user writes twice, and the chat, the bus messages it
+# becomes and the bot's answers are printed (examples/telegram-demo).
+telegram-demo: build
+	$(GO) build -o bin/echo-agent ./examples/echo-agent
+	$(GO) run ./examples/telegram-demo --bub $(BIN) --agent bin/echo-agent
 
 vet:
 	$(GO) vet ./...
@@ -164,8 +175,9 @@ image-binaries:
 	mkdir -p $(IMAGE_DIR)/data $(IMAGE_DIR)/tmp
 	chmod 0700 $(IMAGE_DIR)/data
 	chmod 1777 $(IMAGE_DIR)/tmp
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/bub ./cmd/bub
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(IMAGE_LDFLAGS)' -o $(IMAGE_DIR)/echo-agent ./examples/echo-agent
+	@echo "building the image's binaries (static, stripped): the first time, minutes, as for make build"
+	@CGO_ENABLED=0 GO="$(GO)" deploy/build-progress.sh $(IMAGE_DIR)/bub ./cmd/bub -trimpath -ldflags '$(IMAGE_LDFLAGS)'
+	@CGO_ENABLED=0 GO="$(GO)" deploy/build-progress.sh $(IMAGE_DIR)/echo-agent ./examples/echo-agent -trimpath -ldflags '$(IMAGE_LDFLAGS)'
 	cp -R examples/agents $(IMAGE_DIR)/agents
 
 image: image-binaries

@@ -163,6 +163,7 @@ var consoleRoutes = map[string]consoleRoute{
 	"logout":             {http.MethodPost, (*Server).consoleLogout, true},
 	"events":             {http.MethodGet, (*Server).consoleEvents, true},
 	"events/stream":      {http.MethodGet, (*Server).consoleEventStream, true},
+	"messages":           {http.MethodGet, (*Server).consoleRecent, true},
 	"stream":             {http.MethodGet, (*Server).consoleStream, false},
 	"clients":            {http.MethodGet, (*Server).consoleClients, false},
 	"clients/close":      {http.MethodPost, (*Server).consoleCloseClient, false},

@@ -318,8 +318,9 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 		s.clientEvent(TopicClientConnected, "connected", p.ClientID, identity, "", false, "")
 	}
 	return protocol.InitializeResult{
-		ServerID:   s.opts.ServerID,
-		ServerInfo: protocol.ServerInfo{Name: buildinfo.Name, Version: buildinfo.Version()},
+		ProtocolVersion: protocol.Version,
+		ServerID:        s.opts.ServerID,
+		ServerInfo:      protocol.ServerInfo{Name: buildinfo.Name, Version: buildinfo.Version()},
 		Capabilities: protocol.Capabilities{
 			Subscribe:      true,
 			Publish:        true,

@@ -70,6 +70,9 @@ func (c *conn) webhookAdd(req *rpcstream.Request) (any, error) {
 		return nil, err
 	}
 	s := c.server
+	if why := s.webhookAddressRefused(s.ctx, p.URL); why != "" {
+		return nil, protocol.Errorf(protocol.ErrInvalidParams, "webhook %q: %s", p.Name, why)
+	}
 	w := &store.Webhook{Name: p.Name, URL: p.URL, Pattern: p.Pattern, Policy: string(p.Policy), Secret: []byte(p.Secret)}
 	u, err := s.addWebhookSubscription(storedWebhook(w))
 	if err != nil {

@@ -165,6 +165,26 @@ func TestWebhookSubscriptionRefused(t *testing.T) {
 	}
 }
 
+// TestWebhookAddRefusesInsideAddress: a bus without WebhookAllowPrivate
+// refuses webhook.add of a URL it would never call, naming the flag that
+// allows it; it used to accept it and dead-letter every delivery.
+func TestWebhookAddRefusesInsideAddress(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Start(t, &bus.Options{Store: store.OpenMemory()})
+	admin := bustest.Dial(t, srv.URL)
+	admin.Initialize("ops")
+	for _, u := range []string{"http://127.0.0.1:18319/hook", "http://[::1]/x", "https://10.1.2.3/", "http://localhost:9/"} {
+		resp := admin.Call(protocol.MethodWebhookAdd, protocol.WebhookAddParams{Name: "rx", URL: u, Pattern: "x:*", Secret: "k"})
+		require.NotNil(t, resp.Error, "webhook.add %s was taken", u)
+		require.EqualValues(t, protocol.CodeInvalidParams, resp.Error.Code)
+		require.Contains(t, resp.Error.Message, "--webhook-allow-private", u)
+		require.Contains(t, resp.Error.Message, "loopback, private or link-local", u)
+	}
+	var list protocol.WebhookListResult
+	admin.MustCall(protocol.MethodWebhookList, map[string]any{}, &list)
+	require.Empty(t, list.Webhooks)
+}
+
 // TestWebhookAdminMethods makes, lists and removes a webhook
 // subscription with webhook.*: what webhook.add makes delivers at once,
 // is kept across a restart, and is gone after webhook.remove; one of

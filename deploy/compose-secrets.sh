@@ -46,10 +46,12 @@ cat >"$tmp/bus.yaml" <<YAML
 log_format: json
 auth:
   identities:
-    - name: operator                    # the host's bub commands (operator.env)
+    - name: operator                    # the host's bub commands (operator.env), and the console
       token_sha256: "$operator_hash"
-      client_ids: ["cli-*"]
-      publish:   {allow: ["tg:*", "agent:*", "inbound:*", "outbound:*"]}
+      # operator: the clientId the console acts as when it lists and
+      # decides BCP approvals (the gateway's --approvers names it).
+      client_ids: ["cli-*", "operator"]
+      publish:   {allow: ["tg:*", "agent:*", "inbound:*", "outbound:*", "bcp:approval"]}
       subscribe: {allow: ["outbound:*", "agent:*", "tg:*", "inbound:*", "system:agent.*"]}
       admin: true                       # bub dlq, bub backup
     - name: spawner

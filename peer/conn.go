@@ -68,6 +68,11 @@ type Options struct {
 	// NoReconnect makes the Conn end, rather than reconnect, when the
 	// connection drops; command-line tools that make one call want that.
 	NoReconnect bool
+	// RetryUnauthorized keeps reconnecting when the bus refuses the
+	// credential (see ErrRefused), for a peer whose credential an
+	// operator is expected to fix on the bus's side while it waits.
+	// Default: false, the Conn ends with ErrRefused.
+	RetryUnauthorized bool
 	// ReconnectMin is the delay before the first reconnect attempt; each
 	// failed attempt doubles it, up to ReconnectMax, with jitter.
 	// Default: 100ms.
@@ -336,6 +341,13 @@ func refused(err error) bool {
 	return errors.Is(err, ErrUnauthorized) || errors.As(err, &rpcErr)
 }
 
+// credentialRefused reports whether err from establish is the bus
+// refusing the credential itself, rather than anything else it may say.
+func credentialRefused(err error) bool {
+	code := protocol.CodeOf(err)
+	return errors.Is(err, ErrUnauthorized) || code == protocol.CodeUnauthorized || code == protocol.CodeForbidden
+}
+
 // ClientID returns the clientId the Conn initialized with.
 func (c *Conn) ClientID() string { return c.opts.ClientID }
 
@@ -352,6 +364,15 @@ func (c *Conn) Limits() protocol.Limits {
 // after Close, after a takeover of its clientId, or after a dropped
 // connection with Options.NoReconnect. It stays open while reconnecting.
 func (c *Conn) Done() <-chan struct{} { return c.ctx.Done() }
+
+// Bind returns a copy of ctx that is also cancelled when the Conn ends
+// for good (Done), and the func that releases it: a program whose work is
+// the Conn's (a bridge, a server acting as this clientId) stops with it.
+func (c *Conn) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	unbind := context.AfterFunc(c.ctx, cancel)
+	return ctx, func() { unbind(); cancel() }
+}
 
 // Err returns why the Conn ended (ErrClosed, ErrTakenOver, or the error
 // that dropped the connection), or nil while it has not.

@@ -48,7 +48,9 @@
 // A Conn does not reconnect after Close, after Options.NoReconnect, or
 // after the bus closed it because a newer connection took over its
 // clientId (ErrTakenOver): the newer connection is the one the bus wants.
-// Done and Err report that end.
+// Nor does it go on after a reconnect the bus refused for its credential
+// (ErrRefused), unless Options.RetryUnauthorized: the same token would be
+// refused every time. Done and Err report that end.
 //
 // # Errors
 //

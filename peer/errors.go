@@ -37,4 +37,11 @@ var (
 	// or no longer allows the clientId or a subscription. Reconnecting
 	// with the same credential would be refused, so the Conn does not.
 	ErrRevoked = errors.New("peer: credential revoked or narrowed by the bus's operator")
+	// ErrRefused means a reconnect found the bus refusing the credential
+	// (ErrUnauthorized, or initialize or a re-subscription answered
+	// unauthorized or forbidden), as after a restart with auth turned on
+	// or a key rotated. Trying again would be refused alike, every few
+	// seconds forever, so the Conn ends unless
+	// Options.RetryUnauthorized; the error wraps the bus's answer.
+	ErrRefused = errors.New("peer: the bus refused the credential on reconnecting")
 )

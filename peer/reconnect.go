@@ -85,6 +85,11 @@ func (c *Conn) reconnect() *session {
 			if c.ctx.Err() != nil {
 				return nil
 			}
+			if credentialRefused(err) && !c.opts.RetryUnauthorized {
+				c.log.Error("the bus refused the credential; not reconnecting (fix the token, or set RetryUnauthorized to keep trying)", "url", redact.URL(c.urls[c.at]), "err", err)
+				c.end(fmt.Errorf("%w at %s: %w", ErrRefused, redact.URL(c.urls[c.at]), err))
+				return nil
+			}
 			c.log.Info("reconnect failed", "url", redact.URL(c.urls[c.at]), "attempt", attempts, "err", err)
 		}
 	}

@@ -3,6 +3,8 @@ package peer_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -280,5 +283,91 @@ func TestDialNamesTheBadURL(t *testing.T) {
 		require.Error(t, err, tc.list)
 		assert.Contains(t, err.Error(), tc.want, tc.list)
 		assert.NotContains(t, err.Error(), "s3cret", tc.list)
+	}
+}
+
+// A bus that comes back refusing the credential (restarted with auth, a
+// key rotated) ends a reconnecting Conn with ErrRefused, the bus's
+// answer wrapped: retrying the same token used to go on forever, logged
+// at INFO every few seconds. With RetryUnauthorized it keeps trying, and
+// is back once the bus accepts it again.
+func TestReconnectRefusedCredentialIsFinal(t *testing.T) {
+	authn, err := auth.New(auth.Config{Identities: []auth.Identity{{Name: "someone", TokenSHA256: strings.Repeat("ab", 32), Grant: auth.Grant{ClientIDs: []string{"someone"}}}}}, t.TempDir())
+	require.NoError(t, err)
+
+	t.Run("ends", func(t *testing.T) {
+		b := startBus(t, nil)
+		c := dial(t, b.URL, "agent", nil)
+		b.opts.Auth = authn
+		b.restart()
+		select {
+		case <-c.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the Conn still runs against a bus that refuses it; Err: %v", c.Err())
+		}
+		require.ErrorIs(t, c.Err(), peer.ErrRefused)
+		assert.EqualValues(t, protocol.CodeUnauthorized, protocol.CodeOf(c.Err()), "%v", c.Err())
+		assert.Contains(t, c.Err().Error(), b.URL)
+	})
+
+	t.Run("retries when asked", func(t *testing.T) {
+		b := startBus(t, nil)
+		refusals := make(chan struct{}, 100)
+		logs := slog.New(recordFunc(func(r slog.Record) {
+			if r.Message == "reconnect failed" {
+				select {
+				case refusals <- struct{}{}:
+				default:
+				}
+			}
+		}))
+		c, err := peer.Dial(t.Context(), b.URL, &peer.Options{ClientID: "agent", Logger: logs, RetryUnauthorized: true, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})
+		require.NoError(t, err)
+		defer c.Close()
+		require.NoError(t, c.Subscribe(t.Context(), "x", processed, nil))
+		b.opts.Auth = authn
+		b.restart()
+		for range 2 {
+			select {
+			case <-refusals:
+			case <-c.Done():
+				t.Fatalf("the Conn ended: %v", c.Err())
+			case <-time.After(10 * time.Second):
+				t.Fatal("no refused reconnect logged in 10s")
+			}
+		}
+		b.opts.Auth = nil
+		b.restart()
+		pub := dial(t, b.URL, "pub", nil)
+		checkfor.Check(t, 10*time.Second, func() error {
+			r, err := pub.SendMessage(t.Context(), "x", msg("x"), nil)
+			if err != nil || len(r.Acks) != 1 || r.Acks[0].ClientID != "agent" {
+				return fmt.Errorf("the Conn is not back with its subscription: acks %+v, err %v", r, err)
+			}
+			return nil
+		})
+	})
+}
+
+// recordFunc is a slog.Handler that hands every record to a func.
+type recordFunc func(slog.Record)
+
+func (f recordFunc) Enabled(context.Context, slog.Level) bool      { return true }
+func (f recordFunc) Handle(_ context.Context, r slog.Record) error { f(r); return nil }
+func (f recordFunc) WithAttrs([]slog.Attr) slog.Handler            { return f }
+func (f recordFunc) WithGroup(string) slog.Handler                 { return f }
+
+// Bind's context ends with the Conn, and only then.
+func TestBindEndsWithTheConn(t *testing.T) {
+	b := startBus(t, nil)
+	c := dial(t, b.URL, "agent", nil)
+	ctx, unbind := c.Bind(t.Context())
+	defer unbind()
+	require.NoError(t, ctx.Err(), "a live Conn's bound context ended")
+	require.NoError(t, c.Close())
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the bound context outlived the Conn")
 	}
 }

@@ -46,6 +46,10 @@ type InitializeParams struct {
 	Token string `json:"token,omitempty"`
 }
 
+// Version is the protocol version this package describes, which
+// initialize's result announces as protocolVersion.
+const Version = 1
+
 // ServerInfo names the bus software.
 type ServerInfo struct {
 	Name    string `json:"name"`
@@ -63,9 +67,15 @@ type Capabilities struct {
 
 // InitializeResult is the result of initialize.
 type InitializeResult struct {
-	ServerID     string       `json:"serverId"`
-	ServerInfo   ServerInfo   `json:"serverInfo"`
-	Capabilities Capabilities `json:"capabilities"`
+	// ProtocolVersion is the version of the protocol the bus speaks
+	// (Version): raised only by a change a peer written for the one
+	// before could not follow (docs/COMPATIBILITY.md). Additions never
+	// raise it; a bus that predates the field sends none (0), which
+	// reads as version 1.
+	ProtocolVersion int          `json:"protocolVersion,omitempty"`
+	ServerID        string       `json:"serverId"`
+	ServerInfo      ServerInfo   `json:"serverInfo"`
+	Capabilities    Capabilities `json:"capabilities"`
 	// Limits tells the peer the bounds it must stay within, so that it
 	// can refuse an oversized message itself, with the limit named,
 	// instead of losing the connection to a 1009 close. A bus that

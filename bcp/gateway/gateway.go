@@ -264,6 +264,14 @@ func (g *Gateway) Close() error {
 	return err
 }
 
+// Done is closed when the gateway's bus connection has ended for good:
+// Close, a newer connection that took its clientId over, or a reconnect
+// the bus refused for its credential. Err says which.
+func (g *Gateway) Done() <-chan struct{} { return g.conn.Done() }
+
+// Err returns why the bus connection ended, or nil while it has not.
+func (g *Gateway) Err() error { return g.conn.Err() }
+
 // Audit returns the audit log after sequence number after, oldest first.
 func (g *Gateway) Audit(after uint64) ([]AuditRecord, error) { return g.state.auditLog(after) }
 

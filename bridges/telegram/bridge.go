@@ -258,8 +258,9 @@ func (b *Bridge) Ready() <-chan struct{} { return b.ready }
 
 // Run connects to Telegram and the bus and bridges them until ctx ends.
 // It returns nil when ctx ends, or the error that stopped it (a refused
-// bot token, an unusable data directory).
-func (b *Bridge) Run(ctx context.Context) error {
+// bot token, an unusable data directory, a bus connection that ended for
+// good: taken over, or its credential refused).
+func (b *Bridge) Run(ctx context.Context) (err error) {
 	if err := b.whoAmI(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
@@ -271,6 +272,16 @@ func (b *Bridge) Run(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
+	// A bus connection that ends for good ends the bridge: it can carry
+	// nothing more, and a supervisor restarting it says so louder than a
+	// bridge that polls Telegram for chats it cannot deliver.
+	ctx, unbind := conn.Bind(ctx)
+	defer unbind()
+	defer func() {
+		if end := conn.Err(); err == nil && end != nil {
+			err = fmt.Errorf("telegram: bus connection ended: %w", end)
+		}
+	}()
 	b.conn.Store(conn)
 	if err := conn.Subscribe(ctx, "outbound:*", b.deliver, nil); err != nil {
 		return fmt.Errorf("telegram: subscribe outbound:*: %w", err)

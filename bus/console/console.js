@@ -53,10 +53,18 @@ async function call(path, body) {
   return data;
 }
 
+// fmtTime writes a time as the CLI and the logs do: UTC, ISO 8601, to the
+// millisecond.
 function fmtTime(t) {
   if (!t) return "";
   const d = new Date(t);
-  return isNaN(d) ? String(t) : d.toLocaleString();
+  return isNaN(d) ? String(t) : d.toISOString();
+}
+
+// timeEl is a time in UTC, with the browser's local time on hover.
+function timeEl(t) {
+  const d = new Date(t);
+  return el("time", { class: "nowrap", datetime: fmtTime(t), title: isNaN(d) ? "" : "local: " + d.toLocaleString() }, fmtTime(t));
 }
 
 function fmtNum(n) {
@@ -115,16 +123,16 @@ $("logout").addEventListener("click", async () => {
 // ---- live stream and overview ----
 
 const tiles = [
-  { key: "nodes", name: "Nodes" },
-  { key: "connections", name: "Connections" },
-  { key: "published", name: "Messages/s", rate: true },
-  { key: "deliveries", name: "Deliveries/s", rate: true },
-  { key: "retries", name: "Retries pending" },
-  { key: "held", name: "Held" },
-  { key: "deadLetters", name: "Dead letters" },
-  { key: "refusals", name: "Refusals/s", rate: true },
-  { key: "subscriptions", name: "Subscriptions" },
-  { key: "slow", name: "Slow subscribers" },
+  { key: "nodes", name: "Nodes", unit: "nodes" },
+  { key: "connections", name: "Connections", unit: "connections" },
+  { key: "published", name: "Messages/s", rate: true, unit: "msg/s" },
+  { key: "deliveries", name: "Deliveries/s", rate: true, unit: "deliveries/s" },
+  { key: "retries", name: "Retries pending", unit: "messages" },
+  { key: "held", name: "Held", unit: "messages" },
+  { key: "deadLetters", name: "Dead letters", unit: "entries" },
+  { key: "refusals", name: "Refusals/s", rate: true, unit: "refusals/s" },
+  { key: "subscriptions", name: "Subscriptions", unit: "subscriptions" },
+  { key: "slow", name: "Slow subscribers", unit: "connections" },
 ];
 
 function series(t) {
@@ -145,25 +153,52 @@ function buildTiles() {
   if (box.childElementCount) return;
   for (const t of tiles) {
     t.value = el("div", { class: "value" }, "–");
-    t.canvas = el("canvas", { width: "300", height: "48", "aria-label": t.name + " over the last minutes" });
+    t.canvas = el("canvas", { width: "300", height: "72", "aria-label": t.name + " (" + t.unit + ") over the last minutes" });
     box.append(el("div", { class: "tile", "data-key": t.key }, el("div", { class: "name" }, t.name), t.value, t.canvas));
   }
 }
 
-function draw(canvas, values) {
+// niceCeil is the scale's top for a largest value v: 1, 2 or 5 times a
+// power of ten, at least v.
+function niceCeil(v) {
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+// draw plots values, oldest first and spanning the last minutes, with
+// axes: the scale and unit on the left, the time along the bottom.
+function draw(canvas, values, unit, minutes) {
   const ratio = window.devicePixelRatio || 1;
-  const w = canvas.clientWidth || 300, h = canvas.clientHeight || 48;
+  const w = canvas.clientWidth || 300, h = canvas.clientHeight || 72;
   canvas.width = w * ratio;
   canvas.height = h * ratio;
   const g = canvas.getContext("2d");
   g.scale(ratio, ratio);
   g.clearRect(0, 0, w, h);
+  const left = 4, bottom = h - 14, topY = 12;
+  const top = niceCeil(Math.max(1, ...values));
+  g.strokeStyle = "#d8dde6";
+  g.lineWidth = 1;
+  g.beginPath();
+  g.moveTo(left, topY); g.lineTo(left, bottom); g.lineTo(w - 1, bottom);
+  g.stroke();
+  g.fillStyle = "#667085";
+  g.font = "10px system-ui, sans-serif";
+  g.textBaseline = "top";
+  g.fillText(fmtNum(top) + " " + unit, left + 3, 0);
+  g.textBaseline = "bottom";
+  g.fillText("0", left + 3, bottom - 1);
+  g.textBaseline = "top";
+  g.fillText("−" + Math.max(minutes, 1) + " min", left, bottom + 2);
+  g.textAlign = "right";
+  g.fillText("now (UTC " + new Date().toISOString().slice(11, 16) + ")", w - 1, bottom + 2);
+  g.textAlign = "left";
   if (values.length < 2) return;
-  const top = Math.max(1, ...values) * 1.2;
   g.beginPath();
   values.forEach((v, i) => {
-    const x = (i / (values.length - 1)) * (w - 2) + 1;
-    const y = h - 2 - (v / top) * (h - 6);
+    const x = left + (i / (values.length - 1)) * (w - left - 2) + 1;
+    const y = bottom - (v / top) * (bottom - topY);
     if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
   });
   g.strokeStyle = "#2456c9";
@@ -179,7 +214,7 @@ function renderOverview() {
   for (const t of tiles) {
     const v = series(t);
     t.value.textContent = fmtNum(v.length ? v[v.length - 1] : NaN);
-    draw(t.canvas, v);
+    draw(t.canvas, v, t.unit, mins);
   }
 }
 
@@ -233,8 +268,8 @@ async function loadClients() {
       : el("span", { class: "hint" }, "on its node");
     return el("tr", { "data-client": c.clientId },
       el("td", { class: "mono" }, c.clientId, c.publishOnly ? el("span", { class: "tag" }, "publish-only") : null),
-      el("td", {}, c.identity || "–"), el("td", {}, c.node || "this node"), el("td", { class: "mono" }, c.address || "–"),
-      el("td", {}, fmtTime(c.since)), subs, el("td", { class: "num" }, c.local ? c.inFlight : "–"),
+      el("td", {}, c.identity || "–"), el("td", {}, c.node || "this node"), el("td", { class: "mono nowrap" }, c.address || "–"),
+      el("td", {}, timeEl(c.since)), subs, el("td", { class: "num" }, c.local ? c.inFlight : "–"),
       el("td", { class: "num" }, c.local ? c.requests : "–"),
       el("td", {}, c.slow ? el("span", { class: "tag bad" }, "slow") : (c.timeouts ? c.timeouts + " timeouts" : "")), el("td", {}, action));
   }));
@@ -298,7 +333,6 @@ function msgQuery() {
     const v = $("msg-" + name).value;
     if (v) q.set(name, new Date(v).toISOString());
   }
-  if ($("msg-published").checked) q.set("kind", "accepted");
   return q;
 }
 
@@ -332,22 +366,61 @@ function messageLink(id) {
 
 function eventRow(ev) {
   return el("tr", { "data-id": ev.messageId, "data-kind": ev.kind },
-    el("td", { class: "nowrap" }, fmtTime(ev.time)), el("td", {}, el("span", { class: kindTag(ev) }, ev.kind)),
+    el("td", {}, timeEl(ev.time)), el("td", {}, el("span", { class: kindTag(ev) }, ev.kind)),
     el("td", {}, messageLink(ev.messageId)), el("td", { class: "mono" }, ev.topic), el("td", {}, describe(ev)),
     el("td", {}, ev.node || "this node"));
 }
 
 function messagesWhere() {
+  const events = $("msg-events").checked;
   $("msg-where").textContent = !session.journal
     ? "The message journal is off on this bus (bub serve --journal=false): there is nothing to search."
-    : session.cluster
-      ? "From the message journals of every node of the cluster, merged by time: each keeps its own in memory, the last hour at most " +
-        "(bub serve --journal-max-age, --journal-max-bytes), oldest first. The live tail below shows this node's events only."
-      : "From this node's message journal, in memory: the last hour at most (bub serve --journal-max-age, --journal-max-bytes), oldest first.";
+    : !events
+      ? "The newest messages first, one row per message with what became of it, from " + (session.cluster ? "this node's" : "the") +
+        " message journal, in memory: the last hour at most (bub serve --journal-max-age, --journal-max-bytes). Times are UTC; hover for local time. " +
+        "Pick a message for its story."
+      : session.cluster
+        ? "From the message journals of every node of the cluster, merged by time: each keeps its own in memory, the last hour at most " +
+          "(bub serve --journal-max-age, --journal-max-bytes), oldest first. The live tail below shows this node's events only."
+        : "From this node's message journal, in memory: the last hour at most (bub serve --journal-max-age, --journal-max-bytes), oldest first.";
+}
+
+// outcomeTag is the class of a message's outcome.
+function outcomeTag(outcome) {
+  return { delivered: "tag ok", dead_lettered: "tag bad", no_subscribers: "tag warn", retrying: "tag warn", held: "tag warn" }[outcome] || "tag";
+}
+
+function messageRow(m) {
+  return el("tr", { "data-id": m.messageId, "data-outcome": m.outcome },
+    el("td", {}, timeEl(m.time)), el("td", { class: "nowrap" }, messageLink(m.messageId)), el("td", { class: "mono" }, m.topic),
+    el("td", { class: "mono" }, m.from || "–"), el("td", { class: "nowrap" }, el("span", { class: outcomeTag(m.outcome) }, m.outcome.replace("_", " "))),
+    el("td", {}, m.detail || "", m.attempts > 1 ? " (" + m.attempts + " attempts)" : ""), el("td", { class: "nowrap" }, m.node || "this node"));
+}
+
+function head(...names) { return el("tr", {}, ...names.map((n) => el("th", {}, n))); }
+
+// loadRecent shows the newest messages the query matches, one row each.
+async function loadRecent() {
+  const q = msgQuery();
+  q.set("limit", "100");
+  let data;
+  try { data = await call("messages?" + q); } catch (e) { banner(e.message); return; }
+  banner("");
+  msgNext = "";
+  $("msg-next").disabled = true;
+  $("msg-count").textContent = data.messages.length + " message" + (data.messages.length === 1 ? "" : "s") + (data.messages.length === 100 ? ", the newest 100" : "");
+  clear($("msg-head"), head("accepted (UTC)", "message", "topic", "from", "outcome", "detail", "node"));
+  clear($("msg-rows"), ...data.messages.map(messageRow));
 }
 
 async function loadMessages() {
   messagesWhere();
+  const id = $("msg-id").value.trim();
+  if (!$("msg-events").checked) {
+    await loadRecent();
+    if (id) showTimeline(id);
+    return;
+  }
   const q = msgQuery();
   q.set("limit", "100");
   if (msgAfter) q.set("after", msgAfter);
@@ -359,8 +432,8 @@ async function loadMessages() {
   $("msg-count").textContent = data.events.length + " event" + (data.events.length === 1 ? "" : "s") +
     (data.more ? "; more on the next page" : "") + (data.gap ? "; older ones were dropped by retention" : "") +
     missingNote(data.missing);
+  clear($("msg-head"), head("time (UTC)", "event", "message", "topic", "detail", "node"));
   clear($("msg-rows"), ...data.events.map(eventRow));
-  const id = $("msg-id").value.trim();
   if (id && !msgAfter) showTimeline(id);
 }
 
@@ -395,20 +468,73 @@ async function showTimeline(id) {
     return;
   }
   const first = events[0];
+  const story = storyOf(events);
   const payload = el("div", {});
   if (session.journalPayloads) {
     payload.append(el("button", { type: "button", id: "timeline-payload", onclick: () => showPayload(id, payload) }, "Show payload"));
   } else {
     payload.append(el("p", { class: "hint" }, "Payloads are not journaled on this bus (bub serve --journal-payloads keeps them)."));
   }
-  clear(box, el("div", { class: "card" },
+  clear(box, el("div", { class: "card", id: "story" },
     el("h2", {}, "Message ", el("code", {}, id), " on ", el("code", {}, first.topic)),
+    el("p", { id: "story-outcome" }, el("span", { class: outcomeTag(story.outcome) }, story.outcome.replace("_", " ")), " ", story.detail,
+      story.deadLetterId ? [" ", el("a", { href: "#deadletters", id: "story-deadletter", onclick: (e) => { e.preventDefault(); openDeadLetter(story.deadLetterId); } },
+        "open dead letter " + story.deadLetterId)] : null),
     first.correlationId ? el("p", {}, "Correlation id ", messageLink(first.correlationId)) : null,
-    el("ol", { class: "timeline", id: "timeline" }, ...events.map((ev) => el("li", { "data-kind": ev.kind },
-      el("span", { class: "hint" }, fmtTime(ev.time)), " ", el("span", { class: kindTag(ev) }, ev.kind), " ", describe(ev),
+    el("p", { class: "hint" }, "In a terminal: ", el("code", {}, "bub trace " + id), story.deadLetterId ? ["; ", el("code", {}, "bub dlq show " + story.deadLetterId)] : null,
+      ". Times are UTC (hover for local), offsets from the first event."),
+    el("ol", { class: "timeline", id: "timeline" }, ...story.steps.map(({ ev, offset, took }) => el("li", { "data-kind": ev.kind, "data-attempt": ev.attempt || "" },
+      el("span", { class: "offset mono" }, "+" + offset.toFixed(3) + " s"), " ", timeEl(ev.time), " ", el("span", { class: kindTag(ev) }, ev.kind), " ", describe(ev),
+      took !== null ? el("span", { class: "hint" }, " (answered after " + took.toFixed(3) + " s)") : null,
       ev.node ? el("span", { class: "tag" }, "node " + ev.node) : null))),
     gone ? el("p", { class: "hint", id: "timeline-missing" }, gone) : null,
     payload));
+}
+
+// storyOf reads one message's events, oldest first, as its story: what
+// became of it in the end, and each step with its offset from the first
+// and, for an answer, how long it took from the attempt's start (the
+// routing, or the retry's due time).
+function storyOf(events) {
+  const t0 = new Date(events[0].time).getTime();
+  const started = {}; // clientId → when its current attempt started
+  const steps = events.map((ev) => {
+    const at = new Date(ev.time).getTime();
+    let took = null;
+    if (ev.kind === "routed" || ev.kind === "woken") for (const c of ev.chain || []) started[c] = at;
+    if (ev.kind === "retry_scheduled") started[ev.clientId] = new Date(ev.nextAt).getTime();
+    if (ev.kind === "delivery" && started[ev.clientId] !== undefined) took = Math.max(0, at - started[ev.clientId]) / 1000;
+    return { ev, offset: (at - t0) / 1000, took };
+  });
+  const dead = events.filter((e) => e.kind === "dead_lettered").pop();
+  const processed = events.filter((e) => e.kind === "delivery" && e.outcome === "processed").pop();
+  const last = events[events.length - 1];
+  const attempts = events.filter((e) => e.kind === "delivery").length;
+  let outcome = "pending", detail = "no answer yet", deadLetterId = "";
+  if (dead) {
+    outcome = "dead_lettered";
+    deadLetterId = dead.deadLetterId;
+    detail = "as " + dead.deadLetterId + " (" + dead.reason + ") after " + attempts + " attempt" + (attempts === 1 ? "" : "s") + ".";
+  } else if (processed) {
+    outcome = "delivered";
+    detail = "processed by " + processed.clientId + " at attempt " + processed.attempt + ".";
+  } else if (last.kind === "retry_scheduled") {
+    outcome = "retrying";
+    detail = "attempt " + last.attempt + " to " + last.clientId + " is due " + fmtTime(last.nextAt) + ".";
+  } else if (last.kind === "held") {
+    outcome = "held";
+    detail = "waits for a subscriber until " + fmtTime(last.nextAt) + ".";
+  } else if (events.some((e) => e.kind === "routed" && !(e.chain || []).length)) {
+    outcome = "no_subscribers";
+    detail = "nobody subscribed.";
+  }
+  return { steps, outcome, detail, deadLetterId };
+}
+
+// openDeadLetter shows a dead letter on its page.
+function openDeadLetter(id) {
+  location.hash = "#deadletters";
+  showDeadLetter(id);
 }
 
 async function showPayload(id, box) {
@@ -453,6 +579,7 @@ function stopTail() {
 }
 
 $("msg-form").addEventListener("submit", (ev) => { ev.preventDefault(); msgAfter = ""; loadMessages(); });
+$("msg-events").addEventListener("change", () => { msgAfter = ""; loadMessages(); });
 $("msg-next").addEventListener("click", () => { if (msgNext) { msgAfter = msgNext; loadMessages(); } });
 $("tail-form").addEventListener("submit", (ev) => { ev.preventDefault(); startTail($("tail-topic").value.trim()); });
 $("tail-stop").addEventListener("click", stopTail);
@@ -623,10 +750,15 @@ async function loadAgents() {
   try { data = await call("agents"); } catch (e) { banner(e.message); return; }
   $("agents-where").textContent = "From the spawner's system:agent.* events routed through this node since it started (" + data.agents.length + " agents).";
   const tag = { running: "ok", hibernated: "", restarting: "warn", failed: "bad", exited: "bad", starting: "" };
-  clear($("agents-rows"), ...data.agents.map((a) => el("tr", {},
-    el("td", { class: "mono" }, a.agentId), el("td", {}, el("span", { class: "tag " + (tag[a.state] || "") }, a.state)),
+  // An agent the spawner stopped (idle, drained) or that ended by itself
+  // with status 0 exited cleanly: no error to show in red.
+  const clean = (a) => a.state === "exited" && !a.error &&
+    (!a.status || ["exit status 0", "signal: terminated", "signal: interrupt"].includes(a.status));
+  clear($("agents-rows"), ...data.agents.map((a) => el("tr", { "data-agent": a.agentId, "data-state": a.state },
+    el("td", { class: "mono" }, a.agentId),
+    el("td", {}, el("span", { class: "tag " + (clean(a) ? "" : tag[a.state] || "") }, clean(a) ? "exited (clean)" : a.state)),
     el("td", { class: "mono" }, a.topic || "–"), el("td", { class: "mono" }, a.workspace || "–"), el("td", { class: "num" }, a.pid || "–"),
-    el("td", {}, a.lastEvent), el("td", {}, fmtTime(a.lastActive)),
+    el("td", {}, a.lastEvent), el("td", {}, timeEl(a.lastActive)),
     el("td", {}, [a.status, a.reason, a.error, a.nextStart ? "next start " + fmtTime(a.nextStart) : ""].filter(Boolean).join("; ")))));
 }
 
@@ -666,7 +798,7 @@ function route() {
   else if (page === "deadletters") loadDeadLetters();
   else if (page === "bcp") { loadApprovals(); loadBudgets(); }
   else if (page === "agents") loadAgents();
-  else if (page === "messages") messagesWhere();
+  else if (page === "messages") loadMessages();
   if (page !== "messages") stopTail();
 }
 

@@ -148,9 +148,19 @@ func runBCPGateway(ctx context.Context, io stdio, args []string) int {
 		defer stop()
 	}
 	logger.Info("bcp gateway serving", "bus", redact.URLs(busURL), "client_id", clientID, "agents", len(defs), "data_dir", dataDir)
-	<-ctx.Done()
+	var ended error
+	select {
+	case <-ctx.Done():
+	case <-g.Done():
+		// Taken over, or the credential refused on reconnecting: the
+		// gateway can forward nothing more.
+		ended = g.Err()
+	}
 	if err := g.Close(); err != nil {
 		return errorf(io, "close: %v", err)
+	}
+	if ended != nil {
+		return errorf(io, "the bus connection ended: %v", dialHint(ended, busURL))
 	}
 	return 0
 }

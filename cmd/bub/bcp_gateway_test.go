@@ -75,7 +75,7 @@ func startBCPBus(t *testing.T) string {
 			Publish:   auth.Rules{Allow: []string{"bcp:approval"}},
 			Subscribe: auth.Rules{Allow: []string{"bcp:approval.requested.{{clientId}}"}},
 		}},
-		// The Telegram bridge, a relay for Telegram approvers (README).
+		// The Telegram bridge, a relay for Telegram approvers (docs/guide/05-telegram.md).
 		{Name: "telegram", TokenSHA256: hashToken("telegram-token"), Grant: auth.Grant{
 			ClientIDs: []string{"telegram"},
 			Publish:   auth.Rules{Allow: []string{"tg:*", "bcp:approval"}},

@@ -27,6 +27,16 @@ type clientFlags struct {
 	busURL   string
 	clientID string
 	cred     credentialFlags
+	// retryUnauthorized keeps a reconnecting command trying when the bus
+	// refuses its credential (addReconnectFlags).
+	retryUnauthorized bool
+}
+
+// addReconnectFlags adds the flags of a command that stays connected
+// and reconnects (listen, mcp): a one-shot command never reconnects.
+func (f *clientFlags) addReconnectFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&f.retryUnauthorized, "retry-unauthorized", false, "keep reconnecting when the bus refuses the credential (restarted with auth, a token revoked); by default the command says why and exits 1, since the same token would be refused every time")
+	bindEnv(fs, "retry-unauthorized")
 }
 
 func (f *clientFlags) addFlags(fs *flag.FlagSet) {
@@ -62,6 +72,7 @@ func (f *clientFlags) dial(ctx context.Context, io stdio, opts peer.Options) (*p
 		return nil, err
 	}
 	opts.Token = token
+	opts.RetryUnauthorized = f.retryUnauthorized
 	conn, err := peer.Dial(ctx, f.busURL, &opts)
 	if err != nil {
 		return nil, dialHint(err, f.busURL)
@@ -79,6 +90,15 @@ func dialHint(err error, busURL string) error {
 		return fmt.Errorf("%w; check --token, --token-file or BUB_TOKEN (the bus's log says why it refused)", err)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return fmt.Errorf("%w: nothing listens there; check that bub serve runs at %s, or point --bus-url (BUB_BUS_URL) at it", err, redact.URLs(busURL))
+	}
+	return err
+}
+
+// endedHint says why a reconnecting command's connection ended for
+// good, and what to do about a refused credential.
+func endedHint(err error) error {
+	if errors.Is(err, peer.ErrRefused) {
+		return fmt.Errorf("%w; check --token, --token-file or BUB_TOKEN (the bus's log says why it refused), or pass --retry-unauthorized to keep trying", err)
 	}
 	return err
 }

@@ -417,3 +417,32 @@ func TestSecurityDocExample(t *testing.T) {
 	assert.Len(t, cfg.file.auth.Identities, 2)
 	assert.Len(t, cfg.file.auth.Issuers, 1)
 }
+
+// TestPrintConfigShowsValuesInForce: --print-config shows the limits the
+// bus applies, not the zeros that stand for them (handshake_timeout: 0s
+// where --help says 0 means 10s); a limit set, or set to none (-1), is
+// shown as set; and the output, read back with --config, prints the same.
+func TestPrintConfigShowsValuesInForce(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := bub(t, nil, "", "serve", "--print-config", "--max-subscriptions", "7", "--max-pending", "-1")
+	require.Equal(t, 0, code, errOut)
+	for _, want := range []string{"handshake_timeout: 10s", "max_connections: 10000", "max_pattern_wildcards: 8", "max_subscriptions: 7", "max_pending: -1"} {
+		assert.Contains(t, out, "\n  "+want+"\n")
+	}
+	for _, zero := range []string{"handshake_timeout: 0s", "max_connections: 0\n"} {
+		assert.NotContains(t, out, zero)
+	}
+	again, errOut, code := bub(t, nil, "", "serve", "--print-config", "--config", writeFile(t, t.TempDir(), "bus.yaml", out))
+	require.Equal(t, 0, code, errOut)
+	settings := func(yaml string) []string {
+		var lines []string
+		for _, l := range strings.Split(yaml, "\n") {
+			if !strings.HasPrefix(l, "#") {
+				lines = append(lines, l)
+			}
+		}
+		return lines
+	}
+	require.Greater(t, len(settings(out)), 40)
+	assert.Equal(t, settings(out), settings(again), "the printed configuration read back")
+}

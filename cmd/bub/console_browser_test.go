@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +23,7 @@ import (
 
 	"github.com/bub-bus/bub/bcp/gateway"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -292,6 +297,8 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 	for _, ev := range []map[string]any{
 		{"type": "agent_event", "event": "ready", "agent_id": "agent-7f3a", "topic": "tg:123", "workspace": "/data/workspaces/agent-7f3a", "pid": 4242, "timestamp": time.Now().UTC().Format(time.RFC3339Nano)},
 		{"type": "agent_event", "event": "hibernated", "agent_id": "agent-91bc", "topic": "tg:456", "reason": "idle", "timestamp": time.Now().UTC().Format(time.RFC3339Nano)},
+		// Stopped by the spawner: no error to show in red.
+		{"type": "agent_event", "event": "exited", "agent_id": "agent-c1ea", "topic": "tg:789", "status": "signal: terminated", "timestamp": time.Now().UTC().Format(time.RFC3339Nano)},
 	} {
 		if _, err := spawner.SendMessage(ctx, "system:agent."+ev["event"].(string), ev, nil); err != nil {
 			t.Fatal(err)
@@ -373,6 +380,61 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 		t.Fatal("the replayed dead letter did not reach its subscriber")
 	}
 
+	// The story of a message that was retried, then refused for good:
+	// the Messages page lists it first, newest first, as dead-lettered;
+	// its page tells each attempt with its answer and timing, the retry,
+	// the dead letter with a link to it, and bub trace, in UTC times.
+	err = hostile.Subscribe(ctx, "dlq:story", func(_ context.Context, dl *peer.Delivery) (peer.Result, error) {
+		if dl.Attempt == 1 {
+			return peer.Result{ShouldRetry: true, RetryAfter: 100 * time.Millisecond, Message: "busy"}, nil
+		}
+		return peer.Result{Reject: true, Message: "still busy"}, nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	story, err := viewer.SendMessage(ctx, "dlq:story", map[string]string{"type": "job"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDeadLettered(t, d, "alice-token", story.MessageID)
+	storyRow := `document.querySelector('#msg-rows tr')`
+	run("messages: the newest first", chromedp.Navigate(d.http+"/console/#messages"),
+		chromedp.Evaluate(`for (const f of ['#msg-id', '#msg-corr', '#msg-topic']) document.querySelector(f).value = ""`, nil),
+		chromedp.Click(`#msg-form button[type=submit]`, chromedp.ByQuery),
+		chromedp.Poll(storyRow+` !== null && `+storyRow+`.dataset.id === `+jsString(story.MessageID), nil, chromedp.WithPollingTimeout(30*time.Second)))
+	if row := textOf("#msg-rows tr"); !strings.Contains(row, "dead lettered") || !strings.Contains(row, "dlq:story") || !strings.Contains(row, "viewer") {
+		t.Fatalf("the newest message's row: %q", row)
+	}
+	run("messages: its story", chromedp.Click(`#msg-rows tr a`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#timeline li[data-kind=dead_lettered]`, chromedp.ByQuery), shot("message-story"))
+	var attempts, retries int
+	run("count the attempts", chromedp.Evaluate(`document.querySelectorAll('#timeline li[data-kind=delivery]').length`, &attempts),
+		chromedp.Evaluate(`document.querySelectorAll('#timeline li[data-kind=retry_scheduled]').length`, &retries))
+	if attempts != 2 || retries != 1 {
+		t.Fatalf("the story shows %d attempts and %d retries; want 2 and 1: %q", attempts, retries, textOf("#story"))
+	}
+	card := textOf("#story")
+	for _, want := range []string{"dead lettered", "(rejected) after 2 attempts", "attempt 1 to " + hostileName, "not_processed (answered after", "retry_scheduled attempt 2", "rejected (answered after",
+		"answered after", "bub trace " + story.MessageID, "bub dlq show d-", "chain: " + hostileName} {
+		if !strings.Contains(card, want) {
+			t.Errorf("the story lacks %q: %q", want, card)
+		}
+	}
+	if !regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z`).MatchString(textOf("#timeline")) {
+		t.Errorf("the story's times are not UTC ISO 8601: %q", textOf("#timeline"))
+	}
+	var local string
+	run("local time on hover", chromedp.Evaluate(`document.querySelector('#timeline time').title`, &local))
+	if !strings.HasPrefix(local, "local: ") {
+		t.Errorf("a time's title is %q; want the local time", local)
+	}
+	run("messages: to the dead letter", chromedp.Click("#story-deadletter", chromedp.ByQuery),
+		chromedp.WaitVisible(`#dl-detail .card`, chromedp.ByQuery))
+	if dl := textOf("#dl-detail"); !strings.Contains(dl, story.MessageID) || !strings.Contains(dl, "rejected") {
+		t.Fatalf("the dead letter the story links to: %q", dl)
+	}
+
 	run("bcp", chromedp.Navigate(d.http+"/console/#bcp"), chromedp.WaitVisible(`#approvals .approval button.approve`, chromedp.ByQuery), shot("bcp"))
 	if card := textOf("#approvals .approval"); !strings.Contains(card, "escalation-"+v.QueryID) || !strings.Contains(card, hostileName) {
 		t.Fatalf("approval card %q", card)
@@ -430,6 +492,14 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 	if rows := textOf("#agents-rows"); !strings.Contains(rows, "agent-7f3a") || !strings.Contains(rows, "running") || !strings.Contains(rows, "hibernated") {
 		t.Fatalf("agents page: %q", rows)
 	}
+	if row := textOf(`#agents-rows tr[data-agent="agent-c1ea"]`); !strings.Contains(row, "exited (clean)") {
+		t.Fatalf("a cleanly stopped agent: %q", row)
+	}
+	var red int
+	run("no red for a clean exit", chromedp.Evaluate(`document.querySelectorAll('#agents-rows tr[data-agent="agent-c1ea"] .tag.bad').length`, &red))
+	if red != 0 {
+		t.Fatal("a cleanly stopped agent is shown as an error")
+	}
 
 	var pwned bool
 	var violations []string
@@ -451,4 +521,28 @@ document.addEventListener("securitypolicyviolation", (e) => window.cspViolations
 // jsString quotes s as a JavaScript string literal.
 func jsString(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}
+
+// waitDeadLettered waits until the bus's journal has dead-lettered
+// message id, asking GET /v1/events with token; the test fails with the
+// journal's last answer when that does not happen within bustest.Timeout.
+func waitDeadLettered(t *testing.T, d *daemon, token, id string) {
+	t.Helper()
+	checkfor.Check(t, bustest.Timeout, func() error {
+		req, err := http.NewRequest(http.MethodGet, d.http+"/v1/events?kind=dead_lettered&messageId="+url.QueryEscape(id), nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if !strings.Contains(string(body), `"kind":"dead_lettered"`) {
+			return fmt.Errorf("message %s not dead-lettered; the journal said: %s", id, body)
+		}
+		return nil
+	})
 }

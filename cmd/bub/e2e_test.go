@@ -224,7 +224,7 @@ func startListenProcess(t *testing.T, env []string, pattern string) (*exec.Cmd, 
 	return listen, lines, listenErr
 }
 
-// TestCLIEndToEnd is the README's walkthrough: serve, listen, send-message.
+// TestCLIEndToEnd is the walkthrough of docs/guide/01-first-message.md (and the README's hello): serve, listen, send-message.
 func TestCLIEndToEnd(t *testing.T) {
 	t.Parallel()
 	d := startBus(t, t.TempDir())

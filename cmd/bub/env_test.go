@@ -67,7 +67,7 @@ func TestEnvBinding(t *testing.T) {
 // of one invocation. A new entry here is a decision, not a side effect.
 var boundVariables = map[string][]string{
 	"send-message": {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
-	"listen":       {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
+	"listen":       {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_RETRY_UNAUTHORIZED"}, // keep reconnecting on a refused credential: set once
 	"dlq list":     {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"dlq show":     {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"dlq replay":   {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
@@ -106,7 +106,7 @@ var boundVariables = map[string][]string{
 	"backup":      {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"trace":       {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
 	"tail":        {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE"},
-	"mcp":         {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_MCP_CLIENT_ID", "BUB_MCP_LISTEN", "BUB_MCP_LISTEN_TOKEN_FILE", "BUB_MCP_LISTEN_INSECURE"},
+	"mcp":         {"BUB_BUS_URL", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_MCP_CLIENT_ID", "BUB_MCP_LISTEN", "BUB_MCP_LISTEN_TOKEN_FILE", "BUB_MCP_LISTEN_INSECURE", "BUB_RETRY_UNAUTHORIZED"},
 	"restore":     {"BUB_DATA_DIR"},        // the bus's own, for the same directory
 	"healthcheck": {"BUB_HEALTHCHECK_URL"}, // set once per deployment; the image's HEALTHCHECK stays the same
 	"serve":       nil,                     // every flag: checked below

@@ -90,6 +90,7 @@ func runListen(ctx context.Context, io stdio, args []string) int {
 		"answering each as --reply says, until interrupted. Once subscribed it says so\n"+
 		"in one line on stderr, where logs go too.")
 	cfg.client.addFlags(fs)
+	cfg.client.addReconnectFlags(fs)
 	fs.StringVar(&cfg.topic, "topic", "", "topic pattern to subscribe to: exact, a prefix ending in ':' or '-', or a glob such as 'inbound:*'")
 	fs.StringVar(&cfg.policy, "policy", "", "propagation policy: stopPropagationOnProcessed, stopPropagationOnStop or continueAll (default: the bus's)")
 	fs.StringVar(&cfg.reply, "reply", replyProcessed, "how to answer every delivery: processed; retry (should_retry: the bus delivers it again later, and dead-letters it after --max-attempts); reject (reject: true, a final refusal: the bus dead-letters it at once with reason rejected)")
@@ -152,6 +153,6 @@ func runListen(ctx context.Context, io stdio, args []string) int {
 	case err := <-failed:
 		return errorf(io, "listen: %v", err)
 	case <-conn.Done():
-		return errorf(io, "listen: %v", conn.Err())
+		return errorf(io, "listen: %v", endedHint(conn.Err()))
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -212,5 +214,39 @@ func TestListenReplyUsage(t *testing.T) {
 		code, _, stderr := runBub(t, "", append([]string{"listen", "--topic", "t"}, tt.args...)...)
 		assert.Equal(t, 2, code, "%v", tt.args)
 		oneLine(t, stderr, tt.want)
+	}
+}
+
+// TestListenRefusedCredentialExits: a bub listen left running while the
+// bus restarts with auth used to log "reconnect failed ... unauthorized"
+// every few seconds for ever. The refusal is final: it says why and how
+// to go on, and exits 1.
+func TestListenRefusedCredentialExits(t *testing.T) {
+	t.Parallel()
+	dir, addr := t.TempDir(), freeAddr(t)
+	d := startBusAt(t, addr, filepath.Join(dir, "data"))
+	listen, _, listenErr := startListenProcess(t, []string{"BUB_BUS_URL=" + d.url}, "inbound:*")
+	checkfor.Check(t, 20*time.Second, func() error {
+		if !strings.Contains(listenErr.String(), "subscribed to") {
+			return fmt.Errorf("bub listen has not subscribed: %q", listenErr)
+		}
+		return nil
+	})
+	exited := make(chan error, 1)
+	go func() { exited <- listen.Wait() }()
+
+	config := writeFile(t, dir, "bus.yaml", "auth:\n  identities:\n    - name: ops\n      token_sha256: \""+sha256Hex("ops-token-0123456789abcdef")+"\"\n      client_ids: [\"cli-*\"]\n      admin: true\n")
+	d.stop(t)
+	startBusAt(t, addr, filepath.Join(dir, "data"), "--config", config)
+	select {
+	case err := <-exited:
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "stderr: %s", listenErr)
+		assert.Equal(t, 1, exit.ExitCode())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("bub listen still runs against a bus that refuses its credential: %s", listenErr)
+	}
+	for _, want := range []string{"bub listen: ", "refused the credential", "BUB_TOKEN", "--retry-unauthorized"} {
+		assert.Contains(t, listenErr.String(), want)
 	}
 }

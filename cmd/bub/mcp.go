@@ -47,6 +47,7 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 		"What other peers wrote reaches the assistant marked as untrusted data. Logs go to stderr.\n"+
 		"See docs/MCP.md.")
 	cfg.client.addFlags(fs)
+	cfg.client.addReconnectFlags(fs)
 	fs.Lookup("client-id").Usage = "clientId to connect as, the assistant's identity on the bus (default: $BUB_AGENT_ID, else cli- and random hex); it takes over a connection with the same clientId"
 	fs.StringVar(&cfg.listen, "listen", "", "serve Streamable HTTP on this address (e.g. 127.0.0.1:7893) instead of stdio; needs --listen-token-file, or --listen-insecure on loopback")
 	fs.StringVar(&cfg.tokenFile, "listen-token-file", "", "file holding the token every HTTP client of --listen must present as Authorization: Bearer; surrounding white space is ignored")
@@ -85,15 +86,8 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 	server := mcp.NewServer(conn, &mcp.Options{SendTimeout: answerTimeout(conn.Limits()), Logger: logger})
 	// A connection that ends for good (its clientId taken over, its
 	// credential revoked) ends the server: it can act as nobody.
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-conn.Done():
-			stop()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, unbind := conn.Bind(ctx)
+	defer unbind()
 	if cfg.listen == "" {
 		// Said on stderr, which an assistant keeps as the server's log.
 		fmt.Fprintf(std.err, "bub mcp: serving MCP on stdio as %s\n", conn.ClientID())
@@ -102,7 +96,7 @@ func runMCP(ctx context.Context, std stdio, args []string) int {
 		err = serveMCPHTTP(ctx, std, server, cfg.listen, token, conn.ClientID())
 	}
 	if conn.Err() != nil && !errors.Is(conn.Err(), peer.ErrClosed) {
-		return errorf(std, "the bus connection ended: %v", conn.Err())
+		return errorf(std, "the bus connection ended: %v", endedHint(conn.Err()))
 	}
 	if err != nil {
 		return errorf(std, "%v", err)

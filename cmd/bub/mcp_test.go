@@ -112,12 +112,12 @@ func checkUntrusted(t *testing.T, what, text string) {
 	}
 }
 
-// readmeMCPCommand is the README's MCP client configuration as an
+// readmeMCPCommand is the guide's MCP client configuration as an
 // assistant would run it, with the bub binary under test and env's
-// values in place of the README's.
+// values in place of the guide's.
 func readmeMCPCommand(t *testing.T, env map[string]string) *exec.Cmd {
 	t.Helper()
-	section := readmeSection(t, "## Use it from an MCP client")
+	section := guideSection(t, "09-bcp-and-mcp.md", "## Use it from an MCP client")
 	_, block, _ := strings.Cut(section, "```json\n")
 	block, _, _ = strings.Cut(block, "```")
 	var config struct {
@@ -128,17 +128,17 @@ func readmeMCPCommand(t *testing.T, env map[string]string) *exec.Cmd {
 		} `json:"mcpServers"`
 	}
 	if err := json.Unmarshal([]byte(block), &config); err != nil {
-		t.Fatalf("the README's MCP configuration: %v\n%s", err, block)
+		t.Fatalf("the guide's MCP configuration: %v\n%s", err, block)
 	}
 	server, ok := config.MCPServers["bub"]
 	if !ok || server.Command != "bub" {
-		t.Fatalf("the README's MCP configuration has no bub server: %+v", config)
+		t.Fatalf("the guide's MCP configuration has no bub server: %+v", config)
 	}
 	cmd := exec.Command(bubBinary, server.Args...)
 	cmd.Env = os.Environ()
 	for k, v := range server.Env {
 		if _, ok := env[k]; !ok && !strings.HasPrefix(k, "BUB_MCP_") {
-			t.Errorf("the README's MCP configuration sets %s, which the test does not replace", k)
+			t.Errorf("the guide's MCP configuration sets %s, which the test does not replace", k)
 		}
 		if e, ok := env[k]; ok {
 			v = e
@@ -148,7 +148,7 @@ func readmeMCPCommand(t *testing.T, env map[string]string) *exec.Cmd {
 	return cmd
 }
 
-// TestMCPStdio drives bub mcp, the real binary started as the README's
+// TestMCPStdio drives bub mcp, the real binary started as the guide's
 // configuration has a desktop assistant start it, with the Go SDK's
 // client over stdio, against a bus with auth: the tools have input schemas; a subscribed topic
 // resource is notified of a message another peer publishes, which

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSecuringTheBus is the README's "Securing the bus" walkthrough, as
+// TestSecuringTheBus is docs/guide/06-securing.md's walkthrough, as
 // written: a token from bub auth token, its hash in a config file, bub
 // serve --config, and listen and send-message with BUB_TOKEN; without the
 // token, send-message is refused with a line that says where the

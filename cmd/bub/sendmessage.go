@@ -31,7 +31,10 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 	var cfg sendMessageConfig
 	fs := newFlagSet(io, "send-message", "send-message --topic TOPIC --payload @FILE|-|JSON [flags]\n\n"+
 		"Publishes one message and prints the bus's result, {success, messageId, acks}, as one JSON line.\n"+
-		"Exits 0 when the message reached a subscriber, or the bus holds it for one (agent:* topics) or retries it, 1 otherwise.")
+		"Exit status: 0 when a subscriber processed the message, or the bus holds it for one (agent:* topics) or retries it;\n"+
+		"1 when it was not sent, reached nobody, or its outcome is unknown; 2 on a usage error;\n"+
+		fmt.Sprintf("%d when the bus accepted it but dead-lettered it at once (a subscriber rejected it, or the bus refused to call a webhook):\n", exitDeadLettered)+
+		"stderr then names the dead letter and the commands that show it (bub dlq show, bub trace); stdout keeps the JSON result either way.")
 	cfg.client.addFlags(fs)
 	fs.StringVar(&cfg.topic, "topic", "", "topic to publish to (default: $BUB_DEFAULT_TOPIC)")
 	fs.StringVar(&cfg.payload, "payload", "", `the message, a JSON object with a string "type": @FILE reads a file, - reads stdin, anything else is the JSON itself`)
@@ -86,7 +89,7 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 			why = "interrupted before the bus answered"
 		}
 		return errorf(io, "send-message: %s, so the outcome is unknown: the message to %q may have been delivered, may be being retried, or may end in the dead-letter queue. "+
-			"Look for it with 'bub dlq list --topic %s' and at the subscriber (e.g. 'bub listen --topic %s'); wait longer with --timeout", why, cfg.topic, cfg.topic, cfg.topic)
+			"Find its story with 'bub tail --topic %s --since 10m' (then 'bub trace MESSAGE_ID'), the dead letters with 'bub dlq list --topic %s'; wait longer with --timeout", why, cfg.topic, cfg.topic, cfg.topic)
 	}
 	if err != nil {
 		return errorf(io, "send-message: %v", err)
@@ -113,6 +116,16 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 			}
 		}
 	}
+	if dead := deadLettered(result.Acks); len(dead) > 0 {
+		// Accepted, but not delivered: a script must not read this as
+		// success, and a person needs the id to look at it.
+		for _, a := range dead {
+			why := cmp.Or(a.Message, a.Error, "rejected")
+			fmt.Fprintf(io.err, "bub send-message: dead-lettered: %s refused message %s (%s); the bus keeps it as %s: see it with 'bub dlq show %s', its story with 'bub trace %s'\n",
+				a.ClientID, result.MessageID, why, a.DeadLetter, a.DeadLetter, result.MessageID)
+		}
+		return exitDeadLettered
+	}
 	if !result.Success {
 		reason := result.Reason
 		if reason == protocol.ReasonNoSubscribers {
@@ -121,6 +134,25 @@ func runSendMessage(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "send-message: %s for %q (message %s)", reason, cfg.topic, result.MessageID)
 	}
 	return 0
+}
+
+// exitDeadLettered is send-message's exit status when the bus accepted
+// the message and dead-lettered it in the same pass: distinct from 1 (not
+// sent, or reached nobody), so that a script can tell "look in the
+// dead-letter queue" from "try again".
+const exitDeadLettered = 3
+
+// deadLettered returns the acks whose delivery the bus dead-lettered in
+// the pass: a reject, or a webhook the bus refused to call. The bus makes
+// one only when no subscriber of the pass processed the message.
+func deadLettered(acks []protocol.Ack) []protocol.Ack {
+	var dead []protocol.Ack
+	for _, a := range acks {
+		if a.DeadLetter != "" {
+			dead = append(dead, a)
+		}
+	}
+	return dead
 }
 
 // answerMargin is how much longer than the bus send-message waits, so

@@ -234,10 +234,43 @@ func TestSendMessageSlowSubscriber(t *testing.T) {
 	_, errOut, code = bub(t, env, "", "send-message", "--topic", "work:2", "--payload", `{"type":"job"}`, "--timeout", "300ms")
 	assert.Equal(t, 1, code)
 	oneLine(t, errOut, "outcome is unknown")
-	for _, want := range []string{"300ms", `"work:2"`, "bub dlq list --topic work:2", "bub listen"} {
+	for _, want := range []string{"300ms", `"work:2"`, "bub dlq list --topic work:2", "bub tail --topic work:2", "bub trace"} {
 		assert.Contains(t, errOut, want)
 	}
 	assert.NotContains(t, errOut, "deadline exceeded")
+}
+
+// TestSendMessageRejected: a message the subscriber rejects is accepted
+// and dead-lettered at once; the bus's result says "success": true, and
+// send-message used to exit 0 with nothing on stderr. It exits
+// exitDeadLettered, names the dead letter and the commands that show it,
+// and still prints the result on stdout for scripts.
+func TestSendMessageRejected(t *testing.T) {
+	t.Parallel()
+	d := startBus(t, t.TempDir())
+	no, err := peer.Dial(t.Context(), d.url, &peer.Options{ClientID: "judge", Logger: quietLogger})
+	require.NoError(t, err)
+	defer no.Close()
+	require.NoError(t, no.Subscribe(t.Context(), "claims:*", func(context.Context, *peer.Delivery) (peer.Result, error) {
+		return peer.Result{Reject: true, Message: "not a claim"}, nil
+	}, nil))
+
+	out, errOut, code := bub(t, []string{"BUB_BUS_URL=" + d.url}, "", "send-message", "--topic", "claims:1", "--payload", `{"type":"claim"}`)
+	assert.Equal(t, exitDeadLettered, code, "stderr: %s", errOut)
+	var result protocol.SendMessageResult
+	require.NoError(t, json.Unmarshal([]byte(out), &result), "the result is on stdout even so: %q", out)
+	require.Len(t, result.Acks, 1)
+	dl := result.Acks[0].DeadLetter
+	require.NotEmpty(t, dl, "ack %+v", result.Acks[0])
+	oneLine(t, errOut, "bub send-message: dead-lettered: judge refused message "+result.MessageID+" (not a claim)")
+	for _, want := range []string{"bub dlq show " + dl, "bub trace " + result.MessageID} {
+		assert.Contains(t, errOut, want)
+	}
+
+	// The id named is one bub dlq show finds.
+	out, errOut, code = bub(t, []string{"BUB_BUS_URL=" + d.url}, "", "dlq", "show", dl, "--json")
+	require.Equal(t, 0, code, "stderr: %s", errOut)
+	assert.Contains(t, out, result.MessageID)
 }
 
 // An oversized payload is refused before it is sent, with the limit

@@ -151,6 +151,17 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	c.cluster.addFlags(fs)
 }
 
+// resolvedFlags returns a FlagSet holding cfg's values with the limits'
+// zeros ("0: the default") replaced by the values in force, for
+// --print-config: it showed handshake_timeout: 0s where --help says 0
+// means 10s. The output still reads back as the same configuration.
+func resolvedFlags(cfg *serveConfig) *flag.FlagSet {
+	shown, fs := newServeFlags(stdio{err: io.Discard})
+	*shown = *cfg
+	shown.limits = cfg.limits.Resolved()
+	return fs
+}
+
 // tlsFiles are the TLS settings.
 func (c *serveConfig) tlsFiles() tlsFiles {
 	return tlsFiles{cert: c.tlsCert, key: c.tlsKey, clientCA: c.tlsClientCA}
@@ -217,7 +228,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		return usageError(io, fs, "%v", err)
 	}
 	if cfg.printConfig {
-		if err := printConfig(io.out, fs, cfg.file); err != nil {
+		if err := printConfig(io.out, resolvedFlags(cfg), cfg.file); err != nil {
 			return errorf(io, "serve: %v", err)
 		}
 		return 0

@@ -110,7 +110,7 @@ type echoReply struct {
 	} `json:"payload"`
 }
 
-// TestSpawnerEndToEnd runs the README's spawner walkthrough with real
+// TestSpawnerEndToEnd runs the spawner walkthrough of docs/guide/04-spawning-agents.md with real
 // processes: bub serve, bub spawner with the echo agent, bub listen on
 // outbound:*, and bub send-message.
 func TestSpawnerEndToEnd(t *testing.T) {

@@ -238,13 +238,13 @@ func TestTelegramTokenStaysSecret(t *testing.T) {
 	}
 }
 
-// TestTelegramReadme runs the README's "Talk to your agents from
+// TestTelegramGuide runs the guide's "Talk to your agents from
 // Telegram" commands as written, in a directory with bin/bub and
 // bin/echo-agent, against the fake Bot API: the environment points the
 // bus at a free port and the bridge at the fake, as a user's points it at
 // api.telegram.org.
-func TestTelegramReadme(t *testing.T) {
-	section := readmeSection(t, "## Talk to your agents from Telegram")
+func TestTelegramGuide(t *testing.T) {
+	section := guideSection(t, "05-telegram.md", "## Talk to your agents from Telegram")
 	var commands [][]string
 	var userID string
 	for _, block := range strings.Split(section, "```sh\n")[1:] {
@@ -262,7 +262,7 @@ func TestTelegramReadme(t *testing.T) {
 		}
 	}
 	if len(commands) != 3 || commands[0][0] != "serve" || commands[1][0] != "spawner" || commands[2][0] != "telegram" || userID == "" {
-		t.Fatalf("README commands: %q", commands)
+		t.Fatalf("guide commands: %q", commands)
 	}
 	agentBin, err := echoAgentBinary()
 	if err != nil {
@@ -300,5 +300,5 @@ func TestTelegramReadme(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(filepath.Join(dir, "data", "telegram", "telegram-state.json"))
 		return err == nil
-	}, 20*time.Second, 20*time.Millisecond, "the offset in the README's --data-dir")
+	}, 20*time.Second, 20*time.Millisecond, "the offset in the guide's --data-dir")
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -210,4 +212,22 @@ func TestConfigWebhooksSection(t *testing.T) {
 	if _, _, err := loadWebhooks(cf); err == nil || !strings.Contains(err.Error(), "webhooks.in[0] (gh)") || !strings.Contains(err.Error(), "missing.secret") {
 		t.Fatalf("a missing secret file: %v; want it named", err)
 	}
+}
+
+// TestWebhookAddRefusesWhatTheBusWouldNotCall: bub webhook add of a
+// loopback URL on a bus without --webhook-allow-private fails at once,
+// naming the flag, instead of printing "added" for a subscription whose
+// every delivery would be dead-lettered.
+func TestWebhookAddRefusesWhatTheBusWouldNotCall(t *testing.T) {
+	t.Parallel()
+	d := startBus(t, t.TempDir())
+	secret := writeFile(t, t.TempDir(), "hook.secret", "s3cret-value\n")
+	out, errOut, code := bub(t, []string{"BUB_BUS_URL=" + d.url}, "", "webhook", "add", "--name", "rx", "--url", "http://127.0.0.1:18319/hook", "--pattern", "rx:*", "--secret-file", secret)
+	assert.Equal(t, 1, code, "stdout: %s", out)
+	assert.Empty(t, out)
+	oneLine(t, errOut, "bub webhook add: ")
+	for _, want := range []string{`"rx"`, "127.0.0.1", "--webhook-allow-private"} {
+		assert.Contains(t, errOut, want)
+	}
+	assert.NotContains(t, errOut, "s3cret-value")
 }

@@ -1,4 +1,4 @@
-// Command echo-agent is the smallest useful bub agent, the one the README's
+// Command echo-agent is the smallest useful bub agent, the one the guide's
 // spawner walkthrough starts: it answers every chat message with its own
 // text, so you can watch a conversation go from a new chat, through
 // `bub spawner`, to a freshly started agent and back.
