@@ -45,13 +45,9 @@ var starts sync.Map // *bustest.Server -> func() (*bustest.Server, error)
 // when the test ends: a node stopped after the others finds no quorum for
 // its clean-up writes and would wait out its timeout.
 //
-// Under -short (make check) the test is skipped: a cluster takes seconds
-// of elections to start, and make test runs every cluster test.
+// Under -short (make check) the test is skipped (FreePorts).
 func Start(t testing.TB, opts *bus.Options, ids ...string) []*bustest.Server {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("clustertest: a cluster test; -short skips it, make test runs it")
-	}
 	ports := FreePorts(t, len(ids))
 	started := time.Now()
 	nodes := make([]*bustest.Server, len(ids))
@@ -156,8 +152,15 @@ func RestartNode(t testing.TB, nodes []*bustest.Server, i int) *bustest.Server {
 // the rest of the test, by a lock on a file named for it that every test
 // process of this machine shares; the lock goes with the process that
 // holds it, however it ends.
+//
+// Every test that starts a cluster takes its ports here, so under -short
+// (make check) the test is skipped here: a cluster takes seconds of
+// elections to start, and make test runs every cluster test.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("clustertest: a cluster test; -short skips it, make test runs it")
+	}
 	dir := filepath.Join(os.TempDir(), "bub-test-ports")
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		t.Fatalf("clustertest: %v", err)
