@@ -1,0 +1,314 @@
+package a2a_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+
+	"github.com/bub-bus/bub/a2a"
+)
+
+// An A2A client that knows nothing of the bus discovers the echo agent,
+// a bus agent that knows nothing of A2A, and gets its ordinary reply as
+// the completed task's message.
+func TestEchoAgentCompletesTask(t *testing.T) {
+	t.Parallel()
+	f := start(t, a2a.Agent{Name: "echo", Description: "echoes", Topic: "tg:a2a-echo", ClientID: "a2a-gw",
+		Skills: []a2a.Skill{{ID: "echo", Name: "Echo", Tags: []string{"test"}}}})
+	startEchoAgent(t, f.bus.URL, "echo", "tg:a2a-echo")
+
+	card, err := agentcard.NewResolver(http.DefaultClient).Resolve(t.Context(), f.url("echo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if card.Name != "echo" || len(card.Skills) != 1 || !card.Capabilities.Streaming || len(card.Capabilities.Extensions) != 2 {
+		t.Fatalf("card: %+v", card)
+	}
+	client, err := a2aclient.NewFromCard(t.Context(), card)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Destroy()
+	msg := spec.NewMessage(spec.MessageRoleUser, spec.NewTextPart("hello"))
+	res, err := client.SendMessage(t.Context(), &spec.SendMessageRequest{Message: msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, ok := res.(*spec.Task)
+	if !ok {
+		t.Fatalf("SendMessage answered %T, want a task", res)
+	}
+	if task.Status.State != spec.TaskStateCompleted || task.Status.Message == nil || task.Status.Message.Parts[0].Text() != "echo: hello" {
+		t.Fatalf("task: %+v, status message %+v", task.Status, task.Status.Message)
+	}
+	got, err := client.GetTask(t.Context(), &spec.GetTaskRequest{ID: task.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.State != spec.TaskStateCompleted || len(got.History) != 2 || got.History[0].ID != msg.ID {
+		t.Fatalf("GetTask: %+v, history %d", got.Status, len(got.History))
+	}
+	list, err := client.ListTasks(t.Context(), &spec.ListTasksRequest{ContextID: task.ContextID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.TotalSize != 1 || list.Tasks[0].ID != task.ID {
+		t.Fatalf("ListTasks: %+v", list)
+	}
+}
+
+// The walk of the issue: send a streaming message, drop the stream
+// midway, resume with Last-Event-ID and lose no event, then retry the
+// send and get the same task with nothing published again.
+func TestStreamResumeAndRetry(t *testing.T) {
+	t.Parallel()
+	f := start(t, a2a.Agent{Name: "writer", Topic: "agent:writer", ClientID: "a2a-gw"})
+	agent := startScripted(t, f.bus.URL, "writer", "agent:writer")
+	url := f.url("writer")
+
+	s := openStream(t, url, "SendStreamingMessage", userMessage("m-1", "write"))
+	first, ok := s.next(t)
+	if !ok || first.ID != 1 {
+		t.Fatalf("first event: %+v, ok %v", first, ok)
+	}
+	task, isTask := decodeEvent(t, first).(*spec.Task)
+	if !isTask || task.Status.State != spec.TaskStateSubmitted {
+		t.Fatalf("first event is %T %+v, want the submitted task", decodeEvent(t, first), task)
+	}
+	p := agent.next(t)
+	if p.CorrelationID != string(task.ID) || p.ConversationID != task.ContextID || p.Text != "write" || p.A2A.Message.ID != "m-1" {
+		t.Fatalf("payload on the bus: %+v", p)
+	}
+	agent.say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
+	// The bus's ack of the publish may add its own working event; read
+	// until the agent's.
+	var last uint64
+	for {
+		ev, ok := s.next(t)
+		if !ok {
+			t.Fatal("stream ended before the agent's status")
+		}
+		last = ev.ID
+		if su, ok := decodeEvent(t, ev).(*spec.TaskStatusUpdateEvent); ok && su.Status.Message != nil {
+			break
+		}
+	}
+	s.close() // the client loses its stream
+
+	for i, text := range []string{"part one", "part two"} {
+		agent.say(t, p, map[string]any{"type": "a2a_artifact", "append": i > 0, "lastChunk": i == 1,
+			"artifact": map[string]any{"artifactId": "draft", "parts": []any{map[string]any{"text": text}}}})
+	}
+	agent.say(t, p, map[string]any{"type": "a2a_status", "state": "completed", "text": "done"})
+
+	resumed := openStream(t, url, "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", itoa(last)).all(t)
+	if len(resumed) != 3 {
+		t.Fatalf("resumed with %d events, want the 3 missed", len(resumed))
+	}
+	for i, ev := range resumed {
+		if ev.ID != last+1+uint64(i) {
+			t.Fatalf("event %d has id %d, want %d: a gap or a repeat", i, ev.ID, last+1+uint64(i))
+		}
+	}
+	if su, ok := decodeEvent(t, resumed[2]).(*spec.TaskStatusUpdateEvent); !ok || su.Status.State != spec.TaskStateCompleted {
+		t.Fatalf("last event: %+v", decodeEvent(t, resumed[2]))
+	}
+
+	// The retry: same messageId, a blocking send.
+	var again spec.StreamResponse
+	post(t, url, "SendMessage", userMessage("m-1", "write")).result(t, &again)
+	if got := again.Event.(*spec.Task); got.ID != task.ID || got.Status.State != spec.TaskStateCompleted ||
+		len(got.Artifacts) != 1 || len(got.Artifacts[0].Parts) != 2 {
+		t.Fatalf("retry answered %+v", got)
+	}
+	// A new message is the agent's next, so the retry published nothing.
+	submit(t, url, "m-2", "other")
+	if next := agent.next(t); next.A2A.Message.ID != "m-2" {
+		t.Fatalf("the agent's next message is %q, want m-2: the retry was published", next.A2A.Message.ID)
+	}
+	// An Idempotency-Key stands for the message id.
+	if submit(t, url, "m-3", "keyed", "Idempotency-Key", "k").ID != submit(t, url, "m-4", "keyed", "Idempotency-Key", "k").ID {
+		t.Fatal("two sends with one Idempotency-Key made two tasks")
+	}
+}
+
+// A task, its events and its idempotency record survive the A2A
+// server's restart: the store is on disk.
+func TestTaskSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	f, agent := startW(t)
+	p := agent.taskOf(t, submit(t, f.url("w"), "m-1", "hi"))
+	agent.say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which one?"})
+
+	f.close()
+	f.open(t)
+	var got spec.Task
+	post(t, f.url("w"), "GetTask", map[string]any{"id": p.CorrelationID}).result(t, &got)
+	if got.Status.State != spec.TaskStateInputRequired || got.Status.Message.Parts[0].Text() != "which one?" {
+		t.Fatalf("after restart: %+v", got.Status)
+	}
+	evs := openStream(t, f.url("w"), "SubscribeToTask", map[string]any{"id": got.ID}, "Last-Event-ID", "0").all(t)
+	if len(evs) < 2 || evs[0].ID != 1 {
+		t.Fatalf("the log after restart: %d events", len(evs))
+	}
+	again := submit(t, f.url("w"), "m-1", "hi")
+	if again.ID != got.ID {
+		t.Fatal("the idempotency record did not survive the restart")
+	}
+}
+
+// Errors are the specification's codes, where a2a-go's server departs
+// from it too.
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	f, agent := startW(t)
+	url := f.url("w")
+
+	post(t, url, "SendMessage", userMessage("m-1", "hi"), "A2A-Version", "99.0").wantCode(t, a2a.CodeVersionNotSupported)
+	post(t, url, "GetTask", map[string]any{"id": "nope"}).wantCode(t, a2a.CodeTaskNotFound)
+	post(t, url, "message/send", userMessage("m-1", "hi")).wantCode(t, a2a.CodeMethodNotFound)
+	post(t, url, "SendMessage", map[string]any{"message": map[string]any{"messageId": "x", "role": "ROLE_USER", "parts": []any{}}}).wantCode(t, a2a.CodeInvalidParams)
+	post(t, url, "CreateTaskPushNotificationConfig", map[string]any{}).wantCode(t, a2a.CodePushNotSupported)
+	post(t, url, "ListTasks", map[string]any{"pageSize": 1000}).wantCode(t, a2a.CodeInvalidParams)
+	post(t, url, "ListTasks", map[string]any{"pageToken": "!!"}).wantCode(t, a2a.CodeInvalidParams)
+
+	sent := submit(t, url, "m-1", "hi")
+	id := sent.ID
+	agent.say(t, agent.next(t), map[string]any{"type": "plaintext_message", "text": "done"})
+	var done spec.Task
+	post(t, url, "GetTask", map[string]any{"id": id}).result(t, &done)
+	if done.Status.State != spec.TaskStateCompleted {
+		// The answer is in before the agent's SendMessage returns.
+		t.Fatalf("after the answer: %s", done.Status.State)
+	}
+	post(t, url, "CancelTask", map[string]any{"id": id}).wantCode(t, a2a.CodeTaskNotCancelable)
+	cont := userMessage("m-2", "more")
+	cont["message"].(map[string]any)["taskId"] = id
+	post(t, url, "SendMessage", cont).wantCode(t, a2a.CodeUnsupportedOperation)
+	sub := openStream(t, url, "SubscribeToTask", map[string]any{"id": id}).all(t)
+	if len(sub) != 1 || sub[0].Res.Error == nil || sub[0].Res.Error.Code != a2a.CodeUnsupportedOperation {
+		t.Fatalf("SubscribeToTask on a finished task: %+v", sub)
+	}
+
+	resp := do(t, url, "GetTask", map[string]any{"id": id})
+	resp.Body.Close()
+	for _, tc := range []struct{ body, want string }{
+		{`{`, "-32700"},
+		{`[]`, "-32600"},
+		{`{"jsonrpc":"1.0","id":1,"method":"GetTask"}`, "-32600"},
+	} {
+		r, err := http.Post(url, "application/json", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got rpcResponse
+		json.NewDecoder(r.Body).Decode(&got)
+		r.Body.Close()
+		if got.Error == nil || itoa(uint64(-got.Error.Code)) != tc.want[1:] {
+			t.Errorf("%s: got %+v, want %s", tc.body, got.Error, tc.want)
+		}
+	}
+}
+
+// A task canceled while the agent works is canceled for good, and the
+// agent's late answer does not change it.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	f, agent := startW(t)
+	p := agent.taskOf(t, submit(t, f.url("w"), "m-1", "slow"))
+	var canceled spec.Task
+	post(t, f.url("w"), "CancelTask", map[string]any{"id": p.CorrelationID}).result(t, &canceled)
+	if canceled.Status.State != spec.TaskStateCanceled {
+		t.Fatalf("CancelTask: %s", canceled.Status.State)
+	}
+	if notice := agent.next(t); notice.A2A.Message != nil {
+		t.Fatalf("the agent's next message is not the cancel notice: %+v", notice)
+	}
+	agent.say(t, p, map[string]any{"type": "plaintext_message", "text": "late"})
+	var got spec.Task
+	post(t, f.url("w"), "GetTask", map[string]any{"id": p.CorrelationID}).result(t, &got)
+	if got.Status.State != spec.TaskStateCanceled {
+		t.Fatalf("a late answer changed a canceled task to %s", got.Status.State)
+	}
+}
+
+// ListTasks pages through the caller's tasks, newest first, each once.
+func TestListTasksPages(t *testing.T) {
+	t.Parallel()
+	f := start(t, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
+	startScripted(t, f.bus.URL, "w", "agent:w")
+	var ids []spec.TaskID
+	for i := range 5 {
+		sent := submit(t, f.url("w"), "m-"+itoa(uint64(i)), "x")
+		ids = append(ids, sent.ID)
+	}
+	var seen []spec.TaskID
+	token := ""
+	for pages := 0; ; pages++ {
+		if pages > 3 {
+			t.Fatal("more than 3 pages of 2 for 5 tasks")
+		}
+		var page spec.ListTasksResponse
+		post(t, f.url("w"), "ListTasks", map[string]any{"pageSize": 2, "pageToken": token}).result(t, &page)
+		if page.TotalSize != 5 {
+			t.Fatalf("totalSize %d", page.TotalSize)
+		}
+		for _, task := range page.Tasks {
+			seen = append(seen, task.ID)
+		}
+		if token = page.NextPageToken; token == "" {
+			break
+		}
+	}
+	if len(seen) != 5 {
+		t.Fatalf("listed %v", seen)
+	}
+	for i := range seen {
+		if seen[i] != ids[4-i] {
+			t.Fatalf("listed %v, want newest first %v", seen, ids)
+		}
+	}
+}
+
+// With a Caller, the JSON-RPC door wants a credential and the card says
+// so; the card itself stays public.
+func TestBearerRequired(t *testing.T) {
+	t.Parallel()
+	f := start(t, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
+	f.close()
+	f.opts.Caller = func(r *http.Request, _ *a2a.Agent) (string, error) {
+		if r.Header.Get("Authorization") != "Bearer good" {
+			return "", a2a.ErrUnauthenticated
+		}
+		return "alice", nil
+	}
+	f.open(t)
+	resp := do(t, f.url("w"), "GetTask", map[string]any{"id": "x"})
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+		t.Fatalf("without a token: HTTP %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+	post(t, f.url("w"), "GetTask", map[string]any{"id": "x"}, "Authorization", "Bearer good").wantCode(t, a2a.CodeTaskNotFound)
+	card, err := agentcard.NewResolver(http.DefaultClient).Resolve(t.Context(), f.url("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := card.SecuritySchemes["bearer"]; !ok || len(card.SecurityRequirements) != 1 {
+		t.Fatalf("card security: %+v %+v", card.SecuritySchemes, card.SecurityRequirements)
+	}
+	r, err := http.Get(f.http.URL + "/a2a/.well-known/agent-cards.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var catalog struct{ Agents []json.RawMessage }
+	json.NewDecoder(r.Body).Decode(&catalog)
+	r.Body.Close()
+	if len(catalog.Agents) != 1 {
+		t.Fatalf("catalog: %d cards", len(catalog.Agents))
+	}
+}

@@ -1,0 +1,289 @@
+package a2a
+
+import (
+	"encoding/base64"
+	"errors"
+	"time"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+)
+
+// accepted is what accept made of a message.
+type accepted struct {
+	rec *taskRecord
+	// fresh is true when the message is new and was published: false
+	// for a retry the idempotency record or the task's history knew.
+	fresh bool
+	// created is true for a new task.
+	created bool
+}
+
+// accept checks a SendMessage's params and records the message: as a
+// new task, as the next message of the task it names, or, for a retry
+// within the retention window, as nothing at all. A new message is
+// published on the agent's topic.
+func (s *Server) accept(c *call) (*spec.SendMessageRequest, *accepted, error) {
+	var p spec.SendMessageRequest
+	if err := decodeParams(c.req.Params, &p); err != nil {
+		return nil, nil, err
+	}
+	m := p.Message
+	switch {
+	case m == nil:
+		return nil, nil, errorf(CodeInvalidParams, "params.message is missing")
+	case m.ID == "":
+		return nil, nil, errorf(CodeInvalidParams, "params.message.messageId is missing")
+	case len(m.Parts) == 0:
+		return nil, nil, errorf(CodeInvalidParams, "params.message.parts is empty")
+	case m.Role != spec.MessageRoleUser:
+		return nil, nil, errorf(CodeInvalidParams, "params.message.role must be ROLE_USER")
+	}
+	if m.TaskID != "" {
+		return &p, nil, nil
+	}
+	now := time.Now()
+	rec := &taskRecord{Agent: c.agent.Name, Owner: c.caller, IdemKey: idempotencyKey(c, m.ID)}
+	rec.Task = *spec.NewSubmittedTask(m, m)
+	t := time.Now().UTC()
+	rec.Task.Status.Timestamp = &t
+	m.TaskID, m.ContextID = rec.Task.ID, rec.Task.ContextID
+	snapshot := rec.Task
+	got, created, err := s.store.create(rec, &snapshot, s.opts.Retention, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !created && (got.Owner != c.caller || got.Agent != c.agent.Name) {
+		// The key is scoped by agent and caller, so this is a stored
+		// record that contradicts its key.
+		return nil, nil, errors.New("idempotency record names another caller's task")
+	}
+	if created {
+		s.publish(c.agent, got, m)
+	}
+	return &p, &accepted{rec: got, fresh: created, created: created}, nil
+}
+
+// idempotencyKey scopes the retry key, the Idempotency-Key header or
+// else the message id, to the agent and the caller, so that one caller
+// cannot reach another's task by guessing its key.
+func idempotencyKey(c *call, messageID string) string {
+	k := "m:" + messageID
+	if h := c.r.Header.Get("Idempotency-Key"); h != "" {
+		k = "k:" + h
+	}
+	return c.agent.Name + "\x00" + c.caller + "\x00" + k
+}
+
+// continueTask records m, a message to a task the caller has, and
+// publishes it, unless the task's history has it already (a retry).
+func (s *Server) continueTask(c *call, m *spec.Message) (*accepted, error) {
+	fresh := false
+	rec, err := s.store.update(m.TaskID, time.Now(), func(rec *taskRecord) ([]spec.Event, error) {
+		if !s.owns(c, rec) {
+			return nil, errNoTask
+		}
+		for _, h := range rec.Task.History {
+			if h.ID == m.ID && h.Role == spec.MessageRoleUser {
+				return nil, nil
+			}
+		}
+		if rec.Task.Status.State.Terminal() {
+			return nil, errorf(CodeUnsupportedOperation, "task %s is %s: a finished task takes no more messages; start a new task (omit taskId)", rec.Task.ID, rec.Task.Status.State)
+		}
+		if m.ContextID != "" && m.ContextID != rec.Task.ContextID {
+			return nil, errorf(CodeInvalidParams, "params.message.contextId %q is not task %s's context %q", m.ContextID, rec.Task.ID, rec.Task.ContextID)
+		}
+		m.ContextID = rec.Task.ContextID
+		fresh = true
+		rec.Task.History = append(rec.Task.History, m)
+		return []spec.Event{statusTo(rec, spec.TaskStateWorking, nil)}, nil
+	})
+	if errors.Is(err, errNoTask) {
+		return nil, errorf(CodeTaskNotFound, "task %s not found", m.TaskID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if fresh {
+		s.notify(rec.Task.ID)
+		s.publish(c.agent, rec, m)
+	}
+	return &accepted{rec: rec, fresh: fresh}, nil
+}
+
+// owns reports whether the caller may see rec.
+func (s *Server) owns(c *call, rec *taskRecord) bool {
+	return rec.Owner == c.caller && rec.Agent == c.agent.Name
+}
+
+// sendMessage answers SendMessage: the task once it is finished or
+// waits for its caller, or at once with returnImmediately, or as it is
+// after Options.BlockTimeout.
+func (s *Server) sendMessage(c *call) (any, error) {
+	p, acc, err := s.accept(c)
+	if err != nil {
+		return nil, err
+	}
+	if acc == nil {
+		if acc, err = s.continueTask(c, p.Message); err != nil {
+			return nil, err
+		}
+	}
+	rec := acc.rec
+	if p.Config == nil || !p.Config.ReturnImmediately {
+		if rec, err = s.await(c, rec.Task.ID); err != nil {
+			return nil, err
+		}
+	}
+	var hl *int
+	if p.Config != nil {
+		hl = p.Config.HistoryLength
+	}
+	return spec.StreamResponse{Event: view(&rec.Task, hl, true)}, nil
+}
+
+// await waits until task id is finished or waits for its caller, the
+// request ends, or Options.BlockTimeout passes, and returns it then.
+func (s *Server) await(c *call, id spec.TaskID) (*taskRecord, error) {
+	timeout := time.NewTimer(s.opts.BlockTimeout)
+	defer timeout.Stop()
+	for {
+		ch := s.watch(id)
+		rec, err := s.store.get(id)
+		if err != nil || rec.Task.Status.State.Terminal() || interrupted(rec.Task.Status.State) {
+			s.unwatch(id, ch)
+			return rec, err
+		}
+		select {
+		case <-ch:
+		case <-timeout.C:
+			s.unwatch(id, ch)
+			return rec, nil
+		case <-c.r.Context().Done():
+			s.unwatch(id, ch)
+			return rec, nil
+		case <-s.ctx.Done():
+			s.unwatch(id, ch)
+			return nil, ErrClosed
+		}
+	}
+}
+
+// view returns a copy of t with its history cut to its last
+// historyLength messages (nil: all of them), and without artifacts
+// unless withArtifacts.
+func view(t *spec.Task, historyLength *int, withArtifacts bool) *spec.Task {
+	v := *t
+	if historyLength != nil && *historyLength >= 0 && *historyLength < len(v.History) {
+		v.History = v.History[len(v.History)-*historyLength:]
+	}
+	if !withArtifacts {
+		v.Artifacts = nil
+	}
+	return &v
+}
+
+// lookup returns the caller's task id, or -32001.
+func (s *Server) lookup(c *call, id spec.TaskID) (*taskRecord, error) {
+	if id == "" {
+		return nil, errorf(CodeInvalidParams, "params.id is missing")
+	}
+	rec, err := s.store.get(id)
+	if errors.Is(err, errNoTask) || err == nil && !s.owns(c, rec) {
+		return nil, errorf(CodeTaskNotFound, "task %s not found", id)
+	}
+	return rec, err
+}
+
+// getTask answers GetTask.
+func (s *Server) getTask(c *call) (any, error) {
+	var p spec.GetTaskRequest
+	if err := decodeParams(c.req.Params, &p); err != nil {
+		return nil, err
+	}
+	if p.HistoryLength != nil && *p.HistoryLength < 0 {
+		return nil, errorf(CodeInvalidParams, "params.historyLength %d is negative", *p.HistoryLength)
+	}
+	rec, err := s.lookup(c, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	return view(&rec.Task, p.HistoryLength, true), nil
+}
+
+// listTasks answers ListTasks: the caller's tasks of this agent, newest
+// first, a page at a time.
+func (s *Server) listTasks(c *call) (any, error) {
+	var p spec.ListTasksRequest
+	if len(c.req.Params) > 0 && string(c.req.Params) != "null" {
+		if err := decodeParams(c.req.Params, &p); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case p.PageSize == 0:
+		p.PageSize = 50
+	case p.PageSize < 1 || p.PageSize > 100:
+		return nil, errorf(CodeInvalidParams, "params.pageSize %d: want 1 to 100", p.PageSize)
+	}
+	if p.HistoryLength != nil && *p.HistoryLength < 0 {
+		return nil, errorf(CodeInvalidParams, "params.historyLength %d is negative", *p.HistoryLength)
+	}
+	var before spec.TaskID
+	if p.PageToken != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(p.PageToken)
+		if err != nil || len(raw) == 0 {
+			return nil, errorf(CodeInvalidParams, "params.pageToken %q is not a token this server gave", p.PageToken)
+		}
+		before = spec.TaskID(raw)
+	}
+	page, total, err := s.store.list(c.agent.Name, before, p.PageSize+1, func(rec *taskRecord) bool {
+		t := &rec.Task
+		return rec.Owner == c.caller &&
+			(p.ContextID == "" || t.ContextID == p.ContextID) &&
+			(p.Status == spec.TaskStateUnspecified || t.Status.State == p.Status) &&
+			(p.StatusTimestampAfter == nil || t.Status.Timestamp != nil && t.Status.Timestamp.After(*p.StatusTimestampAfter))
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &spec.ListTasksResponse{Tasks: []*spec.Task{}, TotalSize: total, PageSize: p.PageSize}
+	if len(page) > p.PageSize {
+		page = page[:p.PageSize]
+		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(page[len(page)-1].Task.ID))
+	}
+	for _, rec := range page {
+		resp.Tasks = append(resp.Tasks, view(&rec.Task, p.HistoryLength, p.IncludeArtifacts))
+	}
+	return resp, nil
+}
+
+// cancelTask answers CancelTask: a task not finished is canceled, and
+// the agent is told with an a2a_cancel message on its topic.
+func (s *Server) cancelTask(c *call) (any, error) {
+	var p spec.CancelTaskRequest
+	if err := decodeParams(c.req.Params, &p); err != nil {
+		return nil, err
+	}
+	rec, err := s.lookup(c, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	var finished spec.TaskState
+	changed, err := s.setStatus(p.ID, func(cur spec.TaskState) bool {
+		finished = cur
+		return !cur.Terminal()
+	}, spec.TaskStateCanceled, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !changed {
+		return nil, errorf(CodeTaskNotCancelable, "task %s is %s already and cannot be canceled", p.ID, finished)
+	}
+	s.tellCanceled(c.agent, rec)
+	rec, err = s.store.get(p.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &rec.Task, nil
+}
