@@ -160,6 +160,24 @@ func submit(t *testing.T, url, id, text string, headers ...string) *spec.Task {
 	return task
 }
 
+// awaitState polls GetTask until task id is in state, and fails with
+// the last state seen after bustest.Timeout.
+func awaitState(t *testing.T, url string, id spec.TaskID, state spec.TaskState) *spec.Task {
+	t.Helper()
+	deadline := time.Now().Add(bustest.Timeout)
+	for {
+		var got spec.Task
+		post(t, url, "GetTask", map[string]any{"id": id}).result(t, &got)
+		if got.Status.State == state {
+			return &got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s is %s after %v, want %s", id, got.Status.State, bustest.Timeout, state)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll's interval, as checkFor
+	}
+}
+
 // event is one SSE event of a stream.
 type event struct {
 	ID  uint64

@@ -206,7 +206,11 @@ func validName(s string) bool {
 
 // dial connects as a's identity and subscribes the answers' prefix,
 // which every connection of the server may receive: the task store, not
-// the connection, knows whose task an answer belongs to.
+// the connection, knows whose task an answer belongs to. The
+// subscription is durable, so that an answer published while the server
+// is down (restarting, or killed with the bus) is held for it and
+// reaches the task once it is back; the identity needs a grant with
+// durable: true.
 func (s *Server) dial(ctx context.Context, a *Agent) (*peer.Conn, error) {
 	conn, err := peer.Dial(ctx, s.opts.BusURL, &peer.Options{
 		ClientID:   a.ClientID,
@@ -217,7 +221,7 @@ func (s *Server) dial(ctx context.Context, a *Agent) (*peer.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("a2a: agent %q: connect to the bus as %q: %w", a.Name, a.ClientID, err)
 	}
-	if err := conn.Subscribe(ctx, replyPrefix, s.handleAnswer, nil); err != nil {
+	if err := conn.Subscribe(ctx, replyPrefix, s.handleAnswer, &peer.SubscribeOptions{Durable: true}); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("a2a: agent %q: subscribe %s as %q: %w", a.Name, replyPrefix, a.ClientID, err)
 	}

@@ -138,26 +138,36 @@ func TestStreamResumeAndRetry(t *testing.T) {
 }
 
 // A task, its events and its idempotency record survive the A2A
-// server's restart: the store is on disk.
+// server's restart: the store is on disk. An answer the agent gives
+// while the server is down is held by the bus for the server's durable
+// subscription and reaches the task once it is back.
 func TestTaskSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	f, agent := startW(t)
-	p := agent.taskOf(t, submit(t, f.url("w"), "m-1", "hi"))
+	task := submit(t, f.url("w"), "m-1", "hi")
+	p := agent.taskOf(t, task)
 	agent.say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which one?"})
 
 	f.close()
-	f.open(t)
-	var got spec.Task
-	post(t, f.url("w"), "GetTask", map[string]any{"id": p.CorrelationID}).result(t, &got)
-	if got.Status.State != spec.TaskStateInputRequired || got.Status.Message.Parts[0].Text() != "which one?" {
-		t.Fatalf("after restart: %+v", got.Status)
+	res, err := agent.conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "plaintext_message", "text": "this one"}, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	evs := openStream(t, f.url("w"), "SubscribeToTask", map[string]any{"id": got.ID}, "Last-Event-ID", "0").all(t)
-	if len(evs) < 2 || evs[0].ID != 1 {
+	if len(res.Acks) != 1 || !res.Acks[0].Held {
+		t.Fatalf("the answer to a server that is down was not held: %+v", res)
+	}
+	f.open(t)
+	// The held answer comes with the server's durable subscription, a
+	// moment after it is back.
+	got := awaitState(t, f.url("w"), task.ID, spec.TaskStateCompleted)
+	if got.Status.Message.Parts[0].Text() != "this one" || len(got.History) != 3 {
+		t.Fatalf("after restart: %+v, %d messages", got.Status, len(got.History))
+	}
+	evs := openStream(t, f.url("w"), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", "0").all(t)
+	if len(evs) < 3 || evs[0].ID != 1 {
 		t.Fatalf("the log after restart: %d events", len(evs))
 	}
-	again := submit(t, f.url("w"), "m-1", "hi")
-	if again.ID != got.ID {
+	if submit(t, f.url("w"), "m-1", "hi").ID != task.ID {
 		t.Fatal("the idempotency record did not survive the restart")
 	}
 }
