@@ -3,6 +3,7 @@ package a2a_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 
 	"github.com/bub-bus/bub/a2a"
+	"github.com/bub-bus/bub/a2a/a2atest"
 )
 
 // An A2A client that knows nothing of the bus discovers the echo agent,
@@ -68,71 +70,64 @@ func TestEchoAgentCompletesTask(t *testing.T) {
 func TestStreamResumeAndRetry(t *testing.T) {
 	t.Parallel()
 	f := start(t, a2a.Agent{Name: "writer", Topic: "agent:writer", ClientID: "a2a-gw"})
-	agent := startScripted(t, f.bus.URL, "writer", "agent:writer")
+	agent := a2atest.StartAgent(t, f.bus.URL, "writer", "", "agent:writer")
 	url := f.url("writer")
 
-	s := openStream(t, url, "SendStreamingMessage", userMessage("m-1", "write"))
-	first, ok := s.next(t)
+	s := a2atest.OpenStream(t, url, "SendStreamingMessage", a2atest.UserMessage("m-1", "write"))
+	first, ok := s.Next(t)
 	if !ok || first.ID != 1 {
 		t.Fatalf("first event: %+v, ok %v", first, ok)
 	}
-	task, isTask := decodeEvent(t, first).(*spec.Task)
+	task, isTask := first.Decode(t).(*spec.Task)
 	if !isTask || task.Status.State != spec.TaskStateSubmitted {
-		t.Fatalf("first event is %T %+v, want the submitted task", decodeEvent(t, first), task)
+		t.Fatalf("first event is %T %+v, want the submitted task", first.Decode(t), task)
 	}
-	p := agent.next(t)
+	p := agent.Next(t)
 	if p.CorrelationID != string(task.ID) || p.ConversationID != task.ContextID || p.Text != "write" || p.A2A.Message.ID != "m-1" {
 		t.Fatalf("payload on the bus: %+v", p)
 	}
-	agent.say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
+	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
 	// The bus's ack of the publish may add its own working event; read
 	// until the agent's.
 	var last uint64
 	for {
-		ev, ok := s.next(t)
+		ev, ok := s.Next(t)
 		if !ok {
 			t.Fatal("stream ended before the agent's status")
 		}
 		last = ev.ID
-		if su, ok := decodeEvent(t, ev).(*spec.TaskStatusUpdateEvent); ok && su.Status.Message != nil {
+		if su, ok := ev.Decode(t).(*spec.TaskStatusUpdateEvent); ok && su.Status.Message != nil {
 			break
 		}
 	}
-	s.close() // the client loses its stream
+	s.Close() // the client loses its stream
 
 	for i, text := range []string{"part one", "part two"} {
-		agent.say(t, p, map[string]any{"type": "a2a_artifact", "append": i > 0, "lastChunk": i == 1,
+		agent.Say(t, p, map[string]any{"type": "a2a_artifact", "append": i > 0, "lastChunk": i == 1,
 			"artifact": map[string]any{"artifactId": "draft", "parts": []any{map[string]any{"text": text}}}})
 	}
-	agent.say(t, p, map[string]any{"type": "a2a_status", "state": "completed", "text": "done"})
+	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "completed", "text": "done"})
 
-	resumed := openStream(t, url, "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", itoa(last)).all(t)
-	if len(resumed) != 3 {
-		t.Fatalf("resumed with %d events, want the 3 missed", len(resumed))
-	}
-	for i, ev := range resumed {
-		if ev.ID != last+1+uint64(i) {
-			t.Fatalf("event %d has id %d, want %d: a gap or a repeat", i, ev.ID, last+1+uint64(i))
-		}
-	}
-	if su, ok := decodeEvent(t, resumed[2]).(*spec.TaskStatusUpdateEvent); !ok || su.Status.State != spec.TaskStateCompleted {
-		t.Fatalf("last event: %+v", decodeEvent(t, resumed[2]))
+	resumed := a2atest.OpenStream(t, url, "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", strconv.FormatUint(last, 10)).All(t)
+	a2atest.CheckResumed(t, resumed, last, 3)
+	if su, ok := resumed[2].Decode(t).(*spec.TaskStatusUpdateEvent); !ok || su.Status.State != spec.TaskStateCompleted {
+		t.Fatalf("last event: %+v", resumed[2].Decode(t))
 	}
 
 	// The retry: same messageId, a blocking send.
 	var again spec.StreamResponse
-	post(t, url, "SendMessage", userMessage("m-1", "write")).result(t, &again)
+	a2atest.Post(t, url, "SendMessage", a2atest.UserMessage("m-1", "write")).Decode(t, &again)
 	if got := again.Event.(*spec.Task); got.ID != task.ID || got.Status.State != spec.TaskStateCompleted ||
 		len(got.Artifacts) != 1 || len(got.Artifacts[0].Parts) != 2 {
 		t.Fatalf("retry answered %+v", got)
 	}
 	// A new message is the agent's next, so the retry published nothing.
-	submit(t, url, "m-2", "other")
-	if next := agent.next(t); next.A2A.Message.ID != "m-2" {
+	a2atest.Submit(t, url, "m-2", "other")
+	if next := agent.Next(t); next.A2A.Message.ID != "m-2" {
 		t.Fatalf("the agent's next message is %q, want m-2: the retry was published", next.A2A.Message.ID)
 	}
 	// An Idempotency-Key stands for the message id.
-	if submit(t, url, "m-3", "keyed", "Idempotency-Key", "k").ID != submit(t, url, "m-4", "keyed", "Idempotency-Key", "k").ID {
+	if a2atest.Submit(t, url, "m-3", "keyed", "Idempotency-Key", "k").ID != a2atest.Submit(t, url, "m-4", "keyed", "Idempotency-Key", "k").ID {
 		t.Fatal("two sends with one Idempotency-Key made two tasks")
 	}
 }
@@ -144,12 +139,12 @@ func TestStreamResumeAndRetry(t *testing.T) {
 func TestTaskSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	f, agent := startW(t)
-	task := submit(t, f.url("w"), "m-1", "hi")
-	p := agent.taskOf(t, task)
-	agent.say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which one?"})
+	task := a2atest.Submit(t, f.url("w"), "m-1", "hi")
+	p := agent.TaskOf(t, task)
+	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which one?"})
 
 	f.close()
-	res, err := agent.conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "plaintext_message", "text": "this one"}, nil)
+	res, err := agent.Conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "plaintext_message", "text": "this one"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,15 +154,15 @@ func TestTaskSurvivesRestart(t *testing.T) {
 	f.open(t)
 	// The held answer comes with the server's durable subscription, a
 	// moment after it is back.
-	got := awaitState(t, f.url("w"), task.ID, spec.TaskStateCompleted)
+	got := a2atest.AwaitState(t, f.url("w"), task.ID, spec.TaskStateCompleted)
 	if got.Status.Message.Parts[0].Text() != "this one" || len(got.History) != 3 {
 		t.Fatalf("after restart: %+v, %d messages", got.Status, len(got.History))
 	}
-	evs := openStream(t, f.url("w"), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", "0").all(t)
+	evs := a2atest.OpenStream(t, f.url("w"), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", "0").All(t)
 	if len(evs) < 3 || evs[0].ID != 1 {
 		t.Fatalf("the log after restart: %d events", len(evs))
 	}
-	if submit(t, f.url("w"), "m-1", "hi").ID != task.ID {
+	if a2atest.Submit(t, f.url("w"), "m-1", "hi").ID != task.ID {
 		t.Fatal("the idempotency record did not survive the restart")
 	}
 }
@@ -179,33 +174,33 @@ func TestErrors(t *testing.T) {
 	f, agent := startW(t)
 	url := f.url("w")
 
-	post(t, url, "SendMessage", userMessage("m-1", "hi"), "A2A-Version", "99.0").wantCode(t, a2a.CodeVersionNotSupported)
-	post(t, url, "GetTask", map[string]any{"id": "nope"}).wantCode(t, a2a.CodeTaskNotFound)
-	post(t, url, "message/send", userMessage("m-1", "hi")).wantCode(t, a2a.CodeMethodNotFound)
-	post(t, url, "SendMessage", map[string]any{"message": map[string]any{"messageId": "x", "role": "ROLE_USER", "parts": []any{}}}).wantCode(t, a2a.CodeInvalidParams)
-	post(t, url, "CreateTaskPushNotificationConfig", map[string]any{}).wantCode(t, a2a.CodePushNotSupported)
-	post(t, url, "ListTasks", map[string]any{"pageSize": 1000}).wantCode(t, a2a.CodeInvalidParams)
-	post(t, url, "ListTasks", map[string]any{"pageToken": "!!"}).wantCode(t, a2a.CodeInvalidParams)
+	a2atest.Post(t, url, "SendMessage", a2atest.UserMessage("m-1", "hi"), "A2A-Version", "99.0").WantCode(t, a2a.CodeVersionNotSupported)
+	a2atest.Post(t, url, "GetTask", map[string]any{"id": "nope"}).WantCode(t, a2a.CodeTaskNotFound)
+	a2atest.Post(t, url, "message/send", a2atest.UserMessage("m-1", "hi")).WantCode(t, a2a.CodeMethodNotFound)
+	a2atest.Post(t, url, "SendMessage", map[string]any{"message": map[string]any{"messageId": "x", "role": "ROLE_USER", "parts": []any{}}}).WantCode(t, a2a.CodeInvalidParams)
+	a2atest.Post(t, url, "CreateTaskPushNotificationConfig", map[string]any{}).WantCode(t, a2a.CodePushNotSupported)
+	a2atest.Post(t, url, "ListTasks", map[string]any{"pageSize": 1000}).WantCode(t, a2a.CodeInvalidParams)
+	a2atest.Post(t, url, "ListTasks", map[string]any{"pageToken": "!!"}).WantCode(t, a2a.CodeInvalidParams)
 
-	sent := submit(t, url, "m-1", "hi")
+	sent := a2atest.Submit(t, url, "m-1", "hi")
 	id := sent.ID
-	agent.say(t, agent.next(t), map[string]any{"type": "plaintext_message", "text": "done"})
+	agent.Say(t, agent.Next(t), map[string]any{"type": "plaintext_message", "text": "done"})
 	var done spec.Task
-	post(t, url, "GetTask", map[string]any{"id": id}).result(t, &done)
+	a2atest.Post(t, url, "GetTask", map[string]any{"id": id}).Decode(t, &done)
 	if done.Status.State != spec.TaskStateCompleted {
 		// The answer is in before the agent's SendMessage returns.
 		t.Fatalf("after the answer: %s", done.Status.State)
 	}
-	post(t, url, "CancelTask", map[string]any{"id": id}).wantCode(t, a2a.CodeTaskNotCancelable)
-	cont := userMessage("m-2", "more")
+	a2atest.Post(t, url, "CancelTask", map[string]any{"id": id}).WantCode(t, a2a.CodeTaskNotCancelable)
+	cont := a2atest.UserMessage("m-2", "more")
 	cont["message"].(map[string]any)["taskId"] = id
-	post(t, url, "SendMessage", cont).wantCode(t, a2a.CodeUnsupportedOperation)
-	sub := openStream(t, url, "SubscribeToTask", map[string]any{"id": id}).all(t)
+	a2atest.Post(t, url, "SendMessage", cont).WantCode(t, a2a.CodeUnsupportedOperation)
+	sub := a2atest.OpenStream(t, url, "SubscribeToTask", map[string]any{"id": id}).All(t)
 	if len(sub) != 1 || sub[0].Res.Error == nil || sub[0].Res.Error.Code != a2a.CodeUnsupportedOperation {
 		t.Fatalf("SubscribeToTask on a finished task: %+v", sub)
 	}
 
-	resp := do(t, url, "GetTask", map[string]any{"id": id})
+	resp := a2atest.Do(t, url, "GetTask", map[string]any{"id": id})
 	resp.Body.Close()
 	for _, tc := range []struct{ body, want string }{
 		{`{`, "-32700"},
@@ -216,10 +211,10 @@ func TestErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got rpcResponse
+		var got a2atest.Response
 		json.NewDecoder(r.Body).Decode(&got)
 		r.Body.Close()
-		if got.Error == nil || itoa(uint64(-got.Error.Code)) != tc.want[1:] {
+		if got.Error == nil || strconv.Itoa(got.Error.Code) != tc.want {
 			t.Errorf("%s: got %+v, want %s", tc.body, got.Error, tc.want)
 		}
 	}
@@ -230,18 +225,18 @@ func TestErrors(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	f, agent := startW(t)
-	p := agent.taskOf(t, submit(t, f.url("w"), "m-1", "slow"))
+	p := agent.TaskOf(t, a2atest.Submit(t, f.url("w"), "m-1", "slow"))
 	var canceled spec.Task
-	post(t, f.url("w"), "CancelTask", map[string]any{"id": p.CorrelationID}).result(t, &canceled)
+	a2atest.Post(t, f.url("w"), "CancelTask", map[string]any{"id": p.CorrelationID}).Decode(t, &canceled)
 	if canceled.Status.State != spec.TaskStateCanceled {
 		t.Fatalf("CancelTask: %s", canceled.Status.State)
 	}
-	if notice := agent.next(t); notice.A2A.Message != nil {
+	if notice := agent.Next(t); notice.A2A.Message != nil {
 		t.Fatalf("the agent's next message is not the cancel notice: %+v", notice)
 	}
-	agent.say(t, p, map[string]any{"type": "plaintext_message", "text": "late"})
+	agent.Say(t, p, map[string]any{"type": "plaintext_message", "text": "late"})
 	var got spec.Task
-	post(t, f.url("w"), "GetTask", map[string]any{"id": p.CorrelationID}).result(t, &got)
+	a2atest.Post(t, f.url("w"), "GetTask", map[string]any{"id": p.CorrelationID}).Decode(t, &got)
 	if got.Status.State != spec.TaskStateCanceled {
 		t.Fatalf("a late answer changed a canceled task to %s", got.Status.State)
 	}
@@ -251,10 +246,10 @@ func TestCancel(t *testing.T) {
 func TestListTasksPages(t *testing.T) {
 	t.Parallel()
 	f := start(t, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
-	startScripted(t, f.bus.URL, "w", "agent:w")
+	a2atest.StartAgent(t, f.bus.URL, "w", "", "agent:w")
 	var ids []spec.TaskID
 	for i := range 5 {
-		sent := submit(t, f.url("w"), "m-"+itoa(uint64(i)), "x")
+		sent := a2atest.Submit(t, f.url("w"), "m-"+strconv.Itoa(i), "x")
 		ids = append(ids, sent.ID)
 	}
 	var seen []spec.TaskID
@@ -264,7 +259,7 @@ func TestListTasksPages(t *testing.T) {
 			t.Fatal("more than 3 pages of 2 for 5 tasks")
 		}
 		var page spec.ListTasksResponse
-		post(t, f.url("w"), "ListTasks", map[string]any{"pageSize": 2, "pageToken": token}).result(t, &page)
+		a2atest.Post(t, f.url("w"), "ListTasks", map[string]any{"pageSize": 2, "pageToken": token}).Decode(t, &page)
 		if page.TotalSize != 5 {
 			t.Fatalf("totalSize %d", page.TotalSize)
 		}
@@ -298,12 +293,12 @@ func TestBearerRequired(t *testing.T) {
 		return "alice", nil
 	}
 	f.open(t)
-	resp := do(t, f.url("w"), "GetTask", map[string]any{"id": "x"})
+	resp := a2atest.Do(t, f.url("w"), "GetTask", map[string]any{"id": "x"})
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
 		t.Fatalf("without a token: HTTP %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 	}
-	post(t, f.url("w"), "GetTask", map[string]any{"id": "x"}, "Authorization", "Bearer good").wantCode(t, a2a.CodeTaskNotFound)
+	a2atest.Post(t, f.url("w"), "GetTask", map[string]any{"id": "x"}, "Authorization", "Bearer good").WantCode(t, a2a.CodeTaskNotFound)
 	card, err := agentcard.NewResolver(http.DefaultClient).Resolve(t.Context(), f.url("w"))
 	if err != nil {
 		t.Fatal(err)
