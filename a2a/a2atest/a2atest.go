@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 
 	"github.com/bub-bus/bub/a2a"
 )
@@ -219,5 +221,26 @@ func CheckResumed(t testing.TB, evs []Event, lastEventID uint64, n int) {
 		if want := lastEventID + 1 + uint64(i); ev.ID != want {
 			t.Fatalf("event %d has id %d, want %d: a gap or a repeat", i, ev.ID, want)
 		}
+	}
+}
+
+// AwaitCard reads the card of the agent at url, polling while the server
+// answers 503 (an A2A door starting beside its bus), and fails with the
+// last error after Timeout.
+func AwaitCard(t testing.TB, url string) *spec.AgentCard {
+	t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for {
+		card, err := agentcard.NewResolver(http.DefaultClient).Resolve(t.Context(), url)
+		var status *agentcard.ErrStatusNotOK
+		switch {
+		case err == nil:
+			return card
+		case !errors.As(err, &status) || status.StatusCode != http.StatusServiceUnavailable:
+			t.Fatalf("discover %s: %v", url, err)
+		case time.Now().After(deadline):
+			t.Fatalf("discover %s: still %v after %v", url, err, Timeout)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll's interval
 	}
 }
