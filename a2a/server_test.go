@@ -87,19 +87,7 @@ func TestStreamResumeAndRetry(t *testing.T) {
 		t.Fatalf("payload on the bus: %+v", p)
 	}
 	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
-	// The bus's ack of the publish may add its own working event; read
-	// until the agent's.
-	var last uint64
-	for {
-		ev, ok := s.Next(t)
-		if !ok {
-			t.Fatal("stream ended before the agent's status")
-		}
-		last = ev.ID
-		if su, ok := ev.Decode(t).(*spec.TaskStatusUpdateEvent); ok && su.Status.Message != nil {
-			break
-		}
-	}
+	last := s.UntilStatusText(t, "drafting")
 	s.Close() // the client loses its stream
 
 	for i, text := range []string{"part one", "part two"} {

@@ -197,6 +197,24 @@ func (s *Stream) Next(t testing.TB) (ev Event, ok bool) {
 	return ev, false
 }
 
+// UntilStatusText reads events until a status update whose message is
+// text, and returns its id. Events before it are skipped: the bus's ack
+// of the publish adds a working event of its own, before or after the
+// agent's first answer.
+func (s *Stream) UntilStatusText(t testing.TB, text string) uint64 {
+	t.Helper()
+	for {
+		ev, ok := s.Next(t)
+		if !ok {
+			t.Fatalf("the stream ended before a status with message %q", text)
+		}
+		su, isStatus := ev.Decode(t).(*spec.TaskStatusUpdateEvent)
+		if isStatus && su.Status.Message != nil && su.Status.Message.Parts[0].Text() == text {
+			return ev.ID
+		}
+	}
+}
+
 // All reads events until the stream ends.
 func (s *Stream) All(t testing.TB) []Event {
 	t.Helper()

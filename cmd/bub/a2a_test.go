@@ -93,17 +93,7 @@ func TestA2AServe(t *testing.T) {
 		t.Fatalf("the bus message names caller %q", p.A2A.Caller)
 	}
 	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
-	var last uint64
-	for {
-		ev, ok := s.Next(t)
-		if !ok {
-			t.Fatal("stream ended before the agent's status")
-		}
-		last = ev.ID
-		if su, ok := ev.Decode(t).(*spec.TaskStatusUpdateEvent); ok && su.Status.Message != nil {
-			break
-		}
-	}
+	last := s.UntilStatusText(t, "drafting")
 	s.Close()
 	agent.Say(t, p, map[string]any{"type": "a2a_artifact", "artifact": map[string]any{"artifactId": "d", "parts": []any{map[string]any{"text": "draft"}}}})
 	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which tone?"})
