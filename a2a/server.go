@@ -133,8 +133,11 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if err := o.check(); err != nil {
+	if err := o.Validate(); err != nil {
 		return nil, err
+	}
+	if o.BusURL == "" {
+		return nil, errors.New("a2a: no bus URL")
 	}
 	st, err := openStore(o.Path)
 	if err != nil {
@@ -158,11 +161,11 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	return s, nil
 }
 
-// check validates the options, naming the agent and field at fault.
-func (o *Options) check() error {
-	if o.BusURL == "" {
-		return errors.New("a2a: no bus URL")
-	}
+// Validate checks the options but BusURL, as New does, naming the agent
+// and field at fault, so that a program can refuse a bad configuration
+// before it starts anything (bub serve does so before it knows the
+// address it listens on).
+func (o *Options) Validate() error {
 	if o.Path == "" {
 		return errors.New("a2a: no task store path")
 	}

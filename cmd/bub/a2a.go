@@ -80,6 +80,9 @@ func parseA2AConfig(path string, data []byte, dataDir string) (*a2a.Options, err
 	if o.Path == "" {
 		o.Path = filepath.Join(dataDir, "a2a.db")
 	}
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	for i := range o.Agents {
 		a := &o.Agents[i]
 		if a.TokenFile == "" {
