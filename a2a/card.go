@@ -63,7 +63,7 @@ func (s *Server) card(a *agent, base string) *spec.AgentCard {
 			},
 		},
 	}
-	if s.opts.Caller != nil {
+	if s.opts.Secured() {
 		c.SecuritySchemes = spec.NamedSecuritySchemes{bearerScheme: spec.HTTPAuthSecurityScheme{
 			Scheme:      "Bearer",
 			Description: "a credential of the bus: an identity's token or a JWT of a configured issuer (docs/SECURITY.md); its grants must allow publishing on the agent's topic",

@@ -80,6 +80,11 @@ type Options struct {
 	// served as the anonymous caller "", which suits a bus without auth
 	// only; bub serve sets it whenever the bus has an auth: section.
 	Caller Caller
+	// Secured reports whether Caller wants a credential now, for the
+	// cards, which declare bearer auth when it does. Default: whether
+	// Caller is set; bub serve says whether the bus has auth in force,
+	// which a SIGHUP may change.
+	Secured func() bool
 	// MaxRequestBytes bounds a JSON-RPC request body. Default: 1 MiB.
 	MaxRequestBytes int64
 	// Logger receives the server's log. Default: slog.Default().
@@ -132,6 +137,10 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Secured == nil {
+		secured := o.Caller != nil
+		o.Secured = func() bool { return secured }
 	}
 	if err := o.Validate(); err != nil {
 		return nil, err

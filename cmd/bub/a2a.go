@@ -130,6 +130,7 @@ func newA2ADoor(cfg *serveConfig, clustered bool, authn *auth.Authenticator, log
 	// Always set, even on an open bus: a SIGHUP may add an auth:
 	// section, and the A2A door must then want credentials at once.
 	opts.Caller = d.caller
+	opts.Secured = func() bool { return d.authn.Load() != nil }
 	return d, nil
 }
 
