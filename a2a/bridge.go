@@ -128,6 +128,8 @@ func (s *Server) publish(a *agent, rec *taskRecord, msg *spec.Message) {
 			why, next = fmt.Sprintf("no agent subscribes %s", a.Topic), spec.TaskStateFailed
 		case res.Held:
 			return // submitted until the agent subscribes
+		case rejected(res):
+			why, next = "the agent rejected the message: "+res.Acks[0].Message, spec.TaskStateRejected
 		}
 		// Only a task nobody has moved on yet: the agent's answer
 		// usually arrives before the bus's ack does.
@@ -138,6 +140,18 @@ func (s *Server) publish(a *agent, rec *taskRecord, msg *spec.Message) {
 			s.log.Error("a2a: record publish outcome", "task", rec.Task.ID, "err", err)
 		}
 	}()
+}
+
+// rejected reports whether every subscriber rejected the message, so
+// that the bus dead-lettered it: the A2A state for an agent that
+// refuses a task.
+func rejected(res *protocol.SendMessageResult) bool {
+	for _, ack := range res.Acks {
+		if ack.DeadLetter == "" {
+			return false
+		}
+	}
+	return len(res.Acks) > 0
 }
 
 // agentMessage returns an agent message of text for the task, nil for

@@ -1,7 +1,9 @@
 package a2a_test
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/bub-bus/bub/a2a"
 	"github.com/bub-bus/bub/a2a/a2atest"
+	"github.com/bub-bus/bub/peer"
 )
 
 // An A2A client that knows nothing of the bus discovers the echo agent,
@@ -303,5 +306,33 @@ func TestBearerRequired(t *testing.T) {
 	r.Body.Close()
 	if len(catalog.Agents) != 1 {
 		t.Fatalf("catalog: %d cards", len(catalog.Agents))
+	}
+}
+
+// What the bus answers the publish settles a task nobody answers: no
+// subscriber fails it, an agent's reject rejects it.
+func TestBusOutcomes(t *testing.T) {
+	t.Parallel()
+	f := start(t,
+		a2a.Agent{Name: "nobody", Topic: "tg:nobody", ClientID: "a2a-gw"},
+		a2a.Agent{Name: "picky", Topic: "agent:picky", ClientID: "a2a-gw"})
+	conn, err := peer.Dial(t.Context(), f.bus.URL, &peer.Options{ClientID: "picky", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Subscribe(t.Context(), "agent:picky", func(context.Context, *peer.Delivery) (peer.Result, error) {
+		return peer.Result{Reject: true, Message: "not my kind of task"}, nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := a2atest.AwaitState(t, f.url("nobody"), a2atest.Submit(t, f.url("nobody"), "m-1", "anyone?").ID, spec.TaskStateFailed)
+	if text := failed.Status.Message.Parts[0].Text(); text != "no agent subscribes tg:nobody" {
+		t.Errorf("failed with %q", text)
+	}
+	rejected := a2atest.AwaitState(t, f.url("picky"), a2atest.Submit(t, f.url("picky"), "m-1", "do it").ID, spec.TaskStateRejected)
+	if text := rejected.Status.Message.Parts[0].Text(); !strings.Contains(text, "not my kind of task") {
+		t.Errorf("rejected with %q", text)
 	}
 }
