@@ -197,14 +197,26 @@ func statusTo(rec *taskRecord, state spec.TaskState, msg *spec.Message) *spec.Ta
 // task. An answer to a task the store does not hold is rejected, so an
 // operator finds it in the dead-letter queue.
 func (s *Server) handleAnswer(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+	res, outcome, err := s.takeAnswer(d)
+	if err == nil {
+		s.m.answers.WithLabelValues(outcome).Inc()
+	}
+	return res, err
+}
+
+// takeAnswer is handleAnswer but for the counting: it also returns the
+// outcome the metric counts.
+func (s *Server) takeAnswer(d *peer.Delivery) (peer.Result, string, error) {
 	id := spec.TaskID(strings.TrimPrefix(d.Topic, replyPrefix))
 	var ans answer
 	if err := json.Unmarshal(d.Payload, &ans); err != nil {
-		return peer.Result{Reject: true, Message: fmt.Sprintf("answer to task %s is not a JSON object: %v", id, err)}, nil
+		return peer.Result{Reject: true, Message: fmt.Sprintf("answer to task %s is not a JSON object: %v", id, err)}, "rejected", nil
 	}
 	var refused error
+	finished := false
 	rec, err := s.store.update(id, time.Now(), func(rec *taskRecord) ([]spec.Event, error) {
 		if rec.Task.Status.State.Terminal() {
+			finished = true
 			return nil, nil // finished tasks do not change
 		}
 		evs, err := answerEvents(rec, &ans, d.Payload)
@@ -213,14 +225,18 @@ func (s *Server) handleAnswer(_ context.Context, d *peer.Delivery) (peer.Result,
 	})
 	switch {
 	case errors.Is(err, errNoTask):
-		return peer.Result{Reject: true, Message: fmt.Sprintf("no A2A task %s (expired, or never created)", id)}, nil
+		return peer.Result{Reject: true, Message: fmt.Sprintf("no A2A task %s (expired, or never created)", id)}, "rejected", nil
 	case err != nil:
-		return peer.Result{}, err
+		return peer.Result{}, "", err
 	case refused != nil:
-		return peer.Result{Reject: true, Message: fmt.Sprintf("answer to task %s: %v", id, refused)}, nil
+		return peer.Result{Reject: true, Message: fmt.Sprintf("answer to task %s: %v", id, refused)}, "rejected", nil
+	case finished:
+		// Taken, so the bus neither retries nor dead-letters it; the
+		// task it would change is finished.
+		return peer.Result{Processed: true, Message: "task " + string(id) + " is finished already; the answer changes nothing"}, "ignored", nil
 	}
 	s.notify(id)
-	return peer.Result{Processed: true, Message: "task " + string(id) + " " + rec.Task.Status.State.String()}, nil
+	return peer.Result{Processed: true, Message: "task " + string(id) + " " + rec.Task.Status.State.String()}, "applied", nil
 }
 
 // answerEvents applies one answer to rec and returns the events it

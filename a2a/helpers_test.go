@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bub-bus/bub/a2a"
 	"github.com/bub-bus/bub/a2a/a2atest"
 	"github.com/bub-bus/bub/bus/bustest"
@@ -22,6 +24,8 @@ type fixture struct {
 	srv  *a2a.Server
 	http *httptest.Server
 	opts a2a.Options
+	// reg holds the server's metrics.
+	reg *prometheus.Registry
 }
 
 // start starts a bus and an A2A server serving agents, with its task
@@ -42,6 +46,9 @@ func start(t *testing.T, agents ...a2a.Agent) *fixture {
 // open (re)starts the A2A server on the fixture's options.
 func (f *fixture) open(t *testing.T) {
 	t.Helper()
+	// A fresh registry per server: a restarted one registers again.
+	f.reg = prometheus.NewRegistry()
+	f.opts.Registerer = f.reg
 	srv, err := a2a.New(t.Context(), &f.opts)
 	if err != nil {
 		t.Fatal(err)

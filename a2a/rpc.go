@@ -164,10 +164,12 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, a *agent) {
 		id = req.ID
 	}
 	if perr != nil {
+		s.m.request(a.Name, "", perr)
 		writeJSON(w, &response{JSONRPC: "2.0", ID: id, Error: perr})
 		return
 	}
 	if verr := checkVersion(r); verr != nil {
+		s.m.request(a.Name, req.Method, verr)
 		writeJSON(w, &response{JSONRPC: "2.0", ID: id, Error: verr})
 		return
 	}
@@ -200,9 +202,11 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, a *agent) {
 		if e.Code == CodeInternalError {
 			s.log.Error("a2a: request failed", "agent", a.Name, "method", req.Method, "err", err)
 		}
+		s.m.request(a.Name, req.Method, e)
 		writeJSON(w, &response{JSONRPC: "2.0", ID: id, Error: e})
 		return
 	}
+	s.m.request(a.Name, req.Method, nil)
 	writeJSON(w, &response{JSONRPC: "2.0", ID: id, Result: result})
 }
 

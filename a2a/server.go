@@ -12,6 +12,8 @@ import (
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -85,6 +87,10 @@ type Options struct {
 	// Caller is set; bub serve says whether the bus has auth in force,
 	// which a SIGHUP may change.
 	Secured func() bool
+	// Registerer takes the door's Prometheus metrics (bub_a2a_*).
+	// Default: nil, none registered; bub serve gives the bus's registry,
+	// so they are on its /metrics.
+	Registerer prometheus.Registerer
 	// MaxRequestBytes bounds a JSON-RPC request body. Default: 1 MiB.
 	MaxRequestBytes int64
 	// Logger receives the server's log. Default: slog.Default().
@@ -98,6 +104,7 @@ type Server struct {
 	store  *store
 	agents map[string]*agent
 	log    *slog.Logger
+	m      *metrics
 	// conns are the bus connections, one per ClientID.
 	conns map[string]*peer.Conn
 
@@ -148,11 +155,15 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	if o.BusURL == "" {
 		return nil, errors.New("a2a: no bus URL")
 	}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("a2a: register metrics: %w", err)
+	}
 	st, err := openStore(o.Path)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, store: st, agents: map[string]*agent{}, conns: map[string]*peer.Conn{}, log: o.Logger, watchers: map[spec.TaskID][]chan struct{}{}}
+	s := &Server{opts: o, store: st, m: m, agents: map[string]*agent{}, conns: map[string]*peer.Conn{}, log: o.Logger, watchers: map[spec.TaskID][]chan struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for i := range o.Agents {
 		a := &agent{Agent: o.Agents[i]}

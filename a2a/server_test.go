@@ -12,6 +12,7 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bub-bus/bub/a2a"
 	"github.com/bub-bus/bub/a2a/a2atest"
@@ -120,6 +121,19 @@ func TestStreamResumeAndRetry(t *testing.T) {
 	// An Idempotency-Key stands for the message id.
 	if a2atest.Submit(t, url, "m-3", "keyed", "Idempotency-Key", "k").ID != a2atest.Submit(t, url, "m-4", "keyed", "Idempotency-Key", "k").ID {
 		t.Fatal("two sends with one Idempotency-Key made two tasks")
+	}
+	// Three tasks (m-1, m-2, m-3) and two retries (m-1 again, m-4 under
+	// m-3's key).
+	err := testutil.GatherAndCompare(f.reg, strings.NewReader(`
+# HELP bub_a2a_idempotent_replays_total A2A sends that an idempotency key or messageId recognised as a retry, which published nothing, by agent.
+# TYPE bub_a2a_idempotent_replays_total counter
+bub_a2a_idempotent_replays_total{agent="writer"} 2
+# HELP bub_a2a_tasks_created_total A2A tasks created, each one message published on the agent's topic, by agent.
+# TYPE bub_a2a_tasks_created_total counter
+bub_a2a_tasks_created_total{agent="writer"} 3
+`), "bub_a2a_tasks_created_total", "bub_a2a_idempotent_replays_total")
+	if err != nil {
+		t.Error(err)
 	}
 }
 

@@ -50,16 +50,22 @@ type sse struct {
 	id json.RawMessage
 	// started is true once the headers are out.
 	started bool
+	// count counts the request, once: with its error, or as a success
+	// at its first event.
+	count func(*Error)
 }
 
-func newSSE(w http.ResponseWriter, id json.RawMessage) *sse {
-	return &sse{w: w, rc: http.NewResponseController(w), id: id}
+func (s *Server) newSSE(w http.ResponseWriter, c *call) *sse {
+	return &sse{w: w, rc: http.NewResponseController(w), id: c.req.ID, count: func(err *Error) {
+		s.m.request(c.agent.Name, c.req.Method, err)
+	}}
 }
 
-func (e *sse) start() {
+func (e *sse) start(err *Error) {
 	if e.started {
 		return
 	}
+	e.count(err)
 	e.started = true
 	h := e.w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -70,7 +76,7 @@ func (e *sse) start() {
 
 // event writes one event; result is a StreamResponse's JSON.
 func (e *sse) event(seq uint64, result json.RawMessage) error {
-	e.start()
+	e.start(nil)
 	data, err := json.Marshal(&response{JSONRPC: "2.0", ID: e.id, Result: result})
 	if err != nil {
 		return err
@@ -84,7 +90,7 @@ func (e *sse) event(seq uint64, result json.RawMessage) error {
 // fail writes err as the stream's last event, without an id: it is no
 // event of the task.
 func (e *sse) fail(err *Error) {
-	e.start()
+	e.start(err)
 	data, _ := json.Marshal(&response{JSONRPC: "2.0", ID: e.id, Error: err})
 	fmt.Fprintf(e.w, "data: %s\n\n", data)
 	e.rc.Flush()
@@ -104,7 +110,7 @@ func (e *sse) comment() error {
 // its stream resumes it by sending the same request again. A message to
 // an existing task starts with the Task as it is.
 func (s *Server) sendStreaming(w http.ResponseWriter, c *call) {
-	e := newSSE(w, c.req.ID)
+	e := s.newSSE(w, c)
 	after, resume, ok := e.lastEventID(c)
 	if !ok {
 		return
@@ -129,7 +135,7 @@ func (s *Server) sendStreaming(w http.ResponseWriter, c *call) {
 // with -32004; with it, the stream carries exactly the events after that
 // one, a finished task's included, then ends if the task is finished.
 func (s *Server) subscribe(w http.ResponseWriter, c *call) {
-	e := newSSE(w, c.req.ID)
+	e := s.newSSE(w, c)
 	after, resume, ok := e.lastEventID(c)
 	if !ok {
 		return
@@ -161,6 +167,9 @@ func (s *Server) subscribe(w http.ResponseWriter, c *call) {
 // of the task's newest event, and follows from there.
 func (s *Server) follow(e *sse, c *call, id spec.TaskID, after uint64, snapshot bool) {
 	ctx := c.r.Context()
+	streams := s.m.streams.WithLabelValues(c.agent.Name)
+	streams.Inc()
+	defer streams.Dec()
 	if snapshot {
 		rec, err := s.store.get(id)
 		if err != nil {

@@ -58,7 +58,10 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *accepted, error) {
 		return nil, nil, errors.New("idempotency record names another caller's task")
 	}
 	if created {
+		s.m.tasks.WithLabelValues(c.agent.Name).Inc()
 		s.publish(c.agent, got, m)
+	} else {
+		s.m.replays.WithLabelValues(c.agent.Name).Inc()
 	}
 	return &p, &accepted{rec: got, fresh: created, created: created}, nil
 }
@@ -107,6 +110,8 @@ func (s *Server) continueTask(c *call, m *spec.Message) (*accepted, error) {
 	if fresh {
 		s.notify(rec.Task.ID)
 		s.publish(c.agent, rec, m)
+	} else {
+		s.m.replays.WithLabelValues(c.agent.Name).Inc()
 	}
 	return &accepted{rec: rec, fresh: fresh}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/bub-bus/bub/a2a"
@@ -170,11 +171,13 @@ func (d *a2aDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	srv.ServeHTTP(w, r)
 }
 
-// start connects the A2A server to the bus listening on addr.
-func (d *a2aDoor) start(ctx context.Context, addr net.Addr, log *slog.Logger) error {
+// start connects the A2A server to the bus listening on addr; its
+// metrics join the bus's in reg.
+func (d *a2aDoor) start(ctx context.Context, addr net.Addr, reg prometheus.Registerer, log *slog.Logger) error {
 	if d == nil {
 		return nil
 	}
+	d.opts.Registerer = reg
 	if d.opts.BusURL == "" {
 		d.opts.BusURL = "ws://" + dialable(addr) + "/"
 	}

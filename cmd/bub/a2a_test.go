@@ -3,10 +3,12 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
@@ -102,6 +104,16 @@ func TestA2AServe(t *testing.T) {
 
 	if again := a2atest.Submit(t, url, "m-1", "draft it", alice...); again.ID != task.ID {
 		t.Fatalf("the retry made task %s beside %s", again.ID, task.ID)
+	}
+
+	resp, err := http.Get(d.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `bub_a2a_tasks_created_total{agent="writer"} 1`) {
+		t.Errorf("/metrics has no A2A task counted:\n%s", metrics)
 	}
 
 	d.kill() // SIGKILL: no drain, no clean close of the store

@@ -366,7 +366,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	defer a2aDoor.close()
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(serveLn) }()
-	if err := a2aDoor.start(ctx, ln.Addr(), logger); err != nil {
+	if err := a2aDoor.start(ctx, ln.Addr(), srv.Registry(), logger); err != nil {
 		return errorf(io, "serve: %v", err)
 	}
 	attrs := []any{"url", scheme + ln.Addr().String() + "/", "data_dir", cfg.dataDir, "default_policy", cfg.defaultPolicy}
