@@ -117,13 +117,20 @@ func decodeParams(params json.RawMessage, v any) *Error {
 	return nil
 }
 
-// checkVersion answers the A2A-Version header (§3.6): 1.0 and its
-// patch versions are served; a request without the header is served as
-// 1.0, which is the only version this server speaks.
+// checkVersion answers the A2A-Version header, or the A2A-Version
+// query parameter a client may send instead (§3.6): 1.0 and its patch
+// versions are served. A request without either is a 0.3 client's, as
+// §3.6 says an empty header means, and 0.3 is not served.
 func checkVersion(r *http.Request) *Error {
 	v := strings.TrimSpace(r.Header.Get("A2A-Version"))
-	if v == "" || v == "1" || v == "1.0" || strings.HasPrefix(v, "1.0.") {
+	if v == "" {
+		v = strings.TrimSpace(r.URL.Query().Get("A2A-Version"))
+	}
+	switch {
+	case v == "1" || v == "1.0" || strings.HasPrefix(v, "1.0."):
 		return nil
+	case v == "":
+		return errorf(CodeVersionNotSupported, "no A2A-Version header, which means 0.3 (§3.6), and this server speaks 1.0 only: send A2A-Version: 1.0")
 	}
 	return errorf(CodeVersionNotSupported, "A2A-Version %q is not supported: this server speaks 1.0", v)
 }

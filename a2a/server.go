@@ -74,9 +74,11 @@ type Options struct {
 	// Retention is how long a task is kept after its last change, and
 	// an idempotency key with it. Default: 24h.
 	Retention time.Duration
-	// BlockTimeout bounds how long a blocking SendMessage waits for the
-	// task to finish before it answers with the task as it is.
-	// Default: 60s.
+	// BlockTimeout, when positive, bounds how long a blocking
+	// SendMessage waits for the task to finish or to wait for its
+	// caller; then it answers with the task as it is. The specification
+	// says a blocking send MUST wait, so a bound departs from it.
+	// Default: 0, it waits until the task does, or the client goes.
 	BlockTimeout time.Duration
 	// Caller authenticates requests. Default: nil, every request is
 	// served as the anonymous caller "", which suits a bus without auth
@@ -135,9 +137,6 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	o := *opts
 	if o.Retention <= 0 {
 		o.Retention = 24 * time.Hour
-	}
-	if o.BlockTimeout <= 0 {
-		o.BlockTimeout = time.Minute
 	}
 	if o.MaxRequestBytes <= 0 {
 		o.MaxRequestBytes = 1 << 20

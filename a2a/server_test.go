@@ -207,12 +207,16 @@ func TestErrors(t *testing.T) {
 
 	resp := a2atest.Do(t, url, "GetTask", map[string]any{"id": id})
 	resp.Body.Close()
-	for _, tc := range []struct{ body, want string }{
-		{`{`, "-32700"},
-		{`[]`, "-32600"},
-		{`{"jsonrpc":"1.0","id":1,"method":"GetTask"}`, "-32600"},
+	// Without A2A-Version: parse errors first, then the version, which
+	// a query parameter may give instead of the header.
+	for _, tc := range []struct{ query, body, want string }{
+		{"", `{`, "-32700"},
+		{"", `[]`, "-32600"},
+		{"", `{"jsonrpc":"1.0","id":1,"method":"GetTask"}`, "-32600"},
+		{"", `{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}`, "-32009"},
+		{"?A2A-Version=1.0", `{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}`, "-32001"},
 	} {
-		r, err := http.Post(url, "application/json", strings.NewReader(tc.body))
+		r, err := http.Post(url+tc.query, "application/json", strings.NewReader(tc.body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,20 +251,30 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-// ListTasks pages through the caller's tasks, newest first, each once.
+// ListTasks pages through the caller's tasks, each once, most recently
+// updated first (§3.1.4): an answer moves the oldest task to the front.
 func TestListTasksPages(t *testing.T) {
 	t.Parallel()
-	f := start(t, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
-	a2atest.StartAgent(t, f.bus.URL, "w", "", "agent:w")
+	f, agent := startW(t)
 	var ids []spec.TaskID
 	for i := range 5 {
-		sent := a2atest.Submit(t, f.url("w"), "m-"+strconv.Itoa(i), "x")
-		ids = append(ids, sent.ID)
+		ids = append(ids, a2atest.Submit(t, f.url("w"), "m-"+strconv.Itoa(i), "x").ID)
 	}
-	var seen []spec.TaskID
+	var oldest a2a.Payload
+	for range ids {
+		if p := agent.Next(t); p.A2A.TaskID == ids[0] {
+			oldest = p
+		}
+	}
+	for _, id := range ids {
+		a2atest.AwaitState(t, f.url("w"), id, spec.TaskStateWorking)
+	}
+	agent.Say(t, oldest, map[string]any{"type": "plaintext_message", "text": "first done"})
+
+	var seen []*spec.Task
 	token := ""
 	for pages := 0; ; pages++ {
-		if pages > 3 {
+		if pages == 3 {
 			t.Fatal("more than 3 pages of 2 for 5 tasks")
 		}
 		var page spec.ListTasksResponse
@@ -268,19 +282,22 @@ func TestListTasksPages(t *testing.T) {
 		if page.TotalSize != 5 {
 			t.Fatalf("totalSize %d", page.TotalSize)
 		}
-		for _, task := range page.Tasks {
-			seen = append(seen, task.ID)
-		}
+		seen = append(seen, page.Tasks...)
 		if token = page.NextPageToken; token == "" {
 			break
 		}
 	}
-	if len(seen) != 5 {
-		t.Fatalf("listed %v", seen)
+	if len(seen) != 5 || seen[0].ID != ids[0] {
+		t.Fatalf("listed %d tasks, first %s; want 5, the answered %s first", len(seen), seen[0].ID, ids[0])
 	}
-	for i := range seen {
-		if seen[i] != ids[4-i] {
-			t.Fatalf("listed %v, want newest first %v", seen, ids)
+	once := map[spec.TaskID]bool{}
+	for i, task := range seen {
+		if once[task.ID] {
+			t.Fatalf("task %s listed twice", task.ID)
+		}
+		once[task.ID] = true
+		if i > 0 && task.Status.Timestamp.After(*seen[i-1].Status.Timestamp) {
+			t.Fatalf("task %d updated at %v, after the one before it (%v)", i, task.Status.Timestamp, seen[i-1].Status.Timestamp)
 		}
 	}
 }

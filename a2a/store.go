@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
@@ -223,40 +224,61 @@ func (s *store) events(id spec.TaskID, after uint64) ([]storedEvent, error) {
 	return out, err
 }
 
+// listKey is where a task stands in ListTasks' order (§3.1.4): newest
+// status timestamp first, ties broken by the greater id.
+type listKey struct {
+	at int64 // the status timestamp, in Unix nanoseconds
+	id spec.TaskID
+}
+
+func keyOf(rec *taskRecord) listKey {
+	at := rec.Updated
+	if ts := rec.Task.Status.Timestamp; ts != nil {
+		at = *ts
+	}
+	return listKey{at: at.UnixNano(), id: rec.Task.ID}
+}
+
+// precedes reports whether k comes before o in the order.
+func (k listKey) precedes(o listKey) bool {
+	if k.at != o.at {
+		return k.at > o.at
+	}
+	return k.id > o.id
+}
+
 // list returns up to limit of agent's tasks that keep returns true for,
-// newest first, starting below the task before (none: from the newest),
-// and the number of tasks kept in all.
-func (s *store) list(agent string, before spec.TaskID, limit int, keep func(*taskRecord) bool) (page []*taskRecord, total int, err error) {
+// in ListTasks' order, starting after the task at cursor (nil: from the
+// first), and the number of tasks kept in all.
+func (s *store) list(agent string, cursor *listKey, limit int, keep func(*taskRecord) bool) (page []*taskRecord, total int, err error) {
+	var all []*taskRecord
 	err = s.db.View(func(tx *bolt.Tx) error {
 		prefix := append([]byte(agent), 0)
 		c := tx.Bucket(bucketOrder).Cursor()
-		// Seek past the agent's keys, then walk back.
-		k, _ := c.Seek(append([]byte(agent), 1))
-		if k == nil {
-			k, _ = c.Last()
-		} else {
-			k, _ = c.Prev()
-		}
-		for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Prev() {
-			id := spec.TaskID(k[len(prefix):])
-			rec, err := getTx(tx, id)
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			rec, err := getTx(tx, spec.TaskID(k[len(prefix):]))
 			if errors.Is(err, errNoTask) {
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			if !keep(rec) {
-				continue
-			}
-			total++
-			if (before == "" || id < before) && len(page) < limit {
-				page = append(page, rec)
+			if keep(rec) {
+				all = append(all, rec)
 			}
 		}
 		return nil
 	})
-	return page, total, err
+	if err != nil {
+		return nil, 0, err
+	}
+	sort.Slice(all, func(i, j int) bool { return keyOf(all[i]).precedes(keyOf(all[j])) })
+	for _, rec := range all {
+		if (cursor == nil || cursor.precedes(keyOf(rec))) && len(page) < limit {
+			page = append(page, rec)
+		}
+	}
+	return page, len(all), nil
 }
 
 // sweep deletes the tasks unchanged for longer than retention, with

@@ -54,7 +54,7 @@ func TestStoreRetention(t *testing.T) {
 	if st, err = openStore(path); err != nil {
 		t.Fatal(err)
 	}
-	page, total, err := st.list("w", "", 10, func(*taskRecord) bool { return true })
+	page, total, err := st.list("w", nil, 10, func(*taskRecord) bool { return true })
 	if err != nil || total != 2 || page[0].Task.ID != "old3" || page[1].Task.ID != "new" {
 		t.Fatalf("after reopening: %d tasks, %v", total, err)
 	}

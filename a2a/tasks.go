@@ -3,6 +3,8 @@ package a2a
 import (
 	"encoding/base64"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
@@ -123,7 +125,7 @@ func (s *Server) owns(c *call, rec *taskRecord) bool {
 
 // sendMessage answers SendMessage: the task once it is finished or
 // waits for its caller, or at once with returnImmediately, or as it is
-// after Options.BlockTimeout.
+// after Options.BlockTimeout, if set.
 func (s *Server) sendMessage(c *call) (any, error) {
 	p, acc, err := s.accept(c)
 	if err != nil {
@@ -148,10 +150,15 @@ func (s *Server) sendMessage(c *call) (any, error) {
 }
 
 // await waits until task id is finished or waits for its caller, the
-// request ends, or Options.BlockTimeout passes, and returns it then.
+// request ends, or Options.BlockTimeout (if set) passes, and returns it
+// then.
 func (s *Server) await(c *call, id spec.TaskID) (*taskRecord, error) {
-	timeout := time.NewTimer(s.opts.BlockTimeout)
-	defer timeout.Stop()
+	var timeout <-chan time.Time // nil, never ready, without a bound
+	if s.opts.BlockTimeout > 0 {
+		t := time.NewTimer(s.opts.BlockTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
 	for {
 		ch := s.watch(id)
 		rec, err := s.store.get(id)
@@ -161,7 +168,7 @@ func (s *Server) await(c *call, id spec.TaskID) (*taskRecord, error) {
 		}
 		select {
 		case <-ch:
-		case <-timeout.C:
+		case <-timeout:
 			s.unwatch(id, ch)
 			return rec, nil
 		case <-c.r.Context().Done():
@@ -234,15 +241,15 @@ func (s *Server) listTasks(c *call) (any, error) {
 	if p.HistoryLength != nil && *p.HistoryLength < 0 {
 		return nil, errorf(CodeInvalidParams, "params.historyLength %d is negative", *p.HistoryLength)
 	}
-	var before spec.TaskID
+	var cursor *listKey
 	if p.PageToken != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(p.PageToken)
-		if err != nil || len(raw) == 0 {
+		k, ok := parsePageToken(p.PageToken)
+		if !ok {
 			return nil, errorf(CodeInvalidParams, "params.pageToken %q is not a token this server gave", p.PageToken)
 		}
-		before = spec.TaskID(raw)
+		cursor = &k
 	}
-	page, total, err := s.store.list(c.agent.Name, before, p.PageSize+1, func(rec *taskRecord) bool {
+	page, total, err := s.store.list(c.agent.Name, cursor, p.PageSize+1, func(rec *taskRecord) bool {
 		t := &rec.Task
 		return rec.Owner == c.caller &&
 			(p.ContextID == "" || t.ContextID == p.ContextID) &&
@@ -255,12 +262,32 @@ func (s *Server) listTasks(c *call) (any, error) {
 	resp := &spec.ListTasksResponse{Tasks: []*spec.Task{}, TotalSize: total, PageSize: p.PageSize}
 	if len(page) > p.PageSize {
 		page = page[:p.PageSize]
-		resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(page[len(page)-1].Task.ID))
+		resp.NextPageToken = pageToken(keyOf(page[len(page)-1]))
 	}
 	for _, rec := range page {
 		resp.Tasks = append(resp.Tasks, view(&rec.Task, p.HistoryLength, p.IncludeArtifacts))
 	}
 	return resp, nil
+}
+
+// pageToken is the opaque nextPageToken for a page that ends at k.
+func pageToken(k listKey) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.at, 10) + "|" + string(k.id)))
+}
+
+// parsePageToken reads a pageToken; ok is false for one this server
+// would not give.
+func parsePageToken(tok string) (k listKey, ok bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return k, false
+	}
+	at, id, found := strings.Cut(string(raw), "|")
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !found || err != nil || id == "" {
+		return k, false
+	}
+	return listKey{at: n, id: spec.TaskID(id)}, true
 }
 
 // cancelTask answers CancelTask: a task not finished is canceled, and

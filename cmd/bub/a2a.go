@@ -42,7 +42,8 @@ type a2aFile struct {
 	// Retention is how long a task and its idempotency key are kept
 	// after their last change. Default: 24h.
 	Retention time.Duration `yaml:"retention"`
-	// BlockTimeout bounds a blocking SendMessage's wait. Default: 60s.
+	// BlockTimeout bounds a blocking SendMessage's wait, against the
+	// specification's MUST wait. Default: none.
 	BlockTimeout time.Duration `yaml:"block_timeout"`
 	Agents       []a2a.Agent   `yaml:"agents"`
 }
