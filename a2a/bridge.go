@@ -117,7 +117,8 @@ func (s *Server) publish(a *agent, rec *taskRecord, msg *spec.Message) {
 		var why string
 		next := spec.TaskStateWorking
 		switch {
-		case err != nil && errors.As(err, new(*protocol.Error)):
+		case err != nil && (errors.As(err, new(*protocol.Error)) || errors.Is(err, peer.ErrMessageTooBig)):
+			// Refused for sure, by the bus or before it was sent.
 			why, next = fmt.Sprintf("the bus refused the message: %v", err), spec.TaskStateFailed
 		case err != nil:
 			// The message may or may not have reached the agent: its
@@ -218,6 +219,10 @@ func (s *Server) takeAnswer(d *peer.Delivery) (peer.Result, string, error) {
 		if rec.Task.Status.State.Terminal() {
 			finished = true
 			return nil, nil // finished tasks do not change
+		}
+		if rec.Seq >= uint64(s.opts.MaxEventsPerTask) {
+			refused = fmt.Errorf("the task has %d events, the most one keeps (MaxEventsPerTask)", rec.Seq)
+			return nil, nil
 		}
 		evs, err := answerEvents(rec, &ans, d.Payload)
 		refused = err

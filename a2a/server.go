@@ -93,6 +93,10 @@ type Options struct {
 	// Default: nil, none registered; bub serve gives the bus's registry,
 	// so they are on its /metrics.
 	Registerer prometheus.Registerer
+	// MaxEventsPerTask bounds a task's event log, so that an agent that
+	// streams without end cannot fill the disk: an answer beyond it is
+	// rejected (the bus dead-letters it). Default: 10000.
+	MaxEventsPerTask int
 	// MaxRequestBytes bounds a JSON-RPC request body. Default: 1 MiB.
 	MaxRequestBytes int64
 	// Logger receives the server's log. Default: slog.Default().
@@ -137,6 +141,9 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	o := *opts
 	if o.Retention <= 0 {
 		o.Retention = 24 * time.Hour
+	}
+	if o.MaxEventsPerTask <= 0 {
+		o.MaxEventsPerTask = 10000
 	}
 	if o.MaxRequestBytes <= 0 {
 		o.MaxRequestBytes = 1 << 20

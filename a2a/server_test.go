@@ -367,3 +367,35 @@ func TestBusOutcomes(t *testing.T) {
 		t.Errorf("rejected with %q", text)
 	}
 }
+
+// A task's log is bounded: an answer past MaxEventsPerTask is rejected,
+// so the bus dead-letters it, and the task keeps what it had.
+func TestMaxEventsPerTask(t *testing.T) {
+	t.Parallel()
+	f := start(t, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
+	f.close()
+	f.opts.MaxEventsPerTask = 3
+	f.open(t)
+	agent := a2atest.StartAgent(t, f.bus.URL, "w", "", "agent:w")
+	task := a2atest.Submit(t, f.url("w"), "m-1", "go")
+	p := agent.TaskOf(t, task)
+	a2atest.AwaitState(t, f.url("w"), task.ID, spec.TaskStateWorking) // events 1 and 2
+	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "3"})
+	res, err := agent.Conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "a2a_status", "state": "working", "text": "4"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Acks) != 1 || res.Acks[0].DeadLetter == "" || !strings.Contains(res.Acks[0].Message, "MaxEventsPerTask") {
+		t.Fatalf("the fourth event was not rejected: %+v", res)
+	}
+	evs := a2atest.OpenStream(t, f.url("w"), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", "0")
+	if ev, _ := evs.Next(t); ev.ID != 1 {
+		t.Fatalf("first event %d", ev.ID)
+	}
+	evs.Close()
+	var got spec.Task
+	a2atest.Post(t, f.url("w"), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
+	if got.Status.Message.Parts[0].Text() != "3" {
+		t.Fatalf("the task changed past its bound: %+v", got.Status)
+	}
+}

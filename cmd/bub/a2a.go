@@ -45,7 +45,9 @@ type a2aFile struct {
 	// BlockTimeout bounds a blocking SendMessage's wait, against the
 	// specification's MUST wait. Default: none.
 	BlockTimeout time.Duration `yaml:"block_timeout"`
-	Agents       []a2a.Agent   `yaml:"agents"`
+	// MaxEventsPerTask bounds a task's event log. Default: 10000.
+	MaxEventsPerTask int         `yaml:"max_events_per_task"`
+	Agents           []a2a.Agent `yaml:"agents"`
 }
 
 // loadA2AConfig reads the --a2a-config file at path into the A2A
@@ -78,7 +80,7 @@ func parseA2AConfig(path string, data []byte, dataDir string) (*a2a.Options, err
 		return filepath.Join(dir, p)
 	}
 	o := &a2a.Options{BusURL: f.BusURL, PublicURL: strings.TrimSuffix(f.PublicURL, "/"), Path: rel(f.Store),
-		Retention: f.Retention, BlockTimeout: f.BlockTimeout, Agents: f.Agents}
+		Retention: f.Retention, BlockTimeout: f.BlockTimeout, MaxEventsPerTask: f.MaxEventsPerTask, Agents: f.Agents}
 	if o.Path == "" {
 		o.Path = filepath.Join(dataDir, "a2a.db")
 	}
