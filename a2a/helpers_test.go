@@ -30,7 +30,7 @@ type fixture struct {
 
 // start starts a bus and an A2A server serving agents, with its task
 // store in a fresh directory.
-func start(t *testing.T, agents ...a2a.Agent) *fixture {
+func start(t testing.TB, agents ...a2a.Agent) *fixture {
 	t.Helper()
 	f := &fixture{bus: bustest.Start(t, nil)}
 	f.opts = a2a.Options{
@@ -44,7 +44,7 @@ func start(t *testing.T, agents ...a2a.Agent) *fixture {
 }
 
 // open (re)starts the A2A server on the fixture's options.
-func (f *fixture) open(t *testing.T) {
+func (f *fixture) open(t testing.TB) {
 	t.Helper()
 	// A fresh registry per server: a restarted one registers again.
 	f.reg = prometheus.NewRegistry()

@@ -201,14 +201,26 @@ func (s *store) update(id spec.TaskID, now time.Time, fn func(rec *taskRecord) (
 			return err
 		}
 		evs, err := fn(rec)
-		if err != nil || len(evs) == 0 {
+		if err != nil {
 			return err
+		}
+		if len(evs) == 0 {
+			// Rolled back, not committed: an empty commit would still
+			// cost an fsync, and most answers to a task's publish find
+			// the agent's answer there first.
+			return errUnchanged
 		}
 		rec.Updated = now
 		return appendTx(tx, rec, evs)
 	})
+	if errors.Is(err, errUnchanged) {
+		err = nil
+	}
 	return rec, err
 }
+
+// errUnchanged rolls back an update that changed nothing.
+var errUnchanged = errors.New("unchanged")
 
 // events returns task id's events after seq, oldest first.
 func (s *store) events(id spec.TaskID, after uint64) ([]storedEvent, error) {
