@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -105,7 +106,10 @@ func parseA2AConfig(path string, data []byte, dataDir string) (*a2a.Options, err
 // since the A2A server dials the bus; until then /a2a/ answers 503.
 type a2aDoor struct {
 	opts *a2a.Options
-	srv  atomic.Pointer[a2a.Server]
+	// hosts are the Host values an open bus's door answers (lower
+	// case): see hostAllowed.
+	hosts map[string]bool
+	srv   atomic.Pointer[a2a.Server]
 	// authn is the bus's authenticator in force, which a SIGHUP
 	// replaces (setAuth); nil on an open bus.
 	authn atomic.Pointer[auth.Authenticator]
@@ -129,7 +133,10 @@ func newA2ADoor(cfg *serveConfig, clustered bool, authn *auth.Authenticator, log
 		return nil, fmt.Errorf("%s: bus_url is required with --tls-cert: the wss:// URL, with the name the certificate gives, that the A2A server dials", cfg.a2aConfig)
 	}
 	opts.Logger = log
-	d := &a2aDoor{opts: opts}
+	d := &a2aDoor{opts: opts, hosts: map[string]bool{}}
+	for _, h := range splitList(cfg.hosts) {
+		d.hosts[strings.ToLower(h)] = true
+	}
 	d.authn.Store(authn)
 	// Always set, even on an open bus: a SIGHUP may add an auth:
 	// section, and the A2A door must then want credentials at once.
@@ -165,6 +172,10 @@ func (d *a2aDoor) mount(hs *http.Server) {
 }
 
 func (d *a2aDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d.authn.Load() == nil && !d.hostAllowed(r) {
+		http.Error(w, fmt.Sprintf("Host %q is not an address of this bus; an operator adds it with --hosts", r.Host), http.StatusForbidden)
+		return
+	}
 	srv := d.srv.Load()
 	if srv == nil {
 		w.Header().Set("Retry-After", "1")
@@ -172,6 +183,29 @@ func (d *a2aDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	srv.ServeHTTP(w, r)
+}
+
+// hostAllowed reports whether r's Host names this bus, on an open bus
+// where no credential guards the door: a web page that rebinds its own
+// name to 127.0.0.1 (DNS rebinding) passes the browser's cross-origin
+// checks, and only the Host it must send gives it away. The names are
+// those the bus's WebSocket door accepts: the address the request came
+// to, a loopback name on that port, and --hosts.
+func (d *a2aDoor) hostAllowed(r *http.Request) bool {
+	host := strings.ToLower(r.Host)
+	name, port, err := net.SplitHostPort(host)
+	if err != nil {
+		name = host
+	}
+	if d.hosts[host] || d.hosts[name] {
+		return true
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
+	if !ok || port != strconv.Itoa(local.Port) {
+		return false
+	}
+	ip := net.ParseIP(strings.Trim(name, "[]"))
+	return ip != nil && ip.Equal(local.IP) || local.IP.IsLoopback() && (name == "localhost" || ip != nil && ip.IsLoopback())
 }
 
 // start connects the A2A server to the bus listening on addr; its

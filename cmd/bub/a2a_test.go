@@ -138,3 +138,38 @@ func TestA2AServe(t *testing.T) {
 		t.Fatalf("history of %d messages, want 5 (two from the caller, three from the agent)", n)
 	}
 }
+
+// On an open bus no credential guards the A2A door, so, as the bus's
+// WebSocket door does, it answers only a Host that names the bus: a web
+// page that rebinds its name to 127.0.0.1 is refused.
+func TestA2AOpenBusChecksHost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "a2a.yaml")
+	if err := os.WriteFile(config, []byte("agents:\n  - {name: w, topic: 'agent:w', client_id: a2a-gw}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startBus(t, filepath.Join(dir, "data"), "--a2a-config", config, "--hosts", "bus.example", "--log-level", "warn")
+	url := d.http + "/a2a/w"
+	card := a2atest.AwaitCard(t, url)
+	if len(card.SecuritySchemes) != 0 {
+		t.Errorf("an open bus's card declares %v", card.SecuritySchemes)
+	}
+	a2atest.Post(t, url, "GetTask", map[string]any{"id": "x"}).WantCode(t, -32001)
+	_, port, _ := strings.Cut(strings.TrimPrefix(d.http, "http://"), ":")
+	for host, want := range map[string]int{"evil.example:" + port: http.StatusForbidden, "localhost:" + port: http.StatusOK, "bus.example": http.StatusOK} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/.well-known/agent-card.json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Host %s: HTTP %d, want %d", host, resp.StatusCode, want)
+		}
+	}
+}
