@@ -45,7 +45,9 @@ var reasons = map[int]string{
 
 // Error is a JSON-RPC error as this package answers it.
 type Error struct {
-	Code    int    `json:"code"`
+	// Code is one of the Code constants.
+	Code int `json:"code"`
+	// Message says what was wrong and where.
 	Message string `json:"message"`
 	// Data is the array of typed details §9.5 asks for.
 	Data []errorInfo `json:"data,omitempty"`

@@ -41,13 +41,18 @@ type Agent struct {
 	TokenFile string `yaml:"token_file"`
 }
 
-// Skill is one skill of an agent's card.
+// Skill is one skill of an agent's card (A2A's AgentSkill).
 type Skill struct {
-	ID          string   `yaml:"id"`
-	Name        string   `yaml:"name"`
-	Description string   `yaml:"description"`
-	Tags        []string `yaml:"tags"`
-	Examples    []string `yaml:"examples"`
+	// ID identifies the skill within the card. Required.
+	ID string `yaml:"id"`
+	// Name is the skill's human-readable name. Required.
+	Name string `yaml:"name"`
+	// Description says what the skill does.
+	Description string `yaml:"description"`
+	// Tags are keywords for discovery.
+	Tags []string `yaml:"tags"`
+	// Examples are prompts the skill answers.
+	Examples []string `yaml:"examples"`
 }
 
 // Caller authenticates an HTTP request for agent: it returns the

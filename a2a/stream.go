@@ -115,11 +115,11 @@ func (s *Server) sendStreaming(w http.ResponseWriter, c *call) {
 	if !ok {
 		return
 	}
-	p, acc, err := s.accept(c)
-	if err == nil && acc == nil {
-		acc, err = s.continueTask(c, p.Message)
+	p, rec, err := s.accept(c)
+	if err == nil && rec == nil {
+		rec, err = s.continueTask(c, p.Message)
 		if err == nil && !resume {
-			s.follow(e, c, acc.rec.Task.ID, 0, true)
+			s.follow(e, c, rec.Task.ID, 0, true)
 			return
 		}
 	}
@@ -127,7 +127,7 @@ func (s *Server) sendStreaming(w http.ResponseWriter, c *call) {
 		e.fail(asError(err))
 		return
 	}
-	s.follow(e, c, acc.rec.Task.ID, after, false)
+	s.follow(e, c, rec.Task.ID, after, false)
 }
 
 // subscribe answers SubscribeToTask. Without Last-Event-ID the stream

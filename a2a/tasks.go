@@ -10,21 +10,12 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 )
 
-// accepted is what accept made of a message.
-type accepted struct {
-	rec *taskRecord
-	// fresh is true when the message is new and was published: false
-	// for a retry the idempotency record or the task's history knew.
-	fresh bool
-	// created is true for a new task.
-	created bool
-}
-
-// accept checks a SendMessage's params and records the message: as a
-// new task, as the next message of the task it names, or, for a retry
-// within the retention window, as nothing at all. A new message is
-// published on the agent's topic.
-func (s *Server) accept(c *call) (*spec.SendMessageRequest, *accepted, error) {
+// accept checks a SendMessage's params and records a message that
+// starts a task: as a new task, published on the agent's topic, or, for
+// a retry within the retention window, as nothing at all; either way it
+// returns the task. A message to an existing task (taskId set) comes
+// back with a nil task, for continueTask.
+func (s *Server) accept(c *call) (*spec.SendMessageRequest, *taskRecord, error) {
 	var p spec.SendMessageRequest
 	if err := decodeParams(c.req.Params, &p); err != nil {
 		return nil, nil, err
@@ -46,8 +37,8 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *accepted, error) {
 	now := time.Now()
 	rec := &taskRecord{Agent: c.agent.Name, Owner: c.caller, IdemKey: idempotencyKey(c, m.ID)}
 	rec.Task = *spec.NewSubmittedTask(m, m)
-	t := time.Now().UTC()
-	rec.Task.Status.Timestamp = &t
+	ts := now.UTC()
+	rec.Task.Status.Timestamp = &ts
 	m.TaskID, m.ContextID = rec.Task.ID, rec.Task.ContextID
 	snapshot := rec.Task
 	got, created, err := s.store.create(rec, &snapshot, s.opts.Retention, now)
@@ -65,7 +56,7 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *accepted, error) {
 	} else {
 		s.m.replays.WithLabelValues(c.agent.Name).Inc()
 	}
-	return &p, &accepted{rec: got, fresh: created, created: created}, nil
+	return &p, got, nil
 }
 
 // idempotencyKey scopes the retry key, the Idempotency-Key header or
@@ -81,7 +72,7 @@ func idempotencyKey(c *call, messageID string) string {
 
 // continueTask records m, a message to a task the caller has, and
 // publishes it, unless the task's history has it already (a retry).
-func (s *Server) continueTask(c *call, m *spec.Message) (*accepted, error) {
+func (s *Server) continueTask(c *call, m *spec.Message) (*taskRecord, error) {
 	fresh := false
 	rec, err := s.store.update(m.TaskID, time.Now(), func(rec *taskRecord) ([]spec.Event, error) {
 		if !s.owns(c, rec) {
@@ -115,7 +106,7 @@ func (s *Server) continueTask(c *call, m *spec.Message) (*accepted, error) {
 	} else {
 		s.m.replays.WithLabelValues(c.agent.Name).Inc()
 	}
-	return &accepted{rec: rec, fresh: fresh}, nil
+	return rec, nil
 }
 
 // owns reports whether the caller may see rec.
@@ -127,16 +118,15 @@ func (s *Server) owns(c *call, rec *taskRecord) bool {
 // waits for its caller, or at once with returnImmediately, or as it is
 // after Options.BlockTimeout, if set.
 func (s *Server) sendMessage(c *call) (any, error) {
-	p, acc, err := s.accept(c)
+	p, rec, err := s.accept(c)
 	if err != nil {
 		return nil, err
 	}
-	if acc == nil {
-		if acc, err = s.continueTask(c, p.Message); err != nil {
+	if rec == nil {
+		if rec, err = s.continueTask(c, p.Message); err != nil {
 			return nil, err
 		}
 	}
-	rec := acc.rec
 	if p.Config == nil || !p.Config.ReturnImmediately {
 		if rec, err = s.await(c, rec.Task.ID); err != nil {
 			return nil, err
