@@ -3,6 +3,7 @@ package a2a_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -397,5 +398,59 @@ func TestMaxEventsPerTask(t *testing.T) {
 	a2atest.Post(t, f.url("w"), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
 	if got.Status.Message.Parts[0].Text() != "3" {
 		t.Fatalf("the task changed past its bound: %+v", got.Status)
+	}
+}
+
+// An agent answers with the helpers: TaskOf reads the task from the
+// delivery, SendArtifact and SendStatus answer it, and the client's
+// stream carries each answer in order.
+func TestAgentHelpers(t *testing.T) {
+	t.Parallel()
+	f := start(t, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
+	conn, err := peer.Dial(t.Context(), f.bus.URL, &peer.Options{ClientID: "w", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Subscribe(t.Context(), "agent:w", func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+		p, ok := a2a.TaskOf(d)
+		if !ok {
+			return peer.Result{Message: "not an A2A task"}, nil
+		}
+		for i, text := range []string{"a", "b"} {
+			art := &spec.Artifact{ID: "out", Parts: spec.ContentParts{spec.NewTextPart(text)}}
+			if err := a2a.SendArtifact(ctx, d.Conn, p, art, i > 0, i == 1); err != nil {
+				return peer.Result{}, err
+			}
+		}
+		return peer.Result{Processed: true}, a2a.SendStatus(ctx, d.Conn, p, spec.TaskStateCompleted, "done: "+p.Text)
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := a2atest.OpenStream(t, f.url("w"), "SendStreamingMessage", a2atest.UserMessage("m-1", "go")).All(t)
+	var kinds []string
+	for _, ev := range evs {
+		switch e := ev.Decode(t).(type) {
+		case *spec.Task:
+			kinds = append(kinds, "task")
+		case *spec.TaskArtifactUpdateEvent:
+			kinds = append(kinds, "artifact:"+e.Artifact.Parts[0].Text())
+		case *spec.TaskStatusUpdateEvent:
+			kinds = append(kinds, string(e.Status.State))
+		}
+	}
+	want := "task artifact:a artifact:b TASK_STATE_COMPLETED"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Fatalf("stream: %s, want %s", got, want)
+	}
+	var task spec.Task
+	a2atest.Post(t, f.url("w"), "GetTask", map[string]any{"id": evs[0].Decode(t).(*spec.Task).ID}).Decode(t, &task)
+	if len(task.Artifacts) != 1 || len(task.Artifacts[0].Parts) != 2 || task.Status.Message.Parts[0].Text() != "done: go" {
+		t.Fatalf("task: %+v", task)
+	}
+	gone := &a2a.Payload{ReplyTo: "outbound:a2a-gone", A2A: a2a.PayloadA2A{TaskID: "gone"}}
+	if err := a2a.SendStatus(t.Context(), conn, gone, spec.TaskStateWorking, ""); !errors.Is(err, a2a.ErrAnswerRefused) {
+		t.Fatalf("an answer to no task: %v", err)
 	}
 }
