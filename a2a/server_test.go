@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
@@ -452,5 +453,38 @@ func TestAgentHelpers(t *testing.T) {
 	gone := &a2a.Payload{ReplyTo: "outbound:a2a-gone", A2A: a2a.PayloadA2A{TaskID: "gone"}}
 	if err := a2a.SendStatus(t.Context(), conn, gone, spec.TaskStateWorking, ""); !errors.Is(err, a2a.ErrAnswerRefused) {
 		t.Fatalf("an answer to no task: %v", err)
+	}
+}
+
+// Retries racing each other make one task and one bus message: the
+// idempotency record is taken in the same transaction as the task.
+func TestConcurrentRetries(t *testing.T) {
+	t.Parallel()
+	f, agent := startW(t)
+	ids := make(chan spec.TaskID, 8)
+	var wg sync.WaitGroup
+	for range cap(ids) {
+		wg.Go(func() {
+			task, err := a2atest.TrySubmit(t.Context(), f.url("w"), "m-1", "once")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids <- task.ID
+		})
+	}
+	wg.Wait()
+	close(ids)
+	first := <-ids
+	for id := range ids {
+		if id != first {
+			t.Fatalf("tasks %s and %s for one messageId", first, id)
+		}
+	}
+	agent.Next(t)
+	// A second message is the agent's next: the retries published nothing.
+	second := a2atest.Submit(t, f.url("w"), "m-2", "next")
+	if p := agent.Next(t); p.A2A.TaskID != second.ID {
+		t.Fatalf("the agent's next message is of task %s, want %s: a retry was published", p.A2A.TaskID, second.ID)
 	}
 }

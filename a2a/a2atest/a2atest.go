@@ -7,8 +7,10 @@ package a2atest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -55,13 +57,22 @@ func (r Response) WantCode(t testing.TB, code int) {
 // (pairs of name and value), and returns the HTTP answer.
 func Do(t testing.TB, url, method string, params any, headers ...string) *http.Response {
 	t.Helper()
-	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	resp, err := do(t.Context(), url, method, params, headers...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+	return resp
+}
+
+// do is Do for any goroutine: it returns what went wrong.
+func do(ctx context.Context, url, method string, params any, headers ...string) (*http.Response, error) {
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("A2A-Version", "1.0")
@@ -70,9 +81,9 @@ func Do(t testing.TB, url, method string, params any, headers ...string) *http.R
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s: %v", method, err)
+		return nil, fmt.Errorf("%s: %w", method, err)
 	}
-	return resp
+	return resp, nil
 }
 
 // Post is Do for an answer that is not a stream, which it decodes.
@@ -103,15 +114,39 @@ func UserMessage(id, text string) map[string]any {
 // task it answers.
 func Submit(t testing.TB, url, id, text string, headers ...string) *spec.Task {
 	t.Helper()
-	params := UserMessage(id, text)
-	params["configuration"] = map[string]any{"returnImmediately": true}
-	var sr spec.StreamResponse
-	Post(t, url, "SendMessage", params, headers...).Decode(t, &sr)
-	task, ok := sr.Event.(*spec.Task)
-	if !ok {
-		t.Fatalf("SendMessage answered %T, want a task", sr.Event)
+	task, err := TrySubmit(t.Context(), url, id, text, headers...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return task
+}
+
+// TrySubmit is Submit for a goroutine other than the test's, which must
+// not call t.Fatal: it returns what went wrong.
+func TrySubmit(ctx context.Context, url, id, text string, headers ...string) (*spec.Task, error) {
+	params := UserMessage(id, text)
+	params["configuration"] = map[string]any{"returnImmediately": true}
+	resp, err := do(ctx, url, "SendMessage", params, headers...)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var r Response
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return nil, fmt.Errorf("SendMessage: HTTP %d: %w", resp.StatusCode, err)
+	}
+	if r.Error != nil {
+		return nil, fmt.Errorf("SendMessage: %w", r.Error)
+	}
+	var sr spec.StreamResponse
+	if err := json.Unmarshal(r.Result, &sr); err != nil {
+		return nil, fmt.Errorf("SendMessage: result %s: %w", r.Result, err)
+	}
+	task, ok := sr.Event.(*spec.Task)
+	if !ok {
+		return nil, fmt.Errorf("SendMessage answered %T, want a task", sr.Event)
+	}
+	return task, nil
 }
 
 // AwaitState polls GetTask until task id is in state, and fails with the
