@@ -20,6 +20,7 @@ type metrics struct {
 var knownMethods = map[string]bool{
 	methodSendMessage: true, methodSendStreamingMessage: true, methodGetTask: true,
 	methodListTasks: true, methodCancelTask: true, methodSubscribeToTask: true,
+	methodGetExtendedAgentCard: true,
 }
 
 // newMetrics makes the collectors and registers them with reg, when

@@ -18,10 +18,12 @@ const (
 	methodListTasks            = "ListTasks"
 	methodCancelTask           = "CancelTask"
 	methodSubscribeToTask      = "SubscribeToTask"
+	methodGetExtendedAgentCard = "GetExtendedAgentCard"
 )
 
 // pushMethods are the push-notification methods, not served yet: they
-// are answered -32003, as the card says pushNotifications is false.
+// are answered -32003, as §3.3.4 asks of a card whose pushNotifications is
+// false.
 var pushMethods = map[string]bool{
 	"CreateTaskPushNotificationConfig": true,
 	"GetTaskPushNotificationConfig":    true,
@@ -197,6 +199,10 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, a *agent) {
 		result, err = s.listTasks(c)
 	case methodCancelTask:
 		result, err = s.cancelTask(c)
+	case methodGetExtendedAgentCard:
+		// §3.3.4: a card without capabilities.extendedAgentCard MUST
+		// answer it so.
+		err = errorf(CodeUnsupportedOperation, "GetExtendedAgentCard: agent %q has no extended card (capabilities.extendedAgentCard is false); its card is at .well-known/agent-card.json", a.Name)
 	default:
 		if pushMethods[req.Method] {
 			err = errorf(CodePushNotSupported, "%s: push notifications are not supported by this server yet", req.Method)
