@@ -114,6 +114,9 @@ func (s *Server) publish(a *agent, rec *taskRecord, msg *spec.Message) {
 			A2A:            PayloadA2A{Agent: a.Name, TaskID: rec.Task.ID, ContextID: rec.Task.ContextID, Caller: rec.Owner, Message: msg},
 		}
 		res, err := a.conn.SendMessage(s.ctx, a.Topic, p, nil)
+		if err == nil && mayDeadLetterLater(res) {
+			s.noteBusMessage(rec.Task.ID, res.MessageID)
+		}
 		var why string
 		next := spec.TaskStateWorking
 		switch {
@@ -141,6 +144,95 @@ func (s *Server) publish(a *agent, rec *taskRecord, msg *spec.Message) {
 			s.log.Error("a2a: record publish outcome", "task", rec.Task.ID, "err", err)
 		}
 	}()
+}
+
+// mayDeadLetterLater reports whether the bus still holds the message, in
+// a retry or a hold, so that it may dead-letter it later.
+func mayDeadLetterLater(res *protocol.SendMessageResult) bool {
+	if res.Held {
+		return true
+	}
+	for _, ack := range res.Acks {
+		if ack.Retrying || ack.Held {
+			return true
+		}
+	}
+	return false
+}
+
+// deadLetterEvent is the part of a system:message.dead_lettered event
+// the server reads.
+type deadLetterEvent struct {
+	MessageID string `json:"messageId"`
+	ClientID  string `json:"client_id"`
+	Reason    string `json:"reason"`
+}
+
+// noteBusMessage keeps the bus's id of a message of task id that the
+// bus may dead-letter later, for the dead-letter event that names it. An
+// event may come before this is stored (a retry due at once fails
+// again): then the event waits in earlyDead, and this applies it.
+func (s *Server) noteBusMessage(id spec.TaskID, busID string) {
+	if err := s.store.noteBusMessage(id, busID); err != nil {
+		s.log.Error("a2a: record the bus's message id", "task", id, "err", err)
+		return
+	}
+	s.deadMu.Lock()
+	ev, early := s.earlyDead[busID]
+	delete(s.earlyDead, busID)
+	s.deadMu.Unlock()
+	if early {
+		s.failDeadLettered(id, ev)
+	}
+}
+
+// maxEarlyDead bounds earlyDead: dead-letter events of messages not
+// (yet) known, most of them other peers' messages.
+const maxEarlyDead = 1024
+
+// handleDeadLetter fails the task whose message the bus dead-lettered
+// after its retries or its hold, if the task is still submitted or
+// working: no answer will come.
+func (s *Server) handleDeadLetter(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+	if d.From != d.Conn.ServerID() {
+		return peer.Result{Message: "not from the bus"}, nil
+	}
+	var ev deadLetterEvent
+	if err := d.Decode(&ev); err != nil || ev.MessageID == "" {
+		return peer.Result{Message: "not a dead-letter event"}, nil
+	}
+	// Looked up and, if unknown, kept under deadMu, so that
+	// noteBusMessage either is seen here or sees the event.
+	s.deadMu.Lock()
+	id, err := s.store.taskOfBusMessage(ev.MessageID)
+	if err == nil && id == "" {
+		if len(s.earlyDead) >= maxEarlyDead {
+			clear(s.earlyDead)
+		}
+		s.earlyDead[ev.MessageID] = ev
+	}
+	s.deadMu.Unlock()
+	if err != nil || id == "" {
+		return peer.Result{Processed: true}, err
+	}
+	s.failDeadLettered(id, ev)
+	return peer.Result{Processed: true}, nil
+}
+
+// failDeadLettered fails task id for ev, if it is still submitted or
+// working.
+func (s *Server) failDeadLettered(id spec.TaskID, ev deadLetterEvent) {
+	why := fmt.Sprintf("the bus dead-lettered the message (%s", ev.Reason)
+	if ev.ClientID != "" {
+		why += ", subscriber " + ev.ClientID
+	}
+	why += ")"
+	_, err := s.setStatus(id, func(cur spec.TaskState) bool {
+		return cur == spec.TaskStateSubmitted || cur == spec.TaskStateWorking
+	}, spec.TaskStateFailed, agentMessage(id, "", why))
+	if err != nil && !errors.Is(err, errNoTask) {
+		s.log.Error("a2a: fail a dead-lettered task", "task", id, "err", err)
+	}
 }
 
 // rejected reports whether every subscriber rejected the message, so
@@ -176,6 +268,9 @@ func (s *Server) setStatus(id spec.TaskID, ok func(spec.TaskState) bool, state s
 			return nil, nil
 		}
 		changed = true
+		if msg != nil && msg.ContextID == "" {
+			msg.ContextID = rec.Task.ContextID
+		}
 		return []spec.Event{statusTo(rec, state, msg)}, nil
 	})
 	if changed {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bub-bus/bub/a2a"
 	"github.com/bub-bus/bub/a2a/a2atest"
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 )
 
@@ -32,7 +33,13 @@ type fixture struct {
 // store in a fresh directory.
 func start(t testing.TB, agents ...a2a.Agent) *fixture {
 	t.Helper()
-	f := &fixture{bus: bustest.Start(t, nil)}
+	return startOn(t, nil, agents...)
+}
+
+// startOn is start with the bus's options.
+func startOn(t testing.TB, busOpts *bus.Options, agents ...a2a.Agent) *fixture {
+	t.Helper()
+	f := &fixture{bus: bustest.Start(t, busOpts)}
 	f.opts = a2a.Options{
 		BusURL: f.bus.URL,
 		Agents: agents,

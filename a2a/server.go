@@ -119,6 +119,13 @@ type Server struct {
 	// conns are the bus connections, one per ClientID.
 	conns map[string]*peer.Conn
 
+	// deadMu guards earlyDead, and orders a dead-letter event against
+	// the storing of the message id it names (noteBusMessage).
+	deadMu sync.Mutex
+	// earlyDead are dead-letter events whose message id no task had
+	// when they came.
+	earlyDead map[string]deadLetterEvent
+
 	// watchMu guards watchers.
 	watchMu sync.Mutex
 	// watchers are closed and removed when their task gets an event.
@@ -174,7 +181,7 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, store: st, m: m, agents: map[string]*agent{}, conns: map[string]*peer.Conn{}, log: o.Logger, watchers: map[spec.TaskID][]chan struct{}{}}
+	s := &Server{opts: o, store: st, m: m, agents: map[string]*agent{}, conns: map[string]*peer.Conn{}, log: o.Logger, watchers: map[spec.TaskID][]chan struct{}{}, earlyDead: map[string]deadLetterEvent{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for i := range o.Agents {
 		a := &agent{Agent: o.Agents[i]}
@@ -187,6 +194,7 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 		}
 		s.agents[a.Name] = a
 	}
+	s.watchDeadLetters(ctx)
 	s.wg.Add(1)
 	go s.sweepLoop()
 	return s, nil
@@ -260,6 +268,18 @@ func (s *Server) dial(ctx context.Context, a *Agent) (*peer.Conn, error) {
 		return nil, fmt.Errorf("a2a: agent %q: subscribe %s as %q: %w", a.Name, replyPrefix, a.ClientID, err)
 	}
 	return conn, nil
+}
+
+// watchDeadLetters subscribes the bus's dead-letter events on the first
+// agent's connection, so that a task whose message the bus gives up on
+// fails rather than waits. It needs a grant to subscribe
+// system:message.dead_lettered; without one the server runs on, and
+// such tasks wait until the retention window ends them.
+func (s *Server) watchDeadLetters(ctx context.Context) {
+	conn := s.agents[s.opts.Agents[0].Name].conn
+	if err := conn.Subscribe(ctx, protocol.TopicDeadLettered, s.handleDeadLetter, nil); err != nil {
+		s.log.Warn("a2a: not watching dead letters: a task whose message the bus dead-letters after its retries stays working", "client_id", conn.ClientID(), "err", err)
+	}
 }
 
 // Close closes the bus connections and the task store; open streams end.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/bub-bus/bub/a2a"
 	"github.com/bub-bus/bub/a2a/a2atest"
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -487,5 +489,29 @@ func TestConcurrentRetries(t *testing.T) {
 	second := a2atest.Submit(t, f.url("w"), "m-2", "next")
 	if p := agent.Next(t); p.A2A.TaskID != second.ID {
 		t.Fatalf("the agent's next message is of task %s, want %s: a retry was published", p.A2A.TaskID, second.ID)
+	}
+}
+
+// A message the bus dead-letters after its retries fails its task: no
+// answer will come.
+func TestDeadLetterFailsTask(t *testing.T) {
+	t.Parallel()
+	f := startOn(t, &bus.Options{MaxAttempts: 2, RetryBaseDelay: time.Millisecond, RetryDelayCap: 10 * time.Millisecond},
+		a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
+	conn, err := peer.Dial(t.Context(), f.bus.URL, &peer.Options{ClientID: "w", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Subscribe(t.Context(), "agent:w", func(context.Context, *peer.Delivery) (peer.Result, error) {
+		return peer.Result{ShouldRetry: true, RetryAfter: time.Millisecond, Message: "busy"}, nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := a2atest.Submit(t, f.url("w"), "m-1", "anyone?")
+	failed := a2atest.AwaitState(t, f.url("w"), task.ID, spec.TaskStateFailed)
+	if text := failed.Status.Message.Parts[0].Text(); !strings.Contains(text, "dead-lettered") {
+		t.Fatalf("failed with %q", text)
 	}
 }

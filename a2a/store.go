@@ -24,6 +24,9 @@ var (
 	bucketEvents = []byte("events")
 	bucketIdem   = []byte("idempotency")
 	bucketOrder  = []byte("order")
+	// bucketBusMsg maps the bus's id of each message published for a
+	// task to the task, for the bus's dead-letter events.
+	bucketBusMsg = []byte("busmessages")
 )
 
 // taskRecord is one task as stored: the A2A task and what the bus side
@@ -40,6 +43,9 @@ type taskRecord struct {
 	// IdemKey is the key of the task's idempotency record, deleted with
 	// the task.
 	IdemKey string `json:"idemKey,omitempty"`
+	// BusMessages are the bus's ids of the messages published for the
+	// task, whose records are deleted with it.
+	BusMessages []string `json:"busMessages,omitempty"`
 }
 
 // storedEvent is one event of a task's log.
@@ -63,7 +69,7 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("open task store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketTasks, bucketEvents, bucketIdem, bucketOrder} {
+		for _, b := range [][]byte{bucketTasks, bucketEvents, bucketIdem, bucketOrder, bucketBusMsg} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -222,6 +228,36 @@ func (s *store) update(id spec.TaskID, now time.Time, fn func(rec *taskRecord) (
 // errUnchanged rolls back an update that changed nothing.
 var errUnchanged = errors.New("unchanged")
 
+// noteBusMessage records that the bus knows a message of task id as
+// busID.
+func (s *store) noteBusMessage(id spec.TaskID, busID string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		rec, err := getTx(tx, id)
+		if err != nil {
+			return err
+		}
+		rec.BusMessages = append(rec.BusMessages, busID)
+		raw, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketTasks).Put([]byte(id), raw); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketBusMsg).Put([]byte(busID), []byte(id))
+	})
+}
+
+// taskOfBusMessage returns the task whose message the bus knows as
+// busID, or "".
+func (s *store) taskOfBusMessage(busID string) (id spec.TaskID, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		id = spec.TaskID(tx.Bucket(bucketBusMsg).Get([]byte(busID)))
+		return nil
+	})
+	return id, err
+}
+
 // events returns task id's events after seq, oldest first.
 func (s *store) events(id spec.TaskID, after uint64) ([]storedEvent, error) {
 	var out []storedEvent
@@ -322,6 +358,11 @@ func (s *store) sweep(retention time.Duration, now time.Time) (int, error) {
 			}
 			if rec.IdemKey != "" {
 				if err := tx.Bucket(bucketIdem).Delete([]byte(rec.IdemKey)); err != nil {
+					return err
+				}
+			}
+			for _, m := range rec.BusMessages {
+				if err := tx.Bucket(bucketBusMsg).Delete([]byte(m)); err != nil {
 					return err
 				}
 			}

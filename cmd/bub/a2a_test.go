@@ -43,7 +43,7 @@ func TestA2AServe(t *testing.T) {
       token_sha256: "`+hash("gw")+`"
       client_ids: ["a2a-gw"]
       publish:   {allow: ["agent:writer"]}
-      subscribe: {allow: ["outbound:a2a-"]}
+      subscribe: {allow: ["outbound:a2a-", "system:message.dead_lettered"]}
       durable: true
     - name: writer
       token_sha256: "`+hash("writer")+`"
