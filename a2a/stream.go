@@ -16,6 +16,10 @@ import (
 // proxies do not close it.
 const keepAlive = 15 * time.Second
 
+// writeTimeout bounds one write to a stream: a client that stops
+// reading is dropped, rather than holding the stream's goroutine.
+const writeTimeout = 10 * time.Second
+
 // parseLastEventID reads the Last-Event-ID header: the sequence number
 // of the last event the client has (0: none yet, replay them all), and
 // whether the header was given.
@@ -77,6 +81,7 @@ func (e *sse) start(err *Error) {
 // event writes one event; result is a StreamResponse's JSON.
 func (e *sse) event(seq uint64, result json.RawMessage) error {
 	e.start(nil)
+	e.deadline()
 	data, err := json.Marshal(&response{JSONRPC: "2.0", ID: e.id, Result: result})
 	if err != nil {
 		return err
@@ -91,12 +96,20 @@ func (e *sse) event(seq uint64, result json.RawMessage) error {
 // event of the task.
 func (e *sse) fail(err *Error) {
 	e.start(err)
+	e.deadline()
 	data, _ := json.Marshal(&response{JSONRPC: "2.0", ID: e.id, Error: err})
 	fmt.Fprintf(e.w, "data: %s\n\n", data)
 	e.rc.Flush()
 }
 
+// deadline bounds the next write by writeTimeout. A server whose
+// connections cannot take a deadline writes without one.
+func (e *sse) deadline() {
+	_ = e.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+}
+
 func (e *sse) comment() error {
+	e.deadline()
 	if _, err := fmt.Fprint(e.w, ": keep-alive\n\n"); err != nil {
 		return err
 	}
