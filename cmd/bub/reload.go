@@ -19,6 +19,7 @@ type reloader struct {
 	log     *slog.Logger
 	srv     *bus.Server
 	certs   *certStore    // nil without TLS
+	a2a     *a2aDoor      // nil without --a2a-config
 	started *flag.FlagSet // the settings serve started with
 
 	// What a reload may change, as in force now.
@@ -68,6 +69,7 @@ func (r *reloader) apply() error {
 	// Everything is valid: apply.
 	if authn != nil || r.hasAuth {
 		r.srv.SetAuth(authn)
+		r.a2a.setAuth(authn)
 	}
 	limitsChanged := cfg.limits != r.limits
 	if limitsChanged {

@@ -81,6 +81,9 @@ type serveConfig struct {
 	// it with the auth: section.
 	maxTokenLifetime time.Duration
 
+	// a2aConfig is the --a2a-config file; "": A2A off.
+	a2aConfig string
+
 	// file is the loaded configuration file; nil without --config.
 	file *configFile
 }
@@ -149,6 +152,7 @@ func (c *serveConfig) addFlags(fs *flag.FlagSet) {
 	fs.IntVar(&l.PublishBurst, "publish-burst", 0, "size of the publish token bucket (0: max(1, --publish-rate))")
 
 	c.cluster.addFlags(fs)
+	c.addA2AFlags(fs)
 }
 
 // resolvedFlags returns a FlagSet holding cfg's values with the limits'
@@ -257,6 +261,10 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		return errorf(io, "serve: %v", err)
 	}
 	hooks, webhookSubs, err := loadWebhooks(cfg.file)
+	if err != nil {
+		return errorf(io, "serve: %v", err)
+	}
+	a2aDoor, err := newA2ADoor(cfg, clusterOpts != nil, authn, logger)
 	if err != nil {
 		return errorf(io, "serve: %v", err)
 	}
@@ -369,15 +377,20 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	serveLn := srv.Listener(ln, tlsConfig)
 	hs := &http.Server{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	srv.ConfigureHTTP(hs)
+	a2aDoor.mount(hs)
+	defer a2aDoor.close()
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(serveLn) }()
+	if err := a2aDoor.start(ctx, ln.Addr(), srv.Registry(), logger); err != nil {
+		return errorf(io, "serve: %v", err)
+	}
 	attrs := []any{"url", scheme + ln.Addr().String() + "/", "data_dir", cfg.dataDir, "default_policy", cfg.defaultPolicy}
 	if clusterOpts != nil {
 		attrs = append(attrs, clusterLogAttrs(clusterOpts)...)
 	}
 	logger.Info("bus listening", attrs...)
 
-	rl := &reloader{args: args, log: logger, srv: srv, certs: certs, started: fs, limits: cfg.limits, hasAuth: authn != nil, listen: cfg.listen, allowAnonymous: cfg.allowAnonymous}
+	rl := &reloader{args: args, log: logger, srv: srv, certs: certs, a2a: a2aDoor, started: fs, limits: cfg.limits, hasAuth: authn != nil, listen: cfg.listen, allowAnonymous: cfg.allowAnonymous}
 serving:
 	for {
 		select {
@@ -390,6 +403,8 @@ serving:
 		}
 	}
 	logger.Info("shutting down", "drain_timeout", cfg.drainTimeout)
+	// Before the drain: its open streams would hold up hs.Shutdown.
+	a2aDoor.close()
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
 	defer cancel()
 	// The listener stays open while the bus drains: a load balancer
