@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,6 +246,11 @@ func TestDurableOnCluster(t *testing.T) {
 		send("one")
 		text, agentID := reply()
 		require.Equal(t, "echo: one", text)
+		t.Cleanup(func() {
+			if t.Failed() {
+				logDurableState(t, nodes, agentID)
+			}
+		})
 		// Hibernated: away on every node, the spawner its waker.
 		for _, n := range nodes {
 			require.Eventually(t, func() bool {
@@ -287,6 +294,29 @@ func TestDurableOnCluster(t *testing.T) {
 		assert.Equal(t, "dc4:x", ev.Pattern)
 		assert.Equal(t, "c", ev.Node, "the node that held the message wakes")
 	})
+}
+
+// logDurableState logs, for a failed test, how each node sees clientID:
+// its durable subscriptions, what it routes to the client's connections
+// on other nodes (which make a node take the client for connected, and
+// not wake it), and the wake events it sent.
+func logDurableState(t *testing.T, nodes []*bustest.Server, clientID string) {
+	t.Helper()
+	for _, n := range nodes {
+		var wakes []string
+		resp, err := n.HTTP.Client().Get(n.HTTP.URL + "/metrics")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for line := range strings.Lines(string(body)) {
+				if strings.HasPrefix(line, "bub_durable_wakes_total ") {
+					wakes = append(wakes, strings.TrimSpace(line))
+				}
+			}
+		}
+		t.Logf("node %s: durable %+v; stand-ins %q; %q (metrics err %v)", n.URL,
+			listDurable(t, n.URL, clientID), bus.StandInSubscriptions(n.Server, clientID), wakes, err)
+	}
 }
 
 // TestDurableClusterNodeDeath: a node that held messages for an away
