@@ -288,18 +288,11 @@ func TestDurableOnCluster(t *testing.T) {
 		owner.Subscribe("dc7-direct", "")
 		subscribeDurable(t, owner, "dc7:x", "")
 		waker.MustCall(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "dc7-owner"}, nil)
-		require.Eventually(t, func() bool {
-			subs := listDurable(t, c.URL, "dc7-owner")
-			return len(subs) == 1 && subs[0].Waker == "dc7-spawner"
-		}, clusterWait, 20*time.Millisecond, "node c never saw the waker")
+		awaitWaker(t, c, "dc7-owner", "dc7-spawner")
 		leaveCluster(t, nodes, owner, "dc7-owner", 1)
 		require.Len(t, bus.StandInSubscriptions(c.Server, "dc7-owner"), 1, "c no longer routes to the closed connection's regular subscription")
 		require.True(t, bustest.Connect(t, c.URL, "dc7-pub", nil).Publish("dc7:x", "m").Acks[0].Held)
-		var ev protocol.ClientEvent
-		for ev.Event != protocol.EventWake {
-			p := recvWithin(t, events, clusterWait, "no wake event")
-			require.NoError(t, json.Unmarshal(p.Payload, &ev))
-		}
+		ev := recvWake(t, events)
 		assert.Equal(t, "dc7-owner", ev.ClientID)
 		assert.Equal(t, "c", ev.Node)
 	})
@@ -312,21 +305,36 @@ func TestDurableOnCluster(t *testing.T) {
 		subscribeDurable(t, owner, "dc4:x", "")
 		leaveCluster(t, nodes, owner, "dc4-owner", 1)
 		waker.MustCall(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "dc4-owner"}, nil)
-		require.Eventually(t, func() bool {
-			subs := listDurable(t, c.URL, "dc4-owner")
-			return len(subs) == 1 && subs[0].Waker == "dc4-spawner"
-		}, clusterWait, 20*time.Millisecond, "node c never saw the waker")
+		awaitWaker(t, c, "dc4-owner", "dc4-spawner")
 		require.True(t, bustest.Connect(t, c.URL, "dc4-pub", nil).Publish("dc4:x", "m").Acks[0].Held)
-		var ev protocol.ClientEvent
-		for ev.Event != protocol.EventWake {
-			p := recvWithin(t, events, clusterWait, "no wake event")
-			require.NoError(t, json.Unmarshal(p.Payload, &ev))
-		}
+		ev := recvWake(t, events)
 		assert.Equal(t, "dc4-owner", ev.ClientID)
 		assert.Equal(t, "dc4-spawner", ev.Waker)
 		assert.Equal(t, "dc4:x", ev.Pattern)
 		assert.Equal(t, "c", ev.Node, "the node that held the message wakes")
 	})
+}
+
+// awaitWaker waits until node n lists waker as the waker of owner's
+// durable subscription.
+func awaitWaker(t *testing.T, n *bustest.Server, owner, waker string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		subs := listDurable(t, n.URL, owner)
+		return len(subs) == 1 && subs[0].Waker == waker
+	}, clusterWait, 20*time.Millisecond, "node %s never saw the waker", n.URL)
+}
+
+// recvWake returns the first wake event among the client events a waker
+// is delivered.
+func recvWake(t *testing.T, events <-chan protocol.ProcessMessageParams) protocol.ClientEvent {
+	t.Helper()
+	var ev protocol.ClientEvent
+	for ev.Event != protocol.EventWake {
+		p := recvWithin(t, events, clusterWait, "no wake event")
+		require.NoError(t, json.Unmarshal(p.Payload, &ev))
+	}
+	return ev
 }
 
 // heldDrops is a node's cluster whose removals of closed connections'
