@@ -85,6 +85,26 @@ type standIn struct {
 	// maxPending is the subscriber's grant's cap, as its latest
 	// subscription carried it; guarded by mu.
 	maxPending int
+	// left is set once one of its durable subscriptions went away,
+	// which only the connection's close (or its node's death) does: it
+	// is no connected owner, even while the order still lists its other
+	// subscriptions, whose removal its node writes apart. Guarded by mu.
+	left bool
+}
+
+// leave marks the stand-in's connection closed on its node.
+func (in *standIn) leave() {
+	in.mu.Lock()
+	in.left = true
+	in.mu.Unlock()
+}
+
+// connected reports whether the stand-in's connection is open on its
+// node, as far as this node has heard.
+func (in *standIn) connected() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return !in.left && !in.closed
 }
 
 // deliver sends d to the stand-in's node, which makes it through its own

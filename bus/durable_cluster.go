@@ -154,6 +154,12 @@ func (d *durables) awayLocked(o *owner, e *sharedEntry, pattern *protocol.Patter
 	s.cl.mu.Lock()
 	old := s.cl.forgetRemoteLocked(e.key)
 	s.cl.mu.Unlock()
+	if old != nil {
+		// Its connection on another node has closed: though that node's
+		// removal of the connection's other subscriptions may come after
+		// this, the owner is away, and a message held now wakes it (held).
+		old.to.(*standIn).leave()
+	}
 	var gone *conn
 	if old == nil && o.conn != nil {
 		o.conn.mu.Lock()

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,7 +71,11 @@ func leaveCluster(t *testing.T, nodes []*bustest.Server, c *bustest.Client, clie
 func TestDurableOnCluster(t *testing.T) {
 	opts := clusterOptions()
 	opts.Limits.MaxPendingPerIdentity = 5
-	nodes := clustertest.Start(t, opts, "a", "b", "c")
+	drops := map[string]*heldDrops{"a": {}, "b": {}, "c": {}}
+	nodes := clustertest.StartWrapped(t, opts, func(id string, cl bus.Cluster) bus.Cluster {
+		drops[id].Cluster = cl
+		return drops[id]
+	}, "a", "b", "c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	t.Run("held on every node, delivered once, oldest first, on another", func(t *testing.T) {
@@ -244,6 +251,11 @@ func TestDurableOnCluster(t *testing.T) {
 		send("one")
 		text, agentID := reply()
 		require.Equal(t, "echo: one", text)
+		t.Cleanup(func() {
+			if t.Failed() {
+				logDurableState(t, nodes, agentID)
+			}
+		})
 		// Hibernated: away on every node, the spawner its waker.
 		for _, n := range nodes {
 			require.Eventually(t, func() bool {
@@ -264,6 +276,27 @@ func TestDurableOnCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("an owner is woken while its closed connection's regular subscriptions are still listed", func(t *testing.T) {
+		// b writes a closed connection's durable subscriptions away and
+		// removes its regular ones apart, in either order: held back,
+		// the removal comes after c routes to the owner's stand-in.
+		drops["b"].hold(t)
+		events := make(chan protocol.ProcessMessageParams, 8)
+		waker := bustest.Connect(t, a.URL, "dc7-spawner", attempts(events, protocol.ProcessMessageResult{}))
+		waker.Subscribe(protocol.TopicClientWake, protocol.PolicyContinueAll)
+		owner := bustest.Connect(t, b.URL, "dc7-owner", bustest.Processed)
+		owner.Subscribe("dc7-direct", "")
+		subscribeDurable(t, owner, "dc7:x", "")
+		waker.MustCall(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "dc7-owner"}, nil)
+		awaitWaker(t, c, "dc7-owner", "dc7-spawner")
+		leaveCluster(t, nodes, owner, "dc7-owner", 1)
+		require.Len(t, bus.StandInSubscriptions(c.Server, "dc7-owner"), 1, "c no longer routes to the closed connection's regular subscription")
+		require.True(t, bustest.Connect(t, c.URL, "dc7-pub", nil).Publish("dc7:x", "m").Acks[0].Held)
+		ev := recvWake(t, events)
+		assert.Equal(t, "dc7-owner", ev.ClientID)
+		assert.Equal(t, "c", ev.Node)
+	})
+
 	t.Run("a waker on another node is woken", func(t *testing.T) {
 		events := make(chan protocol.ProcessMessageParams, 8)
 		waker := bustest.Connect(t, a.URL, "dc4-spawner", attempts(events, protocol.ProcessMessageResult{}))
@@ -272,21 +305,95 @@ func TestDurableOnCluster(t *testing.T) {
 		subscribeDurable(t, owner, "dc4:x", "")
 		leaveCluster(t, nodes, owner, "dc4-owner", 1)
 		waker.MustCall(protocol.MethodSubscriptionsWaker, protocol.SubscriptionsWakerParams{ClientID: "dc4-owner"}, nil)
-		require.Eventually(t, func() bool {
-			subs := listDurable(t, c.URL, "dc4-owner")
-			return len(subs) == 1 && subs[0].Waker == "dc4-spawner"
-		}, clusterWait, 20*time.Millisecond, "node c never saw the waker")
+		awaitWaker(t, c, "dc4-owner", "dc4-spawner")
 		require.True(t, bustest.Connect(t, c.URL, "dc4-pub", nil).Publish("dc4:x", "m").Acks[0].Held)
-		var ev protocol.ClientEvent
-		for ev.Event != protocol.EventWake {
-			p := recvWithin(t, events, clusterWait, "no wake event")
-			require.NoError(t, json.Unmarshal(p.Payload, &ev))
-		}
+		ev := recvWake(t, events)
 		assert.Equal(t, "dc4-owner", ev.ClientID)
 		assert.Equal(t, "dc4-spawner", ev.Waker)
 		assert.Equal(t, "dc4:x", ev.Pattern)
 		assert.Equal(t, "c", ev.Node, "the node that held the message wakes")
 	})
+}
+
+// awaitWaker waits until node n lists waker as the waker of owner's
+// durable subscription.
+func awaitWaker(t *testing.T, n *bustest.Server, owner, waker string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		subs := listDurable(t, n.URL, owner)
+		return len(subs) == 1 && subs[0].Waker == waker
+	}, clusterWait, 20*time.Millisecond, "node %s never saw the waker", n.URL)
+}
+
+// recvWake returns the first wake event among the client events a waker
+// is delivered.
+func recvWake(t *testing.T, events <-chan protocol.ProcessMessageParams) protocol.ClientEvent {
+	t.Helper()
+	var ev protocol.ClientEvent
+	for ev.Event != protocol.EventWake {
+		p := recvWithin(t, events, clusterWait, "no wake event")
+		require.NoError(t, json.Unmarshal(p.Payload, &ev))
+	}
+	return ev
+}
+
+// heldDrops is a node's cluster whose removals of closed connections'
+// subscriptions from the order can be held back.
+type heldDrops struct {
+	bus.Cluster
+	mu   sync.Mutex
+	held bool
+	keys [][]string
+}
+
+// DropSubscriptions removes keys from the order, or, held, once released.
+func (h *heldDrops) DropSubscriptions(keys []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held {
+		h.keys = append(h.keys, keys)
+		return
+	}
+	h.Cluster.DropSubscriptions(keys)
+}
+
+// hold holds the node's removals back until t ends.
+func (h *heldDrops) hold(t *testing.T) {
+	h.mu.Lock()
+	h.held = true
+	h.mu.Unlock()
+	t.Cleanup(func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.held = false
+		for _, keys := range h.keys {
+			h.Cluster.DropSubscriptions(keys)
+		}
+		h.keys = nil
+	})
+}
+
+// logDurableState logs, for a failed test, how each node sees clientID:
+// its durable subscriptions, what it routes to the client's connections
+// on other nodes (which make a node take the client for connected, and
+// not wake it), and the wake events it sent.
+func logDurableState(t *testing.T, nodes []*bustest.Server, clientID string) {
+	t.Helper()
+	for _, n := range nodes {
+		var wakes []string
+		resp, err := n.HTTP.Client().Get(n.HTTP.URL + "/metrics")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for line := range strings.Lines(string(body)) {
+				if strings.HasPrefix(line, "bub_durable_wakes_total ") {
+					wakes = append(wakes, strings.TrimSpace(line))
+				}
+			}
+		}
+		t.Logf("node %s: durable %+v; stand-ins %q; %q (metrics err %v)", n.URL,
+			listDurable(t, n.URL, clientID), bus.StandInSubscriptions(n.Server, clientID), wakes, err)
+	}
 }
 
 // TestDurableClusterNodeDeath: a node that held messages for an away

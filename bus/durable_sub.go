@@ -651,10 +651,17 @@ func (s *Server) holdRetry(p *store.Pending, a *absent) {
 func (d *durables) held(o *owner, pattern string) {
 	s := d.server
 	s.mu.Lock()
-	_, connected := s.clients[o.id]
+	c := s.clients[o.id]
 	s.mu.Unlock()
-	// Or on another node of the cluster.
-	connected = connected || len(s.cl.remoteStandIns(o.id)) > 0
+	// A connection closing here has left its durable subscriptions
+	// away already, before it leaves s.clients (close, cleanup).
+	connected := c != nil && !c.isClosed()
+	// Or on another node of the cluster: a stand-in whose connection
+	// has left is not, though its node's removal of its regular
+	// subscriptions may not have come yet. Taken for connected, an
+	// away owner would not be woken, and its messages held until their
+	// lifetime ends.
+	connected = connected || slices.ContainsFunc(s.cl.remoteStandIns(o.id), (*standIn).connected)
 	d.mu.Lock()
 	if d.livedElsewhereLocked(o, pattern) {
 		// Back on another node since the walk routed here.

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -195,3 +196,17 @@ func (c *conn) QueueFull() bool { return !c.out.HasRoom(frameRoom) }
 // LiveNodes returns the nodes a cluster node holds live, itself
 // included.
 func LiveNodes(s *Server) []string { return s.cl.cluster.Live() }
+
+// StandInSubscriptions returns the patterns this node routes to
+// clientID's connections on other nodes, as "node/conn pattern".
+func StandInSubscriptions(s *Server, clientID string) []string {
+	var subs []string
+	for _, in := range s.cl.remoteStandIns(clientID) {
+		in.mu.Lock()
+		for pattern := range in.subs {
+			subs = append(subs, fmt.Sprintf("%s/%d %s", in.peer.node, in.peer.cid, pattern))
+		}
+		in.mu.Unlock()
+	}
+	return subs
+}

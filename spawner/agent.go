@@ -71,9 +71,11 @@ type agent struct {
 	// hibernate is why the spawner is stopping the agent to hibernate it
 	// (ReasonIdle, ReasonCapacity), "" when it is not.
 	hibernate string
-	// rewake says a delivery reached the agent after it was asked to
-	// stop: it is started again once it has exited, for the bus's retry.
-	rewake bool
+	// rewake is why the agent is started again once it has exited,
+	// after it was asked to stop (a Reason…): a delivery reached it, for
+	// the bus's retry, or the bus held a message for it, its connection
+	// gone; "" for none.
+	rewake string
 }
 
 func newAgent(id string, sl *slot) *agent {

@@ -725,7 +725,7 @@ func (s *Spawner) finish(a *agent, cmd *exec.Cmd, waitErr error) {
 	// Hibernated: asleep until the next message, unless the bus gave
 	// it one as it stopped and will retry that to its id.
 	hibernated := a.hibernate != "" && a.failure == nil
-	rewake := hibernated && a.rewake && !s.closing
+	rewake := hibernated && a.rewake != "" && !s.closing
 	if hibernated {
 		sl.asleep = true
 		s.metrics.hibernations.WithLabelValues(a.hibernate).Inc()
@@ -790,7 +790,7 @@ func (s *Spawner) finish(a *agent, cmd *exec.Cmd, waitErr error) {
 	}
 	close(a.exited)
 	if rewake {
-		s.goWakeLocked(sl, ReasonRetry)
+		s.goWakeLocked(sl, a.rewake)
 	}
 	s.mu.Unlock()
 	s.agentsDone.Done()
@@ -888,7 +888,9 @@ func (s *Spawner) handleClientEvent(_ context.Context, d *peer.Delivery) (peer.R
 			}
 			// Stopping to hibernate, it was delivered a message after
 			// all: it is woken again for the bus's retry of it.
-			a.rewake = a.rewake || a.hibernate != ""
+			if a.hibernate != "" {
+				a.rewake = ReasonRetry
+			}
 			break
 		}
 		a.served = true

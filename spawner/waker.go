@@ -48,8 +48,19 @@ func (s *Spawner) wakeHeldLocked(ev *protocol.ClientEvent) {
 		return
 	}
 	sl := s.byAgent[peer.AgentTopic(ev.ClientID)]
-	if sl == nil || sl.agent != nil {
-		// Not one of ours, or running (or starting) already.
+	if sl == nil {
+		return // not one of ours
+	}
+	if a := sl.agent; a != nil {
+		// Running (or starting) already, or stopping to hibernate: its
+		// connection has closed, which is why the bus held the message,
+		// but its process is not reaped yet. The bus asks again only
+		// for a message held long after (rewakeAfter): it is started
+		// once it has exited (finish).
+		if a.hibernate != "" && a.rewake == "" {
+			s.log.Info("a message is held for an agent still stopping; waking it once it has exited", "agent_id", ev.ClientID, "pattern", ev.Pattern)
+			a.rewake = ReasonMessage
+		}
 		return
 	}
 	s.log.Info("waking an agent: a message is held for it", "agent_id", ev.ClientID, "pattern", ev.Pattern)

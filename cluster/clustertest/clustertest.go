@@ -48,6 +48,14 @@ var starts sync.Map // *bustest.Server -> func() (*bustest.Server, error)
 // Under -short (make check) the test is skipped (FreePorts).
 func Start(t testing.TB, opts *bus.Options, ids ...string) []*bustest.Server {
 	t.Helper()
+	return StartWrapped(t, opts, nil, ids...)
+}
+
+// StartWrapped is Start with each node's cluster seen through wrap, given
+// the node's id, for a test that steers when a node's writes reach the
+// others; nil wrap leaves them as they are.
+func StartWrapped(t testing.TB, opts *bus.Options, wrap func(node string, c bus.Cluster) bus.Cluster, ids ...string) []*bustest.Server {
+	t.Helper()
 	ports := FreePorts(t, len(ids))
 	started := time.Now()
 	nodes := make([]*bustest.Server, len(ids))
@@ -86,6 +94,9 @@ func Start(t testing.TB, opts *bus.Options, ids ...string) []*bustest.Server {
 		start = func() (*bustest.Server, error) {
 			o := o
 			o.Cluster = cluster.ForBus(co)
+			if wrap != nil {
+				o.Cluster = wrap(id, o.Cluster)
+			}
 			s, err := bustest.Serve(&o)
 			if err != nil {
 				return nil, fmt.Errorf("node %s: %w", id, err)
