@@ -50,21 +50,7 @@ type Server struct {
 // ends. Its logs are discarded unless opts names a Logger.
 func Start(t testing.TB, opts *bus.Options) *Server {
 	t.Helper()
-	var o bus.Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	var st *store.Store
-	if o.Store == nil {
-		st = store.OpenMemory()
-		o.Store = st
-	} else {
-		// A cluster's store is no *store.Store; Server.Store is then nil.
-		st, _ = o.Store.(*store.Store)
-	}
+	o, st := testOptions(opts)
 	s, err := Serve(&o)
 	if err != nil {
 		t.Fatalf("bustest: %v", err)
@@ -72,6 +58,25 @@ func Start(t testing.TB, opts *bus.Options) *Server {
 	s.Store = st
 	t.Cleanup(func() { s.Stop(Timeout) })
 	return s
+}
+
+// testOptions returns a copy of opts (nil: the defaults) with the logs
+// discarded unless it names a Logger, and a fresh in-memory store unless
+// it names a Store; and that store, for Server.Store (nil for a cluster's,
+// which is no *store.Store).
+func testOptions(opts *bus.Options) (bus.Options, *store.Store) {
+	var o bus.Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Store == nil {
+		o.Store = store.OpenMemory()
+	}
+	st, _ := o.Store.(*store.Store)
+	return o, st
 }
 
 // Serve makes a bus with o and serves it on loopback, for a caller that

@@ -3,7 +3,6 @@ package bustest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/bub-bus/bub/bus"
-	"github.com/bub-bus/bub/bus/store"
 )
 
 // pipeNetwork is an in-memory network for one bus: its listener hands
@@ -121,18 +119,7 @@ func httpClient(url string) *http.Client {
 // nil.
 func StartInMemory(t testing.TB, opts *bus.Options) *Server {
 	t.Helper()
-	var o bus.Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	st, _ := o.Store.(*store.Store)
-	if o.Store == nil {
-		st = store.OpenMemory()
-		o.Store = st
-	}
+	o, st := testOptions(opts)
 	n := newPipeNetwork()
 	srv, err := bus.New(&o)
 	if err != nil {
