@@ -67,13 +67,13 @@ func (s *Store) PutIdempotent(identity, key string, rec *Idempotent, now time.Ti
 		return fmt.Errorf("encode idempotency record: %w", err)
 	}
 	v = seal(v)
+	k := idempotencyKey(identity, key)
 	var gone []keyRecord
 	var replaced int64
 	err = s.updatePending(func(t tx) error {
 		// The records after this one are looked at, a few per write:
 		// the keys in use spread the looks over the whole bucket.
 		gone, replaced = gone[:0], 0
-		k := idempotencyKey(identity, key)
 		if old := t.get(bucketIdempotency, k); old != nil {
 			replaced = int64(len(old))
 		}
@@ -95,7 +95,7 @@ func (s *Store) PutIdempotent(identity, key string, rec *Idempotent, now time.Ti
 		return t.put(bucketIdempotency, k, v)
 	}, func(ix *pendingIndex) {
 		for _, r := range gone {
-			if string(r.key) == identity+"\x00"+key {
+			if bytes.Equal(r.key, k) {
 				// Expired and replaced: counted as replaced below.
 				continue
 			}
@@ -157,29 +157,18 @@ func (s *Store) IdempotentUsage(identity string) (Usage, error) {
 // when none is left). An identity's records are next to one another in
 // the bucket, so this reads only them.
 func (s *Store) PruneIdempotent(identity string, now time.Time) (next time.Time, err error) {
-	prefix := []byte(identity + "\x00")
+	// Read first: an identity at its quota asks on every publish it is
+	// refused, and a commit (a write and an fsync) for nothing expired
+	// would turn each refusal into a disk write.
 	var gone []keyRecord
+	if err := s.view(func(t tx) error {
+		gone, next, err = expiredKeys(t, identity, now)
+		return err
+	}); err != nil || len(gone) == 0 {
+		return next, err
+	}
 	err = s.updatePending(func(t tx) error {
-		gone, next = gone[:0], time.Time{}
-		err := t.each(bucketIdempotency, prefix, func(k, v []byte) (bool, error) {
-			if !bytes.HasPrefix(k, prefix) {
-				return false, nil
-			}
-			if bytes.IndexByte(k[len(prefix):], 0) >= 0 {
-				// Another identity's, whose name starts with this one
-				// and a NUL.
-				return true, nil
-			}
-			var rec Idempotent
-			if json.Unmarshal(v, &rec) == nil && now.Before(rec.Expires) {
-				if next.IsZero() || rec.Expires.Before(next) {
-					next = rec.Expires
-				}
-				return true, nil
-			}
-			gone = append(gone, keyRecord{key: append([]byte(nil), k...), size: int64(len(v))})
-			return true, nil
-		})
+		gone, next, err = expiredKeys(t, identity, now)
 		if err != nil {
 			return err
 		}
@@ -190,4 +179,30 @@ func (s *Store) PruneIdempotent(identity string, now time.Time) (next time.Time,
 		}
 	})
 	return next, err
+}
+
+// expiredKeys returns identity's idempotency records that expired by now,
+// and when the first of the others expires (zero when none is left).
+func expiredKeys(t tx, identity string, now time.Time) (gone []keyRecord, next time.Time, err error) {
+	prefix := []byte(identity + "\x00")
+	err = t.each(bucketIdempotency, prefix, func(k, v []byte) (bool, error) {
+		if !bytes.HasPrefix(k, prefix) {
+			return false, nil
+		}
+		if bytes.IndexByte(k[len(prefix):], 0) >= 0 {
+			// Another identity's, whose name starts with this one and a
+			// NUL.
+			return true, nil
+		}
+		var rec Idempotent
+		if json.Unmarshal(v, &rec) == nil && now.Before(rec.Expires) {
+			if next.IsZero() || rec.Expires.Before(next) {
+				next = rec.Expires
+			}
+			return true, nil
+		}
+		gone = append(gone, keyRecord{key: append([]byte(nil), k...), size: int64(len(v))})
+		return true, nil
+	})
+	return gone, next, err
 }
