@@ -66,7 +66,7 @@ test-docker:
 # The edit-compile-test loop: vet and the library packages' tests under
 # -race, without the cluster tests (-short skips them) and without the
 # packages whose tests run the bub binary, examples or deploy tools.
-# About a minute once the build cache is warm.
+# Not yet measured since -short skips every cluster (docs/TESTING.md).
 check: vet
 	$(GO) test -race -short -count=1 $$($(GO) list ./... | grep -v -e /cmd/ -e /examples/ -e /deploy/)
 
@@ -96,7 +96,7 @@ pytest-sdk:
 # (`go test -c -fuzz`), and its binary runs each target from the
 # package's folder (where testdata/fuzz holds the seeds) with go test's
 # own cache folder for what the fuzzer finds: one `go test -fuzz` per
-# target linked its package again for each of the 39 targets. A target
+# target linked its package again for each target. A target
 # whose cost grows faster than its input must bound the input (FuzzEscape
 # does): the fuzzer minimizes every new interesting input by running it
 # thousands of times, and one large input then holds a worker for the

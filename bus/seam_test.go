@@ -20,13 +20,17 @@ func TestSingleNodeLinksNoNATS(t *testing.T) {
 	if err != nil {
 		t.Skip("no go tool to list the bus's dependencies")
 	}
-	out, err := exec.Command(goTool, "list", "-deps", "github.com/bub-bus/bub/bus").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for dep := range strings.Lines(string(out)) {
-		if strings.Contains(dep, "nats-io") || strings.TrimSpace(dep) == "github.com/bub-bus/bub/cluster" {
-			t.Errorf("package bus depends on %s", strings.TrimSpace(dep))
+	// bustest too: every test package that starts a bus links it, and
+	// only those that start a cluster (clustertest) should link NATS.
+	for _, pkg := range []string{"github.com/bub-bus/bub/bus", "github.com/bub-bus/bub/bus/bustest"} {
+		out, err := exec.Command(goTool, "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for dep := range strings.Lines(string(out)) {
+			if strings.Contains(dep, "nats-io") || strings.TrimSpace(dep) == "github.com/bub-bus/bub/cluster" {
+				t.Errorf("package %s depends on %s", pkg, strings.TrimSpace(dep))
+			}
 		}
 	}
 }

@@ -204,9 +204,10 @@ func TestFanOutsReuseTheirScratch(t *testing.T) {
 		const (
 			subscribers = 5
 			messages    = 12
-			// Long enough for the subscribers that answer at once on a
-			// loaded box under -race: at 100 ms they sometimes timed out
-			// too, before this change as after.
+			// On the bubble's clock: the subscribers that answer at
+			// once never reach it, however loaded the box; the one that
+			// waits 2x it always does, and its late answer comes while
+			// a later walk has the scratch.
 			timeout = 500 * time.Millisecond
 		)
 		srv := bustest.StartInMemory(t, &bus.Options{DeliveryTimeout: timeout, Limits: bus.Limits{SlowSubscriberTimeouts: -1}})

@@ -435,10 +435,13 @@ func TestServeCountsConnectionsFromAccept(t *testing.T) {
 		// The bus closes the socket: the read ends (EOF, or a reset),
 		// well within the read's bound.
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
-		_, err := c.Read(make([]byte, 1))
+		n, err := c.Read(make([]byte, 1))
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			t.Fatalf("idle connection %d still open 30 s after the 1 s handshake timeout", i)
+		}
+		if n != 0 || err == nil {
+			t.Fatalf("idle connection %d: read %d bytes, %v; want it closed by the bus", i, n, err)
 		}
 	}
 	answered(addr, "the idle connections' places freed after the handshake timeout closed them")
