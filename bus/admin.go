@@ -113,7 +113,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 		if err := s.store.Requeue(id, p); err != nil {
 			return deadLetterError(id, err)
 		}
-		s.journalDeadLetter(protocol.JournalReplayed, d, id, to)
+		s.emitDeadLetter(protocol.JournalReplayed, d, id, to)
 		s.sched.add(p)
 		out.Accepted = true
 		return nil
@@ -130,7 +130,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 	if err := s.store.RemoveDeadLetter(id); err != nil {
 		return deadLetterError(id, err)
 	}
-	s.journalDeadLetter(protocol.JournalReplayed, d, id, to)
+	s.emitDeadLetter(protocol.JournalReplayed, d, id, to)
 	out.Accepted = true
 	return nil
 }
@@ -147,7 +147,7 @@ func (c *conn) dlqPurge(req *rpcstream.Request) (any, error) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "purge by id %q or by filter (topic, reason, since, until) or all, not both", p.ID)
 	}
 	if p.ID != "" {
-		purged := c.server.journalPurging(store.Filter{}, p.ID)
+		purged := c.server.emitPurging(store.Filter{}, p.ID)
 		if err := st.RemoveDeadLetter(p.ID); err != nil {
 			return nil, deadLetterError(p.ID, err)
 		}
@@ -157,7 +157,7 @@ func (c *conn) dlqPurge(req *rpcstream.Request) (any, error) {
 	if !p.All && p.DLQFilter == (protocol.DLQFilter{}) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "say what to purge: an id, a filter (topic, reason, since, until), or all: true")
 	}
-	purged := c.server.journalPurging(storeFilter(p.DLQFilter), "")
+	purged := c.server.emitPurging(storeFilter(p.DLQFilter), "")
 	n, err := st.PurgeDeadLetters(storeFilter(p.DLQFilter))
 	if err != nil {
 		return nil, storeError(err)

@@ -36,7 +36,7 @@ func (s *Server) deadLetter(p *store.Pending, reason string) string {
 		return ""
 	}
 	s.metrics.deadLettered.WithLabelValues(reason).Inc()
-	s.journalDeadLetter(protocol.JournalDeadLettered, d, id, reason)
+	s.emitDeadLetter(protocol.JournalDeadLettered, d, id, reason)
 	s.log.Warn("message dead-lettered", "id", id, "message_id", p.Message.ID, "topic", p.Message.Topic,
 		"client", p.ClientID, "reason", reason, "attempts", len(p.Attempts))
 	s.emit(TopicDeadLettered, map[string]any{

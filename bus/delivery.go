@@ -345,7 +345,7 @@ func (s *Server) measured(d *delivery, start time.Time, r protocol.ProcessMessag
 	s.metrics.deliveryDuration.Observe(time.Since(start).Seconds())
 	outcome := deliveryOutcome(r, err)
 	s.metrics.deliveries.WithLabelValues(outcome).Inc()
-	s.journalDelivery(d, outcome, err)
+	s.emitDelivery(d, outcome, err)
 }
 
 // deliveryOutcome names a delivery's outcome, as the deliveries metric

@@ -111,7 +111,7 @@ func (c *conn) handle(req *rpcstream.Request, onReader bool) {
 		// What is answered here leaves with the rest of the batch read.
 		c.out.Batch().Hold(c.out)
 	}
-	m, ok := methods[req.Method]
+	m, ok := c.server.methods[req.Method]
 	if !ok {
 		c.reply(req, nil, protocol.Errorf(protocol.ErrMethodNotFound, "no method %q (docs/PROTOCOL.md lists the methods)", req.Method))
 		return
@@ -180,7 +180,7 @@ func (c *conn) finishRequest(req *rpcstream.Request, result any, err error) {
 func (c *conn) finishRequestRaw(req *rpcstream.Request, body []byte) {
 	defer c.server.requests.Done()
 	<-c.slots
-	c.server.metrics.requests.WithLabelValues(methodLabel(req.Method), outcomeOf(nil)).Inc()
+	c.server.metrics.requests.WithLabelValues(c.server.methodLabel(req.Method), outcomeOf(nil)).Inc()
 	// A failed write closes the connection, which the read loop notices.
 	if err := c.stream.ReplyRaw(req.ID, body); err != nil {
 		c.log.Debug("reply failed", "method", req.Method, "err", err)
@@ -193,7 +193,7 @@ func (c *conn) ping(*rpcstream.Request) (any, error) {
 }
 
 func (c *conn) reply(req *rpcstream.Request, result any, err error) {
-	c.server.metrics.requests.WithLabelValues(methodLabel(req.Method), outcomeOf(err)).Inc()
+	c.server.metrics.requests.WithLabelValues(c.server.methodLabel(req.Method), outcomeOf(err)).Inc()
 	var werr *protocol.Error
 	if err != nil {
 		werr = protocol.WireError(err)
@@ -514,7 +514,7 @@ type outgoing struct {
 
 // routeMessage checks sendMessage's params, routes them and takes
 // their tickets (order.go): the checks every door's messages take
-// (publish.go). It runs in the publisher's order (handle, publishAs):
+// (publish.go). It runs in the publisher's order (handle, Publish):
 // params are read in place, in one pass, and nothing here waits on a
 // peer or the store.
 func (c *conn) routeMessage(params []byte) (*outgoing, error) {
@@ -635,7 +635,7 @@ func (out *outgoing) admit() error {
 func (out *outgoing) accepted() {
 	s := out.conn.server
 	s.name(&out.message)
-	s.journalAccepted(out.conn, &out.message, out.remote)
+	s.emitAccepted(out.conn, &out.message, out.remote)
 }
 
 // pass passes the message's tickets, so the publisher's next messages

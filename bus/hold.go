@@ -56,7 +56,7 @@ func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) erro
 	// one, when the lifetime ends.
 	result.NextAttempt = p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
-	s.journalPending(p)
+	s.emitPending(p)
 	s.queueHold(p)
 	return nil
 }
@@ -113,7 +113,7 @@ func (s *Server) attemptHold(p *store.Pending) {
 		return
 	}
 	s.metrics.held.Dec()
-	s.journalRouted(protocol.JournalWoken, &p.Message, chain, "")
+	s.emitRouted(protocol.JournalWoken, &p.Message, chain, "")
 	result := &protocol.SendMessageResult{MessageID: p.Message.ID, Acks: []protocol.Ack{}}
 	s.pass(&p.Message, chain, result, true, p.Attempts)
 	// The retries the pass scheduled are stored; only now may the hold go.
@@ -188,6 +188,6 @@ func (s *Server) rehold(m *store.Message, ack *protocol.Ack, askedBy string, att
 	}
 	ack.Retrying, ack.Attempt, ack.NextAttempt = true, len(attempts)+1, p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
-	s.journalPending(p)
+	s.emitPending(p)
 	s.queueHold(p)
 }

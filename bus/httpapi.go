@@ -52,7 +52,7 @@ func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
 type httpPublishers struct {
 	// mu guards all.
 	mu  sync.Mutex
-	all map[httpPublisherKey]*publisher
+	all map[httpPublisherKey]*Publisher
 }
 
 // httpPublisherKey names an HTTP publisher: the identity (its limit
@@ -267,7 +267,7 @@ func (s *Server) checkBrowser(r *http.Request) error {
 // httpPublisher authenticates cred as clientID (by default the
 // credential's name, or "http" on an open bus), as initialize would for
 // a publish-only connection, and returns the publisher it goes through.
-func (s *Server) httpPublisher(cred credential, clientID, remote string) (*publisher, error) {
+func (s *Server) httpPublisher(cred credential, clientID, remote string) (*Publisher, error) {
 	a := s.auth.Load()
 	defaulted := clientID == ""
 	var pr *auth.Principal
@@ -285,7 +285,7 @@ func (s *Server) httpPublisher(cred credential, clientID, remote string) (*publi
 		clientID = "http"
 	}
 	// A publisher not yet kept, to check the credential with.
-	p := s.newPublisher(clientID, "", remote, "remote", remote, "api", "http")
+	p := s.NewPublisher(clientID, "", remote, "remote", remote, "api", "http")
 	c := p.c
 	c.cred = cred
 	if err := protocol.ValidateClientID(clientID); err != nil {
@@ -332,14 +332,14 @@ func httpTerms(err error, cred credential, pr *auth.Principal, clientID string, 
 // keep returns the publisher kept for key, keeping fresh if there is
 // none; an identity past its bound, or the table past maxHTTPPublishers,
 // forgets its least recently used.
-func (h *httpPublishers) keep(key httpPublisherKey, fresh *publisher, perIdentity int) *publisher {
+func (h *httpPublishers) keep(key httpPublisherKey, fresh *Publisher, perIdentity int) *Publisher {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if p := h.all[key]; p != nil {
 		return p
 	}
 	if h.all == nil {
-		h.all = make(map[httpPublisherKey]*publisher)
+		h.all = make(map[httpPublisherKey]*Publisher)
 	}
 	mine := 0
 	for k := range h.all {
@@ -373,19 +373,19 @@ func (h *httpPublishers) forgetLRULocked(of func(httpPublisherKey) bool) {
 }
 
 // publishHTTP publishes body (sendMessage's params) through p and
-// returns the answer (publishAs); the body's idempotency key, from the
+// returns the answer (Publish); the body's idempotency key, from the
 // Idempotency-Key header or meta.idempotency_key, makes a repeat publish
 // nothing. remote is the request's address, for the journal: p serves
 // every request of its identity and clientId, from wherever they come.
-func (s *Server) publishHTTP(p *publisher, body []byte, key string, wait bool, r *http.Request) (*publishAnswer, bool, error) {
-	o := &publishOptions{wait: wait, remote: r.RemoteAddr, header: r.Header, key: key}
+func (s *Server) publishHTTP(p *Publisher, body []byte, key string, wait bool, r *http.Request) (*publishAnswer, bool, error) {
+	o := &PublishOptions{Wait: wait, Remote: r.RemoteAddr, Header: r.Header, Key: key}
 	if key != "" {
 		// The wait is part of the request: a repeat with another wait
 		// would get another answer.
 		sum := sha256.Sum256(append([]byte(strconv.FormatBool(wait)+"\n"), body...))
-		o.sum = sum[:]
+		o.Sum = sum[:]
 	}
-	pub, err := s.publishAs(r.Context(), p, body, o)
+	pub, err := s.Publish(r.Context(), p, body, o)
 	if err != nil {
 		return nil, false, err
 	}

@@ -50,8 +50,8 @@ func TestHTTPPublishersLRU(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
 	var h httpPublishers
-	keep := func(identity, clientID string) *publisher {
-		p := s.newPublisher(clientID, identity, "test")
+	keep := func(identity, clientID string) *Publisher {
+		p := s.NewPublisher(clientID, identity, "test")
 		return h.keep(httpPublisherKey{identity: identity, clientID: clientID}, p, 3)
 	}
 	other := keep("other", "o")

@@ -37,7 +37,7 @@ type inOrder struct {
 func (c *conn) dispatch(req *rpcstream.Request) {
 	q := &c.inOrder
 	q.mu.Lock()
-	if !q.running && !methods[req.Method].inOrder {
+	if !q.running && !c.server.methods[req.Method].inOrder {
 		q.mu.Unlock()
 		c.handle(req, true)
 		return

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bub-bus/bub/auth"
-	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -378,163 +376,13 @@ func (j *journal) waitFor(seq uint64) <-chan struct{} {
 	return j.wake
 }
 
-// correlationOf is meta.correlation_id, if meta has one; the look for the
-// key spares the decode to messages without it.
-func correlationOf(meta json.RawMessage) string {
-	if len(meta) == 0 || !bytes.Contains(meta, []byte(`"correlation_id"`)) {
-		return ""
+// Observe records ev: the journal is an observer of the core
+// (extend.go). An accepted message's payload is copied when the journal
+// keeps payloads.
+func (j *journal) Observe(ev Event) {
+	e := ev.JournalEvent
+	if j.opts.Payloads && e.Kind == protocol.JournalAccepted && ev.Message != nil {
+		e.Payload = bytes.Clone(ev.Message.Payload)
 	}
-	var m struct {
-		CorrelationID any `json:"correlation_id"`
-	}
-	if json.Unmarshal(meta, &m) != nil {
-		return ""
-	}
-	if s, ok := m.CorrelationID.(string); ok {
-		return s
-	}
-	return ""
-}
-
-// messageEvent is an event of kind about m, with the fields every event
-// of a message carries.
-func messageEvent(kind string, m *store.Message) protocol.JournalEvent {
-	return protocol.JournalEvent{Kind: kind, MessageID: m.ID, Topic: m.Topic, CorrelationID: correlationOf(m.Meta)}
-}
-
-// chainIDs is the clientIds of chain, in order.
-func chainIDs(chain []*subscription) []string {
-	ids := make([]string, len(chain))
-	for i, sub := range chain {
-		ids[i] = sub.to.held().clientID
-	}
-	return ids
-}
-
-// The hooks below are what the rest of the bus calls; each does nothing,
-// and allocates nothing, when the journal is off.
-
-// journalAccepted records that c's publish of m was accepted, from
-// remote (c's own address when empty).
-func (s *Server) journalAccepted(c *conn, m *store.Message, remote string) {
-	if s.journal == nil {
-		return
-	}
-	if remote == "" {
-		remote = c.remote
-	}
-	ev := messageEvent(protocol.JournalAccepted, m)
-	ev.From, ev.Identity, ev.Remote, ev.API = m.From, m.Publisher, remote, apiOf(c)
-	if s.journal.opts.Payloads {
-		ev.Payload = bytes.Clone(m.Payload)
-	}
-	s.journal.record(&ev)
-}
-
-// journalRouted records the chain a message was routed to; reason says
-// why it is empty.
-func (s *Server) journalRouted(kind string, m *store.Message, chain []*subscription, reason string) {
-	if s.journal == nil {
-		return
-	}
-	ev := messageEvent(kind, m)
-	ev.Chain, ev.Reason = chainIDs(chain), reason
-	s.journal.record(&ev)
-}
-
-// journalDelivery records one delivery attempt and its answer.
-func (s *Server) journalDelivery(d *delivery, outcome string, err error) {
-	if s.journal == nil {
-		return
-	}
-	ev := messageEvent(protocol.JournalDelivery, d.Message)
-	ev.ClientID, ev.Subscription, ev.Attempt, ev.Outcome = d.ClientID, d.Subscription, d.Attempt, outcome
-	if err != nil {
-		ev.Error = err.Error()
-	}
-	s.journal.record(&ev)
-}
-
-// journalPending records pending work: a retry scheduled or a hold.
-func (s *Server) journalPending(p *store.Pending) {
-	if s.journal == nil {
-		return
-	}
-	kind := protocol.JournalRetryScheduled
-	if p.Kind == store.KindHold {
-		kind = protocol.JournalHeld
-	}
-	ev := messageEvent(kind, &p.Message)
-	ev.ClientID, ev.Subscription, ev.NextAt = p.ClientID, p.Subscription, p.NextAt
-	if p.Kind != store.KindHold {
-		ev.Attempt = len(p.Attempts) + 1
-	}
-	s.journal.record(&ev)
-}
-
-// journalDeadLetter records what became of dead letter id: dead-lettered
-// (reason), replayed (to) or purged.
-func (s *Server) journalDeadLetter(kind string, d *store.DeadLetter, id, reason string) {
-	if s.journal == nil {
-		return
-	}
-	ev := messageEvent(kind, &d.Message)
-	ev.ClientID, ev.Subscription, ev.DeadLetterID, ev.Reason = d.ClientID, d.Subscription, id, reason
-	ev.Attempt = len(d.Attempts)
-	s.journal.record(&ev)
-}
-
-// maxPurgeJournaled bounds the purged dead letters one purge journals:
-// more would not fit the default journal anyway.
-const maxPurgeJournaled = 100000
-
-// journalPurging reads the dead letters a purge is about to remove, the
-// one id or those f matches, and returns what records them once the
-// purge is done. A dead letter added while the purge runs may go
-// unrecorded; the journal is a window, not an audit log.
-func (s *Server) journalPurging(f store.Filter, id string) (purged func()) {
-	if s.journal == nil {
-		return func() {}
-	}
-	var gone []*store.DeadLetter
-	// keep holds what the events need of d: not its payload or attempts,
-	// so that purging a queue of a gigabyte does not read it all into
-	// memory at once.
-	keep := func(d *store.DeadLetter) {
-		gone = append(gone, &store.DeadLetter{ID: d.ID, ClientID: d.ClientID, Subscription: d.Subscription,
-			Message: store.Message{ID: d.Message.ID, Topic: d.Message.Topic, Meta: d.Message.Meta}})
-	}
-	if id != "" {
-		if d, err := s.store.GetDeadLetter(id); err == nil {
-			keep(d)
-		}
-	} else {
-		for cursor := ""; len(gone) < maxPurgeJournaled; {
-			page, next, err := s.store.ListDeadLetters(f, cursor, 0)
-			if err != nil {
-				break
-			}
-			for _, d := range page {
-				keep(d)
-			}
-			if next == "" {
-				break
-			}
-			cursor = next
-		}
-	}
-	return func() {
-		for _, d := range gone {
-			s.journalDeadLetter(protocol.JournalPurged, d, d.ID, "")
-		}
-	}
-}
-
-// apiOf is how c reached the bus: the HTTP API's publishers have no
-// stream.
-func apiOf(c *conn) string {
-	if c.stream == nil {
-		return "http"
-	}
-	return "websocket"
+	j.record(&e)
 }

@@ -110,9 +110,9 @@ func TestJournalHooksOffAllocateNothing(t *testing.T) {
 	d := &delivery{Message: m, ClientID: "w", Subscription: "jobs:*", Attempt: 1}
 	chain := []*subscription{}
 	allocs := testing.AllocsPerRun(100, func() {
-		s.journalAccepted(&conn{}, m, "")
-		s.journalRouted(protocol.JournalRouted, m, chain, "")
-		s.journalDelivery(d, "processed", nil)
+		s.emitAccepted(&conn{}, m, "")
+		s.emitRouted(protocol.JournalRouted, m, chain, "")
+		s.emitDelivery(d, "processed", nil)
 	})
 	require.Zero(t, allocs)
 }
@@ -122,7 +122,7 @@ func TestJournalHooksOffAllocateNothing(t *testing.T) {
 func TestJournalRecordAllocatesOnlyBlocks(t *testing.T) {
 	s := &Server{journal: testJournal(JournalOptions{})}
 	d := &delivery{Message: &store.Message{ID: "m1", Topic: "jobs:a"}, ClientID: "w", Subscription: "jobs:*", Attempt: 1}
-	allocs := testing.AllocsPerRun(10*journalBlockSize, func() { s.journalDelivery(d, "processed", nil) })
+	allocs := testing.AllocsPerRun(10*journalBlockSize, func() { s.emitDelivery(d, "processed", nil) })
 	require.Less(t, allocs, 1.0)
 }
 
@@ -139,7 +139,7 @@ func BenchmarkJournalRecord(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				bc.s.journalDelivery(d, "processed", nil)
+				bc.s.emitDelivery(d, "processed", nil)
 			}
 		})
 	}

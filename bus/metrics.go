@@ -55,8 +55,8 @@ var (
 const unknownMethod = "unknown"
 
 // methodLabel returns method if the bus serves it, else "unknown".
-func methodLabel(method string) string {
-	if _, ok := methods[method]; ok {
+func (s *Server) methodLabel(method string) string {
+	if _, ok := s.methods[method]; ok {
 		return method
 	}
 	return unknownMethod

@@ -51,11 +51,11 @@ func (s *Server) routed(m *store.Message, chain []*subscription, reliable bool) 
 			return result, nil
 		}
 		s.metrics.published.WithLabelValues(protocol.ReasonNoSubscribers).Inc()
-		s.journalRouted(protocol.JournalRouted, m, nil, protocol.ReasonNoSubscribers)
+		s.emitRouted(protocol.JournalRouted, m, nil, protocol.ReasonNoSubscribers)
 		return result, nil
 	}
 	s.metrics.published.WithLabelValues("routed").Inc()
-	s.journalRouted(protocol.JournalRouted, m, chain, "")
+	s.emitRouted(protocol.JournalRouted, m, chain, "")
 	return result, nil
 }
 
@@ -244,7 +244,7 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 			ack.Error = joinErrors(ack.Error, "retry kept in memory only, not stored: "+err.Error())
 		}
 		ack.Retrying, ack.Attempt, ack.NextAttempt = true, 2, p.NextAt.UTC().Format(time.RFC3339Nano)
-		s.journalPending(p)
+		s.emitPending(p)
 		// From here on p belongs to the scheduler.
 		s.sched.add(p)
 		s.metrics.retriesScheduled.Inc()

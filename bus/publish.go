@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -25,17 +26,17 @@ import (
 //
 // A WebSocket connection runs these stages itself, split between its
 // read loop and a goroutine (dispatch.go), because its read loop is the
-// relay's hot path; every other door calls publishAs, which runs them in
+// relay's hot path; every other door calls Publish, which runs them in
 // one call. The WebSocket reader checks a frame's UTF-8 and size before
-// it is parsed (rpcstream); publishAs checks them for the other doors.
+// it is parsed (rpcstream); Publish checks them for the other doors.
 
-// publisher is who a message that does not come on a peer's own
+// A Publisher is who a message that does not come on a peer's own
 // WebSocket connection is published as: an HTTP caller (per identity and
 // clientId), an incoming webhook, a tool subscription. It is a
 // connection that holds no subscription and takes no call (closed), made
-// by newPublisher only, so that limits, grants and the journal see it as
+// by NewPublisher only, so that limits, grants and the journal see it as
 // they see a peer.
-type publisher struct {
+type Publisher struct {
 	// order serializes the routing of its messages, which a WebSocket
 	// connection's read loop does for it: its messages take their turns
 	// at each subscriber in the order they were routed.
@@ -46,11 +47,11 @@ type publisher struct {
 	used atomic.Int64
 }
 
-// newPublisher makes the publisher for clientID, publishing as identity
+// NewPublisher makes the publisher for clientID, publishing as identity
 // ("" for none: the clientId is then who the limits count against).
 // remote names it in the journal and logs; attrs are added to its log
 // lines. Its grant, if any, is set by the caller (setAccessLocked).
-func (s *Server) newPublisher(clientID, identity, remote string, attrs ...any) *publisher {
+func (s *Server) NewPublisher(clientID, identity, remote string, attrs ...any) *Publisher {
 	c := &conn{
 		holding: holding{server: s, log: s.log.With(attrs...), subs: make(map[string]*subscription)},
 		remote:  remote,
@@ -61,30 +62,38 @@ func (s *Server) newPublisher(clientID, identity, remote string, attrs ...any) *
 	// closed: it holds no subscription and arms no expiry timer.
 	c.closed, c.initialized, c.publishOnly = true, true, true
 	c.clientID, c.identity = clientID, identity
-	p := &publisher{c: c}
+	p := &Publisher{c: c}
 	p.used.Store(time.Now().UnixNano())
 	return p
 }
 
-// publishOptions say how a door wants a publish answered.
-type publishOptions struct {
-	// wait answers once the walk is done, with sendMessage's result;
-	// without it the answer comes once the message is accepted (admitted
-	// and routed, or held, or found to have no subscriber).
-	wait bool
-	// remote is the request's address, for the journal: a publisher may
-	// serve requests from several.
-	remote string
-	// header carries the request's traceparent, if any (trace.go).
-	header http.Header
-	// key is the idempotency key ("" for none), and sum tells a repeat
-	// of the request from another that uses the key.
-	key string
-	sum []byte
+// SetGrant sets what p publishes as: the principal its credential was
+// found to be and what it may do (nil: everything, an open bus).
+func (p *Publisher) SetGrant(principal *auth.Principal, access *auth.Access) {
+	p.c.mu.Lock()
+	defer p.c.mu.Unlock()
+	p.c.setAccessLocked(principal, access)
 }
 
-// published is what publish answers.
-type published struct {
+// PublishOptions say how a door wants a publish answered.
+type PublishOptions struct {
+	// Wait answers once the walk is done, with sendMessage's result;
+	// without it the answer comes once the message is accepted (admitted
+	// and routed, or held, or found to have no subscriber).
+	Wait bool
+	// Remote is the request's address, for the journal: a publisher may
+	// serve requests from several.
+	Remote string
+	// Header carries the request's traceparent, if any (trace.go).
+	Header http.Header
+	// Key is the idempotency key ("" for none), and Sum tells a repeat
+	// of the request from another that uses the key.
+	Key string
+	Sum []byte
+}
+
+// Published is what Publish answers.
+type Published struct {
 	MessageID string
 	// Result is sendMessage's result: with wait, or when the message had
 	// no subscriber to walk; for a replayed idempotent publish, the
@@ -95,11 +104,11 @@ type published struct {
 	Replayed bool
 }
 
-// publishAs checks params (sendMessage's) and publishes them as p, the one
+// Publish checks params (sendMessage's) and publishes them as p, the one
 // way in for every door but a peer's WebSocket connection (see above).
 // ctx is not yet consulted: once accepted, a message is delivered or
 // dead-lettered whatever becomes of its request.
-func (s *Server) publishAs(_ context.Context, p *publisher, params []byte, o *publishOptions) (*published, error) {
+func (s *Server) Publish(_ context.Context, p *Publisher, params []byte, o *PublishOptions) (*Published, error) {
 	if err := checkUTF8("the message", params); err != nil {
 		return nil, err
 	}
@@ -109,14 +118,14 @@ func (s *Server) publishAs(_ context.Context, p *publisher, params []byte, o *pu
 	if !protocol.IsObject(params) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "the message must be a JSON object {\"topic\": ..., \"payload\": ...}")
 	}
-	if o.key == "" {
+	if o.Key == "" {
 		return s.publishOnce(p, params, o)
 	}
 	p.c.mu.Lock()
 	identity := p.c.limitKeyLocked()
 	p.c.mu.Unlock()
-	var answer *published
-	result, replayed, err := s.idempotently(identity, o.key, o.sum, func() (*protocol.SendMessageResult, error) {
+	var answer *Published
+	result, replayed, err := s.idempotently(identity, o.Key, o.Sum, func() (*protocol.SendMessageResult, error) {
 		var err error
 		answer, err = s.publishOnce(p, params, o)
 		if err != nil {
@@ -131,8 +140,8 @@ func (s *Server) publishAs(_ context.Context, p *publisher, params []byte, o *pu
 		return nil, err
 	}
 	if replayed {
-		answer = &published{MessageID: result.MessageID, Replayed: true}
-		if o.wait {
+		answer = &Published{MessageID: result.MessageID, Replayed: true}
+		if o.Wait {
 			answer.Result = result
 		}
 	}
@@ -140,7 +149,7 @@ func (s *Server) publishAs(_ context.Context, p *publisher, params []byte, o *pu
 }
 
 // publishOnce routes, admits and publishes params as p.
-func (s *Server) publishOnce(p *publisher, params []byte, o *publishOptions) (*published, error) {
+func (s *Server) publishOnce(p *Publisher, params []byte, o *PublishOptions) (*Published, error) {
 	c := p.c
 	select {
 	case c.slots <- struct{}{}:
@@ -169,22 +178,22 @@ func (s *Server) publishOnce(p *publisher, params []byte, o *publishOptions) (*p
 		done()
 		return nil, err
 	}
-	out.remote = o.remote
+	out.remote = o.Remote
 	if err := out.accept(); err != nil {
 		out.pass()
 		done()
 		return nil, err
 	}
-	if o.header != nil {
-		s.traceHTTP(&out.message, o.header)
+	if o.Header != nil {
+		s.traceHTTP(&out.message, o.Header)
 	}
-	answer := &published{MessageID: out.message.ID}
+	answer := &Published{MessageID: out.message.ID}
 	walk := func() (*protocol.SendMessageResult, error) {
 		defer done()
 		defer out.pass()
 		return s.publishRouted(&out.message, out.chain, out.tickets, true)
 	}
-	if !o.wait && len(out.chain) > 0 {
+	if !o.Wait && len(out.chain) > 0 {
 		go func() { _, _ = walk() }()
 		return answer, nil
 	}

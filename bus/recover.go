@@ -42,9 +42,9 @@ func (c *conn) guard(req *rpcstream.Request, handler func(*rpcstream.Request) (a
 // the error req is answered with.
 func (c *conn) panicked(req *rpcstream.Request, r any) error {
 	c.server.metrics.panics.WithLabelValues(panicRequest).Inc()
-	c.log.Error("request handler panicked; answered internal error", "method", methodLabel(req.Method),
+	c.log.Error("request handler panicked; answered internal error", "method", c.server.methodLabel(req.Method),
 		"panic", r, "stack", string(debug.Stack()))
-	return protocol.Errorf(protocol.ErrInternal, "%s failed inside the bus; its log has the details", methodLabel(req.Method))
+	return protocol.Errorf(protocol.ErrInternal, "%s failed inside the bus; its log has the details", c.server.methodLabel(req.Method))
 }
 
 // errPanicked is the outcome of a delivery the bus panicked in: a

@@ -361,7 +361,7 @@ func (s *Server) attempt(p *store.Pending) {
 		s.metrics.retryAttempts.WithLabelValues(protocol.ReasonSubscriberGone).Inc()
 		err := &deliveryError{Kind: protocol.ReasonSubscriberGone,
 			Detail: fmt.Sprintf("client %q is not connected or no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)}
-		s.journalDelivery(&delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: p.Subscription, Attempt: number}, protocol.ReasonSubscriberGone, err)
+		s.emitDelivery(&delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: p.Subscription, Attempt: number}, protocol.ReasonSubscriberGone, err)
 		s.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, err)
 		return
 	}
@@ -433,7 +433,7 @@ func (s *Server) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageRe
 	// Scheduled even when the write fails: the store still holds the
 	// previous attempt's record, which a restart would resume.
 	s.storeOp("reschedule retry", func() error { return s.store.PutPending(p) })
-	s.journalPending(p)
+	s.emitPending(p)
 	s.sched.add(p)
 }
 

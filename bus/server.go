@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,6 +123,9 @@ type Options struct {
 	// WebhookSubscriptions are subscriptions whose subscribers are URLs
 	// (webhook_out.go); a single node's only, for now.
 	WebhookSubscriptions []WebhookSubscription
+	// Extensions are the add-ons the server starts with, in order
+	// (extend.go).
+	Extensions []Extension
 	// WebhookAllowPrivate lets the bus POST deliveries to loopback,
 	// private and link-local addresses. Default: refused, so that
 	// whoever configures a URL cannot make the bus reach inside its
@@ -367,6 +369,15 @@ type Server struct {
 
 	// consoleState is the operator console's (console.go).
 	consoleState consoleState
+
+	// What the add-ons registered as the server started (extend.go):
+	// mux serves the HTTP paths that are not the core's, methods are the
+	// JSON-RPC methods served (the core's, then the add-ons'),
+	// observers hear events, shutdownHooks run as Shutdown starts.
+	mux           *http.ServeMux
+	methods       map[string]method
+	observers     []Observer
+	shutdownHooks []func(context.Context)
 }
 
 // New returns a Server with the given options (nil means all defaults)
@@ -415,8 +426,13 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		bootID:  hex.EncodeToString(boot),
 		store:   o.Store,
 		tracer:  newTracer(o.TracerProvider),
+		mux:     http.NewServeMux(),
+		methods: make(map[string]method, len(methods)),
 
 		holdPatterns: holds,
+	}
+	for name, m := range methods {
+		s.methods[name] = m
 	}
 	s.auth.Store(o.Auth)
 	var err error
@@ -452,6 +468,9 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		s.durables.shared = shared
 	}
 	s.journal = newJournal(o.Journal, s.cl.self, s.bootID, s.metrics.registry)
+	if s.journal != nil {
+		s.Observe(s.journal)
+	}
 	fail := func(err error) (*Server, error) {
 		s.cancel()
 		_ = s.cl.cluster.Leave(context.Background())
@@ -463,6 +482,10 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		return fail(fmt.Errorf("new bus: %w", err))
 	}
 	s.toolSubs = ts
+	s.handleAddOns()
+	if err := s.extend(); err != nil {
+		return fail(fmt.Errorf("new bus: %w", err))
+	}
 	// The pending caps count what the store holds; counting now spares
 	// the first publish the scan.
 	if _, _, err := s.store.PendingUsage(""); err != nil {
@@ -527,33 +550,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 	case BackupPath:
 		s.serveBackup(w, r)
-	case PathMessages:
-		s.serveMessages(w, r)
-	case PathOpenAPI:
-		serveOpenAPI(w, r)
-	case PathEvents:
-		s.serveEvents(w, r)
-	case PathEventsStream:
-		s.serveEventStream(w, r)
 	case "/":
 		s.serveWebSocket(w, r)
-	case strings.TrimSuffix(PathConsole, "/"):
-		http.Redirect(w, r, PathConsole, http.StatusMovedPermanently)
 	default:
-		if strings.HasPrefix(r.URL.Path, PathCallbacks) {
-			s.serveCallback(w, r)
-			return
-		}
-		if strings.HasPrefix(r.URL.Path, PathHooks) {
-			s.serveHook(w, r)
-			return
-		}
-		if strings.HasPrefix(r.URL.Path, PathConsole) {
-			s.serveConsole(w, r)
-			return
-		}
-		http.NotFound(w, r)
+		s.mux.ServeHTTP(w, r)
 	}
+}
+
+// handleAddOns registers the HTTP paths of the add-ons still in package
+// bus.
+func (s *Server) handleAddOns() {
+	s.Handle(PathMessages, http.HandlerFunc(s.serveMessages))
+	s.Handle(PathOpenAPI, http.HandlerFunc(serveOpenAPI))
+	s.Handle(PathEvents, http.HandlerFunc(s.serveEvents))
+	s.Handle(PathEventsStream, http.HandlerFunc(s.serveEventStream))
+	s.Handle(PathCallbacks, http.HandlerFunc(s.serveCallback))
+	s.Handle(PathHooks, http.HandlerFunc(s.serveHook))
+	s.Handle(PathConsole, http.HandlerFunc(s.serveConsole))
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
@@ -634,6 +647,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	if s.journal != nil {
 		s.journal.close()
+	}
+	for _, f := range s.shutdownHooks {
+		f(ctx)
 	}
 	done := make(chan struct{})
 	go func() {

@@ -96,7 +96,7 @@ type liveToolSub struct {
 	limiter *rate.Limiter
 	// pub publishes its events as the owner: one stand-in connection,
 	// whose tickets keep the events' order at each subscriber.
-	pub *publisher
+	pub *Publisher
 }
 
 // newToolSubscriptions loads the index from st (nil: the bus keeps
@@ -381,7 +381,7 @@ func (t *toolSubscriptions) liveOf(ts *store.ToolSubscription) *liveToolSub {
 	if ts.Identity != ts.Owner {
 		identity = ts.Identity
 	}
-	pub := s.newPublisher(ts.Owner, identity, "tool subscription "+ts.GroupID+"/"+ts.ToolCallID, "tool_subscription", ts.GroupID+"/"+ts.ToolCallID)
+	pub := s.NewPublisher(ts.Owner, identity, "tool subscription "+ts.GroupID+"/"+ts.ToolCallID, "tool_subscription", ts.GroupID+"/"+ts.ToolCallID)
 	l := &liveToolSub{limiter: rate.NewLimiter(rate.Limit(s.opts.ToolEventRate), s.opts.ToolEventBurst), pub: pub}
 	t.live[ts.Key] = l
 	return l
@@ -531,12 +531,12 @@ func (t *toolSubscriptions) lookup(id string) (*store.ToolSubscription, error) {
 }
 
 // publish publishes ev on ts's topic as ts's owner, through pub
-// (publishAs): the owner's rate and caps apply, and a topic with nobody
+// (Publish): the owner's rate and caps apply, and a topic with nobody
 // to take the event now (no subscriber, no fallback, not held) means
 // its thread is gone: the event is logged and discarded (orphaned). With
 // subscribers the answer comes once the message is accepted; its walk
 // goes on, retried or dead-lettered as any message's.
-func (t *toolSubscriptions) publish(pub *publisher, ts *store.ToolSubscription, ev *protocol.SubscriptionEvent) (*toolEventAnswer, error) {
+func (t *toolSubscriptions) publish(pub *Publisher, ts *store.ToolSubscription, ev *protocol.SubscriptionEvent) (*toolEventAnswer, error) {
 	params, err := json.Marshal(struct {
 		Topic   string                      `json:"topic"`
 		Payload *protocol.SubscriptionEvent `json:"payload"`
@@ -544,7 +544,7 @@ func (t *toolSubscriptions) publish(pub *publisher, ts *store.ToolSubscription, 
 	if err != nil {
 		return nil, protocol.Errorf(protocol.ErrInternal, "encode event: %v", err)
 	}
-	pubd, err := t.s.publishAs(context.Background(), pub, params, &publishOptions{remote: pub.c.remote})
+	pubd, err := t.s.Publish(context.Background(), pub, params, &PublishOptions{Remote: pub.c.remote})
 	if err != nil {
 		return nil, err
 	}

@@ -101,7 +101,7 @@ type hook struct {
 	deliveryID *template
 	// publisher is who the hook publishes as (publish.go), so its
 	// messages take every door's checks.
-	publisher *publisher
+	publisher *Publisher
 }
 
 // hookName is what a hook's name may be: it is a URL segment and part
@@ -201,7 +201,7 @@ func (s *Server) newHook(cfg Hook) (*hook, error) {
 		}
 	}
 	// No grant: the operator who configured the hook chose its topics.
-	h.publisher = s.newPublisher(hookClientPrefix+cfg.Name, "", "hook "+cfg.Name, "hook", cfg.Name)
+	h.publisher = s.NewPublisher(hookClientPrefix+cfg.Name, "", "hook "+cfg.Name, "hook", cfg.Name)
 	return h, nil
 }
 
@@ -434,7 +434,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 	}
 	var answer publishAnswer
 	publish := func() (*protocol.SendMessageResult, error) {
-		pub, err := s.publishAs(r.Context(), h.publisher, params, &publishOptions{remote: r.RemoteAddr, header: r.Header})
+		pub, err := s.Publish(r.Context(), h.publisher, params, &PublishOptions{Remote: r.RemoteAddr, Header: r.Header})
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,117 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/rpcstream"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// The core's seams for add-ons (docs/ARCHITECTURE.md): an add-on is an
+// Extension in Options.Extensions; as the server starts it registers
+// HTTP handlers (Handle), JSON-RPC methods (HandleMethod), observers of
+// what happens to messages (Observe) and work for shutdown (OnShutdown).
+// The core knows none of its add-ons: it serves what was registered.
+
+// An Extension adds to a Server as it starts. NewContext calls each
+// one's Extend in the order of Options.Extensions, once the server has
+// joined its cluster and before it resumes pending work or serves
+// anyone, so that what it registers is there for the first request. An
+// error stops the start.
+type Extension interface {
+	Extend(s *Server) error
+}
+
+// Handle registers h for the HTTP requests pattern matches (a
+// net/http.ServeMux pattern: "/v1/events", or "/console/" for a tree).
+// The core serves its own paths first: /, /healthz, /readyz, /metrics
+// and /backup. Handle may be called only from Extend.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
+}
+
+// A Method is a JSON-RPC method an add-on serves on the WebSocket door.
+// It runs off the connection's read loop, bounded like every queued
+// request by Options.MaxInFlight, after the checks its fields ask for:
+// every method needs an initialized connection.
+type Method struct {
+	// Admin methods need a credential with admin.
+	Admin bool
+	// Serve answers a call from caller with params (the request's raw
+	// params, possibly empty). An error from protocol.Errorf goes to the
+	// peer as it is; any other as an internal error.
+	Serve func(ctx context.Context, caller *Caller, params json.RawMessage) (any, error)
+}
+
+// HandleMethod registers m as the method name. A name the core serves
+// already, or one registered before, is refused. HandleMethod may be
+// called only from Extend.
+func (s *Server) HandleMethod(name string, m Method) error {
+	if _, ok := s.methods[name]; ok {
+		return fmt.Errorf("method %q is registered already", name)
+	}
+	s.methods[name] = method{queued: true, admin: m.Admin, serve: func(c *conn, req *rpcstream.Request) (any, error) {
+		return m.Serve(c.server.ctx, &Caller{c: c}, req.Params)
+	}}
+	return nil
+}
+
+// A Caller is the peer a method serves.
+type Caller struct {
+	c *conn
+}
+
+// ClientID is the caller's clientId.
+func (c *Caller) ClientID() string {
+	c.c.mu.Lock()
+	defer c.c.mu.Unlock()
+	return c.c.clientID
+}
+
+// An Event is what happened to a message, as the core tells its
+// observers: the journal's event (protocol.JournalEvent; its Time, Node
+// and Cursor are the observer's to fill) and, when the core holds it
+// whole (accepted, routed, woken), the message.
+type Event struct {
+	protocol.JournalEvent
+	// Message is read-only and valid only during Observe; nil when the
+	// event is not about a message the core holds whole.
+	Message *store.Message
+}
+
+// An Observer hears what happens to messages on this node. Observe runs
+// on the path of the message: it must not block, wait on anything the
+// core holds, or keep ev.Message after it returns. ev comes by value, so
+// that telling observers allocates nothing. An observer
+// that cannot keep up drops events, counts what it dropped in a metric
+// of its own, and never slows the message.
+type Observer interface {
+	Observe(ev Event)
+}
+
+// Observe adds o to the observers. Observe may be called only from
+// Extend.
+func (s *Server) Observe(o Observer) {
+	s.observers = append(s.observers, o)
+}
+
+// OnShutdown registers f to run as Shutdown starts, before the drain:
+// an add-on ends its streams and stops taking work there. f gets
+// Shutdown's ctx. OnShutdown may be called only from Extend.
+func (s *Server) OnShutdown(f func(ctx context.Context)) {
+	s.shutdownHooks = append(s.shutdownHooks, f)
+}
+
+// extend runs opts' extensions.
+func (s *Server) extend() error {
+	for _, e := range s.opts.Extensions {
+		if err := e.Extend(s); err != nil {
+			return fmt.Errorf("extension %T: %w", e, err)
+		}
+	}
+	return nil
+}
