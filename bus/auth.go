@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -211,16 +212,27 @@ func (c *conn) authorizeAgainst(a *auth.Authenticator, p *protocol.InitializePar
 		return nil, nil, c.refuse(refuseCredential, "", p.ClientID, err.Error(),
 			protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted; %s", unauthorizedDetail))
 	}
-	if !principal.AllowsClientID(p.ClientID) {
-		return nil, nil, c.refuse(refuseClientID, principal.Name(), p.ClientID, "clientId not granted",
-			protocol.Errorf(protocol.ErrForbidden, "credential %q may not initialize as clientId %q", principal.Name(), p.ClientID))
-	}
-	access := principal.Bind(p.ClientID)
-	if access.PublishOnly() && !p.PublishOnly {
-		return nil, nil, c.refuse(refusePublishOnly, principal.Name(), p.ClientID, "publish-only credential",
-			protocol.Errorf(protocol.ErrForbidden, "credential %q allows only publishOnly connections; initialize with publishOnly: true", principal.Name()))
+	access, err := c.server.grant(c.log, principal, p.ClientID, p.PublishOnly)
+	if err != nil {
+		return nil, nil, err
 	}
 	return principal, access, nil
+}
+
+// grant decides what principal may do as clientID, publishing only or
+// not, or refuses (logged to log): the grant's client_ids must allow the
+// clientId, and a publish-only grant publishOnly.
+func (s *Server) grant(log *slog.Logger, principal *auth.Principal, clientID string, publishOnly bool) (*auth.Access, error) {
+	if !principal.AllowsClientID(clientID) {
+		return nil, s.refuse(log, refuseClientID, principal.Name(), clientID, "clientId not granted",
+			protocol.Errorf(protocol.ErrForbidden, "credential %q may not initialize as clientId %q", principal.Name(), clientID))
+	}
+	access := principal.Bind(clientID)
+	if access.PublishOnly() && !publishOnly {
+		return nil, s.refuse(log, refusePublishOnly, principal.Name(), clientID, "publish-only credential",
+			protocol.Errorf(protocol.ErrForbidden, "credential %q allows only publishOnly connections; initialize with publishOnly: true", principal.Name()))
+	}
+	return access, nil
 }
 
 // serverIDPrefix starts every serverId the bus makes up (Options.ServerID).
@@ -233,15 +245,16 @@ const serverIDPrefix = "bub-"
 // spawner) trust a message by that from, and a peer's from is its
 // clientId. Every peer learns the serverId from initialize and a
 // cluster's is predictable, so the id alone is no secret; the prefix
-// keeps a bus's next random serverId free too.
-func (c *conn) checkReservedClientID(id string) error {
-	serverID := c.server.opts.ServerID
+// keeps a bus's next random serverId free too. A refusal is logged to
+// log.
+func (s *Server) checkReservedClientID(log *slog.Logger, id string) error {
+	serverID := s.opts.ServerID
 	reserved := strings.EqualFold(id, serverID) ||
 		(len(id) >= len(serverIDPrefix) && strings.EqualFold(id[:len(serverIDPrefix)], serverIDPrefix))
 	if !reserved {
 		return nil
 	}
-	return c.refuse(refuseClientID, "", id, "reserved clientId",
+	return s.refuse(log, refuseClientID, "", id, "reserved clientId",
 		protocol.Errorf(protocol.ErrInvalidClientInfo, "clientId %q is reserved: the bus's own events come from its serverId %q, and ids starting with %q are kept for serverIds", id, serverID, serverIDPrefix))
 }
 
@@ -302,8 +315,14 @@ func (h *holding) limitKeyLocked() string {
 // refuse counts and logs a refusal and returns err, the answer to the
 // peer. why is for the log only: it may say more than the peer is told.
 func (c *conn) refuse(reason, identity, clientID, why string, err error) error {
-	c.server.metrics.authRefusals.WithLabelValues(reason).Inc()
-	c.log.Warn("refused", "reason", reason, "identity", identity, "client", clientID, "detail", why, "answer", err)
+	return c.server.refuse(c.log, reason, identity, clientID, why, err)
+}
+
+// refuse is conn's refuse, logged to log, for a refusal made before
+// there is a connection to log it (Authorize).
+func (s *Server) refuse(log *slog.Logger, reason, identity, clientID, why string, err error) error {
+	s.metrics.authRefusals.WithLabelValues(reason).Inc()
+	log.Warn("refused", "reason", reason, "identity", identity, "client", clientID, "detail", why, "answer", err)
 	return err
 }
 

@@ -456,15 +456,22 @@ func (s *Server) consoleApprover(sess *consoleSession) string {
 }
 
 // askGateway publishes payload on bcp:approval as the session's
-// credential, through the HTTP API's path (its grant, limits and
+// credential and approver clientId (Publish: its grant, limits and
 // checks), and returns the gateway's answer from its ack.
 func (s *Server) askGateway(sess *consoleSession, r *http.Request, payload any) (string, error) {
-	p, err := s.httpPublisher(sess.cred, s.consoleApprover(sess), r.RemoteAddr)
+	principal, err := s.principalOf(sess.cred)
 	if err != nil {
 		return "", err
 	}
+	clientID := s.consoleApprover(sess)
+	access, err := s.Authorize(principal, clientID)
+	if err != nil {
+		return "", err
+	}
+	p := s.NewPublisher(clientID, "", r.RemoteAddr, "remote", r.RemoteAddr, "api", "console")
+	p.SetGrant(principal, access)
 	body, _ := json.Marshal(map[string]any{"topic": topicBCPApproval, "payload": payload})
-	answer, _, err := s.publishHTTP(p, body, "", true, r)
+	answer, err := s.Publish(r.Context(), p, body, &PublishOptions{Wait: true, Remote: r.RemoteAddr, Header: r.Header})
 	if err != nil {
 		return "", err
 	}

@@ -3,6 +3,7 @@ package bus
 import (
 	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/internal/rpcstream"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // Relaying on the read loop
@@ -45,7 +46,7 @@ func (c *conn) relayOnLoop(req *rpcstream.Request, out *outgoing) (relayed bool)
 	if out.callback != "" || len(out.chain) == 0 || s.tracer != nil {
 		return false
 	}
-	if key, err := idempotencyKeyOf(out.message.Meta); key != "" || err != nil {
+	if key, err := protocol.IdempotencyKeyOf(out.message.Meta); key != "" || err != nil {
 		return false
 	}
 	started := false

@@ -270,7 +270,7 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	if err := protocol.ValidateClientID(p.ClientID); err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidClientInfo, "%v", err)
 	}
-	if err := c.checkReservedClientID(p.ClientID); err != nil {
+	if err := c.server.checkReservedClientID(c.log, p.ClientID); err != nil {
 		return nil, err
 	}
 	if p.DefaultTopic != "" {
@@ -579,7 +579,7 @@ func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 		return out.conn.server.callbackEvent(out.callback, out.message.Payload)
 	}
 	s := out.conn.server
-	key, err := idempotencyKeyOf(out.message.Meta)
+	key, err := protocol.IdempotencyKeyOf(out.message.Meta)
 	if err != nil {
 		return nil, err
 	}

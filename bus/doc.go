@@ -93,8 +93,8 @@
 // publisher's order (publish.go) is taken before its conn's mu, as a
 // read loop's turn is. The per-identity limits' locks are leaves:
 // rateBuckets.mu and a rateBucket's mu are taken under conn.mu,
-// identitySlots.mu under Server.mu (identity_limits.go); keyLocks.mu,
-// httpPublishers.mu and the console's loginThrottle.mu are taken alone.
+// identitySlots.mu under Server.mu (identity_limits.go); keyLocks.mu
+// and the console's loginThrottle.mu are taken alone.
 //
 // Request handlers and retry attempts run under guard and guardAttempt
 // (recover.go), which recover a panic so that one request's bug does not

@@ -19,22 +19,18 @@ import (
 // Options.IdempotencyWindow, and a repeat of the same request gets it
 // again (docs/PROTOCOL.md, "Idempotency-Key").
 
-// maxIdempotencyKey bounds an idempotency key.
-const maxIdempotencyKey = 255
+// ErrKeyReused says an idempotency key was used within the window for
+// another request (409 over HTTP): Publish's error is a protocol error
+// that errors.Is finds to be ErrKeyReused too.
+var ErrKeyReused = errors.New("idempotency key already used for another request")
 
-// metaIdempotencyKey is the meta field of sendMessage that carries a key.
-const metaIdempotencyKey = "idempotency_key"
-
-// errKeyReused says a key was used within the window for another request.
-var errKeyReused = errors.New("idempotency key already used for another request")
-
-// keyConflict is a protocol error that is errKeyReused too (409 over
-// HTTP), whose text is the protocol error's alone.
+// keyConflict is a protocol error that is ErrKeyReused too, whose text
+// is the protocol error's alone.
 type keyConflict struct{ err error }
 
 func (e *keyConflict) Error() string        { return e.err.Error() }
 func (e *keyConflict) Unwrap() error        { return e.err }
-func (e *keyConflict) Is(target error) bool { return target == errKeyReused }
+func (e *keyConflict) Is(target error) bool { return target == ErrKeyReused }
 
 // IdempotencyStore is the part of Store that keeps idempotency keys and
 // counts each identity's records: the bus caps them
@@ -73,26 +69,17 @@ type IdempotencyReserver interface {
 // another node (IdempotencyReserver.ReserveIdempotent).
 var ErrIdempotencyBusy = errors.New("a request with this idempotency key is running on another node")
 
-// checkIdempotencyKey refuses a key that is empty, too long, or not
-// printable ASCII.
-func checkIdempotencyKey(key string) error {
-	if key == "" || len(key) > maxIdempotencyKey || strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
-		return protocol.Errorf(protocol.ErrInvalidParams, "an idempotency key must be 1 to %d printable ASCII characters", maxIdempotencyKey)
-	}
-	return nil
-}
-
 // idempotently runs publish once for identity's key within the window:
 // it returns publish's result and keeps a bounded copy of it
 // (boundedResult); a repeat whose request has the same sum gets the
 // kept copy (replayed) and publish does not run; one with another sum
-// is errKeyReused. Requests with one key run one at a time. An error is
+// is ErrKeyReused. Requests with one key run one at a time. An error is
 // not kept: a retry runs again. A new key is refused while identity
 // holds MaxIdempotencyKeysPerIdentity (keyRoom); the bytes of its
 // records count against its stored-bytes cap with its messages', which
 // admitPublish applies.
 func (s *Server) idempotently(identity, key string, sum []byte, publish func() (*protocol.SendMessageResult, error)) (result *protocol.SendMessageResult, replayed bool, err error) {
-	if err := checkIdempotencyKey(key); err != nil {
+	if err := protocol.CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
 	unlock := s.keyLocks.lock(identity + "\x00" + key)
@@ -201,31 +188,8 @@ func (s *Server) keyRoom(identity string, now time.Time) error {
 	return &protocol.Error{
 		Code:    protocol.CodeLimitReached,
 		Message: fmt.Sprintf("%s: %s: identity %q holds %d idempotency keys within the window, its limit %d; retry after %d ms, when the oldest expires", protocol.ErrLimitReached.Message, limitKeysPerIdentity, identity, u.Entries, bound, ms),
-		Data:    rateLimitedData{RetryAfterMS: ms},
+		Data:    protocol.RateLimitedData{RetryAfterMS: ms},
 	}
-}
-
-// idempotencyKeyOf returns meta's idempotency_key, "" when it has none.
-func idempotencyKeyOf(meta json.RawMessage) (string, error) {
-	if len(meta) == 0 || !bytes.Contains(meta, []byte(metaIdempotencyKey)) {
-		return "", nil
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(meta, &fields); err != nil {
-		return "", nil
-	}
-	raw, ok := fields[metaIdempotencyKey]
-	if !ok {
-		return "", nil
-	}
-	var key string
-	if err := json.Unmarshal(raw, &key); err != nil {
-		return "", protocol.Errorf(protocol.ErrInvalidParams, "meta.%s must be a string", metaIdempotencyKey)
-	}
-	if err := checkIdempotencyKey(key); err != nil {
-		return "", err
-	}
-	return key, nil
 }
 
 // idempotencySum is the sum that tells a repeat of params from another

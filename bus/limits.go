@@ -182,6 +182,14 @@ func newLimitState(l Limits, reg *prometheus.Registry, log *slog.Logger) *limitS
 // limits returns the limits in force; never modify them.
 func (s *Server) limits() *Limits { return s.limitState.current.Load() }
 
+// Limits returns a copy of the limits in force (SetLimits'), with the
+// defaults filled in, for an add-on that applies one of them.
+func (s *Server) Limits() Limits { return *s.limits() }
+
+// MaxMessageBytes is the largest message the bus takes
+// (Options.MaxMessageBytes), for a door that bounds what it reads.
+func (s *Server) MaxMessageBytes() int64 { return s.opts.MaxMessageBytes }
+
 // SetLimits replaces the limits in force; connections beyond a new bound
 // are not closed, new work is refused.
 func (s *Server) SetLimits(l Limits) {
@@ -417,7 +425,7 @@ func (c *conn) admitPublish() (identity string, err error) {
 		return identity, &protocol.Error{
 			Code:    protocol.CodeRateLimited,
 			Message: fmt.Sprintf("%s: %s: publishing faster than this identity's rate, shared by its connections; retry after %d ms", protocol.ErrRateLimited.Message, limitPublishRate, ms),
-			Data:    rateLimitedData{RetryAfterMS: int64(ms)},
+			Data:    protocol.RateLimitedData{RetryAfterMS: int64(ms)},
 		}
 	}
 	perIdentity := c.pendingCapLocked(l)
@@ -573,10 +581,9 @@ func (s *Server) deadLetterRoom() (full string) {
 	return full
 }
 
-// rateLimitedData is the data of a -32012 error.
-type rateLimitedData struct {
-	RetryAfterMS int64 `json:"retry_after_ms"`
-}
+// rateLimitedData is the data of a -32012 error; the name stays for the
+// add-ons still in package bus (console_login.go, toolsub.go).
+type rateLimitedData = protocol.RateLimitedData
 
 // allowPublishLocked takes a token from the publish bucket of c's
 // identity, shared by all its connections and publishers, or says how

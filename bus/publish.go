@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/bub-bus/bub/auth"
@@ -42,9 +41,6 @@ type Publisher struct {
 	// at each subscriber in the order they were routed.
 	order sync.Mutex
 	c     *conn
-	// used is when it last published (UnixNano), for the HTTP API's
-	// least-recently-used eviction.
-	used atomic.Int64
 }
 
 // NewPublisher makes the publisher for clientID, publishing as identity
@@ -62,9 +58,7 @@ func (s *Server) NewPublisher(clientID, identity, remote string, attrs ...any) *
 	// closed: it holds no subscription and arms no expiry timer.
 	c.closed, c.initialized, c.publishOnly = true, true, true
 	c.clientID, c.identity = clientID, identity
-	p := &Publisher{c: c}
-	p.used.Store(time.Now().UnixNano())
-	return p
+	return &Publisher{c: c}
 }
 
 // SetGrant sets what p publishes as: the principal its credential was
@@ -109,7 +103,7 @@ type Published struct {
 // ctx is not yet consulted: once accepted, a message is delivered or
 // dead-lettered whatever becomes of its request.
 func (s *Server) Publish(_ context.Context, p *Publisher, params []byte, o *PublishOptions) (*Published, error) {
-	if err := checkUTF8("the message", params); err != nil {
+	if err := rpcstream.CheckUTF8("the message", params); err != nil {
 		return nil, err
 	}
 	if n := int64(len(params)); n > s.opts.MaxMessageBytes {
@@ -167,7 +161,6 @@ func (s *Server) publishOnce(p *Publisher, params []byte, o *PublishOptions) (*P
 		<-c.slots
 	}
 	p.order.Lock()
-	p.used.Store(time.Now().UnixNano())
 	out, err := c.routeMessage(params)
 	p.order.Unlock()
 	if err == nil && out.callback != "" {
@@ -203,16 +196,4 @@ func (s *Server) publishOnce(p *Publisher, params []byte, o *PublishOptions) (*P
 	}
 	answer.Result = result
 	return answer, nil
-}
-
-// checkUTF8 refuses b, what, unless it is valid UTF-8, naming the byte
-// offset of the first invalid sequence, as the WebSocket reader's close
-// does (rpcstream): a strict peer (a browser, Node's WebSocket) drops
-// the connection on a frame that is not, so the bus never relays one.
-func checkUTF8(what string, b []byte) error {
-	off := rpcstream.InvalidUTF8At(b)
-	if off < 0 {
-		return nil
-	}
-	return protocol.Errorf(protocol.ErrParse, "%s is not valid UTF-8: byte %d (0x%02x) does not begin a valid sequence", what, off, b[off])
 }

@@ -308,8 +308,6 @@ type Server struct {
 	// busyListened and idleListened remember whether anyone subscribes
 	// to the activity events (countDelivery).
 	busyListened, idleListened anyCache
-	// http holds the HTTP API's publishers (httpapi.go).
-	http httpPublishers
 	// consoleLogins counts console logins by outcome, and
 	// consoleLoginThrottle throttles them (console_login.go).
 	consoleLogins        *prometheus.CounterVec
@@ -560,8 +558,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handleAddOns registers the HTTP paths of the add-ons still in package
 // bus.
 func (s *Server) handleAddOns() {
-	s.Handle(PathMessages, http.HandlerFunc(s.serveMessages))
-	s.Handle(PathOpenAPI, http.HandlerFunc(serveOpenAPI))
 	s.Handle(PathEvents, http.HandlerFunc(s.serveEvents))
 	s.Handle(PathEventsStream, http.HandlerFunc(s.serveEventStream))
 	s.Handle(PathCallbacks, http.HandlerFunc(s.serveCallback))

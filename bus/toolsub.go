@@ -453,7 +453,7 @@ func (s *Server) toolEvent(id string, body []byte) (*toolEventAnswer, error) {
 		s.log.Info("tool event discarded: no active subscription has its callback (cancelled, final, or never made)")
 		return nil, protocol.Errorf(protocol.ErrNotFound, "no active tool subscription has this callback: it was cancelled, ended by a final event, or never made; send no more events")
 	}
-	if err := checkUTF8("the event", body); err != nil {
+	if err := rpcstream.CheckUTF8("the event", body); err != nil {
 		t.events.WithLabelValues(toolEventMalformed).Inc()
 		return nil, err
 	}

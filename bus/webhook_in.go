@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -421,7 +422,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnauthorized, httpError{Error: protocol.WireError(protocol.Errorf(protocol.ErrUnauthorized, "the request's signature is missing, malformed, stale or wrong for hook %q", h.Name))})
 		return
 	}
-	if err := checkUTF8("the body", body); err != nil {
+	if err := rpcstream.CheckUTF8("the body", body); err != nil {
 		count(hookBadRequest)
 		writeError(w, http.StatusBadRequest, err)
 		return
@@ -446,7 +447,7 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		err = errReplay
 	}
 	switch {
-	case errors.Is(err, errReplay), errors.Is(err, errKeyReused):
+	case errors.Is(err, errReplay), errors.Is(err, ErrKeyReused):
 		count(hookReplay)
 		s.log.Warn("webhook refused: request seen before", "hook", h.Name, "remote", r.RemoteAddr, "delivery_id", deliveryID)
 		writeError(w, http.StatusConflict, protocol.Errorf(protocol.ErrInvalidParams, "hook %q took this signed body, or delivery id %q, before: a replay; nothing published", h.Name, deliveryID))

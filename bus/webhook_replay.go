@@ -36,11 +36,11 @@ const bodyKeyPrefix = "body:"
 // hookOnce runs publish unless hook took a request with the same body, or
 // the delivery id id ("" for none), within the window, and returns its
 // result. A repeat gets replayed set; the same id with another body gets
-// errKeyReused. A failed publish keeps nothing: the sender may try
+// ErrKeyReused. A failed publish keeps nothing: the sender may try
 // again.
 func (s *Server) hookOnce(hook, id string, body []byte, publish func() (*protocol.SendMessageResult, error)) (*protocol.SendMessageResult, bool, error) {
 	if id != "" {
-		if err := checkIdempotencyKey(id); err != nil {
+		if err := protocol.CheckIdempotencyKey(id); err != nil {
 			return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "delivery id %q: %v", truncate(id, 64), err)
 		}
 	}

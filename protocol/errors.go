@@ -41,6 +41,13 @@ func (e *Error) Error() string {
 	return e.Message
 }
 
+// RateLimitedData is the data of a CodeRateLimited error, and of a
+// CodeLimitReached one that frees up in time: how long to wait before a
+// retry. The HTTP doors say it in Retry-After too.
+type RateLimitedData struct {
+	RetryAfterMS int64 `json:"retry_after_ms"`
+}
+
 // Sentinels for the codes above, for wrapping with %w and matching with
 // errors.Is.
 var (

@@ -794,6 +794,19 @@ func validID(raw json.RawMessage) bool {
 	return false
 }
 
+// CheckUTF8 refuses b, what, unless it is valid UTF-8, naming the byte
+// offset of the first invalid sequence, as the WebSocket reader's close
+// does, for the bus's other doors: a strict peer (a browser, Node's
+// WebSocket) drops the connection on a frame that is not, so the bus
+// never relays one.
+func CheckUTF8(what string, b []byte) error {
+	off := InvalidUTF8At(b)
+	if off < 0 {
+		return nil
+	}
+	return protocol.Errorf(protocol.ErrParse, "%s is not valid UTF-8: byte %d (0x%02x) does not begin a valid sequence", what, off, b[off])
+}
+
 // InvalidUTF8At returns the offset of the first byte of data that does
 // not start a valid UTF-8 sequence, or -1 when data is valid UTF-8.
 func InvalidUTF8At(data []byte) int {

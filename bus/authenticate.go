@@ -1,0 +1,112 @@
+package bus
+
+import (
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/protocol"
+)
+
+// Authenticate finds who an HTTP request to an add-on's door is, as
+// every door of the bus does (docs/SECURITY.md): a browser's request
+// (one with Origin) must reach an address of this bus (Options.Hosts)
+// from its own origin or one of Options.OriginPatterns; the credential
+// is the bearer token, else a verified client certificate's name, else
+// none (the anonymous grant, if any); it is checked against the
+// credentials in force. It returns the principal, nil on an open bus.
+// A refusal is counted in bub_auth_refusals_total and is a protocol
+// error to answer as it is: forbidden for a browser, unauthorized
+// (saying which header to send) for the credential.
+func (s *Server) Authenticate(r *http.Request) (*auth.Principal, error) {
+	if err := s.checkBrowser(r); err != nil {
+		return nil, err
+	}
+	cred, err := bearer(r)
+	if err != nil {
+		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
+		return nil, err
+	}
+	return s.principalOf(cred)
+}
+
+// principalOf checks cred, an HTTP request's, against the credentials in
+// force: its principal, nil on an open bus, or the 401 to answer.
+func (s *Server) principalOf(cred credential) (*auth.Principal, error) {
+	a := s.auth.Load()
+	if a == nil {
+		return nil, nil
+	}
+	principal, err := s.authenticate(a, cred)
+	if err != nil {
+		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
+		return nil, httpUnauthorized(cred)
+	}
+	return principal, nil
+}
+
+// Authorize decides what principal (Authenticate's) may do publishing
+// as clientID, as initialize does for a publishOnly connection: the
+// clientId must be valid, not reserved for the bus's own, and allowed by
+// the grant's client_ids. It returns the access for Publisher.SetGrant,
+// nil with principal nil (an open bus). A refusal is counted and logged
+// as initialize's.
+func (s *Server) Authorize(principal *auth.Principal, clientID string) (*auth.Access, error) {
+	if err := protocol.ValidateClientID(clientID); err != nil {
+		return nil, protocol.Errorf(protocol.ErrInvalidClientInfo, "%v", err)
+	}
+	if err := s.checkReservedClientID(s.log, clientID); err != nil {
+		return nil, err
+	}
+	if principal == nil {
+		return nil, nil
+	}
+	return s.grant(s.log, principal, clientID, true)
+}
+
+// bearer reads the request's credential: a bearer token, and a verified
+// client certificate's name.
+func bearer(r *http.Request) (credential, error) {
+	var cred credential
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		cred.certCN = r.TLS.VerifiedChains[0][0].Subject.CommonName
+	}
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, token, _ := strings.Cut(h, " ")
+		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+			return cred, protocol.Errorf(protocol.ErrUnauthorized, "the Authorization header must be \"Bearer TOKEN\"")
+		}
+		cred.token = strings.TrimSpace(token)
+	}
+	return cred, nil
+}
+
+// checkBrowser refuses a browser's request (one with Origin) whose Host
+// is not an address of this bus (DNS rebinding) or whose Origin is
+// neither that host nor one of Options.OriginPatterns, as the WebSocket
+// upgrade does.
+func (s *Server) checkBrowser(r *http.Request) error {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	if !s.hostAllowed(r) {
+		s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
+		return protocol.Errorf(protocol.ErrForbidden, "Host %q is not an address this bus serves; an operator adds it with --hosts", r.Host)
+	}
+	u, err := url.Parse(origin)
+	if err == nil && strings.EqualFold(u.Host, r.Host) {
+		return nil
+	}
+	if err == nil {
+		for _, p := range s.opts.OriginPatterns {
+			if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(u.Host)); ok {
+				return nil
+			}
+		}
+	}
+	s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
+	return protocol.Errorf(protocol.ErrForbidden, "Origin %q is not allowed; an operator adds it with --allowed-origins", origin)
+}
