@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/httpapi"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -82,7 +84,7 @@ func testOptions(opts *bus.Options) (bus.Options, *store.Store) {
 // Serve makes a bus with o and serves it on loopback, for a caller that
 // stops it (Stop) itself: Start is this for a test.
 func Serve(o *bus.Options) (*Server, error) {
-	srv, err := bus.New(o)
+	srv, err := bus.New(extended(o))
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +93,15 @@ func Serve(o *bus.Options) (*Server, error) {
 	hs.Listener = srv.Listener(hs.Listener, nil)
 	hs.Start()
 	return &Server{Server: srv, HTTP: hs, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/"}, nil
+}
+
+// extended is o with the add-ons bub serve wires: a test bus serves what
+// bub serve does. o's own extensions come first; o is not changed, so
+// that a node restarted with it gets each add-on once.
+func extended(o *bus.Options) *bus.Options {
+	e := *o
+	e.Extensions = append(slices.Clip(o.Extensions), httpapi.API{})
+	return &e
 }
 
 // Stop shuts the bus down, waiting at most timeout for it, and closes its

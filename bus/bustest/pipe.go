@@ -121,7 +121,7 @@ func StartInMemory(t testing.TB, opts *bus.Options) *Server {
 	t.Helper()
 	o, st := testOptions(opts)
 	n := newPipeNetwork()
-	srv, err := bus.New(&o)
+	srv, err := bus.New(extended(&o))
 	if err != nil {
 		t.Fatalf("bustest: %v", err)
 	}

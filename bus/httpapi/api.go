@@ -28,27 +28,23 @@ const (
 //go:embed openapi.json
 var openAPI []byte
 
-// An API is the HTTP API of one bus: add it to bus.Options.Extensions.
-// The zero value is not usable; New makes one.
-type API struct {
-	s          *bus.Server
-	publishers publishers
-}
-
-// New makes the HTTP API, for one bus.
-func New() *API {
-	return &API{}
-}
+// API is the HTTP API, an extension: add API{} to
+// bus.Options.Extensions. One API may extend several buses (a cluster's
+// nodes in one process): each gets its own publishers.
+type API struct{}
 
 // Extend registers the API's paths on s.
-func (a *API) Extend(s *bus.Server) error {
-	if a.s != nil {
-		return errors.New("httpapi: the API extends one bus only")
-	}
-	a.s = s
-	s.Handle(PathMessages, http.HandlerFunc(a.serveMessages))
+func (API) Extend(s *bus.Server) error {
+	d := &door{s: s}
+	s.Handle(PathMessages, http.HandlerFunc(d.serveMessages))
 	s.Handle(PathOpenAPI, http.HandlerFunc(serveOpenAPI))
 	return nil
+}
+
+// door is the API on one bus.
+type door struct {
+	s          *bus.Server
+	publishers publishers
 }
 
 // serveOpenAPI answers the OpenAPI document.
@@ -62,17 +58,17 @@ func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveMessages publishes the message a POST carries.
-func (a *API) serveMessages(w http.ResponseWriter, r *http.Request) {
+func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		httpjson.MethodNotAllowed(w, http.MethodPost)
 		return
 	}
-	principal, err := a.s.Authenticate(r)
+	principal, err := d.s.Authenticate(r)
 	if err != nil {
 		httpjson.WriteError(w, 0, err)
 		return
 	}
-	limit := a.s.MaxMessageBytes()
+	limit := d.s.MaxMessageBytes()
 	body, err := readBody(w, r, limit)
 	if err != nil {
 		status := 0
@@ -91,7 +87,7 @@ func (a *API) serveMessages(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "clientId must be a string"))
 		return
 	}
-	p, err := a.publisher(principal, head.ClientID, r.RemoteAddr)
+	p, err := d.publisher(principal, head.ClientID, r.RemoteAddr)
 	if err != nil {
 		httpjson.WriteError(w, 0, err)
 		return
@@ -107,7 +103,7 @@ func (a *API) serveMessages(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, 0, err)
 		return
 	}
-	answer, replayed, err := a.publish(p, body, key, r.URL.Query().Get("wait") == "ack", r)
+	answer, replayed, err := d.publish(p, body, key, r.URL.Query().Get("wait") == "ack", r)
 	switch {
 	case errors.Is(err, bus.ErrKeyReused):
 		httpjson.WriteError(w, http.StatusConflict, err)
@@ -153,7 +149,7 @@ func parseBody(body []byte) ([]byte, error) {
 // through as clientID (by default the credential's name, or "http" on an
 // open bus), once the grant allows it, as initialize would for a
 // publish-only connection.
-func (a *API) publisher(principal *auth.Principal, clientID, remote string) (*bus.Publisher, error) {
+func (d *door) publisher(principal *auth.Principal, clientID, remote string) (*bus.Publisher, error) {
 	defaulted := clientID == ""
 	if defaulted && principal != nil {
 		clientID = principal.Name()
@@ -161,7 +157,7 @@ func (a *API) publisher(principal *auth.Principal, clientID, remote string) (*bu
 	if clientID == "" {
 		clientID = "http"
 	}
-	access, err := a.s.Authorize(principal, clientID)
+	access, err := d.s.Authorize(principal, clientID)
 	if err != nil {
 		return nil, httpTerms(err, principal, clientID, defaulted)
 	}
@@ -169,8 +165,8 @@ func (a *API) publisher(principal *auth.Principal, clientID, remote string) (*bu
 	if principal != nil {
 		key.identity = principal.Name()
 	}
-	p := a.publishers.get(key, a.s.Limits().MaxHTTPPublishersPerIdentity, func() *bus.Publisher {
-		return a.s.NewPublisher(clientID, "", remote, "remote", remote, "api", "http")
+	p := d.publishers.get(key, d.s.Limits().MaxHTTPPublishersPerIdentity, func() *bus.Publisher {
+		return d.s.NewPublisher(clientID, "", remote, "remote", remote, "api", "http")
 	})
 	// The grant in force now: a reload may have changed it since the
 	// publisher was made.
@@ -200,7 +196,7 @@ func httpTerms(err error, principal *auth.Principal, clientID string, defaulted 
 // for none), makes a repeat publish nothing. The request's address goes
 // to the journal: p serves every request of its identity and clientId,
 // from wherever they come.
-func (a *API) publish(p *bus.Publisher, body []byte, key string, wait bool, r *http.Request) (*httpjson.Published, bool, error) {
+func (d *door) publish(p *bus.Publisher, body []byte, key string, wait bool, r *http.Request) (*httpjson.Published, bool, error) {
 	o := &bus.PublishOptions{Wait: wait, Remote: r.RemoteAddr, Header: r.Header, Key: key}
 	if key != "" {
 		// The wait is part of the request: a repeat with another wait
@@ -208,7 +204,7 @@ func (a *API) publish(p *bus.Publisher, body []byte, key string, wait bool, r *h
 		sum := sha256.Sum256(append([]byte(strconv.FormatBool(wait)+"\n"), body...))
 		o.Sum = sum[:]
 	}
-	pub, err := a.s.Publish(r.Context(), p, body, o)
+	pub, err := d.s.Publish(r.Context(), p, body, o)
 	if err != nil {
 		return nil, false, err
 	}

@@ -355,7 +355,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		WebhookSubscriptions: webhookSubs,
 		WebhookAllowPrivate:  cfg.webhookAllowPrivate,
 
-		Extensions: []bus.Extension{httpapi.New()},
+		Extensions: []bus.Extension{httpapi.API{}},
 	})
 	handOver()
 	if err != nil {
