@@ -139,7 +139,6 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	}
 }
 
-
 // httpAPIPath reports whether bus/httpapi serves path p, whose statuses
 // its own tests check against the document.
 func httpAPIPath(p string) bool {

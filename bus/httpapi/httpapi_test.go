@@ -318,6 +318,7 @@ func TestSendMessageIdempotencyKey(t *testing.T) {
 	// A repeat that published would have been delivered before its
 	// result came back, so before the HTTP publish: ids holds them all.
 }
+
 //go:embed openapi.json
 var openAPIDoc []byte
 
@@ -375,4 +376,3 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 		t.Errorf("openapi.json documents\n  %s\nthe handlers answered\n  %s", strings.Join(documented, "\n  "), strings.Join(seen, "\n  "))
 	}
 }
-
