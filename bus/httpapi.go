@@ -106,6 +106,14 @@ func writeError(w http.ResponseWriter, status int, err error) {
 	writeJSON(w, status, httpError{Error: perr})
 }
 
+// WriteError answers err over HTTP as every door of the bus does: a
+// JSON body {"error": ...} with the JSON-RPC error, its status from the
+// error's code when status is 0, and Retry-After on 429 and 503.
+func WriteError(w http.ResponseWriter, status int, err error) { writeError(w, status, err) }
+
+// WriteJSON answers v as JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+
 // writeJSON answers v as JSON with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, _ := json.Marshal(v)
@@ -168,7 +176,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if _, ok := r.Header["Idempotency-Key"]; ok {
-		err = checkIdempotencyKey(key)
+		err = CheckIdempotencyKey(key)
 	} else {
 		// Or in meta, as on sendMessage.
 		key, err = idempotencyKeyOf(head.Meta)
@@ -179,7 +187,7 @@ func (s *Server) serveMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	answer, replayed, err := s.publishHTTP(p, body, key, r.URL.Query().Get("wait") == "ack", r)
 	switch {
-	case errors.Is(err, errKeyReused):
+	case errors.Is(err, ErrKeyReused):
 		writeError(w, http.StatusConflict, err)
 		return
 	case err != nil:

@@ -86,9 +86,6 @@ func httpDo(t *testing.T, srv *bustest.Server, method, target, body string, head
 	if strings.HasPrefix(path, bus.PathCallbacks) {
 		path = bus.PathCallbacks + "{id}"
 	}
-	if strings.HasPrefix(path, bus.PathHooks) {
-		path = bus.PathHooks + "{name}"
-	}
 	httpSeen.Lock()
 	httpSeen.m[fmt.Sprintf("%s %s %d", path, strings.ToLower(method), res.StatusCode)] = true
 	httpSeen.Unlock()
@@ -291,7 +288,6 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	TestToolSubscriptionBadEvents(t)
 	TestToolSubscriptionRateLimited(t)
 	TestJournalStatuses(t)
-	TestHookStatuses(t)
 	var doc struct {
 		OpenAPI string                                                   `json:"openapi"`
 		Paths   map[string]map[string]struct{ Responses map[string]any } `json:"paths"`
@@ -304,6 +300,9 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	}
 	var documented []string
 	for p, ops := range doc.Paths {
+		if p == "/v1/hooks/{name}" {
+			continue // the webhook add-on's, checked by its TestHookOpenAPI
+		}
 		for m, op := range ops {
 			for status := range op.Responses {
 				documented = append(documented, fmt.Sprintf("%s %s %s", p, m, status))

@@ -22,19 +22,24 @@ import (
 // maxIdempotencyKey bounds an idempotency key.
 const maxIdempotencyKey = 255
 
+// addOnIdentityPrefix begins the idempotency identities of add-ons
+// (Idempotently): no credential's name holds a NUL, so none shares one.
+const addOnIdentityPrefix = "\x00"
+
 // metaIdempotencyKey is the meta field of sendMessage that carries a key.
 const metaIdempotencyKey = "idempotency_key"
 
-// errKeyReused says a key was used within the window for another request.
-var errKeyReused = errors.New("idempotency key already used for another request")
+// ErrKeyReused says a key was used within the window for another
+// request (Idempotently).
+var ErrKeyReused = errors.New("idempotency key already used for another request")
 
-// keyConflict is a protocol error that is errKeyReused too (409 over
+// keyConflict is a protocol error that is ErrKeyReused too (409 over
 // HTTP), whose text is the protocol error's alone.
 type keyConflict struct{ err error }
 
 func (e *keyConflict) Error() string        { return e.err.Error() }
 func (e *keyConflict) Unwrap() error        { return e.err }
-func (e *keyConflict) Is(target error) bool { return target == errKeyReused }
+func (e *keyConflict) Is(target error) bool { return target == ErrKeyReused }
 
 // IdempotencyStore is the part of Store that keeps idempotency keys and
 // counts each identity's records: the bus caps them
@@ -73,26 +78,29 @@ type IdempotencyReserver interface {
 // another node (IdempotencyReserver.ReserveIdempotent).
 var ErrIdempotencyBusy = errors.New("a request with this idempotency key is running on another node")
 
-// checkIdempotencyKey refuses a key that is empty, too long, or not
+// CheckIdempotencyKey refuses a key that is empty, too long, or not
 // printable ASCII.
-func checkIdempotencyKey(key string) error {
+func CheckIdempotencyKey(key string) error {
 	if key == "" || len(key) > maxIdempotencyKey || strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }) {
 		return protocol.Errorf(protocol.ErrInvalidParams, "an idempotency key must be 1 to %d printable ASCII characters", maxIdempotencyKey)
 	}
 	return nil
 }
 
-// idempotently runs publish once for identity's key within the window:
-// it returns publish's result and keeps a bounded copy of it
-// (boundedResult); a repeat whose request has the same sum gets the
-// kept copy (replayed) and publish does not run; one with another sum
-// is errKeyReused. Requests with one key run one at a time. An error is
+// Idempotently runs publish once for identity's key within
+// Options.IdempotencyWindow: it returns publish's result and keeps a
+// bounded copy of it (boundedResult) in the store, on a cluster shared
+// by its nodes; a repeat whose request has the same sum gets the kept
+// copy (replayed) and publish does not run; one with another sum is
+// ErrKeyReused. Requests with one key run one at a time. An error is
 // not kept: a retry runs again. A new key is refused while identity
 // holds MaxIdempotencyKeysPerIdentity (keyRoom); the bytes of its
 // records count against its stored-bytes cap with its messages', which
-// admitPublish applies.
-func (s *Server) idempotently(identity, key string, sum []byte, publish func() (*protocol.SendMessageResult, error)) (result *protocol.SendMessageResult, replayed bool, err error) {
-	if err := checkIdempotencyKey(key); err != nil {
+// admitPublish applies. An identity that begins with a NUL byte, which
+// no credential's name holds, is an add-on's own, whose keys it bounds
+// itself: keyRoom does not cap them.
+func (s *Server) Idempotently(identity, key string, sum []byte, publish func() (*protocol.SendMessageResult, error)) (result *protocol.SendMessageResult, replayed bool, err error) {
+	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
 	unlock := s.keyLocks.lock(identity + "\x00" + key)
@@ -173,13 +181,14 @@ func (s *Server) pruneKeys(identity string) bool {
 
 // keyRoom refuses a new idempotency key of identity when it holds
 // MaxIdempotencyKeysPerIdentity within the window, after dropping those
-// that expired; the refusal says when the oldest frees its place. A
-// webhook's keys (hookIdentity) are not capped: only requests signed
-// with its secret make them, two per request, at the rate its sender
-// chooses, and a refusal would lose the sender's events.
+// that expired; the refusal says when the oldest frees its place. An
+// add-on's keys (addOnIdentityPrefix) are not capped: an incoming
+// webhook's, say, are made only by requests signed with its secret, two
+// per request, at the rate its sender chooses, and a refusal would lose
+// the sender's events.
 func (s *Server) keyRoom(identity string, now time.Time) error {
 	bound := s.limits().MaxIdempotencyKeysPerIdentity
-	if bound < 0 || strings.HasPrefix(identity, hookIdentityPrefix) {
+	if bound < 0 || strings.HasPrefix(identity, addOnIdentityPrefix) {
 		return nil
 	}
 	u, err := s.store.IdempotentUsage(identity)
@@ -222,7 +231,7 @@ func idempotencyKeyOf(meta json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &key); err != nil {
 		return "", protocol.Errorf(protocol.ErrInvalidParams, "meta.%s must be a string", metaIdempotencyKey)
 	}
-	if err := checkIdempotencyKey(key); err != nil {
+	if err := CheckIdempotencyKey(key); err != nil {
 		return "", err
 	}
 	return key, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -273,6 +274,9 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	var running atomic.Pointer[bus.Server]
 	var st bus.Store
 	var cl bus.Cluster
+	// hooksStore keeps the webhook subscriptions webhook.add makes: a
+	// cluster keeps none yet.
+	var hooksStore *store.Store
 	if clusterOpts != nil {
 		// A cluster keeps its durable state in JetStream, under
 		// DATA_DIR/nats; no bbolt file is opened.
@@ -288,7 +292,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 			return errorf(io, "serve: %v", err)
 		}
 		defer db.Close()
-		st = db
+		st, hooksStore = db, db
 	}
 	var tracing trace.TracerProvider
 	if cfg.otlpEndpoint != "" {
@@ -350,9 +354,12 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		Hosts:           splitList(cfg.hosts),
 		Limits:          cfg.limits,
 
-		Hooks:                hooks,
-		WebhookSubscriptions: webhookSubs,
-		WebhookAllowPrivate:  cfg.webhookAllowPrivate,
+		Extensions: []bus.Extension{webhook.New(webhook.Options{
+			Hooks:         hooks,
+			Subscriptions: webhookSubs,
+			AllowPrivate:  cfg.webhookAllowPrivate,
+			Store:         hooksStore,
+		})},
 	})
 	handOver()
 	if err != nil {
