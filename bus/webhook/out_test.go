@@ -295,3 +295,37 @@ func TestWebhookOutTimeout(t *testing.T) {
 	require.Empty(t, dead)
 	require.GreaterOrEqual(t, metric(t, srv, "bub_webhook_calls_total", "timeout"), 1.0)
 }
+
+// TestWebhookRetryResumedAfterRestart: a retry for a webhook subscriber
+// that was pending when the bus stopped is made by the next start, to
+// the same URL: the subscription is back before the pending work
+// resumes, so the retry finds its subscriber instead of being
+// dead-lettered subscriber_gone.
+func TestWebhookRetryResumedAfterRestart(t *testing.T) {
+	rc := newReceiver(t, "k", map[string][]int{"flaky": {500}})
+	st := store.OpenMemory()
+	opts := &bus.Options{Store: st, RetryBaseDelay: 300 * time.Millisecond}
+	hooks := webhook.Options{AllowPrivate: true, Subscriptions: []webhook.Subscription{{Name: "r", URL: rc.srv.URL, Pattern: "r", Secret: []byte("k")}}}
+	first := start(t, opts, hooks)
+	pub := bustest.Dial(t, first.URL)
+	pub.Initialize("p")
+	r := pub.Publish("r", "flaky")
+	require.True(t, r.Acks[0].Retrying, "%+v", r.Acks[0])
+	require.Equal(t, 1, (<-rc.got).Attempt)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	require.NoError(t, first.Shutdown(ctx))
+	n, _, err := st.PendingUsage("")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n.Entries, "the retry is pending in the store")
+
+	start(t, opts, hooks)
+	require.Equal(t, 2, (<-rc.got).Attempt, "the resumed retry reaches the URL")
+	require.Eventually(t, func() bool {
+		n, _, err := st.PendingUsage("")
+		return err == nil && n.Entries == 0
+	}, bustest.Timeout, 10*time.Millisecond, "the retry is settled")
+	dead, _, err := st.ListDeadLetters(store.Filter{}, "", 10)
+	require.NoError(t, err)
+	require.Empty(t, dead)
+}
