@@ -15,7 +15,6 @@ import (
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/internal/leakcheck"
-	"github.com/bub-bus/bub/protocol"
 )
 
 // TestMain fails the run when goroutines outlive the tests: Shutdown
@@ -34,36 +33,6 @@ func start(t *testing.T, opts *bus.Options, w webhook.Options) *bustest.Server {
 	return bustest.Start(t, &o)
 }
 
-// answer is an HTTP answer, read whole.
-type answer struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// errorCode is the JSON-RPC code of an error answer, 0 for another.
-func (a answer) errorCode() int64 {
-	var e struct {
-		Error *protocol.Error `json:"error"`
-	}
-	if json.Unmarshal(a.body, &e) != nil || e.Error == nil {
-		return 0
-	}
-	return e.Error.Code
-}
-
-// messageID is the messageId of a 201.
-func (a answer) messageID(t *testing.T) string {
-	t.Helper()
-	var r struct {
-		MessageID string `json:"messageId"`
-	}
-	if err := json.Unmarshal(a.body, &r); err != nil || r.MessageID == "" {
-		t.Fatalf("answer %d %s has no messageId (%v)", a.status, a.body, err)
-	}
-	return r.MessageID
-}
-
 // seen records the statuses the hooks answered POSTs with, for
 // TestHookOpenAPI.
 var seen = struct {
@@ -73,15 +42,15 @@ var seen = struct {
 
 // do sends a request to srv over real HTTP and records the status a
 // POST to a hook got.
-func do(t *testing.T, srv *bustest.Server, method, target, body string, header map[string]string) answer {
+func do(t *testing.T, srv *bustest.Server, method, target, body string, header map[string]string) bustest.Answer {
 	t.Helper()
-	status, answered, b := bustest.Do(t, method, srv.HTTP.URL+target, body, header)
+	a := bustest.Do(t, method, srv.HTTP.URL+target, body, header)
 	if method == http.MethodPost && strings.HasPrefix(target, webhook.PathHooks) {
 		seen.Lock()
-		seen.statuses[fmt.Sprint(status)] = true
+		seen.statuses[fmt.Sprint(a.Status)] = true
 		seen.Unlock()
 	}
-	return answer{status: status, header: answered, body: b}
+	return a
 }
 
 // metric returns the value of the bus metric name with the given label

@@ -80,19 +80,19 @@ func TestHookStatuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := do(t, srv, tt.method, tt.path, tt.body, tt.header)
-			if a.status != tt.status || a.errorCode() != tt.code {
-				t.Fatalf("got %d %s; want %d with code %d", a.status, a.body, tt.status, tt.code)
+			if a.Status != tt.status || a.ErrorCode() != tt.code {
+				t.Fatalf("got %d %s; want %d with code %d", a.Status, a.Body, tt.status, tt.code)
 			}
-			if tt.status == 401 && a.header.Get("WWW-Authenticate") == "" {
+			if tt.status == 401 && a.Header.Get("WWW-Authenticate") == "" {
 				t.Errorf("401 without WWW-Authenticate")
 			}
-			if strings.Contains(string(a.body), "secret") && !strings.Contains(tt.name, "secret") {
-				t.Errorf("the answer mentions a secret: %s", a.body)
+			if strings.Contains(string(a.Body), "secret") && !strings.Contains(tt.name, "secret") {
+				t.Errorf("the answer mentions a secret: %s", a.Body)
 			}
 			if tt.status != 201 {
 				return
 			}
-			id := a.messageID(t)
+			id := a.MessageID(t)
 			// Every refusal before it published nothing: the next
 			// delivery is this one.
 			d := <-got
@@ -134,8 +134,8 @@ func TestHookReplayKeptAcrossRestart(t *testing.T) {
 	body := `{"a":1}`
 	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
 	first := start(t, &bus.Options{Store: st}, webhook.Options{Hooks: hooks})
-	if a := do(t, first, "POST", "/v1/hooks/gh", body, header); a.status != 201 {
-		t.Fatalf("first: %d %s", a.status, a.body)
+	if a := do(t, first, "POST", "/v1/hooks/gh", body, header); a.Status != 201 {
+		t.Fatalf("first: %d %s", a.Status, a.Body)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
@@ -143,8 +143,8 @@ func TestHookReplayKeptAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := start(t, &bus.Options{Store: st}, webhook.Options{Hooks: hooks})
-	if a := do(t, second, "POST", "/v1/hooks/gh", body, header); a.status != 409 {
-		t.Fatalf("after a restart: %d %s; want 409", a.status, a.body)
+	if a := do(t, second, "POST", "/v1/hooks/gh", body, header); a.Status != 409 {
+		t.Fatalf("after a restart: %d %s; want 409", a.Status, a.Body)
 	}
 }
 
@@ -158,8 +158,8 @@ func TestHookReplayOnCluster(t *testing.T) {
 	body := `{"a":1}`
 	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
 	for i, want := range []int{201, 409} {
-		if a := do(t, nodes[i], "POST", "/v1/hooks/gh", body, header); a.status != want {
-			t.Fatalf("request %d: %d %s; want %d", i, a.status, a.body, want)
+		if a := do(t, nodes[i], "POST", "/v1/hooks/gh", body, header); a.Status != want {
+			t.Fatalf("request %d: %d %s; want %d", i, a.Status, a.Body, want)
 		}
 	}
 }
@@ -180,7 +180,7 @@ func TestHookReplayHMAC(t *testing.T) {
 			h["X-Shop-Webhook-Id"] = id
 		}
 		a := do(t, srv, "POST", webhook.PathHooks+hook, body, h)
-		return a.status
+		return a.Status
 	}
 	require.Equal(t, 201, post("shop", "X-Shop-Hmac-Sha256", `{"order":1}`, "w-1"))
 	require.Equal(t, 409, post("shop", "X-Shop-Hmac-Sha256", `{"order":1}`, "w-2"), "the same signed body under a new id")
