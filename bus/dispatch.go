@@ -67,10 +67,6 @@ func init() {
 		protocol.MethodToolSubscriptionStart:  {queued: true, serve: (*conn).startToolSubscription},
 		protocol.MethodToolSubscriptionCancel: {queued: true, serve: (*conn).cancelToolSubscription},
 		protocol.MethodToolSubscriptionList:   {queued: true, serve: (*conn).listToolSubscriptions},
-		// Webhook subscriptions (webhook_admin.go).
-		protocol.MethodWebhookAdd:    {queued: true, admin: true, serve: (*conn).webhookAdd},
-		protocol.MethodWebhookRemove: {queued: true, admin: true, serve: (*conn).webhookRemove},
-		protocol.MethodWebhookList:   {queued: true, admin: true, serve: (*conn).webhookList},
 	}
 }
 
@@ -214,10 +210,7 @@ func outcomeOf(err error) string {
 // decodeParams decodes a request's params object into v, naming the field
 // at fault when it cannot.
 func decodeParams(req *rpcstream.Request, v any) error {
-	if err := paramsObject(req.Method, req.Params); err != nil {
-		return err
-	}
-	return paramsError(req.Method, json.Unmarshal(req.Params, v))
+	return DecodeParams(req.Method, req.Params, v)
 }
 
 // paramsObject refuses params that are absent, null or positional.
@@ -593,7 +586,7 @@ func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 	c.mu.Lock()
 	identity := c.limitKeyLocked()
 	c.mu.Unlock()
-	result, _, err := s.idempotently(identity, key, idempotencySum(req.Params), out.acceptAndWalk)
+	result, _, err := s.Idempotently(identity, key, idempotencySum(req.Params), out.acceptAndWalk)
 	if err != nil {
 		return nil, err
 	}

@@ -36,9 +36,6 @@ func TestMethodTable(t *testing.T) {
 		protocol.MethodToolSubscriptionStart:  {Queued: true},
 		protocol.MethodToolSubscriptionCancel: {Queued: true},
 		protocol.MethodToolSubscriptionList:   {Queued: true},
-		protocol.MethodWebhookAdd:             {Queued: true, Admin: true},
-		protocol.MethodWebhookRemove:          {Queued: true, Admin: true},
-		protocol.MethodWebhookList:            {Queued: true, Admin: true},
 	}
 	require.Equal(t, want, bus.MethodTable())
 

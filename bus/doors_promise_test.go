@@ -17,6 +17,7 @@ import (
 	"github.com/bub-bus/bub/auth/authtest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -36,13 +37,17 @@ func doorBus(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 		{Name: "viewer", TokenSHA256: authtest.SHA256("viewer-token"), Grant: auth.Grant{ClientIDs: []string{"viewer"}, Subscribe: rules}},
 	}}, t.TempDir())
 	require.NoError(t, err)
-	o := &bus.Options{Auth: a, HoldPatterns: []string{"held:*"}, Hooks: []bus.Hook{
-		{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("gh"), Topic: "jobs:gh:{kind}"},
-	}}
+	o := &bus.Options{Auth: a, HoldPatterns: []string{"held:*"}, Extensions: []bus.Extension{hookGH("jobs:gh:{kind}")}}
 	if tune != nil {
 		tune(o)
 	}
 	return bustest.Start(t, o)
+}
+
+// hookGH is the webhooks of a bus with one github hook, gh, that
+// publishes on topic.
+func hookGH(topic string) bus.Extension {
+	return webhook.New(webhook.Options{Hooks: []webhook.Hook{{Name: "gh", Scheme: webhook.SchemeGitHub, Secret: []byte("gh"), Topic: topic}}})
 }
 
 // doorPeer is a peer of doorBus initialized as door-{n}.
@@ -227,7 +232,7 @@ var doorProbes = map[string]func(t *testing.T){
 		requireHTTP(t, postMessage(t, doorBus(t, nil), `{"topic":"jobs:a b","payload":{"type":"t"}}`, nil), 400, "topic")
 	},
 	"topic/webhook in": func(t *testing.T) {
-		srv := bustest.Start(t, &bus.Options{Hooks: []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("gh"), Topic: "jobs:gh:{kind}"}}})
+		srv := bustest.Start(t, &bus.Options{Extensions: []bus.Extension{hookGH("jobs:gh:{kind}")}})
 		_, got := bustest.Collect(t, srv.URL, "sink", "jobs:*")
 		require.Equal(t, 201, postHook(t, srv, `{"kind":"a*\u0000"}`, "d-1").status)
 		require.Equal(t, "jobs:gh:a__", (<-got).Topic, "the field's pattern and control characters are replaced")
@@ -246,7 +251,7 @@ var doorProbes = map[string]func(t *testing.T){
 		requireHTTP(t, postMessage(t, doorBus(t, nil), `{"topic":"other:a","payload":{"type":"t"}}`, nil), 403, `may not publish to "other:a"`)
 	},
 	"grant/webhook in": func(t *testing.T) {
-		_, err := bus.New(&bus.Options{Hooks: []bus.Hook{{Name: "x", Scheme: bus.HookNone, Insecure: true, Topic: "system:client.{kind}"}}})
+		_, err := bus.New(&bus.Options{Extensions: []bus.Extension{webhook.New(webhook.Options{Hooks: []webhook.Hook{{Name: "x", Scheme: webhook.SchemeNone, Insecure: true, Topic: "system:client.{kind}"}}})}})
 		require.ErrorContains(t, err, "the system: topics are the bus's own")
 	},
 	"grant/tool callback": func(t *testing.T) {
@@ -305,7 +310,7 @@ var doorProbes = map[string]func(t *testing.T){
 	"quota/webhook in": func(t *testing.T) {
 		srv := doorBus(t, func(o *bus.Options) {
 			o.Limits.MaxPendingPerIdentity = 1
-			o.Hooks = append(o.Hooks, bus.Hook{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("gh"), Topic: "held:gh:{kind}"})[1:]
+			o.Extensions = []bus.Extension{hookGH("held:gh:{kind}")}
 		})
 		require.Equal(t, 201, postHook(t, srv, `{"kind":"a"}`, "d-1").status)
 		requireHTTP(t, postHook(t, srv, `{"kind":"b"}`, "d-2"), 429, `identity "bub-hook-gh" holds`)

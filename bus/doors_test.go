@@ -350,28 +350,3 @@ func TestHTTPErrorsInHTTPTerms(t *testing.T) {
 		require.NotContains(t, answer.Error.Message, "upgrade", name)
 	}
 }
-
-// TestHookReplayHMAC (reproduction 4, the hmac variant): a hook whose
-// delivery id comes from an unsigned header, or that has none, refuses
-// a captured request sent again with another id; another body goes
-// through.
-func TestHookReplayHMAC(t *testing.T) {
-	t.Parallel()
-	srv := bustest.Start(t, &bus.Options{Hooks: []bus.Hook{
-		{Name: "shop", Scheme: bus.HookHMAC, Secret: []byte("k"), Header: "X-Shop-Hmac-Sha256", Topic: "webhook:shop", DeliveryID: "{header:X-Shop-Webhook-Id}"},
-		{Name: "plain", Scheme: bus.HookHMAC, Secret: []byte("k"), Header: "X-Sig", Topic: "webhook:plain"},
-	}})
-	post := func(hook, header, body, id string) int {
-		h := map[string]string{header: bustest.HMACHex("k", body)}
-		if id != "" {
-			h["X-Shop-Webhook-Id"] = id
-		}
-		a := httpDo(t, srv, "POST", bus.PathHooks+hook, body, h)
-		return a.status
-	}
-	require.Equal(t, 201, post("shop", "X-Shop-Hmac-Sha256", `{"order":1}`, "w-1"))
-	require.Equal(t, 409, post("shop", "X-Shop-Hmac-Sha256", `{"order":1}`, "w-2"), "the same signed body under a new id")
-	require.Equal(t, 201, post("shop", "X-Shop-Hmac-Sha256", `{"order":2}`, "w-3"))
-	require.Equal(t, 201, post("plain", "X-Sig", `{"n":1}`, ""))
-	require.Equal(t, 409, post("plain", "X-Sig", `{"n":1}`, ""), "a hook without delivery ids")
-}

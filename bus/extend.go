@@ -60,6 +60,16 @@ func (s *Server) HandleMethod(name string, m Method) error {
 	return nil
 }
 
+// DecodeParams decodes a method's params into v as the core's methods
+// do: params must be an object, and a field of the wrong type is named
+// in the error (-32602).
+func DecodeParams(method string, params json.RawMessage, v any) error {
+	if err := paramsObject(method, params); err != nil {
+		return err
+	}
+	return paramsError(method, json.Unmarshal(params, v))
+}
+
 // A Caller is the peer a method serves.
 type Caller struct {
 	c *conn
@@ -105,6 +115,12 @@ func (s *Server) Observe(o Observer) {
 func (s *Server) OnShutdown(f func(ctx context.Context)) {
 	s.shutdownHooks = append(s.shutdownHooks, f)
 }
+
+// Options returns the options s runs with, defaults filled in: an
+// add-on's settings follow the bus's (its delivery timeout, its
+// largest message). Limits are those s started with (SetLimits changes
+// them).
+func (s *Server) Options() Options { return s.opts }
 
 // extend runs opts' extensions.
 func (s *Server) extend() error {

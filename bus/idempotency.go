@@ -24,6 +24,10 @@ import (
 // that errors.Is finds to be ErrKeyReused too.
 var ErrKeyReused = errors.New("idempotency key already used for another request")
 
+// addOnIdentityPrefix begins the idempotency identities of add-ons
+// (Idempotently): no credential's name holds a NUL, so none shares one.
+const addOnIdentityPrefix = "\x00"
+
 // keyConflict is a protocol error that is ErrKeyReused too, whose text
 // is the protocol error's alone.
 type keyConflict struct{ err error }
@@ -69,16 +73,19 @@ type IdempotencyReserver interface {
 // another node (IdempotencyReserver.ReserveIdempotent).
 var ErrIdempotencyBusy = errors.New("a request with this idempotency key is running on another node")
 
-// idempotently runs publish once for identity's key within the window:
-// it returns publish's result and keeps a bounded copy of it
-// (boundedResult); a repeat whose request has the same sum gets the
-// kept copy (replayed) and publish does not run; one with another sum
-// is ErrKeyReused. Requests with one key run one at a time. An error is
+// Idempotently runs publish once for identity's key within
+// Options.IdempotencyWindow: it returns publish's result and keeps a
+// bounded copy of it (boundedResult) in the store, on a cluster shared
+// by its nodes; a repeat whose request has the same sum gets the kept
+// copy (replayed) and publish does not run; one with another sum is
+// ErrKeyReused. Requests with one key run one at a time. An error is
 // not kept: a retry runs again. A new key is refused while identity
 // holds MaxIdempotencyKeysPerIdentity (keyRoom); the bytes of its
 // records count against its stored-bytes cap with its messages', which
-// admitPublish applies.
-func (s *Server) idempotently(identity, key string, sum []byte, publish func() (*protocol.SendMessageResult, error)) (result *protocol.SendMessageResult, replayed bool, err error) {
+// admitPublish applies. An identity that begins with a NUL byte, which
+// no credential's name holds, is an add-on's own, whose keys it bounds
+// itself: keyRoom does not cap them.
+func (s *Server) Idempotently(identity, key string, sum []byte, publish func() (*protocol.SendMessageResult, error)) (result *protocol.SendMessageResult, replayed bool, err error) {
 	if err := protocol.CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
@@ -160,13 +167,14 @@ func (s *Server) pruneKeys(identity string) bool {
 
 // keyRoom refuses a new idempotency key of identity when it holds
 // MaxIdempotencyKeysPerIdentity within the window, after dropping those
-// that expired; the refusal says when the oldest frees its place. A
-// webhook's keys (hookIdentity) are not capped: only requests signed
-// with its secret make them, two per request, at the rate its sender
-// chooses, and a refusal would lose the sender's events.
+// that expired; the refusal says when the oldest frees its place. An
+// add-on's keys (addOnIdentityPrefix) are not capped: an incoming
+// webhook's, say, are made only by requests signed with its secret, two
+// per request, at the rate its sender chooses, and a refusal would lose
+// the sender's events.
 func (s *Server) keyRoom(identity string, now time.Time) error {
 	bound := s.limits().MaxIdempotencyKeysPerIdentity
-	if bound < 0 || strings.HasPrefix(identity, hookIdentityPrefix) {
+	if bound < 0 || strings.HasPrefix(identity, addOnIdentityPrefix) {
 		return nil
 	}
 	u, err := s.store.IdempotentUsage(identity)

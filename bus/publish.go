@@ -20,7 +20,7 @@ import (
 //     payload, meta) and routes them, in the publisher's order;
 //   - accept applies the publisher's rate and the quotas of what it
 //     makes the bus store (admit), then names and journals the message;
-//   - idempotently keeps a key's bounded result for the window;
+//   - Idempotently keeps a key's bounded result for the window;
 //   - publishRouted walks the subscribers.
 //
 // A WebSocket connection runs these stages itself, split between its
@@ -119,7 +119,7 @@ func (s *Server) Publish(_ context.Context, p *Publisher, params []byte, o *Publ
 	identity := p.c.limitKeyLocked()
 	p.c.mu.Unlock()
 	var answer *Published
-	result, replayed, err := s.idempotently(identity, o.Key, o.Sum, func() (*protocol.SendMessageResult, error) {
+	result, replayed, err := s.Idempotently(identity, o.Key, o.Sum, func() (*protocol.SendMessageResult, error) {
 		var err error
 		answer, err = s.publishOnce(p, params, o)
 		if err != nil {

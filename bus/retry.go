@@ -441,9 +441,9 @@ func (s *Server) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageRe
 // under: the same pattern when the client still holds it, else its newest
 // pattern that matches topic; or nil.
 func (s *Server) findSubscriber(clientID, pattern, topic string) (subscriber, string) {
-	if u := s.webhookSubscriber(clientID); u != nil {
-		if p := u.patternFor(pattern, topic); p != "" {
-			return u, p
+	if f := s.funcSubscriber(clientID); f != nil {
+		if p := f.patternFor(pattern, topic); p != "" {
+			return f, p
 		}
 		return nil, ""
 	}

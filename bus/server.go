@@ -117,20 +117,9 @@ type Options struct {
 
 	// Journal configures the message journal (journal.go).
 	Journal JournalOptions
-	// Hooks are the incoming webhooks, served at /v1/hooks/{name}
-	// (webhook_in.go).
-	Hooks []Hook
-	// WebhookSubscriptions are subscriptions whose subscribers are URLs
-	// (webhook_out.go); a single node's only, for now.
-	WebhookSubscriptions []WebhookSubscription
 	// Extensions are the add-ons the server starts with, in order
 	// (extend.go).
 	Extensions []Extension
-	// WebhookAllowPrivate lets the bus POST deliveries to loopback,
-	// private and link-local addresses. Default: refused, so that
-	// whoever configures a URL cannot make the bus reach inside its
-	// network (SSRF).
-	WebhookAllowPrivate bool
 
 	// Cluster makes the bus one node of a cluster (docs/CLUSTER.md):
 	// the subscription order, deliveries to subscribers on other nodes,
@@ -315,17 +304,10 @@ type Server struct {
 	// keyLocks serialize the requests of one idempotency key
 	// (idempotency.go).
 	keyLocks keyLocks
-	// hooks are the incoming webhooks by name and hookRequests counts
-	// their requests (webhook_in.go).
-	hooks        map[string]*hook
-	hookRequests *prometheus.CounterVec
-	// webhooks are the URL subscribers by clientId, under webhookMu;
-	// webhookClient makes their calls, counted in webhookCalls
-	// (webhook_out.go).
-	webhookMu     sync.Mutex
-	webhooks      map[string]*urlSubscriber
-	webhookClient *http.Client
-	webhookCalls  *prometheus.CounterVec
+	// funcSubs are the subscribers added with Subscribe, by clientId,
+	// under funcMu (subscriber_func.go).
+	funcMu   sync.Mutex
+	funcSubs map[string]*funcSubscriber
 
 	sched        *scheduler
 	pinger       *pinger
@@ -433,13 +415,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		s.methods[name] = m
 	}
 	s.auth.Store(o.Auth)
-	var err error
-	if s.hooks, err = s.newHooks(o.Hooks); err != nil {
-		return nil, fmt.Errorf("new bus: %w", err)
-	}
-	s.hookRequests, s.webhookCalls = newWebhookMetrics(s.metrics.registry)
 	s.consoleLogins = newConsoleLoginMetric(s.metrics.registry)
-	s.webhookClient = newWebhookClient(o.DeliveryTimeout, o.WebhookAllowPrivate)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.layers = s.localLayers()
@@ -502,16 +478,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	if len(pending) > 0 {
 		o.Logger.Info("resuming pending work", "pending", len(pending))
 	}
-	for _, w := range o.WebhookSubscriptions {
-		u, err := s.addWebhookSubscription(w)
-		if err != nil {
-			return fail(fmt.Errorf("new bus: webhook subscription %q: %w", w.Name, err))
-		}
-		u.configured = true
-	}
-	if err := s.restoreWebhooks(); err != nil {
-		return fail(fmt.Errorf("new bus: read webhook subscriptions: %w", err))
-	}
 	s.metrics.watchStore(s.store)
 	s.work.Add(2)
 	go func() {
@@ -561,7 +527,6 @@ func (s *Server) handleAddOns() {
 	s.Handle(PathEvents, http.HandlerFunc(s.serveEvents))
 	s.Handle(PathEventsStream, http.HandlerFunc(s.serveEventStream))
 	s.Handle(PathCallbacks, http.HandlerFunc(s.serveCallback))
-	s.Handle(PathHooks, http.HandlerFunc(s.serveHook))
 	s.Handle(PathConsole, http.HandlerFunc(s.serveConsole))
 }
 
@@ -692,7 +657,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Retry attempts still running fail fast now that the peers are gone;
 	// wait for them to settle in the store before the caller closes it.
 	s.sched.stop()
-	s.webhookClient.CloseIdleConnections()
 	if lerr := s.leaveCluster(); lerr != nil && err == nil {
 		err = lerr
 	}

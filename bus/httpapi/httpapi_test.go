@@ -62,7 +62,8 @@ func (a httpAnswer) messageID(t *testing.T) string {
 // method and status it got.
 func httpDo(t *testing.T, srv *bustest.Server, method, target, body string, header map[string]string) httpAnswer {
 	t.Helper()
-	status, h, b := bustest.Do(t, method, srv.HTTP.URL+target, body, header)
+	a := bustest.Do(t, method, srv.HTTP.URL+target, body, header)
+	status, h, b := a.Status, a.Header, a.Body
 	path, _, _ := strings.Cut(target, "?")
 	httpSeen.Lock()
 	httpSeen.m[fmt.Sprintf("%s %s %d", path, strings.ToLower(method), status)] = true

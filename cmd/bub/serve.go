@@ -24,6 +24,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/httpapi"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -274,6 +275,9 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	var running atomic.Pointer[bus.Server]
 	var st bus.Store
 	var cl bus.Cluster
+	// hooksStore keeps the webhook subscriptions webhook.add makes: a
+	// cluster keeps none yet.
+	var hooksStore *store.Store
 	if clusterOpts != nil {
 		// A cluster keeps its durable state in JetStream, under
 		// DATA_DIR/nats; no bbolt file is opened.
@@ -289,7 +293,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 			return errorf(io, "serve: %v", err)
 		}
 		defer db.Close()
-		st = db
+		st, hooksStore = db, db
 	}
 	var tracing trace.TracerProvider
 	if cfg.otlpEndpoint != "" {
@@ -351,11 +355,15 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		Hosts:           splitList(cfg.hosts),
 		Limits:          cfg.limits,
 
-		Hooks:                hooks,
-		WebhookSubscriptions: webhookSubs,
-		WebhookAllowPrivate:  cfg.webhookAllowPrivate,
-
-		Extensions: []bus.Extension{httpapi.API{}},
+		Extensions: []bus.Extension{
+			httpapi.API{},
+			webhook.New(webhook.Options{
+				Hooks:         hooks,
+				Subscriptions: webhookSubs,
+				AllowPrivate:  cfg.webhookAllowPrivate,
+				Store:         hooksStore,
+			}),
+		},
 	})
 	handOver()
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -23,7 +23,7 @@ type webhooksConfig struct {
 	Out []webhookConfig `yaml:"out,omitempty"`
 }
 
-// hookConfig is one incoming webhook, as bus.Hook.
+// hookConfig is one incoming webhook, as webhook.Hook.
 type hookConfig struct {
 	Name         string        `yaml:"name,omitempty"`
 	Scheme       string        `yaml:"scheme,omitempty"`
@@ -38,8 +38,7 @@ type hookConfig struct {
 	MaxBodyBytes int64         `yaml:"max_body_bytes,omitempty"`
 }
 
-// webhookConfig is one webhook subscription, as
-// bus.WebhookSubscription.
+// webhookConfig is one webhook subscription, as webhook.Subscription.
 type webhookConfig struct {
 	Name       string `yaml:"name,omitempty"`
 	URL        string `yaml:"url,omitempty"`
@@ -64,8 +63,8 @@ func (l *configLoader) webhooks(v *yaml.Node) *webhooksConfig {
 }
 
 // loadWebhooks reads the file's webhooks and their secrets into the
-// bus's options.
-func loadWebhooks(cf *configFile) (hooks []bus.Hook, subs []bus.WebhookSubscription, err error) {
+// webhooks' options.
+func loadWebhooks(cf *configFile) (hooks []webhook.Hook, subs []webhook.Subscription, err error) {
 	if cf == nil || cf.webhooks == nil {
 		return nil, nil, nil
 	}
@@ -75,7 +74,7 @@ func loadWebhooks(cf *configFile) (hooks []bus.Hook, subs []bus.WebhookSubscript
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: webhooks.in[%d] (%s): %w", cf.path, i, h.Name, err)
 		}
-		hooks = append(hooks, bus.Hook{
+		hooks = append(hooks, webhook.Hook{
 			Name: h.Name, Scheme: h.Scheme, Secret: []byte(secret), Header: h.Header, Encoding: h.Encoding, Prefix: h.Prefix,
 			Tolerance: h.Tolerance, Topic: h.Topic, DeliveryID: h.DeliveryID, Insecure: h.Insecure, MaxBodyBytes: h.MaxBodyBytes,
 		})
@@ -85,7 +84,7 @@ func loadWebhooks(cf *configFile) (hooks []bus.Hook, subs []bus.WebhookSubscript
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: webhooks.out[%d] (%s): %w", cf.path, i, w.Name, err)
 		}
-		subs = append(subs, bus.WebhookSubscription{Name: w.Name, URL: w.URL, Pattern: w.Pattern, Policy: protocol.Policy(w.Policy), Secret: []byte(secret)})
+		subs = append(subs, webhook.Subscription{Name: w.Name, URL: w.URL, Pattern: w.Pattern, Policy: protocol.Policy(w.Policy), Secret: []byte(secret)})
 	}
 	return hooks, subs, nil
 }

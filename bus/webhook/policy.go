@@ -1,4 +1,4 @@
-package bus
+package webhook
 
 import (
 	"context"
@@ -9,31 +9,31 @@ import (
 	"time"
 )
 
-// webhookLookupTimeout bounds the name lookup of webhookAddressRefused.
-const webhookLookupTimeout = 2 * time.Second
+// lookupTimeout bounds the name lookup of addressRefused.
+const lookupTimeout = 2 * time.Second
 
-// webhookAddressRefused says why the bus would refuse every call to
-// rawURL under its address policy (the dialer of newWebhookClient), or
+// addressRefused says why the bus would refuse every call to
+// rawURL under its address policy (the dialer of newClient), or
 // "" when it might call it. webhook.add asks it so that a URL the bus
 // will never call is refused when it is added, naming the flag that
 // allows it, rather than accepted and every delivery then dead-lettered.
 // The dialer still decides each call: a name that fails to resolve now,
 // or resolves to a public address now and an inside one later, passes
 // here and is refused there.
-func (s *Server) webhookAddressRefused(ctx context.Context, rawURL string) string {
-	if s.opts.WebhookAllowPrivate {
+func (w *webhooks) addressRefused(ctx context.Context, rawURL string) string {
+	if w.opts.AllowPrivate {
 		return ""
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return "" // addWebhookSubscription says what is wrong with it
+		return "" // subscribe says what is wrong with it
 	}
 	host := u.Hostname()
 	addrs := []netip.Addr{}
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = append(addrs, a)
 	} else {
-		ctx, cancel := context.WithTimeout(ctx, webhookLookupTimeout)
+		ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 		defer cancel()
 		if addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host); err != nil {
 			return ""

@@ -1,4 +1,4 @@
-package bus
+package webhook
 
 import (
 	"encoding/json"

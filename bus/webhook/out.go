@@ -1,4 +1,4 @@
-package bus
+package webhook
 
 import (
 	"bytes"
@@ -12,12 +12,10 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/coder/websocket"
-
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/internal/buildinfo"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -28,8 +26,8 @@ import (
 // 2xx processed; 429, 5xx, a timeout or no connection retried with the
 // bus's backoff; any other status a refusal, dead-lettered at once.
 
-// WebhookSubscription is a subscription whose subscriber is a URL.
-type WebhookSubscription struct {
+// Subscription is a subscription whose subscriber is a URL.
+type Subscription struct {
 	// Name makes the subscriber's clientId, bub-webhook-{Name}: letters,
 	// digits, '-' and '_'.
 	Name string
@@ -38,16 +36,17 @@ type WebhookSubscription struct {
 	// Pattern is the topic pattern subscribed to.
 	Pattern string
 	// Policy is the subscription's propagation policy. Default: the
-	// bus's (Options.DefaultPolicy).
+	// bus's (bus.Options.DefaultPolicy).
 	Policy protocol.Policy
 	// Secret signs each delivery (Bub-Signature); required. It is never
 	// logged.
 	Secret []byte
 }
 
-// webhookClientPrefix begins a URL subscriber's clientId: reserved, so
-// that no peer can take its deliveries or its retries.
-const webhookClientPrefix = serverIDPrefix + "webhook-"
+// clientPrefix begins a URL subscriber's clientId: under the bus's
+// reserved "bub-", so that no peer can take its deliveries or its
+// retries.
+const clientPrefix = "bub-webhook-"
 
 // Headers of an outgoing delivery.
 const (
@@ -60,29 +59,26 @@ const (
 	HeaderAttempt   = "Bub-Attempt"
 )
 
-// urlSubscriber is a subscriber that is a URL: the third kind, beside a
-// connection and a cluster stand-in.
+// urlSubscriber is a subscriber that is a URL, in the bus's router as a
+// bus.Subscriber.
 type urlSubscriber struct {
-	holding
-	name    string
-	pattern string
-	policy  protocol.Policy
-	// configured is set for those of Options.WebhookSubscriptions,
-	// which webhook.remove leaves alone.
-	configured bool
-	url        string
-	secret     []byte
-	client     *http.Client
+	info protocol.Webhook
+	url  string
+	// secret signs its deliveries.
+	secret []byte
 	// slots bounds the requests in flight to the URL, as a connection's
 	// MaxInFlight bounds its own.
 	slots chan struct{}
+	sub   *bus.Subscriber
 }
 
-var _ subscriber = (*urlSubscriber)(nil)
+// errNotShared refuses webhook subscriptions on a cluster.
+var errNotShared = errors.New("webhook subscriptions are not yet shared by a cluster's nodes; run them on a single node")
 
-// addWebhookSubscription puts cfg in the router, and returns its
-// subscriber.
-func (s *Server) addWebhookSubscription(cfg WebhookSubscription) (*urlSubscriber, error) {
+// subscribe puts cfg in the bus's router, and returns its subscriber;
+// configured is set for those of Options.Subscriptions, which
+// webhook.remove leaves alone.
+func (w *webhooks) subscribe(cfg Subscription, configured bool) (*urlSubscriber, error) {
 	if err := checkHookName(cfg.Name); err != nil {
 		return nil, fmt.Errorf("name: %w", err)
 	}
@@ -96,136 +92,112 @@ func (s *Server) addWebhookSubscription(cfg WebhookSubscription) (*urlSubscriber
 	if len(cfg.Secret) == 0 {
 		return nil, errors.New("a secret is required: receivers verify Bub-Signature with it")
 	}
-	pattern, err := protocol.ParsePattern(cfg.Pattern)
-	if err != nil {
-		return nil, fmt.Errorf("pattern: %w", err)
+	if w.clustered {
+		return nil, errNotShared
 	}
-	policy := cfg.Policy
-	if policy == "" {
-		policy = s.opts.DefaultPolicy
-	}
-	if !policy.Valid() {
-		return nil, fmt.Errorf("policy %q: want one of %v", policy, protocol.Policies)
-	}
-	if s.opts.Cluster != nil {
-		return nil, errors.New("webhook subscriptions are not yet shared by a cluster's nodes; run them on a single node")
-	}
-	clientID := webhookClientPrefix + cfg.Name
-	u2 := &urlSubscriber{
-		holding: holding{server: s, log: s.log.With("webhook", cfg.Name), clientID: clientID, subs: make(map[string]*subscription)},
-		name:    cfg.Name,
-		pattern: pattern.String(),
-		policy:  policy,
-		url:     u.String(),
-		secret:  cfg.Secret,
-		client:  s.webhookClient,
-		slots:   make(chan struct{}, s.opts.MaxInFlight),
-	}
-	s.webhookMu.Lock()
-	defer s.webhookMu.Unlock()
-	if s.webhooks[clientID] != nil {
+	clientID := clientPrefix + cfg.Name
+	us := &urlSubscriber{url: u.String(), secret: cfg.Secret, slots: make(chan struct{}, w.maxInFlight)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.subs[clientID] != nil {
 		return nil, fmt.Errorf("the name %q is used twice", cfg.Name)
 	}
-	_, seq, err := s.cl.cluster.PutSubscription(context.Background(), SharedSubscription{Pattern: pattern.String(), Policy: policy, ClientID: clientID})
+	sub, err := w.bus.Subscribe(bus.SubscriberSpec{ClientID: clientID, Pattern: cfg.Pattern, Policy: cfg.Policy}, func(ctx context.Context, d *bus.Delivery) (protocol.ProcessMessageResult, error) {
+		return w.deliver(ctx, us, d)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("order subscription: %w", err)
+		return nil, err
 	}
-	sub := &subscription{seq: seq, pattern: pattern, policy: policy, to: u2}
-	u2.subs[pattern.String()] = sub
-	if s.webhooks == nil {
-		s.webhooks = make(map[string]*urlSubscriber)
+	// Subscribe took the pattern and the policy; what it subscribed is
+	// their canonical form.
+	pattern, _ := protocol.ParsePattern(cfg.Pattern)
+	policy := cfg.Policy
+	if policy == "" {
+		policy = w.bus.Options().DefaultPolicy
 	}
-	s.webhooks[clientID] = u2
-	s.router.insert(sub)
-	s.sched.wakeHolds(pattern, clientID)
-	return u2, nil
+	us.sub = sub
+	us.info = protocol.Webhook{Name: cfg.Name, ClientID: clientID, URL: us.url, Pattern: pattern.String(), Policy: policy, Configured: configured}
+	w.subs[clientID] = us
+	return us, nil
 }
 
-// info is u as webhook.list shows it.
-func (u *urlSubscriber) info() protocol.Webhook {
-	return protocol.Webhook{Name: u.name, ClientID: u.clientID, URL: u.url, Pattern: u.pattern, Policy: u.policy, Configured: u.configured}
+// unsubscribe takes u out of the router and the registry; its pending
+// retries find no subscriber and are dead-lettered subscriber_gone in
+// time.
+func (w *webhooks) unsubscribe(u *urlSubscriber) {
+	w.mu.Lock()
+	if w.subs[u.info.ClientID] == u {
+		delete(w.subs, u.info.ClientID)
+	}
+	w.mu.Unlock()
+	u.sub.Close()
 }
 
-// webhookSubscriber returns the URL subscriber with clientID, or nil.
-func (s *Server) webhookSubscriber(clientID string) *urlSubscriber {
-	s.webhookMu.Lock()
-	defer s.webhookMu.Unlock()
-	return s.webhooks[clientID]
+// subscriber returns the URL subscriber with clientID, or nil.
+func (w *webhooks) subscriber(clientID string) *urlSubscriber {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.subs[clientID]
 }
 
-// close stops the subscriber's deliveries: it leaves the router.
-func (u *urlSubscriber) close(websocket.StatusCode, string) {
-	u.mu.Lock()
-	u.closed = true
-	subs := u.subs
-	u.subs = map[string]*subscription{}
-	u.mu.Unlock()
-	for _, sub := range subs {
-		u.server.router.remove(sub)
-	}
-}
+// timeoutError is a call that ran out of the delivery timeout: the bus
+// counts it a timeout (bus.DeliverFunc).
+type timeoutError string
 
-// pendingCapLocked is the bus's per-identity cap: a URL has no grant.
-func (u *urlSubscriber) pendingCapLocked(l *Limits) int { return l.MaxPendingPerIdentity }
+func (e timeoutError) Error() string      { return string(e) }
+func (timeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
 
-// deliver POSTs d to the URL and reads the status as the result.
-func (u *urlSubscriber) deliver(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-	s := u.server
-	ctx, cancel := context.WithTimeout(ctx, s.opts.DeliveryTimeout)
-	defer cancel()
-	written := d.written
-	if d.turn != nil {
-		written = d.turn.pass
-	}
-	// Passed once: when the request is written (on the transport's
-	// goroutine), or when the delivery ends without that.
-	var once sync.Once
-	pass := func() {
-		if written != nil {
-			once.Do(written)
-		}
-	}
-	defer pass()
+// deliver POSTs d to u's URL and reads the status as the result.
+func (w *webhooks) deliver(ctx context.Context, u *urlSubscriber, d *bus.Delivery) (protocol.ProcessMessageResult, error) {
 	select {
 	case u.slots <- struct{}{}:
 	case <-ctx.Done():
-		return protocol.ProcessMessageResult{}, &deliveryError{failTimeout, fmt.Sprintf("%d requests to the webhook already in flight for %s", cap(u.slots), s.opts.DeliveryTimeout)}
+		return protocol.ProcessMessageResult{}, timeoutError(fmt.Sprintf("%d requests to the webhook already in flight for %s", cap(u.slots), w.timeout))
 	}
 	defer func() { <-u.slots }()
+	defer func() {
+		if w.stopping.Load() {
+			// The bus is shutting down: leave no connection idle
+			// behind it.
+			w.client.CloseIdleConnections()
+		}
+	}()
 	body := d.AppendParams(nil)
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		// The publisher's next message may go out once this one is
 		// written, as on a connection.
-		WroteRequest: func(httptrace.WroteRequestInfo) { pass() },
+		WroteRequest: func(httptrace.WroteRequestInfo) { d.Written() },
 	}), http.MethodPost, u.url, bytes.NewReader(body))
 	if err != nil {
-		return protocol.ProcessMessageResult{}, &deliveryError{failError, err.Error()}
+		return protocol.ProcessMessageResult{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "bub/"+buildinfo.Version())
 	req.Header.Set(HeaderSignature, signDelivery(u.secret, time.Now(), body))
-	req.Header.Set(HeaderMessageID, d.Message.ID)
-	req.Header.Set(HeaderAttempt, strconv.Itoa(d.Attempt))
-	res, err := u.client.Do(req)
+	req.Header.Set(HeaderMessageID, d.MessageID())
+	req.Header.Set(HeaderAttempt, strconv.Itoa(d.Attempt()))
+	res, err := w.client.Do(req)
 	if err != nil {
 		var refused *privateAddressError
 		switch {
 		case errors.As(err, &refused):
-			s.webhookCalls.WithLabelValues(callRefusedAddress).Inc()
+			w.calls.WithLabelValues(callRefusedAddress).Inc()
 			// Not retried: the operator must allow the address.
 			return protocol.ProcessMessageResult{Reject: true, Message: refused.Error()}, nil
 		case ctx.Err() != nil:
-			s.webhookCalls.WithLabelValues(failTimeout).Inc()
-			return protocol.ProcessMessageResult{}, &deliveryError{failTimeout, fmt.Sprintf("the webhook did not answer within %s", s.opts.DeliveryTimeout)}
+			w.calls.WithLabelValues(failTimeout).Inc()
+			return protocol.ProcessMessageResult{}, timeoutError(fmt.Sprintf("the webhook did not answer within %s", w.timeout))
 		}
-		s.webhookCalls.WithLabelValues(failError).Inc()
-		return protocol.ProcessMessageResult{}, &deliveryError{failDisconnected, "webhook: " + err.Error()}
+		w.calls.WithLabelValues(failError).Inc()
+		// A new error, not err wrapped: a deadline of the dialer's is no
+		// timeout of the delivery's, but a URL that could not be reached.
+		return protocol.ProcessMessageResult{}, errors.New("webhook: " + err.Error())
 	}
 	// The body is read, bounded, so the connection can be reused; what
 	// it says is not the bus's business.
 	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
 	_ = res.Body.Close()
-	s.webhookCalls.WithLabelValues(statusClass(res.StatusCode)).Inc()
+	w.calls.WithLabelValues(statusClass(res.StatusCode)).Inc()
 	switch code := res.StatusCode; {
 	case code >= 200 && code < 300:
 		return protocol.ProcessMessageResult{Processed: true}, nil
@@ -247,10 +219,15 @@ func signDelivery(secret []byte, now time.Time, body []byte) string {
 }
 
 // Outcomes of a call to a webhook URL, its metrics label besides the
-// status classes.
-const callRefusedAddress = "refused_address"
+// status classes: the bus's delivery outcomes' names where they are the
+// same.
+const (
+	failTimeout        = "timeout"
+	failError          = "error"
+	callRefusedAddress = "refused_address"
+)
 
-var webhookCallOutcomes = []string{"2xx", "3xx", "4xx", "429", "5xx", failTimeout, failError, callRefusedAddress}
+var callOutcomes = []string{"2xx", "3xx", "4xx", "429", "5xx", failTimeout, failError, callRefusedAddress}
 
 // statusClass is the metrics label of a status.
 func statusClass(code int) string {
@@ -304,14 +281,14 @@ func publicAddress(a netip.Addr) bool {
 	return true
 }
 
-// newWebhookClient is the HTTP client of the URL subscribers. Unless
+// newClient is the HTTP client of the URL subscribers. Unless
 // allowPrivate, its dialer refuses every address that is not public,
 // checked on the address dialled, after DNS: a name that resolves, or
 // re-resolves (DNS rebinding), to an inside address is refused as the
 // address itself is. Proxies from the environment are not used (they
 // would dial for it), and redirects are not followed: a 3xx is the
 // answer.
-func newWebhookClient(timeout time.Duration, allowPrivate bool) *http.Client {
+func newClient(timeout time.Duration, allowPrivate bool) *http.Client {
 	dialer := &net.Dialer{Timeout: timeout}
 	if !allowPrivate {
 		dialer.Control = func(_, address string, _ syscall.RawConn) error {

@@ -1,4 +1,4 @@
-package bus
+package webhook
 
 import (
 	"crypto/sha256"
@@ -10,7 +10,7 @@ import (
 )
 
 // Incoming webhooks' requests are remembered for
-// Options.IdempotencyWindow, so that a request sent again, by an
+// bus.Options.IdempotencyWindow, so that a request sent again, by an
 // attacker who caught it or by a sender retrying, publishes nothing.
 // Each request is remembered twice: by a digest of its signed body, and
 // by its delivery id when the hook names one. Most senders sign only the
@@ -18,11 +18,14 @@ import (
 // event's kind; so a captured request sent again with a new delivery id,
 // or with another header to route it elsewhere, is the same signed body
 // and is refused all the same. The records are idempotency keys of the
-// hook (idempotency.go), kept in the store and so across restarts, and
-// on a cluster shared by its nodes.
+// hook (bus.Idempotently), kept in the store and so across restarts,
+// and on a cluster shared by its nodes.
 
 // hookIdentityPrefix begins the idempotency identity of a hook's
-// requests: no credential's name holds a NUL, so none shares it.
+// requests: no credential's name holds a NUL, so none shares it, and
+// the bus does not cap the keys of an identity that begins with one
+// (bus.Idempotently): only requests signed with the hook's secret make
+// them, and a refusal would lose the sender's events.
 const hookIdentityPrefix = "\x00hook:"
 
 // hookIdentity is the idempotency identity of hook's requests.
@@ -33,12 +36,12 @@ func hookIdentity(hook string) string { return hookIdentityPrefix + hook }
 // look the same, but then it is the same request's.
 const bodyKeyPrefix = "body:"
 
-// hookOnce runs publish unless hook took a request with the same body, or
+// once runs publish unless hook took a request with the same body, or
 // the delivery id id ("" for none), within the window, and returns its
 // result. A repeat gets replayed set; the same id with another body gets
-// ErrKeyReused. A failed publish keeps nothing: the sender may try
+// bus.ErrKeyReused. A failed publish keeps nothing: the sender may try
 // again.
-func (s *Server) hookOnce(hook, id string, body []byte, publish func() (*protocol.SendMessageResult, error)) (*protocol.SendMessageResult, bool, error) {
+func (w *webhooks) once(hook, id string, body []byte, publish func() (*protocol.SendMessageResult, error)) (*protocol.SendMessageResult, bool, error) {
 	if id != "" {
 		if err := protocol.CheckIdempotencyKey(id); err != nil {
 			return nil, false, protocol.Errorf(protocol.ErrInvalidParams, "delivery id %q: %v", truncate(id, 64), err)
@@ -55,14 +58,14 @@ func (s *Server) hookOnce(hook, id string, body []byte, publish func() (*protoco
 	for _, key := range slices.Backward(keys[1:]) {
 		inner := run
 		run = func() (*protocol.SendMessageResult, error) {
-			result, replayed, err := s.idempotently(hookIdentity(hook), key, sum[:], inner)
+			result, replayed, err := w.bus.Idempotently(hookIdentity(hook), key, sum[:], inner)
 			if replayed {
 				return nil, errReplay
 			}
 			return result, err
 		}
 	}
-	result, replayed, err := s.idempotently(hookIdentity(hook), keys[0], sum[:], run)
+	result, replayed, err := w.bus.Idempotently(hookIdentity(hook), keys[0], sum[:], run)
 	if errors.Is(err, errReplay) {
 		return nil, true, nil
 	}

@@ -1,4 +1,4 @@
-package bus_test
+package webhook_test
 
 import (
 	"context"
@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -21,11 +24,11 @@ import (
 // nothing, a delivery id seen before is 409, and the rest are 400, 404,
 // 405 and 413. Each refusal is counted.
 func TestHookStatuses(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{Hooks: []bus.Hook{
-		{Name: "github", Scheme: bus.HookGitHub, Secret: []byte("gh-secret"), Topic: "webhook:github:{repository.full_name}:{header:X-GitHub-Event}"},
-		{Name: "vector", Scheme: bus.HookGitHub, Secret: []byte("It's a Secret to Everybody"), Topic: "webhook:vector"},
-		{Name: "stripe", Scheme: bus.HookStripe, Secret: []byte("whsec_x"), Topic: "webhook:stripe:{type}"},
-		{Name: "small", Scheme: bus.HookNone, Insecure: true, Topic: "webhook:small", MaxBodyBytes: 64},
+	srv := start(t, nil, webhook.Options{Hooks: []webhook.Hook{
+		{Name: "github", Scheme: webhook.SchemeGitHub, Secret: []byte("gh-secret"), Topic: "webhook:github:{repository.full_name}:{header:X-GitHub-Event}"},
+		{Name: "vector", Scheme: webhook.SchemeGitHub, Secret: []byte("It's a Secret to Everybody"), Topic: "webhook:vector"},
+		{Name: "stripe", Scheme: webhook.SchemeStripe, Secret: []byte("whsec_x"), Topic: "webhook:stripe:{type}"},
+		{Name: "small", Scheme: webhook.SchemeNone, Insecure: true, Topic: "webhook:small", MaxBodyBytes: 64},
 	}})
 	_, got := bustest.Collect(t, srv.URL, "sink", "webhook:*")
 	push := `{"repository":{"full_name":"octo/hello"},"ref":"refs/heads/main"}`
@@ -76,27 +79,27 @@ func TestHookStatuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := httpDo(t, srv, tt.method, tt.path, tt.body, tt.header)
-			if a.status != tt.status || a.errorCode() != tt.code {
-				t.Fatalf("got %d %s; want %d with code %d", a.status, a.body, tt.status, tt.code)
+			a := do(t, srv, tt.method, tt.path, tt.body, tt.header)
+			if a.Status != tt.status || a.ErrorCode() != tt.code {
+				t.Fatalf("got %d %s; want %d with code %d", a.Status, a.Body, tt.status, tt.code)
 			}
-			if tt.status == 401 && a.header.Get("WWW-Authenticate") == "" {
+			if tt.status == 401 && a.Header.Get("WWW-Authenticate") == "" {
 				t.Errorf("401 without WWW-Authenticate")
 			}
-			if strings.Contains(string(a.body), "secret") && !strings.Contains(tt.name, "secret") {
-				t.Errorf("the answer mentions a secret: %s", a.body)
+			if strings.Contains(string(a.Body), "secret") && !strings.Contains(tt.name, "secret") {
+				t.Errorf("the answer mentions a secret: %s", a.Body)
 			}
 			if tt.status != 201 {
 				return
 			}
-			id := a.messageID(t)
+			id := a.MessageID(t)
 			// Every refusal before it published nothing: the next
 			// delivery is this one.
 			d := <-got
 			if d.MessageID != id || d.Topic != tt.topic {
 				t.Fatalf("delivered %s on %s; want %s on %s", d.MessageID, d.Topic, id, tt.topic)
 			}
-			hook := strings.TrimPrefix(tt.path, bus.PathHooks)
+			hook := strings.TrimPrefix(tt.path, webhook.PathHooks)
 			if d.From != "bub-hook-"+hook {
 				t.Errorf("from %q; want bub-hook-%s", d.From, hook)
 			}
@@ -127,21 +130,21 @@ func TestHookStatuses(t *testing.T) {
 // one took.
 func TestHookReplayKeptAcrossRestart(t *testing.T) {
 	st := store.OpenMemory()
-	hooks := []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}
+	hooks := []webhook.Hook{{Name: "gh", Scheme: webhook.SchemeGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}
 	body := `{"a":1}`
 	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
-	first := bustest.Start(t, &bus.Options{Store: st, Hooks: hooks})
-	if a := httpDo(t, first, "POST", "/v1/hooks/gh", body, header); a.status != 201 {
-		t.Fatalf("first: %d %s", a.status, a.body)
+	first := start(t, &bus.Options{Store: st}, webhook.Options{Hooks: hooks})
+	if a := do(t, first, "POST", "/v1/hooks/gh", body, header); a.Status != 201 {
+		t.Fatalf("first: %d %s", a.Status, a.Body)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
 	if err := first.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	second := bustest.Start(t, &bus.Options{Store: st, Hooks: hooks})
-	if a := httpDo(t, second, "POST", "/v1/hooks/gh", body, header); a.status != 409 {
-		t.Fatalf("after a restart: %d %s; want 409", a.status, a.body)
+	second := start(t, &bus.Options{Store: st}, webhook.Options{Hooks: hooks})
+	if a := do(t, second, "POST", "/v1/hooks/gh", body, header); a.Status != 409 {
+		t.Fatalf("after a restart: %d %s; want 409", a.Status, a.Body)
 	}
 }
 
@@ -149,12 +152,39 @@ func TestHookReplayKeptAcrossRestart(t *testing.T) {
 // one of its nodes took, on the other node too: the hook's keys are in
 // the cluster's store.
 func TestHookReplayOnCluster(t *testing.T) {
-	nodes := clustertest.Start(t, &bus.Options{Hooks: []bus.Hook{{Name: "gh", Scheme: bus.HookGitHub, Secret: []byte("k"), Topic: "webhook:gh"}}}, "n1", "n2")
+	nodes := clustertest.Start(t, &bus.Options{Extensions: []bus.Extension{webhook.New(webhook.Options{
+		Hooks: []webhook.Hook{{Name: "gh", Scheme: webhook.SchemeGitHub, Secret: []byte("k"), Topic: "webhook:gh"}},
+	})}}, "n1", "n2")
 	body := `{"a":1}`
 	header := map[string]string{"X-Hub-Signature-256": "sha256=" + bustest.HMACHex("k", body), "X-GitHub-Delivery": "once"}
 	for i, want := range []int{201, 409} {
-		if a := httpDo(t, nodes[i], "POST", "/v1/hooks/gh", body, header); a.status != want {
-			t.Fatalf("request %d: %d %s; want %d", i, a.status, a.body, want)
+		if a := do(t, nodes[i], "POST", "/v1/hooks/gh", body, header); a.Status != want {
+			t.Fatalf("request %d: %d %s; want %d", i, a.Status, a.Body, want)
 		}
 	}
+}
+
+// TestHookReplayHMAC (reproduction 4, the hmac variant): a hook whose
+// delivery id comes from an unsigned header, or that has none, refuses
+// a captured request sent again with another id; another body goes
+// through.
+func TestHookReplayHMAC(t *testing.T) {
+	t.Parallel()
+	srv := start(t, nil, webhook.Options{Hooks: []webhook.Hook{
+		{Name: "shop", Scheme: webhook.SchemeHMAC, Secret: []byte("k"), Header: "X-Shop-Hmac-Sha256", Topic: "webhook:shop", DeliveryID: "{header:X-Shop-Webhook-Id}"},
+		{Name: "plain", Scheme: webhook.SchemeHMAC, Secret: []byte("k"), Header: "X-Sig", Topic: "webhook:plain"},
+	}})
+	post := func(hook, header, body, id string) int {
+		h := map[string]string{header: bustest.HMACHex("k", body)}
+		if id != "" {
+			h["X-Shop-Webhook-Id"] = id
+		}
+		a := do(t, srv, "POST", webhook.PathHooks+hook, body, h)
+		return a.Status
+	}
+	require.Equal(t, 201, post("shop", "X-Shop-Hmac-Sha256", `{"order":1}`, "w-1"))
+	require.Equal(t, 409, post("shop", "X-Shop-Hmac-Sha256", `{"order":1}`, "w-2"), "the same signed body under a new id")
+	require.Equal(t, 201, post("shop", "X-Shop-Hmac-Sha256", `{"order":2}`, "w-3"))
+	require.Equal(t, 201, post("plain", "X-Sig", `{"n":1}`, ""))
+	require.Equal(t, 409, post("plain", "X-Sig", `{"n":1}`, ""), "a hook without delivery ids")
 }

@@ -1,7 +1,8 @@
-package bus
+package webhook
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/netip"
@@ -9,18 +10,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/protocol"
 )
+
+// testWebhooks are the webhooks of a bus with defaults.
+func testWebhooks(t testing.TB) *webhooks {
+	t.Helper()
+	s, err := bus.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return &webhooks{bus: s}
+}
+
+// newTestHook makes a hook ready to serve from cfg on w.
+func (w *webhooks) newTestHook(cfg Hook) (*hook, error) {
+	return w.newHook(cfg, w.bus.Options().MaxMessageBytes)
+}
 
 // testHook makes a hook ready to serve from cfg on a bus with defaults.
 func testHook(t *testing.T, cfg Hook) *hook {
 	t.Helper()
-	s, err := New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
-	h, err := s.newHook(cfg)
+	h, err := testWebhooks(t).newTestHook(cfg)
 	if err != nil {
 		t.Fatalf("newHook: %v", err)
 	}
@@ -42,41 +55,41 @@ func TestHookSignatureVectors(t *testing.T) {
 		now    time.Time
 		want   string // "" accepted, else the outcome
 	}{
-		{"github vector", Hook{Scheme: HookGitHub, Secret: []byte("It's a Secret to Everybody")},
+		{"github vector", Hook{Scheme: SchemeGitHub, Secret: []byte("It's a Secret to Everybody")},
 			map[string]string{"X-Hub-Signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"}, "Hello, World!", time.Now(), ""},
-		{"github vector, upper-case hex", Hook{Scheme: HookGitHub, Secret: []byte("It's a Secret to Everybody")},
+		{"github vector, upper-case hex", Hook{Scheme: SchemeGitHub, Secret: []byte("It's a Secret to Everybody")},
 			map[string]string{"X-Hub-Signature-256": "sha256=757107EA0EB2509FC211221CCE984B8A37570B6D7586C22C46F4379C8B043E17"}, "Hello, World!", time.Now(), ""},
-		{"github, body changed", Hook{Scheme: HookGitHub, Secret: []byte("It's a Secret to Everybody")},
+		{"github, body changed", Hook{Scheme: SchemeGitHub, Secret: []byte("It's a Secret to Everybody")},
 			map[string]string{"X-Hub-Signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"}, "Hello, World?", time.Now(), hookBadSignature},
-		{"github, other secret", Hook{Scheme: HookGitHub, Secret: []byte("It's a secret to everybody")},
+		{"github, other secret", Hook{Scheme: SchemeGitHub, Secret: []byte("It's a secret to everybody")},
 			map[string]string{"X-Hub-Signature-256": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"}, "Hello, World!", time.Now(), hookBadSignature},
-		{"github, no prefix", Hook{Scheme: HookGitHub, Secret: []byte("It's a Secret to Everybody")},
+		{"github, no prefix", Hook{Scheme: SchemeGitHub, Secret: []byte("It's a Secret to Everybody")},
 			map[string]string{"X-Hub-Signature-256": "757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"}, "Hello, World!", time.Now(), hookBadSignature},
-		{"github, sha1 header only", Hook{Scheme: HookGitHub, Secret: []byte("It's a Secret to Everybody")},
+		{"github, sha1 header only", Hook{Scheme: SchemeGitHub, Secret: []byte("It's a Secret to Everybody")},
 			map[string]string{"X-Hub-Signature": "sha1=01dc10d0c83e72ed246219cdd91669667fe2ca59"}, "Hello, World!", time.Now(), hookBadSignature},
-		{"stripe", Hook{Scheme: HookStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
+		{"stripe", Hook{Scheme: SchemeStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
 			map[string]string{"Stripe-Signature": "t=1700000000,v1=22d8dc182f5c588077683bd378368e29765bfe5df2560112b4f28fef120f0e31"}, `{"id":"evt_1","type":"payment_intent.succeeded"}`, stripeAt.Add(299 * time.Second), ""},
-		{"stripe, rolled secrets and v0", Hook{Scheme: HookStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
+		{"stripe, rolled secrets and v0", Hook{Scheme: SchemeStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
 			map[string]string{"Stripe-Signature": "t=1700000000,v1=" + strings.Repeat("00", 32) + ",v1=22d8dc182f5c588077683bd378368e29765bfe5df2560112b4f28fef120f0e31,v0=abc"}, `{"id":"evt_1","type":"payment_intent.succeeded"}`, stripeAt, ""},
-		{"stripe, too old", Hook{Scheme: HookStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
+		{"stripe, too old", Hook{Scheme: SchemeStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
 			map[string]string{"Stripe-Signature": "t=1700000000,v1=22d8dc182f5c588077683bd378368e29765bfe5df2560112b4f28fef120f0e31"}, `{"id":"evt_1","type":"payment_intent.succeeded"}`, stripeAt.Add(301 * time.Second), hookStale},
-		{"stripe, from the future", Hook{Scheme: HookStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
+		{"stripe, from the future", Hook{Scheme: SchemeStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
 			map[string]string{"Stripe-Signature": "t=1700000000,v1=22d8dc182f5c588077683bd378368e29765bfe5df2560112b4f28fef120f0e31"}, `{"id":"evt_1","type":"payment_intent.succeeded"}`, stripeAt.Add(-301 * time.Second), hookStale},
-		{"stripe, timestamp changed", Hook{Scheme: HookStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
+		{"stripe, timestamp changed", Hook{Scheme: SchemeStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
 			map[string]string{"Stripe-Signature": "t=1700000001,v1=22d8dc182f5c588077683bd378368e29765bfe5df2560112b4f28fef120f0e31"}, `{"id":"evt_1","type":"payment_intent.succeeded"}`, stripeAt, hookBadSignature},
-		{"stripe, v0 only", Hook{Scheme: HookStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
+		{"stripe, v0 only", Hook{Scheme: SchemeStripe, Secret: []byte("whsec_test_secret"), Tolerance: 5 * time.Minute},
 			map[string]string{"Stripe-Signature": "t=1700000000,v0=22d8dc182f5c588077683bd378368e29765bfe5df2560112b4f28fef120f0e31"}, `{"id":"evt_1","type":"payment_intent.succeeded"}`, stripeAt, hookBadSignature},
-		{"hmac hex", Hook{Scheme: HookHMAC, Secret: []byte("s3cret"), Header: "X-Signature", Encoding: "hex"},
+		{"hmac hex", Hook{Scheme: SchemeHMAC, Secret: []byte("s3cret"), Header: "X-Signature", Encoding: "hex"},
 			map[string]string{"X-Signature": "dfdb9d36759a59dc252c24d194f7122a8df08cb88f87fa8d5c6b24ff48fe45d8"}, `{"event":"ping"}`, time.Now(), ""},
-		{"hmac hex with prefix", Hook{Scheme: HookHMAC, Secret: []byte("s3cret"), Header: "X-Signature", Encoding: "hex", Prefix: "sha256="},
+		{"hmac hex with prefix", Hook{Scheme: SchemeHMAC, Secret: []byte("s3cret"), Header: "X-Signature", Encoding: "hex", Prefix: "sha256="},
 			map[string]string{"X-Signature": "sha256=dfdb9d36759a59dc252c24d194f7122a8df08cb88f87fa8d5c6b24ff48fe45d8"}, `{"event":"ping"}`, time.Now(), ""},
-		{"hmac base64", Hook{Scheme: HookHMAC, Secret: []byte("s3cret"), Header: "X-Shop-Hmac", Encoding: "base64"},
+		{"hmac base64", Hook{Scheme: SchemeHMAC, Secret: []byte("s3cret"), Header: "X-Shop-Hmac", Encoding: "base64"},
 			map[string]string{"X-Shop-Hmac": "39udNnWaWdwlLCTRlPcSKo3wjLiPh/qNXGsk/0j+Rdg="}, `{"event":"ping"}`, time.Now(), ""},
-		{"hmac base64 given hex", Hook{Scheme: HookHMAC, Secret: []byte("s3cret"), Header: "X-Shop-Hmac", Encoding: "base64"},
+		{"hmac base64 given hex", Hook{Scheme: SchemeHMAC, Secret: []byte("s3cret"), Header: "X-Shop-Hmac", Encoding: "base64"},
 			map[string]string{"X-Shop-Hmac": "dfdb9d36759a59dc252c24d194f7122a8df08cb88f87fa8d5c6b24ff48fe45d8"}, `{"event":"ping"}`, time.Now(), hookBadSignature},
-		{"hmac, header missing", Hook{Scheme: HookHMAC, Secret: []byte("s3cret"), Header: "X-Signature"},
+		{"hmac, header missing", Hook{Scheme: SchemeHMAC, Secret: []byte("s3cret"), Header: "X-Signature"},
 			nil, `{"event":"ping"}`, time.Now(), hookBadSignature},
-		{"none", Hook{Scheme: HookNone, Insecure: true}, nil, `{}`, time.Now(), ""},
+		{"none", Hook{Scheme: SchemeNone, Insecure: true}, nil, `{}`, time.Now(), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,27 +119,23 @@ func TestHookConfigRefused(t *testing.T) {
 		hook Hook
 		want string
 	}{
-		{"no name", Hook{Scheme: HookNone, Insecure: true, Topic: "w:x"}, "name"},
-		{"name with a slash", Hook{Name: "a/b", Scheme: HookNone, Insecure: true, Topic: "w:x"}, "name"},
-		{"none without insecure", Hook{Name: "x", Scheme: HookNone, Topic: "w:x"}, "insecure: true"},
-		{"no secret", Hook{Name: "x", Scheme: HookGitHub, Topic: "w:x"}, "needs a secret"},
+		{"no name", Hook{Scheme: SchemeNone, Insecure: true, Topic: "w:x"}, "name"},
+		{"name with a slash", Hook{Name: "a/b", Scheme: SchemeNone, Insecure: true, Topic: "w:x"}, "name"},
+		{"none without insecure", Hook{Name: "x", Scheme: SchemeNone, Topic: "w:x"}, "insecure: true"},
+		{"no secret", Hook{Name: "x", Scheme: SchemeGitHub, Topic: "w:x"}, "needs a secret"},
 		{"unknown scheme", Hook{Name: "x", Scheme: "sha1", Secret: []byte("k"), Topic: "w:x"}, "want github, stripe, hmac or none"},
-		{"hmac without header", Hook{Name: "x", Scheme: HookHMAC, Secret: []byte("k"), Topic: "w:x"}, "needs header"},
-		{"hmac bad encoding", Hook{Name: "x", Scheme: HookHMAC, Secret: []byte("k"), Header: "X-S", Encoding: "b32", Topic: "w:x"}, "encoding"},
-		{"header on github", Hook{Name: "x", Scheme: HookGitHub, Secret: []byte("k"), Header: "X-S", Topic: "w:x"}, "for scheme hmac"},
-		{"topic from the request alone", Hook{Name: "x", Scheme: HookGitHub, Secret: []byte("k"), Topic: "{repository.full_name}"}, "literal text"},
-		{"bus's own topic", Hook{Name: "x", Scheme: HookGitHub, Secret: []byte("k"), Topic: "sys{action}"}, "system: topics"},
-		{"bad template", Hook{Name: "x", Scheme: HookGitHub, Secret: []byte("k"), Topic: "w:{a"}, "not closed"},
-		{"negative tolerance", Hook{Name: "x", Scheme: HookStripe, Secret: []byte("k"), Topic: "w:x", Tolerance: -time.Second}, "tolerance"},
+		{"hmac without header", Hook{Name: "x", Scheme: SchemeHMAC, Secret: []byte("k"), Topic: "w:x"}, "needs header"},
+		{"hmac bad encoding", Hook{Name: "x", Scheme: SchemeHMAC, Secret: []byte("k"), Header: "X-S", Encoding: "b32", Topic: "w:x"}, "encoding"},
+		{"header on github", Hook{Name: "x", Scheme: SchemeGitHub, Secret: []byte("k"), Header: "X-S", Topic: "w:x"}, "for scheme hmac"},
+		{"topic from the request alone", Hook{Name: "x", Scheme: SchemeGitHub, Secret: []byte("k"), Topic: "{repository.full_name}"}, "literal text"},
+		{"bus's own topic", Hook{Name: "x", Scheme: SchemeGitHub, Secret: []byte("k"), Topic: "sys{action}"}, "system: topics"},
+		{"bad template", Hook{Name: "x", Scheme: SchemeGitHub, Secret: []byte("k"), Topic: "w:{a"}, "not closed"},
+		{"negative tolerance", Hook{Name: "x", Scheme: SchemeStripe, Secret: []byte("k"), Topic: "w:x", Tolerance: -time.Second}, "tolerance"},
 	}
-	s, err := New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Shutdown(t.Context()) }()
+	w := testWebhooks(t)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.newHook(tt.hook)
+			_, err := w.newTestHook(tt.hook)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("newHook: %v; want an error containing %q", err, tt.want)
 			}
@@ -135,7 +144,8 @@ func TestHookConfigRefused(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(&Options{Hooks: []Hook{{Name: "x", Scheme: HookNone, Insecure: true, Topic: "w:x"}, {Name: "x", Scheme: HookNone, Insecure: true, Topic: "w:y"}}}); err == nil || !strings.Contains(err.Error(), "used twice") {
+	twice := New(Options{Hooks: []Hook{{Name: "x", Scheme: SchemeNone, Insecure: true, Topic: "w:x"}, {Name: "x", Scheme: SchemeNone, Insecure: true, Topic: "w:y"}}})
+	if _, err := bus.New(&bus.Options{Extensions: []bus.Extension{twice}}); err == nil || !strings.Contains(err.Error(), "used twice") {
 		t.Fatalf("two hooks named x: %v; want refused", err)
 	}
 }
@@ -271,17 +281,13 @@ func FuzzHookVerify(f *testing.F) {
 	f.Add("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17", []byte("Hello, World!"))
 	f.Add("t=1700000000,v1=22d8dc182f5c588077683bd378368e29765bfe5df2560112b4f28fef120f0e31", []byte(`{}`))
 	f.Add("sha256=", []byte{})
-	s, err := New(nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer func() { _ = s.Shutdown(f.Context()) }()
+	w := testWebhooks(f)
 	var hooks []*hook
 	for _, cfg := range []Hook{
-		{Scheme: HookGitHub}, {Scheme: HookStripe}, {Scheme: HookHMAC, Header: "X-Sig", Encoding: "base64", Prefix: "v1="}, {Scheme: HookHMAC, Header: "X-Sig"},
+		{Scheme: SchemeGitHub}, {Scheme: SchemeStripe}, {Scheme: SchemeHMAC, Header: "X-Sig", Encoding: "base64", Prefix: "v1="}, {Scheme: SchemeHMAC, Header: "X-Sig"},
 	} {
 		cfg.Name, cfg.Topic, cfg.Secret = "f", "f:x", []byte("fuzz secret")
-		h, err := s.newHook(cfg)
+		h, err := w.newTestHook(cfg)
 		if err != nil {
 			f.Fatal(err)
 		}

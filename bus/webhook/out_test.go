@@ -1,4 +1,4 @@
-package bus_test
+package webhook_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -42,7 +43,7 @@ func newReceiver(t *testing.T, secret string, script map[string][]int) *receiver
 
 func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
-	sig := req.Header.Get(bus.HeaderSignature)
+	sig := req.Header.Get(webhook.HeaderSignature)
 	ts, v1, ok := strings.Cut(sig, ",v1=")
 	ts, tok := strings.CutPrefix(ts, "t=")
 	if !ok || !tok || !hmac.Equal([]byte(v1), []byte(bustest.HMACHex(r.secret, ts+"."+string(body)))) {
@@ -72,9 +73,9 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 func TestWebhookOut(t *testing.T) {
 	rc := newReceiver(t, "out-secret", map[string][]int{"flaky": {500, 429, 200}, "bad": {400}})
 	st := store.OpenMemory()
-	srv := bustest.Start(t, &bus.Options{
-		Store: st, RetryBaseDelay: 10 * time.Millisecond, WebhookAllowPrivate: true,
-		WebhookSubscriptions: []bus.WebhookSubscription{{Name: "audit", URL: rc.srv.URL + "/hook", Pattern: "orders:*", Secret: []byte("out-secret")}},
+	srv := start(t, &bus.Options{Store: st, RetryBaseDelay: 10 * time.Millisecond}, webhook.Options{
+		AllowPrivate:  true,
+		Subscriptions: []webhook.Subscription{{Name: "audit", URL: rc.srv.URL + "/hook", Pattern: "orders:*", Secret: []byte("out-secret")}},
 	})
 	pub := bustest.Dial(t, srv.URL)
 	pub.Initialize("shop")
@@ -121,7 +122,7 @@ func TestWebhookOutRefusesPrivate(t *testing.T) {
 	rc := newReceiver(t, "k", nil)
 	port := rc.srv.URL[strings.LastIndex(rc.srv.URL, ":"):]
 	st := store.OpenMemory()
-	srv := bustest.Start(t, &bus.Options{Store: st, WebhookSubscriptions: []bus.WebhookSubscription{
+	srv := start(t, &bus.Options{Store: st}, webhook.Options{Subscriptions: []webhook.Subscription{
 		{Name: "ip", URL: rc.srv.URL, Pattern: "a", Secret: []byte("k")},
 		{Name: "name", URL: "http://localhost" + port, Pattern: "b", Secret: []byte("k")},
 	}})
@@ -145,18 +146,18 @@ func TestWebhookOutRefusesPrivate(t *testing.T) {
 func TestWebhookSubscriptionRefused(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		sub  bus.WebhookSubscription
+		sub  webhook.Subscription
 		want string
 	}{
-		{"no secret", bus.WebhookSubscription{Name: "a", URL: "https://example.com/", Pattern: "x"}, "secret is required"},
-		{"not http", bus.WebhookSubscription{Name: "a", URL: "file:///etc/passwd", Pattern: "x", Secret: []byte("k")}, "http://"},
-		{"password in the URL", bus.WebhookSubscription{Name: "a", URL: "https://u:p@example.com/", Pattern: "x", Secret: []byte("k")}, "user:password"},
-		{"bad pattern", bus.WebhookSubscription{Name: "a", URL: "https://example.com/", Pattern: "a b", Secret: []byte("k")}, "pattern"},
-		{"bad name", bus.WebhookSubscription{Name: "a b", URL: "https://example.com/", Pattern: "x", Secret: []byte("k")}, "name"},
-		{"bad policy", bus.WebhookSubscription{Name: "a", URL: "https://example.com/", Pattern: "x", Secret: []byte("k"), Policy: "sometimes"}, "policy"},
+		{"no secret", webhook.Subscription{Name: "a", URL: "https://example.com/", Pattern: "x"}, "secret is required"},
+		{"not http", webhook.Subscription{Name: "a", URL: "file:///etc/passwd", Pattern: "x", Secret: []byte("k")}, "http://"},
+		{"password in the URL", webhook.Subscription{Name: "a", URL: "https://u:p@example.com/", Pattern: "x", Secret: []byte("k")}, "user:password"},
+		{"bad pattern", webhook.Subscription{Name: "a", URL: "https://example.com/", Pattern: "a b", Secret: []byte("k")}, "pattern"},
+		{"bad name", webhook.Subscription{Name: "a b", URL: "https://example.com/", Pattern: "x", Secret: []byte("k")}, "name"},
+		{"bad policy", webhook.Subscription{Name: "a", URL: "https://example.com/", Pattern: "x", Secret: []byte("k"), Policy: "sometimes"}, "policy"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := bus.New(&bus.Options{WebhookSubscriptions: []bus.WebhookSubscription{tt.sub}})
+			_, err := bus.New(&bus.Options{Extensions: []bus.Extension{webhook.New(webhook.Options{Subscriptions: []webhook.Subscription{tt.sub}})}})
 			require.ErrorContains(t, err, tt.want)
 			if strings.Contains(tt.sub.URL, "u:p@") {
 				require.NotContains(t, err.Error(), "u:p@")
@@ -170,7 +171,8 @@ func TestWebhookSubscriptionRefused(t *testing.T) {
 // allows it; it used to accept it and dead-letter every delivery.
 func TestWebhookAddRefusesInsideAddress(t *testing.T) {
 	t.Parallel()
-	srv := bustest.Start(t, &bus.Options{Store: store.OpenMemory()})
+	st := store.OpenMemory()
+	srv := start(t, &bus.Options{Store: st}, webhook.Options{Store: st})
 	admin := bustest.Dial(t, srv.URL)
 	admin.Initialize("ops")
 	for _, u := range []string{"http://127.0.0.1:18319/hook", "http://[::1]/x", "https://10.1.2.3/", "http://localhost:9/"} {
@@ -193,10 +195,11 @@ func TestWebhookAddRefusesInsideAddress(t *testing.T) {
 func TestWebhookAdminMethods(t *testing.T) {
 	rc := newReceiver(t, "admin-secret", nil)
 	st := store.OpenMemory()
-	opts := &bus.Options{Store: st, WebhookAllowPrivate: true, WebhookSubscriptions: []bus.WebhookSubscription{
+	opts := &bus.Options{Store: st}
+	hooks := webhook.Options{Store: st, AllowPrivate: true, Subscriptions: []webhook.Subscription{
 		{Name: "fixed", URL: rc.srv.URL, Pattern: "fixed:*", Secret: []byte("admin-secret")},
 	}}
-	first := bustest.Start(t, opts)
+	first := start(t, opts, hooks)
 	admin := bustest.Dial(t, first.URL)
 	admin.Initialize("ops")
 	var added protocol.Webhook
@@ -223,7 +226,7 @@ func TestWebhookAdminMethods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
 	defer cancel()
 	require.NoError(t, first.Shutdown(ctx))
-	second := bustest.Start(t, opts)
+	second := start(t, opts, hooks)
 	admin = bustest.Dial(t, second.URL)
 	admin.Initialize("ops")
 	var list protocol.WebhookListResult
@@ -274,9 +277,9 @@ func TestWebhookOutTimeout(t *testing.T) {
 	}))
 	t.Cleanup(receiver.Close)
 	st := store.OpenMemory()
-	srv := bustest.Start(t, &bus.Options{
-		Store: st, DeliveryTimeout: 300 * time.Millisecond, RetryBaseDelay: 10 * time.Millisecond, MaxAttempts: 20, WebhookAllowPrivate: true,
-		WebhookSubscriptions: []bus.WebhookSubscription{{Name: "slow", URL: receiver.URL, Pattern: "slow", Secret: []byte("k")}},
+	srv := start(t, &bus.Options{Store: st, DeliveryTimeout: 300 * time.Millisecond, RetryBaseDelay: 10 * time.Millisecond, MaxAttempts: 20}, webhook.Options{
+		AllowPrivate:  true,
+		Subscriptions: []webhook.Subscription{{Name: "slow", URL: receiver.URL, Pattern: "slow", Secret: []byte("k")}},
 	})
 	pub := bustest.Dial(t, srv.URL)
 	pub.Initialize("p")
@@ -291,4 +294,38 @@ func TestWebhookOutTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, dead)
 	require.GreaterOrEqual(t, metric(t, srv, "bub_webhook_calls_total", "timeout"), 1.0)
+}
+
+// TestWebhookRetryResumedAfterRestart: a retry for a webhook subscriber
+// that was pending when the bus stopped is made by the next start, to
+// the same URL: the subscription is back before the pending work
+// resumes, so the retry finds its subscriber instead of being
+// dead-lettered subscriber_gone.
+func TestWebhookRetryResumedAfterRestart(t *testing.T) {
+	rc := newReceiver(t, "k", map[string][]int{"flaky": {500}})
+	st := store.OpenMemory()
+	opts := &bus.Options{Store: st, RetryBaseDelay: 300 * time.Millisecond}
+	hooks := webhook.Options{AllowPrivate: true, Subscriptions: []webhook.Subscription{{Name: "r", URL: rc.srv.URL, Pattern: "r", Secret: []byte("k")}}}
+	first := start(t, opts, hooks)
+	pub := bustest.Dial(t, first.URL)
+	pub.Initialize("p")
+	r := pub.Publish("r", "flaky")
+	require.True(t, r.Acks[0].Retrying, "%+v", r.Acks[0])
+	require.Equal(t, 1, (<-rc.got).Attempt)
+	ctx, cancel := context.WithTimeout(context.Background(), bustest.Timeout)
+	defer cancel()
+	require.NoError(t, first.Shutdown(ctx))
+	n, _, err := st.PendingUsage("")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n.Entries, "the retry is pending in the store")
+
+	start(t, opts, hooks)
+	require.Equal(t, 2, (<-rc.got).Attempt, "the resumed retry reaches the URL")
+	require.Eventually(t, func() bool {
+		n, _, err := st.PendingUsage("")
+		return err == nil && n.Entries == 0
+	}, bustest.Timeout, 10*time.Millisecond, "the retry is settled")
+	dead, _, err := st.ListDeadLetters(store.Filter{}, "", 10)
+	require.NoError(t, err)
+	require.Empty(t, dead)
 }

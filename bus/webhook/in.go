@@ -1,4 +1,4 @@
-package bus
+package webhook
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/internal/httpjson"
 	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -33,23 +33,24 @@ const PathHooks = "/v1/hooks/"
 
 // The signature schemes of a Hook.
 const (
-	// HookGitHub: X-Hub-Signature-256 is "sha256=" and the hex
+	// SchemeGitHub: X-Hub-Signature-256 is "sha256=" and the hex
 	// HMAC-SHA256 of the body.
-	HookGitHub = "github"
-	// HookStripe: Stripe-Signature is "t=UNIX,v1=HEX[,v1=HEX...]", HEX
-	// the HMAC-SHA256 of "UNIX.body"; t must be within the tolerance.
-	HookStripe = "stripe"
-	// HookHMAC: Hook.Header is Hook.Prefix and the HMAC-SHA256 of the
+	SchemeGitHub = "github"
+	// SchemeStripe: Stripe-Signature is "t=UNIX,v1=HEX[,v1=HEX...]",
+	// HEX the HMAC-SHA256 of "UNIX.body"; t must be within the
+	// tolerance.
+	SchemeStripe = "stripe"
+	// SchemeHMAC: Hook.Header is Hook.Prefix and the HMAC-SHA256 of the
 	// body, in hex or base64 (Hook.Encoding).
-	HookHMAC = "hmac"
-	// HookNone checks nothing; only with Hook.Insecure.
-	HookNone = "none"
+	SchemeHMAC = "hmac"
+	// SchemeNone checks nothing; only with Hook.Insecure.
+	SchemeNone = "none"
 )
 
-// hookClientPrefix begins the clientId a hook publishes as: reserved
-// (serverIDPrefix), so that no peer can send messages that look like
-// a hook's.
-const hookClientPrefix = serverIDPrefix + "hook-"
+// hookClientPrefix begins the clientId a hook publishes as: under the
+// bus's reserved "bub-", so that no peer can send messages that look
+// like a hook's.
+const hookClientPrefix = "bub-hook-"
 
 // defaultHookTolerance is how far a stripe hook's timestamp may be from
 // the bus's clock, as Stripe's own libraries default to.
@@ -61,20 +62,20 @@ type Hook struct {
 	// Name is the last segment of its URL, /v1/hooks/{Name}: letters,
 	// digits, '-' and '_'.
 	Name string
-	// Scheme is how requests are signed: HookGitHub, HookStripe,
-	// HookHMAC or HookNone.
+	// Scheme is how requests are signed: SchemeGitHub, SchemeStripe,
+	// SchemeHMAC or SchemeNone.
 	Scheme string
 	// Secret is the shared secret the signature is made with; required
-	// unless Scheme is HookNone. It is never logged.
+	// unless Scheme is SchemeNone. It is never logged.
 	Secret []byte
-	// Header names the header carrying the signature; HookHMAC only,
+	// Header names the header carrying the signature; SchemeHMAC only,
 	// where it is required.
 	Header string
-	// Encoding of a HookHMAC signature: "hex" (default) or "base64".
+	// Encoding of a SchemeHMAC signature: "hex" (default) or "base64".
 	Encoding string
-	// Prefix is text before a HookHMAC signature, such as "sha256=".
+	// Prefix is text before a SchemeHMAC signature, such as "sha256=".
 	Prefix string
-	// Tolerance is how far a HookStripe timestamp may be from the bus's
+	// Tolerance is how far a SchemeStripe timestamp may be from the bus's
 	// clock, either way. Default: 5m.
 	Tolerance time.Duration
 	// Topic is the topic template (see parseTemplate): literal text and
@@ -83,15 +84,15 @@ type Hook struct {
 	// "webhook:github:{repository.full_name}".
 	Topic string
 	// DeliveryID is a template naming the request's delivery id; a
-	// delivery id seen before within Options.IdempotencyWindow is
+	// delivery id seen before within bus.Options.IdempotencyWindow is
 	// refused as a replay. Default: {header:X-GitHub-Delivery} for
-	// HookGitHub, {id} (the event's id) for HookStripe, none otherwise.
+	// SchemeGitHub, {id} (the event's id) for SchemeStripe, none otherwise.
 	DeliveryID string
-	// Insecure must be set for HookNone: anyone who can reach the bus
+	// Insecure must be set for SchemeNone: anyone who can reach the bus
 	// can then publish to the hook's topics.
 	Insecure bool
 	// MaxBodyBytes bounds a request's body; a larger one is refused with
-	// 413. Default and maximum: Options.MaxMessageBytes.
+	// 413. Default and maximum: bus.Options.MaxMessageBytes.
 	MaxBodyBytes int64
 }
 
@@ -100,9 +101,9 @@ type hook struct {
 	Hook
 	topic      *template
 	deliveryID *template
-	// publisher is who the hook publishes as (publish.go), so its
+	// publisher is who the hook publishes as (bus.Publish), so its
 	// messages take every door's checks.
-	publisher *Publisher
+	publisher *bus.Publisher
 }
 
 // hookName is what a hook's name may be: it is a URL segment and part
@@ -119,11 +120,12 @@ func checkHookName(name string) error {
 	return nil
 }
 
-// newHooks checks the configured hooks and makes them ready to serve.
-func (s *Server) newHooks(list []Hook) (map[string]*hook, error) {
+// newHooks checks the configured hooks and makes them ready to serve;
+// maxBody is the bus's largest message.
+func (w *webhooks) newHooks(list []Hook, maxBody int64) (map[string]*hook, error) {
 	hooks := make(map[string]*hook, len(list))
 	for i, cfg := range list {
-		h, err := s.newHook(cfg)
+		h, err := w.newHook(cfg, maxBody)
 		if err != nil {
 			return nil, fmt.Errorf("hook %d (%q): %w", i, cfg.Name, err)
 		}
@@ -135,23 +137,23 @@ func (s *Server) newHooks(list []Hook) (map[string]*hook, error) {
 	return hooks, nil
 }
 
-func (s *Server) newHook(cfg Hook) (*hook, error) {
+func (w *webhooks) newHook(cfg Hook, maxBody int64) (*hook, error) {
 	if err := checkHookName(cfg.Name); err != nil {
 		return nil, fmt.Errorf("name: %w", err)
 	}
 	switch cfg.Scheme {
-	case HookGitHub, HookStripe, HookHMAC:
+	case SchemeGitHub, SchemeStripe, SchemeHMAC:
 		if len(cfg.Secret) == 0 {
 			return nil, fmt.Errorf("scheme %s needs a secret", cfg.Scheme)
 		}
-	case HookNone:
+	case SchemeNone:
 		if !cfg.Insecure {
 			return nil, errors.New("scheme none checks no signature: anyone who reaches the bus could publish to this hook's topics; set insecure: true to mean it")
 		}
 	default:
 		return nil, fmt.Errorf("scheme %q: want github, stripe, hmac or none", cfg.Scheme)
 	}
-	if cfg.Scheme == HookHMAC {
+	if cfg.Scheme == SchemeHMAC {
 		if cfg.Header == "" {
 			return nil, errors.New("scheme hmac needs header: the header that carries the signature")
 		}
@@ -171,8 +173,8 @@ func (s *Server) newHook(cfg Hook) (*hook, error) {
 	if cfg.Tolerance == 0 {
 		cfg.Tolerance = defaultHookTolerance
 	}
-	if cfg.MaxBodyBytes <= 0 || cfg.MaxBodyBytes > s.opts.MaxMessageBytes {
-		cfg.MaxBodyBytes = s.opts.MaxMessageBytes
+	if cfg.MaxBodyBytes <= 0 || cfg.MaxBodyBytes > maxBody {
+		cfg.MaxBodyBytes = maxBody
 	}
 	topic, err := parseTemplate(cfg.Topic)
 	if err != nil {
@@ -189,9 +191,9 @@ func (s *Server) newHook(cfg Hook) (*hook, error) {
 	}
 	if cfg.DeliveryID == "" {
 		switch cfg.Scheme {
-		case HookGitHub:
+		case SchemeGitHub:
 			cfg.DeliveryID = "{header:X-GitHub-Delivery}"
-		case HookStripe:
+		case SchemeStripe:
 			cfg.DeliveryID = "{id}"
 		}
 	}
@@ -202,7 +204,7 @@ func (s *Server) newHook(cfg Hook) (*hook, error) {
 		}
 	}
 	// No grant: the operator who configured the hook chose its topics.
-	h.publisher = s.NewPublisher(hookClientPrefix+cfg.Name, "", "hook "+cfg.Name, "hook", cfg.Name)
+	h.publisher = w.bus.NewPublisher(hookClientPrefix+cfg.Name, "", "hook "+cfg.Name, "hook", cfg.Name)
 	return h, nil
 }
 
@@ -220,26 +222,6 @@ const (
 
 var hookOutcomes = []string{hookPublished, hookNotFound, hookBadSignature, hookStale, hookReplay, hookTooLarge, hookBadRequest, hookRefused}
 
-// newWebhookMetrics registers the webhooks' counters: requests to the
-// incoming ones, calls of the outgoing ones.
-func newWebhookMetrics(reg prometheus.Registerer) (requests, calls *prometheus.CounterVec) {
-	requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "bub_webhook_requests_total",
-		Help: "Requests to /v1/hooks/, by outcome (published, not_found, bad_signature, stale, replay, too_large, bad_request, refused).",
-	}, []string{"outcome"})
-	calls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "bub_webhook_calls_total",
-		Help: "POSTs to webhook subscribers' URLs, by outcome (2xx, 3xx, 4xx, 429, 5xx, timeout, error, refused_address).",
-	}, []string{"outcome"})
-	for vec, values := range map[*prometheus.CounterVec][]string{requests: hookOutcomes, calls: webhookCallOutcomes} {
-		for _, v := range values {
-			vec.WithLabelValues(v)
-		}
-	}
-	reg.MustRegister(requests, calls)
-	return requests, calls
-}
-
 // signatureError is a request whose signature does not check out; the
 // caller hears only that, the log hears why.
 type signatureError struct {
@@ -252,7 +234,7 @@ func (e *signatureError) Error() string { return e.why }
 // verify checks body's signature in header at now.
 func (h *hook) verify(header http.Header, body []byte, now time.Time) error {
 	switch h.Scheme {
-	case HookGitHub:
+	case SchemeGitHub:
 		v := header.Get("X-Hub-Signature-256")
 		if v == "" {
 			return &signatureError{hookBadSignature, "no X-Hub-Signature-256 header"}
@@ -265,7 +247,7 @@ func (h *hook) verify(header http.Header, body []byte, now time.Time) error {
 		if !hmac.Equal(sig, mac(h.Secret, body)) {
 			return &signatureError{hookBadSignature, "X-Hub-Signature-256 does not match the body"}
 		}
-	case HookStripe:
+	case SchemeStripe:
 		v := header.Get("Stripe-Signature")
 		if v == "" {
 			return &signatureError{hookBadSignature, "no Stripe-Signature header"}
@@ -287,7 +269,7 @@ func (h *hook) verify(header http.Header, body []byte, now time.Time) error {
 		if age := now.Sub(time.Unix(t, 0)); age > h.Tolerance || age < -h.Tolerance {
 			return &signatureError{hookStale, fmt.Sprintf("Stripe-Signature timestamp %d is %s from the bus's clock, more than the tolerance %s", t, age.Round(time.Second), h.Tolerance)}
 		}
-	case HookHMAC:
+	case SchemeHMAC:
 		v := header.Get(h.Header)
 		if v == "" {
 			return &signatureError{hookBadSignature, "no " + h.Header + " header"}
@@ -384,30 +366,42 @@ type hookMeta struct {
 	DeliveryID string `json:"delivery_id,omitempty"`
 }
 
+// httpError is the body of an error answer, as every HTTP door of the
+// bus writes it (bus.WriteError).
+type httpError struct {
+	Error *protocol.Error `json:"error"`
+}
+
+// published is the body of a 201, as the HTTP API's.
+type published struct {
+	MessageID string `json:"messageId"`
+}
+
 // serveHook serves POST /v1/hooks/{name}.
-func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
-	count := func(outcome string) { s.hookRequests.WithLabelValues(outcome).Inc() }
+func (wh *webhooks) serveHook(w http.ResponseWriter, r *http.Request) {
+	count := func(outcome string) { wh.requests.WithLabelValues(outcome).Inc() }
 	name := strings.TrimPrefix(r.URL.Path, PathHooks)
-	h := s.hooks[name]
+	h := wh.hooks[name]
 	if h == nil {
 		count(hookNotFound)
-		writeError(w, http.StatusNotFound, protocol.Errorf(protocol.ErrInvalidParams, "no webhook is configured at %s", PathHooks+truncate(name, 64)))
+		httpjson.WriteError(w, http.StatusNotFound, protocol.Errorf(protocol.ErrInvalidParams, "no webhook is configured at %s", PathHooks+truncate(name, 64)))
 		return
 	}
 	if r.Method != http.MethodPost {
 		count(hookBadRequest)
-		methodNotAllowed(w, http.MethodPost)
+		w.Header().Set("Allow", http.MethodPost)
+		httpjson.WriteError(w, http.StatusMethodNotAllowed, protocol.Errorf(protocol.ErrMethodNotFound, "this path takes %s", http.MethodPost))
 		return
 	}
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.MaxBodyBytes)); err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {
 			count(hookTooLarge)
-			writeError(w, http.StatusRequestEntityTooLarge, protocol.Errorf(protocol.ErrLimitReached, "body is more than %d bytes", h.MaxBodyBytes))
+			httpjson.WriteError(w, http.StatusRequestEntityTooLarge, protocol.Errorf(protocol.ErrLimitReached, "body is more than %d bytes", h.MaxBodyBytes))
 			return
 		}
 		count(hookBadRequest)
-		writeError(w, 0, protocol.Errorf(protocol.ErrParse, "read body: %v", err))
+		httpjson.WriteError(w, 0, protocol.Errorf(protocol.ErrParse, "read body: %v", err))
 		return
 	}
 	body := buf.Bytes()
@@ -415,48 +409,48 @@ func (s *Server) serveHook(w http.ResponseWriter, r *http.Request) {
 		var serr *signatureError
 		errors.As(err, &serr)
 		count(serr.outcome)
-		s.log.Warn("webhook refused: signature", "hook", h.Name, "remote", r.RemoteAddr, "why", serr.why)
+		wh.log.Warn("webhook refused: signature", "hook", h.Name, "remote", r.RemoteAddr, "why", serr.why)
 		// The caller learns that the signature failed, not why: the why
 		// is for the operator, in the log.
 		w.Header().Set("WWW-Authenticate", `Signature realm="bub"`)
-		writeJSON(w, http.StatusUnauthorized, httpError{Error: protocol.WireError(protocol.Errorf(protocol.ErrUnauthorized, "the request's signature is missing, malformed, stale or wrong for hook %q", h.Name))})
+		httpjson.Write(w, http.StatusUnauthorized, httpError{Error: protocol.WireError(protocol.Errorf(protocol.ErrUnauthorized, "the request's signature is missing, malformed, stale or wrong for hook %q", h.Name))})
 		return
 	}
 	if err := rpcstream.CheckUTF8("the body", body); err != nil {
 		count(hookBadRequest)
-		writeError(w, http.StatusBadRequest, err)
+		httpjson.WriteError(w, http.StatusBadRequest, err)
 		return
 	}
 	params, deliveryID, err := h.message(r.Header, body)
 	if err != nil {
 		count(hookBadRequest)
-		writeError(w, http.StatusBadRequest, err)
+		httpjson.WriteError(w, http.StatusBadRequest, err)
 		return
 	}
-	var answer publishAnswer
+	var answer published
 	publish := func() (*protocol.SendMessageResult, error) {
-		pub, err := s.Publish(r.Context(), h.publisher, params, &PublishOptions{Remote: r.RemoteAddr, Header: r.Header})
+		pub, err := wh.bus.Publish(r.Context(), h.publisher, params, &bus.PublishOptions{Remote: r.RemoteAddr, Header: r.Header})
 		if err != nil {
 			return nil, err
 		}
 		answer.MessageID = pub.MessageID
 		return &protocol.SendMessageResult{MessageID: pub.MessageID, Acks: []protocol.Ack{}}, nil
 	}
-	_, replayed, err := s.hookOnce(h.Name, deliveryID, body, publish)
+	_, replayed, err := wh.once(h.Name, deliveryID, body, publish)
 	if replayed {
 		err = errReplay
 	}
 	switch {
-	case errors.Is(err, errReplay), errors.Is(err, ErrKeyReused):
+	case errors.Is(err, errReplay), errors.Is(err, bus.ErrKeyReused):
 		count(hookReplay)
-		s.log.Warn("webhook refused: request seen before", "hook", h.Name, "remote", r.RemoteAddr, "delivery_id", deliveryID)
-		writeError(w, http.StatusConflict, protocol.Errorf(protocol.ErrInvalidParams, "hook %q took this signed body, or delivery id %q, before: a replay; nothing published", h.Name, deliveryID))
+		wh.log.Warn("webhook refused: request seen before", "hook", h.Name, "remote", r.RemoteAddr, "delivery_id", deliveryID)
+		httpjson.WriteError(w, http.StatusConflict, protocol.Errorf(protocol.ErrInvalidParams, "hook %q took this signed body, or delivery id %q, before: a replay; nothing published", h.Name, deliveryID))
 	case err != nil:
 		count(hookRefused)
-		writeError(w, 0, err)
+		httpjson.WriteError(w, 0, err)
 	default:
 		count(hookPublished)
-		writeJSON(w, http.StatusCreated, answer)
+		httpjson.Write(w, http.StatusCreated, answer)
 	}
 }
 
