@@ -310,10 +310,6 @@ type Server struct {
 	busyListened, idleListened anyCache
 	// http holds the HTTP API's publishers (httpapi.go).
 	http httpPublishers
-	// consoleLogins counts console logins by outcome, and
-	// consoleLoginThrottle throttles them (console_login.go).
-	consoleLogins        *prometheus.CounterVec
-	consoleLoginThrottle loginThrottle
 	// keyLocks serialize the requests of one idempotency key
 	// (idempotency.go).
 	keyLocks keyLocks
@@ -366,9 +362,6 @@ type Server struct {
 	mu      sync.Mutex
 	clients map[string]*conn // by clientId, initialized connections only
 	conns   map[*conn]struct{}
-
-	// consoleState is the operator console's (console.go).
-	consoleState consoleState
 
 	// What the add-ons registered as the server started (extend.go):
 	// mux serves the HTTP paths that are not the core's, methods are the
@@ -440,7 +433,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		return nil, fmt.Errorf("new bus: %w", err)
 	}
 	s.hookRequests, s.webhookCalls = newWebhookMetrics(s.metrics.registry)
-	s.consoleLogins = newConsoleLoginMetric(s.metrics.registry)
 	s.webhookClient = newWebhookClient(o.DeliveryTimeout, o.WebhookAllowPrivate)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -566,7 +558,6 @@ func (s *Server) handleAddOns() {
 	s.Handle(PathEventsStream, http.HandlerFunc(s.serveEventStream))
 	s.Handle(PathCallbacks, http.HandlerFunc(s.serveCallback))
 	s.Handle(PathHooks, http.HandlerFunc(s.serveHook))
-	s.Handle(PathConsole, http.HandlerFunc(s.serveConsole))
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/console"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
@@ -353,6 +354,8 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		Hooks:                hooks,
 		WebhookSubscriptions: webhookSubs,
 		WebhookAllowPrivate:  cfg.webhookAllowPrivate,
+
+		Extensions: []bus.Extension{console.Extension{}},
 	})
 	handOver()
 	if err != nil {
