@@ -44,7 +44,7 @@ const (
 	// maxConsoleSessions bounds the sessions kept. A login beyond it
 	// ends its own identity's oldest, else, for an admin, the oldest
 	// session without admin; a login without admin is refused when the
-	// others are another identity's (consoleSessions.add).
+	// others are another identity's (sessions.addLocked).
 	maxConsoleSessions = 256
 	// maxConsoleSessionsPerIdentity bounds one identity's sessions: its
 	// next login ends its own oldest, never another identity's.

@@ -65,17 +65,6 @@ type httpAnswer struct {
 	body   []byte
 }
 
-// errorCode is the JSON-RPC code of an error answer, 0 for another.
-func (a httpAnswer) errorCode() int64 {
-	var e struct {
-		Error *protocol.Error `json:"error"`
-	}
-	if json.Unmarshal(a.body, &e) != nil || e.Error == nil {
-		return 0
-	}
-	return e.Error.Code
-}
-
 // logins is bub_console_logins_total{outcome} of srv.
 func logins(t *testing.T, srv *bustest.Server, outcome string) float64 {
 	t.Helper()
@@ -827,7 +816,11 @@ func TestConsoleSessionsNotEndedByOthers(t *testing.T) {
 	require.GreaterOrEqual(t, len(viewers), 9)
 	require.Equal(t, http.StatusTooManyRequests, throttled.status, "logins were never throttled")
 	require.NotEmpty(t, throttled.header.Get("Retry-After"))
-	require.EqualValues(t, protocol.CodeRateLimited, throttled.errorCode())
+	var refusal struct {
+		Error protocol.Error `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(throttled.body, &refusal))
+	require.EqualValues(t, protocol.CodeRateLimited, refusal.Error.Code)
 
 	require.Equal(t, http.StatusOK, admin.do(http.MethodGet, "/console/api/session", "", nil).status, "the admin is still logged in")
 	// The viewer holds its 8 newest sessions: its next logins ended its
