@@ -220,15 +220,23 @@ func wireDeadLetter(d *store.DeadLetter) protocol.DeadLetter {
 	return w
 }
 
-// The dead-letter queue's administration for an operator's tool (the
-// console), as the dlq.* methods do it for a peer: in the wire's form,
-// with the store's errors in the protocol's terms.
+// A DeadLetterQueue is the dead-letter queue as an operator's tool (the
+// console) administers it, as the dlq.* methods do for a peer: in the
+// wire's form, with the store's errors in the protocol's terms.
+type DeadLetterQueue struct {
+	s *Server
+}
 
-// DeadLetters returns a page of at most limit dead letters f matches,
+// DeadLetterQueue returns s's dead-letter queue.
+func (s *Server) DeadLetterQueue() DeadLetterQueue {
+	return DeadLetterQueue{s: s}
+}
+
+// List returns a page of at most limit dead letters f matches,
 // oldest first, from cursor (""), and the cursor of the next ("" when
 // this was the last).
-func (s *Server) DeadLetters(f store.Filter, cursor string, limit int) ([]protocol.DeadLetter, string, error) {
-	entries, next, err := s.store.ListDeadLetters(f, cursor, limit)
+func (q DeadLetterQueue) List(f store.Filter, cursor string, limit int) ([]protocol.DeadLetter, string, error) {
+	entries, next, err := q.s.store.ListDeadLetters(f, cursor, limit)
 	if err != nil {
 		return nil, "", storeError(err)
 	}
@@ -239,28 +247,28 @@ func (s *Server) DeadLetters(f store.Filter, cursor string, limit int) ([]protoc
 	return out, next, nil
 }
 
-// DeadLetter returns dead letter id, payload and attempts included.
-func (s *Server) DeadLetter(id string) (protocol.DeadLetter, error) {
-	d, err := s.store.GetDeadLetter(id)
+// Get returns dead letter id, payload and attempts included.
+func (q DeadLetterQueue) Get(id string) (protocol.DeadLetter, error) {
+	d, err := q.s.store.GetDeadLetter(id)
 	if err != nil {
 		return protocol.DeadLetter{}, deadLetterError(id, err)
 	}
 	return wireDeadLetter(d), nil
 }
 
-// CountDeadLetters counts the dead letters.
-func (s *Server) CountDeadLetters() (int, error) {
-	n, err := s.store.CountDeadLetters()
+// Count counts the dead letters.
+func (q DeadLetterQueue) Count() (int, error) {
+	n, err := q.s.store.CountDeadLetters()
 	if err != nil {
 		return 0, storeError(err)
 	}
 	return n, nil
 }
 
-// ReplayDeadLetters replays dead letters ids to their topic or
+// Replay replays dead letters ids to their topic or
 // subscriber (to, "" for the topic), as dlq.replay does, within
 // Limits.MaxReplayIDs; it is refused once the bus drains.
-func (s *Server) ReplayDeadLetters(ids []string, to string) (protocol.DLQReplayResult, error) {
+func (q DeadLetterQueue) Replay(ids []string, to string) (protocol.DLQReplayResult, error) {
 	to, err := replayTarget(to)
 	if err != nil {
 		return protocol.DLQReplayResult{}, err
@@ -268,26 +276,28 @@ func (s *Server) ReplayDeadLetters(ids []string, to string) (protocol.DLQReplayR
 	if len(ids) == 0 {
 		return protocol.DLQReplayResult{}, protocol.Errorf(protocol.ErrInvalidParams, "ids is required: name at least one dead letter")
 	}
-	if bound := s.limits().MaxReplayIDs; !under(len(ids)-1, bound) {
-		return protocol.DLQReplayResult{}, s.limitReached(limitReplayIDs, "%d ids, more than %d; replay them in batches", len(ids), bound)
+	if bound := q.s.limits().MaxReplayIDs; !under(len(ids)-1, bound) {
+		return protocol.DLQReplayResult{}, q.s.limitReached(limitReplayIDs, "%d ids, more than %d; replay them in batches", len(ids), bound)
 	}
-	if err := s.beginRequest(); err != nil {
+	if err := q.s.beginRequest(); err != nil {
 		return protocol.DLQReplayResult{}, err
 	}
-	defer s.requests.Done()
-	return s.replayAll(ids, to), nil
+	defer q.s.requests.Done()
+	return q.s.replayAll(ids, to), nil
 }
 
-// PurgeDeadLetters removes dead letter id, or, when id is "", those f
-// matches, and returns how many went.
-func (s *Server) PurgeDeadLetters(id string, f store.Filter) (int, error) {
+// Purge removes dead letter id, or, when id is "", those f
+// matches, and returns how many went. Unlike dlq.purge it tells the
+// observers nothing: the console's purge never reached the journal, and
+// the move of the console out of the core did not change what it does.
+func (q DeadLetterQueue) Purge(id string, f store.Filter) (int, error) {
 	if id != "" {
-		if err := s.store.RemoveDeadLetter(id); err != nil {
+		if err := q.s.store.RemoveDeadLetter(id); err != nil {
 			return 0, deadLetterError(id, err)
 		}
 		return 1, nil
 	}
-	n, err := s.store.PurgeDeadLetters(f)
+	n, err := q.s.store.PurgeDeadLetters(f)
 	if err != nil {
 		return 0, storeError(err)
 	}

@@ -221,12 +221,12 @@ func (c *console) deadLetters(_ *session, w http.ResponseWriter, r *http.Request
 		bus.WriteError(w, 0, err)
 		return
 	}
-	entries, next, err := c.bus.DeadLetters(f, r.URL.Query().Get("cursor"), limit)
+	entries, next, err := c.bus.DeadLetterQueue().List(f, r.URL.Query().Get("cursor"), limit)
 	if err != nil {
 		bus.WriteError(w, 0, err)
 		return
 	}
-	total, err := c.bus.CountDeadLetters()
+	total, err := c.bus.DeadLetterQueue().Count()
 	if err != nil {
 		bus.WriteError(w, 0, err)
 		return
@@ -243,7 +243,7 @@ func (c *console) deadLetters(_ *session, w http.ResponseWriter, r *http.Request
 // deadLetter answers one dead letter, payload and attempts
 // included.
 func (c *console) deadLetter(_ *session, w http.ResponseWriter, r *http.Request) {
-	d, err := c.bus.DeadLetter(r.URL.Query().Get("id"))
+	d, err := c.bus.DeadLetterQueue().Get(r.URL.Query().Get("id"))
 	if err != nil {
 		bus.WriteError(w, 0, err)
 		return
@@ -266,7 +266,7 @@ func (c *console) countDeadLetters(_ *session, w http.ResponseWriter, r *http.Re
 	n := 0
 	cursor := ""
 	for {
-		page, next, err := c.bus.DeadLetters(f, cursor, countPage)
+		page, next, err := c.bus.DeadLetterQueue().List(f, cursor, countPage)
 		if err != nil {
 			bus.WriteError(w, 0, err)
 			return
@@ -296,7 +296,7 @@ func (c *console) replay(sess *session, w http.ResponseWriter, r *http.Request) 
 		bus.WriteError(w, 0, err)
 		return
 	}
-	result, err := c.bus.ReplayDeadLetters(p.IDs, p.To)
+	result, err := c.bus.DeadLetterQueue().Replay(p.IDs, p.To)
 	if err != nil {
 		bus.WriteError(w, 0, err)
 		return
@@ -328,7 +328,7 @@ func (c *console) purge(sess *session, w http.ResponseWriter, r *http.Request) {
 		}
 		f = store.Filter{Topic: body.Topic, Reason: body.Reason, Since: body.Since, Until: untilOf(body.Until, body.AsOf)}
 	}
-	n, err := c.bus.PurgeDeadLetters(body.ID, f)
+	n, err := c.bus.DeadLetterQueue().Purge(body.ID, f)
 	if err != nil {
 		bus.WriteError(w, 0, err)
 		return

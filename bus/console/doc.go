@@ -4,7 +4,7 @@
 //
 // It takes no lock of the core: what it shows of clients, routes and
 // the dead-letter queue is a copy the core makes under its own locks
-// (bus.Server.Clients, Route, Status, DeadLetters), what it shows of
+// (bus.Server.Clients, Route, Status, DeadLetterQueue), what it shows of
 // agents and the BCP gateway it hears as an observer of routed messages,
 // and a login is checked by the core's credential checks
 // (bus.Server.Authenticate). docs/OPERATIONS.md, "Operator console",
