@@ -219,3 +219,87 @@ func wireDeadLetter(d *store.DeadLetter) protocol.DeadLetter {
 	}
 	return w
 }
+
+// A DeadLetterQueue is the dead-letter queue as an operator's tool (the
+// console) administers it, as the dlq.* methods do for a peer: in the
+// wire's form, with the store's errors in the protocol's terms.
+type DeadLetterQueue struct {
+	s *Server
+}
+
+// DeadLetterQueue returns s's dead-letter queue.
+func (s *Server) DeadLetterQueue() DeadLetterQueue {
+	return DeadLetterQueue{s: s}
+}
+
+// List returns a page of at most limit dead letters f matches,
+// oldest first, from cursor (""), and the cursor of the next ("" when
+// this was the last).
+func (q DeadLetterQueue) List(f store.Filter, cursor string, limit int) ([]protocol.DeadLetter, string, error) {
+	entries, next, err := q.s.store.ListDeadLetters(f, cursor, limit)
+	if err != nil {
+		return nil, "", storeError(err)
+	}
+	out := make([]protocol.DeadLetter, 0, len(entries))
+	for _, d := range entries {
+		out = append(out, wireDeadLetter(d))
+	}
+	return out, next, nil
+}
+
+// Get returns dead letter id, payload and attempts included.
+func (q DeadLetterQueue) Get(id string) (protocol.DeadLetter, error) {
+	d, err := q.s.store.GetDeadLetter(id)
+	if err != nil {
+		return protocol.DeadLetter{}, deadLetterError(id, err)
+	}
+	return wireDeadLetter(d), nil
+}
+
+// Count counts the dead letters.
+func (q DeadLetterQueue) Count() (int, error) {
+	n, err := q.s.store.CountDeadLetters()
+	if err != nil {
+		return 0, storeError(err)
+	}
+	return n, nil
+}
+
+// Replay replays dead letters ids to their topic or
+// subscriber (to, "" for the topic), as dlq.replay does, within
+// Limits.MaxReplayIDs; it is refused once the bus drains.
+func (q DeadLetterQueue) Replay(ids []string, to string) (protocol.DLQReplayResult, error) {
+	to, err := replayTarget(to)
+	if err != nil {
+		return protocol.DLQReplayResult{}, err
+	}
+	if len(ids) == 0 {
+		return protocol.DLQReplayResult{}, protocol.Errorf(protocol.ErrInvalidParams, "ids is required: name at least one dead letter")
+	}
+	if bound := q.s.limits().MaxReplayIDs; !under(len(ids)-1, bound) {
+		return protocol.DLQReplayResult{}, q.s.limitReached(limitReplayIDs, "%d ids, more than %d; replay them in batches", len(ids), bound)
+	}
+	if err := q.s.beginRequest(); err != nil {
+		return protocol.DLQReplayResult{}, err
+	}
+	defer q.s.requests.Done()
+	return q.s.replayAll(ids, to), nil
+}
+
+// Purge removes dead letter id, or, when id is "", those f
+// matches, and returns how many went. Unlike dlq.purge it tells the
+// observers nothing: the console's purge never reached the journal, and
+// the move of the console out of the core did not change what it does.
+func (q DeadLetterQueue) Purge(id string, f store.Filter) (int, error) {
+	if id != "" {
+		if err := q.s.store.RemoveDeadLetter(id); err != nil {
+			return 0, deadLetterError(id, err)
+		}
+		return 1, nil
+	}
+	n, err := q.s.store.PurgeDeadLetters(f)
+	if err != nil {
+		return 0, storeError(err)
+	}
+	return n, nil
+}

@@ -66,6 +66,76 @@ func (s *Server) Authorize(principal *auth.Principal, clientID string) (*auth.Ac
 	return s.grant(s.log, principal, clientID, true)
 }
 
+// A Credential is what a request presented: a bearer token, a verified
+// client certificate's name. An add-on may keep it, to check it again
+// later (a reload may revoke it); the token is never logged.
+type Credential struct {
+	c credential
+}
+
+// CredentialOf is the credential of r's verified client certificate, if
+// any, with token: one a form carried (a login), not a header.
+func CredentialOf(r *http.Request, token string) Credential {
+	c, _ := bearer(r)
+	c.token = token
+	return Credential{c: c}
+}
+
+// Verify checks cred now and returns who presented it: nil on an open
+// bus, which checks no credential. A refusal is counted in
+// bub_auth_refusals_total and is a -32001. It is Authenticate for a
+// credential an add-on keeps (the console's session).
+func (s *Server) Verify(cred Credential) (*auth.Principal, error) {
+	a := s.auth.Load()
+	if a == nil {
+		return nil, nil
+	}
+	p, err := s.authenticate(a, cred.c)
+	if err != nil {
+		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
+		return nil, protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted")
+	}
+	return p, nil
+}
+
+// RefusedAdmin counts, in bub_auth_refusals_total, a request refused
+// because its credential lacks admin.
+func (s *Server) RefusedAdmin() {
+	s.metrics.authRefusals.WithLabelValues(refuseAdmin).Inc()
+}
+
+// CheckBrowser refuses a browser's request (one with Origin) whose Host
+// is not an address of this bus (DNS rebinding) or whose Origin is not
+// allowed (Options.OriginPatterns), as the WebSocket upgrade does; the
+// refusal is counted and is a -32003.
+func (s *Server) CheckBrowser(r *http.Request) error {
+	return s.checkBrowser(r)
+}
+
+// PublisherFor verifies cred and authorizes it as clientID, as
+// initialize does for a publish-only connection, and returns a
+// publisher for it (NewPublisher): per-identity limits and quotas count
+// it as they count every door's.
+func (s *Server) PublisherFor(cred Credential, clientID, remote string) (*Publisher, error) {
+	principal, err := s.Verify(cred)
+	if err != nil {
+		return nil, err
+	}
+	access, err := s.Authorize(principal, clientID)
+	if err != nil {
+		return nil, err
+	}
+	p := s.NewPublisher(clientID, "", remote, "remote", remote)
+	p.SetGrant(principal, access)
+	return p, nil
+}
+
+// RateLimited is a -32012 with message, answered over HTTP as 429 with
+// Retry-After (WriteError).
+func RateLimited(message string, retryAfterMS int64) error {
+	return &protocol.Error{Code: protocol.CodeRateLimited, Message: message, Data: protocol.RateLimitedData{RetryAfterMS: retryAfterMS}}
+}
+
 // bearer reads the request's credential: a bearer token, and a verified
 // client certificate's name.
 func bearer(r *http.Request) (credential, error) {

@@ -119,7 +119,7 @@ func noteOutcome(m *consoleMessage, ev *protocol.JournalEvent) {
 // the session may see that the query (topic, since, until, correlationId)
 // matches, newest first, up to limit. On a cluster's node they are this
 // node's: each node journals what it accepted and delivered.
-func (s *Server) consoleRecent(sess *consoleSession, w http.ResponseWriter, r *http.Request) {
+func (s *Server) consoleRecent(sess *ConsoleSession, w http.ResponseWriter, r *http.Request) {
 	req, _, ok := s.consoleJournalQuery(sess, w, r, false)
 	if !ok {
 		return

@@ -56,9 +56,10 @@
 // the journal is off. With Options.TracerProvider, a publish and each
 // delivery attempt are spans (trace.go: a hook in publishRouted and a
 // layer around the delivery pipeline).
-// The operator console (console.go: sessions and the embedded files;
-// console_api.go and console_live.go: what it shows) reads the same
-// state, under the same locks, at PathConsole.
+// The operator console is an add-on (package bus/console): it reads
+// copies the core makes under its own locks (snapshot.go) and hears
+// routed messages as an observer; only its Messages page's endpoints,
+// which read the journal, are served here (console_messages.go).
 //
 // # Goroutines and locks
 //
@@ -93,8 +94,8 @@
 // publisher's order (publish.go) is taken before its conn's mu, as a
 // read loop's turn is. The per-identity limits' locks are leaves:
 // rateBuckets.mu and a rateBucket's mu are taken under conn.mu,
-// identitySlots.mu under Server.mu (identity_limits.go); keyLocks.mu
-// and the console's loginThrottle.mu are taken alone.
+// identitySlots.mu under Server.mu (identity_limits.go); keyLocks.mu is
+// taken alone.
 //
 // Request handlers and retry attempts run under guard and guardAttempt
 // (recover.go), which recover a panic so that one request's bug does not

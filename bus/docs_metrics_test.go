@@ -13,6 +13,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/console"
 	"github.com/bub-bus/bub/bus/webhook"
 )
 
@@ -64,9 +65,9 @@ func parseMetricsTable(t *testing.T, path string) []docMetric {
 // lists for a label is the bus's set of that label's values, and the
 // table is not cut in two (a row after a paragraph is not a row).
 func TestMetricsTables(t *testing.T) {
+	// The add-ons' metrics are the bus's too, as bub serve wires them.
 	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{HandshakeTimeout: 50 * time.Millisecond},
-		// The add-ons' metrics are in the tables too.
-		Extensions: []bus.Extension{webhook.New(webhook.Options{})}})
+		Extensions: []bus.Extension{webhook.New(webhook.Options{}), console.Extension{}}})
 	// A request answered and a connection the bus closed, so that the
 	// vectors with no fixed values have a series to show their labels.
 	bustest.Connect(t, srv.URL, "a", nil)

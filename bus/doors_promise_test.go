@@ -3,7 +3,9 @@ package bus_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"regexp"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"github.com/bub-bus/bub/auth/authtest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/console"
 	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -37,7 +40,7 @@ func doorBus(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 		{Name: "viewer", TokenSHA256: authtest.SHA256("viewer-token"), Grant: auth.Grant{ClientIDs: []string{"viewer"}, Subscribe: rules}},
 	}}, t.TempDir())
 	require.NoError(t, err)
-	o := &bus.Options{Auth: a, HoldPatterns: []string{"held:*"}, Extensions: []bus.Extension{hookGH("jobs:gh:{kind}")}}
+	o := &bus.Options{Auth: a, HoldPatterns: []string{"held:*"}, Extensions: []bus.Extension{hookGH("jobs:gh:{kind}"), console.Extension{}}}
 	if tune != nil {
 		tune(o)
 	}
@@ -48,6 +51,38 @@ func doorBus(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 // publishes on topic.
 func hookGH(topic string) bus.Extension {
 	return webhook.New(webhook.Options{Hooks: []webhook.Hook{{Name: "gh", Scheme: webhook.SchemeGitHub, Secret: []byte("gh"), Topic: topic}}})
+}
+
+// browser is a browser of the console of srv: its cookies.
+type browser struct {
+	t    *testing.T
+	srv  *bustest.Server
+	http *http.Client
+}
+
+func newBrowser(t *testing.T, srv *bustest.Server) *browser {
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &browser{t: t, srv: srv, http: &http.Client{Jar: jar}}
+}
+
+// login logs in to the console with token.
+func (b *browser) login(token string) httpAnswer {
+	return b.answer(b.http.Post(b.srv.HTTP.URL+"/console/api/login", "application/json", strings.NewReader(fmt.Sprintf(`{"token": %q}`, token))))
+}
+
+// get reads path with the session's cookie.
+func (b *browser) get(path string) httpAnswer {
+	return b.answer(b.http.Get(b.srv.HTTP.URL + path))
+}
+
+func (b *browser) answer(resp *http.Response, err error) httpAnswer {
+	b.t.Helper()
+	require.NoError(b.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(b.t, err)
+	return httpAnswer{status: resp.StatusCode, header: resp.Header, body: body}
 }
 
 // doorPeer is a peer of doorBus initialized as door-{n}.
@@ -171,7 +206,7 @@ var doorProbes = map[string]func(t *testing.T){
 		requireHTTP(t, post(t, doorBus(t, nil), bus.PathCallbacks+"guessed", toolEvent(`{}`), nil), 404, "no active tool subscription")
 	},
 	"credential/console": func(t *testing.T) {
-		require.Equal(t, 401, newConsoleClient(t, doorBus(t, nil)).login("wrong-token").status)
+		require.Equal(t, 401, newBrowser(t, doorBus(t, nil)).login("wrong-token").status)
 	},
 
 	"utf8/WebSocket": func(t *testing.T) {
@@ -260,9 +295,9 @@ var doorProbes = map[string]func(t *testing.T){
 		require.EqualValues(t, protocol.CodeForbidden, code(r))
 	},
 	"grant/console": func(t *testing.T) {
-		c := newConsoleClient(t, doorBus(t, nil))
+		c := newBrowser(t, doorBus(t, nil))
 		require.Equal(t, 200, c.login("viewer-token").status)
-		require.Equal(t, 403, c.do(http.MethodGet, "/console/api/clients", "", nil).status)
+		require.Equal(t, 403, c.get("/console/api/clients").status)
 	},
 
 	"rate/WebSocket": func(t *testing.T) {
@@ -287,7 +322,7 @@ var doorProbes = map[string]func(t *testing.T){
 		requireHTTP(t, post(t, srv, path, toolEvent(`{}`), nil), 429, "--tool-event-rate")
 	},
 	"rate/console": func(t *testing.T) {
-		c := newConsoleClient(t, doorBus(t, nil))
+		c := newBrowser(t, doorBus(t, nil))
 		a := c.login("wrong-token")
 		for n := 1; a.status == 401 && n < 30; n++ {
 			a = c.login("wrong-token")
@@ -351,13 +386,13 @@ var doorProbes = map[string]func(t *testing.T){
 	"connections/tool callback": overPerAddr(bus.PathCallbacks + "x"),
 	"connections/console": func(t *testing.T) {
 		srv := doorBus(t, nil)
-		var sessions []*consoleClient
+		var sessions []*browser
 		for range 9 {
-			c := newConsoleClient(t, srv)
+			c := newBrowser(t, srv)
 			require.Equal(t, 200, c.login("viewer-token").status)
 			sessions = append(sessions, c)
 		}
-		require.Equal(t, 401, sessions[0].do(http.MethodGet, "/console/api/session", "", nil).status, "the ninth session ended the identity's first")
+		require.Equal(t, 401, sessions[0].get("/console/api/session").status, "the ninth session ended the identity's first")
 	},
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	"github.com/bub-bus/bub/bus/store"
@@ -107,6 +108,12 @@ type Observer interface {
 // Extend.
 func (s *Server) Observe(o Observer) {
 	s.observers = append(s.observers, o)
+}
+
+// Logger is the server's logger (Options.Logger), for an add-on's own
+// lines.
+func (s *Server) Logger() *slog.Logger {
+	return s.log
 }
 
 // OnShutdown registers f to run as Shutdown starts, before the drain:

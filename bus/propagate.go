@@ -39,7 +39,6 @@ func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets 
 // counts and journals its routing; it completes the result when chain is
 // empty (the message is held, or nobody subscribes).
 func (s *Server) routed(m *store.Message, chain []*subscription, reliable bool) (*protocol.SendMessageResult, error) {
-	s.consoleState.observe(m)
 	result := &protocol.SendMessageResult{MessageID: m.ID, Acks: []protocol.Ack{}}
 	if len(chain) == 0 {
 		result.Reason = protocol.ReasonNoSubscribers

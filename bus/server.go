@@ -297,10 +297,6 @@ type Server struct {
 	// busyListened and idleListened remember whether anyone subscribes
 	// to the activity events (countDelivery).
 	busyListened, idleListened anyCache
-	// consoleLogins counts console logins by outcome, and
-	// consoleLoginThrottle throttles them (console_login.go).
-	consoleLogins        *prometheus.CounterVec
-	consoleLoginThrottle loginThrottle
 	// keyLocks serialize the requests of one idempotency key
 	// (idempotency.go).
 	keyLocks keyLocks
@@ -346,9 +342,6 @@ type Server struct {
 	mu      sync.Mutex
 	clients map[string]*conn // by clientId, initialized connections only
 	conns   map[*conn]struct{}
-
-	// consoleState is the operator console's (console.go).
-	consoleState consoleState
 
 	// What the add-ons registered as the server started (extend.go):
 	// mux serves the HTTP paths that are not the core's, methods are the
@@ -415,7 +408,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		s.methods[name] = m
 	}
 	s.auth.Store(o.Auth)
-	s.consoleLogins = newConsoleLoginMetric(s.metrics.registry)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.layers = s.localLayers()
@@ -527,7 +519,6 @@ func (s *Server) handleAddOns() {
 	s.Handle(PathEvents, http.HandlerFunc(s.serveEvents))
 	s.Handle(PathEventsStream, http.HandlerFunc(s.serveEventStream))
 	s.Handle(PathCallbacks, http.HandlerFunc(s.serveCallback))
-	s.Handle(PathConsole, http.HandlerFunc(s.serveConsole))
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {

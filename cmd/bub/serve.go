@@ -22,6 +22,7 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/console"
 	"github.com/bub-bus/bub/bus/httpapi"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/bus/webhook"
@@ -363,6 +364,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 				AllowPrivate:  cfg.webhookAllowPrivate,
 				Store:         hooksStore,
 			}),
+			console.Extension{},
 		},
 	})
 	handOver()

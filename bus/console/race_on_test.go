@@ -1,6 +1,6 @@
 //go:build race
 
-package bus_test
+package console_test
 
 // raceOn: the race detector slows the store's reads about twentyfold, so
 // the tests that fill it for size take a smaller size under it.

@@ -1,4 +1,4 @@
-package bus
+package console
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/httpjson"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -171,16 +172,16 @@ func (b *bcpBook) snapshot() ([]consoleBudget, []consoleBCPEvent) {
 	return channels, recent
 }
 
-// consoleBCP answers a page of the channels' budgets, and the recent
+// bcpPage answers a page of the channels' budgets, and the recent
 // validation failures and anomalies.
-func (s *Server) consoleBCP(_ *consoleSession, w http.ResponseWriter, r *http.Request) {
+func (c *console) bcpPage(_ *session, w http.ResponseWriter, r *http.Request) {
 	offset, limit, err := pageOf(r)
 	if err != nil {
-		writeError(w, 0, err)
+		httpjson.WriteError(w, 0, err)
 		return
 	}
-	channels, recent := s.consoleState.bcp.snapshot()
+	channels, recent := c.bcp.snapshot()
 	total := len(channels)
 	channels = channels[min(offset, total):min(offset+limit, total)]
-	writeJSON(w, http.StatusOK, map[string]any{"channels": channels, "total": total, "offset": offset, "recent": recent, "node": s.cl.self})
+	httpjson.Write(w, http.StatusOK, map[string]any{"channels": channels, "total": total, "offset": offset, "recent": recent, "node": c.bus.Status().Node})
 }

@@ -1,4 +1,4 @@
-package bus
+package console
 
 import (
 	"fmt"
@@ -113,10 +113,10 @@ func TestBCPBookForgetsTheLongestUnheard(t *testing.T) {
 // without admin, never an admin's.
 func TestConsoleFullTable(t *testing.T) {
 	t.Parallel()
-	var c consoleState
+	var c sessions
 	now := time.Now()
-	add := func(identity string, admin bool, age time.Duration) *consoleSession {
-		sess := &consoleSession{id: randomHex(8), identity: identity, expires: now.Add(time.Hour - age)}
+	add := func(identity string, admin bool, age time.Duration) *session {
+		sess := &session{id: randomHex(8), identity: identity, expires: now.Add(time.Hour - age)}
 		sess.admin.Store(admin)
 		if err := c.addLocked(sess, admin); err != nil {
 			t.Fatalf("add %s: %v", identity, err)
@@ -126,21 +126,21 @@ func TestConsoleFullTable(t *testing.T) {
 	// The oldest session is the admin's.
 	root := add("root", true, 3*time.Minute)
 	oldestViewer := add("viewer-0", false, 2*time.Minute)
-	for i := 1; len(c.sessions) < maxConsoleSessions; i++ {
+	for i := 1; len(c.all) < maxConsoleSessions; i++ {
 		add(fmt.Sprint("viewer-", i/maxConsoleSessionsPerIdentity+1), false, time.Minute)
 	}
-	err := c.addLocked(&consoleSession{id: "new", identity: "stranger", expires: now.Add(time.Hour)}, false)
+	err := c.addLocked(&session{id: "new", identity: "stranger", expires: now.Add(time.Hour)}, false)
 	if protocol.CodeOf(err) != protocol.CodeLimitReached {
 		t.Fatalf("a login without admin into a full table of others' sessions: %v; want -32011", err)
 	}
 	add("root-2", true, 0)
-	if c.sessions[root.id] == nil {
+	if c.all[root.id] == nil {
 		t.Fatal("an admin's login ended the admin's session")
 	}
-	if c.sessions[oldestViewer.id] != nil {
+	if c.all[oldestViewer.id] != nil {
 		t.Fatal("an admin's login in a full table kept the oldest session without admin")
 	}
-	if len(c.sessions) != maxConsoleSessions {
-		t.Fatalf("%d sessions, want %d", len(c.sessions), maxConsoleSessions)
+	if len(c.all) != maxConsoleSessions {
+		t.Fatalf("%d sessions, want %d", len(c.all), maxConsoleSessions)
 	}
 }

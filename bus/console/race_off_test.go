@@ -1,6 +1,6 @@
 //go:build !race
 
-package bus_test
+package console_test
 
 // raceOn: see race_on_test.go.
 const raceOn = false

@@ -1,13 +1,15 @@
-package bus
+package console
 
 import (
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -26,8 +28,8 @@ const (
 	loginFull      = "full"
 )
 
-// newConsoleLoginMetric registers bub_console_logins_total.
-func newConsoleLoginMetric(reg prometheus.Registerer) *prometheus.CounterVec {
+// newLoginMetric registers bub_console_logins_total.
+func newLoginMetric(reg prometheus.Registerer) *prometheus.CounterVec {
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bub_console_logins_total",
 		Help: "Console logins, by outcome (ok, refused: credential not accepted, throttled: too many attempts from the address or for the identity, full: no session could be made room for).",
@@ -87,11 +89,16 @@ func (t *loginThrottle) allow(key string, now time.Time) error {
 	}
 	wait := time.Duration((1 - l.TokensAt(now)) * float64(loginEvery))
 	ms := max(1, wait.Milliseconds())
-	return &protocol.Error{
-		Code:    protocol.CodeRateLimited,
-		Message: fmt.Sprintf("%s: too many console logins from this %s; retry after %d ms", protocol.ErrRateLimited.Message, key, ms),
-		Data:    rateLimitedData{RetryAfterMS: ms},
+	return bus.RateLimited(fmt.Sprintf("%s: too many console logins from this %s; retry after %d ms", protocol.ErrRateLimited.Message, key, ms), ms)
+}
+
+// remoteIP is the IP address of a request's RemoteAddr, the key of the
+// throttle by address: the port differs from one connection to the next.
+func remoteIP(remote string) string {
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return host
 	}
+	return remote
 }
 
 // addLocked adds sess, of an identity with admin or not, making room:
@@ -100,34 +107,34 @@ func (t *loginThrottle) allow(key string, now time.Time) error {
 // identity, only the table's bound applies); in a full table, its own
 // oldest, else for an admin the oldest session without admin (else the
 // oldest); a login without admin finding only others' sessions is
-// refused. The caller holds c.mu.
-func (c *consoleState) addLocked(sess *consoleSession, admin bool) error {
-	if c.sessions == nil {
-		c.sessions = make(map[string]*consoleSession)
+// refused. The caller holds t.mu.
+func (t *sessions) addLocked(sess *session, admin bool) error {
+	if t.all == nil {
+		t.all = make(map[string]*session)
 	}
-	c.dropExpiredLocked(time.Now())
-	mine := func(o *consoleSession) bool { return o.identity == sess.identity }
-	if sess.identity != "" && c.countLocked(mine) >= maxConsoleSessionsPerIdentity {
-		c.endOldestLocked(mine)
+	t.dropExpiredLocked(time.Now())
+	mine := func(o *session) bool { return o.identity == sess.identity }
+	if sess.identity != "" && t.countLocked(mine) >= maxConsoleSessionsPerIdentity {
+		t.endOldestLocked(mine)
 	}
-	if len(c.sessions) >= maxConsoleSessions && !c.endOldestLocked(mine) {
+	if len(t.all) >= maxConsoleSessions && !t.endOldestLocked(mine) {
 		switch {
 		case admin:
-			if !c.endOldestLocked(func(o *consoleSession) bool { return !o.admin.Load() }) {
-				c.endOldestLocked(func(*consoleSession) bool { return true })
+			if !t.endOldestLocked(func(o *session) bool { return !o.admin.Load() }) {
+				t.endOldestLocked(func(*session) bool { return true })
 			}
 		default:
-			return protocol.Errorf(protocol.ErrLimitReached, "the console holds %d sessions, of other identities; try again once some end", len(c.sessions))
+			return protocol.Errorf(protocol.ErrLimitReached, "the console holds %d sessions, of other identities; try again once some end", len(t.all))
 		}
 	}
-	c.sessions[sess.id] = sess
+	t.all[sess.id] = sess
 	return nil
 }
 
 // countLocked counts the sessions of.
-func (c *consoleState) countLocked(of func(*consoleSession) bool) int {
+func (t *sessions) countLocked(of func(*session) bool) int {
 	n := 0
-	for _, o := range c.sessions {
+	for _, o := range t.all {
 		if of(o) {
 			n++
 		}
@@ -137,15 +144,15 @@ func (c *consoleState) countLocked(of func(*consoleSession) bool) int {
 
 // endOldestLocked ends the session of that expires first, and reports
 // whether there was one.
-func (c *consoleState) endOldestLocked(of func(*consoleSession) bool) bool {
-	var oldest *consoleSession
-	for _, o := range c.sessions {
+func (t *sessions) endOldestLocked(of func(*session) bool) bool {
+	var oldest *session
+	for _, o := range t.all {
 		if of(o) && (oldest == nil || o.expires.Before(oldest.expires)) {
 			oldest = o
 		}
 	}
 	if oldest != nil {
-		delete(c.sessions, oldest.id)
+		delete(t.all, oldest.id)
 	}
 	return oldest != nil
 }

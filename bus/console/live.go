@@ -1,4 +1,4 @@
-package bus
+package console
 
 import (
 	"encoding/json"
@@ -84,19 +84,19 @@ func (r *sampleRing) since(at int64) ([]consoleSample, <-chan struct{}) {
 }
 
 // startSampling starts the sampler on the console's first use; it runs
-// until the Server stops.
-func (s *Server) startSampling() {
-	s.consoleState.sampler.Do(func() {
-		s.consoleState.samples.add(s.sample())
+// until the Server shuts down.
+func (c *console) startSampling() {
+	c.sampler.Do(func() {
+		c.samples.add(c.sample())
 		go func() {
 			t := time.NewTicker(consoleSampleEvery)
 			defer t.Stop()
 			for {
 				select {
-				case <-s.ctx.Done():
+				case <-c.ctx.Done():
 					return
 				case <-t.C:
-					s.consoleState.samples.add(s.sample())
+					c.samples.add(c.sample())
 				}
 			}
 		}()
@@ -105,11 +105,11 @@ func (s *Server) startSampling() {
 
 // sample reads the bus's counters from its own registry, as /metrics
 // would show them.
-func (s *Server) sample() consoleSample {
-	out := consoleSample{At: time.Now().UnixMilli(), Nodes: max(1, len(s.cl.cluster.Live()))}
-	families, err := s.metrics.registry.Gather()
+func (c *console) sample() consoleSample {
+	out := consoleSample{At: time.Now().UnixMilli(), Nodes: c.bus.Status().Nodes}
+	families, err := c.bus.Registry().Gather()
 	if err != nil {
-		s.log.Warn("console: read metrics", "err", err)
+		c.log.Warn("console: read metrics", "err", err)
 	}
 	sums := make(map[string]float64, len(families))
 	for _, f := range families {
@@ -140,19 +140,19 @@ func metricValue(m *dto.Metric) float64 {
 	return 0
 }
 
-// consoleStream serves the Server-Sent Events stream: "sample" events,
+// stream serves the Server-Sent Events stream: "sample" events,
 // the history first, until the browser leaves, the bus stops or the
 // session ends (checked at each sample: a logout or a revoked credential
 // ends the stream within consoleSampleEvery).
-func (s *Server) consoleStream(_ *consoleSession, w http.ResponseWriter, r *http.Request) {
-	s.startSampling()
+func (c *console) stream(_ *session, w http.ResponseWriter, r *http.Request) {
+	c.startSampling()
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	var last int64
 	for {
-		list, changed := s.consoleState.samples.since(last)
+		list, changed := c.samples.since(last)
 		for _, sm := range list {
 			b, _ := json.Marshal(sm)
 			if _, err := fmt.Fprintf(w, "event: sample\ndata: %s\n\n", b); err != nil {
@@ -167,10 +167,10 @@ func (s *Server) consoleStream(_ *consoleSession, w http.ResponseWriter, r *http
 		case <-changed:
 		case <-r.Context().Done():
 			return
-		case <-s.ctx.Done():
+		case <-c.ctx.Done():
 			return
 		}
-		if sess, err := s.consoleSessionOf(r); err != nil || !sess.admin.Load() {
+		if sess, err := c.sessionOf(r); err != nil || !sess.admin.Load() {
 			return
 		}
 	}
