@@ -65,5 +65,5 @@ func (s *Server) countDelivery(c *conn, clientID string, delta int) {
 	c.mu.Lock()
 	identity := c.identity
 	c.mu.Unlock()
-	s.clientEvent(topic, name, clientID, identity, "", false, "")
+	s.events.clientEvent(topic, name, clientID, identity, "", false, "")
 }

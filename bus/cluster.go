@@ -114,7 +114,7 @@ func (in *standIn) connected() bool {
 func (in *standIn) deliver(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, in.server.opts.DeliveryTimeout+remoteMargin)
 	defer cancel()
-	return in.server.callRemote(ctx, in.peer, d)
+	return in.server.cl.callRemote(ctx, in.peer, d)
 }
 
 // close does nothing: the connection is its node's to close.
@@ -390,8 +390,8 @@ func (cl *clusterState) unshareNow(sub *subscription) {
 // claim records that c, initializing, holds clientID across the
 // cluster; the connection holding it on another node is closed there as
 // taken over.
-func (s *Server) claim(c *conn, clientID string) error {
-	cl := s.cl
+func (cl *clusterState) claim(c *conn, clientID string) error {
+	s := cl.server
 	cl.mu.Lock()
 	cl.local[c.cid] = c
 	cl.mu.Unlock()
@@ -410,8 +410,7 @@ func (s *Server) claim(c *conn, clientID string) error {
 }
 
 // release forgets a closed connection, and its claim.
-func (s *Server) release(c *conn, clientID string) {
-	cl := s.cl
+func (cl *clusterState) release(c *conn, clientID string) {
 	cl.mu.Lock()
 	_, known := cl.local[c.cid]
 	delete(cl.local, c.cid)
@@ -479,7 +478,7 @@ func (cl *clusterState) NodeDown(node string, acting bool) {
 		return
 	}
 	cl.takeovers.Go(func() {
-		s.takeOver(node)
+		cl.takeOver(node)
 	})
 }
 
@@ -492,14 +491,14 @@ const takeOverRetry = 5 * time.Second
 // election, a watch recovering), so a failed try is made again until it
 // succeeds, the node is back (it resumes its own work when it starts), or
 // this bus shuts down.
-func (s *Server) takeOver(node string) {
-	cl := s.cl
+func (cl *clusterState) takeOver(node string) {
+	s := cl.server
 	for {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 		moved, err := cl.cluster.TakeOver(ctx, node)
 		cancel()
 		for _, p := range moved {
-			s.resume(p)
+			s.sched.resume(p)
 		}
 		s.durables.tookOver(moved)
 		if len(moved) > 0 {
@@ -532,7 +531,8 @@ type remoteAnswer struct {
 // callRemote delivers d to a subscriber on another node, through that
 // node. The params are encoded here, once, exactly as a local delivery's
 // would be, and the subscriber's node writes them as they are.
-func (s *Server) callRemote(ctx context.Context, peer remotePeer, d *delivery) (protocol.ProcessMessageResult, error) {
+func (cl *clusterState) callRemote(ctx context.Context, peer remotePeer, d *delivery) (protocol.ProcessMessageResult, error) {
+	s := cl.server
 	var result protocol.ProcessMessageResult
 	bp := paramsPool.Get().(*[]byte)
 	params := d.AppendParams((*bp)[:0])
@@ -633,8 +633,7 @@ const leaveTimeout = 3 * time.Second
 // leaveCluster waits for the takeovers under way and leaves the cluster
 // cleanly, so the other nodes act at once instead of after the node
 // timeout.
-func (s *Server) leaveCluster() error {
-	cl := s.cl
+func (cl *clusterState) leaveCluster() error {
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
 	_ = cl.takeovers.Close(ctx) // what is still under way is the next node's

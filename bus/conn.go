@@ -263,14 +263,14 @@ func (c *conn) cleanup() {
 		slot()
 	}
 	if id != "" && !publishOnly {
-		s.release(c, id)
+		s.cl.release(c, id)
 	}
 	if id != "" && !publishOnly {
 		reason := ""
 		if takenOver {
 			reason = "taken_over"
 		}
-		s.clientEvent(TopicClientDisconnected, "disconnected", id, identity, "", false, reason)
+		s.events.clientEvent(TopicClientDisconnected, "disconnected", id, identity, "", false, reason)
 	}
 	_ = c.ws.CloseNow()
 	c.log.Debug("peer disconnected", "client", c.id(), "subscriptions", subs)

@@ -12,9 +12,10 @@ import (
 // letter's id. If the queue is at a cap (deadLetterRoom) or the store
 // refuses, it returns "" and the work stays pending and is tried again
 // later: a message is delivered or dead-lettered, never dropped.
-func (s *Server) deadLetter(p *store.Pending, reason string) string {
+func (q *scheduler) deadLetter(p *store.Pending, reason string) string {
+	s := q.s
 	if full := s.deadLetterRoom(); full != "" {
-		s.keepPending(p, "dead-letter queue at "+full)
+		q.keepPending(p, "dead-letter queue at "+full)
 		return ""
 	}
 	d := &store.DeadLetter{
@@ -32,14 +33,14 @@ func (s *Server) deadLetter(p *store.Pending, reason string) string {
 	id, err := s.store.DeadLetter(p.ID, d)
 	if err != nil {
 		s.log.Error("dead-letter failed; keeping the message pending", "message_id", p.Message.ID, "err", err)
-		s.keepPending(p, "dead-letter failed")
+		q.keepPending(p, "dead-letter failed")
 		return ""
 	}
 	s.metrics.deadLettered.WithLabelValues(reason).Inc()
 	s.emitDeadLetter(protocol.JournalDeadLettered, d, id, reason)
 	s.log.Warn("message dead-lettered", "id", id, "message_id", p.Message.ID, "topic", p.Message.Topic,
 		"client", p.ClientID, "reason", reason, "attempts", len(p.Attempts))
-	s.emit(TopicDeadLettered, map[string]any{
+	s.events.emit(TopicDeadLettered, map[string]any{
 		"type":         "dead_letter",
 		"id":           id,
 		"messageId":    p.Message.ID,
@@ -57,10 +58,11 @@ func (s *Server) deadLetter(p *store.Pending, reason string) string {
 // again after the longest retry delay. Work the store never took is
 // stored now, so that it survives a restart and counts against the caps
 // like any other; if that fails too, memory keeps it.
-func (s *Server) keepPending(p *store.Pending, why string) {
+func (q *scheduler) keepPending(p *store.Pending, why string) {
+	s := q.s
 	p.NextAt = time.Now().Add(s.opts.RetryDelayCap)
 	if p.ID == "" {
-		s.storeOp("keep pending: "+why, func() error { return s.store.PutPending(p) })
+		s.sched.storeOp("keep pending: "+why, func() error { return s.store.PutPending(p) })
 	}
 	if p.Kind == store.KindHold {
 		// Its routing took it off the held count; it is held again.

@@ -279,7 +279,7 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	if !p.PublishOnly {
 		// The connection holding the clientId on another node closes
 		// there, as taken over.
-		if err := s.claim(c, p.ClientID); err != nil {
+		if err := s.cl.claim(c, p.ClientID); err != nil {
 			return nil, err
 		}
 	}
@@ -287,7 +287,7 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 	old, err := c.commitInitialize(&p, &grant)
 	if err != nil {
 		if !p.PublishOnly {
-			s.release(c, p.ClientID)
+			s.cl.release(c, p.ClientID)
 		}
 		return nil, err
 	}
@@ -308,7 +308,7 @@ func (c *conn) initialize(req *rpcstream.Request) (any, error) {
 		c.log.Debug("publish-only client initialized", "client", p.ClientID, "identity", identity, "client_info", info)
 	} else {
 		c.log.Info("client initialized", "client", p.ClientID, "identity", identity, "client_info", info, "default_topic", p.DefaultTopic)
-		s.clientEvent(TopicClientConnected, "connected", p.ClientID, identity, "", false, "")
+		s.events.clientEvent(TopicClientConnected, "connected", p.ClientID, identity, "", false, "")
 	}
 	return protocol.InitializeResult{
 		ProtocolVersion: protocol.Version,
@@ -414,7 +414,7 @@ func (c *conn) subscribe(req *rpcstream.Request) (any, error) {
 	// their events, come after these; and a hold woken here finds the new
 	// subscription, which the router already has.
 	c.server.sched.wakeHolds(pattern, clientID)
-	c.server.clientEvent(TopicClientSubscribed, "subscribed", clientID, identity, p.Topic, p.Fallback, "")
+	c.server.events.clientEvent(TopicClientSubscribed, "subscribed", clientID, identity, p.Topic, p.Fallback, "")
 	c.log.Debug("subscribed", "client", clientID, "pattern", p.Topic, "policy", policy)
 	return protocol.SuccessResult{Success: true}, nil
 }
@@ -467,7 +467,7 @@ func (c *conn) unsubscribe(req *rpcstream.Request) (any, error) {
 		}
 	}
 	// After the unlock, as in subscribe; handle keeps the order.
-	c.server.clientEvent(TopicClientUnsubscribed, "unsubscribed", clientID, identity, p.Topic, sub.fallback, "")
+	c.server.events.clientEvent(TopicClientUnsubscribed, "unsubscribed", clientID, identity, p.Topic, sub.fallback, "")
 	return protocol.SuccessResult{Success: true}, nil
 }
 

@@ -452,8 +452,9 @@ func (d *durables) goLive(o *owner, c *conn, topics []string) {
 // back. On a cluster, one another node took over while this node was
 // presumed dead (it came back just then) is moved back first, so that it
 // is delivered in its place, not after the others.
-func (s *Server) loadHeld(p *store.Pending) bool {
-	if shared := s.durables.shared; shared != nil && p.ID != "" {
+func (d *durables) loadHeld(p *store.Pending) bool {
+	s := d.server
+	if shared := d.shared; shared != nil && p.ID != "" {
 		err := s.store.LoadMessage(p)
 		if err == nil {
 			return true
@@ -464,7 +465,7 @@ func (s *Server) loadHeld(p *store.Pending) bool {
 			}
 		}
 	}
-	return s.loadMessage(p)
+	return s.sched.loadMessage(p)
 }
 
 // pull moves the messages other nodes hold for o under the patterns
@@ -506,16 +507,17 @@ func (d *durables) forward(o *owner) {
 		return d.livedElsewhereLocked(o, pattern)
 	})
 	for _, p := range batch {
-		s.sendOn(p)
+		d.sendOn(p)
 	}
 }
 
 // sendOn makes p, held for an owner now live on another node, a retry
 // due at once.
-func (s *Server) sendOn(p *store.Pending) {
+func (d *durables) sendOn(p *store.Pending) {
+	s := d.server
 	// The scheduler keeps no payloads, and the write below stores what
 	// p has: read it first.
-	if !s.loadMessage(p) {
+	if !s.sched.loadMessage(p) {
 		return
 	}
 	p.Kind, p.NextAt = store.KindRetry, time.Now()

@@ -507,7 +507,7 @@ func (d *durables) drain(o *owner, c *conn) {
 			continue
 		}
 		for i, p := range batch {
-			if !s.deliverHeld(p, c) {
+			if !d.deliverHeld(p, c) {
 				for _, rest := range batch[i:] {
 					s.sched.add(rest)
 				}
@@ -569,8 +569,9 @@ func (d *durables) finishDrain(o *owner, c *conn) (bool, []string) {
 // deliverHeld delivers one held message to its owner's connection c and
 // settles it as a retry attempt would; it reports false, leaving the
 // message held, when c is gone.
-func (s *Server) deliverHeld(p *store.Pending, c *conn) bool {
-	if !s.loadHeld(p) {
+func (d *durables) deliverHeld(p *store.Pending, c *conn) bool {
+	s := d.server
+	if !d.loadHeld(p) {
 		return true
 	}
 	pattern := c.patternFor(p.Subscription, p.Message.Topic)
@@ -580,25 +581,25 @@ func (s *Server) deliverHeld(p *store.Pending, c *conn) bool {
 		}
 		p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(),
 			Error: fmt.Sprintf("client %q no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)})
-		s.deadLetter(p, protocol.ReasonSubscriberGone)
+		s.sched.deadLetter(p, protocol.ReasonSubscriberGone)
 		return true
 	}
-	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: len(p.Attempts) + 1, to: c}
-	r, err := s.deliver(s.ctx, d)
+	dv := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: len(p.Attempts) + 1, to: c}
+	r, err := s.deliver(s.ctx, dv)
 	if k := failKind(err); k == failDisconnected || k == failNotSent || c.isClosed() && err != nil {
 		return false
 	}
 	switch {
 	case !needsRetry(r, err) && r.Rejected():
 		p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(), Error: rejection(r)})
-		s.deadLetter(p, protocol.ReasonRejected)
+		s.sched.deadLetter(p, protocol.ReasonRejected)
 	case !needsRetry(r, err):
 		// Processed, or declined as any delivery may be.
-		s.forget(p, "drop delivered durable hold")
+		s.sched.forget(p, "drop delivered durable hold")
 	default:
 		p.Kind = store.KindRetry
 		s.metrics.retriesScheduled.Inc()
-		s.retryOrDeadLetter(p, r, err)
+		s.sched.retryOrDeadLetter(p, r, err)
 	}
 	return true
 }
@@ -606,7 +607,8 @@ func (s *Server) deliverHeld(p *store.Pending, c *conn) bool {
 // holdForOwner stores m for the away owner a, the ack's subscriber, and
 // asks its waker to start it. It counts against the owner's caps: one
 // whose caps are full has the message dead-lettered at once.
-func (s *Server) holdForOwner(m *store.Message, a *absent, ack *protocol.Ack) {
+func (d *durables) holdForOwner(m *store.Message, a *absent, ack *protocol.Ack) {
+	s := d.server
 	ack.Error = ""
 	identity, refused := s.retryRoom(a)
 	now := time.Now()
@@ -615,7 +617,7 @@ func (s *Server) holdForOwner(m *store.Message, a *absent, ack *protocol.Ack) {
 	if refused != "" {
 		p.Attempts = []store.Attempt{{At: now, Error: refused}}
 		ack.Error = refused
-		if ack.DeadLetter = s.deadLetter(p, protocol.ReasonMaxRetries); ack.DeadLetter == "" {
+		if ack.DeadLetter = s.sched.deadLetter(p, protocol.ReasonMaxRetries); ack.DeadLetter == "" {
 			ack.Error = joinErrors(ack.Error, notDeadLettered)
 		}
 		return
@@ -626,12 +628,13 @@ func (s *Server) holdForOwner(m *store.Message, a *absent, ack *protocol.Ack) {
 	}
 	ack.Held, ack.NextAttempt = true, p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.sched.add(p)
-	s.durables.held(a.owner, ack.Subscription)
+	d.held(a.owner, ack.Subscription)
 }
 
 // holdRetry holds a retry whose subscriber is an away owner: it waits
 // for the owner, not on the retry schedule.
-func (s *Server) holdRetry(p *store.Pending, a *absent) {
+func (d *durables) holdRetry(p *store.Pending, a *absent) {
+	s := d.server
 	p.Kind = store.KindDurable
 	if p.Subscriber == "" {
 		// Stored before retries named their subscriber.
@@ -640,9 +643,9 @@ func (s *Server) holdRetry(p *store.Pending, a *absent) {
 		a.mu.Unlock()
 	}
 	p.NextAt = time.Now().Add(s.opts.HoldLifetime)
-	s.storeOp("hold retry for away owner", func() error { return s.store.PutPending(p) })
+	s.sched.storeOp("hold retry for away owner", func() error { return s.store.PutPending(p) })
 	s.sched.add(p)
-	s.durables.held(a.owner, p.Subscription)
+	d.held(a.owner, p.Subscription)
 }
 
 // held follows a message held for o: a drain under way takes it; an
@@ -682,7 +685,7 @@ func (d *durables) held(o *owner, pattern string) {
 		return
 	}
 	d.wakes.Inc()
-	s.emit(protocol.TopicClientWake, protocol.ClientEvent{
+	s.events.emit(protocol.TopicClientWake, protocol.ClientEvent{
 		Type: protocol.TypeClientEvent, Event: protocol.EventWake, ClientID: o.id, Identity: identity,
 		Pattern: pattern, Reason: protocol.ReasonWakeMessage, Waker: waker, Node: s.cl.self,
 		Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
@@ -692,8 +695,8 @@ func (d *durables) held(o *owner, pattern string) {
 // attemptDurable runs a message held for an away owner when its hold
 // lifetime ends: dead-lettered, unless the owner is back, whose drain
 // takes it.
-func (s *Server) attemptDurable(p *store.Pending) {
-	d := s.durables
+func (d *durables) attemptDurable(p *store.Pending) {
+	s := d.server
 	d.mu.Lock()
 	o := d.owners[p.ClientID]
 	back := o != nil && o.deliverableLocked(o.conn, p.Subscription)
@@ -701,7 +704,7 @@ func (s *Server) attemptDurable(p *store.Pending) {
 	d.mu.Unlock()
 	if elsewhere {
 		// Back on another node: sent on there.
-		s.sendOn(p)
+		d.sendOn(p)
 		return
 	}
 	if back {
@@ -713,12 +716,12 @@ func (s *Server) attemptDurable(p *store.Pending) {
 		d.mu.Unlock()
 		return
 	}
-	if !s.loadMessage(p) {
+	if !s.sched.loadMessage(p) {
 		return
 	}
 	p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(),
 		Error: fmt.Sprintf("hold lifetime of %s ended while client %q was away", s.opts.HoldLifetime, p.ClientID)})
-	s.deadLetter(p, protocol.ReasonSubscriberGone)
+	s.sched.deadLetter(p, protocol.ReasonSubscriberGone)
 }
 
 // leaveDurable turns the durable subscriptions among subs, which c held

@@ -43,7 +43,8 @@ var maxEventBacklog = 64 * eventQueueSize
 // Reasons of bub_events_dropped_total.
 const dropQueueFull = "subscriber_queue_full"
 
-func (s *Server) clientEvent(topic, name, clientID, identity, pattern string, fallback bool, reason string) {
+func (e *events) clientEvent(topic, name, clientID, identity, pattern string, fallback bool, reason string) {
+	s := e.server
 	ev := protocol.ClientEvent{
 		Type: protocol.TypeClientEvent, Event: name, ClientID: clientID, Identity: identity, Pattern: pattern,
 		Reason: reason, Timestamp: time.Now().UTC().Format(time.RFC3339Nano),
@@ -52,7 +53,7 @@ func (s *Server) clientEvent(topic, name, clientID, identity, pattern string, fa
 		ev.Fallback = &fallback
 	}
 	ev.Node = s.cl.self
-	s.emit(topic, ev)
+	e.emit(topic, ev)
 }
 
 // emit publishes a bus event: it is routed now, to whoever subscribes now,
@@ -60,7 +61,8 @@ func (s *Server) clientEvent(topic, name, clientID, identity, pattern string, fa
 // (see events). Events are not retried, held or dead-lettered themselves
 // (that could loop). Callers hold no lock, and call emit in the order the
 // events happened.
-func (s *Server) emit(topic string, payload any) {
+func (e *events) emit(topic string, payload any) {
+	s := e.server
 	data, err := json.Marshal(payload)
 	if err != nil {
 		s.log.Error("encode event", "topic", topic, "err", err)

@@ -16,9 +16,10 @@ import (
 // wait, do not use up MaxAttempts; that budget is for subscribers that
 // answered and failed.
 
-// holds reports whether a message to topic that nobody subscribes to is
+// isHeld reports whether a message to topic that nobody subscribes to is
 // held for a subscriber to appear, rather than refused.
-func (s *Server) holds(topic string) bool {
+func (q *scheduler) isHeld(topic string) bool {
+	s := q.s
 	for _, p := range s.holdPatterns {
 		if p.Match(topic) {
 			return true
@@ -30,7 +31,8 @@ func (s *Server) holds(topic string) bool {
 // holdEnds is when a hold with these routing attempts ends: HoldLifetime
 // after the first, which is the publish (or the replay). The store keeps
 // the attempts, so a restart neither renews nor shortens the lifetime.
-func (s *Server) holdEnds(attempts []store.Attempt) time.Time {
+func (q *scheduler) holdEnds(attempts []store.Attempt) time.Time {
+	s := q.s
 	if len(attempts) == 0 {
 		return time.Now().Add(s.opts.HoldLifetime)
 	}
@@ -40,7 +42,8 @@ func (s *Server) holdEnds(attempts []store.Attempt) time.Time {
 // hold stores m until a subscriber appears or its lifetime ends, and says
 // so in result. It commits before returning, so the publisher never hears
 // of a hold the store does not have.
-func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) error {
+func (q *scheduler) hold(m *store.Message, result *protocol.SendMessageResult) error {
+	s := q.s
 	now := time.Now()
 	p := &store.Pending{
 		Kind:     store.KindHold,
@@ -57,7 +60,7 @@ func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) erro
 	result.NextAttempt = p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
 	s.emitPending(p)
-	s.queueHold(p)
+	q.queueHold(p)
 	return nil
 }
 
@@ -66,10 +69,11 @@ func (s *Server) hold(m *store.Message, result *protocol.SendMessageResult) erro
 // (or only fallbacks, one of which asked to wait) and now woke no hold,
 // since this one was not queued yet: route again, and make this hold due
 // at once if that finds a subscriber that could take it (hasTaker).
-func (s *Server) queueHold(p *store.Pending) {
+func (q *scheduler) queueHold(p *store.Pending) {
+	s := q.s
 	topic, askedBy := p.Message.Topic, p.AskedBy
 	e := s.sched.add(p)
-	if s.hasTaker(topic, askedBy) {
+	if q.hasTaker(topic, askedBy) {
 		s.sched.wakeHold(e)
 	}
 }
@@ -80,7 +84,8 @@ func (s *Server) queueHold(p *store.Pending) {
 // it is a regular subscriber: the fallbacks routing finds now were most
 // likely asked in the same pass, and counting them would undo the wait
 // (two fallbacks would wake each other's holds for ever).
-func (s *Server) hasTaker(topic, askedBy string) bool {
+func (q *scheduler) hasTaker(topic, askedBy string) bool {
+	s := q.s
 	for _, sub := range s.router.route(topic) {
 		if askedBy == "" || !sub.fallback {
 			return true
@@ -92,24 +97,25 @@ func (s *Server) hasTaker(topic, askedBy string) bool {
 // attemptHold routes a held message again: to its subscribers if any have
 // appeared, with the same per-subscriber retry rules as a fresh publish;
 // else it waits on until its lifetime ends, and is then dead-lettered.
-func (s *Server) attemptHold(p *store.Pending) {
+func (q *scheduler) attemptHold(p *store.Pending) {
+	s := q.s
 	chain := s.router.route(p.Message.Topic)
 	now := time.Now()
-	ends := s.holdEnds(p.Attempts)
+	ends := q.holdEnds(p.Attempts)
 	if !now.Before(ends) && !hasRegular(chain) {
 		// The fallbacks have had their say during the lifetime; asking
 		// them again now would only bring forward what they asked to wait.
 		s.metrics.held.Dec()
 		p.Attempts = append(p.Attempts, store.Attempt{At: now,
 			Error: fmt.Sprintf("hold lifetime of %s ended with no subscriber for %q", s.opts.HoldLifetime, p.Message.Topic)})
-		s.deadLetter(p, protocol.ReasonNoSubscribers)
+		q.deadLetter(p, protocol.ReasonNoSubscribers)
 		return
 	}
 	if len(chain) == 0 {
 		// Woken by a subscriber that has gone again: wait on.
 		p.NextAt = ends
-		s.storeOp("reschedule hold", func() error { return s.store.PutPending(p) })
-		s.queueHold(p)
+		q.storeOp("reschedule hold", func() error { return s.store.PutPending(p) })
+		q.queueHold(p)
 		return
 	}
 	s.metrics.held.Dec()
@@ -117,29 +123,30 @@ func (s *Server) attemptHold(p *store.Pending) {
 	result := &protocol.SendMessageResult{MessageID: p.Message.ID, Acks: []protocol.Ack{}}
 	s.pass(&p.Message, chain, result, true, p.Attempts)
 	// The retries the pass scheduled are stored; only now may the hold go.
-	s.forget(p, "release hold")
+	q.forget(p, "release hold")
 }
 
 // resume schedules pending work read back from the store: on start, or
 // taken over from a dead node of a cluster. A hold whose subscriber has
 // appeared already (on another node, while this one started or took
 // over) is due at once, since no subscribe will wake it now.
-func (s *Server) resume(p *store.Pending) {
+func (q *scheduler) resume(p *store.Pending) {
+	s := q.s
 	if p.Kind != store.KindHold {
 		s.sched.add(p)
 		return
 	}
 	s.metrics.held.Inc()
-	s.resumeHold(p)
-	s.queueHold(p)
+	q.resumeHold(p)
+	q.queueHold(p)
 }
 
 // resumeHold prepares a hold read back from the store on start: it falls
 // due no later than the end of its lifetime as this bus counts it, so that
 // a HoldLifetime shortened since it was stored applies to it too (a
 // lengthened one does through attemptHold, which waits on).
-func (s *Server) resumeHold(p *store.Pending) {
-	if ends := s.holdEnds(p.Attempts); p.NextAt.After(ends) {
+func (q *scheduler) resumeHold(p *store.Pending) {
+	if ends := q.holdEnds(p.Attempts); p.NextAt.After(ends) {
 		p.NextAt = ends
 	}
 }
@@ -166,16 +173,17 @@ func hasRegular(chain []*subscription) bool {
 // agent the fallback started), else the retry backoff,
 // so that a fallback answering 0 cannot spin the bus. Either way it is
 // due no later than the end of its lifetime, when it is dead-lettered.
-func (s *Server) rehold(m *store.Message, ack *protocol.Ack, askedBy string, attempts []store.Attempt, delay time.Duration) {
+func (q *scheduler) rehold(m *store.Message, ack *protocol.Ack, askedBy string, attempts []store.Attempt, delay time.Duration) {
+	s := q.s
 	now := time.Now()
-	ends := s.holdEnds(attempts)
+	ends := q.holdEnds(attempts)
 	p := &store.Pending{Kind: store.KindHold, Message: *m, Attempts: attempts, AskedBy: askedBy}
 	if !now.Before(ends) {
-		s.deadLetter(p, protocol.ReasonNoSubscribers)
+		q.deadLetter(p, protocol.ReasonNoSubscribers)
 		return
 	}
-	if delay <= 0 && !s.hasTaker(m.Topic, askedBy) {
-		delay = s.backoff(len(attempts), 0)
+	if delay <= 0 && !q.hasTaker(m.Topic, askedBy) {
+		delay = q.backoff(len(attempts), 0)
 	}
 	p.NextAt = now.Add(delay)
 	if p.NextAt.After(ends) {
@@ -189,5 +197,5 @@ func (s *Server) rehold(m *store.Message, ack *protocol.Ack, askedBy string, att
 	ack.Retrying, ack.Attempt, ack.NextAttempt = true, len(attempts)+1, p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
 	s.emitPending(p)
-	s.queueHold(p)
+	q.queueHold(p)
 }

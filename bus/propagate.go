@@ -42,8 +42,8 @@ func (s *Server) routed(m *store.Message, chain []*subscription, reliable bool) 
 	result := &protocol.SendMessageResult{MessageID: m.ID, Acks: []protocol.Ack{}}
 	if len(chain) == 0 {
 		result.Reason = protocol.ReasonNoSubscribers
-		if reliable && s.holds(m.Topic) {
-			if err := s.hold(m, result); err != nil {
+		if reliable && s.sched.isHeld(m.Topic) {
+			if err := s.sched.hold(m, result); err != nil {
 				return nil, err
 			}
 			s.metrics.published.WithLabelValues("held").Inc()
@@ -162,11 +162,11 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 			rejects = append(rejects, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, 0, sub.to})
 		case sub.fallback && err == nil && r.ShouldRetry && !r.Handled():
 			if reroute == nil {
-				delay := s.askedDelay(r.RetrySeconds)
+				delay := s.sched.askedDelay(r.RetrySeconds)
 				reroute = &retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, delay, sub.to}
 			}
 		case needsRetry(r, err):
-			retries = append(retries, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, s.backoff(1, r.RetrySeconds), sub.to})
+			retries = append(retries, retry{len(result.Acks), store.Attempt{At: o.at, Error: attemptError(r, err)}, s.sched.backoff(1, r.RetrySeconds), sub.to})
 		}
 		result.Acks = append(result.Acks, ack)
 		// A rejection's own stopPropagation ends the walk but is no
@@ -179,7 +179,7 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 		// Held for its owner whatever the others did: the owner was
 		// reached, and answers when it is back (durable_sub.go).
 		for _, h := range helds {
-			s.holdForOwner(m, h.sub.(*absent), &result.Acks[h.ack])
+			s.durables.holdForOwner(m, h.sub.(*absent), &result.Acks[h.ack])
 		}
 	}
 	if handled || !reliable {
@@ -187,15 +187,15 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 	}
 	switch {
 	case reroute != nil:
-		s.rehold(m, &result.Acks[reroute.ack], result.Acks[reroute.ack].ClientID, append(prior, reroute.attempt), reroute.delay)
+		s.sched.rehold(m, &result.Acks[reroute.ack], result.Acks[reroute.ack].ClientID, append(prior, reroute.attempt), reroute.delay)
 	case unsent != nil && len(retries) == 0 && len(rejects) == 0 && len(helds) == 0:
 		// At once the first time; after that with the retries' backoff,
 		// so that a close that lingers is not a loop of store writes.
 		var delay time.Duration
 		if len(prior) > 0 {
-			delay = s.backoff(len(prior), 0)
+			delay = s.sched.backoff(len(prior), 0)
 		}
-		s.rehold(m, &result.Acks[unsent.ack], "", append(prior, unsent.attempt), delay)
+		s.sched.rehold(m, &result.Acks[unsent.ack], "", append(prior, unsent.attempt), delay)
 	}
 	for _, rj := range rejects {
 		ack := &result.Acks[rj.ack]
@@ -205,7 +205,7 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 		h.mu.Unlock()
 		p := &store.Pending{Kind: store.KindRetry, Message: *m, ClientID: ack.ClientID, Subscription: ack.Subscription,
 			Subscriber: subscriber, Attempts: []store.Attempt{rj.attempt}}
-		if ack.DeadLetter = s.deadLetter(p, protocol.ReasonRejected); ack.DeadLetter == "" {
+		if ack.DeadLetter = s.sched.deadLetter(p, protocol.ReasonRejected); ack.DeadLetter == "" {
 			ack.Error = joinErrors(ack.Error, notDeadLettered)
 		}
 	}
@@ -229,7 +229,7 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 			ack.Error = joinErrors(ack.Error, refused)
 		}
 		if s.opts.MaxAttempts <= 1 || refused != "" {
-			if s.deadLetter(p, protocol.ReasonMaxRetries) == "" {
+			if s.sched.deadLetter(p, protocol.ReasonMaxRetries) == "" {
 				ack.Error = joinErrors(ack.Error, notDeadLettered)
 			}
 			continue

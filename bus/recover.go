@@ -79,7 +79,7 @@ func (s *Server) guardAttempt(p *store.Pending) {
 			s.sched.add(p)
 		}
 	}()
-	s.attempt(p)
+	s.sched.attempt(p)
 }
 
 // guardScrape reads a store gauge for a /metrics scrape. net/http would

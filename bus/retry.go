@@ -19,9 +19,10 @@ import (
 // attempts: the subscriber's retry_seconds when it gave one, else
 // exponential from RetryBaseDelay with jitter; both capped by
 // RetryDelayCap.
-func (s *Server) backoff(attempts int, retrySeconds float64) time.Duration {
+func (q *scheduler) backoff(attempts int, retrySeconds float64) time.Duration {
+	s := q.s
 	if retrySeconds > 0 {
-		return s.askedDelay(retrySeconds)
+		return q.askedDelay(retrySeconds)
 	}
 	return backoff.Jitter(backoff.Exponential(s.opts.RetryBaseDelay, s.opts.RetryDelayCap, attempts-1))
 }
@@ -29,7 +30,8 @@ func (s *Server) backoff(attempts int, retrySeconds float64) time.Duration {
 // askedDelay is the delay a subscriber asked for in retry_seconds, capped
 // by RetryDelayCap. The cap is applied before converting, so a huge value
 // cannot overflow into a negative, uncapped delay.
-func (s *Server) askedDelay(retrySeconds float64) time.Duration {
+func (q *scheduler) askedDelay(retrySeconds float64) time.Duration {
+	s := q.s
 	switch {
 	case !(retrySeconds > 0):
 		return 0
@@ -338,23 +340,24 @@ func (h *pendingHeap) Pop() any {
 }
 
 // attempt runs one due retry or hold and settles its outcome in the store.
-func (s *Server) attempt(p *store.Pending) {
-	if !s.loadMessage(p) {
+func (q *scheduler) attempt(p *store.Pending) {
+	s := q.s
+	if !q.loadMessage(p) {
 		return
 	}
 	if p.Kind == store.KindHold {
-		s.attemptHold(p)
+		q.attemptHold(p)
 		return
 	}
 	if p.Kind == store.KindDurable {
-		s.attemptDurable(p)
+		s.durables.attemptDurable(p)
 		return
 	}
 	number := len(p.Attempts) + 1
-	c, pattern := s.findSubscriber(p.ClientID, p.Subscription, p.Message.Topic)
+	c, pattern := q.findSubscriber(p.ClientID, p.Subscription, p.Message.Topic)
 	if a, ok := c.(*absent); ok {
 		// Its owner is away: held for it rather than tried.
-		s.holdRetry(p, a)
+		s.durables.holdRetry(p, a)
 		return
 	}
 	if c == nil {
@@ -362,7 +365,7 @@ func (s *Server) attempt(p *store.Pending) {
 		err := &deliveryError{Kind: protocol.ReasonSubscriberGone,
 			Detail: fmt.Sprintf("client %q is not connected or no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)}
 		s.emitDelivery(&delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: p.Subscription, Attempt: number}, protocol.ReasonSubscriberGone, err)
-		s.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, err)
+		q.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, err)
 		return
 	}
 	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: number, to: c}
@@ -375,16 +378,16 @@ func (s *Server) attempt(p *store.Pending) {
 	switch {
 	case !needsRetry(r, err) && r.Handled():
 		s.metrics.retryAttempts.WithLabelValues("processed").Inc()
-		s.forget(p, "drop delivered retry")
+		q.forget(p, "drop delivered retry")
 	case !needsRetry(r, err):
 		// The subscriber asked for this retry and has now declined the
 		// message for good; the publisher is long gone, so it is kept.
 		s.metrics.retryAttempts.WithLabelValues(protocol.ReasonRejected).Inc()
 		p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(), Error: rejection(r)})
-		s.deadLetter(p, protocol.ReasonRejected)
+		q.deadLetter(p, protocol.ReasonRejected)
 	default:
 		s.metrics.retryAttempts.WithLabelValues("retry").Inc()
-		s.retryOrDeadLetter(p, r, err)
+		q.retryOrDeadLetter(p, r, err)
 	}
 }
 
@@ -394,7 +397,8 @@ func (s *Server) attempt(p *store.Pending) {
 // dead-lettered, by an attempt whose end a panic hid (guardAttempt), so
 // there is nothing left to do. Any other failure keeps the work, in
 // memory as the store does, and tries again after the longest retry delay.
-func (s *Server) loadMessage(p *store.Pending) bool {
+func (q *scheduler) loadMessage(p *store.Pending) bool {
+	s := q.s
 	if p.ID == "" {
 		// Never stored: the scheduler kept it whole.
 		return true
@@ -418,7 +422,8 @@ func (s *Server) loadMessage(p *store.Pending) bool {
 
 // retryOrDeadLetter records a failed attempt and schedules the next one,
 // or dead-letters the message when attempts are used up.
-func (s *Server) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageResult, err error) {
+func (q *scheduler) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageResult, err error) {
+	s := q.s
 	p.Attempts = append(p.Attempts, store.Attempt{At: time.Now(), Error: attemptError(r, err)})
 	if len(p.Attempts) >= s.opts.MaxAttempts {
 		reason := protocol.ReasonMaxRetries
@@ -426,13 +431,13 @@ func (s *Server) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageRe
 		if errors.As(err, &derr) && derr.Kind == protocol.ReasonSubscriberGone {
 			reason = protocol.ReasonSubscriberGone
 		}
-		s.deadLetter(p, reason)
+		q.deadLetter(p, reason)
 		return
 	}
-	p.NextAt = time.Now().Add(s.backoff(len(p.Attempts), r.RetrySeconds))
+	p.NextAt = time.Now().Add(q.backoff(len(p.Attempts), r.RetrySeconds))
 	// Scheduled even when the write fails: the store still holds the
 	// previous attempt's record, which a restart would resume.
-	s.storeOp("reschedule retry", func() error { return s.store.PutPending(p) })
+	q.storeOp("reschedule retry", func() error { return s.store.PutPending(p) })
 	s.emitPending(p)
 	s.sched.add(p)
 }
@@ -440,7 +445,8 @@ func (s *Server) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessageRe
 // findSubscriber returns clientID's subscriber and the pattern to deliver
 // under: the same pattern when the client still holds it, else its newest
 // pattern that matches topic; or nil.
-func (s *Server) findSubscriber(clientID, pattern, topic string) (subscriber, string) {
+func (q *scheduler) findSubscriber(clientID, pattern, topic string) (subscriber, string) {
+	s := q.s
 	if f := s.funcSubscriber(clientID); f != nil {
 		if p := f.patternFor(pattern, topic); p != "" {
 			return f, p
@@ -473,15 +479,17 @@ func (s *Server) findSubscriber(clientID, pattern, topic string) (subscriber, st
 
 // forget deletes settled work from the store; work the store never took
 // (p.ID empty) has nothing there.
-func (s *Server) forget(p *store.Pending, what string) {
+func (q *scheduler) forget(p *store.Pending, what string) {
+	s := q.s
 	if p.ID != "" {
-		s.storeOp(what, func() error { return s.store.DeletePending(p.ID) })
+		q.storeOp(what, func() error { return s.store.DeletePending(p.ID) })
 	}
 }
 
 // storeOp runs a store write and logs its failure; the caller keeps the
 // work in memory so that a refused write does not lose the message.
-func (s *Server) storeOp(what string, op func() error) {
+func (q *scheduler) storeOp(what string, op func() error) {
+	s := q.s
 	if err := op(); err != nil {
 		s.log.Error("store write failed", "op", what, "err", err)
 	}

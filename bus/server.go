@@ -465,7 +465,7 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		return fail(fmt.Errorf("new bus: resume pending work: %w", err))
 	}
 	for _, p := range pending {
-		s.resume(p)
+		s.sched.resume(p)
 	}
 	if len(pending) > 0 {
 		o.Logger.Info("resuming pending work", "pending", len(pending))
@@ -648,7 +648,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// Retry attempts still running fail fast now that the peers are gone;
 	// wait for them to settle in the store before the caller closes it.
 	s.sched.stop()
-	if lerr := s.leaveCluster(); lerr != nil && err == nil {
+	if lerr := s.cl.leaveCluster(); lerr != nil && err == nil {
 		err = lerr
 	}
 	return err

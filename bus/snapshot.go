@@ -133,7 +133,7 @@ func (s *Server) Route(topic string) Route {
 		}
 		links = append(links, Link{Subscription: snapshotOf(sub), ClientID: h.clientID, Identity: identity, Node: node})
 	}
-	return Route{Chain: links, Held: s.holds(topic), HoldLifetime: s.opts.HoldLifetime}
+	return Route{Chain: links, Held: s.sched.isHeld(topic), HoldLifetime: s.opts.HoldLifetime}
 }
 
 // Status is this node as an operator sees it.
