@@ -85,6 +85,10 @@ type consoleState struct {
 	mu       sync.Mutex
 	sessions map[string]*consoleSession
 
+	// addOnAPI and addOnSession are the add-ons' (console_pages.go).
+	addOnAPI     map[string]http.Handler
+	addOnSession map[string]any
+
 	sampler sync.Once
 	samples sampleRing
 	agents  agentBook
@@ -131,6 +135,9 @@ func (s *Server) serveConsole(w http.ResponseWriter, r *http.Request) {
 	}
 	route, ok := consoleRoutes[api]
 	if !ok {
+		route, ok = s.consoleState.addOnRoute(api)
+	}
+	if !ok {
 		writeError(w, http.StatusNotFound, protocol.Errorf(protocol.ErrNotFound, "no console endpoint %q", api))
 		return
 	}
@@ -161,9 +168,6 @@ type consoleRoute struct {
 var consoleRoutes = map[string]consoleRoute{
 	"session":            {http.MethodGet, (*Server).consoleWhoAmI, true},
 	"logout":             {http.MethodPost, (*Server).consoleLogout, true},
-	"events":             {http.MethodGet, (*Server).consoleEvents, true},
-	"events/stream":      {http.MethodGet, (*Server).consoleEventStream, true},
-	"messages":           {http.MethodGet, (*Server).consoleRecent, true},
 	"stream":             {http.MethodGet, (*Server).consoleStream, false},
 	"clients":            {http.MethodGet, (*Server).consoleClients, false},
 	"clients/close":      {http.MethodPost, (*Server).consoleCloseClient, false},
@@ -306,11 +310,14 @@ func (c *consoleState) end(id string) {
 // and which bus this is.
 func (s *Server) consoleWhoAmI(sess *consoleSession, w http.ResponseWriter, _ *http.Request) {
 	cluster, node := s.cl.cluster.Names()
-	writeJSON(w, http.StatusOK, map[string]any{
+	answer := map[string]any{
 		"identity": sess.identity, "csrf": sess.csrf, "expires": sess.expires.UTC(), "admin": sess.admin.Load(),
 		"serverId": s.opts.ServerID, "cluster": cluster, "node": node, "auth": s.auth.Load() != nil,
-		"journal": s.journal != nil, "journalPayloads": s.journal != nil && s.journal.opts.Payloads,
-	})
+	}
+	for k, v := range s.consoleState.addOnSession {
+		answer[k] = v
+	}
+	writeJSON(w, http.StatusOK, answer)
 }
 
 func (s *Server) consoleLogout(sess *consoleSession, w http.ResponseWriter, r *http.Request) {

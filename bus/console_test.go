@@ -25,6 +25,7 @@ import (
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
@@ -45,7 +46,7 @@ func consoleBus(t *testing.T, st *store.Store) *bustest.Server {
 // consoleBusWith is consoleBus with its options tuned.
 func consoleBusWith(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 	t.Helper()
-	o := &bus.Options{Auth: consoleAuth(t)}
+	o := &bus.Options{Auth: consoleAuth(t), Extensions: []bus.Extension{journal.New(nil)}}
 	tune(o)
 	return bustest.Start(t, o)
 }
@@ -487,7 +488,7 @@ func TestConsoleAgents(t *testing.T) {
 // subscriptions on every node, with their node, in the chain too; it
 // counts the nodes; and it says which node to disconnect a client from.
 func TestConsoleCluster(t *testing.T) {
-	nodes := clustertest.Start(t, nil, "a", "b")
+	nodes := clustertest.StartExtended(t, nil, func(string) []bus.Extension { return []bus.Extension{journal.New(nil)} }, "a", "b")
 	a, b := nodes[0], nodes[1]
 	bustest.Connect(t, b.URL, "on-b", nil).Subscribe("jobs:*", protocol.PolicyContinueAll)
 	bustest.Connect(t, a.URL, "on-a", nil).Subscribe("jobs:1", "")
@@ -550,7 +551,9 @@ func TestConsoleCluster(t *testing.T) {
 // refused naming what is wrong, the cookie opens these and never
 // /v1/events, and the tail streams a message published after it opened.
 func TestConsoleMessages(t *testing.T) {
-	srv := consoleBusWith(t, func(o *bus.Options) { o.Journal.Payloads = true })
+	srv := consoleBusWith(t, func(o *bus.Options) {
+		o.Extensions = []bus.Extension{journal.New(&journal.Options{Payloads: true})}
+	})
 	worker := bustest.DialToken(t, srv.URL, "root-token")
 	worker.OnProcess(bustest.Processed)
 	worker.Initialize("root")
@@ -572,7 +575,7 @@ func TestConsoleMessages(t *testing.T) {
 		return p
 	}
 	story := page("messageId=" + sent.MessageID)
-	if got := kinds(story.Events); strings.Join(got, " ") != "accepted routed:root delivery:root:processed" {
+	if got := bustest.JournalKinds(story.Events); strings.Join(got, " ") != "accepted routed:root delivery:root:processed" {
 		t.Fatalf("story of %s: %v", sent.MessageID, got)
 	}
 	for _, ev := range story.Events {
@@ -602,7 +605,7 @@ func TestConsoleMessages(t *testing.T) {
 			t.Errorf("events?%s: %d %s, want 400 naming %s", query, a.status, a.body, says)
 		}
 	}
-	if a := c.do(http.MethodGet, bus.PathEvents, "", nil); a.status != http.StatusUnauthorized {
+	if a := c.do(http.MethodGet, journal.PathEvents, "", nil); a.status != http.StatusUnauthorized {
 		t.Errorf("/v1/events with the console cookie: %d %s", a.status, a.body)
 	}
 	anon := newConsoleClient(t, srv)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	"github.com/bub-bus/bub/bus/store"
@@ -105,6 +106,16 @@ func (s *Server) Observe(o Observer) {
 func (s *Server) OnShutdown(f func(ctx context.Context)) {
 	s.shutdownHooks = append(s.shutdownHooks, f)
 }
+
+// Options returns the options the server was made with, defaults
+// applied, for an add-on to follow the bus's settings (WriteTimeout,
+// MaxMessageBytes). Limits and Auth are those of the start: SetLimits and
+// SetAuth change what is in force.
+func (s *Server) Options() Options { return s.opts }
+
+// Logger returns the bus's logger, for an add-on's lines to go with the
+// bus's.
+func (s *Server) Logger() *slog.Logger { return s.log }
 
 // extend runs opts' extensions.
 func (s *Server) extend() error {

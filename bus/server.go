@@ -115,8 +115,6 @@ type Options struct {
 
 	Limits Limits
 
-	// Journal configures the message journal (journal.go).
-	Journal JournalOptions
 	// Hooks are the incoming webhooks, served at /v1/hooks/{name}
 	// (webhook_in.go).
 	Hooks []Hook
@@ -332,7 +330,6 @@ type Server struct {
 	sched        *scheduler
 	pinger       *pinger
 	events       *events
-	journal      *journal // nil: off
 	holdPatterns []*protocol.Pattern
 	// auth is the Authenticator in force; nil: an open bus.
 	auth       atomic.Pointer[auth.Authenticator]
@@ -378,6 +375,8 @@ type Server struct {
 	methods       map[string]method
 	observers     []Observer
 	shutdownHooks []func(context.Context)
+	// surveys answer the other nodes' requests (survey.go).
+	surveys surveys
 }
 
 // New returns a Server with the given options (nil means all defaults)
@@ -466,10 +465,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	}
 	if shared, ok := s.store.(sharedDurables); ok {
 		s.durables.shared = shared
-	}
-	s.journal = newJournal(o.Journal, s.cl.self, s.bootID, s.metrics.registry)
-	if s.journal != nil {
-		s.Observe(s.journal)
 	}
 	fail := func(err error) (*Server, error) {
 		s.cancel()
@@ -562,8 +557,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleAddOns() {
 	s.Handle(PathMessages, http.HandlerFunc(s.serveMessages))
 	s.Handle(PathOpenAPI, http.HandlerFunc(serveOpenAPI))
-	s.Handle(PathEvents, http.HandlerFunc(s.serveEvents))
-	s.Handle(PathEventsStream, http.HandlerFunc(s.serveEventStream))
 	s.Handle(PathCallbacks, http.HandlerFunc(s.serveCallback))
 	s.Handle(PathHooks, http.HandlerFunc(s.serveHook))
 	s.Handle(PathConsole, http.HandlerFunc(s.serveConsole))
@@ -645,9 +638,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining.Store(true)
 	s.mu.Unlock()
-	if s.journal != nil {
-		s.journal.close()
-	}
 	for _, f := range s.shutdownHooks {
 		f(ctx)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
@@ -53,7 +54,7 @@ type serveConfig struct {
 	idempotencyWindow time.Duration
 	// journal is on unless --journal=false; journalOpts is the rest.
 	journal     bool
-	journalOpts bus.JournalOptions
+	journalOpts journal.Options
 	// toolSubs are the tool subscription limits.
 	toolSubsPerThread, toolSubsMax int
 	toolEventRate                  float64
@@ -330,7 +331,6 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		HoldLifetime:      cfg.holdLifetime,
 		IdempotencyWindow: cfg.idempotencyWindow,
 		TracerProvider:    tracing,
-		Journal:           cfg.journalOptions(),
 
 		MaxToolSubscriptionsPerThread: cfg.toolSubsPerThread,
 		MaxToolSubscriptions:          cfg.toolSubsMax,
@@ -353,6 +353,8 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		Hooks:                hooks,
 		WebhookSubscriptions: webhookSubs,
 		WebhookAllowPrivate:  cfg.webhookAllowPrivate,
+
+		Extensions: []bus.Extension{journal.New(cfg.journalOptions())},
 	})
 	handOver()
 	if err != nil {
@@ -476,8 +478,8 @@ func newLogger(io stdio, level, format string) (*slog.Logger, error) {
 
 // journalOptions are the journal's options from --journal and the
 // --journal-* flags.
-func (c *serveConfig) journalOptions() bus.JournalOptions {
+func (c *serveConfig) journalOptions() *journal.Options {
 	o := c.journalOpts
 	o.Off = !c.journal
-	return o
+	return &o
 }
