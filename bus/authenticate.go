@@ -9,7 +9,8 @@ import (
 // What an add-on's HTTP door needs to take a credential as every door of
 // the bus does: the request's credential, checked against the
 // Authenticator in force, refusals counted in bub_auth_refusals_total
-// and answered in HTTP's terms; and the per-identity cap on streams.
+// and answered in HTTP's terms; the per-identity cap on streams; and
+// answers in the HTTP API's form.
 
 // A Credential is what an HTTP request presented: a bearer token, and a
 // verified client certificate's name. The zero Credential is none: the
@@ -69,6 +70,11 @@ func (s *Server) TakeStream(identity string) (release func(), err error) {
 		return release, nil
 	}
 	return nil, s.limitReached(limitStreamsPerIdentity, "identity %q holds %d event streams open, its limit %d; close one first", identity, held, bound)
+}
+
+// WriteJSON answers v as JSON with status, as the HTTP API answers.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	writeJSON(w, status, v)
 }
 
 // WriteError answers err as the HTTP API answers its errors: the JSON-RPC

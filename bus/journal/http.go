@@ -279,7 +279,7 @@ func (jn *Journal) writePage(w http.ResponseWriter, r *http.Request, req *events
 			bus.WriteError(w, 0, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, page)
+		bus.WriteJSON(w, http.StatusOK, page)
 		return
 	}
 	j := jn.j
@@ -288,7 +288,7 @@ func (jn *Journal) writePage(w http.ResponseWriter, r *http.Request, req *events
 	if page.Events == nil {
 		page.Events = []protocol.JournalEvent{}
 	}
-	writeJSON(w, http.StatusOK, page)
+	bus.WriteJSON(w, http.StatusOK, page)
 }
 
 // serveEventStream streams the journal as Server-Sent Events (see
@@ -400,14 +400,6 @@ func (jn *Journal) stream(w http.ResponseWriter, r *http.Request, req eventsRequ
 			return
 		}
 	}
-}
-
-// writeJSON answers v as JSON with status, as the bus's HTTP API does.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
 }
 
 // methodNotAllowed answers 405 naming the methods allowed.

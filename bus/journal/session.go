@@ -93,6 +93,6 @@ func (jn *Journal) SessionMessages(session Session) http.Handler {
 		if rows == nil {
 			rows = []consoleMessage{}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"messages": rows, "node": jn.s.Node()})
+		bus.WriteJSON(w, http.StatusOK, map[string]any{"messages": rows, "node": jn.s.Node()})
 	})
 }
