@@ -375,8 +375,11 @@ type Server struct {
 	methods       map[string]method
 	observers     []Observer
 	shutdownHooks []func(context.Context)
-	// surveys answer the other nodes' requests (survey.go).
-	surveys surveys
+	// surveys are the SurveyHandlers of the operations this node
+	// answers, by name (survey.go): a sync.Map, as the cluster may ask
+	// before the add-ons registered them (they extend the server after
+	// it joined).
+	surveys sync.Map
 }
 
 // New returns a Server with the given options (nil means all defaults)

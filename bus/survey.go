@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
-	"sync"
 
 	"github.com/bub-bus/bub/protocol"
 )
@@ -21,11 +20,6 @@ import (
 // when the node leaves its cluster.
 type SurveyHandler func(ctx context.Context, req []byte) ([]byte, error)
 
-// surveys are the operations this node answers, by name; a sync.Map, as
-// the cluster may ask before the add-ons have registered (they extend
-// the server after it joined).
-type surveys struct{ handlers sync.Map }
-
 // OnSurvey registers h to answer the other nodes' requests of op, a name
 // of letters, digits, '-' and '_' (one token of the cluster's subjects).
 // A name registered before is refused. OnSurvey may be called only from
@@ -34,7 +28,7 @@ func (s *Server) OnSurvey(op string, h SurveyHandler) error {
 	if !protocol.ValidNodeID(op) {
 		return fmt.Errorf("survey operation %q: want letters, digits, '-' and '_'", op)
 	}
-	if _, dup := s.surveys.handlers.LoadOrStore(op, h); dup {
+	if _, dup := s.surveys.LoadOrStore(op, h); dup {
 		return fmt.Errorf("survey operation %q is registered already", op)
 	}
 	return nil
@@ -60,7 +54,7 @@ func (s *Server) LiveNodes() []string { return s.cl.cluster.Live() }
 // as a panicking request is, and answered with an error.
 func (cl *clusterState) Survey(ctx context.Context, op string, req []byte) (answer []byte, err error) {
 	s := cl.server
-	h, ok := s.surveys.handlers.Load(op)
+	h, ok := s.surveys.Load(op)
 	if !ok {
 		return nil, fmt.Errorf("node %s answers no survey %q", cl.self, op)
 	}
