@@ -13,6 +13,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/journal"
 )
 
 // docMetric is one row of a doc's metrics table.
@@ -63,7 +64,9 @@ func parseMetricsTable(t *testing.T, path string) []docMetric {
 // lists for a label is the bus's set of that label's values, and the
 // table is not cut in two (a row after a paragraph is not a row).
 func TestMetricsTables(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{HandshakeTimeout: 50 * time.Millisecond}})
+	// With the add-ons bub serve wires, whose metrics the tables list too.
+	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{HandshakeTimeout: 50 * time.Millisecond},
+		Extensions: []bus.Extension{journal.New(nil)}})
 	// A request answered and a connection the bus closed, so that the
 	// vectors with no fixed values have a series to show their labels.
 	bustest.Connect(t, srv.URL, "a", nil)
