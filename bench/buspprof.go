@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/bus/store"
 )
 
@@ -39,7 +40,7 @@ func serveBusWithPprof(listen string) error {
 	}
 	defer st.Close()
 	limits := bus.Limits{MaxConnections: -1, MaxConnectionsPerAddr: -1, MaxPatternWildcards: len(fanoutTail), MaxPending: -1, MaxPendingPerIdentity: -1, MaxStoredBytesPerIdentity: -1}
-	srv, err := bus.New(&bus.Options{Store: st, Limits: limits, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	srv, err := bus.New(&bus.Options{Store: st, Limits: limits, Extensions: []bus.Extension{journal.New(nil)}, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
 	}

@@ -11,41 +11,59 @@ import (
 )
 
 // Authenticate finds who an HTTP request to an add-on's door is, as
-// every door of the bus does (docs/SECURITY.md): a browser's request
-// (one with Origin) must reach an address of this bus (Options.Hosts)
-// from its own origin or one of Options.OriginPatterns; the credential
-// is the bearer token, else a verified client certificate's name, else
-// none (the anonymous grant, if any); it is checked against the
-// credentials in force. It returns the principal, nil on an open bus.
-// A refusal is counted in bub_auth_refusals_total and is a protocol
-// error to answer as it is: forbidden for a browser, unauthorized
-// (saying which header to send) for the credential.
+// every door of the bus does (docs/SECURITY.md): RequestCredential, then
+// Verify. It returns the principal, nil on an open bus. A refusal is
+// counted in bub_auth_refusals_total and is a protocol error to answer
+// as it is: forbidden for a browser, unauthorized (saying which header
+// to send) for the credential.
 func (s *Server) Authenticate(r *http.Request) (*auth.Principal, error) {
-	if err := s.checkBrowser(r); err != nil {
+	cred, err := s.RequestCredential(r)
+	if err != nil {
 		return nil, err
+	}
+	return s.Verify(cred)
+}
+
+// RequestCredential reads r's credential, as POST /v1/messages does: a
+// browser's request (one with Origin) must reach an address of this bus
+// (Options.Hosts) from its own origin or one of Options.OriginPatterns;
+// the credential is the bearer token, else a verified client
+// certificate's name, else none (the anonymous grant, if any). A door
+// that outlives its request (a stream) keeps it, to Verify it again once
+// SetAuth replaced the Authenticator (Auth).
+func (s *Server) RequestCredential(r *http.Request) (Credential, error) {
+	if err := s.checkBrowser(r); err != nil {
+		return Credential{}, err
 	}
 	cred, err := bearer(r)
 	if err != nil {
 		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
-		return nil, err
+		return Credential{}, err
 	}
-	return s.principalOf(cred)
+	return Credential{c: cred}, nil
 }
 
-// principalOf checks cred, an HTTP request's, against the credentials in
-// force: its principal, nil on an open bus, or the 401 to answer.
-func (s *Server) principalOf(cred credential) (*auth.Principal, error) {
+// Verify checks cred against the credentials in force now and returns
+// who presented it: nil on an open bus, which checks no credential. A
+// refusal is counted in bub_auth_refusals_total and is a 401's error,
+// which says the header to send.
+func (s *Server) Verify(cred Credential) (*auth.Principal, error) {
 	a := s.auth.Load()
 	if a == nil {
 		return nil, nil
 	}
-	principal, err := s.authenticate(a, cred)
+	principal, err := s.authenticate(a, cred.c)
 	if err != nil {
 		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
-		return nil, httpUnauthorized(cred)
+		return nil, httpUnauthorized(cred.c)
 	}
 	return principal, nil
 }
+
+// Auth returns the Authenticator in force, nil on an open bus. A door
+// that outlives its request (a stream) compares it with the one it
+// authenticated against, to decide again once SetAuth replaced it.
+func (s *Server) Auth() *auth.Authenticator { return s.auth.Load() }
 
 // Authorize decides what principal (Authenticate's) may do publishing
 // as clientID, as initialize does for a publishOnly connection: the
@@ -79,23 +97,6 @@ func CredentialOf(r *http.Request, token string) Credential {
 	c, _ := bearer(r)
 	c.token = token
 	return Credential{c: c}
-}
-
-// Verify checks cred now and returns who presented it: nil on an open
-// bus, which checks no credential. A refusal is counted in
-// bub_auth_refusals_total and is a -32001. It is Authenticate for a
-// credential an add-on keeps (the console's session).
-func (s *Server) Verify(cred Credential) (*auth.Principal, error) {
-	a := s.auth.Load()
-	if a == nil {
-		return nil, nil
-	}
-	p, err := s.authenticate(a, cred.c)
-	if err != nil {
-		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
-		return nil, protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted")
-	}
-	return p, nil
 }
 
 // RefusedAdmin counts, in bub_auth_refusals_total, a request refused
@@ -134,6 +135,21 @@ func (s *Server) PublisherFor(cred Credential, clientID, remote string) (*Publis
 // Retry-After (WriteError).
 func RateLimited(message string, retryAfterMS int64) error {
 	return &protocol.Error{Code: protocol.CodeRateLimited, Message: message, Data: protocol.RateLimitedData{RetryAfterMS: retryAfterMS}}
+}
+
+// TakeStream counts a stream of identity ("" on an open bus, which
+// counts nothing) against Limits.MaxStreamsPerIdentity, and returns its
+// release; past the cap it returns a limit_reached error.
+func (s *Server) TakeStream(identity string) (release func(), err error) {
+	if identity == "" {
+		return func() {}, nil
+	}
+	bound := s.limits().MaxStreamsPerIdentity
+	release, held := s.limitState.identityStreams.take(identity, bound)
+	if release != nil {
+		return release, nil
+	}
+	return nil, s.limitReached(limitStreamsPerIdentity, "identity %q holds %d event streams open, its limit %d; close one first", identity, held, bound)
 }
 
 // bearer reads the request's credential: a bearer token, and a verified

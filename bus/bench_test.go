@@ -10,14 +10,16 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
 
 // BenchmarkRelay measures one publisher → bus → subscriber → ack →
-// publisher round trip over loopback WebSockets, one message in flight.
+// publisher round trip over loopback WebSockets, one message in flight,
+// with the message journal on, as bub serve runs by default.
 func BenchmarkRelay(b *testing.B) {
-	srv := bustest.Start(b, nil)
+	srv := bustest.Start(b, &bus.Options{Extensions: []bus.Extension{journal.New(nil)}})
 	bustest.Connect(b, srv.URL, "sub", bustest.Processed).Subscribe("bench", "")
 	relay(b, bustest.Connect(b, srv.URL, "pub", nil))
 }

@@ -50,10 +50,9 @@
 // owner, and one goroutine per returning owner delivers them in order.
 // Tool subscriptions (toolsub.go) take a tool's events at a callback
 // (callbacks.go, or the topic callback:{id}) and publish each on the
-// subscription's topic. Each of those steps calls a journal hook
-// (journal.go), which records what happened to the message for
-// GET /v1/events and its stream (journalhttp.go), and does nothing when
-// the journal is off. With Options.TracerProvider, a publish and each
+// subscription's topic. Each of those steps tells the observers what
+// happened to the message (observe.go; the message journal, bus/journal,
+// is one), and does nothing when nobody observes. With Options.TracerProvider, a publish and each
 // delivery attempt are spans (trace.go: a hook in publishRouted and a
 // layer around the delivery pipeline).
 // The operator console is an add-on (package bus/console): it reads
@@ -81,8 +80,8 @@
 // a connection's activity.mu (activity.go, taken only by a delivery),
 // Server.mu, durables.mu (durable_sub.go), conn.mu, events.mu, router.mu,
 // scheduler.mu; a lane's mutex
-// (order.go), a walk's mu (walk.go), the router's route cache's and
-// journal.mu are taken alone. clusterState.mu comes before a stand-in's
+// (order.go), a walk's mu (walk.go) and the router's route cache's are
+// taken alone. clusterState.mu comes before a stand-in's
 // mu and router.mu, and a local conn's mu is never held while taking it
 // (cluster.go). A conn's mu is its holding's (subscriber.go). None is held across network I/O or a store commit.
 // The exception is a tool subscription's order (toolsub.go), held while

@@ -14,6 +14,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/console"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/bus/webhook"
 )
 
@@ -67,7 +68,7 @@ func parseMetricsTable(t *testing.T, path string) []docMetric {
 func TestMetricsTables(t *testing.T) {
 	// The add-ons' metrics are the bus's too, as bub serve wires them.
 	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{HandshakeTimeout: 50 * time.Millisecond},
-		Extensions: []bus.Extension{webhook.New(webhook.Options{}), console.Extension{}}})
+		Extensions: []bus.Extension{journal.New(nil), webhook.New(webhook.Options{}), console.Extension{}}})
 	// A request answered and a connection the bus closed, so that the
 	// vectors with no fixed values have a series to show their labels.
 	bustest.Connect(t, srv.URL, "a", nil)

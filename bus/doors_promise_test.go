@@ -20,6 +20,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/console"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -40,7 +41,8 @@ func doorBus(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 		{Name: "viewer", TokenSHA256: authtest.SHA256("viewer-token"), Grant: auth.Grant{ClientIDs: []string{"viewer"}, Subscribe: rules}},
 	}}, t.TempDir())
 	require.NoError(t, err)
-	o := &bus.Options{Auth: a, HoldPatterns: []string{"held:*"}, Extensions: []bus.Extension{hookGH("jobs:gh:{kind}"), console.Extension{}}}
+	jn := journal.New(nil)
+	o := &bus.Options{Auth: a, HoldPatterns: []string{"held:*"}, Extensions: []bus.Extension{hookGH("jobs:gh:{kind}"), jn, console.Extension{Journal: jn}}}
 	if tune != nil {
 		tune(o)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/bub-bus/bub/auth/authtest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
@@ -35,7 +36,10 @@ import (
 // token come back), as any clientId slow-*.
 func doorsAuth(t *testing.T, limits bus.Limits) *bustest.Server {
 	t.Helper()
-	return bustest.Start(t, doorsOptions(t, limits))
+	o := doorsOptions(t, limits)
+	// Its journal streams count against an identity's cap too.
+	o.Extensions = []bus.Extension{journal.New(nil)}
+	return bustest.Start(t, o)
 }
 
 // doorsOptions are doorsAuth's options.
@@ -277,7 +281,7 @@ func TestLimitsPerIdentity(t *testing.T) {
 	stream := func() *http.Response {
 		ctx, cancel := context.WithCancel(t.Context())
 		t.Cleanup(cancel)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.HTTP.URL+bus.PathEventsStream, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.HTTP.URL+journal.PathEventsStream, nil)
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer slow-token")
 		resp, err := http.DefaultClient.Do(req)

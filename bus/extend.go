@@ -123,10 +123,10 @@ func (s *Server) OnShutdown(f func(ctx context.Context)) {
 	s.shutdownHooks = append(s.shutdownHooks, f)
 }
 
-// Options returns the options s runs with, defaults filled in: an
-// add-on's settings follow the bus's (its delivery timeout, its
-// largest message). Limits are those s started with (SetLimits changes
-// them).
+// Options returns the options the server was made with, defaults
+// applied, for an add-on to follow the bus's settings (WriteTimeout,
+// MaxMessageBytes). Limits and Auth are those of the start: SetLimits and
+// SetAuth change what is in force.
 func (s *Server) Options() Options { return s.opts }
 
 // extend runs opts' extensions.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -41,15 +42,19 @@ const (
 // nothing of the bus's allocations.
 func BenchmarkFanOutProcess(b *testing.B) {
 	for _, n := range []int{100, 1000} {
-		for _, journal := range []bool{true, false} {
-			name := fmt.Sprintf("subscribers=%d/journal=%v", n, journal)
-			b.Run(name, func(b *testing.B) { fanOutProcess(b, n, journal) })
+		for _, journaled := range []bool{true, false} {
+			name := fmt.Sprintf("subscribers=%d/journal=%v", n, journaled)
+			b.Run(name, func(b *testing.B) { fanOutProcess(b, n, journaled) })
 		}
 	}
 }
 
-func fanOutProcess(b *testing.B, n int, journal bool) {
-	srv := bustest.Start(b, &bus.Options{Journal: bus.JournalOptions{Off: !journal}, Limits: bus.Limits{MaxSubscriptions: -1, MaxConnectionsPerAddr: -1, MaxPatternWildcards: -1}})
+func fanOutProcess(b *testing.B, n int, journaled bool) {
+	var extensions []bus.Extension
+	if journaled {
+		extensions = []bus.Extension{journal.New(nil)}
+	}
+	srv := bustest.Start(b, &bus.Options{Extensions: extensions, Limits: bus.Limits{MaxSubscriptions: -1, MaxConnectionsPerAddr: -1, MaxPatternWildcards: -1}})
 	if n > 1<<(len(fanOutTopic)-len("bench:")) {
 		b.Fatalf("%d subscribers need more patterns than %s has", n, fanOutTopic)
 	}

@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
-	"github.com/bub-bus/bub/bus/httpapi"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -73,11 +71,10 @@ func bearerHeader(token string) map[string]string {
 	return map[string]string{"Authorization": "Bearer " + token}
 }
 
-// TestHTTPOpenAPIMatchesHandlers checks that every path, method and
-// status the HTTP tests of the doors in this package got is in
-// /v1/openapi.json (bus/httpapi serves it, and checks its own paths),
-// and that every one the document lists for these paths was got: the
-// document is the handlers'. It runs the tests that get them, so it
+// TestHTTPOpenAPIMatchesHandlers checks the tool callbacks' statuses
+// against /v1/openapi.json (bus/httpapi serves it; each add-on checks
+// its own paths): every one this package's tests got is documented, and
+// every one documented was got. It runs the tests that get them, so it
 // stands alone under -run.
 func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	openAPIDoc, err := os.ReadFile("httpapi/openapi.json")
@@ -87,58 +84,7 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	TestToolSubscriptionEvents(t)
 	TestToolSubscriptionBadEvents(t)
 	TestToolSubscriptionRateLimited(t)
-	TestJournalStatuses(t)
-	var doc struct {
-		OpenAPI string                                                   `json:"openapi"`
-		Paths   map[string]map[string]struct{ Responses map[string]any } `json:"paths"`
-	}
-	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {
-		t.Fatalf("openapi.json: %v", err)
-	}
-	if doc.OpenAPI != "3.1.0" {
-		t.Errorf("openapi %q; want 3.1.0", doc.OpenAPI)
-	}
-	var documented []string
-	for p, ops := range doc.Paths {
-		if httpAPIPath(p) {
-			continue
-		}
-		for m, op := range ops {
-			for status := range op.Responses {
-				documented = append(documented, fmt.Sprintf("%s %s %s", p, m, status))
-			}
-		}
-	}
 	httpSeen.Lock()
 	defer httpSeen.Unlock()
-	var seen []string
-	for k := range httpSeen.m {
-		// 405 answers a method the path does not list, as the document
-		// says.
-		var p, m string
-		var status int
-		_, err := fmt.Sscanf(k, "%s %s %d", &p, &m, &status)
-		if httpAPIPath(p) {
-			continue
-		}
-		if err == nil && status == 405 {
-			if _, listed := doc.Paths[p][m]; listed || doc.Paths[p] == nil {
-				t.Errorf("405 for %s %s, a path and method the document lists (or a path it does not)", m, p)
-			}
-			continue
-		}
-		seen = append(seen, k)
-	}
-	slices.Sort(documented)
-	slices.Sort(seen)
-	if !slices.Equal(documented, seen) {
-		t.Errorf("openapi.json documents\n  %s\nthe handlers answered\n  %s", strings.Join(documented, "\n  "), strings.Join(seen, "\n  "))
-	}
-}
-
-// httpAPIPath reports whether an add-on that checks its own statuses
-// against the document serves path p: bus/httpapi, bus/webhook
-// (TestHookOpenAPI).
-func httpAPIPath(p string) bool {
-	return p == httpapi.PathMessages || p == httpapi.PathOpenAPI || p == "/v1/hooks/{name}"
+	bustest.CheckOpenAPI(t, openAPIDoc, httpSeen.m, func(path string) bool { return strings.HasPrefix(path, bus.PathCallbacks) })
 }

@@ -134,18 +134,3 @@ func (c *conn) takeIdentitySlot(p *auth.Principal) (func(), error) {
 	c.log.Info("initialize refused: limit reached", "identity", identity, "limit", limitConnsPerIdentity, "max", bound)
 	return nil, c.server.limitReached(limitConnsPerIdentity, "identity %q holds %d connections, its limit %d; close one first", identity, held, bound)
 }
-
-// takeStream counts a journal stream of identity ("" on an open bus,
-// which counts nothing) against MaxStreamsPerIdentity, and returns its
-// release.
-func (s *Server) takeStream(identity string) (func(), error) {
-	if identity == "" {
-		return func() {}, nil
-	}
-	bound := s.limits().MaxStreamsPerIdentity
-	release, held := s.limitState.identityStreams.take(identity, bound)
-	if release != nil {
-		return release, nil
-	}
-	return nil, s.limitReached(limitStreamsPerIdentity, "identity %q holds %d event streams open, its limit %d; close one first", identity, held, bound)
-}

@@ -68,11 +68,12 @@ type Cluster interface {
 	// returns what that node's ClusterHandler.Deliver answered. ctx
 	// bounds the wait. Errors: ErrNodeGone, ErrRemoteTimeout.
 	Deliver(ctx context.Context, node string, d *RemoteDelivery) ([]byte, error)
-	// Journal asks node to search its message journal with req (the
-	// bus's encoding, journal_cluster.go) and returns what that node's
-	// ClusterHandler.Journal answered. ctx bounds the wait. Errors:
-	// ErrNodeGone, ErrRemoteTimeout.
-	Journal(ctx context.Context, node string, req []byte) ([]byte, error)
+	// Survey asks node to answer req with its handler of op
+	// (Server.OnSurvey) and returns what that node's
+	// ClusterHandler.Survey answered. ctx bounds the wait. Errors:
+	// ErrNodeGone, ErrRemoteTimeout, and the handler's error, with its
+	// text.
+	Survey(ctx context.Context, node, op string, req []byte) ([]byte, error)
 	// TakeOver moves a dead node's pending work to this node and
 	// returns what it moved, also when it fails part way.
 	TakeOver(ctx context.Context, node string) ([]*store.Pending, error)
@@ -119,9 +120,9 @@ type ClusterHandler interface {
 	// order they were sent, each once the one before is written
 	// (RemoteDelivery.Written).
 	Deliver(ctx context.Context, d *RemoteDelivery) []byte
-	// Journal answers another node's search of this node's message
-	// journal, which the asking node sent with its reader's rights.
-	Journal(ctx context.Context, req []byte) []byte
+	// Survey answers another node's request of op (Cluster.Survey)
+	// with the add-on's handler of op.
+	Survey(ctx context.Context, op string, req []byte) ([]byte, error)
 	// NodeDown hears that node stopped; acting says this node takes
 	// over its pending work (Cluster.TakeOver).
 	NodeDown(node string, acting bool)
@@ -197,10 +198,11 @@ var (
 	ErrClusterClosed = errors.New("cluster: node closed")
 	// ErrClaimLost: a later claim of the clientId won (ClaimClient).
 	ErrClaimLost = errors.New("cluster: clientId taken over by a later claim")
-	// ErrNodeGone: no node answers for the subscriber (Deliver).
+	// ErrNodeGone: no node answers for the subscriber (Deliver), or
+	// for the node asked (Survey).
 	ErrNodeGone = errors.New("cluster: node gone")
 	// ErrRemoteTimeout: the subscriber's node did not answer in time
-	// (Deliver).
+	// (Deliver), or the node asked (Survey).
 	ErrRemoteTimeout = errors.New("cluster: delivery timed out")
 	// ErrRevisionChanged: another write came first
 	// (PutDurableSubscription).
@@ -243,7 +245,7 @@ func (n *singleNode) Deliver(_ context.Context, node string, _ *RemoteDelivery) 
 	return nil, fmt.Errorf("%w: a single node has no node %q", ErrNodeGone, node)
 }
 
-func (n *singleNode) Journal(_ context.Context, node string, _ []byte) ([]byte, error) {
+func (n *singleNode) Survey(_ context.Context, node, _ string, _ []byte) ([]byte, error) {
 	return nil, fmt.Errorf("%w: a single node has no node %q", ErrNodeGone, node)
 }
 

@@ -115,8 +115,6 @@ type Options struct {
 
 	Limits Limits
 
-	// Journal configures the message journal (journal.go).
-	Journal JournalOptions
 	// Extensions are the add-ons the server starts with, in order
 	// (extend.go).
 	Extensions []Extension
@@ -308,7 +306,6 @@ type Server struct {
 	sched        *scheduler
 	pinger       *pinger
 	events       *events
-	journal      *journal // nil: off
 	holdPatterns []*protocol.Pattern
 	// auth is the Authenticator in force; nil: an open bus.
 	auth       atomic.Pointer[auth.Authenticator]
@@ -351,6 +348,11 @@ type Server struct {
 	methods       map[string]method
 	observers     []Observer
 	shutdownHooks []func(context.Context)
+	// surveys are the SurveyHandlers of the operations this node
+	// answers, by name (survey.go): a sync.Map, as the cluster may ask
+	// before the add-ons registered them (they extend the server after
+	// it joined).
+	surveys sync.Map
 }
 
 // New returns a Server with the given options (nil means all defaults)
@@ -433,10 +435,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	if shared, ok := s.store.(sharedDurables); ok {
 		s.durables.shared = shared
 	}
-	s.journal = newJournal(o.Journal, s.cl.self, s.bootID, s.metrics.registry)
-	if s.journal != nil {
-		s.Observe(s.journal)
-	}
 	fail := func(err error) (*Server, error) {
 		s.cancel()
 		_ = s.cl.cluster.Leave(context.Background())
@@ -516,8 +514,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handleAddOns registers the HTTP paths of the add-ons still in package
 // bus.
 func (s *Server) handleAddOns() {
-	s.Handle(PathEvents, http.HandlerFunc(s.serveEvents))
-	s.Handle(PathEventsStream, http.HandlerFunc(s.serveEventStream))
 	s.Handle(PathCallbacks, http.HandlerFunc(s.serveCallback))
 }
 
@@ -597,9 +593,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining.Store(true)
 	s.mu.Unlock()
-	if s.journal != nil {
-		s.journal.close()
-	}
 	for _, f := range s.shutdownHooks {
 		f(ctx)
 	}

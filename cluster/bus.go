@@ -75,9 +75,7 @@ func (b *busNode) Join(ctx context.Context, j *bus.ClusterJoin) (bus.Store, erro
 		Deliver: func(ctx context.Context, d *Delivery) ([]byte, error) {
 			return h.Deliver(ctx, d), nil
 		},
-		Journal: func(ctx context.Context, req []byte) ([]byte, error) {
-			return h.Journal(ctx, req), nil
-		},
+		Survey:   h.Survey,
 		NodeDown: h.NodeDown,
 	})
 	if err != nil {
@@ -162,8 +160,8 @@ func (b *busNode) Deliver(ctx context.Context, node string, d *bus.RemoteDeliver
 	return b.node.Deliver(ctx, node, d)
 }
 
-func (b *busNode) Journal(ctx context.Context, node string, req []byte) ([]byte, error) {
-	return b.node.Journal(ctx, node, req)
+func (b *busNode) Survey(ctx context.Context, node, op string, req []byte) ([]byte, error) {
+	return b.node.Survey(ctx, node, op, req)
 }
 
 // TakeOver waits for the node to have started: a node may be found dead

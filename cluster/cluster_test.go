@@ -101,7 +101,7 @@ func testLogger() *slog.Logger {
 // startCluster starts one node per id, each embedding a server routed to
 // all the others, concurrently (each waits for the others' quorum), and
 // closes them at the end of the test. serve, if set, gives each node's
-// Deliver and Journal handlers.
+// Deliver and Survey handlers.
 func startCluster(t *testing.T, ids []string, serve func(id string) cluster.Handler) ([]*cluster.Node, []*recorder) {
 	t.Helper()
 	nodes, recs, _ := startClusterWith(t, ids, serve, nil)
@@ -171,12 +171,12 @@ func startClusterWith(t *testing.T, ids []string, serve func(id string) cluster.
 	return nodes, recs, allOpts
 }
 
-// handler returns h, with Deliver and Journal as they are, recording
+// handler returns h, with Deliver and Survey as they are, recording
 // what the node's other callbacks hear.
 func (r *recorder) handler(h cluster.Handler) cluster.Handler {
 	return cluster.Handler{
 		Deliver:           h.Deliver,
-		Journal:           h.Journal,
+		Survey:            h.Survey,
 		ApplySubscription: r.apply,
 		TakenOver: func(clientID string, conn uint64) {
 			r.mu.Lock()
@@ -216,10 +216,10 @@ func echo(node string) func(context.Context, *cluster.Delivery) ([]byte, error) 
 	}
 }
 
-// searched is a Journal handler that answers with what it was asked, or
-// fails or hangs on request.
-func searched(node string) func(context.Context, []byte) ([]byte, error) {
-	return func(ctx context.Context, req []byte) ([]byte, error) {
+// searched is a Survey handler that answers with its operation and what
+// it was asked, or fails or hangs on request.
+func searched(node string) func(context.Context, string, []byte) ([]byte, error) {
+	return func(ctx context.Context, op string, req []byte) ([]byte, error) {
 		switch string(req) {
 		case "fail":
 			return nil, errors.New("no such page")
@@ -227,7 +227,7 @@ func searched(node string) func(context.Context, []byte) ([]byte, error) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
-		return fmt.Appendf(nil, "%s searched %s", node, req), nil
+		return fmt.Appendf(nil, "%s %s %s", node, op, req), nil
 	}
 }
 
@@ -241,7 +241,7 @@ const slowTurn = 500 * time.Millisecond
 func TestCluster(t *testing.T) {
 	ids := []string{"a", "b", "c"}
 	nodes, recs := startCluster(t, ids, func(id string) cluster.Handler {
-		return cluster.Handler{Deliver: echo(id), Journal: searched(id)}
+		return cluster.Handler{Deliver: echo(id), Survey: searched(id)}
 	})
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	ctx := t.Context()
@@ -407,24 +407,30 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("journal", func(t *testing.T) {
+	t.Run("survey", func(t *testing.T) {
 		// Asked and answered as a delivery is.
-		got, err := a.Journal(ctx, "b", []byte("page 1"))
-		if err != nil || string(got) != "b searched page 1" {
-			t.Errorf("journal of b: %q, %v", got, err)
+		got, err := a.Survey(ctx, "b", "journal", []byte("page 1"))
+		if err != nil || string(got) != "b journal page 1" {
+			t.Errorf("journal survey of b: %q, %v", got, err)
 		}
-		if _, err := a.Journal(ctx, "zz", []byte("page 1")); !errors.Is(err, cluster.ErrNodeGone) {
+		if got, err := a.Survey(ctx, "b", "other-op", []byte("x")); err != nil || string(got) != "b other-op x" {
+			t.Errorf("another operation of b: %q, %v", got, err)
+		}
+		if _, err := a.Survey(ctx, "zz", "journal", []byte("page 1")); !errors.Is(err, cluster.ErrNodeGone) {
 			t.Errorf("of a node that does not exist: %v, want ErrNodeGone", err)
 		}
-		if _, err := a.Journal(ctx, "a.b", []byte("page 1")); err == nil || !strings.Contains(err.Error(), "not a node id") {
+		if _, err := a.Survey(ctx, "a.b", "journal", []byte("page 1")); err == nil || !strings.Contains(err.Error(), "not a node id") {
 			t.Errorf("of a malformed node id: %v", err)
 		}
-		_, err = c.Journal(ctx, "a", []byte("fail"))
-		if !errors.Is(err, cluster.ErrJournalFailed) || !strings.Contains(err.Error(), "no such page") {
-			t.Errorf("handler error: %v, want ErrJournalFailed with its text", err)
+		if _, err := a.Survey(ctx, "b", "a.*", []byte("page 1")); err == nil || !strings.Contains(err.Error(), "not an operation name") {
+			t.Errorf("of a malformed operation: %v", err)
+		}
+		_, err = c.Survey(ctx, "a", "journal", []byte("fail"))
+		if !errors.Is(err, cluster.ErrSurveyFailed) || !strings.Contains(err.Error(), "no such page") {
+			t.Errorf("handler error: %v, want ErrSurveyFailed with its text", err)
 		}
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		_, err = a.Journal(short, "c", []byte("hang"))
+		_, err = a.Survey(short, "c", "journal", []byte("hang"))
 		cancel()
 		if !errors.Is(err, cluster.ErrDeliveryTimeout) {
 			t.Errorf("handler that never answers: %v, want ErrDeliveryTimeout", err)

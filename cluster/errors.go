@@ -14,12 +14,12 @@ var (
 	// ErrClosed is returned by operations on a Node after Close.
 	ErrClosed = bus.ErrClusterClosed
 
-	// ErrNodeGone is returned by Deliver and Journal when no node
+	// ErrNodeGone is returned by Deliver and Survey when no node
 	// answers on the target's subject: the node is not running (it died,
 	// or left) or never existed.
 	ErrNodeGone = bus.ErrNodeGone
 
-	// ErrDeliveryTimeout is returned by Deliver and Journal when the
+	// ErrDeliveryTimeout is returned by Deliver and Survey when the
 	// target node did not answer before the context ended. The node may
 	// also have died meanwhile.
 	ErrDeliveryTimeout = bus.ErrRemoteTimeout
@@ -36,9 +36,9 @@ var (
 	// Deliver handler returned an error; its text follows.
 	ErrDeliveryFailed = errors.New("cluster: remote delivery failed")
 
-	// ErrJournalFailed is returned by Journal when the node's Journal
+	// ErrSurveyFailed is returned by Survey when the node's Survey
 	// handler returned an error (or it has none); its text follows.
-	ErrJournalFailed = errors.New("cluster: remote journal search failed")
+	ErrSurveyFailed = errors.New("cluster: remote survey failed")
 
 	// ErrSyncTimeout is returned by Sync when some live node did not
 	// confirm a revision in time; the nodes are named.

@@ -244,10 +244,11 @@ type Handler struct {
 	// ctx ends when the node closes; the handler bounds its own wait.
 	// Optional: without it, requests are answered with an error.
 	Deliver func(ctx context.Context, d *Delivery) ([]byte, error)
-	// Journal answers another node's search of this node's message
-	// journal (Node.Journal); its result is returned as is. Optional:
-	// without it, searches are answered with an error.
-	Journal func(ctx context.Context, req []byte) ([]byte, error)
+	// Survey answers another node's request of op (Node.Survey); its
+	// result is returned as is, its error as its text. ctx ends when the
+	// node closes. Optional: without it, surveys are answered with an
+	// error.
+	Survey func(ctx context.Context, op string, req []byte) ([]byte, error)
 	// NodeDown is called when a node is presumed dead or left, on a
 	// goroutine of its own; the acting node deletes the node's
 	// subscriptions and claims meanwhile. acting says whether this node
@@ -336,7 +337,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.startDeliveryService(); err != nil {
 		return err
 	}
-	if err := n.startJournalService(); err != nil {
+	if err := n.startSurveyService(); err != nil {
 		return err
 	}
 	return n.startLiveness(ctx)

@@ -12,7 +12,7 @@ import (
 	"github.com/bub-bus/bub/protocol"
 )
 
-// Requests from one node to another (deliveries, journal searches) go
+// Requests from one node to another (deliveries, surveys) go
 // over core NATS to the other's subject, bub.node.<node>.<what>, and are
 // answered on this node's reply inbox with a status byte (responseOK
 // and the handler's result, or responseError and its error's text).

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/internal/httpjson"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -67,13 +68,18 @@ var static = http.StripPrefix(Path, http.FileServer(http.FS(files)))
 // without its slash is redirected) and hears, as an observer, the
 // spawner's and the BCP gateway's events among the messages the node
 // routes.
-type Extension struct{}
+type Extension struct {
+	// Journal is the message journal the Messages page reads: the one
+	// in the same Options.Extensions, before the console. Nil: the page
+	// says the journal is off.
+	Journal *journal.Journal
+}
 
 // Extend adds the console to s, with a state of its own: one Extension
 // may serve several servers (a cluster's nodes in a test).
-func (Extension) Extend(s *bus.Server) error {
+func (e Extension) Extend(s *bus.Server) error {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &console{bus: s, log: s.Logger(), ctx: ctx, logins: newLoginMetric(s.Registry())}
+	c := &console{bus: s, log: s.Logger(), ctx: ctx, logins: newLoginMetric(s.Registry()), journal: e.Journal}
 	s.OnShutdown(func(context.Context) { cancel() })
 	s.Observe(c)
 	s.Handle(Path, c)
@@ -100,6 +106,8 @@ type session struct {
 type console struct {
 	bus *bus.Server
 	log *slog.Logger
+	// journal is what the Messages page reads; nil when off.
+	journal *journal.Journal
 	// ctx ends as the Server shuts down, and with it the sampler and
 	// the streams.
 	ctx context.Context
@@ -176,10 +184,28 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if route.serve == nil {
-		c.bus.ServeConsoleMessages(api, &bus.ConsoleSession{Credential: sess.cred, Identity: sess.identity, Check: c.credentialOf}, w, r)
+		c.messagesPage(api).ServeHTTP(w, r)
 		return
 	}
 	route.serve(c, sess, w, r)
+}
+
+// messagesPage is the handler of the Messages page's endpoint api, the
+// journal's, with the session's credential checked again at every
+// request and, in a stream, at every reload.
+func (c *console) messagesPage(api string) http.Handler {
+	if c.journal == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			httpjson.WriteError(w, http.StatusNotFound, protocol.Errorf(protocol.ErrMethodNotFound, "the message journal is off on this bus (--journal=false)"))
+		})
+	}
+	switch api {
+	case "events":
+		return c.journal.SessionEvents(c.credentialOf)
+	case "events/stream":
+		return c.journal.SessionEventStream(c.credentialOf)
+	}
+	return c.journal.SessionMessages(c.credentialOf)
 }
 
 // methodNotAllowed answers 405 naming the methods allowed.
@@ -190,8 +216,7 @@ func methodNotAllowed(w http.ResponseWriter, allow string) {
 
 // route is one endpoint of the console's API; anyone says a session
 // without admin may call it too. A nil serve is a Messages page
-// endpoint, which the core serves (bus.ServeConsoleMessages) while the
-// journal it reads is the core's.
+// endpoint, which the journal serves (messagesPage).
 type route struct {
 	method string
 	serve  func(c *console, sess *session, w http.ResponseWriter, r *http.Request)
@@ -285,7 +310,8 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 func (c *console) check(cred bus.Credential) (identity string, expires time.Time, admin bool, err error) {
 	p, err := c.bus.Verify(cred)
 	if err != nil {
-		return "", time.Time{}, false, err
+		// Verify's error says which header to send; a login sends none.
+		return "", time.Time{}, false, protocol.Errorf(protocol.ErrUnauthorized, "credential not accepted")
 	}
 	if p == nil {
 		return "", time.Time{}, true, nil
@@ -318,7 +344,7 @@ func (c *console) sessionOf(r *http.Request) (*session, error) {
 }
 
 // credentialOf is the credential of the request's session, checked
-// again: what the core's Messages endpoints check a stream by.
+// again: what the journal's Messages endpoints check a stream by.
 func (c *console) credentialOf(r *http.Request) (bus.Credential, error) {
 	sess, err := c.sessionOf(r)
 	if err != nil {
@@ -356,7 +382,7 @@ func (t *sessions) end(id string) {
 // which bus this is.
 func (c *console) whoAmI(sess *session, w http.ResponseWriter, _ *http.Request) {
 	st := c.bus.Status()
-	journal, payloads := c.bus.ConsoleJournal()
+	journal, payloads := c.journal != nil && c.journal.On(), c.journal != nil && c.journal.Payloads()
 	httpjson.Write(w, http.StatusOK, map[string]any{
 		"identity": sess.identity, "csrf": sess.csrf, "expires": sess.expires.UTC(), "admin": sess.admin.Load(),
 		"serverId": st.ServerID, "cluster": st.Cluster, "node": st.Node, "auth": st.Auth,

@@ -24,6 +24,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/console"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
@@ -44,9 +45,9 @@ func consoleBus(t *testing.T, st *store.Store) *bustest.Server {
 // consoleBusWith is consoleBus with its options tuned.
 func consoleBusWith(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 	t.Helper()
-	o := withConsole(&bus.Options{Auth: consoleAuth(t)})
+	o := &bus.Options{Auth: consoleAuth(t)}
 	tune(o)
-	return bustest.Start(t, o)
+	return bustest.Start(t, withConsole(o))
 }
 
 // withConsole adds the console to o (nil: the defaults).
@@ -54,8 +55,25 @@ func withConsole(o *bus.Options) *bus.Options {
 	if o == nil {
 		o = &bus.Options{}
 	}
-	o.Extensions = append(o.Extensions, console.Extension{})
+	var jn *journal.Journal
+	for _, e := range o.Extensions {
+		if j, ok := e.(*journal.Journal); ok {
+			jn = j
+		}
+	}
+	if jn == nil {
+		jn = journal.New(nil)
+		o.Extensions = append(o.Extensions, jn)
+	}
+	o.Extensions = append(o.Extensions, console.Extension{Journal: jn})
 	return o
+}
+
+// consoleNode is the add-ons of a cluster's node with the console: a
+// journal of its own, which the console reads.
+func consoleNode(string) []bus.Extension {
+	jn := journal.New(nil)
+	return []bus.Extension{jn, console.Extension{Journal: jn}}
 }
 
 // httpAnswer is an HTTP answer: its status, header and body.
@@ -513,7 +531,7 @@ func TestConsoleAgents(t *testing.T) {
 // subscriptions on every node, with their node, in the chain too; it
 // counts the nodes; and it says which node to disconnect a client from.
 func TestConsoleCluster(t *testing.T) {
-	nodes := clustertest.Start(t, withConsole(nil), "a", "b")
+	nodes := clustertest.StartExtended(t, nil, consoleNode, "a", "b")
 	a, b := nodes[0], nodes[1]
 	bustest.Connect(t, b.URL, "on-b", nil).Subscribe("jobs:*", protocol.PolicyContinueAll)
 	bustest.Connect(t, a.URL, "on-a", nil).Subscribe("jobs:1", "")
@@ -576,7 +594,9 @@ func TestConsoleCluster(t *testing.T) {
 // refused naming what is wrong, the cookie opens these and never
 // /v1/events, and the tail streams a message published after it opened.
 func TestConsoleMessages(t *testing.T) {
-	srv := consoleBusWith(t, func(o *bus.Options) { o.Journal.Payloads = true })
+	srv := consoleBusWith(t, func(o *bus.Options) {
+		o.Extensions = []bus.Extension{journal.New(&journal.Options{Payloads: true})}
+	})
 	worker := bustest.DialToken(t, srv.URL, "root-token")
 	worker.OnProcess(bustest.Processed)
 	worker.Initialize("root")
@@ -598,20 +618,7 @@ func TestConsoleMessages(t *testing.T) {
 		return p
 	}
 	story := page("messageId=" + sent.MessageID)
-	// Each event by its kind and whom it names: the chain routed to, a
-	// delivery's subscriber and outcome.
-	var got []string
-	for _, ev := range story.Events {
-		k := ev.Kind
-		switch ev.Kind {
-		case protocol.JournalRouted:
-			k += ":" + strings.Join(ev.Chain, ",")
-		case protocol.JournalDelivery:
-			k += ":" + ev.ClientID + ":" + ev.Outcome
-		}
-		got = append(got, k)
-	}
-	if strings.Join(got, " ") != "accepted routed:root delivery:root:processed" {
+	if got := bustest.JournalKinds(story.Events); strings.Join(got, " ") != "accepted routed:root delivery:root:processed" {
 		t.Fatalf("story of %s: %v", sent.MessageID, got)
 	}
 	for _, ev := range story.Events {
@@ -641,7 +648,7 @@ func TestConsoleMessages(t *testing.T) {
 			t.Errorf("events?%s: %d %s, want 400 naming %s", query, a.status, a.body, says)
 		}
 	}
-	if a := c.do(http.MethodGet, bus.PathEvents, "", nil); a.status != http.StatusUnauthorized {
+	if a := c.do(http.MethodGet, journal.PathEvents, "", nil); a.status != http.StatusUnauthorized {
 		t.Errorf("/v1/events with the console cookie: %d %s", a.status, a.body)
 	}
 	anon := newConsoleClient(t, srv)

@@ -66,7 +66,7 @@ func metric(t *testing.T, srv *bustest.Server, name, label string) float64 {
 // under -run.
 func TestHookOpenAPI(t *testing.T) {
 	TestHookStatuses(t)
-	raw, err := os.ReadFile("../openapi.json")
+	raw, err := os.ReadFile("../httpapi/openapi.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,20 @@ func Start(t testing.TB, opts *bus.Options, ids ...string) []*bustest.Server {
 // others; nil wrap leaves them as they are.
 func StartWrapped(t testing.TB, opts *bus.Options, wrap func(node string, c bus.Cluster) bus.Cluster, ids ...string) []*bustest.Server {
 	t.Helper()
+	return start(t, opts, wrap, nil, ids...)
+}
+
+// StartExtended is Start with each node's Options.Extensions made by
+// extensions, given the node's id, at each start of the node (a restart
+// too): an extension extends one server (the journal keeps its events).
+func StartExtended(t testing.TB, opts *bus.Options, extensions func(node string) []bus.Extension, ids ...string) []*bustest.Server {
+	t.Helper()
+	return start(t, opts, nil, extensions, ids...)
+}
+
+// start is StartWrapped and StartExtended.
+func start(t testing.TB, opts *bus.Options, wrap func(node string, c bus.Cluster) bus.Cluster, extensions func(node string) []bus.Extension, ids ...string) []*bustest.Server {
+	t.Helper()
 	ports := FreePorts(t, len(ids))
 	started := time.Now()
 	nodes := make([]*bustest.Server, len(ids))
@@ -96,6 +110,9 @@ func StartWrapped(t testing.TB, opts *bus.Options, wrap func(node string, c bus.
 			o.Cluster = cluster.ForBus(co)
 			if wrap != nil {
 				o.Cluster = wrap(id, o.Cluster)
+			}
+			if extensions != nil {
+				o.Extensions = extensions(id)
 			}
 			s, err := bustest.Serve(&o)
 			if err != nil {

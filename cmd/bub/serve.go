@@ -24,6 +24,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/console"
 	"github.com/bub-bus/bub/bus/httpapi"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/cluster"
@@ -56,7 +57,7 @@ type serveConfig struct {
 	idempotencyWindow time.Duration
 	// journal is on unless --journal=false; journalOpts is the rest.
 	journal     bool
-	journalOpts bus.JournalOptions
+	journalOpts journal.Options
 	// toolSubs are the tool subscription limits.
 	toolSubsPerThread, toolSubsMax int
 	toolEventRate                  float64
@@ -326,6 +327,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	if clusterOpts != nil {
 		logger.Info("cluster node starting: waiting for a majority of the nodes; /healthz answers, /readyz says starting", "url", scheme+ln.Addr().String()+"/")
 	}
+	jn := journal.New(cfg.journalOptions())
 	srv, err := bus.NewContext(ctx, &bus.Options{
 		Store:             st,
 		Cluster:           cl,
@@ -336,7 +338,6 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		HoldLifetime:      cfg.holdLifetime,
 		IdempotencyWindow: cfg.idempotencyWindow,
 		TracerProvider:    tracing,
-		Journal:           cfg.journalOptions(),
 
 		MaxToolSubscriptionsPerThread: cfg.toolSubsPerThread,
 		MaxToolSubscriptions:          cfg.toolSubsMax,
@@ -357,6 +358,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		Limits:          cfg.limits,
 
 		Extensions: []bus.Extension{
+			jn,
 			httpapi.API{},
 			webhook.New(webhook.Options{
 				Hooks:         hooks,
@@ -364,7 +366,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 				AllowPrivate:  cfg.webhookAllowPrivate,
 				Store:         hooksStore,
 			}),
-			console.Extension{},
+			console.Extension{Journal: jn},
 		},
 	})
 	handOver()
@@ -489,8 +491,8 @@ func newLogger(io stdio, level, format string) (*slog.Logger, error) {
 
 // journalOptions are the journal's options from --journal and the
 // --journal-* flags.
-func (c *serveConfig) journalOptions() bus.JournalOptions {
+func (c *serveConfig) journalOptions() *journal.Options {
 	o := c.journalOpts
 	o.Off = !c.journal
-	return o
+	return &o
 }

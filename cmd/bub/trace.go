@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/internal/redact"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
@@ -153,7 +153,7 @@ func runTrace(ctx context.Context, std stdio, args []string) int {
 	if len(ids) != 1 {
 		return usagef(std, "trace", "name one message: bub trace MESSAGE_ID")
 	}
-	endpoints, token, err := f.endpoints(bus.PathEvents)
+	endpoints, token, err := f.endpoints(journal.PathEvents)
 	if err != nil {
 		return usagef(std, "trace", "%v", err)
 	}
@@ -336,7 +336,7 @@ func runTail(ctx context.Context, std stdio, args []string) int {
 			return usagef(std, "tail", "--topic: %v", err)
 		}
 	}
-	endpoints, token, err := f.endpoints(bus.PathEventsStream)
+	endpoints, token, err := f.endpoints(journal.PathEventsStream)
 	if err != nil {
 		return usagef(std, "tail", "%v", err)
 	}

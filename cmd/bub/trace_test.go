@@ -10,7 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -82,7 +84,7 @@ func TestTraceAndTail(t *testing.T) {
 // --bus-url names one node or both.
 func TestTraceCluster(t *testing.T) {
 	t.Parallel()
-	nodes := clustertest.Start(t, nil, "a", "b")
+	nodes := clustertest.StartExtended(t, nil, func(string) []bus.Extension { return []bus.Extension{journal.New(nil)} }, "a", "b")
 	a, b := nodes[0], nodes[1]
 	bustest.Connect(t, b.URL, "worker", bustest.Processed).Subscribe("jobs:*", protocol.PolicyContinueAll)
 	pub := bustest.Connect(t, a.URL, "pub", nil)

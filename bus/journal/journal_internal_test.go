@@ -1,4 +1,4 @@
-package bus
+package journal
 
 import (
 	"net/url"
@@ -14,12 +14,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/protocol"
 )
 
-func testJournal(o JournalOptions) *journal {
-	return newJournal(o, "", "b00t", prometheus.NewRegistry())
+// testJournal is a journal of its own registry, its cursors' boot
+// "b00t" (as the fuzzers' seeds name it).
+func testJournal(o Options) *journal {
+	j := newJournal(o, "", prometheus.NewRegistry())
+	j.boot = "b00t"
+	return j
 }
 
 func recordN(j *journal, n int) {
@@ -33,7 +37,7 @@ func recordN(j *journal, n int) {
 // sees an event past the age even before its block is dropped.
 func TestJournalRetentionByAge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		j := testJournal(JournalOptions{MaxAge: time.Minute})
+		j := testJournal(Options{MaxAge: time.Minute})
 		recordN(j, 3*journalBlockSize)
 		time.Sleep(2 * time.Minute) // the bubble's fake time passes the age
 
@@ -56,7 +60,7 @@ func TestJournalRetentionByAge(t *testing.T) {
 // event kept.
 func TestJournalRetentionByBytes(t *testing.T) {
 	per := eventBytes(&protocol.JournalEvent{MessageID: "m000", Topic: "jobs:a"})
-	j := testJournal(JournalOptions{MaxBytes: 2 * journalBlockSize * per})
+	j := testJournal(Options{MaxBytes: 2 * journalBlockSize * per})
 	recordN(j, 10*journalBlockSize)
 	require.LessOrEqual(t, j.bytes, j.opts.MaxBytes)
 	dropped := testutil.ToFloat64(j.dropped.WithLabelValues("bytes"))
@@ -73,7 +77,7 @@ func TestJournalRetentionByBytes(t *testing.T) {
 // goroutines while readers page through: each reader sees every event,
 // once, in order (run it with -race).
 func TestJournalConcurrentReadersSeeEveryEventOnce(t *testing.T) {
-	j := testJournal(JournalOptions{})
+	j := testJournal(Options{})
 	const writers, each = 4, 2000
 	var wg sync.WaitGroup
 	for range writers {
@@ -102,46 +106,29 @@ func TestJournalConcurrentReadersSeeEveryEventOnce(t *testing.T) {
 	wg.Wait()
 }
 
-// TestJournalHooksOffAllocateNothing checks that with the journal off
-// the hooks on the relay's path allocate nothing.
-func TestJournalHooksOffAllocateNothing(t *testing.T) {
-	s := &Server{}
-	m := &store.Message{ID: "m1", Topic: "jobs:a", Meta: []byte(`{"correlation_id":"x"}`)}
-	d := &delivery{Message: m, ClientID: "w", Subscription: "jobs:*", Attempt: 1}
-	chain := []*subscription{}
-	allocs := testing.AllocsPerRun(100, func() {
-		s.emitAccepted(&conn{}, m, "")
-		s.emitRouted(protocol.JournalRouted, m, chain, "")
-		s.emitDelivery(d, "processed", nil)
-	})
-	require.Zero(t, allocs)
-}
+// deliveryEvent is the event the core tells its observers of one
+// delivery attempt.
+var deliveryEvent = bus.Event{JournalEvent: protocol.JournalEvent{Kind: protocol.JournalDelivery,
+	MessageID: "0a1b2c3d4e5f-12345", Topic: "jobs:a", ClientID: "worker", Subscription: "jobs:*", Attempt: 1, Outcome: "processed"}}
 
 // TestJournalRecordAllocatesOnlyBlocks checks that recording a delivery
 // allocates nothing per event but its block, once per journalBlockSize.
 func TestJournalRecordAllocatesOnlyBlocks(t *testing.T) {
-	s := &Server{journal: testJournal(JournalOptions{})}
-	d := &delivery{Message: &store.Message{ID: "m1", Topic: "jobs:a"}, ClientID: "w", Subscription: "jobs:*", Attempt: 1}
-	allocs := testing.AllocsPerRun(10*journalBlockSize, func() { s.emitDelivery(d, "processed", nil) })
+	j := testJournal(Options{})
+	allocs := testing.AllocsPerRun(10*journalBlockSize, func() { j.Observe(deliveryEvent) })
 	require.Less(t, allocs, 1.0)
 }
 
-// BenchmarkJournalRecord measures the record path of one delivery, on
-// and off. On, the B/op is the blocks' (one per journalBlockSize
-// events), and the time includes the collector's scan of the retained
-// journal, which a real bus pays too.
+// BenchmarkJournalRecord measures the record path of one delivery. The
+// B/op is the blocks' (one per journalBlockSize events), and the time
+// includes the collector's scan of the retained journal, which a real
+// bus pays too. The core's side, with and without observers, is
+// bus's BenchmarkObserve.
 func BenchmarkJournalRecord(b *testing.B) {
-	d := &delivery{Message: &store.Message{ID: "0a1b2c3d4e5f-12345", Topic: "jobs:a"}, ClientID: "worker", Subscription: "jobs:*", Attempt: 1}
-	for _, bc := range []struct {
-		name string
-		s    *Server
-	}{{"off", &Server{}}, {"on", &Server{journal: testJournal(JournalOptions{})}}} {
-		b.Run(bc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				bc.s.emitDelivery(d, "processed", nil)
-			}
-		})
+	j := testJournal(Options{})
+	b.ReportAllocs()
+	for b.Loop() {
+		j.Observe(deliveryEvent)
 	}
 }
 
@@ -157,7 +144,7 @@ func FuzzJournalQuery(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	j := testJournal(JournalOptions{})
+	j := testJournal(Options{})
 	recordN(j, 10)
 	now := time.Now()
 	f.Fuzz(func(t *testing.T, raw string) {
@@ -193,7 +180,7 @@ func TestJournalSearchFullJournal(t *testing.T) {
 	if testing.Short() {
 		n = 20_000
 	}
-	j := testJournal(JournalOptions{})
+	j := testJournal(Options{})
 	recordN(j, n)
 	mid := "m" + strconv.Itoa(n/2)
 	v, err := url.ParseQuery("messageId=" + mid + "&limit=1000")
@@ -271,7 +258,7 @@ func TestNodeCursorsNodeIDs(t *testing.T) {
 // one of them kept, across blocks made ready outside the lock.
 func TestJournalConcurrentRecordsInTimeOrder(t *testing.T) {
 	const writers, each = 4, 3 * journalBlockSize
-	j := testJournal(JournalOptions{})
+	j := testJournal(Options{})
 	var wg sync.WaitGroup
 	for range writers {
 		wg.Go(func() { recordN(j, each) })

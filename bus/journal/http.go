@@ -1,4 +1,4 @@
-package bus
+package journal
 
 import (
 	"encoding/json"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/internal/httpjson"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -138,41 +140,44 @@ func parseSince(v string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
-// journalReader authenticates the reader of r as POST /v1/messages does
-// and returns what it may subscribe to: nil for everything (an admin, or
-// an open bus).
-func (s *Server) journalReader(r *http.Request) (*auth.Access, *auth.Authenticator, error) {
-	if err := s.checkBrowser(r); err != nil {
-		return nil, nil, err
-	}
-	cred, err := bearer(r)
-	if err != nil {
-		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
-		return nil, nil, err
-	}
-	return s.journalAccess(cred)
+// reader is who reads the journal, as decided from its credential.
+type reader struct {
+	// access is what it may subscribe to, which is what it sees: nil
+	// for everything (an admin, or an open bus).
+	access *auth.Access
+	// authn is the Authenticator that decided, nil on an open bus: a
+	// stream decides again once the bus's is another.
+	authn *auth.Authenticator
+	// identity is the credential's name, "" on an open bus: its streams
+	// count against its cap.
+	identity string
 }
 
-// journalAccess decides what cred may see of the journal: nil for
-// everything (an admin, or an open bus), else its access, whose grant
-// says which topics it could subscribe to. The console decides so for
-// its session's credential, so that its Messages page obeys the grant
-// rules /v1/events does.
-func (s *Server) journalAccess(cred credential) (*auth.Access, *auth.Authenticator, error) {
-	a := s.auth.Load()
-	if a == nil {
-		return nil, nil, nil
-	}
-	principal, err := s.authenticate(a, cred)
+// readerOf authenticates the reader of r as POST /v1/messages does and
+// decides what it sees.
+func (jn *Journal) readerOf(r *http.Request) (reader, error) {
+	cred, err := jn.s.RequestCredential(r)
 	if err != nil {
-		s.metrics.authRefusals.WithLabelValues(refuseCredential).Inc()
-		return nil, a, httpUnauthorized(cred)
+		return reader{}, err
 	}
-	access := principal.Bind(principal.Name())
-	if access.Admin() {
-		return nil, a, nil
+	return jn.access(cred)
+}
+
+// access decides what cred may see of the journal: everything for an
+// admin or on an open bus, else what its grant lets it subscribe to. The
+// console decides so for its session's credential, so that its Messages
+// page obeys the grant rules /v1/events does.
+func (jn *Journal) access(cred bus.Credential) (reader, error) {
+	authn := jn.s.Auth()
+	p, err := jn.s.Verify(cred)
+	if err != nil || p == nil {
+		return reader{}, err
 	}
-	return access, a, nil
+	rd := reader{authn: authn, identity: p.Name()}
+	if access := p.Bind(p.Name()); !access.Admin() {
+		rd.access = access
+	}
+	return rd, nil
 }
 
 // setReader makes q show only what access may subscribe to; nil shows
@@ -198,36 +203,34 @@ func (q *journalQuery) setReader(access *auth.Access) {
 	}
 }
 
-// journalReaderOf decides again, for a stream, what its reader may see:
-// when the bus reloads its auth, the reader's grant may have changed.
-type journalReaderOf func() (*auth.Access, *auth.Authenticator, error)
-
-// journalRequest checks a request of the journal: the method, the
-// journal being on, the reader and the query, of a page or of a stream
-// (journalQueryOf). It answers the request itself when it returns false.
-func (s *Server) journalRequest(w http.ResponseWriter, r *http.Request, page bool) (eventsRequest, *auth.Authenticator, bool) {
+// request checks a request of the journal: the method, the journal being
+// on, the reader and the query, of a page or of a stream (queryOf). It
+// answers the request itself when it returns false.
+func (jn *Journal) request(w http.ResponseWriter, r *http.Request, page bool) (eventsRequest, reader, bool) {
 	if r.Method != http.MethodGet {
 		methodNotAllowed(w, http.MethodGet)
-		return eventsRequest{}, nil, false
+		return eventsRequest{}, reader{}, false
 	}
-	access, a, err := s.journalReader(r)
+	rd, err := jn.readerOf(r)
 	if err != nil {
-		writeError(w, 0, err)
-		return eventsRequest{}, nil, false
+		httpjson.WriteError(w, 0, err)
+		return eventsRequest{}, reader{}, false
 	}
-	req, ok := s.journalQueryOf(w, r.URL.Query(), page)
-	req.q.setReader(access)
-	return req, a, ok
+	req, ok := jn.queryOf(w, r.URL.Query(), page)
+	req.q.setReader(rd.access)
+	return req, rd, ok
 }
 
-// journalQueryOf checks that the journal is on and parses the query. A
-// page (not a stream) of a cluster's node searches every node: its
-// cursor is the cluster's (journal_cluster.go), and the query is kept
-// for the other nodes. It answers the request itself when it returns
-// false.
-func (s *Server) journalQueryOf(w http.ResponseWriter, v url.Values, page bool) (eventsRequest, bool) {
-	if s.journal == nil {
-		writeError(w, http.StatusNotFound, protocol.Errorf(protocol.ErrMethodNotFound, "the message journal is off on this bus (--journal=false)"))
+// errOff answers a request of a journal that is off.
+var errOff = protocol.Errorf(protocol.ErrMethodNotFound, "the message journal is off on this bus (--journal=false)")
+
+// queryOf checks that the journal is on and parses the query. A page
+// (not a stream) of a cluster's node searches every node: its cursor is
+// the cluster's (cluster.go), and the query is kept for the other nodes.
+// It answers the request itself when it returns false.
+func (jn *Journal) queryOf(w http.ResponseWriter, v url.Values, page bool) (eventsRequest, bool) {
+	if jn.j == nil {
+		httpjson.WriteError(w, http.StatusNotFound, errOff)
 		return eventsRequest{}, false
 	}
 	var (
@@ -236,10 +239,10 @@ func (s *Server) journalQueryOf(w http.ResponseWriter, v url.Values, page bool) 
 		err     error
 	)
 	now := time.Now()
-	if page && s.clustered() {
+	if page && jn.s.Node() != "" {
 		after := v["after"]
 		v.Del("after")
-		req, err = s.journal.parseEventsQuery(v, now)
+		req, err = jn.j.parseEventsQuery(v, now)
 		switch {
 		case err != nil:
 		case len(after) > 1:
@@ -251,81 +254,73 @@ func (s *Server) journalQueryOf(w http.ResponseWriter, v url.Values, page bool) 
 		}
 		req.cluster = &clusterSearch{cursors: cursors, query: absoluteTimes(v, &req.q)}
 	} else {
-		req, err = s.journal.parseEventsQuery(v, now)
+		req, err = jn.j.parseEventsQuery(v, now)
 	}
 	if err != nil {
-		writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "%v", err))
+		httpjson.WriteError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "%v", err))
 		return eventsRequest{}, false
 	}
 	return req, true
 }
 
 // serveEvents answers a page of the journal.
-func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
-	req, _, ok := s.journalRequest(w, r, true)
+func (jn *Journal) serveEvents(w http.ResponseWriter, r *http.Request) {
+	req, _, ok := jn.request(w, r, true)
 	if !ok {
 		return
 	}
-	s.writeJournalPage(w, &req)
+	jn.writePage(w, r, &req)
 }
 
-// writeJournalPage answers the page of the journal req asks for.
-func (s *Server) writeJournalPage(w http.ResponseWriter, req *eventsRequest) {
+// writePage answers the page of the journal req asks for.
+func (jn *Journal) writePage(w http.ResponseWriter, r *http.Request, req *eventsRequest) {
 	if req.cluster != nil {
-		page, err := s.clusterJournalPage(req)
+		page, err := jn.clusterPage(r.Context(), req)
 		if err != nil {
-			writeError(w, 0, err)
+			httpjson.WriteError(w, 0, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, page)
+		httpjson.Write(w, http.StatusOK, page)
 		return
 	}
-	j := s.journal
+	j := jn.j
 	events, last, more, gap := j.read(req.after, req.limit, &req.q)
 	page := protocol.JournalPage{Events: events, Next: j.cursor(last), More: more, Gap: gap}
 	if page.Events == nil {
 		page.Events = []protocol.JournalEvent{}
 	}
-	writeJSON(w, http.StatusOK, page)
+	httpjson.Write(w, http.StatusOK, page)
 }
 
 // serveEventStream streams the journal as Server-Sent Events (see
-// streamJournal) to a reader with a bearer credential.
-func (s *Server) serveEventStream(w http.ResponseWriter, r *http.Request) {
-	req, a, ok := s.journalRequest(w, r, false)
+// stream) to a reader with a bearer credential.
+func (jn *Journal) serveEventStream(w http.ResponseWriter, r *http.Request) {
+	req, rd, ok := jn.request(w, r, false)
 	if !ok {
 		return
 	}
-	identity := ""
-	if a != nil {
-		// journalRequest accepted the credential.
-		cred, _ := bearer(r)
-		if pr, err := s.authenticate(a, cred); err == nil {
-			identity = pr.Name()
-		}
-	}
-	release, err := s.takeStream(identity)
+	jn.stream(w, r, req, rd, func() (reader, error) { return jn.readerOf(r) })
+}
+
+// stream streams the journal as Server-Sent Events: each event with its
+// cursor as id, from the one after Last-Event-ID (or after=), else from
+// since=, else from now on. A reader that reconnects with the last id it
+// got misses nothing the journal still holds. The stream counts against
+// its reader's cap on streams, and ends when the bus shuts down, or when
+// the reader is no longer accepted: again decides what it sees at each
+// reload of the bus's auth and each keepalive.
+func (jn *Journal) stream(w http.ResponseWriter, r *http.Request, req eventsRequest, rd reader, again func() (reader, error)) {
+	release, err := jn.s.TakeStream(rd.identity)
 	if err != nil {
-		writeError(w, 0, err)
+		httpjson.WriteError(w, 0, err)
 		return
 	}
 	defer release()
-	s.streamJournal(w, r, req, a, func() (*auth.Access, *auth.Authenticator, error) { return s.journalReader(r) })
-}
-
-// streamJournal streams the journal as Server-Sent Events: each event
-// with its cursor as id, from the one after Last-Event-ID (or after=),
-// else from since=, else from now on. A reader that reconnects with the
-// last id it got misses nothing the journal still holds. The stream ends
-// when the bus shuts down, or when the reader is no longer accepted:
-// reader decides again at each reload of the bus's auth and each
-// keepalive.
-func (s *Server) streamJournal(w http.ResponseWriter, r *http.Request, req eventsRequest, a *auth.Authenticator, reader journalReaderOf) {
-	j := s.journal
+	j := jn.j
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
 		seq, err := j.parseCursor(id)
 		if err != nil {
-			writeError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "Last-Event-ID: %v", err))
+			httpjson.WriteError(w, 0, protocol.Errorf(protocol.ErrInvalidParams, "Last-Event-ID: %v", err))
 			return
 		}
 		req.after, req.hasAfter = seq, true
@@ -345,7 +340,7 @@ func (s *Server) streamJournal(w http.ResponseWriter, r *http.Request, req event
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+		_ = rc.SetWriteDeadline(time.Now().Add(jn.writeTimeout))
 		if _, err := w.Write(b); err != nil {
 			return false
 		}
@@ -359,17 +354,15 @@ func (s *Server) streamJournal(w http.ResponseWriter, r *http.Request, req event
 	var buf []byte
 	recheck := false
 	for {
-		if now := s.auth.Load(); now != a || recheck {
+		if now := jn.s.Auth(); now != rd.authn || recheck {
 			// Reloaded, or a keepalive's time: the reader is decided
 			// again, so that a grant changed, a credential that expired
 			// or a console session that ended stops what it sees.
 			recheck = false
-			access, na, err := reader()
-			if err != nil {
+			if rd, err = again(); err != nil {
 				return
 			}
-			req.q.setReader(access)
-			a = na
+			req.q.setReader(rd.access)
 		}
 		events, last, more, gap := j.read(req.after, maxEventsLimit, &req.q)
 		buf = buf[:0]
@@ -408,4 +401,10 @@ func (s *Server) streamJournal(w http.ResponseWriter, r *http.Request, req event
 			return
 		}
 	}
+}
+
+// methodNotAllowed answers 405 naming the methods allowed.
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	httpjson.WriteError(w, http.StatusMethodNotAllowed, protocol.Errorf(protocol.ErrMethodNotFound, "this path takes %s", allow))
 }

@@ -1,7 +1,6 @@
-package bus
+package journal
 
 import (
-	"net/http"
 	"strconv"
 	"time"
 
@@ -113,20 +112,4 @@ func noteOutcome(m *consoleMessage, ev *protocol.JournalEvent) {
 			m.Outcome, m.Detail = outcomeNoSubscribers, "routed to nobody"
 		}
 	}
-}
-
-// consoleRecent answers the Messages page's list: the newest messages
-// the session may see that the query (topic, since, until, correlationId)
-// matches, newest first, up to limit. On a cluster's node they are this
-// node's: each node journals what it accepted and delivered.
-func (s *Server) consoleRecent(sess *ConsoleSession, w http.ResponseWriter, r *http.Request) {
-	req, _, ok := s.consoleJournalQuery(sess, w, r, false)
-	if !ok {
-		return
-	}
-	rows := s.journal.recentMessages(req.limit, &req.q)
-	if rows == nil {
-		rows = []consoleMessage{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"messages": rows, "node": s.cl.self})
 }

@@ -1,4 +1,4 @@
-package bus
+package journal
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -18,8 +19,8 @@ import (
 // a page with payloads is cut to what an answer carries and goes on from
 // its next, and a malformed request is answered with an error naming it.
 func TestJournalSearchAnswer(t *testing.T) {
-	s, err := New(&Options{Logger: slog.New(slog.DiscardHandler), MaxMessageBytes: 8 << 10,
-		Journal: JournalOptions{Payloads: true}})
+	jn := New(&Options{Payloads: true})
+	s, err := bus.New(&bus.Options{Logger: slog.New(slog.DiscardHandler), MaxMessageBytes: 8 << 10, Extensions: []bus.Extension{jn}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
 	payload := json.RawMessage(`"` + strings.Repeat("x", 1000) + `"`)
@@ -28,14 +29,16 @@ func TestJournalSearchAnswer(t *testing.T) {
 		if i%2 == 1 {
 			topic = "secret:a"
 		}
-		s.journal.record(&protocol.JournalEvent{Kind: protocol.JournalAccepted, MessageID: "m", Topic: topic, Payload: payload})
+		jn.j.record(&protocol.JournalEvent{Kind: protocol.JournalAccepted, MessageID: "m", Topic: topic, Payload: payload})
 	}
 	ask := func(search journalSearch) journalAnswer {
 		t.Helper()
 		b, err := json.Marshal(search)
 		require.NoError(t, err)
 		var a journalAnswer
-		require.NoError(t, json.Unmarshal(s.cl.Journal(t.Context(), b), &a))
+		answer, err := jn.answerSearch(t.Context(), b)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(answer, &a))
 		return a
 	}
 
@@ -59,7 +62,7 @@ func TestJournalSearchAnswer(t *testing.T) {
 		require.Empty(t, a.Error)
 		require.NotEmpty(t, a.Page.Events)
 		b, _ := json.Marshal(a)
-		require.LessOrEqual(t, int64(len(b)), s.opts.MaxMessageBytes+64<<10, "an answer fits a cluster frame")
+		require.LessOrEqual(t, int64(len(b)), s.Options().MaxMessageBytes+64<<10, "an answer fits a cluster frame")
 		all = append(all, a.Page.Events...)
 		after = a.Page.Next
 		if !a.Page.More {
@@ -76,7 +79,9 @@ func TestJournalSearchAnswer(t *testing.T) {
 		`{"query":"","reader":{"grants":[{"allow":["[a-"]}]}}`: "allow pattern",
 	} {
 		var a journalAnswer
-		require.NoError(t, json.Unmarshal(s.cl.Journal(t.Context(), []byte(req)), &a))
+		answer, err := jn.answerSearch(t.Context(), []byte(req))
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(answer, &a))
 		require.Contains(t, a.Error, want, req)
 		require.Nil(t, a.Page)
 	}

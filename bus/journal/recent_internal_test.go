@@ -1,4 +1,4 @@
-package bus
+package journal
 
 import (
 	"testing"
@@ -14,7 +14,7 @@ import (
 // limit keeps the newest, and a query narrows them as it narrows events.
 func TestRecentMessages(t *testing.T) {
 	t.Parallel()
-	j := testJournal(JournalOptions{})
+	j := testJournal(Options{})
 	due := time.Now().Add(time.Minute)
 	for _, ev := range []protocol.JournalEvent{
 		{Kind: protocol.JournalAccepted, MessageID: "m1", Topic: "jobs:1", From: "a"},

@@ -1,7 +1,9 @@
-package bus
+package journal
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,11 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/protocol"
 )
 
 // The message journal records what happens to each message this node
-// handles, for GET /v1/events, its stream (journalhttp.go) and bub trace.
+// handles, for GET /v1/events, its stream (http.go) and bub trace.
 // It lives in memory, bounded by age and bytes: it is a window for
 // diagnosis, not a log of record (the store keeps what must survive),
 // and fsyncing every event would cost the relay far more than the
@@ -29,8 +32,8 @@ import (
 // stays whole for a reader still holding it. Retention drops whole
 // blocks, oldest first.
 
-// JournalOptions configure the message journal.
-type JournalOptions struct {
+// Options configure the message journal.
+type Options struct {
 	// Off turns the journal off: nothing is recorded and GET /v1/events
 	// answers 404.
 	Off bool
@@ -45,7 +48,7 @@ type JournalOptions struct {
 	Payloads bool
 }
 
-func (o *JournalOptions) setDefaults() {
+func (o *Options) setDefaults() {
 	if o.MaxAge <= 0 {
 		o.MaxAge = time.Hour
 	}
@@ -61,9 +64,9 @@ const journalBlockSize = 256
 // strings: the struct in its block.
 const journalEventBytes = int(unsafe.Sizeof(protocol.JournalEvent{}))
 
-// journal is the bus's message journal; nil when off.
+// journal is the events a Journal keeps; nil when off.
 type journal struct {
-	opts JournalOptions
+	opts Options
 	// node is recorded in every event; boot starts every cursor, so that
 	// a cursor of an earlier process or another node is recognised.
 	node, boot string
@@ -101,12 +104,16 @@ type journalBlock struct {
 	events [journalBlockSize]protocol.JournalEvent
 }
 
-func newJournal(o JournalOptions, node, boot string, reg prometheus.Registerer) *journal {
+// newJournal makes the journal of node, its metrics registered with
+// reg; nil when o is off.
+func newJournal(o Options, node string, reg prometheus.Registerer) *journal {
 	if o.Off {
 		return nil
 	}
 	o.setDefaults()
-	j := &journal{opts: o, node: node, boot: boot, next: 1, closed: make(chan struct{})}
+	boot := make([]byte, 6)
+	_, _ = rand.Read(boot)
+	j := &journal{opts: o, node: node, boot: hex.EncodeToString(boot), next: 1, closed: make(chan struct{})}
 	j.recorded = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "bub_journal_events_total", Help: "Events recorded in the message journal.",
 	})
@@ -154,7 +161,7 @@ func (j *journal) record(ev *protocol.JournalEvent) {
 	now := time.Now()
 	j.mu.Lock()
 	// The journal's order is its time order: a cluster's page merges
-	// the nodes' journals by time (journal_cluster.go). The clock is read
+	// the nodes' journals by time (cluster.go). The clock is read
 	// before mu, which records wait on, so an event that waited behind
 	// one stamped later takes that one's time.
 	last := j.lastLocked()
@@ -236,7 +243,7 @@ func (j *journal) trimLocked(now time.Time) {
 	}
 }
 
-// close ends every stream waiting for events.
+// close ends every stream waiting for events (the bus shuts down).
 func (j *journal) close() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -377,9 +384,9 @@ func (j *journal) waitFor(seq uint64) <-chan struct{} {
 }
 
 // Observe records ev: the journal is an observer of the core
-// (extend.go). An accepted message's payload is copied when the journal
-// keeps payloads.
-func (j *journal) Observe(ev Event) {
+// (bus.Observer). An accepted message's payload is copied when the
+// journal keeps payloads.
+func (j *journal) Observe(ev bus.Event) {
 	e := ev.JournalEvent
 	if j.opts.Payloads && e.Kind == protocol.JournalAccepted && ev.Message != nil {
 		e.Payload = bytes.Clone(ev.Message.Payload)

@@ -1,4 +1,4 @@
-package bus_test
+package journal_test
 
 import (
 	"bufio"
@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,48 +19,139 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/auth/authtest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
 
+// httpSeen records every path, method and status the journal answered
+// in this package's tests, for TestJournalOpenAPI.
+var httpSeen = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
+
+// httpAnswer is an HTTP answer, read whole.
+type httpAnswer struct {
+	status int
+	body   []byte
+}
+
+// messageID is the messageId of a 201.
+func (a httpAnswer) messageID(t *testing.T) string {
+	t.Helper()
+	var r struct {
+		MessageID string `json:"messageId"`
+	}
+	if err := json.Unmarshal(a.body, &r); err != nil || r.MessageID == "" {
+		t.Fatalf("answer %d %s has no messageId (%v)", a.status, a.body, err)
+	}
+	return r.MessageID
+}
+
+// httpDo sends a request to srv over real HTTP and records what path,
+// method and status it got.
+func httpDo(t *testing.T, srv *bustest.Server, method, target, body string, header map[string]string) httpAnswer {
+	t.Helper()
+	a := bustest.Do(t, method, srv.HTTP.URL+target, body, header)
+	status, b := a.Status, a.Body
+	path, _, _ := strings.Cut(target, "?")
+	httpSeen.Lock()
+	httpSeen.m[fmt.Sprintf("%s %s %d", path, strings.ToLower(method), status)] = true
+	httpSeen.Unlock()
+	return httpAnswer{status: status, body: b}
+}
+
+func bearerHeader(token string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + token}
+}
+
+// start starts a bus of o (nil: the defaults) with a journal of jo (nil:
+// the defaults).
+func start(t *testing.T, o *bus.Options, jo *journal.Options) *bustest.Server {
+	t.Helper()
+	var bo bus.Options
+	if o != nil {
+		bo = *o
+	}
+	bo.Extensions = append(slices.Clone(bo.Extensions), journal.New(jo))
+	return bustest.Start(t, &bo)
+}
+
+// authConfig grants "main" its own agent topic and inbound:*, the
+// "researcher" (reader-token) its own agent topic, "ops" admin, and
+// "tool" publishing only.
+func authConfig() auth.Config {
+	return auth.Config{Identities: []auth.Identity{
+		{Name: "main", TokenSHA256: authtest.SHA256("main-token"), Grant: auth.Grant{
+			ClientIDs: []string{"main"},
+			Publish:   auth.Rules{Allow: []string{"outbound:*", "agent:*"}},
+			Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}", "inbound:*"}},
+		}},
+		{Name: "researcher", TokenSHA256: authtest.SHA256("reader-token"), Grant: auth.Grant{
+			ClientIDs: []string{"researcher"},
+			Subscribe: auth.Rules{Allow: []string{"agent:{{clientId}}"}},
+		}},
+		{Name: "ops", TokenSHA256: authtest.SHA256("ops-token"), Grant: auth.Grant{
+			ClientIDs: []string{"ops-*"},
+			Publish:   auth.Rules{Allow: []string{"inbound:*"}},
+			Admin:     true,
+		}},
+		{Name: "tool", TokenSHA256: authtest.SHA256("tool-token"), Grant: auth.Grant{
+			ClientIDs:   []string{"tool"},
+			Publish:     auth.Rules{Allow: []string{"inbound:*"}},
+			PublishOnly: true,
+		}},
+	}}
+}
+
+// authFixture is a bus with authConfig's auth and a journal.
+type authFixture struct {
+	srv    *bustest.Server
+	config auth.Config
+}
+
+func startAuth(t *testing.T) *authFixture {
+	t.Helper()
+	cfg := authConfig()
+	a, err := auth.New(cfg, t.TempDir())
+	require.NoError(t, err)
+	return &authFixture{srv: start(t, &bus.Options{Auth: a}, nil), config: cfg}
+}
+
+// TestJournalOpenAPI checks that every path, method and status of the
+// journal the tests got is in /v1/openapi.json, and that every one the
+// document lists for the journal was got. It runs the tests that get
+// them, so it stands alone under -run.
+func TestJournalOpenAPI(t *testing.T) {
+	TestJournalStatuses(t)
+	doc, err := os.ReadFile("../openapi.json")
+	require.NoError(t, err)
+	httpSeen.Lock()
+	defer httpSeen.Unlock()
+	bustest.CheckOpenAPI(t, doc, httpSeen.m, func(path string) bool { return strings.HasPrefix(path, journal.PathEvents) })
+}
+
 // journalPage GETs a page of the journal and decodes it.
 func journalPage(t *testing.T, srv *bustest.Server, query string, header map[string]string) protocol.JournalPage {
 	t.Helper()
-	a := httpDo(t, srv, "GET", bus.PathEvents+"?"+query, "", header)
+	a := httpDo(t, srv, "GET", journal.PathEvents+"?"+query, "", header)
 	if a.status != http.StatusOK {
-		t.Fatalf("GET %s?%s: %d %s", bus.PathEvents, query, a.status, a.body)
+		t.Fatalf("GET %s?%s: %d %s", journal.PathEvents, query, a.status, a.body)
 	}
 	var page protocol.JournalPage
 	require.NoError(t, json.Unmarshal(a.body, &page))
 	return page
 }
 
-// kinds lists the events as "kind" or "kind:detail", for comparing
-// stories.
-func kinds(events []protocol.JournalEvent) []string {
-	var out []string
-	for _, ev := range events {
-		k := ev.Kind
-		switch ev.Kind {
-		case protocol.JournalDelivery:
-			k += ":" + ev.ClientID + ":" + ev.Outcome
-		case protocol.JournalRouted, protocol.JournalWoken:
-			k += ":" + strings.Join(ev.Chain, ",") + ev.Reason
-		case protocol.JournalDeadLettered, protocol.JournalReplayed:
-			k += ":" + ev.Reason
-		}
-		out = append(out, k)
-	}
-	return out
-}
-
 // fetchPage GETs a page of the journal, with token unless empty, for a
 // condition of require.Eventually, which may not fail the test itself.
 func fetchPage(srv *bustest.Server, query, token string) (protocol.JournalPage, error) {
 	var page protocol.JournalPage
-	req, err := http.NewRequest(http.MethodGet, srv.HTTP.URL+bus.PathEvents+"?"+query, nil)
+	req, err := http.NewRequest(http.MethodGet, srv.HTTP.URL+journal.PathEvents+"?"+query, nil)
 	if err != nil {
 		return page, err
 	}
@@ -88,10 +181,10 @@ func storyOf(t *testing.T, srv *bustest.Server, id string, want []string) []prot
 			return false
 		}
 		got.Store(&page.Events)
-		return slices.Equal(kinds(page.Events), want)
+		return slices.Equal(bustest.JournalKinds(page.Events), want)
 	}, bustest.Timeout, 5*time.Millisecond)
 	if !ok {
-		t.Fatalf("story of %s:\n  %s\nwant\n  %s", id, strings.Join(kinds(*got.Load()), "\n  "), strings.Join(want, "\n  "))
+		t.Fatalf("story of %s:\n  %s\nwant\n  %s", id, strings.Join(bustest.JournalKinds(*got.Load()), "\n  "), strings.Join(want, "\n  "))
 	}
 	return *got.Load()
 }
@@ -101,7 +194,7 @@ func storyOf(t *testing.T, srv *bustest.Server, id string, want []string) []prot
 // the processed one, and the reply published with its id as
 // meta.correlation_id, in order; and that payloads are left out.
 func TestJournalTellsAMessagesStory(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{RetryBaseDelay: time.Millisecond, RetryDelayCap: time.Millisecond})
+	srv := start(t, &bus.Options{RetryBaseDelay: time.Millisecond, RetryDelayCap: time.Millisecond}, nil)
 	var calls atomic.Int32
 	bustest.Connect(t, srv.URL, "worker", func(p protocol.ProcessMessageParams) any {
 		if calls.Add(1) == 1 {
@@ -149,7 +242,7 @@ func TestJournalTellsAMessagesStory(t *testing.T) {
 // message woken by a subscriber that rejects it, its dead letter, its
 // replay and its purge.
 func TestJournalHoldDeadLetterReplayPurge(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{Journal: bus.JournalOptions{Payloads: true}})
+	srv := start(t, nil, &journal.Options{Payloads: true})
 	pub := bustest.Dial(t, srv.URL)
 	pub.Initialize("pub")
 	id := pub.Publish("agent:x", "task").MessageID
@@ -182,7 +275,7 @@ func TestJournalHoldDeadLetterReplayPurge(t *testing.T) {
 // topic filter, gives every matching event once, in order, and that the
 // query's other filters hold.
 func TestJournalPages(t *testing.T) {
-	srv := bustest.Start(t, nil)
+	srv := start(t, nil, nil)
 	pub := bustest.Dial(t, srv.URL)
 	pub.Initialize("pub")
 	var ids []string
@@ -231,7 +324,7 @@ func openStream(t *testing.T, srv *bustest.Server, query, lastID string, header 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, "GET", srv.HTTP.URL+bus.PathEventsStream+"?"+query, nil)
+	req, err := http.NewRequestWithContext(ctx, "GET", srv.HTTP.URL+journal.PathEventsStream+"?"+query, nil)
 	require.NoError(t, err)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
@@ -242,7 +335,7 @@ func openStream(t *testing.T, srv *bustest.Server, query, lastID string, header 
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	httpSeen.Lock()
-	httpSeen.m[fmt.Sprintf("%s get %d", bus.PathEventsStream, res.StatusCode)] = true
+	httpSeen.m[fmt.Sprintf("%s get %d", journal.PathEventsStream, res.StatusCode)] = true
 	httpSeen.Unlock()
 	out := make(chan sseEvent, 1024)
 	if res.StatusCode != http.StatusOK {
@@ -292,7 +385,7 @@ func next(t *testing.T, events <-chan sseEvent) sseEvent {
 // and reconnects with Last-Event-ID gets every event it missed, once, in
 // order, and then the new ones as they happen.
 func TestJournalStreamResumes(t *testing.T) {
-	srv := bustest.Start(t, nil)
+	srv := start(t, nil, nil)
 	pub := bustest.Dial(t, srv.URL)
 	pub.Initialize("pub")
 	events, status, stop := openStream(t, srv, "topic=jobs:*", "", nil)
@@ -381,23 +474,23 @@ func TestJournalStatuses(t *testing.T) {
 		status       int
 		says         string
 	}{
-		{"ok", bus.PathEvents + "?topic=jobs:*&limit=5", ops, 200, ""},
-		{"no credential", bus.PathEvents, nil, 401, "credential"},
-		{"wrong token", bus.PathEvents, bearerHeader("nope"), 401, "credential"},
-		{"cross-site browser", bus.PathEvents, map[string]string{"Authorization": "Bearer ops-token", "Origin": "https://evil.example"}, 403, "Origin"},
-		{"unknown parameter", bus.PathEvents + "?topics=x", ops, 400, "topics"},
-		{"bad pattern", bus.PathEvents + "?topic=a%20b", ops, 400, "topic"},
-		{"bad since", bus.PathEvents + "?since=yesterday", ops, 400, "since"},
-		{"bad limit", bus.PathEvents + "?limit=0", ops, 400, "limit"},
-		{"limit too big", bus.PathEvents + "?limit=1001", ops, 400, "limit"},
-		{"bad cursor", bus.PathEvents + "?after=nope", ops, 400, "cursor"},
-		{"another process's cursor", bus.PathEvents + "?after=x.99", ops, 200, ""},
-		{"twice", bus.PathEvents + "?limit=1&limit=2", ops, 400, "once"},
-		{"empty correlationId", bus.PathEvents + "?correlationId=", ops, 400, "correlationId"},
-		{"stream, bad query", bus.PathEventsStream + "?since=-5m", ops, 400, "since"},
-		{"stream, bad Last-Event-ID", bus.PathEventsStream, map[string]string{"Authorization": "Bearer ops-token", "Last-Event-ID": "zzz"}, 400, "Last-Event-ID"},
-		{"stream, cross-site", bus.PathEventsStream, map[string]string{"Origin": "https://evil.example"}, 403, "Origin"},
-		{"post", bus.PathEvents, ops, 405, "GET"},
+		{"ok", journal.PathEvents + "?topic=jobs:*&limit=5", ops, 200, ""},
+		{"no credential", journal.PathEvents, nil, 401, "credential"},
+		{"wrong token", journal.PathEvents, bearerHeader("nope"), 401, "credential"},
+		{"cross-site browser", journal.PathEvents, map[string]string{"Authorization": "Bearer ops-token", "Origin": "https://evil.example"}, 403, "Origin"},
+		{"unknown parameter", journal.PathEvents + "?topics=x", ops, 400, "topics"},
+		{"bad pattern", journal.PathEvents + "?topic=a%20b", ops, 400, "topic"},
+		{"bad since", journal.PathEvents + "?since=yesterday", ops, 400, "since"},
+		{"bad limit", journal.PathEvents + "?limit=0", ops, 400, "limit"},
+		{"limit too big", journal.PathEvents + "?limit=1001", ops, 400, "limit"},
+		{"bad cursor", journal.PathEvents + "?after=nope", ops, 400, "cursor"},
+		{"another process's cursor", journal.PathEvents + "?after=x.99", ops, 200, ""},
+		{"twice", journal.PathEvents + "?limit=1&limit=2", ops, 400, "once"},
+		{"empty correlationId", journal.PathEvents + "?correlationId=", ops, 400, "correlationId"},
+		{"stream, bad query", journal.PathEventsStream + "?since=-5m", ops, 400, "since"},
+		{"stream, bad Last-Event-ID", journal.PathEventsStream, map[string]string{"Authorization": "Bearer ops-token", "Last-Event-ID": "zzz"}, 400, "Last-Event-ID"},
+		{"stream, cross-site", journal.PathEventsStream, map[string]string{"Origin": "https://evil.example"}, 403, "Origin"},
+		{"post", journal.PathEvents, ops, 405, "GET"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -416,8 +509,8 @@ func TestJournalStatuses(t *testing.T) {
 	require.Equal(t, 200, status)
 	stop()
 
-	off := bustest.Start(t, &bus.Options{Journal: bus.JournalOptions{Off: true}})
-	a := httpDo(t, off, "GET", bus.PathEvents, "", nil)
+	off := start(t, nil, &journal.Options{Off: true})
+	a := httpDo(t, off, "GET", journal.PathEvents, "", nil)
 	require.Equal(t, 404, a.status)
 	require.Contains(t, string(a.body), "journal is off")
 	_, status, _ = openStream(t, off, "", "", nil)
@@ -433,7 +526,7 @@ func TestJournalStreamEndsWhenCredentialRevoked(t *testing.T) {
 	require.Equal(t, 200, status)
 	cfg := f.config
 	cfg.Identities = slices.DeleteFunc(slices.Clone(cfg.Identities), func(id auth.Identity) bool { return id.Name == "main" })
-	a, err := auth.New(cfg, f.dir)
+	a, err := auth.New(cfg, t.TempDir())
 	require.NoError(t, err)
 	f.srv.SetAuth(a)
 	ops := httpDo(t, f.srv, "POST", "/v1/messages", `{"topic":"inbound:x","payload":{"type":"t"},"clientId":"ops-1"}`, bearerHeader("ops-token"))
@@ -462,13 +555,13 @@ func eventKeys(events []protocol.JournalEvent) []string {
 // c, each event naming its node; paging from c with a small limit walks
 // the three nodes' events in time order, each once; a reader without
 // admin sees only its grant's topics on every node; and once a node
-// dies, the next page names it missing rather than failing.
+// stops, the next page names it missing rather than failing.
 func TestJournalWholeClusterFromAnyNode(t *testing.T) {
-	dir := t.TempDir()
-	cfg, _ := authConfig(t, dir)
-	authn, err := auth.New(cfg, dir)
+	authn, err := auth.New(authConfig(), t.TempDir())
 	require.NoError(t, err)
-	nodes := clustertest.Start(t, &bus.Options{Auth: authn}, "a", "b", "c")
+	nodes := clustertest.StartExtended(t, &bus.Options{Auth: authn}, func(string) []bus.Extension {
+		return []bus.Extension{journal.New(nil)}
+	}, "a", "b", "c")
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	worker := bustest.DialToken(t, b.URL, "main-token")
@@ -499,7 +592,7 @@ func TestJournalWholeClusterFromAnyNode(t *testing.T) {
 			return false
 		}
 		got = nil
-		for i, k := range kinds(page.Events) {
+		for i, k := range bustest.JournalKinds(page.Events) {
 			got = append(got, page.Events[i].Node+" "+k)
 		}
 		return slices.Equal(got, want) && page.Events[3].MessageID == reply.MessageID
@@ -552,8 +645,8 @@ func TestJournalWholeClusterFromAnyNode(t *testing.T) {
 	require.Empty(t, journalPage(t, a, "messageId="+hidden.MessageID, bearerHeader("main-token")).Events)
 	require.NotEmpty(t, journalPage(t, a, "messageId="+hidden.MessageID, bearerHeader("ops-token")).Events)
 
-	// Node a dies: the next page from where paging ended names it.
-	bus.Crash(a.Server)
+	// Node a stops: the next page from where paging ended names it.
+	a.Stop(clustertest.Timeout)
 	page := journalPage(t, c, "after="+url.QueryEscape(cursor), bearerHeader("ops-token"))
 	require.Equal(t, []string{"a"}, page.Missing)
 	require.Contains(t, page.Next, "a:", "a's place is kept for when it answers again")
@@ -565,7 +658,7 @@ func TestJournalWholeClusterFromAnyNode(t *testing.T) {
 // publishes of one clientId, over two connections, are journaled each
 // with its own address, though one publisher serves both.
 func TestJournalRecordsEachHTTPRequestsAddress(t *testing.T) {
-	srv := bustest.Start(t, nil)
+	srv := start(t, nil, nil)
 	var ids []string
 	for range 2 {
 		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}

@@ -1,4 +1,4 @@
-package bus
+package journal
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -19,8 +18,8 @@ import (
 // Each node keeps its own journal, in memory (docs/OPERATIONS.md,
 // "Message journal"). A page of it asked of a node of a cluster is the
 // whole cluster's: the node asks every live node, and every node its
-// cursor names, for the same page (Cluster.Journal, over NATS to
-// bub.node.<node>.journal), with the reader's rights as this node
+// cursor names, for the same page (bus.Server.Survey, over NATS to
+// bub.node.<node>.survey.journal), with the reader's rights as this node
 // decided them, and merges the answers by time. A node that does not
 // answer in time is named in the page's Missing instead of failing it.
 // Streams (/v1/events/stream, the console's live tail) stay per node.
@@ -142,18 +141,17 @@ type journalAnswer struct {
 	Error string                `json:"error,omitempty"`
 }
 
-// clustered reports whether the bus is a node of a cluster.
-func (s *Server) clustered() bool { return s.cl != nil && s.cl.self != "" }
-
-// clusterJournalPage answers the page req asks for from every node.
-func (s *Server) clusterJournalPage(req *eventsRequest) (protocol.JournalPage, error) {
+// clusterPage answers the page req asks for from every node; ctx is
+// the request's.
+func (jn *Journal) clusterPage(ctx context.Context, req *eventsRequest) (protocol.JournalPage, error) {
 	cs := req.cluster
 	search := journalSearch{HidePayloads: req.q.hidePayloads, Everything: req.q.reader == nil}
 	if req.q.reader != nil {
 		rules := req.q.reader.ReadRules()
 		search.Reader = &rules
 	}
-	nodes := slices.Clone(s.cl.cluster.Live())
+	self := jn.s.Node()
+	nodes := slices.Clone(jn.s.LiveNodes())
 	for node := range cs.cursors {
 		if node != "" && !slices.Contains(nodes, node) {
 			// Its events were in earlier pages: gone now, it is
@@ -161,8 +159,8 @@ func (s *Server) clusterJournalPage(req *eventsRequest) (protocol.JournalPage, e
 			nodes = append(nodes, node)
 		}
 	}
-	if !slices.Contains(nodes, s.cl.self) {
-		nodes = append(nodes, s.cl.self)
+	if !slices.Contains(nodes, self) {
+		nodes = append(nodes, self)
 	}
 	slices.Sort(nodes)
 	type nodePage struct {
@@ -171,7 +169,7 @@ func (s *Server) clusterJournalPage(req *eventsRequest) (protocol.JournalPage, e
 		taken int
 	}
 	pages := make([]nodePage, len(nodes))
-	ctx, cancel := context.WithTimeout(s.ctx, journalNodeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, journalNodeTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, node := range nodes {
@@ -183,17 +181,17 @@ func (s *Server) clusterJournalPage(req *eventsRequest) (protocol.JournalPage, e
 			}
 			ns.Query += "after=" + url.QueryEscape(c)
 		}
-		if node == s.cl.self {
-			pages[i].page, pages[i].err = s.searchJournal(&ns)
+		if node == self {
+			pages[i].page, pages[i].err = jn.search(&ns)
 			continue
 		}
-		wg.Go(func() { pages[i].page, pages[i].err = s.askJournal(ctx, node, &ns) })
+		wg.Go(func() { pages[i].page, pages[i].err = jn.ask(ctx, node, &ns) })
 	}
 	wg.Wait()
 
 	var out protocol.JournalPage
 	for i, node := range nodes {
-		if node == s.cl.self && pages[i].err != nil {
+		if node == self && pages[i].err != nil {
 			// This node's own answer fails only on the query: the
 			// cursor.
 			return out, pages[i].err
@@ -231,7 +229,7 @@ func (s *Server) clusterJournalPage(req *eventsRequest) (protocol.JournalPage, e
 		}
 		switch {
 		case p.err != nil:
-			s.log.Warn("journal: a node did not answer a search of the cluster's journal; its events are missing from the page", "missing_node", node, "err", p.err)
+			jn.s.Logger().Warn("journal: a node did not answer a search of the cluster's journal; its events are missing from the page", "missing_node", node, "err", p.err)
 			out.Missing = append(out.Missing, node)
 		case p.taken == len(p.page.Events):
 			next[node] = p.page.Next
@@ -252,13 +250,13 @@ func (s *Server) clusterJournalPage(req *eventsRequest) (protocol.JournalPage, e
 	return out, nil
 }
 
-// askJournal asks node for its page of search.
-func (s *Server) askJournal(ctx context.Context, node string, search *journalSearch) (protocol.JournalPage, error) {
+// ask asks node for its page of search.
+func (jn *Journal) ask(ctx context.Context, node string, search *journalSearch) (protocol.JournalPage, error) {
 	b, err := json.Marshal(search)
 	if err != nil {
 		return protocol.JournalPage{}, err
 	}
-	resp, err := s.cl.cluster.Journal(ctx, node, b)
+	resp, err := jn.s.Survey(ctx, node, surveyOp, b)
 	if err != nil {
 		return protocol.JournalPage{}, err
 	}
@@ -275,42 +273,33 @@ func (s *Server) askJournal(ctx context.Context, node string, search *journalSea
 	return *a.Page, nil
 }
 
-// Journal answers another node's search of this node's journal, with the
-// reader's rights that node sent: this node has no credential to decide
-// them by, and a request on its journal subject comes only from a node
-// of the cluster (the subject is on the cluster's NATS, which the nodes
-// alone use; docs/CLUSTER.md).
-func (cl *clusterState) Journal(_ context.Context, req []byte) (answer []byte) {
-	s := cl.server
-	defer func() {
-		if p := recover(); p != nil {
-			s.metrics.panics.WithLabelValues(panicRequest).Inc()
-			s.log.Error("journal search of another node panicked", "panic", p, "stack", string(debug.Stack()))
-			answer, _ = json.Marshal(journalAnswer{Error: "the search failed inside node " + cl.self + "; its log has the details"})
-		}
-	}()
+// answerSearch answers another node's search of this node's journal,
+// with the reader's rights that node sent: this node has no credential
+// to decide them by, and a survey comes only from a node of the cluster
+// (it travels on the cluster's NATS, which the nodes alone use;
+// docs/CLUSTER.md).
+func (jn *Journal) answerSearch(_ context.Context, req []byte) ([]byte, error) {
 	var a journalAnswer
 	var search journalSearch
 	if err := json.Unmarshal(req, &search); err != nil {
 		a.Error = fmt.Sprintf("malformed journal search: %v", err)
-	} else if page, err := s.searchJournal(&search); err != nil {
+	} else if page, err := jn.search(&search); err != nil {
 		a.Error = err.Error()
 	} else {
 		a.Page = &page
 	}
-	answer, _ = json.Marshal(&a)
-	return answer
+	return json.Marshal(&a)
 }
 
-// searchJournal answers one node's part of a cluster's page. A page with
+// search answers one node's part of a cluster's page. A page with
 // payloads is cut to what one answer over the cluster carries
-// (Options.MaxMessageBytes, of which a delivery is allowed as much), at
-// least one event: the rest is the next page's.
-func (s *Server) searchJournal(search *journalSearch) (protocol.JournalPage, error) {
+// (bus.Options.MaxMessageBytes, of which a delivery is allowed as much),
+// at least one event: the rest is the next page's.
+func (jn *Journal) search(search *journalSearch) (protocol.JournalPage, error) {
 	var page protocol.JournalPage
-	j := s.journal
+	j := jn.j
 	if j == nil {
-		return page, fmt.Errorf("the message journal is off on node %s (--journal=false)", s.cl.self)
+		return page, fmt.Errorf("the message journal is off on node %s (--journal=false)", jn.s.Node())
 	}
 	v, err := url.ParseQuery(search.Query)
 	if err != nil {
@@ -318,7 +307,7 @@ func (s *Server) searchJournal(search *journalSearch) (protocol.JournalPage, err
 	}
 	req, err := j.parseEventsQuery(v, time.Now())
 	if err != nil {
-		return page, protocol.Errorf(protocol.ErrInvalidParams, "node %s: %v", s.cl.self, err)
+		return page, protocol.Errorf(protocol.ErrInvalidParams, "node %s: %v", jn.s.Node(), err)
 	}
 	if !search.Everything {
 		var rules auth.ReadRules
@@ -338,7 +327,7 @@ func (s *Server) searchJournal(search *journalSearch) (protocol.JournalPage, err
 		// In JSON an event's field names cost about as much again as
 		// its fixed part.
 		size += eventBytes(&events[i]) + int64(journalEventBytes)
-		if i > 0 && size > s.opts.MaxMessageBytes {
+		if i > 0 && size > jn.maxAnswer {
 			events, more = events[:i], true
 			last, _ = j.parseCursor(events[i-1].Cursor)
 			break
