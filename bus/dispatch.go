@@ -63,10 +63,6 @@ func init() {
 		protocol.MethodSubscriptionsList:   {queued: true, admin: true, serve: (*conn).subscriptionsList},
 		protocol.MethodSubscriptionsRemove: {queued: true, admin: true, serve: (*conn).subscriptionsRemove},
 		protocol.MethodSubscriptionsWaker:  {inOrder: true, serve: (*conn).subscriptionsWaker},
-		// Tool subscriptions (toolsub.go).
-		protocol.MethodToolSubscriptionStart:  {queued: true, serve: (*conn).startToolSubscription},
-		protocol.MethodToolSubscriptionCancel: {queued: true, serve: (*conn).cancelToolSubscription},
-		protocol.MethodToolSubscriptionList:   {queued: true, serve: (*conn).listToolSubscriptions},
 		// Webhook subscriptions (webhook_admin.go).
 		protocol.MethodWebhookAdd:    {queued: true, admin: true, serve: (*conn).webhookAdd},
 		protocol.MethodWebhookRemove: {queued: true, admin: true, serve: (*conn).webhookRemove},
@@ -214,10 +210,7 @@ func outcomeOf(err error) string {
 // decodeParams decodes a request's params object into v, naming the field
 // at fault when it cannot.
 func decodeParams(req *rpcstream.Request, v any) error {
-	if err := paramsObject(req.Method, req.Params); err != nil {
-		return err
-	}
-	return paramsError(req.Method, json.Unmarshal(req.Params, v))
+	return DecodeParams(req.Method, req.Params, v)
 }
 
 // paramsObject refuses params that are absent, null or positional.
@@ -504,8 +497,8 @@ type outgoing struct {
 	// scratch, for a chain of several subscribers, holds tickets; a walk
 	// relayed on the read loops gives it back when it ends (relayOnLoop).
 	scratch *walkScratch
-	// callback is set for an event sent to callback:{id}: the bus takes
-	// it itself (toolsub.go), routed to nobody.
+	// callback is set for an event sent to callback:{id}: the bus hands
+	// it to its CallbackFunc (doors.go), routed to nobody.
 	callback string
 	// remote is the publisher's address when it is not conn's (an HTTP
 	// request), for the journal.

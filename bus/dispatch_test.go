@@ -30,15 +30,12 @@ func TestMethodTable(t *testing.T) {
 		protocol.MethodDLQReplay:   {Queued: true, Admin: true},
 		protocol.MethodDLQPurge:    {Queued: true, Admin: true},
 
-		protocol.MethodSubscriptionsList:      {Queued: true, Admin: true},
-		protocol.MethodSubscriptionsRemove:    {Queued: true, Admin: true},
-		protocol.MethodSubscriptionsWaker:     {InOrder: true},
-		protocol.MethodToolSubscriptionStart:  {Queued: true},
-		protocol.MethodToolSubscriptionCancel: {Queued: true},
-		protocol.MethodToolSubscriptionList:   {Queued: true},
-		protocol.MethodWebhookAdd:             {Queued: true, Admin: true},
-		protocol.MethodWebhookRemove:          {Queued: true, Admin: true},
-		protocol.MethodWebhookList:            {Queued: true, Admin: true},
+		protocol.MethodSubscriptionsList:   {Queued: true, Admin: true},
+		protocol.MethodSubscriptionsRemove: {Queued: true, Admin: true},
+		protocol.MethodSubscriptionsWaker:  {InOrder: true},
+		protocol.MethodWebhookAdd:          {Queued: true, Admin: true},
+		protocol.MethodWebhookRemove:       {Queued: true, Admin: true},
+		protocol.MethodWebhookList:         {Queued: true, Admin: true},
 	}
 	require.Equal(t, want, bus.MethodTable())
 

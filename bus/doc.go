@@ -48,8 +48,9 @@
 // durable subscription (durable_sub.go) stays in the router while its
 // owner is away, as a subscriber whose deliveries the walk holds for the
 // owner, and one goroutine per returning owner delivers them in order.
-// Tool subscriptions (toolsub.go) take a tool's events at a callback
-// (callbacks.go, or the topic callback:{id}) and publish each on the
+// Tool subscriptions (package bus/toolsub, an add-on) take a tool's
+// events at a callback (its HTTP path, or the topic callback:{id},
+// which the core hands it: doors.go) and publish each on the
 // subscription's topic. Each of those steps calls a journal hook
 // (journal.go), which records what happened to the message for
 // GET /v1/events and its stream (journalhttp.go), and does nothing when
@@ -84,11 +85,11 @@
 // journal.mu are taken alone. clusterState.mu comes before a stand-in's
 // mu and router.mu, and a local conn's mu is never held while taking it
 // (cluster.go). A conn's mu is its holding's (subscriber.go). None is held across network I/O or a store commit.
-// The exception is a tool subscription's order (toolsub.go), held while
-// one of its events is checked, published and, when final, removed
-// from the store, so that its events go through one at a time; it is
-// taken before any other lock, and toolSubscriptions.mu alone. So is an
-// idempotency key's lock (keyLocks, idempotency.go), held while its
+// The exception is a tool subscription's order (bus/toolsub), held
+// while one of its events is checked, published and, when final,
+// removed from the store, so that its events go through one at a time;
+// it is taken before any lock of the core. So is an idempotency key's
+// lock (keyLocks, idempotency.go), held while its
 // request publishes so that requests with one key run one at a time. A
 // publisher's order (publish.go) is taken before its conn's mu, as a
 // read loop's turn is. The per-identity limits' locks are leaves:

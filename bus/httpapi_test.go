@@ -83,8 +83,8 @@ func httpDo(t *testing.T, srv *bustest.Server, method, target, body string, head
 		t.Fatalf("%s %s: read answer: %v", method, target, err)
 	}
 	path, _, _ := strings.Cut(target, "?")
-	if strings.HasPrefix(path, bus.PathCallbacks) {
-		path = bus.PathCallbacks + "{id}"
+	if strings.HasPrefix(path, protocol.PathCallbacks) {
+		path = protocol.PathCallbacks + "{id}"
 	}
 	if strings.HasPrefix(path, bus.PathHooks) {
 		path = bus.PathHooks + "{name}"
@@ -287,9 +287,7 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	TestHTTPPublishRateLimited(t)
 	TestHTTPPublishIdempotent(t)
 	TestHTTPPublishFailures(t)
-	TestToolSubscriptionEvents(t)
-	TestToolSubscriptionBadEvents(t)
-	TestToolSubscriptionRateLimited(t)
+	toolCallbackStatuses(t)
 	TestJournalStatuses(t)
 	TestHookStatuses(t)
 	var doc struct {

@@ -25,23 +25,7 @@ import (
 // value ("" for none), or -1 when it is not there.
 func metric(t *testing.T, srv *bustest.Server, name, label string) float64 {
 	t.Helper()
-	families, err := srv.Registry().Gather()
-	require.NoError(t, err)
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if label != "" && (len(m.GetLabel()) == 0 || m.GetLabel()[0].GetValue() != label) {
-				continue
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return -1
+	return bustest.Metric(t, srv, name, label)
 }
 
 func refusals(t *testing.T, srv *bustest.Server, limit string) float64 {

@@ -93,17 +93,6 @@ type Options struct {
 	// (HTTP Idempotency-Key) is kept:
 	// a repeat within it gets the first answer. Default: 24 h.
 	IdempotencyWindow time.Duration
-	// MaxToolSubscriptionsPerThread bounds the active tool subscriptions
-	// of one thread (group_id). Default: 16.
-	MaxToolSubscriptionsPerThread int
-	// MaxToolSubscriptions bounds the active tool subscriptions of the
-	// bus, each a few hundred bytes of store and memory. Default: 100000.
-	MaxToolSubscriptions int
-	// ToolEventRate limits the events of each tool subscription, per
-	// second (a token bucket of ToolEventBurst); beyond it a callback
-	// answers 429. Default: 10 per second, a burst of 20.
-	ToolEventRate  float64
-	ToolEventBurst int
 	// TracerProvider, when set, traces each publish and delivery
 	// attempt (trace.go); nil, the default, traces nothing and costs
 	// nothing.
@@ -256,18 +245,6 @@ func (o *Options) setDefaults() {
 	if o.IdempotencyWindow <= 0 {
 		o.IdempotencyWindow = 24 * time.Hour
 	}
-	if o.MaxToolSubscriptionsPerThread <= 0 {
-		o.MaxToolSubscriptionsPerThread = defaultMaxToolSubscriptionsPerThread
-	}
-	if o.MaxToolSubscriptions <= 0 {
-		o.MaxToolSubscriptions = defaultMaxToolSubscriptions
-	}
-	if o.ToolEventRate <= 0 {
-		o.ToolEventRate = defaultToolEventRate
-	}
-	if o.ToolEventBurst <= 0 {
-		o.ToolEventBurst = max(defaultToolEventBurst, int(o.ToolEventRate))
-	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 5
 	}
@@ -301,8 +278,6 @@ type Server struct {
 	// by deliverLocal and by the relay on the read loops (delivery.go).
 	layers []layer
 	store  Store
-	// toolSubs keeps the tool subscriptions (toolsub.go).
-	toolSubs *toolSubscriptions
 	// tracer traces publishes and deliveries; nil when off (trace.go).
 	tracer trace.Tracer
 	// busyListened and idleListened remember whether anyone subscribes
@@ -373,11 +348,13 @@ type Server struct {
 	// What the add-ons registered as the server started (extend.go):
 	// mux serves the HTTP paths that are not the core's, methods are the
 	// JSON-RPC methods served (the core's, then the add-ons'),
-	// observers hear events, shutdownHooks run as Shutdown starts.
+	// observers hear events, shutdownHooks run as Shutdown starts;
+	// callbacks takes what peers send to callback topics (doors.go).
 	mux           *http.ServeMux
 	methods       map[string]method
 	observers     []Observer
 	shutdownHooks []func(context.Context)
+	callbacks     CallbackFunc
 }
 
 // New returns a Server with the given options (nil means all defaults)
@@ -476,12 +453,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		_ = s.cl.cluster.Leave(context.Background())
 		return nil, err
 	}
-	subs, _ := s.store.(toolSubStore)
-	ts, err := newToolSubscriptions(ctx, s, subs)
-	if err != nil {
-		return fail(fmt.Errorf("new bus: %w", err))
-	}
-	s.toolSubs = ts
 	s.handleAddOns()
 	if err := s.extend(); err != nil {
 		return fail(fmt.Errorf("new bus: %w", err))
@@ -564,7 +535,6 @@ func (s *Server) handleAddOns() {
 	s.Handle(PathOpenAPI, http.HandlerFunc(serveOpenAPI))
 	s.Handle(PathEvents, http.HandlerFunc(s.serveEvents))
 	s.Handle(PathEventsStream, http.HandlerFunc(s.serveEventStream))
-	s.Handle(PathCallbacks, http.HandlerFunc(s.serveCallback))
 	s.Handle(PathHooks, http.HandlerFunc(s.serveHook))
 	s.Handle(PathConsole, http.HandlerFunc(s.serveConsole))
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,19 @@ func Start(t testing.TB, opts *bus.Options) *Server {
 	s.Store = st
 	t.Cleanup(func() { s.Stop(Timeout) })
 	return s
+}
+
+// StartExtended is Start with the extensions extend makes for the bus's
+// store (opts' Store, else the fresh in-memory one): for add-ons that
+// keep their records beside the bus's. Each start makes its own.
+func StartExtended(t testing.TB, opts *bus.Options, extend func(st *store.Store) []bus.Extension) *Server {
+	t.Helper()
+	o, st := testOptions(opts)
+	if st == nil {
+		t.Fatalf("bustest: StartExtended needs a *store.Store, not a %T", o.Store)
+	}
+	o.Extensions = append(slices.Clip(o.Extensions), extend(st)...)
+	return Start(t, &o)
 }
 
 // testOptions returns a copy of opts (nil: the defaults) with the logs

@@ -13,9 +13,15 @@ import (
 // LongTimeout.
 func Post(t testing.TB, url, body string, header map[string]string) (int, http.Header, []byte) {
 	t.Helper()
+	return Do(t, "POST", url, body, header)
+}
+
+// Do is Post with another method.
+func Do(t testing.TB, method, url, body string, header map[string]string) (int, http.Header, []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), LongTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,12 +30,12 @@ func Post(t testing.TB, url, body string, header map[string]string) (int, http.H
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("bustest: POST %s: %v", url, err)
+		t.Fatalf("bustest: %s %s: %v", method, url, err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
-		t.Fatalf("bustest: POST %s: read answer: %v", url, err)
+		t.Fatalf("bustest: %s %s: read answer: %v", method, url, err)
 	}
 	return res.StatusCode, res.Header, b
 }

@@ -56,6 +56,21 @@ func Start(t testing.TB, opts *bus.Options, ids ...string) []*bustest.Server {
 // others; nil wrap leaves them as they are.
 func StartWrapped(t testing.TB, opts *bus.Options, wrap func(node string, c bus.Cluster) bus.Cluster, ids ...string) []*bustest.Server {
 	t.Helper()
+	return start(t, opts, wrap, nil, ids...)
+}
+
+// StartEach is Start with each node's options, its Cluster set, given to
+// each before the node starts, and again before it restarts: for an
+// add-on that needs the node's own cluster (cluster.StoreOf). each must
+// not append to o.Extensions in place: the nodes share its array.
+func StartEach(t testing.TB, opts *bus.Options, each func(node string, o *bus.Options), ids ...string) []*bustest.Server {
+	t.Helper()
+	return start(t, opts, nil, each, ids...)
+}
+
+// start starts the cluster for Start, StartWrapped and StartEach.
+func start(t testing.TB, opts *bus.Options, wrap func(node string, c bus.Cluster) bus.Cluster, each func(node string, o *bus.Options), ids ...string) []*bustest.Server {
+	t.Helper()
 	ports := FreePorts(t, len(ids))
 	started := time.Now()
 	nodes := make([]*bustest.Server, len(ids))
@@ -96,6 +111,9 @@ func StartWrapped(t testing.TB, opts *bus.Options, wrap func(node string, c bus.
 			o.Cluster = cluster.ForBus(co)
 			if wrap != nil {
 				o.Cluster = wrap(id, o.Cluster)
+			}
+			if each != nil {
+				each(id, &o)
 			}
 			s, err := bustest.Serve(&o)
 			if err != nil {

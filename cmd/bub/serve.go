@@ -23,6 +23,7 @@ import (
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/bus/toolsub"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -273,13 +274,14 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	var running atomic.Pointer[bus.Server]
 	var st bus.Store
 	var cl bus.Cluster
+	var db *store.Store
 	if clusterOpts != nil {
 		// A cluster keeps its durable state in JetStream, under
 		// DATA_DIR/nats; no bbolt file is opened.
 		clusterOpts.Logger = logger
 		cl = cluster.ForBus(clusterOpts)
 	} else {
-		db, err := store.Open(cfg.dataDir, &store.Options{OnCommit: func(d time.Duration) {
+		db, err = store.Open(cfg.dataDir, &store.Options{OnCommit: func(d time.Duration) {
 			if srv := running.Load(); srv != nil {
 				srv.ObserveStoreCommit(d)
 			}
@@ -331,11 +333,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		IdempotencyWindow: cfg.idempotencyWindow,
 		TracerProvider:    tracing,
 		Journal:           cfg.journalOptions(),
-
-		MaxToolSubscriptionsPerThread: cfg.toolSubsPerThread,
-		MaxToolSubscriptions:          cfg.toolSubsMax,
-		ToolEventRate:                 cfg.toolEventRate,
-		ToolEventBurst:                cfg.toolEventBurst,
+		Extensions:        []bus.Extension{toolSubscriptions(cfg, db, cl)},
 
 		ServerID:        cfg.serverID,
 		DefaultPolicy:   protocol.Policy(cfg.defaultPolicy),
@@ -480,4 +478,28 @@ func (c *serveConfig) journalOptions() bus.JournalOptions {
 	o := c.journalOpts
 	o.Off = !c.journal
 	return o
+}
+
+// toolSubscriptions is the tool subscriptions' add-on, keeping them in
+// db, or on a cluster (cl not nil) in the node's cluster store.
+func toolSubscriptions(cfg *serveConfig, db *store.Store, cl bus.Cluster) bus.Extension {
+	o := toolsub.Options{
+		MaxPerThread: cfg.toolSubsPerThread,
+		Max:          cfg.toolSubsMax,
+		EventRate:    cfg.toolEventRate,
+		EventBurst:   cfg.toolEventBurst,
+	}
+	// Built as the bus starts: a cluster node's store exists once the
+	// node joined.
+	return bus.ExtensionFunc(func(s *bus.Server) error {
+		o.Store = db
+		if cl != nil {
+			cs := cluster.StoreOf(cl)
+			if cs == nil {
+				return errors.New("tool subscriptions: the cluster has no store yet")
+			}
+			o.Store = cs
+		}
+		return toolsub.New(&o).Extend(s)
+	})
 }
