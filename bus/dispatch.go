@@ -609,7 +609,7 @@ func (out *outgoing) acceptAndWalk() (*protocol.SendMessageResult, error) {
 	if err := out.accept(); err != nil {
 		return nil, err
 	}
-	return out.conn.server.publishRouted(&out.message, out.chain, out.tickets, true)
+	return out.conn.server.publishRouted(&out.message, nil, out.chain, out.tickets, true)
 }
 
 // admit applies the publish-path limits (admitPublish) and notes who

@@ -54,9 +54,10 @@
 // subscription's topic. Each of those steps calls a journal hook
 // (journal.go), which records what happened to the message for
 // GET /v1/events and its stream (journalhttp.go), and does nothing when
-// the journal is off. With Options.TracerProvider, a publish and each
-// delivery attempt are spans (trace.go: a hook in publishRouted and a
-// layer around the delivery pipeline).
+// the journal is off. Traces (package bus/otel, an add-on) make a
+// publish and each delivery attempt spans, through the middleware seams
+// (middleware.go: a publish hook in publishRouted and a middleware
+// around the delivery pipeline).
 // The operator console (console.go: sessions and the embedded files;
 // console_api.go and console_live.go: what it shows) reads the same
 // state, under the same locks, at PathConsole.

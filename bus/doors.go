@@ -58,7 +58,7 @@ func (s *Server) PublishBestEffort(m *store.Message) bool {
 	if len(chain) == 0 {
 		return false
 	}
-	go func() { _, _ = s.publishRouted(m, chain, nil, false) }()
+	go func() { _, _ = s.publishRouted(m, nil, chain, nil, false) }()
 	return true
 }
 

@@ -153,12 +153,14 @@ func (s *Server) OnShutdown(f func(ctx context.Context)) {
 	s.shutdownHooks = append(s.shutdownHooks, f)
 }
 
-// extend runs opts' extensions.
+// extend runs opts' extensions, then puts their delivery middleware
+// around the pipeline, before anything is delivered through it.
 func (s *Server) extend() error {
 	for _, e := range s.opts.Extensions {
 		if err := e.Extend(s); err != nil {
 			return fmt.Errorf("extension %T: %w", e, err)
 		}
 	}
+	s.deliver = s.useMiddleware(s.deliver)
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
@@ -93,10 +92,6 @@ type Options struct {
 	// (HTTP Idempotency-Key) is kept:
 	// a repeat within it gets the first answer. Default: 24 h.
 	IdempotencyWindow time.Duration
-	// TracerProvider, when set, traces each publish and delivery
-	// attempt (trace.go); nil, the default, traces nothing and costs
-	// nothing.
-	TracerProvider trace.TracerProvider
 	// Hosts are the Host header values a WebSocket upgrade may carry
 	// besides the address the bus listens on, so that a web page cannot
 	// reach a loopback bus through DNS rebinding.
@@ -278,8 +273,6 @@ type Server struct {
 	// by deliverLocal and by the relay on the read loops (delivery.go).
 	layers []layer
 	store  Store
-	// tracer traces publishes and deliveries; nil when off (trace.go).
-	tracer trace.Tracer
 	// busyListened and idleListened remember whether anyone subscribes
 	// to the activity events (countDelivery).
 	busyListened, idleListened anyCache
@@ -349,12 +342,16 @@ type Server struct {
 	// mux serves the HTTP paths that are not the core's, methods are the
 	// JSON-RPC methods served (the core's, then the add-ons'),
 	// observers hear events, shutdownHooks run as Shutdown starts;
-	// callbacks takes what peers send to callback topics (doors.go).
-	mux           *http.ServeMux
-	methods       map[string]method
-	observers     []Observer
-	shutdownHooks []func(context.Context)
-	callbacks     CallbackFunc
+	// callbacks takes what peers send to callback topics (doors.go);
+	// publishHooks and deliveryMiddleware are on the messages' path
+	// (middleware.go).
+	mux                *http.ServeMux
+	methods            map[string]method
+	observers          []Observer
+	shutdownHooks      []func(context.Context)
+	callbacks          CallbackFunc
+	publishHooks       []PublishHook
+	deliveryMiddleware []DeliveryMiddleware
 }
 
 // New returns a Server with the given options (nil means all defaults)
@@ -402,7 +399,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		conns:   make(map[*conn]struct{}),
 		bootID:  hex.EncodeToString(boot),
 		store:   o.Store,
-		tracer:  newTracer(o.TracerProvider),
 		mux:     http.NewServeMux(),
 		methods: make(map[string]method, len(methods)),
 

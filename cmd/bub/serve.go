@@ -18,10 +18,9 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
+	busotel "github.com/bub-bus/bub/bus/otel"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/bus/toolsub"
 	"github.com/bub-bus/bub/cluster"
@@ -292,7 +291,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		defer db.Close()
 		st = db
 	}
-	var tracing trace.TracerProvider
+	extensions := []bus.Extension{toolSubscriptions(cfg, db, cl)}
 	if cfg.otlpEndpoint != "" {
 		tp, err := newTracerProvider(ctx, cfg.otlpEndpoint, logger)
 		if err != nil {
@@ -301,7 +300,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		// Deferred: it runs once the bus has stopped, so that the
 		// bus's last spans are exported.
 		defer flushTraces(tp, logger)
-		tracing = tp
+		extensions = append(extensions, busotel.New(&busotel.Options{TracerProvider: tp}))
 	}
 	// Listening comes before the bus: a cluster node's start waits for a
 	// majority of its nodes, for up to a minute, and meanwhile /healthz
@@ -331,9 +330,8 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		HoldPatterns:      splitList(cfg.holdPatterns),
 		HoldLifetime:      cfg.holdLifetime,
 		IdempotencyWindow: cfg.idempotencyWindow,
-		TracerProvider:    tracing,
 		Journal:           cfg.journalOptions(),
-		Extensions:        []bus.Extension{toolSubscriptions(cfg, db, cl)},
+		Extensions:        extensions,
 
 		ServerID:        cfg.serverID,
 		DefaultPolicy:   protocol.Policy(cfg.defaultPolicy),
