@@ -13,6 +13,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/toolsub"
 )
 
 // docMetric is one row of a doc's metrics table.
@@ -61,9 +62,12 @@ func parseMetricsTable(t *testing.T, path string) []docMetric {
 // docs/PROTOCOL.md against what a bus exports: every metric of the bus
 // is in each table, with its type and its labels, every value a row
 // lists for a label is the bus's set of that label's values, and the
-// table is not cut in two (a row after a paragraph is not a row).
+// table is not cut in two (a row after a paragraph is not a row). The
+// bus has the add-ons whose metrics the tables list, as bub serve has.
 func TestMetricsTables(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{HandshakeTimeout: 50 * time.Millisecond}})
+	o := &bus.Options{Limits: bus.Limits{HandshakeTimeout: 50 * time.Millisecond}}
+	withToolSubs(o, toolsub.Options{})
+	srv := bustest.Start(t, o)
 	// A request answered and a connection the bus closed, so that the
 	// vectors with no fixed values have a series to show their labels.
 	bustest.Connect(t, srv.URL, "a", nil)
