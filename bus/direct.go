@@ -42,7 +42,7 @@ const frameRoom = 1024
 // which the walk gives back when it answers.
 func (c *conn) relayOnLoop(req *rpcstream.Request, out *outgoing) (relayed bool) {
 	s := c.server
-	if out.callback != "" || len(out.chain) == 0 || s.intercepted() {
+	if out.callback != "" || len(out.chain) == 0 || s.intercepted {
 		return false
 	}
 	if key, err := idempotencyKeyOf(out.message.Meta); key != "" || err != nil {

@@ -161,6 +161,7 @@ func (s *Server) extend() error {
 			return fmt.Errorf("extension %T: %w", e, err)
 		}
 	}
-	s.deliver = s.useMiddleware(s.deliver)
+	s.deliver = useMiddleware(s.deliveryMiddleware, s.deliver)
+	s.intercepted = len(s.publishHooks) > 0 || len(s.deliveryMiddleware) > 0
 	return nil
 }

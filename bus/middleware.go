@@ -67,23 +67,17 @@ func (s *Server) OnPublish(h PublishHook) {
 	s.publishHooks = append(s.publishHooks, h)
 }
 
-// intercepted reports whether middleware is on the messages' path: the
-// read loops then leave publishing and delivering to the pipeline.
-func (s *Server) intercepted() bool {
-	return len(s.publishHooks) > 0 || len(s.deliveryMiddleware) > 0
-}
-
-// hookPublish runs the publish hooks for m and returns what ends them.
-func (s *Server) hookPublish(m *store.Message, header http.Header, subscribers int) (done func()) {
-	if len(s.publishHooks) == 1 {
+// hookPublish runs hooks for m and returns what ends them.
+func hookPublish(hooks []PublishHook, m *store.Message, header http.Header, subscribers int) (done func()) {
+	if len(hooks) == 1 {
 		// The usual case, without the list.
-		if done = s.publishHooks[0](m, header, subscribers); done != nil {
+		if done = hooks[0](m, header, subscribers); done != nil {
 			return done
 		}
 		return func() {}
 	}
 	var dones []func()
-	for _, h := range s.publishHooks {
+	for _, h := range hooks {
 		if f := h(m, header, subscribers); f != nil {
 			dones = append(dones, f)
 		}
@@ -95,10 +89,10 @@ func (s *Server) hookPublish(m *store.Message, header http.Header, subscribers i
 	}
 }
 
-// useMiddleware wraps next, the delivery pipeline, in the delivery
-// middleware; next itself when there is none.
-func (s *Server) useMiddleware(next deliverFunc) deliverFunc {
-	if len(s.deliveryMiddleware) == 0 {
+// useMiddleware wraps next, the delivery pipeline, in mws, the first
+// outermost; next itself when there is none.
+func useMiddleware(mws []DeliveryMiddleware, next deliverFunc) deliverFunc {
+	if len(mws) == 0 {
 		return next
 	}
 	inner := DeliverFunc(func(ctx context.Context, dv *Delivery) (protocol.ProcessMessageResult, error) {
@@ -111,8 +105,8 @@ func (s *Server) useMiddleware(next deliverFunc) deliverFunc {
 		}
 		return next(ctx, d)
 	})
-	for i := len(s.deliveryMiddleware) - 1; i >= 0; i-- {
-		inner = s.deliveryMiddleware[i](inner)
+	for i := len(mws) - 1; i >= 0; i-- {
+		inner = mws[i](inner)
 	}
 	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		return inner(ctx, &Delivery{Message: d.Message, ClientID: d.ClientID, Subscription: d.Subscription, Attempt: d.Attempt, d: d})

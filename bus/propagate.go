@@ -26,7 +26,7 @@ func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*p
 func (s *Server) publishRouted(m *store.Message, header http.Header, chain []*subscription, tickets []ticket, reliable bool) (*protocol.SendMessageResult, error) {
 	s.name(m)
 	if len(s.publishHooks) > 0 {
-		defer s.hookPublish(m, header, len(chain))()
+		defer hookPublish(s.publishHooks, m, header, len(chain))()
 	}
 	result, err := s.routed(m, chain, reliable)
 	if err != nil || len(chain) == 0 {

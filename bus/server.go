@@ -344,7 +344,8 @@ type Server struct {
 	// observers hear events, shutdownHooks run as Shutdown starts;
 	// callbacks takes what peers send to callback topics (doors.go);
 	// publishHooks and deliveryMiddleware are on the messages' path
-	// (middleware.go).
+	// (middleware.go), intercepted when there is any: the read loops
+	// then leave publishing and delivering to the pipeline.
 	mux                *http.ServeMux
 	methods            map[string]method
 	observers          []Observer
@@ -352,6 +353,7 @@ type Server struct {
 	callbacks          CallbackFunc
 	publishHooks       []PublishHook
 	deliveryMiddleware []DeliveryMiddleware
+	intercepted        bool
 }
 
 // New returns a Server with the given options (nil means all defaults)

@@ -246,7 +246,7 @@ func (w *walk) advance(b *outbound.Batch) {
 func (w *walk) invoke(st *walkStep, b *outbound.Batch) {
 	s := w.s
 	c, ok := st.d.to.(*conn)
-	if !ok || s.intercepted() || s.opts.viaPipeline || (st.d.turn != nil && !st.d.turn.ready()) ||
+	if !ok || s.intercepted || s.opts.viaPipeline || (st.d.turn != nil && !st.d.turn.ready()) ||
 		!c.out.HasRoom(frameRoom+len(w.m.Payload)+len(w.m.Meta)) {
 		go func() {
 			s.deliverInTurn(&st.d, &w.outcomes[st.i])
