@@ -131,12 +131,6 @@ func (s *Server) PublisherFor(cred Credential, clientID, remote string) (*Publis
 	return p, nil
 }
 
-// RateLimited is a -32012 with message, answered over HTTP as 429 with
-// Retry-After (WriteError).
-func RateLimited(message string, retryAfterMS int64) error {
-	return &protocol.Error{Code: protocol.CodeRateLimited, Message: message, Data: protocol.RateLimitedData{RetryAfterMS: retryAfterMS}}
-}
-
 // TakeStream counts a stream of identity ("" on an open bus, which
 // counts nothing) against Limits.MaxStreamsPerIdentity, and returns its
 // release; past the cap it returns a limit_reached error.

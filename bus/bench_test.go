@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/journal"
+	"github.com/bub-bus/bub/bus/otel"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -187,4 +190,15 @@ func BenchmarkFanOut(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkRelayTraced is BenchmarkRelay with tracing on, every span
+// sampled and none exported: what the spans and the per-delivery meta
+// cost. BenchmarkRelay is the same path with tracing off.
+func BenchmarkRelayTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	srv := bustest.Start(b, &bus.Options{Extensions: []bus.Extension{otel.New(&otel.Options{TracerProvider: tp})}})
+	bustest.Connect(b, srv.URL, "sub", bustest.Processed).Subscribe("bench", "")
+	relay(b, bustest.Connect(b, srv.URL, "pub", nil))
 }

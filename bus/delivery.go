@@ -81,12 +81,13 @@ func (s *Server) localLayers() []layer {
 // made by its subscriber; a local connection's goes through the layers
 // (Server.layers), then the call, bounded by the timeout, and a
 // stand-in's to its node (standIn.deliver), where that node's layers
-// apply.
+// apply. The add-ons' delivery middleware goes around it once they are
+// registered (extend).
 func (s *Server) chain() (deliverFunc, localFunc) {
 	local := s.layered(s.timeout(s.call))
-	return s.traceDeliveries(s.measure(func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+	return s.measure(func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		return d.to.deliver(ctx, d)
-	})), local
+	}), local
 }
 
 // layered runs next inside the layers: every layer whose enter half let

@@ -21,7 +21,7 @@ import (
 // goroutine is started and none waits per message or per delivery.
 //
 // Whatever may wait stays off the read loops: a message that carries an
-// idempotency key, is traced, or reaches nobody (it may be held) is
+// idempotency key, goes through middleware (middleware.go), or reaches nobody (it may be held) is
 // published by a goroutine of its own (handle); the walk makes on a
 // goroutine each delivery that may wait (walk.go); the settling of a
 // message whose answers call for a retry, a dead letter or a hold runs on
@@ -43,7 +43,7 @@ const frameRoom = 1024
 // which the walk gives back when it answers.
 func (c *conn) relayOnLoop(req *rpcstream.Request, out *outgoing) (relayed bool) {
 	s := c.server
-	if out.callback != "" || len(out.chain) == 0 || s.tracer != nil {
+	if out.callback != "" || len(out.chain) == 0 || s.intercepted {
 		return false
 	}
 	if key, err := protocol.IdempotencyKeyOf(out.message.Meta); key != "" || err != nil {

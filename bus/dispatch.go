@@ -63,10 +63,6 @@ func init() {
 		protocol.MethodSubscriptionsList:   {queued: true, admin: true, serve: (*conn).subscriptionsList},
 		protocol.MethodSubscriptionsRemove: {queued: true, admin: true, serve: (*conn).subscriptionsRemove},
 		protocol.MethodSubscriptionsWaker:  {inOrder: true, serve: (*conn).subscriptionsWaker},
-		// Tool subscriptions (toolsub.go).
-		protocol.MethodToolSubscriptionStart:  {queued: true, serve: (*conn).startToolSubscription},
-		protocol.MethodToolSubscriptionCancel: {queued: true, serve: (*conn).cancelToolSubscription},
-		protocol.MethodToolSubscriptionList:   {queued: true, serve: (*conn).listToolSubscriptions},
 	}
 }
 
@@ -497,8 +493,8 @@ type outgoing struct {
 	// scratch, for a chain of several subscribers, holds tickets; a walk
 	// relayed on the read loops gives it back when it ends (relayOnLoop).
 	scratch *walkScratch
-	// callback is set for an event sent to callback:{id}: the bus takes
-	// it itself (toolsub.go), routed to nobody.
+	// callback is set for an event sent to callback:{id}: the bus hands
+	// it to its CallbackFunc (doors.go), routed to nobody.
 	callback string
 	// remote is the publisher's address when it is not conn's (an HTTP
 	// request), for the journal.
@@ -609,7 +605,7 @@ func (out *outgoing) acceptAndWalk() (*protocol.SendMessageResult, error) {
 	if err := out.accept(); err != nil {
 		return nil, err
 	}
-	return out.conn.server.publishRouted(&out.message, out.chain, out.tickets, true)
+	return out.conn.server.publishRouted(&out.message, nil, out.chain, out.tickets, true)
 }
 
 // admit applies the publish-path limits (admitPublish) and notes who

@@ -30,12 +30,9 @@ func TestMethodTable(t *testing.T) {
 		protocol.MethodDLQReplay:   {Queued: true, Admin: true},
 		protocol.MethodDLQPurge:    {Queued: true, Admin: true},
 
-		protocol.MethodSubscriptionsList:      {Queued: true, Admin: true},
-		protocol.MethodSubscriptionsRemove:    {Queued: true, Admin: true},
-		protocol.MethodSubscriptionsWaker:     {InOrder: true},
-		protocol.MethodToolSubscriptionStart:  {Queued: true},
-		protocol.MethodToolSubscriptionCancel: {Queued: true},
-		protocol.MethodToolSubscriptionList:   {Queued: true},
+		protocol.MethodSubscriptionsList:   {Queued: true, Admin: true},
+		protocol.MethodSubscriptionsRemove: {Queued: true, Admin: true},
+		protocol.MethodSubscriptionsWaker:  {InOrder: true},
 	}
 	require.Equal(t, want, bus.MethodTable())
 

@@ -48,17 +48,16 @@
 // durable subscription (durable_sub.go) stays in the router while its
 // owner is away, as a subscriber whose deliveries the walk holds for the
 // owner, and one goroutine per returning owner delivers them in order.
-// Tool subscriptions (toolsub.go) take a tool's events at a callback
-// (callbacks.go, or the topic callback:{id}) and publish each on the
+// Tool subscriptions (package bus/toolsub, an add-on) take a tool's
+// events at a callback (its HTTP path, or the topic callback:{id},
+// which the core hands it: doors.go) and publish each on the
 // subscription's topic. Each of those steps tells the observers what
 // happened to the message (observe.go; the message journal, bus/journal,
-// is one), and does nothing when nobody observes. With Options.TracerProvider, a publish and each
-// delivery attempt are spans (trace.go: a hook in publishRouted and a
-// layer around the delivery pipeline).
-// The operator console is an add-on (package bus/console): it reads
-// copies the core makes under its own locks (snapshot.go) and hears
-// routed messages as an observer; only its Messages page's endpoints,
-// which read the journal, are served here (console_messages.go).
+// is one), and does nothing when nobody observes. Traces (package
+// bus/otel, an add-on) make a publish and each delivery attempt spans,
+// through the middleware seams (middleware.go). The operator console is
+// an add-on (package bus/console): it reads copies the core makes under
+// its own locks (snapshot.go) and hears routed messages as an observer.
 //
 // # Goroutines and locks
 //
@@ -84,11 +83,11 @@
 // taken alone. clusterState.mu comes before a stand-in's
 // mu and router.mu, and a local conn's mu is never held while taking it
 // (cluster.go). A conn's mu is its holding's (subscriber.go). None is held across network I/O or a store commit.
-// The exception is a tool subscription's order (toolsub.go), held while
-// one of its events is checked, published and, when final, removed
-// from the store, so that its events go through one at a time; it is
-// taken before any other lock, and toolSubscriptions.mu alone. So is an
-// idempotency key's lock (keyLocks, idempotency.go), held while its
+// The exception is a tool subscription's order (bus/toolsub), held
+// while one of its events is checked, published and, when final,
+// removed from the store, so that its events go through one at a time;
+// it is taken before any lock of the core. So is an idempotency key's
+// lock (keyLocks, idempotency.go), held while its
 // request publishes so that requests with one key run one at a time. A
 // publisher's order (publish.go) is taken before its conn's mu, as a
 // read loop's turn is. The per-identity limits' locks are leaves:

@@ -15,6 +15,7 @@ import (
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/console"
 	"github.com/bub-bus/bub/bus/journal"
+	"github.com/bub-bus/bub/bus/toolsub"
 	"github.com/bub-bus/bub/bus/webhook"
 )
 
@@ -64,11 +65,14 @@ func parseMetricsTable(t *testing.T, path string) []docMetric {
 // docs/PROTOCOL.md against what a bus exports: every metric of the bus
 // is in each table, with its type and its labels, every value a row
 // lists for a label is the bus's set of that label's values, and the
-// table is not cut in two (a row after a paragraph is not a row).
+// table is not cut in two (a row after a paragraph is not a row). The
+// bus has the add-ons whose metrics the tables list, as bub serve has.
 func TestMetricsTables(t *testing.T) {
 	// The add-ons' metrics are the bus's too, as bub serve wires them.
-	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{HandshakeTimeout: 50 * time.Millisecond},
-		Extensions: []bus.Extension{journal.New(nil), webhook.New(webhook.Options{}), console.Extension{}}})
+	o := &bus.Options{Limits: bus.Limits{HandshakeTimeout: 50 * time.Millisecond},
+		Extensions: []bus.Extension{journal.New(nil), webhook.New(webhook.Options{}), console.Extension{}}}
+	withToolSubs(o, toolsub.Options{})
+	srv := bustest.Start(t, o)
 	// A request answered and a connection the bus closed, so that the
 	// vectors with no fixed values have a series to show their labels.
 	bustest.Connect(t, srv.URL, "a", nil)

@@ -21,6 +21,7 @@ import (
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/console"
 	"github.com/bub-bus/bub/bus/journal"
+	"github.com/bub-bus/bub/bus/toolsub"
 	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -45,6 +46,9 @@ func doorBus(t *testing.T, tune func(*bus.Options)) *bustest.Server {
 	o := &bus.Options{Auth: a, HoldPatterns: []string{"held:*"}, Extensions: []bus.Extension{hookGH("jobs:gh:{kind}"), jn, console.Extension{Journal: jn}}}
 	if tune != nil {
 		tune(o)
+	}
+	if len(o.Extensions) == 0 {
+		withToolSubs(o, toolsub.Options{})
 	}
 	return bustest.Start(t, o)
 }
@@ -205,7 +209,7 @@ var doorProbes = map[string]func(t *testing.T){
 		requireHTTP(t, a, 401, "signature")
 	},
 	"credential/tool callback": func(t *testing.T) {
-		requireHTTP(t, post(t, doorBus(t, nil), bus.PathCallbacks+"guessed", toolEvent(`{}`), nil), 404, "no active tool subscription")
+		requireHTTP(t, post(t, doorBus(t, nil), protocol.PathCallbacks+"guessed", toolEvent(`{}`), nil), 404, "no active tool subscription")
 	},
 	"credential/console": func(t *testing.T) {
 		require.Equal(t, 401, newBrowser(t, doorBus(t, nil)).login("wrong-token").status)
@@ -318,7 +322,7 @@ var doorProbes = map[string]func(t *testing.T){
 		}
 	},
 	"rate/tool callback": func(t *testing.T) {
-		srv := doorBus(t, func(o *bus.Options) { o.ToolEventRate, o.ToolEventBurst = 0.001, 1 })
+		srv := doorBus(t, func(o *bus.Options) { withToolSubs(o, toolsub.Options{EventRate: 0.001, EventBurst: 1}) })
 		path := toolCallback(t, srv, "jobs:events")
 		require.Equal(t, 200, post(t, srv, path, toolEvent(`{}`), nil).status)
 		requireHTTP(t, post(t, srv, path, toolEvent(`{}`), nil), 429, "--tool-event-rate")
@@ -385,7 +389,7 @@ var doorProbes = map[string]func(t *testing.T){
 	},
 	"connections/HTTP":          overPerAddr("/v1/messages"),
 	"connections/webhook in":    overPerAddr("/v1/hooks/gh"),
-	"connections/tool callback": overPerAddr(bus.PathCallbacks + "x"),
+	"connections/tool callback": overPerAddr(protocol.PathCallbacks + "x"),
 	"connections/console": func(t *testing.T) {
 		srv := doorBus(t, nil)
 		var sessions []*browser

@@ -21,6 +21,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/journal"
+	"github.com/bub-bus/bub/bus/toolsub"
 	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/protocol"
@@ -202,7 +203,9 @@ func TestIdempotencyKeysCapped(t *testing.T) {
 // with 400 naming the byte, and reaches no subscriber.
 func TestInvalidUTF8RefusedByEveryDoor(t *testing.T) {
 	t.Parallel()
-	srv := bustest.Start(t, nil)
+	o := &bus.Options{}
+	withToolSubs(o, toolsub.Options{})
+	srv := bustest.Start(t, o)
 	_, got := bustest.Collect(t, srv.URL, "strict", "jobs:*")
 	body := `{"topic":"jobs:a","payload":{"type":"t","x":"` + "\xff\xfe" + `"}}`
 	a := httpDo(t, srv, "POST", "/v1/messages", body, nil)

@@ -27,6 +27,16 @@ type Extension interface {
 	Extend(s *Server) error
 }
 
+// ExtensionFunc is an Extension made of its Extend: for an add-on built
+// as the server starts, when what it needs exists (a cluster node's
+// store, once the node joined).
+type ExtensionFunc func(s *Server) error
+
+// Extend calls f(s).
+func (f ExtensionFunc) Extend(s *Server) error { return f(s) }
+
+var _ Extension = ExtensionFunc(nil)
+
 // Handle registers h for the HTTP requests pattern matches (a
 // net/http.ServeMux pattern: "/v1/events", or "/console/" for a tree).
 // The core serves its own paths first: /, /healthz, /readyz, /metrics
@@ -83,6 +93,42 @@ func (c *Caller) ClientID() string {
 	return c.c.clientID
 }
 
+// Identity is who the limits count the caller against: its
+// credential's name, or its clientId on an open bus. A record the
+// caller makes to publish later as it does (NewPublisher) keeps both.
+func (c *Caller) Identity() string {
+	c.c.mu.Lock()
+	defer c.c.mu.Unlock()
+	return c.c.limitKeyLocked()
+}
+
+// Logger logs as the caller's connection does, with its attributes.
+func (c *Caller) Logger() *slog.Logger { return c.c.log }
+
+// CheckPublish refuses, as sendMessage would, a publish to topic the
+// caller's credential does not allow, or to one of the bus's own
+// topics: for a method that publishes for the caller later. The
+// refusal is counted and logged.
+func (c *Caller) CheckPublish(topic string) error {
+	c.c.mu.Lock()
+	access, identity, id := c.c.access, c.c.identity, c.c.clientID
+	c.c.mu.Unlock()
+	return c.c.checkPublish(access, identity, id, topic)
+}
+
+// CheckAdmin refuses method to a caller whose credential lacks admin,
+// as the admin methods are (Method.Admin); on an open bus it passes.
+// The refusal is counted and logged.
+func (c *Caller) CheckAdmin(method string) error { return c.c.checkAdmin(method) }
+
+// Admin reports whether the caller is an admin of a bus with auth: on
+// an open bus nobody is, though CheckAdmin lets everyone pass.
+func (c *Caller) Admin() bool {
+	c.c.mu.Lock()
+	defer c.c.mu.Unlock()
+	return c.c.server.auth.Load() != nil && (c.c.access == nil || c.c.access.Admin())
+}
+
 // An Event is what happened to a message, as the core tells its
 // observers: the journal's event (protocol.JournalEvent; its Time, Node
 // and Cursor are the observer's to fill) and, when the core holds it
@@ -129,12 +175,15 @@ func (s *Server) OnShutdown(f func(ctx context.Context)) {
 // SetAuth change what is in force.
 func (s *Server) Options() Options { return s.opts }
 
-// extend runs opts' extensions.
+// extend runs opts' extensions, then puts their delivery middleware
+// around the pipeline, before anything is delivered through it.
 func (s *Server) extend() error {
 	for _, e := range s.opts.Extensions {
 		if err := e.Extend(s); err != nil {
 			return fmt.Errorf("extension %T: %w", e, err)
 		}
 	}
+	s.deliver = useMiddleware(s.deliveryMiddleware, s.deliver)
+	s.intercepted = len(s.publishHooks) > 0 || len(s.deliveryMiddleware) > 0
 	return nil
 }

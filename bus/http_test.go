@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -58,8 +57,8 @@ func httpDo(t *testing.T, srv *bustest.Server, method, target, body string, head
 	a := bustest.Do(t, method, srv.HTTP.URL+target, body, header)
 	status, h, b := a.Status, a.Header, a.Body
 	path, _, _ := strings.Cut(target, "?")
-	if strings.HasPrefix(path, bus.PathCallbacks) {
-		path = bus.PathCallbacks + "{id}"
+	if strings.HasPrefix(path, protocol.PathCallbacks) {
+		path = protocol.PathCallbacks + "{id}"
 	}
 	httpSeen.Lock()
 	httpSeen.m[fmt.Sprintf("%s %s %d", path, strings.ToLower(method), status)] = true
@@ -81,10 +80,8 @@ func TestHTTPOpenAPIMatchesHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	TestToolSubscriptionEvents(t)
-	TestToolSubscriptionBadEvents(t)
-	TestToolSubscriptionRateLimited(t)
+	toolCallbackStatuses(t)
 	httpSeen.Lock()
 	defer httpSeen.Unlock()
-	bustest.CheckOpenAPI(t, openAPIDoc, httpSeen.m, func(path string) bool { return strings.HasPrefix(path, bus.PathCallbacks) })
+	bustest.CheckOpenAPI(t, openAPIDoc, httpSeen.m, func(path string) bool { return strings.HasPrefix(path, protocol.PathCallbacks) })
 }

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -16,16 +17,16 @@ import (
 // topic. Every retry and hold is committed to the store before publish
 // returns, so the result never announces one the store lacks.
 func (s *Server) publish(_ context.Context, m *store.Message, reliable bool) (*protocol.SendMessageResult, error) {
-	return s.publishRouted(m, s.router.route(m.Topic), nil, reliable)
+	return s.publishRouted(m, nil, s.router.route(m.Topic), nil, reliable)
 }
 
 // publishRouted is publish for a message already routed to chain, with
-// its tickets (order.go) when it keeps its publisher's order.
-func (s *Server) publishRouted(m *store.Message, chain []*subscription, tickets []ticket, reliable bool) (*protocol.SendMessageResult, error) {
+// its tickets (order.go) when it keeps its publisher's order, and the
+// HTTP request's header when it came by one (PublishHook).
+func (s *Server) publishRouted(m *store.Message, header http.Header, chain []*subscription, tickets []ticket, reliable bool) (*protocol.SendMessageResult, error) {
 	s.name(m)
-	if s.tracer != nil {
-		span := s.tracePublish(m, len(chain))
-		defer span.End()
+	if len(s.publishHooks) > 0 {
+		defer hookPublish(s.publishHooks, m, header, len(chain))()
 	}
 	result, err := s.routed(m, chain, reliable)
 	if err != nil || len(chain) == 0 {

@@ -78,7 +78,8 @@ type PublishOptions struct {
 	// Remote is the request's address, for the journal: a publisher may
 	// serve requests from several.
 	Remote string
-	// Header carries the request's traceparent, if any (trace.go).
+	// Header is the HTTP request's, for the publish hooks (a traceparent:
+	// bus/otel).
 	Header http.Header
 	// Key is the idempotency key ("" for none), and Sum tells a repeat
 	// of the request from another that uses the key.
@@ -177,14 +178,11 @@ func (s *Server) publishOnce(p *Publisher, params []byte, o *PublishOptions) (*P
 		done()
 		return nil, err
 	}
-	if o.Header != nil {
-		s.traceHTTP(&out.message, o.Header)
-	}
 	answer := &Published{MessageID: out.message.ID}
 	walk := func() (*protocol.SendMessageResult, error) {
 		defer done()
 		defer out.pass()
-		return s.publishRouted(&out.message, out.chain, out.tickets, true)
+		return s.publishRouted(&out.message, o.Header, out.chain, out.tickets, true)
 	}
 	if !o.Wait && len(out.chain) > 0 {
 		go func() { _, _ = walk() }()

@@ -15,7 +15,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
@@ -93,21 +92,6 @@ type Options struct {
 	// (HTTP Idempotency-Key) is kept:
 	// a repeat within it gets the first answer. Default: 24 h.
 	IdempotencyWindow time.Duration
-	// MaxToolSubscriptionsPerThread bounds the active tool subscriptions
-	// of one thread (group_id). Default: 16.
-	MaxToolSubscriptionsPerThread int
-	// MaxToolSubscriptions bounds the active tool subscriptions of the
-	// bus, each a few hundred bytes of store and memory. Default: 100000.
-	MaxToolSubscriptions int
-	// ToolEventRate limits the events of each tool subscription, per
-	// second (a token bucket of ToolEventBurst); beyond it a callback
-	// answers 429. Default: 10 per second, a burst of 20.
-	ToolEventRate  float64
-	ToolEventBurst int
-	// TracerProvider, when set, traces each publish and delivery
-	// attempt (trace.go); nil, the default, traces nothing and costs
-	// nothing.
-	TracerProvider trace.TracerProvider
 	// Hosts are the Host header values a WebSocket upgrade may carry
 	// besides the address the bus listens on, so that a web page cannot
 	// reach a loopback bus through DNS rebinding.
@@ -243,18 +227,6 @@ func (o *Options) setDefaults() {
 	if o.IdempotencyWindow <= 0 {
 		o.IdempotencyWindow = 24 * time.Hour
 	}
-	if o.MaxToolSubscriptionsPerThread <= 0 {
-		o.MaxToolSubscriptionsPerThread = defaultMaxToolSubscriptionsPerThread
-	}
-	if o.MaxToolSubscriptions <= 0 {
-		o.MaxToolSubscriptions = defaultMaxToolSubscriptions
-	}
-	if o.ToolEventRate <= 0 {
-		o.ToolEventRate = defaultToolEventRate
-	}
-	if o.ToolEventBurst <= 0 {
-		o.ToolEventBurst = max(defaultToolEventBurst, int(o.ToolEventRate))
-	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 5
 	}
@@ -288,10 +260,6 @@ type Server struct {
 	// by deliverLocal and by the relay on the read loops (delivery.go).
 	layers []layer
 	store  Store
-	// toolSubs keeps the tool subscriptions (toolsub.go).
-	toolSubs *toolSubscriptions
-	// tracer traces publishes and deliveries; nil when off (trace.go).
-	tracer trace.Tracer
 	// busyListened and idleListened remember whether anyone subscribes
 	// to the activity events (countDelivery).
 	busyListened, idleListened anyCache
@@ -343,11 +311,19 @@ type Server struct {
 	// What the add-ons registered as the server started (extend.go):
 	// mux serves the HTTP paths that are not the core's, methods are the
 	// JSON-RPC methods served (the core's, then the add-ons'),
-	// observers hear events, shutdownHooks run as Shutdown starts.
-	mux           *http.ServeMux
-	methods       map[string]method
-	observers     []Observer
-	shutdownHooks []func(context.Context)
+	// observers hear events, shutdownHooks run as Shutdown starts;
+	// callbacks takes what peers send to callback topics (doors.go);
+	// publishHooks and deliveryMiddleware are on the messages' path
+	// (middleware.go), intercepted when there is any: the read loops
+	// then leave publishing and delivering to the pipeline.
+	mux                *http.ServeMux
+	methods            map[string]method
+	observers          []Observer
+	shutdownHooks      []func(context.Context)
+	callbacks          CallbackFunc
+	publishHooks       []PublishHook
+	deliveryMiddleware []DeliveryMiddleware
+	intercepted        bool
 	// surveys are the SurveyHandlers of the operations this node
 	// answers, by name (survey.go): a sync.Map, as the cluster may ask
 	// before the add-ons registered them (they extend the server after
@@ -400,7 +376,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		conns:   make(map[*conn]struct{}),
 		bootID:  hex.EncodeToString(boot),
 		store:   o.Store,
-		tracer:  newTracer(o.TracerProvider),
 		mux:     http.NewServeMux(),
 		methods: make(map[string]method, len(methods)),
 
@@ -440,13 +415,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		_ = s.cl.cluster.Leave(context.Background())
 		return nil, err
 	}
-	subs, _ := s.store.(toolSubStore)
-	ts, err := newToolSubscriptions(ctx, s, subs)
-	if err != nil {
-		return fail(fmt.Errorf("new bus: %w", err))
-	}
-	s.toolSubs = ts
-	s.handleAddOns()
 	if err := s.extend(); err != nil {
 		return fail(fmt.Errorf("new bus: %w", err))
 	}
@@ -509,12 +477,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.mux.ServeHTTP(w, r)
 	}
-}
-
-// handleAddOns registers the HTTP paths of the add-ons still in package
-// bus.
-func (s *Server) handleAddOns() {
-	s.Handle(PathCallbacks, http.HandlerFunc(s.serveCallback))
 }
 
 func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {

@@ -33,37 +33,6 @@ type SubscriberSpec struct {
 	Policy protocol.Policy
 }
 
-// A Delivery is one attempt to hand a message to a subscriber added with
-// Subscribe.
-type Delivery struct {
-	d       *delivery
-	written func()
-}
-
-// MessageID is the message's id.
-func (d *Delivery) MessageID() string { return d.d.Message.ID }
-
-// Attempt is the attempt's number, from 1.
-func (d *Delivery) Attempt() int { return d.d.Attempt }
-
-// AppendParams appends the processMessage params of the delivery, as a
-// peer would get them, to b.
-func (d *Delivery) AppendParams(b []byte) []byte { return d.d.AppendParams(b) }
-
-// Written says the delivery is on its way (its request written): the
-// publisher's next message may now go out to this subscriber, as it may
-// to a peer once the call is written. Once deliver returns it is said
-// for it; calling it again does nothing.
-func (d *Delivery) Written() { d.written() }
-
-// A DeliverFunc makes one attempt of d, within ctx, which ends after
-// Options.DeliveryTimeout. Its result is the subscriber's answer, as a
-// peer's processMessage result is. An error is an attempt that got no
-// answer, retried as a peer's is, its text recorded as the attempt's
-// error: one that is context.DeadlineExceeded (errors.Is) counts as a
-// timeout, any other as a subscriber that could not be reached.
-type DeliverFunc func(ctx context.Context, d *Delivery) (protocol.ProcessMessageResult, error)
-
 // A Subscriber is a subscriber added with Subscribe.
 type Subscriber struct {
 	f *funcSubscriber
@@ -174,7 +143,7 @@ func (f *funcSubscriber) deliver(ctx context.Context, d *delivery) (protocol.Pro
 		written = d.turn.pass
 	}
 	var once sync.Once
-	pub := &Delivery{d: d, written: func() {
+	pub := &Delivery{Message: d.Message, ClientID: d.ClientID, Subscription: d.Subscription, Attempt: d.Attempt, d: d, written: func() {
 		if written != nil {
 			once.Do(written)
 		}

@@ -30,7 +30,7 @@ import (
 // turn has not come (a predecessor is still on its way, order.go), one to
 // a connection whose queue has no room (its peer reads slowly), one to a
 // subscriber on another node or to an away durable owner, and every
-// delivery when deliveries are traced, is made as before by the delivery
+// delivery when middleware is on the path (middleware.go), is made as before by the delivery
 // pipeline (Server.deliver) on a goroutine of its own, whose end is
 // reported to the walk as an answer is. The calls a walker writes are
 // queued on the subscribers' connections and held (outbound.Batch) until
@@ -246,7 +246,7 @@ func (w *walk) advance(b *outbound.Batch) {
 func (w *walk) invoke(st *walkStep, b *outbound.Batch) {
 	s := w.s
 	c, ok := st.d.to.(*conn)
-	if !ok || s.tracer != nil || s.opts.viaPipeline || (st.d.turn != nil && !st.d.turn.ready()) ||
+	if !ok || s.intercepted || s.opts.viaPipeline || (st.d.turn != nil && !st.d.turn.ready()) ||
 		!c.out.HasRoom(frameRoom+len(w.m.Payload)+len(w.m.Meta)) {
 		go func() {
 			s.deliverInTurn(&st.d, &w.outcomes[st.i])

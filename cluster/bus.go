@@ -53,6 +53,18 @@ var (
 	_ bus.Store   = (*Store)(nil)
 )
 
+// StoreOf is the store of c, a node ForBus made, once the bus has
+// joined the cluster (an add-on's Extend and on), for an add-on that
+// keeps its records in the cluster beside the bus's: nil before, or for
+// a Cluster ForBus did not make.
+func StoreOf(c bus.Cluster) *Store {
+	b, ok := c.(*busNode)
+	if !ok || b.node == nil {
+		return nil
+	}
+	return b.node.Store()
+}
+
 func (b *busNode) Names() (string, string) { return b.opts.Name, b.opts.NodeID }
 
 func (b *busNode) Join(ctx context.Context, j *bus.ClusterJoin) (bus.Store, error) {

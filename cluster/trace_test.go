@@ -11,6 +11,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/otel"
 	"github.com/bub-bus/bub/cluster/clustertest"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -23,7 +24,7 @@ func TestTracesAcrossNodes(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	nodes := clustertest.Start(t, &bus.Options{TracerProvider: tp}, "a", "b")
+	nodes := clustertest.Start(t, &bus.Options{Extensions: []bus.Extension{otel.New(&otel.Options{TracerProvider: tp})}}, "a", "b")
 	_, got := bustest.Collect(t, nodes[1].URL, "worker", "jobs:*")
 	const traceID, parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	pub := bustest.Connect(t, nodes[0].URL, "pub", nil)

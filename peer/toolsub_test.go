@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/bus/toolsub"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -20,7 +22,8 @@ import (
 // reads as CallbackError with its status and wait, and a gone
 // subscription as ErrSubscriptionGone, by either way.
 func TestToolSubscriptionHelpers(t *testing.T) {
-	b := startBus(t, &bus.Options{ToolEventRate: 0.01, ToolEventBurst: 2})
+	st := store.OpenMemory()
+	b := startBus(t, &bus.Options{Store: st, Extensions: []bus.Extension{toolsub.New(&toolsub.Options{Store: st, EventRate: 0.01, EventBurst: 2})}})
 	ctx := context.Background()
 	got := make(chan *peer.Delivery, 8)
 	agent := dial(t, b.URL, "agent-1", nil)

@@ -62,6 +62,19 @@ func Start(t testing.TB, opts *bus.Options) *Server {
 	return s
 }
 
+// StartExtended is Start with the extensions extend makes for the bus's
+// store (opts' Store, else the fresh in-memory one): for add-ons that
+// keep their records beside the bus's. Each start makes its own.
+func StartExtended(t testing.TB, opts *bus.Options, extend func(st *store.Store) []bus.Extension) *Server {
+	t.Helper()
+	o, st := testOptions(opts)
+	if st == nil {
+		t.Fatalf("bustest: StartExtended needs a *store.Store, not a %T", o.Store)
+	}
+	o.Extensions = append(slices.Clip(o.Extensions), extend(st)...)
+	return Start(t, &o)
+}
+
 // testOptions returns a copy of opts (nil: the defaults) with the logs
 // discarded unless it names a Logger, and a fresh in-memory store unless
 // it names a Store; and that store, for Server.Store (nil for a cluster's,

@@ -1,7 +1,6 @@
 package console
 
 import (
-	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -89,7 +88,7 @@ func (t *loginThrottle) allow(key string, now time.Time) error {
 	}
 	wait := time.Duration((1 - l.TokensAt(now)) * float64(loginEvery))
 	ms := max(1, wait.Milliseconds())
-	return bus.RateLimited(fmt.Sprintf("%s: too many console logins from this %s; retry after %d ms", protocol.ErrRateLimited.Message, key, ms), ms)
+	return bus.RateLimitedError(time.Duration(ms)*time.Millisecond, "too many console logins from this "+key)
 }
 
 // remoteIP is the IP address of a request's RemoteAddr, the key of the

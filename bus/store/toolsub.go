@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -102,6 +103,21 @@ func (s *Store) ToolSubscriptions() ([]*ToolSubscription, error) {
 		})
 	})
 	return all, err
+}
+
+// WatchToolSubscriptions calls apply with every subscription the store
+// holds, before it returns. A Store has one writer, the bus that opened
+// it, which knows its own changes: there are no others to follow, as
+// there are on a cluster's store (cluster.Store), so ctx is not kept.
+func (s *Store) WatchToolSubscriptions(_ context.Context, apply func(key string, ts *ToolSubscription)) error {
+	all, err := s.ToolSubscriptions()
+	if err != nil {
+		return err
+	}
+	for _, ts := range all {
+		apply(ts.Key, ts)
+	}
+	return nil
 }
 
 // DecodeToolSubscription reads a stored tool subscription, checking its

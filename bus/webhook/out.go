@@ -174,8 +174,8 @@ func (w *webhooks) deliver(ctx context.Context, u *urlSubscriber, d *bus.Deliver
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "bub/"+buildinfo.Version())
 	req.Header.Set(HeaderSignature, signDelivery(u.secret, time.Now(), body))
-	req.Header.Set(HeaderMessageID, d.MessageID())
-	req.Header.Set(HeaderAttempt, strconv.Itoa(d.Attempt()))
+	req.Header.Set(HeaderMessageID, d.Message.ID)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(d.Attempt))
 	res, err := w.client.Do(req)
 	if err != nil {
 		var refused *privateAddressError

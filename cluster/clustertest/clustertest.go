@@ -59,16 +59,25 @@ func StartWrapped(t testing.TB, opts *bus.Options, wrap func(node string, c bus.
 	return start(t, opts, wrap, nil, ids...)
 }
 
+// StartEach is Start with each node's options, its Cluster set, given to
+// each before the node starts, and again before it restarts: for an
+// add-on that needs the node's own cluster (cluster.StoreOf). each must
+// not append to o.Extensions in place: the nodes share its array.
+func StartEach(t testing.TB, opts *bus.Options, each func(node string, o *bus.Options), ids ...string) []*bustest.Server {
+	t.Helper()
+	return start(t, opts, nil, each, ids...)
+}
+
 // StartExtended is Start with each node's Options.Extensions made by
 // extensions, given the node's id, at each start of the node (a restart
 // too): an extension extends one server (the journal keeps its events).
 func StartExtended(t testing.TB, opts *bus.Options, extensions func(node string) []bus.Extension, ids ...string) []*bustest.Server {
 	t.Helper()
-	return start(t, opts, nil, extensions, ids...)
+	return StartEach(t, opts, func(node string, o *bus.Options) { o.Extensions = extensions(node) }, ids...)
 }
 
-// start is StartWrapped and StartExtended.
-func start(t testing.TB, opts *bus.Options, wrap func(node string, c bus.Cluster) bus.Cluster, extensions func(node string) []bus.Extension, ids ...string) []*bustest.Server {
+// start starts the cluster for Start, StartWrapped and StartEach.
+func start(t testing.TB, opts *bus.Options, wrap func(node string, c bus.Cluster) bus.Cluster, each func(node string, o *bus.Options), ids ...string) []*bustest.Server {
 	t.Helper()
 	ports := FreePorts(t, len(ids))
 	started := time.Now()
@@ -111,8 +120,8 @@ func start(t testing.TB, opts *bus.Options, wrap func(node string, c bus.Cluster
 			if wrap != nil {
 				o.Cluster = wrap(id, o.Cluster)
 			}
-			if extensions != nil {
-				o.Extensions = extensions(id)
+			if each != nil {
+				each(id, &o)
 			}
 			s, err := bustest.Serve(&o)
 			if err != nil {

@@ -18,14 +18,14 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/console"
 	"github.com/bub-bus/bub/bus/httpapi"
 	"github.com/bub-bus/bub/bus/journal"
+	busotel "github.com/bub-bus/bub/bus/otel"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/bus/toolsub"
 	"github.com/bub-bus/bub/bus/webhook"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/protocol"
@@ -277,16 +277,17 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	var running atomic.Pointer[bus.Server]
 	var st bus.Store
 	var cl bus.Cluster
-	// hooksStore keeps the webhook subscriptions webhook.add makes: a
-	// cluster keeps none yet.
-	var hooksStore *store.Store
+	// db is a single node's store, which the webhook subscriptions
+	// webhook.add makes and the tool subscriptions keep: a cluster keeps
+	// its state in JetStream (and no webhook subscriptions yet).
+	var db *store.Store
 	if clusterOpts != nil {
 		// A cluster keeps its durable state in JetStream, under
 		// DATA_DIR/nats; no bbolt file is opened.
 		clusterOpts.Logger = logger
 		cl = cluster.ForBus(clusterOpts)
 	} else {
-		db, err := store.Open(cfg.dataDir, &store.Options{OnCommit: func(d time.Duration) {
+		db, err = store.Open(cfg.dataDir, &store.Options{OnCommit: func(d time.Duration) {
 			if srv := running.Load(); srv != nil {
 				srv.ObserveStoreCommit(d)
 			}
@@ -295,9 +296,21 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 			return errorf(io, "serve: %v", err)
 		}
 		defer db.Close()
-		st, hooksStore = db, db
+		st = db
 	}
-	var tracing trace.TracerProvider
+	jn := journal.New(cfg.journalOptions())
+	extensions := []bus.Extension{
+		jn,
+		httpapi.API{},
+		webhook.New(webhook.Options{
+			Hooks:         hooks,
+			Subscriptions: webhookSubs,
+			AllowPrivate:  cfg.webhookAllowPrivate,
+			Store:         db,
+		}),
+		console.Extension{Journal: jn},
+		toolSubscriptions(cfg, db, cl),
+	}
 	if cfg.otlpEndpoint != "" {
 		tp, err := newTracerProvider(ctx, cfg.otlpEndpoint, logger)
 		if err != nil {
@@ -306,7 +319,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		// Deferred: it runs once the bus has stopped, so that the
 		// bus's last spans are exported.
 		defer flushTraces(tp, logger)
-		tracing = tp
+		extensions = append(extensions, busotel.New(&busotel.Options{TracerProvider: tp}))
 	}
 	// Listening comes before the bus: a cluster node's start waits for a
 	// majority of its nodes, for up to a minute, and meanwhile /healthz
@@ -327,7 +340,6 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	if clusterOpts != nil {
 		logger.Info("cluster node starting: waiting for a majority of the nodes; /healthz answers, /readyz says starting", "url", scheme+ln.Addr().String()+"/")
 	}
-	jn := journal.New(cfg.journalOptions())
 	srv, err := bus.NewContext(ctx, &bus.Options{
 		Store:             st,
 		Cluster:           cl,
@@ -337,12 +349,6 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		HoldPatterns:      splitList(cfg.holdPatterns),
 		HoldLifetime:      cfg.holdLifetime,
 		IdempotencyWindow: cfg.idempotencyWindow,
-		TracerProvider:    tracing,
-
-		MaxToolSubscriptionsPerThread: cfg.toolSubsPerThread,
-		MaxToolSubscriptions:          cfg.toolSubsMax,
-		ToolEventRate:                 cfg.toolEventRate,
-		ToolEventBurst:                cfg.toolEventBurst,
 
 		ServerID:        cfg.serverID,
 		DefaultPolicy:   protocol.Policy(cfg.defaultPolicy),
@@ -356,18 +362,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		Auth:            authn,
 		Hosts:           splitList(cfg.hosts),
 		Limits:          cfg.limits,
-
-		Extensions: []bus.Extension{
-			jn,
-			httpapi.API{},
-			webhook.New(webhook.Options{
-				Hooks:         hooks,
-				Subscriptions: webhookSubs,
-				AllowPrivate:  cfg.webhookAllowPrivate,
-				Store:         hooksStore,
-			}),
-			console.Extension{Journal: jn},
-		},
+		Extensions:      extensions,
 	})
 	handOver()
 	if err != nil {
@@ -495,4 +490,28 @@ func (c *serveConfig) journalOptions() *journal.Options {
 	o := c.journalOpts
 	o.Off = !c.journal
 	return &o
+}
+
+// toolSubscriptions is the tool subscriptions' add-on, keeping them in
+// db, or on a cluster (cl not nil) in the node's cluster store.
+func toolSubscriptions(cfg *serveConfig, db *store.Store, cl bus.Cluster) bus.Extension {
+	o := toolsub.Options{
+		MaxPerThread: cfg.toolSubsPerThread,
+		Max:          cfg.toolSubsMax,
+		EventRate:    cfg.toolEventRate,
+		EventBurst:   cfg.toolEventBurst,
+	}
+	// Built as the bus starts: a cluster node's store exists once the
+	// node joined.
+	return bus.ExtensionFunc(func(s *bus.Server) error {
+		o.Store = db
+		if cl != nil {
+			cs := cluster.StoreOf(cl)
+			if cs == nil {
+				return errors.New("tool subscriptions: the cluster has no store yet")
+			}
+			o.Store = cs
+		}
+		return toolsub.New(&o).Extend(s)
+	})
 }

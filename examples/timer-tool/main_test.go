@@ -11,7 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/bus/toolsub"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -21,7 +24,9 @@ import (
 // the last one final; a second timer with no end is cancelled, the tool
 // hears cancel_tool_call and forgets it.
 func TestTimerTool(t *testing.T) {
-	b := bustest.Start(t, nil)
+	b := bustest.StartExtended(t, nil, func(st *store.Store) []bus.Extension {
+		return []bus.Extension{toolsub.New(&toolsub.Options{Store: st})}
+	})
 	state := filepath.Join(t.TempDir(), "timers.json")
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)

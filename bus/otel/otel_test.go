@@ -1,4 +1,4 @@
-package bus_test
+package otel_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/bus/otel"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -34,7 +35,7 @@ func tracedBus(t *testing.T, opts *bus.Options) (*bustest.Server, *bustest.OTLP)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	opts.TracerProvider = tp
+	opts.Extensions = append(opts.Extensions, otel.New(&otel.Options{TracerProvider: tp}))
 	return bustest.Start(t, opts), otlp
 }
 
@@ -135,9 +136,9 @@ func TestTracesHTTP(t *testing.T) {
 	_, got := bustest.Collect(t, srv.URL, "worker", "jobs:*")
 	const headerTrace, headerSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 	body := `{"topic":"jobs:h","payload":{"type":"t"},"meta":{"traceparent":"` + traceparent + `"}}`
-	a := httpDo(t, srv, "POST", "/v1/messages", body, map[string]string{"traceparent": "00-" + headerTrace + "-" + headerSpan + "-01"})
-	if a.status != 201 {
-		t.Fatalf("POST: %d %s", a.status, a.body)
+	status, _, answer := bustest.Post(t, srv.HTTP.URL+"/v1/messages", body, map[string]string{"traceparent": "00-" + headerTrace + "-" + headerSpan + "-01"})
+	if status != 201 {
+		t.Fatalf("POST: %d %s", status, answer)
 	}
 	d := <-got
 	spans, _ := otlp.Wait(t, func(s []*tracepb.Span) bool {
@@ -166,15 +167,4 @@ func TestTracesOff(t *testing.T) {
 	if d := <-got; string(d.Meta) != meta {
 		t.Fatalf("meta %s; want %s as sent", d.Meta, meta)
 	}
-}
-
-// BenchmarkRelayTraced is BenchmarkRelay with tracing on, every span
-// sampled and none exported: what the spans and the per-delivery meta
-// cost. BenchmarkRelay is the same path with tracing off.
-func BenchmarkRelayTraced(b *testing.B) {
-	tp := sdktrace.NewTracerProvider()
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	srv := bustest.Start(b, &bus.Options{TracerProvider: tp})
-	bustest.Connect(b, srv.URL, "sub", bustest.Processed).Subscribe("bench", "")
-	relay(b, bustest.Connect(b, srv.URL, "pub", nil))
 }

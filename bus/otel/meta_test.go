@@ -1,4 +1,4 @@
-package bus
+package otel
 
 import (
 	"context"

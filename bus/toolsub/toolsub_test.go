@@ -1,4 +1,4 @@
-package bus_test
+package toolsub_test
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
-	"github.com/bub-bus/bub/cluster/clustertest"
+	"github.com/bub-bus/bub/bus/toolsub"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -66,11 +66,11 @@ func agentOn(t *testing.T, srv *bustest.Server, clientID, topic string) (*bustes
 // topic as subscription_event messages from the agent; a final event is
 // delivered and ends the subscription, and nothing after it is.
 func TestToolSubscriptionEvents(t *testing.T) {
-	srv := bustest.Start(t, nil)
+	srv := start(t, nil, toolsub.Options{})
 	agent, got := agentOn(t, srv, "agent-1", "tg:1")
 	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
 
-	a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", `{"tick":1}`, false), nil)
+	a := do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", `{"tick":1}`, false), nil)
 	require.Equal(t, 200, a.status, string(a.body))
 	assert.Contains(t, string(a.body), `"status":"delivered"`)
 	p := recvEvent(t, got)
@@ -88,7 +88,7 @@ func TestToolSubscriptionEvents(t *testing.T) {
 	require.NoError(t, json.Unmarshal(p.Payload, &ev))
 	assert.Equal(t, "2", ev.Text)
 
-	a = httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "last", true), nil)
+	a = do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "last", true), nil)
 	require.Equal(t, 200, a.status, string(a.body))
 	p = recvEvent(t, got)
 	require.NoError(t, json.Unmarshal(p.Payload, &ev))
@@ -97,14 +97,14 @@ func TestToolSubscriptionEvents(t *testing.T) {
 	agent.MustCall(protocol.MethodToolSubscriptionList, map[string]any{}, &list)
 	assert.Empty(t, list.Subscriptions, "the final event was delivered before its subscription ended")
 
-	before := metric(t, srv, "bub_tool_events_total", "unknown")
-	a = httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "after", false), nil)
+	before := bustest.Metric(t, srv.Registry(), "bub_tool_events_total", "unknown")
+	a = do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "after", false), nil)
 	assert.Equal(t, 404, a.status, string(a.body))
 	assert.Equal(t, int64(protocol.CodeNotFound), a.errorCode())
 	r := tool.Call(protocol.MethodSendMessage, map[string]any{"topic": cb.CallbackTopic, "payload": json.RawMessage(event("tg:1", "call-1", "after", false))})
 	require.NotNil(t, r.Error)
 	assert.Equal(t, int64(protocol.CodeNotFound), r.Error.Code)
-	assert.Equal(t, before+2, metric(t, srv, "bub_tool_events_total", "unknown"))
+	assert.Equal(t, before+2, bustest.Metric(t, srv.Registry(), "bub_tool_events_total", "unknown"))
 	select {
 	case p := <-got:
 		t.Fatalf("an event after the final one was delivered: %s", p.Payload)
@@ -112,14 +112,14 @@ func TestToolSubscriptionEvents(t *testing.T) {
 	}
 	agent.MustCall(protocol.MethodToolSubscriptionList, map[string]any{}, &list)
 	assert.Empty(t, list.Subscriptions)
-	assert.Equal(t, float64(3), metric(t, srv, "bub_tool_events_total", "delivered"))
+	assert.Equal(t, float64(3), bustest.Metric(t, srv.Registry(), "bub_tool_events_total", "delivered"))
 }
 
 // TestToolSubscriptionBadEvents: an unknown callback is 404, a malformed
 // event 400 naming the field, another method 405; each is counted and
 // nothing is delivered.
 func TestToolSubscriptionBadEvents(t *testing.T) {
-	srv := bustest.Start(t, nil)
+	srv := start(t, nil, toolsub.Options{})
 	agent, got := agentOn(t, srv, "agent-1", "tg:1")
 	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
 	tests := []struct {
@@ -143,19 +143,19 @@ func TestToolSubscriptionBadEvents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := httpDo(t, srv, "POST", tt.path, tt.body, nil)
+			a := do(t, srv, "POST", tt.path, tt.body, nil)
 			assert.Equal(t, tt.status, a.status, string(a.body))
 			assert.Contains(t, errorMessage(a), tt.want)
 		})
 	}
-	a := httpDo(t, srv, "GET", cb.CallbackPath, "", nil)
+	a := do(t, srv, "GET", cb.CallbackPath, "", nil)
 	assert.Equal(t, 405, a.status)
 	assert.Equal(t, "POST", a.header.Get("Allow"))
-	a = httpDo(t, srv, "POST", cb.CallbackPath, `{"text":"`+strings.Repeat("a", 1<<20)+`"}`, nil)
+	a = do(t, srv, "POST", cb.CallbackPath, `{"text":"`+strings.Repeat("a", 1<<20)+`"}`, nil)
 	assert.Equal(t, 413, a.status)
-	assert.Equal(t, float64(2), metric(t, srv, "bub_tool_events_total", "unknown"))
-	assert.Equal(t, float64(9), metric(t, srv, "bub_tool_events_total", "malformed"))
-	assert.Equal(t, float64(2), metric(t, srv, "bub_tool_events_total", "mismatch"))
+	assert.Equal(t, float64(2), bustest.Metric(t, srv.Registry(), "bub_tool_events_total", "unknown"))
+	assert.Equal(t, float64(9), bustest.Metric(t, srv.Registry(), "bub_tool_events_total", "malformed"))
+	assert.Equal(t, float64(2), bustest.Metric(t, srv.Registry(), "bub_tool_events_total", "mismatch"))
 	select {
 	case p := <-got:
 		t.Fatalf("a bad event was delivered: %s", p.Payload)
@@ -163,10 +163,10 @@ func TestToolSubscriptionBadEvents(t *testing.T) {
 	}
 	// The subscription is still active, and the HTTP API for messages
 	// does not take events.
-	a = httpDo(t, srv, "POST", "/v1/messages", `{"topic":"`+cb.CallbackTopic+`","payload":`+event("tg:1", "call-1", "x", false)+`}`, nil)
+	a = do(t, srv, "POST", "/v1/messages", `{"topic":"`+cb.CallbackTopic+`","payload":`+event("tg:1", "call-1", "x", false)+`}`, nil)
 	assert.Equal(t, 400, a.status, string(a.body))
 	assert.Contains(t, errorMessage(a), "/v1/callbacks/")
-	a = httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil)
+	a = do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil)
 	assert.Equal(t, 200, a.status, string(a.body))
 	recvEvent(t, got)
 }
@@ -175,7 +175,7 @@ func TestToolSubscriptionBadEvents(t *testing.T) {
 // cancel_tool_call to the tool's topic, and the callback is 404 after
 // it; only the owner may cancel, and a second cancel finds nothing.
 func TestToolSubscriptionCancel(t *testing.T) {
-	srv := bustest.Start(t, nil)
+	srv := start(t, nil, toolsub.Options{})
 	agent, got := agentOn(t, srv, "agent-1", "tg:1")
 	_, notices := agentOn(t, srv, "timer-tool", "tool:timer")
 	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "tool:timer")
@@ -195,7 +195,7 @@ func TestToolSubscriptionCancel(t *testing.T) {
 	agent.MustCall(protocol.MethodToolSubscriptionCancel, protocol.ToolSubscriptionCancelParams{GroupID: "tg:1", ToolCallID: "call-1"}, &res)
 	assert.Equal(t, protocol.ToolSubscriptionCancelResult{Cancelled: true, Notified: true}, res)
 	// Synchronous: the callback is gone the moment cancel answers.
-	a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil)
+	a := do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil)
 	assert.Equal(t, 404, a.status, string(a.body))
 	n := recvEvent(t, notices)
 	assert.Equal(t, "agent-1", n.From)
@@ -214,7 +214,7 @@ func TestToolSubscriptionCancel(t *testing.T) {
 
 // TestToolSubscriptionStartRules: start's params and limits, in a table.
 func TestToolSubscriptionStartRules(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{MaxToolSubscriptionsPerThread: 2})
+	srv := start(t, nil, toolsub.Options{MaxPerThread: 2})
 	agent := bustest.Connect(t, srv.URL, "agent-1", bustest.Processed)
 	startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
 	tests := []struct {
@@ -247,28 +247,28 @@ func TestToolSubscriptionStartRules(t *testing.T) {
 	assert.Contains(t, r.Error.Message, "--max-tool-subscriptions-per-thread")
 	// Another thread has its own count.
 	startToolSub(t, agent, "tg:2", "call-3", "tg:2", "")
-	assert.Equal(t, float64(3), metric(t, srv, "bub_tool_subscriptions", ""))
+	assert.Equal(t, float64(3), bustest.Metric(t, srv.Registry(), "bub_tool_subscriptions", ""))
 }
 
 // TestToolSubscriptionRateLimited: events beyond the subscription's rate
 // are 429 with Retry-After, counted, and not delivered; other
 // subscriptions have their own bucket.
 func TestToolSubscriptionRateLimited(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{ToolEventRate: 0.01, ToolEventBurst: 2})
+	srv := start(t, nil, toolsub.Options{EventRate: 0.01, EventBurst: 2})
 	agent, got := agentOn(t, srv, "agent-1", "tg:1")
 	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
 	cb2 := startToolSub(t, agent, "tg:1", "call-2", "tg:1", "")
 	for i := range 2 {
-		a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil)
+		a := do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil)
 		require.Equal(t, 200, a.status, "event %d: %s", i, a.body)
 		recvEvent(t, got)
 	}
-	a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil)
+	a := do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil)
 	assert.Equal(t, 429, a.status, string(a.body))
 	assert.Equal(t, int64(protocol.CodeRateLimited), a.errorCode())
 	assert.NotEmpty(t, a.header.Get("Retry-After"))
-	assert.Equal(t, float64(1), metric(t, srv, "bub_tool_events_total", "rate_limited"))
-	a = httpDo(t, srv, "POST", cb2.CallbackPath, event("tg:1", "call-2", "x", false), nil)
+	assert.Equal(t, float64(1), bustest.Metric(t, srv.Registry(), "bub_tool_events_total", "rate_limited"))
+	a = do(t, srv, "POST", cb2.CallbackPath, event("tg:1", "call-2", "x", false), nil)
 	assert.Equal(t, 200, a.status, string(a.body))
 	recvEvent(t, got)
 }
@@ -278,18 +278,18 @@ func TestToolSubscriptionRateLimited(t *testing.T) {
 // 200 "orphaned", logged, counted and discarded; the subscription stays,
 // and a held topic keeps its event instead.
 func TestToolSubscriptionOrphaned(t *testing.T) {
-	srv := bustest.Start(t, nil)
+	srv := start(t, nil, toolsub.Options{})
 	agent := bustest.Connect(t, srv.URL, "agent-1", bustest.Processed)
 	cb := startToolSub(t, agent, "tg:gone", "call-1", "tg:gone", "")
-	a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:gone", "call-1", "x", false), nil)
+	a := do(t, srv, "POST", cb.CallbackPath, event("tg:gone", "call-1", "x", false), nil)
 	require.Equal(t, 200, a.status, string(a.body))
 	assert.JSONEq(t, `{"status":"orphaned"}`, string(a.body))
-	assert.Equal(t, float64(1), metric(t, srv, "bub_tool_events_total", "orphaned"))
-	a = httpDo(t, srv, "POST", cb.CallbackPath, event("tg:gone", "call-1", "y", false), nil)
+	assert.Equal(t, float64(1), bustest.Metric(t, srv.Registry(), "bub_tool_events_total", "orphaned"))
+	a = do(t, srv, "POST", cb.CallbackPath, event("tg:gone", "call-1", "y", false), nil)
 	assert.Equal(t, 200, a.status, "the subscription outlives its orphaned events")
 
 	held := startToolSub(t, agent, "tg:gone", "call-2", "agent:agent-1", "")
-	a = httpDo(t, srv, "POST", held.CallbackPath, event("tg:gone", "call-2", "kept", false), nil)
+	a = do(t, srv, "POST", held.CallbackPath, event("tg:gone", "call-2", "kept", false), nil)
 	require.Equal(t, 200, a.status, string(a.body))
 	assert.Contains(t, string(a.body), `"status":"delivered"`)
 	_, got := agentOn(t, srv, "agent-1b", "agent:agent-1")
@@ -304,7 +304,7 @@ func TestToolSubscriptionSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	st, err := store.Open(dir, nil)
 	require.NoError(t, err)
-	srv := bustest.Start(t, &bus.Options{Store: st})
+	srv := start(t, &bus.Options{Store: st}, toolsub.Options{})
 	agent := bustest.Connect(t, srv.URL, "agent-1", bustest.Processed)
 	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "tool:timer")
 	agent.WS.CloseNow()
@@ -321,14 +321,14 @@ func TestToolSubscriptionSurvivesRestart(t *testing.T) {
 	st, err = store.Open(dir, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
-	srv = bustest.Start(t, &bus.Options{Store: st})
-	assert.Equal(t, float64(1), metric(t, srv, "bub_tool_subscriptions", ""))
+	srv = start(t, &bus.Options{Store: st}, toolsub.Options{})
+	assert.Equal(t, float64(1), bustest.Metric(t, srv.Registry(), "bub_tool_subscriptions", ""))
 	_, got := agentOn(t, srv, "agent-1", "tg:1")
-	a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "after restart", true), nil)
+	a := do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "after restart", true), nil)
 	require.Equal(t, 200, a.status, string(a.body))
 	p := recvEvent(t, got)
 	assert.Contains(t, string(p.Payload), "after restart")
-	assert.Equal(t, float64(0), metric(t, srv, "bub_tool_subscriptions", ""))
+	assert.Equal(t, float64(0), bustest.Metric(t, srv.Registry(), "bub_tool_subscriptions", ""))
 }
 
 // TestToolSubscriptionsOnCluster: a subscription started on one node
@@ -336,12 +336,12 @@ func TestToolSubscriptionSurvivesRestart(t *testing.T) {
 // to the other node reaches the agent on the first; a cancel on the
 // other node ends it on both.
 func TestToolSubscriptionsOnCluster(t *testing.T) {
-	nodes := clustertest.Start(t, nil, "n1", "n2")
+	nodes := startCluster(t)
 	agent, got := agentOn(t, nodes[0], "agent-1", "tg:1")
 	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
 	// The other node's index follows the bucket's watch.
-	require.Eventually(t, func() bool { return metric(t, nodes[1], "bub_tool_subscriptions", "") == 1 }, bustest.Timeout, 10*time.Millisecond)
-	a := httpDo(t, nodes[1], "POST", cb.CallbackPath, event("tg:1", "call-1", "via n2", false), nil)
+	require.Eventually(t, func() bool { return bustest.Metric(t, nodes[1].Registry(), "bub_tool_subscriptions", "") == 1 }, bustest.Timeout, 10*time.Millisecond)
+	a := do(t, nodes[1], "POST", cb.CallbackPath, event("tg:1", "call-1", "via n2", false), nil)
 	require.Equal(t, 200, a.status, string(a.body))
 	p := recvEvent(t, got)
 	assert.Contains(t, string(p.Payload), "via n2")
@@ -359,34 +359,23 @@ func TestToolSubscriptionsOnCluster(t *testing.T) {
 	// on its own goroutine, a moment later: the wait is for both (the
 	// gauge was once read as 1 just after the first 404).
 	require.Eventually(t, func() bool {
-		return httpDo(t, nodes[0], "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil).status == 404 &&
-			metric(t, nodes[0], "bub_tool_subscriptions", "") == 0
+		return do(t, nodes[0], "POST", cb.CallbackPath, event("tg:1", "call-1", "x", false), nil).status == 404 &&
+			bustest.Metric(t, nodes[0].Registry(), "bub_tool_subscriptions", "") == 0
 	}, bustest.Timeout, 10*time.Millisecond, "the first node to see the cancel, in its callbacks and its gauge")
-}
-
-// errorMessage is the message of an error answer, "" for another.
-func errorMessage(a httpAnswer) string {
-	var e struct {
-		Error *protocol.Error `json:"error"`
-	}
-	if json.Unmarshal(a.body, &e) != nil || e.Error == nil {
-		return ""
-	}
-	return e.Error.Message
 }
 
 // TestToolSubscriptionFinalIsLast: events posted at once with a final
 // one: each is either delivered (200) or refused as gone (404), the
 // final one is delivered last, and every 200 was delivered once.
 func TestToolSubscriptionFinalIsLast(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{ToolEventRate: 1000, ToolEventBurst: 1000})
+	srv := start(t, nil, toolsub.Options{EventRate: 1000, EventBurst: 1000})
 	agent, got := agentOn(t, srv, "agent-1", "tg:1")
 	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
 	const n = 20
 	statuses := make(chan int, n)
 	for i := range n {
 		go func() {
-			a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", strconv.Itoa(i), i == n/2), nil)
+			a := do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", strconv.Itoa(i), i == n/2), nil)
 			statuses <- a.status
 		}()
 	}
@@ -430,24 +419,41 @@ func TestToolSubscriptionFinalIsLast(t *testing.T) {
 // publish (here the owner's publish rate) leaves the subscription as it
 // was, so the tool can send it again; nothing is delivered.
 func TestToolSubscriptionFinalRefusedKeepsIt(t *testing.T) {
-	srv := bustest.Start(t, &bus.Options{Limits: bus.Limits{PublishRate: 0.001, PublishBurst: 1}})
+	srv := start(t, &bus.Options{Limits: bus.Limits{PublishRate: 0.001, PublishBurst: 1}}, toolsub.Options{})
 	agent, got := agentOn(t, srv, "agent-1", "tg:1")
 	cb := startToolSub(t, agent, "tg:1", "call-1", "tg:1", "")
-	a := httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "1", false), nil)
+	a := do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "1", false), nil)
 	require.Equal(t, 200, a.status, string(a.body))
 	recvEvent(t, got)
 
-	a = httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "last", true), nil)
+	a = do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "last", true), nil)
 	assert.Equal(t, int64(protocol.CodeRateLimited), a.errorCode(), string(a.body))
 	var list protocol.ToolSubscriptionListResult
 	agent.MustCall(protocol.MethodToolSubscriptionList, map[string]any{}, &list)
 	require.Len(t, list.Subscriptions, 1, "a final event that was refused ended its subscription")
 	assert.Equal(t, "call-1", list.Subscriptions[0].ToolCallID)
-	a = httpDo(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "last", true), nil)
+	a = do(t, srv, "POST", cb.CallbackPath, event("tg:1", "call-1", "last", true), nil)
 	assert.Equal(t, int64(protocol.CodeRateLimited), a.errorCode(), "the callback was forgotten: %s", a.body)
 	select {
 	case p := <-got:
 		t.Fatalf("a refused event was delivered: %s", p.Payload)
 	case <-time.After(100 * time.Millisecond):
 	}
+}
+
+// TestToolSubscriptionMethodsNeedInitialize: the add-on's methods, as
+// the core's, answer -32002 before initialize, and one of them is not
+// registered twice.
+func TestToolSubscriptionMethodsNeedInitialize(t *testing.T) {
+	srv := start(t, nil, toolsub.Options{})
+	fresh := bustest.Dial(t, srv.URL)
+	for _, name := range []string{protocol.MethodToolSubscriptionStart, protocol.MethodToolSubscriptionCancel, protocol.MethodToolSubscriptionList} {
+		r := fresh.Call(name, map[string]any{"group_id": "g", "tool_call_id": "c"})
+		require.NotNil(t, r.Error, name)
+		assert.Equal(t, int64(protocol.CodeNotInitialized), r.Error.Code, name)
+	}
+	_, err := bus.New(&bus.Options{Extensions: []bus.Extension{
+		toolsub.New(&toolsub.Options{Store: store.OpenMemory()}), toolsub.New(&toolsub.Options{Store: store.OpenMemory()}),
+	}})
+	assert.ErrorContains(t, err, "registered already")
 }
