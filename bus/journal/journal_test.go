@@ -128,7 +128,7 @@ func startAuth(t *testing.T) *authFixture {
 // them, so it stands alone under -run.
 func TestJournalOpenAPI(t *testing.T) {
 	TestJournalStatuses(t)
-	doc, err := os.ReadFile("../openapi.json")
+	doc, err := os.ReadFile("../httpapi/openapi.json")
 	require.NoError(t, err)
 	httpSeen.Lock()
 	defer httpSeen.Unlock()
