@@ -581,10 +581,6 @@ func (s *Server) deadLetterRoom() (full string) {
 	return full
 }
 
-// rateLimitedData is the data of a -32012 error; the name stays for the
-// add-ons still in package bus (console_login.go, toolsub.go).
-type rateLimitedData = protocol.RateLimitedData
-
 // allowPublishLocked takes a token from the publish bucket of c's
 // identity, shared by all its connections and publishers, or says how
 // long until one is there. The bucket follows the rate in force: the
