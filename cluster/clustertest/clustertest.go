@@ -8,20 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net"
-	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/cluster"
+	"github.com/bub-bus/bub/internal/testport"
 )
 
 // Cluster timings for tests: heartbeats fast enough that a dead node is
@@ -178,17 +173,10 @@ func RestartNode(t testing.TB, nodes []*bustest.Server, i int) *bustest.Server {
 	return s
 }
 
-// FreePorts returns n loopback ports reserved for this test, for a
-// cluster whose routes must be known before any of its servers starts
-// (nats-server binds its own listeners, and cannot be handed one bound
-// on port 0). They are below Linux's ephemeral range (32768 and up): a
-// port found by binding ":0" could be handed out again as the source
-// port of another connection before the server binds it. A port free a
-// moment ago can still be taken by another test process choosing the
-// same way before the server binds it: so each port is also claimed, for
-// the rest of the test, by a lock on a file named for it that every test
-// process of this machine shares; the lock goes with the process that
-// holds it, however it ends.
+// FreePorts returns n loopback ports claimed for this test
+// (testport.Claim), for a cluster whose routes must be known before any
+// of its servers starts (nats-server binds its own listeners, and cannot
+// be handed one bound on port 0).
 //
 // Every test that starts a cluster takes its ports here, so under -short
 // (make check) the test is skipped here: a cluster takes seconds of
@@ -198,34 +186,5 @@ func FreePorts(t testing.TB, n int) []int {
 	if testing.Short() {
 		t.Skip("clustertest: a cluster test; -short skips it, make test runs it")
 	}
-	dir := filepath.Join(os.TempDir(), "bub-test-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		t.Fatalf("clustertest: %v", err)
-	}
-	var ports []int
-	for try := 0; len(ports) < n; try++ {
-		if try == 1000 {
-			t.Fatalf("clustertest: no %d free ports below 32768", n)
-		}
-		port := 20000 + rand.IntN(12000)
-		if slices.Contains(ports, port) {
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
-		if err != nil {
-			t.Fatalf("clustertest: %v", err)
-		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-			f.Close() // another test process has it
-			continue
-		}
-		t.Cleanup(func() { f.Close() })
-		ports = append(ports, port)
-	}
-	return ports
+	return testport.Claim(t, n)
 }

@@ -6,20 +6,17 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bub-bus/bub/internal/checkfor"
+	"github.com/bub-bus/bub/internal/testport"
 )
 
 // bubBinary is the bub binary built once for the tests that run it as a
@@ -85,39 +82,13 @@ type daemon struct {
 	stderr *lockedBuffer
 }
 
-// freeAddr returns a loopback address free a moment ago, for a bub
-// process to listen on. It picks below Linux's ephemeral range (32768 and
-// up): a port the kernel hands out for ":0" is free only until closed,
-// and the tests running at the same time can get it back as the source
-// port of an outgoing connection before the process binds it. Ports
-// handed out here are not handed out twice, since parallel tests would
-// otherwise race for one.
+// freeAddr returns a loopback address claimed for this test, for a bub
+// process to listen on (testport.Addr): claimed across the test binaries
+// that run at once, whose cluster tests take their ports the same way.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for range 1000 {
-		port := 20000 + rand.IntN(12000)
-		if handedOut.ports[port] {
-			continue
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		handedOut.ports[port] = true
-		return ln.Addr().String()
-	}
-	t.Fatal("no free loopback port below 32768")
-	return ""
+	return testport.Addr(t)
 }
-
-// handedOut are the ports freeAddr has returned in this test binary.
-var handedOut = struct {
-	sync.Mutex
-	ports map[int]bool
-}{ports: make(map[int]bool)}
 
 // startBus runs bub serve on a free loopback port with its store in
 // dataDir and waits until /readyz answers.
