@@ -585,7 +585,7 @@ func (d *durables) deliverHeld(p *store.Pending, c *conn) bool {
 		return true
 	}
 	dv := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: len(p.Attempts) + 1, to: c}
-	r, err := s.deliver(s.ctx, dv)
+	r, err := s.pipe.deliver(s.ctx, dv)
 	if k := failKind(err); k == failDisconnected || k == failNotSent || c.isClosed() && err != nil {
 		return false
 	}

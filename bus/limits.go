@@ -110,7 +110,8 @@ func under(n, bound int) bool { return bound < 0 || n < bound }
 
 // limitState is the Server's side of the limits: the limits in force,
 // swapped whole by SetLimits and read with one atomic load on the hot
-// path, the connection counts, and the metrics.
+// path, the connection counts, and the metrics. It is also the delivery
+// layer that stops waiting on slow subscribers (skipSlow).
 type limitState struct {
 	current atomic.Pointer[Limits]
 
@@ -610,18 +611,18 @@ func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool
 // subscriber's consecutive timeouts, and once they reach the limit fails
 // its deliveries at once, as for a subscriber that went away, until it
 // answers again (a late answer counts: see noteAnswer) or reconnects.
-func (s *Server) skipSlow() layer {
-	return layer{enter: s.slowRefusal, leave: s.noteAttempt}
+func (l *limitState) skipSlow() layer {
+	return layer{enter: l.slowRefusal, leave: l.noteAttempt}
 }
 
 // slowRefusal is skipSlow's enter half: the refusal when c is slow, else
 // nil.
-func (s *Server) slowRefusal(c *conn, d *delivery) error {
+func (l *limitState) slowRefusal(c *conn, d *delivery) error {
 	if c.answeredLate.Swap(false) {
 		c.noteAnswer(d.ClientID)
 	}
 	if c.slow.Load() {
-		s.limitState.refused[limitSlowSubscriber].Inc()
+		l.refused[limitSlowSubscriber].Inc()
 		return &deliveryError{failSlowSubscriber,
 			fmt.Sprintf("not sent: client %q left its last %d deliveries unanswered; the bus waits on it again once it answers one", d.ClientID, c.timeouts.Load())}
 	}
@@ -631,7 +632,7 @@ func (s *Server) slowRefusal(c *conn, d *delivery) error {
 // noteAttempt is skipSlow's leave half: an answer clears c's timeouts, a
 // timeout counts towards slow, and a panic of the bus's own says nothing
 // of c.
-func (s *Server) noteAttempt(c *conn, d *delivery, err error) {
+func (l *limitState) noteAttempt(c *conn, d *delivery, err error) {
 	if err == nil {
 		c.noteAnswer(d.ClientID)
 		return
@@ -645,9 +646,9 @@ func (s *Server) noteAttempt(c *conn, d *delivery, err error) {
 			break
 		}
 		n := c.timeouts.Add(1)
-		bound := s.limits().SlowSubscriberTimeouts
+		bound := l.current.Load().SlowSubscriberTimeouts
 		if bound > 0 && int(n) >= bound && c.slow.CompareAndSwap(false, true) {
-			s.limitState.slow.Inc()
+			l.slow.Inc()
 			c.log.Warn("not waiting on subscriber any more: deliveries to it fail at once until it answers",
 				"client", d.ClientID, "limit", limitSlowSubscriber, "timeouts", n)
 		}
