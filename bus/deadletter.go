@@ -14,7 +14,7 @@ import (
 // later: a message is delivered or dead-lettered, never dropped.
 func (q *scheduler) deadLetter(p *store.Pending, reason string) string {
 	s := q.s
-	if full := s.deadLetterRoom(); full != "" {
+	if full := s.limitState.deadLetterRoom(); full != "" {
 		q.keepPending(p, "dead-letter queue at "+full)
 		return ""
 	}

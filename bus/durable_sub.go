@@ -610,7 +610,7 @@ func (d *durables) deliverHeld(p *store.Pending, c *conn) bool {
 func (d *durables) holdForOwner(m *store.Message, a *absent, ack *protocol.Ack) {
 	s := d.server
 	ack.Error = ""
-	identity, refused := s.retryRoom(a)
+	identity, refused := s.limitState.retryRoom(a)
 	now := time.Now()
 	p := &store.Pending{Kind: store.KindDurable, Message: *m, ClientID: ack.ClientID, Subscription: ack.Subscription,
 		Subscriber: identity, NextAt: now.Add(s.opts.HoldLifetime)}

@@ -215,7 +215,7 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 		// A retry counts against the subscriber it waits on; one whose
 		// retries have reached its caps gets none, and the message is
 		// dead-lettered for it at once.
-		subscriber, refused := s.retryRoom(rt.sub)
+		subscriber, refused := s.limitState.retryRoom(rt.sub)
 		p := &store.Pending{
 			Kind:         store.KindRetry,
 			Message:      *m,

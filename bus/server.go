@@ -488,7 +488,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, refuseUpgradeBody, http.StatusBadRequest)
 		return
 	}
-	release, ok := s.admitConnection(w, r)
+	release, ok := s.limitState.admitConnection(w, r)
 	if !ok {
 		return
 	}
