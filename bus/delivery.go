@@ -71,12 +71,12 @@ var layerHook *layer
 // pipeline is the delivery pipeline: what every delivery attempt goes
 // through, from the walk, a retry or a durable subscription to the
 // subscriber's answer. It owns the per-attempt layers, the add-ons'
-// delivery middleware and the two ways in built from them: deliver,
-// which every delivery takes, and deliverLocal, which one to a
-// connection of this node takes next (conn.deliver), as does one another
-// node of the cluster asks this one to make. A walk that writes its calls
-// itself (walk.go) runs the same parts one by one: enterLayers, then
-// callResult, leaveLayers and measured once the answer is in.
+// delivery middleware and the two ways in built from them: deliver, the
+// way of every delivery, measured; and deliverLocal, deliver's part for a
+// connection of this node (conn.deliver), also the way of a delivery
+// another node of the cluster asks this one to make. A walk that writes
+// its calls itself (walk.go) runs the same parts one by one: enterLayers,
+// then callResult, leaveLayers and measured once the answer is in.
 type pipeline struct {
 	deliver      deliverFunc
 	deliverLocal localFunc
