@@ -108,7 +108,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 		if release != nil {
 			return &countedConn{Conn: c, release: release}, nil
 		}
-		l.s.refusedConnection(limit, bound, c.RemoteAddr().String())
+		l.s.limitState.refusedConnection(limit, bound, c.RemoteAddr().String())
 		l.refuse(c, limit, bound)
 	}
 }

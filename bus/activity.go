@@ -17,33 +17,34 @@ type activity struct {
 	inFlight int
 }
 
-// track reports a local connection's deliveries of published messages on
+// track is the delivery layer of the bus's activity events: it reports a
+// local connection's deliveries of published messages on
 // system:client.busy (its first in flight) and system:client.idle (its
 // last answered, or failed). Bus events are not counted: an observer is
 // delivered the busy events themselves, which would report it busy in
 // turn, without end.
-func (s *Server) track() layer {
-	return layer{enter: s.busy, leave: s.idle}
+func (e *events) track() layer {
+	return layer{enter: e.busy, leave: e.idle}
 }
 
 // busy is track's enter half: one more delivery in flight to c.
-func (s *Server) busy(c *conn, d *delivery) error {
-	if d.Message.From != s.opts.ServerID {
-		s.countDelivery(c, d.ClientID, 1)
+func (e *events) busy(c *conn, d *delivery) error {
+	if d.Message.From != e.server.opts.ServerID {
+		e.countDelivery(c, d.ClientID, 1)
 	}
 	return nil
 }
 
 // idle is track's leave half: one delivery fewer in flight to c.
-func (s *Server) idle(c *conn, d *delivery, _ error) {
-	if d.Message.From != s.opts.ServerID {
-		s.countDelivery(c, d.ClientID, -1)
+func (e *events) idle(c *conn, d *delivery, _ error) {
+	if d.Message.From != e.server.opts.ServerID {
+		e.countDelivery(c, d.ClientID, -1)
 	}
 }
 
 // countDelivery adds delta to c's deliveries in flight and emits the event
 // of an edge.
-func (s *Server) countDelivery(c *conn, clientID string, delta int) {
+func (e *events) countDelivery(c *conn, clientID string, delta int) {
 	c.activity.mu.Lock()
 	defer c.activity.mu.Unlock()
 	before := c.activity.inFlight
@@ -52,18 +53,18 @@ func (s *Server) countDelivery(c *conn, clientID string, delta int) {
 	var listened *anyCache
 	switch {
 	case before == 0 && c.activity.inFlight > 0:
-		topic, name, listened = protocol.TopicClientBusy, protocol.EventBusy, &s.busyListened
+		topic, name, listened = protocol.TopicClientBusy, protocol.EventBusy, &e.busyListened
 	case before > 0 && c.activity.inFlight == 0:
-		topic, name, listened = protocol.TopicClientIdle, protocol.EventIdle, &s.idleListened
+		topic, name, listened = protocol.TopicClientIdle, protocol.EventIdle, &e.idleListened
 	default:
 		return
 	}
-	if !s.router.matchesAny(topic, listened) {
+	if !e.server.router.matchesAny(topic, listened) {
 		// Nobody listens: spare every delivery an event's encoding.
 		return
 	}
 	c.mu.Lock()
 	identity := c.identity
 	c.mu.Unlock()
-	s.events.clientEvent(topic, name, clientID, identity, "", false, "")
+	e.clientEvent(topic, name, clientID, identity, "", false, "")
 }

@@ -150,7 +150,7 @@ func (s *Server) joinCluster(ctx context.Context, c Cluster) error {
 	if err != nil {
 		return err
 	}
-	s.store = st
+	s.store, s.limitState.store = st, st
 	return nil
 }
 

@@ -14,7 +14,7 @@ import (
 // later: a message is delivered or dead-lettered, never dropped.
 func (q *scheduler) deadLetter(p *store.Pending, reason string) string {
 	s := q.s
-	if full := s.deadLetterRoom(); full != "" {
+	if full := s.limitState.deadLetterRoom(); full != "" {
 		q.keepPending(p, "dead-letter queue at "+full)
 		return ""
 	}
@@ -37,7 +37,7 @@ func (q *scheduler) deadLetter(p *store.Pending, reason string) string {
 		return ""
 	}
 	s.metrics.deadLettered.WithLabelValues(reason).Inc()
-	s.emitDeadLetter(protocol.JournalDeadLettered, d, id, reason)
+	s.observers.emitDeadLetter(protocol.JournalDeadLettered, d, id, reason)
 	s.log.Warn("message dead-lettered", "id", id, "message_id", p.Message.ID, "topic", p.Message.Topic,
 		"client", p.ClientID, "reason", reason, "attempts", len(p.Attempts))
 	s.events.emit(TopicDeadLettered, map[string]any{

@@ -48,8 +48,8 @@ type localFunc func(ctx context.Context, c *conn, d *delivery) (protocol.Process
 // layer is one per-attempt concern of a delivery to one of this node's
 // connections, in two halves around the call: enter before it, leave
 // once it has its outcome. Halves rather than a wrapper, so that both
-// ways of making the call run the same code: the chain, which waits for
-// the answer (layered), and the call a walk writes itself (walk.go),
+// ways of making the call run the same code: the pipeline, which waits
+// for the answer (layered), and the call a walk writes itself (walk.go),
 // whose answer comes on the subscriber's read loop or the walk's timer,
 // and which runs enterLayers and leaveLayers itself. Retries and
 // dead-lettering are decided per routing pass (propagate.go, retry.go),
@@ -68,45 +68,69 @@ type layer struct {
 // a failpoint for the delivery layers (export_test.go).
 var layerHook *layer
 
-// localLayers returns the per-attempt layers, outermost first.
-func (s *Server) localLayers() []layer {
-	layers := []layer{s.skipSlow(), s.track()}
+// pipeline is the delivery pipeline: what every delivery attempt goes
+// through, from the walk, a retry or a durable subscription to the
+// subscriber's answer. It owns the per-attempt layers, the add-ons'
+// delivery middleware and the two ways in built from them: deliver, the
+// way of every delivery, measured; and deliverLocal, deliver's part for a
+// connection of this node (conn.deliver), also the way of a delivery
+// another node of the cluster asks this one to make. A walk that writes
+// its calls itself (walk.go) runs the same parts one by one: enterLayers,
+// then callResult, leaveLayers and measured once the answer is in.
+type pipeline struct {
+	deliver      deliverFunc
+	deliverLocal localFunc
+	// layers are the per-attempt layers, outermost first, run by
+	// deliverLocal and by the relay on the read loops (walk.go).
+	layers []layer
+	// middleware is the add-ons' (middleware.go), put around deliver
+	// once they have registered it (useMiddleware).
+	middleware []DeliveryMiddleware
+
+	// What it reads of the server: the bound of each attempt
+	// (Options.DeliveryTimeout), the metrics it counts deliveries in, and
+	// the observers it tells of them, the Server's own list, which the
+	// add-ons fill in after the pipeline is built.
+	deliveryTimeout time.Duration
+	metrics         *metrics
+	observers       *observers
+}
+
+// newPipeline builds the delivery pipeline around layers, outermost
+// first: every delivery is measured and made by its subscriber; a local
+// connection's goes through the layers, then the call, bounded by the
+// timeout, and a stand-in's to its node (standIn.deliver), where that
+// node's layers apply. The add-ons' delivery middleware goes around it
+// once they are registered (useMiddleware).
+func newPipeline(timeout time.Duration, m *metrics, obs *observers, layers ...layer) *pipeline {
 	if layerHook != nil {
 		layers = append(layers, *layerHook)
 	}
-	return layers
-}
-
-// chain builds the delivery pipelines: every delivery is measured and
-// made by its subscriber; a local connection's goes through the layers
-// (Server.layers), then the call, bounded by the timeout, and a
-// stand-in's to its node (standIn.deliver), where that node's layers
-// apply. The add-ons' delivery middleware goes around it once they are
-// registered (extend).
-func (s *Server) chain() (deliverFunc, localFunc) {
-	local := s.layered(s.timeout(s.call))
-	return s.measure(func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+	p := &pipeline{layers: layers, deliveryTimeout: timeout, metrics: m, observers: obs}
+	p.deliverLocal = p.layered(p.timeout(p.call))
+	p.deliver = p.measure(func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		return d.to.deliver(ctx, d)
-	}), local
+	})
+	return p
 }
 
 // layered runs next inside the layers: every layer whose enter half let
 // the attempt through is left once, whatever ends it, a panic included
 // (which goes on once they are left).
-func (s *Server) layered(next localFunc) localFunc {
+func (p *pipeline) layered(next localFunc) localFunc {
 	return func(ctx context.Context, c *conn, d *delivery) (r protocol.ProcessMessageResult, err error) {
-		if err := s.enterLayers(c, d); err != nil {
+		if err := p.enterLayers(c, d); err != nil {
 			return r, err
 		}
 		left := false
 		defer func() {
 			if !left {
-				s.leaveLayers(c, d, len(s.layers), errPanicked)
+				p.leaveLayers(c, d, len(p.layers), errPanicked)
 			}
 		}()
 		r, err = next(ctx, c, d)
 		left = true
-		s.leaveLayers(c, d, len(s.layers), err)
+		p.leaveLayers(c, d, len(p.layers), err)
 		return r, err
 	}
 }
@@ -116,21 +140,21 @@ func (s *Server) layered(next localFunc) localFunc {
 // before it are left with that refusal, or with errPanicked when an enter
 // half panics (the panic goes on): after enterLayers, either every layer
 // is entered or none is.
-func (s *Server) enterLayers(c *conn, d *delivery) (err error) {
+func (p *pipeline) enterLayers(c *conn, d *delivery) (err error) {
 	n, done := 0, false
 	defer func() {
 		if !done {
-			s.leaveLayers(c, d, n, errPanicked)
+			p.leaveLayers(c, d, n, errPanicked)
 		}
 	}()
-	for ; n < len(s.layers); n++ {
-		if err = s.layers[n].enter(c, d); err != nil {
+	for ; n < len(p.layers); n++ {
+		if err = p.layers[n].enter(c, d); err != nil {
 			break
 		}
 	}
 	done = true
 	if err != nil {
-		s.leaveLayers(c, d, n, err)
+		p.leaveLayers(c, d, n, err)
 	}
 	return err
 }
@@ -138,22 +162,22 @@ func (s *Server) enterLayers(c *conn, d *delivery) (err error) {
 // leaveLayers runs the leave halves of the first n layers, innermost
 // first, with the attempt's outcome err. When one panics, the layers
 // outside it are still left, with errPanicked, and the panic goes on.
-func (s *Server) leaveLayers(c *conn, d *delivery, n int, err error) {
+func (p *pipeline) leaveLayers(c *conn, d *delivery, n int, err error) {
 	defer func() {
 		if n > 0 {
-			s.leaveLayers(c, d, n, errPanicked)
+			p.leaveLayers(c, d, n, errPanicked)
 		}
 	}()
 	for n > 0 {
 		n--
-		s.layers[n].leave(c, d, err)
+		p.layers[n].leave(c, d, err)
 	}
 }
 
-// deliver makes one delivery to c, unmeasured: Server.deliver measures
+// deliver makes one delivery to c, unmeasured: pipeline.deliver measures
 // its own, and another node of a cluster those it asks this one to make.
 func (c *conn) deliver(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
-	return c.server.deliverLocal(ctx, c, d)
+	return c.server.pipe.deliverLocal(ctx, c, d)
 }
 
 // Failure kinds of a delivery, also its metrics outcome.
@@ -182,18 +206,18 @@ func (e *deliveryError) Error() string {
 // its answer. The params are encoded by hand around the payload and meta,
 // which go out byte for byte as the publisher sent them, and the answer
 // comes back through the Stream, not jsonrpc2's codec.
-func (s *Server) call(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
+func (p *pipeline) call(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
 	written := d.written
 	if d.turn != nil {
 		written = d.turn.pass
 	}
 	raw, err := c.stream.CallAppend(ctx, protocol.MethodProcessMessage, d, written)
-	return s.callResult(raw, err)
+	return p.callResult(raw, err)
 }
 
 // callResult turns the answer to a processMessage call, or the call's
 // failure, into the delivery's result or *deliveryError.
-func (s *Server) callResult(raw json.RawMessage, err error) (protocol.ProcessMessageResult, error) {
+func (p *pipeline) callResult(raw json.RawMessage, err error) (protocol.ProcessMessageResult, error) {
 	var result protocol.ProcessMessageResult
 	switch {
 	case err == nil:
@@ -209,17 +233,17 @@ func (s *Server) callResult(raw json.RawMessage, err error) (protocol.ProcessMes
 		}
 		return result, nil
 	}
-	return result, s.callFailure(err)
+	return result, p.callFailure(err)
 }
 
 // callFailure is callResult's error for a call that got no result. A
 // function of its own, so that errors.As's target, which it moves to the
 // heap, is not allocated for every answer.
-func (s *Server) callFailure(err error) error {
+func (p *pipeline) callFailure(err error) error {
 	var rerr *rpcstream.ResponseError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return &deliveryError{failTimeout, fmt.Sprintf("no answer within %s", s.opts.DeliveryTimeout)}
+		return &deliveryError{failTimeout, fmt.Sprintf("no answer within %s", p.deliveryTimeout)}
 	case errors.As(err, &rerr):
 		return &deliveryError{failError, fmt.Sprintf("subscriber answered error %d: %s", rerr.Code, rerr.Message)}
 	case errors.Is(err, rpcstream.ErrNotSent):
@@ -322,31 +346,31 @@ func putParams(bp *[]byte, b []byte) {
 // walk writes itself (walk.go), which no goroutine waits on, are bounded
 // by the same timeout with the walk's timer, which abandons a call as the
 // Stream does when ctx ends: callResult reads both as a timeout.
-func (s *Server) timeout(next localFunc) localFunc {
+func (p *pipeline) timeout(next localFunc) localFunc {
 	return func(ctx context.Context, c *conn, d *delivery) (protocol.ProcessMessageResult, error) {
-		ctx, cancel := context.WithTimeout(ctx, s.opts.DeliveryTimeout)
+		ctx, cancel := context.WithTimeout(ctx, p.deliveryTimeout)
 		defer cancel()
 		return next(ctx, c, d)
 	}
 }
 
 // measure counts deliveries by outcome and observes their latency.
-func (s *Server) measure(next deliverFunc) deliverFunc {
+func (p *pipeline) measure(next deliverFunc) deliverFunc {
 	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		start := time.Now()
 		r, err := next(ctx, d)
-		s.measured(d, start, r, err)
+		p.measured(d, start, r, err)
 		return r, err
 	}
 }
 
 // measured counts a delivery that began at start by outcome, observes its
-// latency and journals it.
-func (s *Server) measured(d *delivery, start time.Time, r protocol.ProcessMessageResult, err error) {
-	s.metrics.deliveryDuration.Observe(time.Since(start).Seconds())
+// latency and tells the observers.
+func (p *pipeline) measured(d *delivery, start time.Time, r protocol.ProcessMessageResult, err error) {
+	p.metrics.deliveryDuration.Observe(time.Since(start).Seconds())
 	outcome := deliveryOutcome(r, err)
-	s.metrics.deliveries.WithLabelValues(outcome).Inc()
-	s.emitDelivery(d, outcome, err)
+	p.metrics.deliveries.WithLabelValues(outcome).Inc()
+	p.observers.emitDelivery(d, outcome, err)
 }
 
 // deliveryOutcome names a delivery's outcome, as the deliveries metric

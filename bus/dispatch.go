@@ -624,7 +624,7 @@ func (out *outgoing) admit() error {
 func (out *outgoing) accepted() {
 	s := out.conn.server
 	s.name(&out.message)
-	s.emitAccepted(out.conn, &out.message, out.remote)
+	s.observers.emitAccepted(out.conn, &out.message, out.remote)
 }
 
 // pass passes the message's tickets, so the publisher's next messages

@@ -40,7 +40,10 @@
 // deliveries down the chain until a policy says stop, continueAll
 // subscribers without waiting for their answers: it writes the calls to
 // this node's connections itself and hands the rest to the delivery
-// pipeline (delivery.go); after the walk it stores the retries it needs.
+// pipeline (delivery.go: the per-attempt layers, the slow-subscriber
+// refusal of limits.go and the activity count of activity.go, the call,
+// its timeout and its measure, with the add-ons' middleware around it);
+// after the walk it stores the retries it needs.
 // The scheduler
 // (retry.go) runs stored retries and holds (hold.go) when due, and moves
 // exhausted ones to the dead-letter queue (deadletter.go). Bus events go
@@ -52,8 +55,8 @@
 // events at a callback (its HTTP path, or the topic callback:{id},
 // which the core hands it: doors.go) and publish each on the
 // subscription's topic. Each of those steps tells the observers what
-// happened to the message (observe.go; the message journal, bus/journal,
-// is one), and does nothing when nobody observes. Traces (package
+// happened to the message (observe.go's observers; the message journal,
+// bus/journal, is one), and does nothing when nobody observes. Traces (package
 // bus/otel, an add-on) make a publish and each delivery attempt spans,
 // through the middleware seams (middleware.go). The operator console is
 // an add-on (package bus/console): it reads copies the core makes under
@@ -76,7 +79,8 @@
 // Options.WriteTimeout. The Server has one scheduler goroutine
 // (plus up to 64 running attempts) and one event goroutine per
 // connection with events waiting. Locks are taken in this order:
-// a connection's activity.mu (activity.go, taken only by a delivery),
+// a connection's activity.mu (activity.go, taken only by a delivery's
+// track layer, events.countDelivery),
 // Server.mu, durables.mu (durable_sub.go), conn.mu, events.mu, router.mu,
 // scheduler.mu; a lane's mutex
 // (order.go), a walk's mu (walk.go) and the router's route cache's are

@@ -585,7 +585,7 @@ func (d *durables) deliverHeld(p *store.Pending, c *conn) bool {
 		return true
 	}
 	dv := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: len(p.Attempts) + 1, to: c}
-	r, err := s.deliver(s.ctx, dv)
+	r, err := s.pipe.deliver(s.ctx, dv)
 	if k := failKind(err); k == failDisconnected || k == failNotSent || c.isClosed() && err != nil {
 		return false
 	}
@@ -610,7 +610,7 @@ func (d *durables) deliverHeld(p *store.Pending, c *conn) bool {
 func (d *durables) holdForOwner(m *store.Message, a *absent, ack *protocol.Ack) {
 	s := d.server
 	ack.Error = ""
-	identity, refused := s.retryRoom(a)
+	identity, refused := s.limitState.retryRoom(a)
 	now := time.Now()
 	p := &store.Pending{Kind: store.KindDurable, Message: *m, ClientID: ack.ClientID, Subscription: ack.Subscription,
 		Subscriber: identity, NextAt: now.Add(s.opts.HoldLifetime)}

@@ -91,6 +91,9 @@ func (e *events) emit(topic string, payload any) {
 // still queued heads every queue it is in.
 type events struct {
 	server *Server
+	// busyListened and idleListened remember whether anyone subscribes
+	// to the activity events (countDelivery, activity.go).
+	busyListened, idleListened anyCache
 
 	// mu guards everything below and the state of every eventWalk.
 	// Lock order: after conn.mu, before router.mu (bus/doc.go).
@@ -253,7 +256,7 @@ func (e *events) deliver(m *store.Message, sub *subscription) bool {
 		return false
 	}
 	d := &delivery{Message: m, ClientID: clientID, Subscription: pattern, Attempt: 1, to: sub.to}
-	r, err := s.deliver(s.ctx, d)
+	r, err := s.pipe.deliver(s.ctx, d)
 	return err == nil && sub.policy.Stops(r.Handled(), r.StopPropagation)
 }
 

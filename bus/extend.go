@@ -183,7 +183,7 @@ func (s *Server) extend() error {
 			return fmt.Errorf("extension %T: %w", e, err)
 		}
 	}
-	s.deliver = useMiddleware(s.deliveryMiddleware, s.deliver)
-	s.intercepted = len(s.publishHooks) > 0 || len(s.deliveryMiddleware) > 0
+	s.pipe.useMiddleware()
+	s.intercepted = len(s.publishHooks) > 0 || len(s.pipe.middleware) > 0
 	return nil
 }

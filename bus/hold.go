@@ -59,7 +59,7 @@ func (q *scheduler) hold(m *store.Message, result *protocol.SendMessageResult) e
 	// one, when the lifetime ends.
 	result.NextAttempt = p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
-	s.emitPending(p)
+	s.observers.emitPending(p)
 	q.queueHold(p)
 	return nil
 }
@@ -119,7 +119,7 @@ func (q *scheduler) attemptHold(p *store.Pending) {
 		return
 	}
 	s.metrics.held.Dec()
-	s.emitRouted(protocol.JournalWoken, &p.Message, chain, "")
+	s.observers.emitRouted(protocol.JournalWoken, &p.Message, chain, "")
 	result := &protocol.SendMessageResult{MessageID: p.Message.ID, Acks: []protocol.Ack{}}
 	s.pass(&p.Message, chain, result, true, p.Attempts)
 	// The retries the pass scheduled are stored; only now may the hold go.
@@ -196,6 +196,6 @@ func (q *scheduler) rehold(m *store.Message, ack *protocol.Ack, askedBy string, 
 	}
 	ack.Retrying, ack.Attempt, ack.NextAttempt = true, len(attempts)+1, p.NextAt.UTC().Format(time.RFC3339Nano)
 	s.metrics.held.Inc()
-	s.emitPending(p)
+	s.observers.emitPending(p)
 	q.queueHold(p)
 }

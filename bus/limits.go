@@ -110,9 +110,17 @@ func under(n, bound int) bool { return bound < 0 || n < bound }
 
 // limitState is the Server's side of the limits: the limits in force,
 // swapped whole by SetLimits and read with one atomic load on the hot
-// path, the connection counts, and the metrics.
+// path, the connection counts, and the metrics; and what applies them
+// where no connection does: the connection limits (admitConnection),
+// the pending and dead-letter caps on the store (pendingFull, retryRoom,
+// deadLetterRoom), and the delivery layer that stops waiting on slow
+// subscribers (skipSlow).
 type limitState struct {
 	current atomic.Pointer[Limits]
+	log     *slog.Logger
+	// store is the one the caps count: the Server's, set once the
+	// cluster is joined, before anything is served.
+	store Store
 
 	// mu guards the connection counts.
 	mu     sync.Mutex
@@ -147,6 +155,7 @@ const refusedConnsEvery = 10 * time.Second
 
 func newLimitState(l Limits, reg *prometheus.Registry, log *slog.Logger) *limitState {
 	st := &limitState{
+		log: log,
 		refusedConns: streak.New(refusedConnsEvery, func(limit string, sum streak.Summary) {
 			log.Warn(fmt.Sprintf("connections refused: limit reached, %d more in the last %v", sum.Events, refusedConnsEvery),
 				"limit", limit, "refused", sum.Total, "since", sum.Since)
@@ -213,14 +222,14 @@ func (s *Server) limitReached(limit string, format string, args ...any) error {
 // limits, unless Listener counted its connection from accept already. It
 // returns the release to call when the connection ends, or false after
 // answering 503 itself.
-func (s *Server) admitConnection(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+func (l *limitState) admitConnection(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	if _, counted := r.Context().Value(countedKey{}).(*countedConn); counted {
 		// Closing the connection gives its place back, whoever holds it.
 		return func() {}, true
 	}
-	release, limit, bound := s.limitState.admit(s.limits(), remoteIP(r.RemoteAddr))
+	release, limit, bound := l.admit(l.current.Load(), remoteIP(r.RemoteAddr))
 	if release == nil {
-		s.refusedConnection(limit, bound, r.RemoteAddr)
+		l.refusedConnection(limit, bound, r.RemoteAddr)
 		http.Error(w, strings.TrimSuffix(refusalBody(limit, bound), "\n"), http.StatusServiceUnavailable)
 		return nil, false
 	}
@@ -230,9 +239,9 @@ func (s *Server) admitConnection(w http.ResponseWriter, r *http.Request) (releas
 // refusedConnection logs a connection refused under limit: the first of
 // a run of refusals, then a count every refusedConnsEvery while they go
 // on (and bub_limit_refusals_total counts each).
-func (s *Server) refusedConnection(limit string, bound int, remote string) {
-	if s.limitState.refusedConns.Add(limit) {
-		s.log.Warn(fmt.Sprintf("connection refused: limit reached (further refusals are counted every %v while they go on)", refusedConnsEvery),
+func (l *limitState) refusedConnection(limit string, bound int, remote string) {
+	if l.refusedConns.Add(limit) {
+		l.log.Warn(fmt.Sprintf("connection refused: limit reached (further refusals are counted every %v while they go on)", refusedConnsEvery),
 			"limit", limit, "max", bound, "remote", remote)
 	}
 }
@@ -435,11 +444,11 @@ func (c *conn) admitPublish() (identity string, err error) {
 	pendingStreak := c.logged&loggedPending != 0
 	c.mu.Unlock()
 
-	full, err := s.pendingFull(l, identity, perIdentity, true)
+	full, err := s.limitState.pendingFull(l, identity, perIdentity, true)
 	if err == nil && full != nil && full.limit == limitStoredPerIdentity && s.pruneKeys(identity) {
 		// Expired idempotency records took the room: count again
 		// without them.
-		full, err = s.pendingFull(l, identity, perIdentity, true)
+		full, err = s.limitState.pendingFull(l, identity, perIdentity, true)
 	}
 	if err != nil {
 		return identity, protocol.Errorf(protocol.ErrInternal, "count pending messages: %v", err)
@@ -494,7 +503,7 @@ func (c *pendingCap) String() string {
 // pendingFull returns the first pending cap that stored work has
 // reached, for identity (with perIdentity entries its cap) or, if bus is
 // set, for the bus; nil when none is.
-func (s *Server) pendingFull(l *Limits, identity string, perIdentity int, bus bool) (*pendingCap, error) {
+func (st *limitState) pendingFull(l *Limits, identity string, perIdentity int, bus bool) (*pendingCap, error) {
 	caps := []pendingCap{
 		{limit: limitPendingPerIdentity, bound: int64(perIdentity), identity: identity},
 		{limit: limitStoredPerIdentity, bound: int64(l.MaxStoredBytesPerIdentity), identity: identity},
@@ -507,7 +516,7 @@ func (s *Server) pendingFull(l *Limits, identity string, perIdentity int, bus bo
 	if !slices.ContainsFunc(caps, func(c pendingCap) bool { return c.bound >= 0 }) {
 		return nil, nil
 	}
-	total, mine, err := s.store.PendingUsage(identity)
+	total, mine, err := st.store.PendingUsage(identity)
 	if err != nil {
 		return nil, err
 	}
@@ -531,32 +540,31 @@ func (s *Server) pendingFull(l *Limits, identity string, perIdentity int, bus bo
 // when what counts against it has reached its caps, since it is the one
 // holding the message up. The delivery is then dead-lettered at once
 // (walk), and why says so.
-func (s *Server) retryRoom(sub subscriber) (identity, why string) {
-	l := s.limits()
+func (st *limitState) retryRoom(sub subscriber) (identity, why string) {
+	l := st.current.Load()
 	h := sub.held()
 	h.mu.Lock()
 	identity, perIdentity := h.limitKeyLocked(), sub.pendingCapLocked(l)
 	h.mu.Unlock()
-	full, err := s.pendingFull(l, identity, perIdentity, false)
+	full, err := st.pendingFull(l, identity, perIdentity, false)
 	if err != nil || full == nil {
 		// A count that fails is the store failing: the retry's own
 		// write will say so.
 		return identity, ""
 	}
-	s.limitState.refused[full.limit].Inc()
+	st.refused[full.limit].Inc()
 	return identity, fmt.Sprintf("not retried: %s: %s", full.limit, full)
 }
 
 // deadLetterRoom reports whether the dead-letter queue is below its caps;
 // when it is not, it counts the refusal, raises bub_dead_letters_full and
 // logs once until the queue has room again, and returns the limit.
-func (s *Server) deadLetterRoom() (full string) {
-	l := s.limits()
-	st := s.limitState
+func (st *limitState) deadLetterRoom() (full string) {
+	l := st.current.Load()
 	if l.MaxDeadLetters < 0 && l.MaxDeadLetterBytes < 0 {
 		return ""
 	}
-	u, err := s.store.DeadLetterUsage()
+	u, err := st.store.DeadLetterUsage()
 	switch {
 	case err != nil:
 		// The dead letter's own write will fail the same way, and say so.
@@ -568,14 +576,14 @@ func (s *Server) deadLetterRoom() (full string) {
 	default:
 		if st.deadFull.CompareAndSwap(true, false) {
 			st.deadLettersFull.Set(0)
-			s.log.Info("dead-letter queue has room again", "dead_letters", u.Entries, "bytes", u.Bytes)
+			st.log.Info("dead-letter queue has room again", "dead_letters", u.Entries, "bytes", u.Bytes)
 		}
 		return ""
 	}
 	st.refused[full].Inc()
 	if st.deadFull.CompareAndSwap(false, true) {
 		st.deadLettersFull.Set(1)
-		s.log.Error("dead-letter queue full: messages due there stay pending until it has room; replay or purge it (bub dlq)",
+		st.log.Error("dead-letter queue full: messages due there stay pending until it has room; replay or purge it (bub dlq)",
 			"limit", full, "dead_letters", u.Entries, "bytes", u.Bytes, "max_dead_letters", l.MaxDeadLetters, "max_dead_letter_bytes", l.MaxDeadLetterBytes)
 	}
 	return full
@@ -606,18 +614,18 @@ func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool
 // subscriber's consecutive timeouts, and once they reach the limit fails
 // its deliveries at once, as for a subscriber that went away, until it
 // answers again (a late answer counts: see noteAnswer) or reconnects.
-func (s *Server) skipSlow() layer {
-	return layer{enter: s.slowRefusal, leave: s.noteAttempt}
+func (l *limitState) skipSlow() layer {
+	return layer{enter: l.slowRefusal, leave: l.noteAttempt}
 }
 
 // slowRefusal is skipSlow's enter half: the refusal when c is slow, else
 // nil.
-func (s *Server) slowRefusal(c *conn, d *delivery) error {
+func (l *limitState) slowRefusal(c *conn, d *delivery) error {
 	if c.answeredLate.Swap(false) {
 		c.noteAnswer(d.ClientID)
 	}
 	if c.slow.Load() {
-		s.limitState.refused[limitSlowSubscriber].Inc()
+		l.refused[limitSlowSubscriber].Inc()
 		return &deliveryError{failSlowSubscriber,
 			fmt.Sprintf("not sent: client %q left its last %d deliveries unanswered; the bus waits on it again once it answers one", d.ClientID, c.timeouts.Load())}
 	}
@@ -627,7 +635,7 @@ func (s *Server) slowRefusal(c *conn, d *delivery) error {
 // noteAttempt is skipSlow's leave half: an answer clears c's timeouts, a
 // timeout counts towards slow, and a panic of the bus's own says nothing
 // of c.
-func (s *Server) noteAttempt(c *conn, d *delivery, err error) {
+func (l *limitState) noteAttempt(c *conn, d *delivery, err error) {
 	if err == nil {
 		c.noteAnswer(d.ClientID)
 		return
@@ -641,9 +649,9 @@ func (s *Server) noteAttempt(c *conn, d *delivery, err error) {
 			break
 		}
 		n := c.timeouts.Add(1)
-		bound := s.limits().SlowSubscriberTimeouts
+		bound := l.current.Load().SlowSubscriberTimeouts
 		if bound > 0 && int(n) >= bound && c.slow.CompareAndSwap(false, true) {
-			s.limitState.slow.Inc()
+			l.slow.Inc()
 			c.log.Warn("not waiting on subscriber any more: deliveries to it fail at once until it answers",
 				"client", d.ClientID, "limit", limitSlowSubscriber, "timeouts", n)
 		}

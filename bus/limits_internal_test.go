@@ -14,14 +14,14 @@ func TestPendingFullAllocatesOnlyToRefuse(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Shutdown(t.Context()) })
 	l := s.limits()
-	if _, err := s.pendingFull(l, "alice", 10, true); err != nil {
+	if _, err := s.limitState.pendingFull(l, "alice", 10, true); err != nil {
 		t.Fatal(err) // builds the store's counts, once
 	}
 	var full *pendingCap
-	if n := testing.AllocsPerRun(100, func() { full, err = s.pendingFull(l, "alice", 10, true) }); n != 0 || full != nil || err != nil {
+	if n := testing.AllocsPerRun(100, func() { full, err = s.limitState.pendingFull(l, "alice", 10, true) }); n != 0 || full != nil || err != nil {
 		t.Errorf("pendingFull with room: %v allocations, cap %v, err %v; want 0, nil, nil", n, full, err)
 	}
-	full, err = s.pendingFull(l, "alice", 0, true)
+	full, err = s.limitState.pendingFull(l, "alice", 0, true)
 	if err != nil || full == nil || full.limit != limitPendingPerIdentity {
 		t.Errorf("pendingFull at a cap of 0: %+v, %v; want %s", full, err, limitPendingPerIdentity)
 	}

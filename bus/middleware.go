@@ -65,7 +65,7 @@ type DeliveryMiddleware func(next DeliverFunc) DeliverFunc
 // UseDelivery adds mw around the delivery attempts; the first added is
 // outermost. UseDelivery may be called only from Extend.
 func (s *Server) UseDelivery(mw DeliveryMiddleware) {
-	s.deliveryMiddleware = append(s.deliveryMiddleware, mw)
+	s.pipe.middleware = append(s.pipe.middleware, mw)
 }
 
 // DeliveryOutcome names an attempt's outcome as the metrics and the
@@ -112,11 +112,12 @@ func hookPublish(hooks []PublishHook, m *store.Message, header http.Header, subs
 	}
 }
 
-// useMiddleware wraps next, the delivery pipeline, in mws, the first
-// outermost; next itself when there is none.
-func useMiddleware(mws []DeliveryMiddleware, next deliverFunc) deliverFunc {
+// useMiddleware wraps deliver in the middleware, the first added
+// outermost; with none it leaves it as it is.
+func (p *pipeline) useMiddleware() {
+	mws, next := p.middleware, p.deliver
 	if len(mws) == 0 {
-		return next
+		return
 	}
 	inner := DeliverFunc(func(ctx context.Context, dv *Delivery) (protocol.ProcessMessageResult, error) {
 		d := dv.d
@@ -131,7 +132,7 @@ func useMiddleware(mws []DeliveryMiddleware, next deliverFunc) deliverFunc {
 	for i := len(mws) - 1; i >= 0; i-- {
 		inner = mws[i](inner)
 	}
-	return func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
+	p.deliver = func(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error) {
 		return inner(ctx, &Delivery{Message: d.Message, ClientID: d.ClientID, Subscription: d.Subscription, Attempt: d.Attempt, d: d})
 	}
 }

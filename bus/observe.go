@@ -10,9 +10,16 @@ import (
 
 // What happens to messages, told to the observers (extend.go).
 
+// observers are the Observers the add-ons registered (Server.Observe),
+// in the order registered, and what tells them: an emitter for each
+// thing that happens to a message, which the rest of the core calls.
+// The list is filled in while the server is extended and only read
+// after, so the emitters take no lock.
+type observers []Observer
+
 // notify hands ev to every observer.
-func (s *Server) notify(ev Event) {
-	for _, o := range s.observers {
+func (obs observers) notify(ev Event) {
+	for _, o := range obs {
 		o.Observe(ev)
 	}
 }
@@ -50,13 +57,13 @@ func chainIDs(chain []*subscription) []string {
 	return ids
 }
 
-// The emitters below are what the rest of the core calls; each does
-// nothing, and allocates nothing, when nobody observes.
+// The emitters below each do nothing, and allocate nothing, when nobody
+// observes.
 
 // emitAccepted records that c's publish of m was accepted, from
 // remote (c's own address when empty).
-func (s *Server) emitAccepted(c *conn, m *store.Message, remote string) {
-	if len(s.observers) == 0 {
+func (obs observers) emitAccepted(c *conn, m *store.Message, remote string) {
+	if len(obs) == 0 {
 		return
 	}
 	if remote == "" {
@@ -64,23 +71,23 @@ func (s *Server) emitAccepted(c *conn, m *store.Message, remote string) {
 	}
 	ev := messageEvent(protocol.JournalAccepted, m)
 	ev.From, ev.Identity, ev.Remote, ev.API = m.From, m.Publisher, remote, apiOf(c)
-	s.notify(Event{JournalEvent: ev, Message: m})
+	obs.notify(Event{JournalEvent: ev, Message: m})
 }
 
 // emitRouted records the chain a message was routed to; reason says
 // why it is empty.
-func (s *Server) emitRouted(kind string, m *store.Message, chain []*subscription, reason string) {
-	if len(s.observers) == 0 {
+func (obs observers) emitRouted(kind string, m *store.Message, chain []*subscription, reason string) {
+	if len(obs) == 0 {
 		return
 	}
 	ev := messageEvent(kind, m)
 	ev.Chain, ev.Reason = chainIDs(chain), reason
-	s.notify(Event{JournalEvent: ev, Message: m})
+	obs.notify(Event{JournalEvent: ev, Message: m})
 }
 
 // emitDelivery records one delivery attempt and its answer.
-func (s *Server) emitDelivery(d *delivery, outcome string, err error) {
-	if len(s.observers) == 0 {
+func (obs observers) emitDelivery(d *delivery, outcome string, err error) {
+	if len(obs) == 0 {
 		return
 	}
 	ev := messageEvent(protocol.JournalDelivery, d.Message)
@@ -88,12 +95,12 @@ func (s *Server) emitDelivery(d *delivery, outcome string, err error) {
 	if err != nil {
 		ev.Error = err.Error()
 	}
-	s.notify(Event{JournalEvent: ev})
+	obs.notify(Event{JournalEvent: ev})
 }
 
 // emitPending records pending work: a retry scheduled or a hold.
-func (s *Server) emitPending(p *store.Pending) {
-	if len(s.observers) == 0 {
+func (obs observers) emitPending(p *store.Pending) {
+	if len(obs) == 0 {
 		return
 	}
 	kind := protocol.JournalRetryScheduled
@@ -105,19 +112,19 @@ func (s *Server) emitPending(p *store.Pending) {
 	if p.Kind != store.KindHold {
 		ev.Attempt = len(p.Attempts) + 1
 	}
-	s.notify(Event{JournalEvent: ev})
+	obs.notify(Event{JournalEvent: ev})
 }
 
 // emitDeadLetter records what became of dead letter id: dead-lettered
 // (reason), replayed (to) or purged.
-func (s *Server) emitDeadLetter(kind string, d *store.DeadLetter, id, reason string) {
-	if len(s.observers) == 0 {
+func (obs observers) emitDeadLetter(kind string, d *store.DeadLetter, id, reason string) {
+	if len(obs) == 0 {
 		return
 	}
 	ev := messageEvent(kind, &d.Message)
 	ev.ClientID, ev.Subscription, ev.DeadLetterID, ev.Reason = d.ClientID, d.Subscription, id, reason
 	ev.Attempt = len(d.Attempts)
-	s.notify(Event{JournalEvent: ev})
+	obs.notify(Event{JournalEvent: ev})
 }
 
 // maxPurgeReported bounds the purged dead letters one purge reports
@@ -127,9 +134,10 @@ const maxPurgeReported = 100000
 // emitPurging reads the dead letters a purge is about to remove, the
 // one id or those f matches, and returns what reports them once the
 // purge is done. A dead letter added while the purge runs may go
-// unreported; the journal is a window, not an audit log.
-func (s *Server) emitPurging(f store.Filter, id string) (purged func()) {
-	if len(s.observers) == 0 {
+// unreported; the journal is a window, not an audit log. st is the
+// store the dead letters are purged from.
+func (obs observers) emitPurging(st Store, f store.Filter, id string) (purged func()) {
+	if len(obs) == 0 {
 		return func() {}
 	}
 	var gone []*store.DeadLetter
@@ -141,12 +149,12 @@ func (s *Server) emitPurging(f store.Filter, id string) (purged func()) {
 			Message: store.Message{ID: d.Message.ID, Topic: d.Message.Topic, Meta: d.Message.Meta}})
 	}
 	if id != "" {
-		if d, err := s.store.GetDeadLetter(id); err == nil {
+		if d, err := st.GetDeadLetter(id); err == nil {
 			keep(d)
 		}
 	} else {
 		for cursor := ""; len(gone) < maxPurgeReported; {
-			page, next, err := s.store.ListDeadLetters(f, cursor, 0)
+			page, next, err := st.ListDeadLetters(f, cursor, 0)
 			if err != nil {
 				break
 			}
@@ -161,7 +169,7 @@ func (s *Server) emitPurging(f store.Filter, id string) (purged func()) {
 	}
 	return func() {
 		for _, d := range gone {
-			s.emitDeadLetter(protocol.JournalPurged, d, d.ID, "")
+			obs.emitDeadLetter(protocol.JournalPurged, d, d.ID, "")
 		}
 	}
 }
@@ -173,4 +181,16 @@ func apiOf(c *conn) string {
 		return "http"
 	}
 	return "websocket"
+}
+
+// emitDeadLetter and emitPurging are left on the Server for admin.go
+// alone, which calls them there until it moves out of the core
+// (bus/admin); they go with it.
+
+func (s *Server) emitDeadLetter(kind string, d *store.DeadLetter, id, reason string) {
+	s.observers.emitDeadLetter(kind, d, id, reason)
+}
+
+func (s *Server) emitPurging(f store.Filter, id string) (purged func()) {
+	return s.observers.emitPurging(s.store, f, id)
 }

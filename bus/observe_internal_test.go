@@ -17,14 +17,14 @@ func (nopObserver) Observe(Event) {}
 // TestJournalHooksOffAllocateNothing checks that with nobody observing
 // (the journal off) the emitters on the relay's path allocate nothing.
 func TestJournalHooksOffAllocateNothing(t *testing.T) {
-	s := &Server{}
+	var obs observers
 	m := &store.Message{ID: "m1", Topic: "jobs:a", Meta: []byte(`{"correlation_id":"x"}`)}
 	d := &delivery{Message: m, ClientID: "w", Subscription: "jobs:*", Attempt: 1}
 	chain := []*subscription{}
 	allocs := testing.AllocsPerRun(100, func() {
-		s.emitAccepted(&conn{}, m, "")
-		s.emitRouted(protocol.JournalRouted, m, chain, "")
-		s.emitDelivery(d, "processed", nil)
+		obs.emitAccepted(&conn{}, m, "")
+		obs.emitRouted(protocol.JournalRouted, m, chain, "")
+		obs.emitDelivery(d, "processed", nil)
 	})
 	require.Zero(t, allocs)
 }
@@ -33,9 +33,9 @@ func TestJournalHooksOffAllocateNothing(t *testing.T) {
 // a delivery allocates nothing: the event goes by value (the journal's
 // own cost is bus/journal's TestJournalRecordAllocatesOnlyBlocks).
 func TestObserveDeliveryAllocatesNothing(t *testing.T) {
-	s := &Server{observers: []Observer{nopObserver{}}}
+	obs := observers{nopObserver{}}
 	d := &delivery{Message: &store.Message{ID: "m1", Topic: "jobs:a"}, ClientID: "w", Subscription: "jobs:*", Attempt: 1}
-	require.Zero(t, testing.AllocsPerRun(100, func() { s.emitDelivery(d, "processed", nil) }))
+	require.Zero(t, testing.AllocsPerRun(100, func() { obs.emitDelivery(d, "processed", nil) }))
 }
 
 // BenchmarkObserve measures the core's side of telling what happened to
@@ -45,12 +45,12 @@ func BenchmarkObserve(b *testing.B) {
 	d := &delivery{Message: &store.Message{ID: "0a1b2c3d4e5f-12345", Topic: "jobs:a"}, ClientID: "worker", Subscription: "jobs:*", Attempt: 1}
 	for _, bc := range []struct {
 		name string
-		s    *Server
-	}{{"off", &Server{}}, {"on", &Server{observers: []Observer{nopObserver{}}}}} {
+		obs  observers
+	}{{"off", nil}, {"on", observers{nopObserver{}}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				bc.s.emitDelivery(d, "processed", nil)
+				bc.obs.emitDelivery(d, "processed", nil)
 			}
 		})
 	}

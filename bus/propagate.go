@@ -51,11 +51,11 @@ func (s *Server) routed(m *store.Message, chain []*subscription, reliable bool) 
 			return result, nil
 		}
 		s.metrics.published.WithLabelValues(protocol.ReasonNoSubscribers).Inc()
-		s.emitRouted(protocol.JournalRouted, m, nil, protocol.ReasonNoSubscribers)
+		s.observers.emitRouted(protocol.JournalRouted, m, nil, protocol.ReasonNoSubscribers)
 		return result, nil
 	}
 	s.metrics.published.WithLabelValues("routed").Inc()
-	s.emitRouted(protocol.JournalRouted, m, chain, "")
+	s.observers.emitRouted(protocol.JournalRouted, m, chain, "")
 	return result, nil
 }
 
@@ -215,7 +215,7 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 		// A retry counts against the subscriber it waits on; one whose
 		// retries have reached its caps gets none, and the message is
 		// dead-lettered for it at once.
-		subscriber, refused := s.retryRoom(rt.sub)
+		subscriber, refused := s.limitState.retryRoom(rt.sub)
 		p := &store.Pending{
 			Kind:         store.KindRetry,
 			Message:      *m,
@@ -244,7 +244,7 @@ func (s *Server) settle(m *store.Message, chain []*subscription, outcomes []outc
 			ack.Error = joinErrors(ack.Error, "retry kept in memory only, not stored: "+err.Error())
 		}
 		ack.Retrying, ack.Attempt, ack.NextAttempt = true, 2, p.NextAt.UTC().Format(time.RFC3339Nano)
-		s.emitPending(p)
+		s.observers.emitPending(p)
 		// From here on p belongs to the scheduler.
 		s.sched.add(p)
 		s.metrics.retriesScheduled.Inc()
@@ -280,7 +280,7 @@ func (s *Server) deliverInTurn(d *delivery, o *outcome) {
 		d.turn.wait()
 	}
 	o.at = time.Now()
-	o.result, o.err = s.deliver(s.ctx, d)
+	o.result, o.err = s.pipe.deliver(s.ctx, d)
 }
 
 // notDeadLettered is added to the ack of a delivery the bus gave up on

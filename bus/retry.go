@@ -364,12 +364,12 @@ func (q *scheduler) attempt(p *store.Pending) {
 		s.metrics.retryAttempts.WithLabelValues(protocol.ReasonSubscriberGone).Inc()
 		err := &deliveryError{Kind: protocol.ReasonSubscriberGone,
 			Detail: fmt.Sprintf("client %q is not connected or no longer subscribes to a pattern matching %q", p.ClientID, p.Message.Topic)}
-		s.emitDelivery(&delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: p.Subscription, Attempt: number}, protocol.ReasonSubscriberGone, err)
+		s.observers.emitDelivery(&delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: p.Subscription, Attempt: number}, protocol.ReasonSubscriberGone, err)
 		q.retryOrDeadLetter(p, protocol.ProcessMessageResult{}, err)
 		return
 	}
 	d := &delivery{Message: &p.Message, ClientID: p.ClientID, Subscription: pattern, Attempt: number, to: c}
-	r, err := s.deliver(s.ctx, d)
+	r, err := s.pipe.deliver(s.ctx, d)
 	if err != nil && s.draining.Load() {
 		// Perhaps cut off by the shutdown itself: not counted. The store
 		// keeps the record as it was, and the next start tries again.
@@ -438,7 +438,7 @@ func (q *scheduler) retryOrDeadLetter(p *store.Pending, r protocol.ProcessMessag
 	// Scheduled even when the write fails: the store still holds the
 	// previous attempt's record, which a restart would resume.
 	q.storeOp("reschedule retry", func() error { return s.store.PutPending(p) })
-	s.emitPending(p)
+	s.observers.emitPending(p)
 	s.sched.add(p)
 }
 

@@ -250,19 +250,13 @@ func (o *Options) setDefaults() {
 // Server is the bus. It serves WebSocket peers at "/" and /healthz,
 // /readyz and /metrics over HTTP; mount it as an http.Handler.
 type Server struct {
-	opts         Options
-	log          *slog.Logger
-	router       *router
-	metrics      *metrics
-	deliver      deliverFunc
-	deliverLocal localFunc
-	// layers are the per-attempt delivery layers, outermost first, run
-	// by deliverLocal and by the relay on the read loops (delivery.go).
-	layers []layer
-	store  Store
-	// busyListened and idleListened remember whether anyone subscribes
-	// to the activity events (countDelivery).
-	busyListened, idleListened anyCache
+	opts    Options
+	log     *slog.Logger
+	router  *router
+	metrics *metrics
+	// pipe is the delivery pipeline (delivery.go).
+	pipe  *pipeline
+	store Store
 	// keyLocks serialize the requests of one idempotency key
 	// (idempotency.go).
 	keyLocks keyLocks
@@ -313,17 +307,16 @@ type Server struct {
 	// JSON-RPC methods served (the core's, then the add-ons'),
 	// observers hear events, shutdownHooks run as Shutdown starts;
 	// callbacks takes what peers send to callback topics (doors.go);
-	// publishHooks and deliveryMiddleware are on the messages' path
-	// (middleware.go), intercepted when there is any: the read loops
-	// then leave publishing and delivering to the pipeline.
-	mux                *http.ServeMux
-	methods            map[string]method
-	observers          []Observer
-	shutdownHooks      []func(context.Context)
-	callbacks          CallbackFunc
-	publishHooks       []PublishHook
-	deliveryMiddleware []DeliveryMiddleware
-	intercepted        bool
+	// publishHooks and the pipeline's middleware are on the messages'
+	// path (middleware.go), intercepted when there is any: the read
+	// loops then leave publishing and delivering to the pipeline.
+	mux           *http.ServeMux
+	methods       map[string]method
+	observers     observers
+	shutdownHooks []func(context.Context)
+	callbacks     CallbackFunc
+	publishHooks  []PublishHook
+	intercepted   bool
 	// surveys are the SurveyHandlers of the operations this node
 	// answers, by name (survey.go): a sync.Map, as the cluster may ask
 	// before the add-ons registered them (they extend the server after
@@ -387,9 +380,8 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	s.auth.Store(o.Auth)
 	s.limitState = newLimitState(o.Limits, s.metrics.registry, s.log)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.layers = s.localLayers()
-	s.deliver, s.deliverLocal = s.chain()
 	s.events = newEvents(s)
+	s.pipe = newPipeline(o.DeliveryTimeout, s.metrics, &s.observers, s.limitState.skipSlow(), s.events.track())
 	s.sched = newScheduler(s)
 	s.durables = newDurables(s)
 	s.pinger = newPinger(o.PingInterval)
@@ -496,7 +488,7 @@ func (s *Server) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, refuseUpgradeBody, http.StatusBadRequest)
 		return
 	}
-	release, ok := s.admitConnection(w, r)
+	release, ok := s.limitState.admitConnection(w, r)
 	if !ok {
 		return
 	}

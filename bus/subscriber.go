@@ -19,7 +19,7 @@ import (
 type subscriber interface {
 	// held returns what every subscriber holds.
 	held() *holding
-	// deliver makes one attempt of d, measured already (Server.chain).
+	// deliver makes one attempt of d, measured already (pipeline.deliver).
 	deliver(ctx context.Context, d *delivery) (protocol.ProcessMessageResult, error)
 	// close stops the subscriber's deliveries, its connection closing
 	// with code and reason.

@@ -31,7 +31,7 @@ import (
 // a connection whose queue has no room (its peer reads slowly), one to a
 // subscriber on another node or to an away durable owner, and every
 // delivery when middleware is on the path (middleware.go), is made as before by the delivery
-// pipeline (Server.deliver) on a goroutine of its own, whose end is
+// pipeline (pipeline.deliver) on a goroutine of its own, whose end is
 // reported to the walk as an answer is. The calls a walker writes are
 // queued on the subscribers' connections and held (outbound.Batch) until
 // the walker's batch ends, at the read loop's next read from its socket
@@ -259,7 +259,7 @@ func (w *walk) invoke(st *walkStep, b *outbound.Batch) {
 }
 
 // call writes st's processMessage call to its connection, queued in b,
-// inside the delivery layers (Server.layers, entered here and left when
+// inside the delivery layers (pipeline.layers, entered here and left when
 // the call ends; the timeout is the walk's timer), and gives its turn on
 // once it is written.
 func (w *walk) call(st *walkStep, b *outbound.Batch) {
@@ -278,7 +278,7 @@ func (w *walk) call(st *walkStep, b *outbound.Batch) {
 		}
 	}()
 	o.at = time.Now()
-	if err := s.enterLayers(st.c, d); err != nil {
+	if err := s.pipe.enterLayers(st.c, d); err != nil {
 		sent = true
 		w.callDone(st, protocol.ProcessMessageResult{}, err, b)
 		return
@@ -291,7 +291,7 @@ func (w *walk) call(st *walkStep, b *outbound.Batch) {
 		d.turn.pass()
 	}
 	if err != nil {
-		res, derr := s.callResult(nil, err)
+		res, derr := s.pipe.callResult(nil, err)
 		w.callDone(st, res, derr, b)
 		return
 	}
@@ -306,7 +306,7 @@ func (w *walk) call(st *walkStep, b *outbound.Batch) {
 
 // Answer takes the answer to st's call, on the subscriber's read loop.
 func (st *walkStep) Answer(raw json.RawMessage, err error) {
-	res, derr := st.w.s.callResult(raw, err)
+	res, derr := st.w.s.pipe.callResult(raw, err)
 	st.w.callDone(st, res, derr, st.c.out.Batch())
 }
 
@@ -364,15 +364,15 @@ func (w *walk) timedOut() {
 	w.mu.Unlock()
 	for _, d := range due {
 		if d.c.stream.Abandon(d.call) {
-			res, err := s.callResult(nil, context.DeadlineExceeded)
+			res, err := s.pipe.callResult(nil, context.DeadlineExceeded)
 			w.callDone(d.st, res, err, nil)
 		}
 	}
 }
 
 // callDone ends st's call, unless it has ended already, with its answer
-// or its failure, as the chain does after the call (Server.layered,
-// Server.measure): it leaves the layers if they were entered and
+// or its failure, as the pipeline does after the call (pipeline.layered,
+// pipeline.measure): it leaves the layers if they were entered and
 // measures the delivery, but for one the bus panicked in, which a walk
 // does not measure. b is the batch of the read loop it runs on, nil on
 // any other goroutine.
@@ -392,10 +392,10 @@ func (w *walk) callDone(st *walkStep, res protocol.ProcessMessageResult, err err
 			}
 		}()
 		if st.entered {
-			s.leaveLayers(st.c, d, len(s.layers), err)
+			s.pipe.leaveLayers(st.c, d, len(s.pipe.layers), err)
 		}
 		if err != errPanicked {
-			s.measured(d, o.at, res, err)
+			s.pipe.measured(d, o.at, res, err)
 		}
 	}()
 	o.result, o.err = res, err
