@@ -59,6 +59,9 @@
 // through the middleware seams (middleware.go). The operator console is
 // an add-on (package bus/console): it reads copies the core makes under
 // its own locks (snapshot.go) and hears routed messages as an observer.
+// The operator's methods (dlq.*, subscriptions.list and .remove) and GET
+// /backup are an add-on too (package bus/admin), through the queue, the
+// durable subscriptions and the backup the core exports (admin.go).
 //
 // # Goroutines and locks
 //

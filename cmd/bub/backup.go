@@ -22,7 +22,7 @@ func init() {
 }
 
 // runBackup fetches the store's snapshot from the running bus, which
-// holds the file's lock, through its /backup endpoint (bus/backup.go):
+// holds the file's lock, through its /backup endpoint (bus/admin):
 // copying bub.db with cp while the bus writes it could catch a page
 // half-written, and the snapshot cannot.
 func runBackup(ctx context.Context, std stdio, args []string) int {
