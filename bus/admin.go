@@ -29,24 +29,11 @@ func replayTarget(to string) (string, error) {
 	return "", protocol.Errorf(protocol.ErrInvalidParams, "to %q is not %q or %q", to, protocol.ReplayToTopic, protocol.ReplayToSubscriber)
 }
 
-// replayAll replays each dead letter of ids, each on its own: one that
-// fails says why in its outcome and the others go on.
-func (s *Server) replayAll(ids []string, to string) protocol.DLQReplayResult {
-	result := protocol.DLQReplayResult{Outcomes: []protocol.DLQReplayOutcome{}}
-	for _, id := range ids {
-		out := protocol.DLQReplayOutcome{ID: id}
-		if err := s.replay(id, to, &out); err != nil {
-			out.Error = err.Error()
-		}
-		result.Outcomes = append(result.Outcomes, out)
-	}
-	return result
-}
-
 // replay sends one dead letter again. The entry leaves the queue only once
 // the replay is accepted: for a topic, once routing found a subscriber or
 // held the message; for a subscriber, once the retry is stored.
-func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
+func (q DeadLetterQueue) replay(id, to string, out *protocol.DLQReplayOutcome) error {
+	s := q.s
 	d, err := s.store.GetDeadLetter(id)
 	if err != nil {
 		return deadLetterError(id, err)
@@ -195,7 +182,17 @@ func (q DeadLetterQueue) Replay(ids []string, to string) (protocol.DLQReplayResu
 		return protocol.DLQReplayResult{}, err
 	}
 	defer q.s.requests.Done()
-	return q.s.replayAll(ids, to), nil
+	// Each on its own: one that fails says why in its outcome and the
+	// others go on.
+	result := protocol.DLQReplayResult{Outcomes: []protocol.DLQReplayOutcome{}}
+	for _, id := range ids {
+		out := protocol.DLQReplayOutcome{ID: id}
+		if err := q.replay(id, to, &out); err != nil {
+			out.Error = err.Error()
+		}
+		result.Outcomes = append(result.Outcomes, out)
+	}
+	return result, nil
 }
 
 // Purge removes dead letter id, or, when id is "", those f
