@@ -1,76 +1,22 @@
 package bus
 
+// What an operator's tools administer (the add-on bus/admin, the
+// console): the dead-letter queue, the durable subscriptions and the
+// store's backup, each in the wire's form and under the core's locks.
+
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
-	"github.com/bub-bus/bub/internal/rpcstream"
 	"github.com/bub-bus/bub/protocol"
 )
-
-// The dead-letter queue's administration methods. With authentication on,
-// only a credential with admin may call them (conn.checkAdmin); without
-// it any initialized peer may, which is why bub serve listens on
-// loopback by default.
-
-// maxListLimit bounds a dlq.list page, so one call cannot load the whole
-// queue into memory.
-const maxListLimit = 1000
-
-func (c *conn) dlqList(req *rpcstream.Request) (any, error) {
-	var p protocol.DLQListParams
-	if err := decodeParams(req, &p); err != nil {
-		return nil, err
-	}
-	if p.Limit > maxListLimit {
-		return nil, protocol.Errorf(protocol.ErrInvalidParams, "limit %d is more than %d; page with the cursor", p.Limit, maxListLimit)
-	}
-	entries, next, err := c.server.store.ListDeadLetters(storeFilter(p.DLQFilter), p.Cursor, p.Limit)
-	if err != nil {
-		return nil, storeError(err)
-	}
-	result := protocol.DLQListResult{Entries: make([]protocol.DeadLetter, 0, len(entries)), NextCursor: next}
-	for _, d := range entries {
-		result.Entries = append(result.Entries, wireDeadLetter(d))
-	}
-	return result, nil
-}
-
-func (c *conn) dlqGet(req *rpcstream.Request) (any, error) {
-	var p protocol.DLQGetParams
-	if err := decodeParams(req, &p); err != nil {
-		return nil, err
-	}
-	if p.ID == "" {
-		return nil, protocol.Errorf(protocol.ErrInvalidParams, "id is required")
-	}
-	d, err := c.server.store.GetDeadLetter(p.ID)
-	if err != nil {
-		return nil, deadLetterError(p.ID, err)
-	}
-	return wireDeadLetter(d), nil
-}
-
-func (c *conn) dlqReplay(req *rpcstream.Request) (any, error) {
-	var p protocol.DLQReplayParams
-	if err := decodeParams(req, &p); err != nil {
-		return nil, err
-	}
-	if len(p.IDs) == 0 {
-		return nil, protocol.Errorf(protocol.ErrInvalidParams, "ids is required: name at least one dead letter")
-	}
-	if err := c.checkReplayIDs(len(p.IDs)); err != nil {
-		return nil, err
-	}
-	to, err := replayTarget(p.To)
-	if err != nil {
-		return nil, err
-	}
-	return c.server.replayAll(p.IDs, to), nil
-}
 
 // replayTarget checks a replay's to; "" means the topic.
 func replayTarget(to string) (string, error) {
@@ -83,24 +29,11 @@ func replayTarget(to string) (string, error) {
 	return "", protocol.Errorf(protocol.ErrInvalidParams, "to %q is not %q or %q", to, protocol.ReplayToTopic, protocol.ReplayToSubscriber)
 }
 
-// replayAll replays each dead letter of ids, each on its own: one that
-// fails says why in its outcome and the others go on.
-func (s *Server) replayAll(ids []string, to string) protocol.DLQReplayResult {
-	result := protocol.DLQReplayResult{Outcomes: []protocol.DLQReplayOutcome{}}
-	for _, id := range ids {
-		out := protocol.DLQReplayOutcome{ID: id}
-		if err := s.replay(id, to, &out); err != nil {
-			out.Error = err.Error()
-		}
-		result.Outcomes = append(result.Outcomes, out)
-	}
-	return result
-}
-
 // replay sends one dead letter again. The entry leaves the queue only once
 // the replay is accepted: for a topic, once routing found a subscriber or
 // held the message; for a subscriber, once the retry is stored.
-func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
+func (q DeadLetterQueue) replay(id, to string, out *protocol.DLQReplayOutcome) error {
+	s := q.s
 	d, err := s.store.GetDeadLetter(id)
 	if err != nil {
 		return deadLetterError(id, err)
@@ -135,43 +68,7 @@ func (s *Server) replay(id, to string, out *protocol.DLQReplayOutcome) error {
 	return nil
 }
 
-func (c *conn) dlqPurge(req *rpcstream.Request) (any, error) {
-	var p protocol.DLQPurgeParams
-	if err := decodeParams(req, &p); err != nil {
-		return nil, err
-	}
-	st := c.server.store
-	if p.ID != "" && (p.All || p.DLQFilter != protocol.DLQFilter{}) {
-		// Narrowing to the id, or ignoring it, would each purge other
-		// than what one of the two readings meant.
-		return nil, protocol.Errorf(protocol.ErrInvalidParams, "purge by id %q or by filter (topic, reason, since, until) or all, not both", p.ID)
-	}
-	if p.ID != "" {
-		purged := c.server.emitPurging(store.Filter{}, p.ID)
-		if err := st.RemoveDeadLetter(p.ID); err != nil {
-			return nil, deadLetterError(p.ID, err)
-		}
-		purged()
-		return protocol.DLQPurgeResult{Purged: 1}, nil
-	}
-	if !p.All && p.DLQFilter == (protocol.DLQFilter{}) {
-		return nil, protocol.Errorf(protocol.ErrInvalidParams, "say what to purge: an id, a filter (topic, reason, since, until), or all: true")
-	}
-	purged := c.server.emitPurging(storeFilter(p.DLQFilter), "")
-	n, err := st.PurgeDeadLetters(storeFilter(p.DLQFilter))
-	if err != nil {
-		return nil, storeError(err)
-	}
-	purged()
-	return protocol.DLQPurgeResult{Purged: n}, nil
-}
-
-// storeFilter converts a wire filter; the store checks the pattern and
-// the reason, and storeError turns its refusal into -32602.
-func storeFilter(f protocol.DLQFilter) store.Filter {
-	return store.Filter{Topic: f.Topic, Reason: f.Reason, Since: f.Since, Until: f.Until}
-}
-
+// storeError puts the store's refusals in the protocol's terms.
 func storeError(err error) error {
 	switch {
 	case errors.Is(err, store.ErrDamaged):
@@ -267,23 +164,35 @@ func (q DeadLetterQueue) Count() (int, error) {
 
 // Replay replays dead letters ids to their topic or
 // subscriber (to, "" for the topic), as dlq.replay does, within
-// Limits.MaxReplayIDs; it is refused once the bus drains.
+// Limits.MaxReplayIDs; it is refused once the bus drains. Its checks
+// come in dlq.replay's order (docs/PROTOCOL.md), so a call wrong in two
+// ways hears the same refusal at either door.
 func (q DeadLetterQueue) Replay(ids []string, to string) (protocol.DLQReplayResult, error) {
-	to, err := replayTarget(to)
-	if err != nil {
-		return protocol.DLQReplayResult{}, err
-	}
 	if len(ids) == 0 {
 		return protocol.DLQReplayResult{}, protocol.Errorf(protocol.ErrInvalidParams, "ids is required: name at least one dead letter")
 	}
 	if bound := q.s.limits().MaxReplayIDs; !under(len(ids)-1, bound) {
 		return protocol.DLQReplayResult{}, q.s.limitReached(limitReplayIDs, "%d ids, more than %d; replay them in batches", len(ids), bound)
 	}
+	to, err := replayTarget(to)
+	if err != nil {
+		return protocol.DLQReplayResult{}, err
+	}
 	if err := q.s.beginRequest(); err != nil {
 		return protocol.DLQReplayResult{}, err
 	}
 	defer q.s.requests.Done()
-	return q.s.replayAll(ids, to), nil
+	// Each on its own: one that fails says why in its outcome and the
+	// others go on.
+	result := protocol.DLQReplayResult{Outcomes: []protocol.DLQReplayOutcome{}}
+	for _, id := range ids {
+		out := protocol.DLQReplayOutcome{ID: id}
+		if err := q.replay(id, to, &out); err != nil {
+			out.Error = err.Error()
+		}
+		result.Outcomes = append(result.Outcomes, out)
+	}
+	return result, nil
 }
 
 // Purge removes dead letter id, or, when id is "", those f
@@ -291,15 +200,153 @@ func (q DeadLetterQueue) Replay(ids []string, to string) (protocol.DLQReplayResu
 // observers nothing: the console's purge never reached the journal, and
 // the move of the console out of the core did not change what it does.
 func (q DeadLetterQueue) Purge(id string, f store.Filter) (int, error) {
+	return q.purge(id, f, false)
+}
+
+// PurgeObserved is Purge that tells the observers what goes (the
+// journal's purged events), as dlq.purge does: the core alone knows
+// the entries as they leave.
+func (q DeadLetterQueue) PurgeObserved(id string, f store.Filter) (int, error) {
+	return q.purge(id, f, true)
+}
+
+func (q DeadLetterQueue) purge(id string, f store.Filter, observed bool) (int, error) {
+	purged := func() {}
+	if observed {
+		purged = q.s.emitPurging(f, id)
+	}
 	if id != "" {
 		if err := q.s.store.RemoveDeadLetter(id); err != nil {
 			return 0, deadLetterError(id, err)
 		}
+		purged()
 		return 1, nil
 	}
 	n, err := q.s.store.PurgeDeadLetters(f)
 	if err != nil {
 		return 0, storeError(err)
 	}
+	purged()
 	return n, nil
 }
+
+// DurableSubscriptions are the bus's durable subscriptions as an
+// operator administers them (subscriptions.list and
+// subscriptions.remove): a snapshot in the wire's form, taken under the
+// core's locks.
+type DurableSubscriptions struct {
+	s *Server
+}
+
+// DurableSubscriptions returns s's durable subscriptions.
+func (s *Server) DurableSubscriptions() DurableSubscriptions {
+	return DurableSubscriptions{s: s}
+}
+
+// List returns the page of durable subscriptions p selects (by
+// clientId, identity, and a topic they match, checked by the caller),
+// in clientId then pattern order after p.Cursor, with the cursor of the
+// next page ("" when this was the last). A p.Limit of 0 lists 100.
+func (d DurableSubscriptions) List(p protocol.SubscriptionsListParams) protocol.SubscriptionsListResult {
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	all := d.s.durables.list(&p)
+	result := protocol.SubscriptionsListResult{Subscriptions: all}
+	if len(all) > p.Limit {
+		result.Subscriptions = all[:p.Limit]
+		last := all[p.Limit-1]
+		result.NextCursor = listCursor(last.ClientID, last.Pattern)
+	}
+	return result
+}
+
+// Remove removes clientID's durable subscription to pattern and reports
+// whether there was one. A connected owner loses it as by its own
+// unsubscribe.
+func (d DurableSubscriptions) Remove(clientID, pattern string) (bool, error) {
+	s := d.s
+	s.mu.Lock()
+	ownerConn := s.clients[clientID]
+	s.mu.Unlock()
+	if ownerConn != nil {
+		if sub, _, _ := ownerConn.removeSubscription(pattern); sub != nil {
+			s.cl.unshareNow(sub)
+		}
+	}
+	return s.durables.unsubscribeDurable(clientID, pattern)
+}
+
+// listCursor is the cursor after a subscription: its owner and pattern,
+// which no clientId or pattern can contain a NUL of.
+func listCursor(clientID, pattern string) string { return clientID + "\x00" + pattern }
+
+// list returns the durable subscriptions p selects after its cursor, in
+// clientId then pattern order: one more than p.Limit when there are more.
+func (d *durables) list(p *protocol.SubscriptionsListParams) []protocol.DurableSubscription {
+	s := d.server
+	d.mu.Lock()
+	owners := make([]*owner, 0, len(d.owners))
+	for id, o := range d.owners {
+		if (p.ClientID == "" || id == p.ClientID) && (p.Identity == "" || o.rec.Identity == p.Identity) && listCursor(id, "\xff") > p.Cursor {
+			owners = append(owners, o)
+		}
+	}
+	slices.SortFunc(owners, func(a, b *owner) int { return strings.Compare(a.rec.ClientID, b.rec.ClientID) })
+	var out []protocol.DurableSubscription
+	for _, o := range owners {
+		var held int
+		if d.shared != nil {
+			held = d.shared.HeldCount(o.id)
+		} else {
+			held = s.sched.countOwner(o.id, func(string) bool { return true })
+		}
+		subs := slices.Clone(o.rec.Subscriptions)
+		slices.SortFunc(subs, func(a, b store.DurableSubscription) int { return cmp.Compare(a.Pattern, b.Pattern) })
+		for _, sub := range subs {
+			if listCursor(o.id, sub.Pattern) <= p.Cursor {
+				continue
+			}
+			if p.Topic != "" {
+				pattern, err := protocol.ParsePattern(sub.Pattern)
+				if err != nil || !pattern.Match(p.Topic) {
+					continue
+				}
+			}
+			_, away := o.away.subs[sub.Pattern]
+			out = append(out, protocol.DurableSubscription{
+				ClientID: o.id, Identity: o.rec.Identity, Pattern: sub.Pattern, Policy: protocol.Policy(sub.Policy),
+				Fallback: sub.Fallback, Created: sub.Created.UTC().Format(time.RFC3339Nano), Away: away, Held: held, Waker: o.rec.Waker,
+			})
+			if len(out) > p.Limit {
+				d.mu.Unlock()
+				return out
+			}
+		}
+	}
+	d.mu.Unlock()
+	return out
+}
+
+// Backup hands fn a consistent copy of the store, for GET /backup: the
+// running bus holds the store's file lock, so only the bus can take the
+// copy. A store kept in memory has none to give: store.ErrNoFile.
+func (s *Server) Backup(fn func(store.Snapshot) error) error {
+	return s.store.Backup(fn)
+}
+
+// HostAllowed reports whether r's Host names this bus (Options.Hosts,
+// or the address it was reached on): a door served to loopback only
+// checks it too, so that a web page cannot reach it through DNS
+// rebinding.
+func (s *Server) HostAllowed(r *http.Request) bool { return s.hostAllowed(r) }
+
+// RefusedBrowser counts, in bub_auth_refusals_total, a request refused
+// because a browser sent it (it has an Origin header).
+func (s *Server) RefusedBrowser() {
+	s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
+}
+
+// HTTPUnauthorized says, in a 401's body, how to present a credential
+// over HTTP, as the core's own 401s do.
+const HTTPUnauthorized = httpUnauthorizedDetail

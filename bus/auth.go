@@ -359,7 +359,8 @@ func (c *conn) checkSubscribe(p *protocol.Pattern, fallback bool) error {
 	return nil
 }
 
-// checkAdmin refuses the dlq.* methods to a credential without admin.
+// checkAdmin refuses the admin methods (Method.Admin) to a credential
+// without admin.
 func (c *conn) checkAdmin(method string) error {
 	c.mu.Lock()
 	access, identity, id := c.access, c.identity, c.clientID

@@ -50,19 +50,12 @@ var methods map[string]method
 // initializer may not refer to itself, an init function may.
 func init() {
 	methods = map[string]method{
-		protocol.MethodInitialize:  {open: true, inOrder: true, serve: (*conn).initialize},
-		protocol.MethodPing:        {serve: (*conn).ping},
-		protocol.MethodSubscribe:   {inOrder: true, serve: (*conn).subscribe},
-		protocol.MethodUnsubscribe: {inOrder: true, serve: (*conn).unsubscribe},
-		protocol.MethodSendMessage: {queued: true, route: func(c *conn, req *rpcstream.Request) (*outgoing, error) { return c.routeMessage(req.Params) }},
-		protocol.MethodDLQList:     {queued: true, admin: true, serve: (*conn).dlqList},
-		protocol.MethodDLQGet:      {queued: true, admin: true, serve: (*conn).dlqGet},
-		protocol.MethodDLQReplay:   {queued: true, admin: true, serve: (*conn).dlqReplay},
-		protocol.MethodDLQPurge:    {queued: true, admin: true, serve: (*conn).dlqPurge},
-
-		protocol.MethodSubscriptionsList:   {queued: true, admin: true, serve: (*conn).subscriptionsList},
-		protocol.MethodSubscriptionsRemove: {queued: true, admin: true, serve: (*conn).subscriptionsRemove},
-		protocol.MethodSubscriptionsWaker:  {inOrder: true, serve: (*conn).subscriptionsWaker},
+		protocol.MethodInitialize:         {open: true, inOrder: true, serve: (*conn).initialize},
+		protocol.MethodPing:               {serve: (*conn).ping},
+		protocol.MethodSubscribe:          {inOrder: true, serve: (*conn).subscribe},
+		protocol.MethodUnsubscribe:        {inOrder: true, serve: (*conn).unsubscribe},
+		protocol.MethodSendMessage:        {queued: true, route: func(c *conn, req *rpcstream.Request) (*outgoing, error) { return c.routeMessage(req.Params) }},
+		protocol.MethodSubscriptionsWaker: {inOrder: true, serve: (*conn).subscriptionsWaker},
 	}
 }
 

@@ -33,7 +33,8 @@
 // writes the result), each read loop flushing the connections it wrote
 // to once per read (internal/outbound's Batch); a message that may wait
 // before its deliveries (an idempotency key, tracing, nobody to route
-// to) and the dlq.* methods (admin.go) run on goroutines of their own.
+// to) and the add-ons' methods (bus/admin's dlq.*) run on goroutines
+// of their own.
 // The router (router.go) gives the topic's chain, newest matching
 // subscription first; each routed message takes a ticket per subscriber
 // (order.go) as it is routed. walk (propagate.go, walk.go) makes the
@@ -61,6 +62,9 @@
 // through the middleware seams (middleware.go). The operator console is
 // an add-on (package bus/console): it reads copies the core makes under
 // its own locks (snapshot.go) and hears routed messages as an observer.
+// The operator's methods (dlq.*, subscriptions.list and .remove) and GET
+// /backup are an add-on too (package bus/admin), through the queue, the
+// durable subscriptions and the backup the core exports (admin.go).
 //
 // # Goroutines and locks
 //

@@ -59,10 +59,11 @@ func Crash(s *Server) {
 // MethodInfo is what the dispatch table says of one method.
 type MethodInfo struct{ Queued, InOrder, Admin, Open bool }
 
-// MethodTable returns the dispatch table, without its handlers.
-func MethodTable() map[string]MethodInfo {
-	out := make(map[string]MethodInfo, len(methods))
-	for name, m := range methods {
+// MethodTable returns s's dispatch table (the core's methods and its
+// add-ons'), without its handlers.
+func MethodTable(s *Server) map[string]MethodInfo {
+	out := make(map[string]MethodInfo, len(s.methods))
+	for name, m := range s.methods {
 		out[name] = MethodInfo{Queued: m.queued, InOrder: m.inOrder, Admin: m.admin, Open: m.open}
 	}
 	return out

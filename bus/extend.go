@@ -39,8 +39,8 @@ var _ Extension = ExtensionFunc(nil)
 
 // Handle registers h for the HTTP requests pattern matches (a
 // net/http.ServeMux pattern: "/v1/events", or "/console/" for a tree).
-// The core serves its own paths first: /, /healthz, /readyz, /metrics
-// and /backup. Handle may be called only from Extend.
+// The core serves its own paths first: /, /healthz, /readyz and
+// /metrics. Handle may be called only from Extend.
 func (s *Server) Handle(pattern string, h http.Handler) {
 	s.mux.Handle(pattern, h)
 }

@@ -396,16 +396,6 @@ func (c *conn) checkSubscriptions(held int) error {
 	return c.server.limitReached(limitSubscriptions, "this connection holds %d subscriptions; unsubscribe first", held)
 }
 
-// checkReplayIDs refuses a dlq.replay with more than MaxReplayIDs ids.
-func (c *conn) checkReplayIDs(n int) error {
-	bound := c.server.limits().MaxReplayIDs
-	if !under(n-1, bound) {
-		c.log.Info("dlq.replay refused: limit reached", "client", c.id(), "limit", limitReplayIDs, "max", bound, "ids", n)
-		return c.server.limitReached(limitReplayIDs, "%d ids, more than %d; replay them in batches", n, bound)
-	}
-	return nil
-}
-
 // admitPublish applies the publish-path limits to a sendMessage, routed
 // on the read loop but not yet delivered or stored, and returns the
 // identity the message is published as: the connection's rate, then the

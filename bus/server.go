@@ -462,8 +462,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ready")
 	case "/metrics":
 		promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
-	case BackupPath:
-		s.serveBackup(w, r)
 	case "/":
 		s.serveWebSocket(w, r)
 	default:

@@ -20,6 +20,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/admin"
 	"github.com/bub-bus/bub/bus/httpapi"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/protocol"
@@ -113,7 +114,7 @@ func Serve(o *bus.Options) (*Server, error) {
 // that a node restarted with it gets each add-on once.
 func extended(o *bus.Options) *bus.Options {
 	e := *o
-	e.Extensions = append(slices.Clip(o.Extensions), httpapi.API{})
+	e.Extensions = append(slices.Clip(o.Extensions), httpapi.API{}, admin.Extension{})
 	return &e
 }
 

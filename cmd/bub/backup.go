@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/admin"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/peer"
 )
@@ -22,7 +22,7 @@ func init() {
 }
 
 // runBackup fetches the store's snapshot from the running bus, which
-// holds the file's lock, through its /backup endpoint (bus/backup.go):
+// holds the file's lock, through its /backup endpoint (bus/admin):
 // copying bub.db with cp while the bus writes it could catch a page
 // half-written, and the snapshot cannot.
 func runBackup(ctx context.Context, std stdio, args []string) int {
@@ -82,7 +82,7 @@ func runBackup(ctx context.Context, std stdio, args []string) int {
 // backupURL is the bus's /backup endpoint, at the address of its
 // WebSocket URL: ws:// becomes http://, wss:// https://.
 func backupURL(busURL string) (string, error) {
-	return busHTTPURL(busURL, bus.BackupPath)
+	return busHTTPURL(busURL, admin.BackupPath)
 }
 
 // writeBackup writes the copy to path through a temporary file in the
@@ -170,7 +170,7 @@ func fetchBackup(ctx context.Context, endpoints []string, token string, w io.Wri
 		case http.StatusUnauthorized:
 			msg += "; check --token, --token-file or BUB_TOKEN"
 		case http.StatusNotFound:
-			msg = "the bus has no " + bus.BackupPath + " endpoint; is it an older bub serve?"
+			msg = "the bus has no " + admin.BackupPath + " endpoint; is it an older bub serve?"
 		}
 		return 0, fmt.Errorf("%s: %s: %s", endpoint, resp.Status, msg)
 	}

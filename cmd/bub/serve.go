@@ -20,6 +20,7 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/admin"
 	"github.com/bub-bus/bub/bus/console"
 	"github.com/bub-bus/bub/bus/httpapi"
 	"github.com/bub-bus/bub/bus/journal"
@@ -302,6 +303,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	extensions := []bus.Extension{
 		jn,
 		httpapi.API{},
+		admin.Extension{},
 		webhook.New(webhook.Options{
 			Hooks:         hooks,
 			Subscriptions: webhookSubs,

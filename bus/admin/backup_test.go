@@ -1,4 +1,4 @@
-package bus_test
+package admin_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/admin"
 	"github.com/bub-bus/bub/bus/store"
 )
 
@@ -23,12 +24,12 @@ func TestBackupEndpointOpenBus(t *testing.T) {
 	st, err := store.Open(t.TempDir(), nil)
 	require.NoError(t, err)
 	defer st.Close()
-	srv, err := bus.New(&bus.Options{Store: st, Logger: backupQuietLogger})
+	srv, err := bus.New(&bus.Options{Store: st, Logger: backupQuietLogger, Extensions: []bus.Extension{admin.Extension{}}})
 	require.NoError(t, err)
 	defer srv.Shutdown(t.Context())
 
 	get := func(remote string, mutate func(*http.Request)) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:7892"+bus.BackupPath, nil)
+		r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:7892"+admin.BackupPath, nil)
 		r.RemoteAddr = remote
 		r = r.WithContext(localAddrContext(r, "127.0.0.1:7892"))
 		if mutate != nil {
@@ -60,10 +61,10 @@ func TestBackupEndpointOpenBus(t *testing.T) {
 
 // TestBackupEndpointMemoryStore: a bus without a file says so.
 func TestBackupEndpointMemoryStore(t *testing.T) {
-	srv, err := bus.New(&bus.Options{Logger: backupQuietLogger})
+	srv, err := bus.New(&bus.Options{Logger: backupQuietLogger, Extensions: []bus.Extension{admin.Extension{}}})
 	require.NoError(t, err)
 	defer srv.Shutdown(t.Context())
-	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:7892"+bus.BackupPath, nil)
+	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:7892"+admin.BackupPath, nil)
 	r.RemoteAddr = "127.0.0.1:50000"
 	r = r.WithContext(localAddrContext(r, "127.0.0.1:7892"))
 	w := httptest.NewRecorder()
