@@ -46,7 +46,7 @@ func (q DeadLetterQueue) replay(id, to string, out *protocol.DLQReplayOutcome) e
 		if err := s.store.Requeue(id, p); err != nil {
 			return deadLetterError(id, err)
 		}
-		s.emitDeadLetter(protocol.JournalReplayed, d, id, to)
+		s.observers.emitDeadLetter(protocol.JournalReplayed, d, id, to)
 		s.sched.add(p)
 		out.Accepted = true
 		return nil
@@ -63,7 +63,7 @@ func (q DeadLetterQueue) replay(id, to string, out *protocol.DLQReplayOutcome) e
 	if err := s.store.RemoveDeadLetter(id); err != nil {
 		return deadLetterError(id, err)
 	}
-	s.emitDeadLetter(protocol.JournalReplayed, d, id, to)
+	s.observers.emitDeadLetter(protocol.JournalReplayed, d, id, to)
 	out.Accepted = true
 	return nil
 }
@@ -213,7 +213,7 @@ func (q DeadLetterQueue) PurgeObserved(id string, f store.Filter) (int, error) {
 func (q DeadLetterQueue) purge(id string, f store.Filter, observed bool) (int, error) {
 	purged := func() {}
 	if observed {
-		purged = q.s.emitPurging(f, id)
+		purged = q.s.observers.emitPurging(q.s.store, f, id)
 	}
 	if id != "" {
 		if err := q.s.store.RemoveDeadLetter(id); err != nil {

@@ -182,15 +182,3 @@ func apiOf(c *conn) string {
 	}
 	return "websocket"
 }
-
-// emitDeadLetter and emitPurging are left on the Server for admin.go
-// alone, which calls them there until it moves out of the core
-// (bus/admin); they go with it.
-
-func (s *Server) emitDeadLetter(kind string, d *store.DeadLetter, id, reason string) {
-	s.observers.emitDeadLetter(kind, d, id, reason)
-}
-
-func (s *Server) emitPurging(f store.Filter, id string) (purged func()) {
-	return s.observers.emitPurging(s.store, f, id)
-}
