@@ -1,7 +1,10 @@
-// Package bus is the bub-bus server: peers connect over WebSocket, speak
-// JSON-RPC 2.0 (docs/PROTOCOL.md), subscribe to topic patterns and publish
-// messages, which the bus delivers to subscribers with processMessage and
-// acknowledges to the publisher.
+// Package bus is the core of the bub-bus server (docs/ARCHITECTURE.md):
+// peers connect over WebSocket, speak JSON-RPC 2.0 (docs/PROTOCOL.md),
+// subscribe to topic patterns and publish messages, which the bus
+// delivers to subscribers with processMessage and acknowledges to the
+// publisher. Its add-ons (the HTTP API, webhooks, the journal, the
+// console, tool subscriptions, traces, the operator's methods) are
+// packages of their own that register on its seams (extend.go).
 //
 // Start with Server: New builds one from Options, ServeHTTP serves peers
 // and the /healthz, /readyz and /metrics endpoints, Shutdown drains it.
