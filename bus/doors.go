@@ -29,6 +29,7 @@ type CallbackFunc func(id string, event []byte) (*protocol.SendMessageResult, er
 // active callback; a second f is refused. HandleCallbacks may be called
 // only from Extend.
 func (s *Server) HandleCallbacks(f CallbackFunc) error {
+	s.mustExtend("HandleCallbacks")
 	if s.callbacks != nil {
 		return errors.New("the callback topics are handled already")
 	}

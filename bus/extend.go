@@ -40,9 +40,23 @@ var _ Extension = ExtensionFunc(nil)
 // Handle registers h for the HTTP requests pattern matches (a
 // net/http.ServeMux pattern: "/v1/events", or "/console/" for a tree).
 // The core serves its own paths first: /, /healthz, /readyz and
-// /metrics. Handle may be called only from Extend.
-func (s *Server) Handle(pattern string, h http.Handler) {
+// /metrics, which Handle refuses, as it refuses a pattern registered
+// before. Handle may be called only from Extend.
+func (s *Server) Handle(pattern string, h http.Handler) (err error) {
+	s.mustExtend("Handle")
+	switch pattern {
+	case "/", "/healthz", "/readyz", "/metrics":
+		return fmt.Errorf("HTTP path %q is the core's", pattern)
+	}
+	defer func() {
+		// ServeMux says so by panicking: a conflict is an add-on's
+		// error, which stops the start, not the process.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("HTTP path %q: %v", pattern, p)
+		}
+	}()
 	s.mux.Handle(pattern, h)
+	return nil
 }
 
 // A Method is a JSON-RPC method an add-on serves on the WebSocket door.
@@ -62,6 +76,7 @@ type Method struct {
 // already, or one registered before, is refused. HandleMethod may be
 // called only from Extend.
 func (s *Server) HandleMethod(name string, m Method) error {
+	s.mustExtend("HandleMethod")
 	if _, ok := s.methods[name]; ok {
 		return fmt.Errorf("method %q is registered already", name)
 	}
@@ -153,6 +168,7 @@ type Observer interface {
 // Observe adds o to the observers. Observe may be called only from
 // Extend.
 func (s *Server) Observe(o Observer) {
+	s.mustExtend("Observe")
 	s.observers = append(s.observers, o)
 }
 
@@ -166,6 +182,7 @@ func (s *Server) Logger() *slog.Logger {
 // an add-on ends its streams and stops taking work there. f gets
 // Shutdown's ctx. OnShutdown may be called only from Extend.
 func (s *Server) OnShutdown(f func(ctx context.Context)) {
+	s.mustExtend("OnShutdown")
 	s.shutdownHooks = append(s.shutdownHooks, f)
 }
 
@@ -175,9 +192,21 @@ func (s *Server) OnShutdown(f func(ctx context.Context)) {
 // SetAuth change what is in force.
 func (s *Server) Options() Options { return s.opts }
 
+// mustExtend panics unless an Extend is running: what the add-ons
+// register is read without a lock once the server serves, so a late
+// registration would race the read loops (or, for middleware, be
+// silently left out).
+func (s *Server) mustExtend(what string) {
+	if !s.extending {
+		panic("bus: " + what + " called outside Extend: add-ons register as the server starts (Options.Extensions)")
+	}
+}
+
 // extend runs opts' extensions, then puts their delivery middleware
 // around the pipeline, before anything is delivered through it.
 func (s *Server) extend() error {
+	s.extending = true
+	defer func() { s.extending = false }()
 	for _, e := range s.opts.Extensions {
 		if err := e.Extend(s); err != nil {
 			return fmt.Errorf("extension %T: %w", e, err)

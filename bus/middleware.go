@@ -65,6 +65,7 @@ type DeliveryMiddleware func(next DeliverFunc) DeliverFunc
 // UseDelivery adds mw around the delivery attempts; the first added is
 // outermost. UseDelivery may be called only from Extend.
 func (s *Server) UseDelivery(mw DeliveryMiddleware) {
+	s.mustExtend("UseDelivery")
 	s.pipe.middleware = append(s.pipe.middleware, mw)
 }
 
@@ -87,6 +88,7 @@ type PublishHook func(m *store.Message, header http.Header, subscribers int) (do
 // OnPublish adds h to the publish hooks, run in the order added.
 // OnPublish may be called only from Extend.
 func (s *Server) OnPublish(h PublishHook) {
+	s.mustExtend("OnPublish")
 	s.publishHooks = append(s.publishHooks, h)
 }
 

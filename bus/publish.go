@@ -46,7 +46,13 @@ type Publisher struct {
 // NewPublisher makes the publisher for clientID, publishing as identity
 // ("" for none: the clientId is then who the limits count against).
 // remote names it in the journal and logs; attrs are added to its log
-// lines. Its grant, if any, is set by the caller (setAccessLocked).
+// lines. It has no grant until SetGrant gives it one: on a bus with
+// auth, a door that publishes for a caller authenticates it
+// (Authenticate), decides what it may do as clientID (Authorize) and
+// sets that (SetGrant), or gets the three done by PublisherFor. A
+// publisher without a grant may publish to any topic but the bus's own:
+// that is for an add-on's own publisher (an incoming webhook's, to the
+// topic its configuration names), never for a caller's.
 func (s *Server) NewPublisher(clientID, identity, remote string, attrs ...any) *Publisher {
 	c := &conn{
 		holding: holding{server: s, log: s.log.With(attrs...), subs: make(map[string]*subscription)},
@@ -100,7 +106,8 @@ type Published struct {
 }
 
 // Publish checks params (sendMessage's) and publishes them as p, the one
-// way in for every door but a peer's WebSocket connection (see above).
+// way in for every door but a peer's WebSocket connection (see above);
+// o nil is the zero PublishOptions.
 // ctx is not yet consulted: once accepted, a message is delivered or
 // dead-lettered whatever becomes of its request.
 func (s *Server) Publish(_ context.Context, p *Publisher, params []byte, o *PublishOptions) (*Published, error) {
@@ -112,6 +119,9 @@ func (s *Server) Publish(_ context.Context, p *Publisher, params []byte, o *Publ
 	}
 	if !protocol.IsObject(params) {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "the message must be a JSON object {\"topic\": ..., \"payload\": ...}")
+	}
+	if o == nil {
+		o = &PublishOptions{}
 	}
 	if o.Key == "" {
 		return s.publishOnce(p, params, o)

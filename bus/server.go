@@ -310,6 +310,9 @@ type Server struct {
 	// publishHooks and the pipeline's middleware are on the messages'
 	// path (middleware.go), intercepted when there is any: the read
 	// loops then leave publishing and delivering to the pipeline.
+	// extending is set while Extend runs, the only time the add-ons may
+	// register (mustExtend).
+	extending     bool
 	mux           *http.ServeMux
 	methods       map[string]method
 	observers     observers
@@ -403,6 +406,10 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		s.durables.shared = shared
 	}
 	fail := func(err error) (*Server, error) {
+		// What the add-ons started ends with the start that failed.
+		for _, f := range s.shutdownHooks {
+			f(context.Background())
+		}
 		s.cancel()
 		_ = s.cl.cluster.Leave(context.Background())
 		return nil, err

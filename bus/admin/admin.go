@@ -47,7 +47,9 @@ func (Extension) Extend(s *bus.Server) error {
 			return err
 		}
 	}
-	s.Handle(BackupPath, http.HandlerFunc(a.serveBackup))
+	if err := s.Handle(BackupPath, http.HandlerFunc(a.serveBackup)); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -82,7 +82,9 @@ func (e Extension) Extend(s *bus.Server) error {
 	c := &console{bus: s, log: s.Logger(), ctx: ctx, logins: newLoginMetric(s.Registry()), journal: e.Journal}
 	s.OnShutdown(func(context.Context) { cancel() })
 	s.Observe(c)
-	s.Handle(Path, c)
+	if err := s.Handle(Path, c); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -36,8 +36,12 @@ type API struct{}
 // Extend registers the API's paths on s.
 func (API) Extend(s *bus.Server) error {
 	d := &door{s: s}
-	s.Handle(PathMessages, http.HandlerFunc(d.serveMessages))
-	s.Handle(PathOpenAPI, http.HandlerFunc(serveOpenAPI))
+	if err := s.Handle(PathMessages, http.HandlerFunc(d.serveMessages)); err != nil {
+		return err
+	}
+	if err := s.Handle(PathOpenAPI, http.HandlerFunc(serveOpenAPI)); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -58,8 +58,12 @@ func (jn *Journal) Extend(s *bus.Server) error {
 		s.Observe(jn.j)
 		s.OnShutdown(func(context.Context) { jn.j.close() })
 	}
-	s.Handle(PathEvents, http.HandlerFunc(jn.serveEvents))
-	s.Handle(PathEventsStream, http.HandlerFunc(jn.serveEventStream))
+	if err := s.Handle(PathEvents, http.HandlerFunc(jn.serveEvents)); err != nil {
+		return err
+	}
+	if err := s.Handle(PathEventsStream, http.HandlerFunc(jn.serveEventStream)); err != nil {
+		return err
+	}
 	if err := s.OnSurvey(surveyOp, jn.answerSearch); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}

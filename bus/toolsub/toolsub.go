@@ -122,7 +122,9 @@ func (e *extension) Extend(s *bus.Server) error {
 	if err := s.HandleCallbacks(t.callbackEvent); err != nil {
 		return err
 	}
-	s.Handle(PathCallbacks, http.HandlerFunc(t.serveCallback))
+	if err := s.Handle(PathCallbacks, http.HandlerFunc(t.serveCallback)); err != nil {
+		return err
+	}
 	if err := t.registerMetrics(s.Registry()); err != nil {
 		return err
 	}

@@ -94,7 +94,9 @@ func (e *Extension) Extend(s *bus.Server) error {
 	}
 	w.requests, w.calls = newMetrics(s.Registry())
 	w.client = newClient(o.DeliveryTimeout, e.opts.AllowPrivate)
-	s.Handle(PathHooks, http.HandlerFunc(w.serveHook))
+	if err := s.Handle(PathHooks, http.HandlerFunc(w.serveHook)); err != nil {
+		return err
+	}
 	for name, serve := range map[string]func(context.Context, *bus.Caller, json.RawMessage) (any, error){
 		protocol.MethodWebhookAdd:    w.add,
 		protocol.MethodWebhookRemove: w.remove,
