@@ -582,8 +582,8 @@ func (out *outgoing) publish(req *rpcstream.Request) (any, error) {
 	return result, nil
 }
 
-// accept admits the message (admit) and, admitted, names and journals
-// it (accepted): what every door does to a routed message before its
+// accept admits the message (admit) and, admitted, names it and tells
+// the observers (accepted): what every door does to a routed message before its
 // walk.
 func (out *outgoing) accept() error {
 	if err := out.admit(); err != nil {
@@ -612,7 +612,7 @@ func (out *outgoing) admit() error {
 	return nil
 }
 
-// accepted names the message and journals its acceptance; a repeat of
+// accepted names the message and tells the observers it was accepted; a repeat of
 // an idempotent publish, which publishes nothing, never gets here.
 func (out *outgoing) accepted() {
 	s := out.conn.server

@@ -37,7 +37,7 @@ func (s *Server) publishRouted(m *store.Message, header http.Header, chain []*su
 }
 
 // routed begins the result of publishing m, named already, to chain, and
-// counts and journals its routing; it completes the result when chain is
+// counts its routing and tells the observers; it completes the result when chain is
 // empty (the message is held, or nobody subscribes).
 func (s *Server) routed(m *store.Message, chain []*subscription, reliable bool) (*protocol.SendMessageResult, error) {
 	result := &protocol.SendMessageResult{MessageID: m.ID, Acks: []protocol.Ack{}}

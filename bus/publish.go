@@ -19,7 +19,8 @@ import (
 //   - routeMessage checks sendMessage's params (topic rules, grant,
 //     payload, meta) and routes them, in the publisher's order;
 //   - accept applies the publisher's rate and the quotas of what it
-//     makes the bus store (admit), then names and journals the message;
+//     makes the bus store (admit), then names the message and tells the
+//     observers;
 //   - Idempotently keeps a key's bounded result for the window;
 //   - publishRouted walks the subscribers.
 //

@@ -143,7 +143,7 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	api, isAPI := strings.CutPrefix(r.URL.Path, Path+"api/")
 	if !isAPI {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			methodNotAllowed(w, "GET, HEAD")
+			httpjson.MethodNotAllowed(w, "GET, HEAD")
 			return
 		}
 		static.ServeHTTP(w, r)
@@ -176,7 +176,7 @@ func (c *console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != route.method && !(route.method == http.MethodGet && r.Method == http.MethodHead) {
-		methodNotAllowed(w, route.method)
+		httpjson.MethodNotAllowed(w, route.method)
 		return
 	}
 	if !route.anyone && !sess.admin.Load() {
@@ -208,12 +208,6 @@ func (c *console) messagesPage(api string) http.Handler {
 		return c.journal.SessionEventStream(c.credentialOf)
 	}
 	return c.journal.SessionMessages(c.credentialOf)
-}
-
-// methodNotAllowed answers 405 naming the methods allowed.
-func methodNotAllowed(w http.ResponseWriter, allow string) {
-	w.Header().Set("Allow", allow)
-	httpjson.WriteError(w, http.StatusMethodNotAllowed, protocol.Errorf(protocol.ErrMethodNotFound, "this path takes %s", allow))
 }
 
 // route is one endpoint of the console's API; anyone says a session
@@ -254,7 +248,7 @@ var routes = map[string]route{
 // is needed: any peer may call the dlq.* methods there already.
 func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
-		methodNotAllowed(w, http.MethodPost)
+		httpjson.MethodNotAllowed(w, http.MethodPost)
 		return
 	}
 	var body struct {

@@ -208,7 +208,7 @@ func (q *journalQuery) setReader(access *auth.Access) {
 // answers the request itself when it returns false.
 func (jn *Journal) request(w http.ResponseWriter, r *http.Request, page bool) (eventsRequest, reader, bool) {
 	if r.Method != http.MethodGet {
-		methodNotAllowed(w, http.MethodGet)
+		httpjson.MethodNotAllowed(w, http.MethodGet)
 		return eventsRequest{}, reader{}, false
 	}
 	rd, err := jn.readerOf(r)
@@ -401,10 +401,4 @@ func (jn *Journal) stream(w http.ResponseWriter, r *http.Request, req eventsRequ
 			return
 		}
 	}
-}
-
-// methodNotAllowed answers 405 naming the methods allowed.
-func methodNotAllowed(w http.ResponseWriter, allow string) {
-	w.Header().Set("Allow", allow)
-	httpjson.WriteError(w, http.StatusMethodNotAllowed, protocol.Errorf(protocol.ErrMethodNotFound, "this path takes %s", allow))
 }

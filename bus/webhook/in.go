@@ -366,17 +366,6 @@ type hookMeta struct {
 	DeliveryID string `json:"delivery_id,omitempty"`
 }
 
-// httpError is the body of an error answer, as every HTTP door of the
-// bus writes it (bus.WriteError).
-type httpError struct {
-	Error *protocol.Error `json:"error"`
-}
-
-// published is the body of a 201, as the HTTP API's.
-type published struct {
-	MessageID string `json:"messageId"`
-}
-
 // serveHook serves POST /v1/hooks/{name}.
 func (wh *webhooks) serveHook(w http.ResponseWriter, r *http.Request) {
 	count := func(outcome string) { wh.requests.WithLabelValues(outcome).Inc() }
@@ -413,7 +402,7 @@ func (wh *webhooks) serveHook(w http.ResponseWriter, r *http.Request) {
 		// The caller learns that the signature failed, not why: the why
 		// is for the operator, in the log.
 		w.Header().Set("WWW-Authenticate", `Signature realm="bub"`)
-		httpjson.Write(w, http.StatusUnauthorized, httpError{Error: protocol.WireError(protocol.Errorf(protocol.ErrUnauthorized, "the request's signature is missing, malformed, stale or wrong for hook %q", h.Name))})
+		httpjson.Write(w, http.StatusUnauthorized, httpjson.Error{Error: protocol.WireError(protocol.Errorf(protocol.ErrUnauthorized, "the request's signature is missing, malformed, stale or wrong for hook %q", h.Name))})
 		return
 	}
 	if err := rpcstream.CheckUTF8("the body", body); err != nil {
@@ -427,7 +416,7 @@ func (wh *webhooks) serveHook(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, http.StatusBadRequest, err)
 		return
 	}
-	var answer published
+	var answer httpjson.Published
 	publish := func() (*protocol.SendMessageResult, error) {
 		pub, err := wh.bus.Publish(r.Context(), h.publisher, params, &bus.PublishOptions{Remote: r.RemoteAddr, Header: r.Header})
 		if err != nil {

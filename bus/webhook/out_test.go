@@ -115,7 +115,7 @@ func TestWebhookOut(t *testing.T) {
 }
 
 // TestWebhookOutRefusesPrivate checks the SSRF rule: without
-// WebhookAllowPrivate, a URL on loopback, by address or by a name that
+// webhook.Options.AllowPrivate, a URL on loopback, by address or by a name that
 // resolves there, is not called, and the message is dead-lettered with
 // the reason.
 func TestWebhookOutRefusesPrivate(t *testing.T) {
@@ -166,7 +166,7 @@ func TestWebhookSubscriptionRefused(t *testing.T) {
 	}
 }
 
-// TestWebhookAddRefusesInsideAddress: a bus without WebhookAllowPrivate
+// TestWebhookAddRefusesInsideAddress: a bus without webhook.Options.AllowPrivate
 // refuses webhook.add of a URL it would never call, naming the flag that
 // allows it; it used to accept it and dead-letter every delivery.
 func TestWebhookAddRefusesInsideAddress(t *testing.T) {
