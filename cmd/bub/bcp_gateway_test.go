@@ -58,6 +58,12 @@ func hashToken(token string) string {
 // plus the gateway's grant, and clears the variables the commands read.
 func startBCPBus(t *testing.T) string {
 	t.Helper()
+	return startBCPBusServer(t).URL
+}
+
+// startBCPBusServer is startBCPBus, returning the bus itself.
+func startBCPBusServer(t *testing.T) *bustest.Server {
+	t.Helper()
 	for _, name := range []string{"BUB_BUS_URL", "BUB_AGENT_ID", "BUB_CLIENT_ID", "BUB_TOKEN", "BUB_TOKEN_FILE", "BUB_BCP_AGENTS", "BUB_BCP_DATA_DIR", "BUB_BCP_CLIENT_ID"} {
 		t.Setenv(name, "")
 	}
@@ -90,7 +96,7 @@ func startBCPBus(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bustest.Start(t, &bus.Options{Auth: authn}).URL
+	return bustest.Start(t, &bus.Options{Auth: authn})
 }
 
 // runGateway runs bub bcp gateway in the process until the returned stop
@@ -191,7 +197,8 @@ func bcpCLI(t *testing.T, url, agent string, args ...string) (int, bcpVerdict) {
 // command; the gateway restarts in between and neither loses the query
 // nor gives the budget back.
 func TestBCPGatewayCommandRestart(t *testing.T) {
-	url := startBCPBus(t)
+	srv := startBCPBusServer(t)
+	url := srv.URL
 	dir := t.TempDir()
 	writeFile(t, dir, "main.md", gatewayMain)
 	writeFile(t, dir, "researcher.md", gatewayResearcher)
@@ -225,6 +232,18 @@ func TestBCPGatewayCommandRestart(t *testing.T) {
 	if code, stderr := stop(); code != 0 {
 		t.Fatalf("gateway exit %d: %s", code, stderr)
 	}
+	// The bus drops the gateway's connection once it reads the close: a
+	// query sent before then fails on the closing connection and is
+	// retried, to be answered (refused, budget_exhausted) by the
+	// gateway's next run, one refusal more than the audit below counts.
+	checkfor.Check(t, bustest.Timeout, func() error {
+		for _, c := range srv.Clients() {
+			if c.ClientID == "bcp-gateway" && c.Local {
+				return fmt.Errorf("the bus still holds the stopped gateway's connection, since %v", c.Since)
+			}
+		}
+		return nil
+	})
 	// The gateway is down: the tool says so instead of hanging.
 	code, down := bcpCLI(t, url, "main", "bcp", "query", "--to", "researcher", "--spec", spec)
 	if code != 1 || down.Code != "gateway_unavailable" || down.QueryID != "" {
