@@ -40,16 +40,10 @@ type httpAnswer struct {
 	body   []byte
 }
 
-// messageID is the messageId of a 201.
+// messageID is the messageId of a 201 (bustest.Answer's).
 func (a httpAnswer) messageID(t *testing.T) string {
 	t.Helper()
-	var r struct {
-		MessageID string `json:"messageId"`
-	}
-	if err := json.Unmarshal(a.body, &r); err != nil || r.MessageID == "" {
-		t.Fatalf("answer %d %s has no messageId (%v)", a.status, a.body, err)
-	}
-	return r.MessageID
+	return bustest.Answer{Status: a.status, Body: a.body}.MessageID(t)
 }
 
 // httpDo sends a request to srv over real HTTP and records what path,
