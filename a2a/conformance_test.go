@@ -1,0 +1,120 @@
+package a2a_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/bub-bus/bub/a2a"
+	"github.com/bub-bus/bub/a2a/a2atest"
+)
+
+// These are what the official TCK (a2aproject/a2a-tck, 1.0-dev) found
+// the server did otherwise; docs/A2A.md, "The official TCK".
+
+// A body whose Content-Type is not JSON is -32005 (JSONRPC-SSE-002).
+func TestContentTypeRefused(t *testing.T) {
+	t.Parallel()
+	f, _ := startW(t)
+	for _, tc := range []struct {
+		ct   string
+		want int
+	}{
+		{"text/plain", a2a.CodeContentTypeUnsupported},
+		{"application/x-www-form-urlencoded", a2a.CodeContentTypeUnsupported},
+		{"application/a2a+json", a2a.CodeTaskNotFound},
+		{"application/json; charset=utf-8", a2a.CodeTaskNotFound},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, f.url("w"), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", tc.ct)
+		req.Header.Set("A2A-Version", "1.0")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got a2atest.Response
+		err = json.NewDecoder(r.Body).Decode(&got)
+		r.Body.Close()
+		if err != nil || got.Error == nil || got.Error.Code != tc.want {
+			t.Errorf("Content-Type %s: %+v, %v; want %d", tc.ct, got.Error, err, tc.want)
+		}
+	}
+}
+
+// GetTask takes historyLength under its proto name too, as ProtoJSON
+// parsers do (CORE-HIST-001, -002).
+func TestProtoFieldNames(t *testing.T) {
+	t.Parallel()
+	f, agent := startW(t)
+	task := a2atest.Submit(t, f.url("w"), "m-1", "hi")
+	agent.Say(t, agent.TaskOf(t, task), map[string]any{"type": "plaintext_message", "text": "done"})
+	var got spec.Task
+	a2atest.Post(t, f.url("w"), "GetTask", map[string]any{"id": task.ID, "history_length": 0}).Decode(t, &got)
+	if len(got.History) != 0 {
+		t.Fatalf("history_length 0: %d messages", len(got.History))
+	}
+}
+
+// SubscribeToTask on a task that waits for its caller stays open until
+// the task goes on and ends (STREAM-SUB-002), rather than close after
+// the snapshot.
+func TestSubscribeToInterruptedTask(t *testing.T) {
+	t.Parallel()
+	f, agent := startW(t)
+	task := a2atest.Submit(t, f.url("w"), "m-1", "hi")
+	p := agent.TaskOf(t, task)
+	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which one?"})
+	a2atest.AwaitState(t, f.url("w"), task.ID, spec.TaskStateInputRequired)
+
+	s := a2atest.OpenStream(t, f.url("w"), "SubscribeToTask", map[string]any{"id": task.ID})
+	first, ok := s.Next(t)
+	if !ok {
+		t.Fatal("no snapshot")
+	}
+	if snap, isTask := first.Decode(t).(*spec.Task); !isTask || snap.Status.State != spec.TaskStateInputRequired {
+		t.Fatalf("first event %+v", first)
+	}
+	agent.Say(t, p, map[string]any{"type": "plaintext_message", "text": "done"})
+	evs := s.All(t)
+	if len(evs) == 0 {
+		t.Fatal("the stream closed after the snapshot")
+	}
+	last, isStatus := evs[len(evs)-1].Decode(t).(*spec.TaskStatusUpdateEvent)
+	if !isStatus || last.Status.State != spec.TaskStateCompleted {
+		t.Fatalf("last event %+v, want the completion", evs[len(evs)-1])
+	}
+}
+
+// Cards carry an ETag, and a client that has the card gets 304
+// (CARD-CACHE-002).
+func TestCardETag(t *testing.T) {
+	t.Parallel()
+	f, _ := startW(t)
+	for _, url := range []string{f.url("w") + "/.well-known/agent-card.json", f.http.URL + "/a2a/.well-known/agent-cards.json"} {
+		r, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		etag := r.Header.Get("ETag")
+		if r.StatusCode != http.StatusOK || !strings.HasPrefix(etag, `"`) {
+			t.Fatalf("%s: HTTP %d, ETag %q", url, r.StatusCode, etag)
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+		req.Header.Set("If-None-Match", etag)
+		r, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != http.StatusNotModified {
+			t.Fatalf("%s with If-None-Match: HTTP %d", url, r.StatusCode)
+		}
+	}
+}
