@@ -1,7 +1,9 @@
 package a2a_test
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/bub-bus/bub/a2a"
 	"github.com/bub-bus/bub/a2a/a2atest"
+	"github.com/bub-bus/bub/peer"
 )
 
 // These are what the official TCK (a2aproject/a2a-tck, 1.0-dev) found
@@ -116,5 +119,43 @@ func TestCardETag(t *testing.T) {
 		if r.StatusCode != http.StatusNotModified {
 			t.Fatalf("%s with If-None-Match: HTTP %d", url, r.StatusCode)
 		}
+	}
+}
+
+// An agent may answer with a message rather than a task (§3.1.1): the
+// blocking SendMessage gets the message (DM-MSG-001), and the task
+// behind it is completed with it.
+func TestDirectMessage(t *testing.T) {
+	t.Parallel()
+	f := start(t, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
+	conn, err := peer.Dial(t.Context(), f.bus.URL, &peer.Options{ClientID: "w", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.Subscribe(t.Context(), "agent:w", func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+		p, ok := a2a.TaskOf(d)
+		if !ok {
+			return peer.Result{Reject: true, Message: "not an A2A task"}, nil
+		}
+		return peer.Result{Processed: true}, a2a.SendDirectMessage(ctx, d.Conn, p, "just this")
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sr spec.StreamResponse
+	a2atest.Post(t, f.url("w"), "SendMessage", a2atest.UserMessage("m-1", "hi")).Decode(t, &sr)
+	m, ok := sr.Event.(*spec.Message)
+	if !ok || m.Role != spec.MessageRoleAgent || m.TaskID != "" || m.ContextID == "" || m.Parts[0].Text() != "just this" {
+		t.Fatalf("SendMessage answered %#v, want the agent's message", sr.Event)
+	}
+	var list spec.ListTasksResponse
+	a2atest.Post(t, f.url("w"), "ListTasks", map[string]any{"contextId": m.ContextID}).Decode(t, &list)
+	if len(list.Tasks) != 1 || list.Tasks[0].Status.State != spec.TaskStateCompleted {
+		t.Fatalf("the task behind it: %+v", list.Tasks)
+	}
+	a2atest.Post(t, f.url("w"), "SendMessage", a2atest.UserMessage("m-1", "hi")).Decode(t, &sr)
+	if again, ok := sr.Event.(*spec.Message); !ok || again.ID != m.ID {
+		t.Fatalf("the retry answered %#v, want the same message", sr.Event)
 	}
 }

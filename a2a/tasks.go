@@ -131,6 +131,14 @@ func (s *Server) sendMessage(c *call) (any, error) {
 		if rec, err = s.await(c, rec.Task.ID); err != nil {
 			return nil, err
 		}
+		if rec.Direct && rec.Task.Status.Message != nil {
+			// The agent answered with a message, not a task: the
+			// caller gets the message, which belongs to no task it
+			// need know of.
+			m := *rec.Task.Status.Message
+			m.TaskID = ""
+			return spec.StreamResponse{Event: &m}, nil
+		}
 	}
 	var hl *int
 	if p.Config != nil {

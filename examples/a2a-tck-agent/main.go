@@ -4,9 +4,9 @@
 // the TCK's scenarios/*.feature ask for the task's message id prefix
 // (tck-complete-task, tck-artifact-file, tck-stream-001, ...). It is an
 // ordinary bus agent, not an A2A server: it takes the A2A server's
-// payloads with a2a.TaskOf and answers with a2a.SendStatus and
-// a2a.SendArtifact, as any Go agent would (docs/A2A.md, "The agent's
-// answers").
+// payloads with a2a.TaskOf and answers with a2a.SendStatus,
+// a2a.SendArtifact and a2a.SendDirectMessage, as any Go agent would
+// (docs/A2A.md, "The agent's answers").
 //
 // It reads its bus environment as every agent does: BUB_BUS_URL,
 // BUB_AGENT_ID (its clientId), BUB_DEFAULT_TOPIC (the topic the A2A

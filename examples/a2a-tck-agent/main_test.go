@@ -33,7 +33,6 @@ func TestScenarios(t *testing.T) {
 		{"tck-artifact-file-1", `COMPLETED file[raw:"tck" output.txt text/plain]`},
 		{"tck-artifact-file-url-1", `COMPLETED file-url[url:https://example.com/output.txt output.txt text/plain]`},
 		{"tck-artifact-data-1", `COMPLETED data[data:{"count":42,"key":"value"}]`},
-		{"tck-message-response-1", `COMPLETED "Direct message response"`},
 		{"tck-input-required-1", `INPUT_REQUIRED`},
 		{"tck-reject-task-1", `REJECTED "rejected"`},
 		{"tck-stream-001-1", `COMPLETED text[text:"Stream hello from TCK"]`},
@@ -49,6 +48,16 @@ func TestScenarios(t *testing.T) {
 				t.Errorf("task\n got %s\nwant %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// tck-message-response answers with a message, not a task.
+func TestMessageResponse(t *testing.T) {
+	url := startSUT(t)
+	var sr spec.StreamResponse
+	a2atest.Post(t, url, "SendMessage", a2atest.UserMessage("tck-message-response-1", "hi")).Decode(t, &sr)
+	if m, ok := sr.Event.(*spec.Message); !ok || m.Parts[0].Text() != "Direct message response" {
+		t.Fatalf("SendMessage answered %#v, want the message", sr.Event)
 	}
 }
 

@@ -19,6 +19,8 @@ type step struct {
 	// the agent's message ("" for none).
 	state spec.TaskState
 	text  string
+	// direct answers with text as a message rather than a task.
+	direct bool
 	// artifact, when set, is an artifact update; appending adds its
 	// parts to the artifact of the same id, last marks its last chunk.
 	artifact        *spec.Artifact
@@ -71,9 +73,7 @@ var scenarios = []scenario{
 	{"tck-artifact-data", []step{{artifact: &spec.Artifact{ID: "data", Parts: spec.ContentParts{
 		spec.NewDataPart(map[string]any{"key": "value", "count": 42}),
 	}}}, completed}},
-	// The A2A server always makes a task, so the scenario's "return a
-	// message" is the task completed with that message.
-	{"tck-message-response", []step{{state: spec.TaskStateCompleted, text: "Direct message response"}}},
+	{"tck-message-response", []step{{direct: true, text: "Direct message response"}}},
 	{"tck-input-required", []step{{state: spec.TaskStateInputRequired}}},
 	{"tck-reject-task", []step{{state: spec.TaskStateRejected, text: "rejected"}}},
 
@@ -149,6 +149,8 @@ func (a *agent) play(ctx context.Context, conn *peer.Conn, p *a2a.Payload, st st
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	case st.direct:
+		return a2a.SendDirectMessage(ctx, conn, p, st.text)
 	case st.artifact != nil:
 		return a2a.SendArtifact(ctx, conn, p, st.artifact, st.appending, st.last)
 	default:

@@ -15,7 +15,7 @@ import pytest
 from conftest import TIMEOUT, BusServer, run
 
 from bub_bus import Bus, Delivery, Result
-from bub_bus.a2a import AnswerRefused, Task, send_artifact, send_status, task_of
+from bub_bus.a2a import AnswerRefused, Task, send_artifact, send_direct_message, send_status, task_of
 
 A2A_CONFIG = """
 agents:
@@ -59,7 +59,7 @@ def user_message(message_id: str, text: str, task_id: str = "") -> dict[str, Any
 def test_agent_answers_with_status_and_artifacts(a2a_bus: BusServer) -> None:
     """Status updates, an artifact in two chunks and the completion reach
     the task in order; a second turn after input-required continues the
-    same task."""
+    same task; a direct message is what SendMessage answers."""
     seen: list[Task] = []
 
     async def main() -> None:
@@ -71,7 +71,9 @@ def test_agent_answers_with_status_and_artifacts(a2a_bus: BusServer) -> None:
                 if task is None:
                     return Result(message="not an A2A task")
                 seen.append(task)
-                if task.message_id == "m-1":
+                if task.message_id == "m-3":
+                    await send_direct_message(d.bus, task, "just this")
+                elif task.message_id == "m-1":
                     await send_status(d.bus, task, "working", "drafting")
                     await send_artifact(d.bus, task, {"artifactId": "draft", "parts": [{"text": "Dear "}]}, last_chunk=False)
                     await send_artifact(d.bus, task, {"artifactId": "draft", "parts": [{"text": "Sir"}]}, append=True)
@@ -90,8 +92,11 @@ def test_agent_answers_with_status_and_artifacts(a2a_bus: BusServer) -> None:
             assert second["status"]["state"] == "TASK_STATE_COMPLETED"
             assert second["status"]["message"]["parts"] == [{"text": "done: warm"}]
 
+            direct = (await asyncio.to_thread(rpc, a2a_bus, "SendMessage", user_message("m-3", "quick")))["message"]
+            assert direct["role"] == "ROLE_AGENT" and direct["parts"] == [{"text": "just this"}]
+
     run(main())
-    assert [(t.message_id, t.text, t.agent, t.caller) for t in seen] == [("m-1", "a letter", "writer", ""), ("m-2", "warm", "writer", "")]
+    assert [(t.message_id, t.text, t.agent, t.caller) for t in seen][:2] == [("m-1", "a letter", "writer", ""), ("m-2", "warm", "writer", "")]
     assert seen[0].task_id == seen[1].task_id and seen[0].context_id == seen[1].context_id
     assert seen[0].reply_to == "outbound:a2a-" + seen[0].task_id
 
@@ -119,6 +124,8 @@ def test_refused_answers(a2a_bus: BusServer) -> None:
             assert refused.value.task_id == "no-such-task" and "no-such-task" in str(refused.value)
             with pytest.raises(ValueError, match="state 'done'"):
                 await send_status(bus, ghost, "done")
+            with pytest.raises(ValueError, match="a text or a message"):
+                await send_direct_message(bus, ghost)
             with pytest.raises(ValueError, match="parts"):
                 await send_artifact(bus, ghost, {"artifactId": "a"})
 

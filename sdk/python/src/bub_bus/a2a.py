@@ -6,7 +6,7 @@ agent answers on the message's ``reply_to`` (docs/A2A.md, "Task ↔ bus
 message" and "The agent's answers"). A chat reply (a payload with a
 ``text``) completes the task; these helpers give the rest, as the Go
 SDK's ``a2a.TaskOf``, ``a2a.SendStatus`` and ``a2a.SendArtifact`` do, with
-the same payloads::
+the same payloads (:func:`send_direct_message` is ``a2a.SendDirectMessage``)::
 
     @bus.subscribe("tg:a2a-writer")
     async def write(d: Delivery) -> Result:
@@ -36,6 +36,10 @@ message: ``{"type": "a2a_status", "state": "working", "text": "..."}``."""
 TYPE_ARTIFACT = "a2a_artifact"
 """An answer that adds an artifact, or a chunk of one:
 ``{"type": "a2a_artifact", "artifact": {...}, "append": false, "lastChunk": true}``."""
+TYPE_MESSAGE = "a2a_message"
+"""An answer with a message rather than a task:
+``{"type": "a2a_message", "text": "..."}``; the task completes with it and
+the caller's blocking SendMessage gets the message itself."""
 TYPE_CANCEL = "a2a_cancel"
 """What the A2A server publishes on the agent's topic when a caller
 cancels a task; the task is canceled already."""
@@ -113,6 +117,21 @@ async def send_status(bus: Bus, task: Task, state: str, text: str = "", *, messa
     if name not in STATES:
         raise ValueError(f"send_status: state {state!r}: want one of {', '.join(sorted(STATES))}")
     answer: dict[str, Any] = {"type": TYPE_STATUS, "state": name}
+    if text:
+        answer["text"] = text
+    if message is not None:
+        answer["message"] = message
+    await _answer(bus, task, answer)
+
+
+async def send_direct_message(bus: Bus, task: Task, text: str = "", *, message: dict[str, Any] | None = None) -> None:
+    """Answers task's message with a message rather than a task (text as
+    its one part, or a whole A2A message): the task completes with it, and
+    the caller's blocking SendMessage gets the message itself. Raises
+    :class:`AnswerRefused` when the A2A server did not take it."""
+    if not text and message is None:
+        raise ValueError("send_direct_message: give a text or a message")
+    answer: dict[str, Any] = {"type": TYPE_MESSAGE}
     if text:
         answer["text"] = text
     if message is not None:
