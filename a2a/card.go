@@ -60,7 +60,7 @@ func (s *Server) card(a *agent, base string) *spec.AgentCard {
 				},
 				{
 					URI:         ExtensionIdempotentSend,
-					Description: "A SendMessage repeated with the same messageId, or Idempotency-Key header, within the retention window returns the first task and publishes nothing (a2aproject/A2A#1987).",
+					Description: s.idempotencyDescription(),
 					Params:      map[string]any{"proposal": "https://github.com/a2aproject/A2A/issues/1987", "retentionSeconds": int(s.opts.Retention.Seconds())},
 				},
 			},
@@ -95,6 +95,15 @@ func (s *Server) serveCard(w http.ResponseWriter, r *http.Request, a *agent) {
 		return
 	}
 	writeCard(w, r, s.card(a, s.baseURL(r)))
+}
+
+// idempotencyDescription describes the idempotent send as configured.
+func (s *Server) idempotencyDescription() string {
+	by := "the same messageId, or Idempotency-Key header,"
+	if s.opts.IdempotencyHeaderOnly {
+		by = "the same Idempotency-Key header"
+	}
+	return "A SendMessage repeated with " + by + " within the retention window returns the first task and publishes nothing (a2aproject/A2A#1987)."
 }
 
 // writeCard writes a card, or the catalog, with the caching headers

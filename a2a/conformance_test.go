@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/bub-bus/bub/a2a"
 	"github.com/bub-bus/bub/a2a/a2atest"
+	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/peer"
 )
 
@@ -157,5 +159,33 @@ func TestDirectMessage(t *testing.T) {
 	a2atest.Post(t, f.url("w"), "SendMessage", a2atest.UserMessage("m-1", "hi")).Decode(t, &sr)
 	if again, ok := sr.Event.(*spec.Message); !ok || again.ID != m.ID {
 		t.Fatalf("the retry answered %#v, want the same message", sr.Event)
+	}
+}
+
+// With IdempotencyHeaderOnly a repeated messageId is a new task, as a
+// client that reuses ids (the TCK) needs; the header still marks a
+// retry.
+func TestIdempotencyHeaderOnly(t *testing.T) {
+	t.Parallel()
+	f := &fixture{bus: bustest.Start(t, nil)}
+	f.opts = a2a.Options{
+		BusURL:                f.bus.URL,
+		Agents:                []a2a.Agent{{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"}},
+		Path:                  filepath.Join(t.TempDir(), "a2a.db"),
+		Logger:                slog.New(slog.DiscardHandler),
+		IdempotencyHeaderOnly: true,
+	}
+	f.open(t)
+	a2atest.StartAgent(t, f.bus.URL, "w", "", "agent:w")
+	url := f.url("w")
+	if a, b := a2atest.Submit(t, url, "m-1", "hi"), a2atest.Submit(t, url, "m-1", "hi"); a.ID == b.ID {
+		t.Fatal("a repeated messageId without the header was taken for a retry")
+	}
+	if a, b := a2atest.Submit(t, url, "m-2", "hi", "Idempotency-Key", "k"), a2atest.Submit(t, url, "m-3", "hi", "Idempotency-Key", "k"); a.ID != b.ID {
+		t.Fatal("the Idempotency-Key header no longer marks a retry")
+	}
+	card := a2atest.AwaitCard(t, url)
+	if d := card.Capabilities.Extensions[1].Description; !strings.Contains(d, "same Idempotency-Key header within") {
+		t.Fatalf("the card says %q", d)
 	}
 }

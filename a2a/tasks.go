@@ -35,7 +35,7 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *taskRecord, error) 
 		return &p, nil, nil
 	}
 	now := time.Now()
-	rec := &taskRecord{Agent: c.agent.Name, Owner: c.caller, IdemKey: idempotencyKey(c, m.ID)}
+	rec := &taskRecord{Agent: c.agent.Name, Owner: c.caller, IdemKey: s.idempotencyKey(c, m.ID)}
 	rec.Task = *spec.NewSubmittedTask(m, m)
 	ts := now.UTC()
 	rec.Task.Status.Timestamp = &ts
@@ -61,11 +61,14 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *taskRecord, error) 
 
 // idempotencyKey scopes the retry key, the Idempotency-Key header or
 // else the message id, to the agent and the caller, so that one caller
-// cannot reach another's task by guessing its key.
-func idempotencyKey(c *call, messageID string) string {
+// cannot reach another's task by guessing its key. With
+// Options.IdempotencyHeaderOnly a send without the header has no key.
+func (s *Server) idempotencyKey(c *call, messageID string) string {
 	k := "m:" + messageID
 	if h := c.r.Header.Get("Idempotency-Key"); h != "" {
 		k = "k:" + h
+	} else if s.opts.IdempotencyHeaderOnly {
+		return ""
 	}
 	return c.agent.Name + "\x00" + c.caller + "\x00" + k
 }
