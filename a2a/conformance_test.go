@@ -184,6 +184,19 @@ func TestIdempotencyHeaderOnly(t *testing.T) {
 	if a, b := a2atest.Submit(t, url, "m-2", "hi", "Idempotency-Key", "k"), a2atest.Submit(t, url, "m-3", "hi", "Idempotency-Key", "k"); a.ID != b.ID {
 		t.Fatal("the Idempotency-Key header no longer marks a retry")
 	}
+	// Nor does a repeated messageId to an existing task.
+	first := a2atest.Submit(t, url, "m-4", "hi")
+	for range 2 {
+		next := a2atest.UserMessage("m-4", "again")
+		next["message"].(map[string]any)["taskId"] = first.ID
+		next["configuration"] = map[string]any{"returnImmediately": true}
+		a2atest.Post(t, url, "SendMessage", next).Decode(t, new(spec.StreamResponse))
+	}
+	var got spec.Task
+	a2atest.Post(t, url, "GetTask", map[string]any{"id": first.ID}).Decode(t, &got)
+	if len(got.History) != 3 {
+		t.Fatalf("task %s has %d messages, want the three sent", first.ID, len(got.History))
+	}
 	card := a2atest.AwaitCard(t, url)
 	if d := card.Capabilities.Extensions[1].Description; !strings.Contains(d, "same Idempotency-Key header within") {
 		t.Fatalf("the card says %q", d)

@@ -80,8 +80,9 @@ type Options struct {
 	// an idempotency key with it. Default: 24h.
 	Retention time.Duration
 	// IdempotencyHeaderOnly makes only the Idempotency-Key header mark a
-	// SendMessage as a retry of an earlier one; by default a repeated
-	// messageId does too. For clients that reuse a message id for
+	// SendMessage that starts a task as a retry of an earlier one, and
+	// nothing a message to an existing task; by default a repeated
+	// messageId does both. For clients that reuse a message id for
 	// different messages, as the official TCK does. Default: false.
 	IdempotencyHeaderOnly bool
 	// BlockTimeout, when positive, bounds how long a blocking

@@ -74,7 +74,8 @@ func (s *Server) idempotencyKey(c *call, messageID string) string {
 }
 
 // continueTask records m, a message to a task the caller has, and
-// publishes it, unless the task's history has it already (a retry).
+// publishes it, unless the task's history has it already (a retry; not
+// with Options.IdempotencyHeaderOnly).
 func (s *Server) continueTask(c *call, m *spec.Message) (*taskRecord, error) {
 	fresh := false
 	rec, err := s.store.update(m.TaskID, time.Now(), func(rec *taskRecord) ([]spec.Event, error) {
@@ -82,7 +83,7 @@ func (s *Server) continueTask(c *call, m *spec.Message) (*taskRecord, error) {
 			return nil, errNoTask
 		}
 		for _, h := range rec.Task.History {
-			if h.ID == m.ID && h.Role == spec.MessageRoleUser {
+			if h.ID == m.ID && h.Role == spec.MessageRoleUser && !s.opts.IdempotencyHeaderOnly {
 				return nil, nil
 			}
 		}
