@@ -84,7 +84,7 @@ func (s *Server) continueTask(c *call, m *spec.Message) (*taskRecord, error) {
 		}
 		for _, h := range rec.Task.History {
 			if h.ID == m.ID && h.Role == spec.MessageRoleUser && !s.opts.IdempotencyHeaderOnly {
-				return nil, nil
+				return nil, nil // a retry
 			}
 		}
 		if rec.Task.Status.State.Terminal() {
