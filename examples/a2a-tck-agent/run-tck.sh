@@ -53,7 +53,7 @@ protoc -I "$TCK_DIR/specification" -I "$GOOGLEAPIS_DIR" -I /usr/include \
 # answers the first task. TCK_MESSAGE_ID_RETRIES=1 keeps that default;
 # see docs/A2A.md, "The official TCK".
 header_only=true
-[ "${TCK_MESSAGE_ID_RETRIES:-}" = 1 ] && header_only=false
+if [ "${TCK_MESSAGE_ID_RETRIES:-}" = 1 ]; then header_only=false; fi
 cat >"$WORK/a2a.yaml" <<EOF
 idempotency_header_only: $header_only
 agents:
