@@ -7,7 +7,7 @@ BIN := bin/bub
 
 .PHONY: all build run telegram-demo test check test-go test-docker fuzz bench bench-quick bench-go bcp-eval vet clean \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
-	cluster-test cluster-test-if-docker pytest-sdk console-shots
+	cluster-test cluster-test-if-docker pytest-sdk console-shots a2a-tck
 
 all: build
 
@@ -124,6 +124,14 @@ fuzz:
 # message) and writes bench/results/latest.json. Several minutes.
 bench:
 	cd bench && $(GO) run . -out results/latest.json
+
+# The official A2A TCK against bub serve and examples/a2a-tck-agent
+# (docs/A2A.md, "The official TCK"). Not part of `make test`: it needs a
+# checkout of a2aproject/a2a-tck (branch 1.0-dev) in TCK_DIR and the
+# google/api and google/rpc protos in GOOGLEAPIS_DIR; LEVEL=must runs
+# one level.
+a2a-tck:
+	examples/a2a-tck-agent/run-tck.sh $(if $(LEVEL),--level $(LEVEL))
 
 # One short round: checks the harness works, numbers not for publishing.
 bench-quick:

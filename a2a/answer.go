@@ -40,6 +40,13 @@ func SendStatus(ctx context.Context, conn *peer.Conn, p *Payload, state spec.Tas
 	return answerTask(ctx, conn, p, ans)
 }
 
+// SendDirectMessage answers p's message with a message rather than a
+// task (text as its one part): the task completes with it, and the
+// caller's blocking SendMessage gets the message itself.
+func SendDirectMessage(ctx context.Context, conn *peer.Conn, p *Payload, text string) error {
+	return answerTask(ctx, conn, p, map[string]any{"type": TypeMessage, "text": text})
+}
+
 // SendArtifact adds art to p's task, or with appending adds its parts to
 // the artifact of the same id; last says it is the artifact's last
 // chunk.

@@ -64,6 +64,11 @@ const (
 	// TypeArtifact is {"type":"a2a_artifact","artifact":{...},
 	// "append":false,"lastChunk":true}: an artifact, or a chunk of one.
 	TypeArtifact = "a2a_artifact"
+	// TypeMessage is {"type":"a2a_message","text":"..."} (or a full A2A
+	// "message"): the agent answers with a message rather than a task
+	// (§3.1.1 lets it). The task completes with that message, and the
+	// blocking SendMessage that started it answers {"message": ...}.
+	TypeMessage = "a2a_message"
 	// TypeCancel is what the server publishes on the agent's topic when
 	// a caller cancels a task: {"type":"a2a_cancel","correlation_id":...}.
 	TypeCancel = "a2a_cancel"
@@ -78,6 +83,22 @@ type answer struct {
 	Artifact  *spec.Artifact `json:"artifact"`
 	Append    bool           `json:"append"`
 	LastChunk bool           `json:"lastChunk"`
+}
+
+// agentMessage is the answer's agent message for rec's task: its
+// "message", or its "text" as one; nil for neither.
+func (ans *answer) agentMessage(rec *taskRecord) *spec.Message {
+	msg := ans.Message
+	if msg == nil && ans.Text != nil {
+		return agentMessage(rec.Task.ID, rec.Task.ContextID, *ans.Text)
+	}
+	if msg != nil {
+		msg.TaskID, msg.ContextID, msg.Role = rec.Task.ID, rec.Task.ContextID, spec.MessageRoleAgent
+		if msg.ID == "" {
+			msg.ID = spec.NewMessageID()
+		}
+	}
+	return msg
 }
 
 // replyTopic is where the answers to task id land.
@@ -349,17 +370,14 @@ func answerEvents(rec *taskRecord, ans *answer, raw json.RawMessage) ([]spec.Eve
 		if err != nil {
 			return nil, err
 		}
-		msg := ans.Message
-		if msg == nil && ans.Text != nil {
-			msg = agentMessage(id, ctxID, *ans.Text)
+		return []spec.Event{statusTo(rec, state, ans.agentMessage(rec))}, nil
+	case TypeMessage:
+		msg := ans.agentMessage(rec)
+		if msg == nil {
+			return nil, errors.New(`a2a_message needs a "text" or a "message"`)
 		}
-		if msg != nil {
-			msg.TaskID, msg.ContextID, msg.Role = id, ctxID, spec.MessageRoleAgent
-			if msg.ID == "" {
-				msg.ID = spec.NewMessageID()
-			}
-		}
-		return []spec.Event{statusTo(rec, state, msg)}, nil
+		rec.Direct = true
+		return []spec.Event{statusTo(rec, spec.TaskStateCompleted, msg)}, nil
 	case TypeArtifact:
 		if ans.Artifact == nil || len(ans.Artifact.Parts) == 0 {
 			return nil, errors.New(`a2a_artifact needs an "artifact" with "parts"`)

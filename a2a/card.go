@@ -1,6 +1,9 @@
 package a2a
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"net/http"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
@@ -57,7 +60,7 @@ func (s *Server) card(a *agent, base string) *spec.AgentCard {
 				},
 				{
 					URI:         ExtensionIdempotentSend,
-					Description: "A SendMessage repeated with the same messageId, or Idempotency-Key header, within the retention window returns the first task and publishes nothing (a2aproject/A2A#1987).",
+					Description: s.idempotencyDescription(),
 					Params:      map[string]any{"proposal": "https://github.com/a2aproject/A2A/issues/1987", "retentionSeconds": int(s.opts.Retention.Seconds())},
 				},
 			},
@@ -91,8 +94,39 @@ func (s *Server) serveCard(w http.ResponseWriter, r *http.Request, a *agent) {
 	if !getOnly(w, r) {
 		return
 	}
-	w.Header().Set("Cache-Control", "public, max-age=60")
-	writeJSON(w, s.card(a, s.baseURL(r)))
+	writeCard(w, r, s.card(a, s.baseURL(r)))
+}
+
+// idempotencyDescription describes the idempotent send as configured.
+func (s *Server) idempotencyDescription() string {
+	by := "the same messageId, or Idempotency-Key header,"
+	if s.opts.IdempotencyHeaderOnly {
+		by = "the same Idempotency-Key header"
+	}
+	return "A SendMessage repeated with " + by + " within the retention window returns the first task and publishes nothing (a2aproject/A2A#1987)."
+}
+
+// writeCard writes a card, or the catalog, with the caching headers
+// §8.6.1 asks for: Cache-Control and an ETag, the hash of the body, so
+// that a client revalidates with If-None-Match and gets 304 until the
+// card changes (a SIGHUP that turns auth on, say).
+func writeCard(w http.ResponseWriter, r *http.Request, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encode the agent card: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	sum := sha256.Sum256(body)
+	etag := `"` + hex.EncodeToString(sum[:16]) + `"`
+	h := w.Header()
+	h.Set("Cache-Control", "public, max-age=60")
+	h.Set("ETag", etag)
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Type", "application/json")
+	_, _ = w.Write(append(body, '\n')) // a client gone away; nothing left to tell it
 }
 
 // serveCatalog answers GET of every agent's card, in configuration order.
@@ -105,7 +139,7 @@ func (s *Server) serveCatalog(w http.ResponseWriter, r *http.Request) {
 	for _, a := range s.opts.Agents {
 		cards = append(cards, s.card(s.agents[a.Name], base))
 	}
-	writeJSON(w, map[string]any{"agents": cards})
+	writeCard(w, r, map[string]any{"agents": cards})
 }
 
 func getOnly(w http.ResponseWriter, r *http.Request) bool {

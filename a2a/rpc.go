@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 )
@@ -109,7 +110,7 @@ func decodeParams(params json.RawMessage, v any) *Error {
 	if len(params) == 0 || string(params) == "null" {
 		return errorf(CodeInvalidParams, `"params" is missing`)
 	}
-	if err := json.Unmarshal(params, v); err != nil {
+	if err := json.Unmarshal(protoNames(params), v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
 			return errorf(CodeInvalidParams, "params.%s: want %s", typeErr.Field, typeErr.Type)
@@ -117,6 +118,22 @@ func decodeParams(params json.RawMessage, v any) *Error {
 		return errorf(CodeInvalidParams, "params: %v", err)
 	}
 	return nil
+}
+
+// checkContentType refuses a body its Content-Type says is not JSON,
+// with -32005, the code §5.4 maps to HTTP 415: the JSON-RPC binding
+// takes application/json (or application/a2a+json). A request with no
+// Content-Type is read as JSON.
+func checkContentType(r *http.Request) *Error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || mt == "application/a2a+json") {
+		return nil
+	}
+	return errorf(CodeContentTypeUnsupported, "Content-Type %q: the JSON-RPC binding takes application/json", ct)
 }
 
 // checkVersion answers the A2A-Version header, or the A2A-Version
@@ -167,7 +184,11 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, a *agent) {
 		http.Error(w, "read request body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	req, perr := parseRequest(body)
+	perr := checkContentType(r)
+	var req *request
+	if perr == nil {
+		req, perr = parseRequest(body)
+	}
 	var id json.RawMessage
 	if req != nil {
 		id = req.ID

@@ -79,6 +79,12 @@ type Options struct {
 	// Retention is how long a task is kept after its last change, and
 	// an idempotency key with it. Default: 24h.
 	Retention time.Duration
+	// IdempotencyHeaderOnly makes only the Idempotency-Key header mark a
+	// SendMessage that starts a task as a retry of an earlier one, and
+	// nothing a message to an existing task; by default a repeated
+	// messageId does both. For clients that reuse a message id for
+	// different messages, as the official TCK does. Default: false.
+	IdempotencyHeaderOnly bool
 	// BlockTimeout, when positive, bounds how long a blocking
 	// SendMessage waits for the task to finish or to wait for its
 	// caller; then it answers with the task as it is. The specification

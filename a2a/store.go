@@ -46,6 +46,9 @@ type taskRecord struct {
 	// BusMessages are the bus's ids of the messages published for the
 	// task, whose records are deleted with it.
 	BusMessages []string `json:"busMessages,omitempty"`
+	// Direct is set when the agent answered with a message rather than
+	// a task (TypeMessage): SendMessage answers that message.
+	Direct bool `json:"direct,omitempty"`
 }
 
 // storedEvent is one event of a task's log.

@@ -177,7 +177,11 @@ func (s *Server) subscribe(w http.ResponseWriter, c *call) {
 // follow streams task id's events after seq after until the task is
 // finished or waits for its caller, the client goes, or the server
 // closes. With snapshot it first sends the Task as it is, under the id
-// of the task's newest event, and follows from there.
+// of the task's newest event, and follows from there. A task that
+// already waited for its caller before the stream's first event keeps
+// the stream open: a client subscribes to such a task to see what
+// happens once it is answered, so only a wait the stream itself
+// carried, or the task's end, closes it.
 func (s *Server) follow(e *sse, c *call, id spec.TaskID, after uint64, snapshot bool) {
 	ctx := c.r.Context()
 	streams := s.m.streams.WithLabelValues(c.agent.Name)
@@ -195,6 +199,7 @@ func (s *Server) follow(e *sse, c *call, id spec.TaskID, after uint64, snapshot 
 		}
 		after = rec.Seq
 	}
+	from := after
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
 	for {
@@ -217,7 +222,7 @@ func (s *Server) follow(e *sse, c *call, id spec.TaskID, after uint64, snapshot 
 			}
 			after = ev.Seq
 		}
-		if st := rec.Task.Status.State; after >= rec.Seq && (st.Terminal() || interrupted(st)) {
+		if st := rec.Task.Status.State; after >= rec.Seq && (st.Terminal() || interrupted(st) && rec.Seq > from) {
 			s.unwatch(id, ch)
 			return
 		}

@@ -35,7 +35,7 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *taskRecord, error) 
 		return &p, nil, nil
 	}
 	now := time.Now()
-	rec := &taskRecord{Agent: c.agent.Name, Owner: c.caller, IdemKey: idempotencyKey(c, m.ID)}
+	rec := &taskRecord{Agent: c.agent.Name, Owner: c.caller, IdemKey: s.idempotencyKey(c, m.ID)}
 	rec.Task = *spec.NewSubmittedTask(m, m)
 	ts := now.UTC()
 	rec.Task.Status.Timestamp = &ts
@@ -61,17 +61,21 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *taskRecord, error) 
 
 // idempotencyKey scopes the retry key, the Idempotency-Key header or
 // else the message id, to the agent and the caller, so that one caller
-// cannot reach another's task by guessing its key.
-func idempotencyKey(c *call, messageID string) string {
+// cannot reach another's task by guessing its key. With
+// Options.IdempotencyHeaderOnly a send without the header has no key.
+func (s *Server) idempotencyKey(c *call, messageID string) string {
 	k := "m:" + messageID
 	if h := c.r.Header.Get("Idempotency-Key"); h != "" {
 		k = "k:" + h
+	} else if s.opts.IdempotencyHeaderOnly {
+		return ""
 	}
 	return c.agent.Name + "\x00" + c.caller + "\x00" + k
 }
 
 // continueTask records m, a message to a task the caller has, and
-// publishes it, unless the task's history has it already (a retry).
+// publishes it, unless the task's history has it already (a retry; not
+// with Options.IdempotencyHeaderOnly).
 func (s *Server) continueTask(c *call, m *spec.Message) (*taskRecord, error) {
 	fresh := false
 	rec, err := s.store.update(m.TaskID, time.Now(), func(rec *taskRecord) ([]spec.Event, error) {
@@ -79,8 +83,8 @@ func (s *Server) continueTask(c *call, m *spec.Message) (*taskRecord, error) {
 			return nil, errNoTask
 		}
 		for _, h := range rec.Task.History {
-			if h.ID == m.ID && h.Role == spec.MessageRoleUser {
-				return nil, nil
+			if h.ID == m.ID && h.Role == spec.MessageRoleUser && !s.opts.IdempotencyHeaderOnly {
+				return nil, nil // a retry
 			}
 		}
 		if rec.Task.Status.State.Terminal() {
@@ -130,6 +134,14 @@ func (s *Server) sendMessage(c *call) (any, error) {
 	if p.Config == nil || !p.Config.ReturnImmediately {
 		if rec, err = s.await(c, rec.Task.ID); err != nil {
 			return nil, err
+		}
+		if rec.Direct && rec.Task.Status.Message != nil {
+			// The agent answered with a message, not a task: the
+			// caller gets the message, which belongs to no task it
+			// need know of.
+			m := *rec.Task.Status.Message
+			m.TaskID = ""
+			return spec.StreamResponse{Event: &m}, nil
 		}
 	}
 	var hl *int

@@ -43,6 +43,9 @@ type a2aFile struct {
 	// Retention is how long a task and its idempotency key are kept
 	// after their last change. Default: 24h.
 	Retention time.Duration `yaml:"retention"`
+	// IdempotencyHeaderOnly: only the Idempotency-Key header marks a
+	// retry, not a repeated messageId. Default: false.
+	IdempotencyHeaderOnly bool `yaml:"idempotency_header_only"`
 	// BlockTimeout bounds a blocking SendMessage's wait, against the
 	// specification's MUST wait. Default: none.
 	BlockTimeout time.Duration `yaml:"block_timeout"`
@@ -81,7 +84,7 @@ func parseA2AConfig(path string, data []byte, dataDir string) (*a2a.Options, err
 		return filepath.Join(dir, p)
 	}
 	o := &a2a.Options{BusURL: f.BusURL, PublicURL: strings.TrimSuffix(f.PublicURL, "/"), Path: rel(f.Store),
-		Retention: f.Retention, BlockTimeout: f.BlockTimeout, MaxEventsPerTask: f.MaxEventsPerTask, Agents: f.Agents}
+		Retention: f.Retention, IdempotencyHeaderOnly: f.IdempotencyHeaderOnly, BlockTimeout: f.BlockTimeout, MaxEventsPerTask: f.MaxEventsPerTask, Agents: f.Agents}
 	if o.Path == "" {
 		o.Path = filepath.Join(dataDir, "a2a.db")
 	}

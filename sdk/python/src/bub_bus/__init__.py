@@ -4,7 +4,8 @@ Connect with :class:`Bus` (``async with Bus.from_env() as bus``), subscribe
 handlers with the ``@bus.subscribe(pattern)`` decorator, publish with
 ``await bus.send_message(topic, payload)``. The wire is docs/PROTOCOL.md;
 the concepts are the Go SDK's (package ``peer``). BCP Readers and
-Controllers are in :mod:`bub_bus.bcp`.
+Controllers are in :mod:`bub_bus.bcp`; answering A2A tasks (``bub serve
+--a2a-config``) in :mod:`bub_bus.a2a`.
 """
 
 from .bus import Bus, __version__
