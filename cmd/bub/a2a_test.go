@@ -20,7 +20,8 @@ import (
 // issue's A2A client through it: discover the agent's card, send a
 // streaming message, lose the stream and resume it with Last-Event-ID
 // without losing an event, retry the send without a second task, and
-// find the task again after kill -9 of the bus.
+// find the task again after kill -9 of the bus; and receive the task's
+// events as push notifications, signed, on both sides of the kill.
 func TestA2AServe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -42,9 +43,10 @@ func TestA2AServe(t *testing.T) {
     - name: a2a-gateway
       token_sha256: "`+hash("gw")+`"
       client_ids: ["a2a-gw"]
-      publish:   {allow: ["agent:writer"]}
+      publish:   {allow: ["agent:writer", "a2a-push:"]}
       subscribe: {allow: ["outbound:a2a-", "system:message.dead_lettered"]}
       durable: true
+      admin: true
     - name: writer
       token_sha256: "`+hash("writer")+`"
       client_ids: ["writer"]
@@ -66,7 +68,8 @@ func TestA2AServe(t *testing.T) {
 `)
 	addr := freeAddr(t)
 	data := filepath.Join(dir, "data")
-	flags := []string{"--config", busConfig, "--a2a-config", a2aConfig, "--log-level", "warn"}
+	// The push receiver is on loopback.
+	flags := []string{"--config", busConfig, "--a2a-config", a2aConfig, "--log-level", "warn", "--webhook-allow-private"}
 	d := startBusAt(t, addr, data, flags...)
 	url := d.http + "/a2a/writer"
 	alice := []string{"Authorization", "Bearer " + tokens["alice"]}
@@ -84,7 +87,10 @@ func TestA2AServe(t *testing.T) {
 	}
 
 	agent := a2atest.StartAgent(t, d.url, "writer", tokens["writer"], "agent:writer")
-	s := a2atest.OpenStream(t, url, "SendStreamingMessage", a2atest.UserMessage("m-1", "draft it"), alice...)
+	push := a2atest.NewPushReceiver(t)
+	send := a2atest.UserMessage("m-1", "draft it")
+	send["configuration"] = map[string]any{"taskPushNotificationConfig": map[string]any{"url": push.URL + "/hook", "token": "push-token"}}
+	s := a2atest.OpenStream(t, url, "SendStreamingMessage", send, alice...)
 	first, ok := s.Next(t)
 	task, isTask := first.Decode(t).(*spec.Task)
 	if !ok || first.ID != 1 || !isTask {
@@ -97,6 +103,11 @@ func TestA2AServe(t *testing.T) {
 	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
 	last := s.UntilStatusText(t, "drafting")
 	s.Close()
+	firstPush := push.Next(t)
+	firstPush.Verify(t, "push-token")
+	if pushed, ok := firstPush.Event(t).(*spec.Task); !ok || pushed.ID != task.ID {
+		t.Fatalf("first push notification %s, want task %s", firstPush.Body, task.ID)
+	}
 	agent.Say(t, p, map[string]any{"type": "a2a_artifact", "artifact": map[string]any{"artifactId": "d", "parts": []any{map[string]any{"text": "draft"}}}})
 	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which tone?"})
 	resumed := a2atest.OpenStream(t, url, "SubscribeToTask", map[string]any{"id": task.ID}, append(alice, "Last-Event-ID", strconv.FormatUint(last, 10))...).All(t)
@@ -136,6 +147,15 @@ func TestA2AServe(t *testing.T) {
 	done := a2atest.AwaitState(t, url, task.ID, spec.TaskStateCompleted, alice...)
 	if n := len(done.History); n != 5 {
 		t.Fatalf("history of %d messages, want 5 (two from the caller, three from the agent)", n)
+	}
+	// The completion, made after the kill, is pushed too (earlier
+	// events may come again: delivery is at least once).
+	for {
+		n := push.Next(t)
+		n.Verify(t, "push-token")
+		if su, ok := n.Event(t).(*spec.TaskStatusUpdateEvent); ok && su.Status.State == spec.TaskStateCompleted {
+			break
+		}
 	}
 }
 
