@@ -165,10 +165,7 @@ func TestA2AServe(t *testing.T) {
 func TestA2AOpenBusChecksHost(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	config := filepath.Join(dir, "a2a.yaml")
-	if err := os.WriteFile(config, []byte("agents:\n  - {name: w, topic: 'agent:w', client_id: a2a-gw}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := openA2AConfig(t, dir)
 	d := startBus(t, filepath.Join(dir, "data"), "--a2a-config", config, "--hosts", "bus.example", "--log-level", "warn")
 	url := d.http + "/a2a/w"
 	card := a2atest.AwaitCard(t, url)
