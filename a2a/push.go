@@ -149,7 +149,7 @@ func (s *Server) addPush(ctx context.Context, a *agent, id spec.TaskID, pc *spec
 	if err := a.conn.Call(ctx, protocol.MethodWebhookAdd, params, nil); err != nil {
 		var perr *protocol.Error
 		if errors.As(err, &perr) && perr.Code == protocol.CodeInvalidParams {
-			return nil, errorf(CodeInvalidParams, "%s: the bus refused the push notification URL: %s", where, perr.Message)
+			return nil, errorf(CodeInvalidParams, "%s: the bus refused the webhook subscription that would deliver it: %s", where, perr.Message)
 		}
 		return nil, fmt.Errorf("make the webhook subscription of push notification config %q of task %s on the bus as %q (it needs admin): %w", cfg.ID, id, a.ClientID, err)
 	}
