@@ -184,8 +184,10 @@ func (w *webhooks) deliver(ctx context.Context, u *urlSubscriber, d *bus.Deliver
 			w.client.CloseIdleConnections()
 		}
 	}()
-	body := d.AppendParams(nil)
-	if u.field != "" {
+	var body []byte
+	if u.field == "" {
+		body = d.AppendParams(nil)
+	} else {
 		var fields map[string]json.RawMessage
 		if json.Unmarshal(d.Message.Payload, &fields) != nil || len(fields[u.field]) == 0 {
 			// Not retried: the payload will not grow the field.
