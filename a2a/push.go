@@ -214,6 +214,7 @@ func (s *Server) dropPush(a *agent, id spec.TaskID) {
 		s.log.Error("a2a: delete push notification configs", "task", id, "err", err)
 	}
 	s.dropHooks(a.conn, names)
+	s.kickPush(id) // its loop finds no configs and forgets the task
 }
 
 // pushConfigOf returns the push config a SendMessage carries, or nil.
@@ -353,7 +354,8 @@ func (s *Server) pushLoop(id spec.TaskID, p *pusher) {
 		s.push.mu.Lock()
 		p.again = false
 		s.push.mu.Unlock()
-		if err := s.pushPending(id); err != nil {
+		gone, err := s.pushPending(id)
+		if err != nil {
 			s.log.Warn("a2a: push notifications of a task wait for the bus", "task", id, "err", err, "retry_in", backoff)
 			t := time.NewTimer(backoff)
 			select {
@@ -372,6 +374,11 @@ func (s *Server) pushLoop(id spec.TaskID, p *pusher) {
 		s.push.mu.Lock()
 		if !p.again {
 			p.running = false
+			if gone && s.push.tasks[id] == p {
+				// No configs left: the task's events need no loop,
+				// until addPush makes the entry again.
+				delete(s.push.tasks, id)
+			}
 			s.push.mu.Unlock()
 			return
 		}
@@ -380,22 +387,22 @@ func (s *Server) pushLoop(id spec.TaskID, p *pusher) {
 }
 
 // pushPending publishes task id's events, for each config, after the
-// config's Pushed, in order, and moves Pushed past each. An error is the
-// bus out of reach; an event the bus refuses is logged and skipped,
-// since it would refuse it again.
-func (s *Server) pushPending(id spec.TaskID) error {
+// config's Pushed, in order, and moves Pushed past each; gone reports a
+// task without configs. An error is the bus out of reach; an event the
+// bus refuses is logged and skipped, since it would refuse it again.
+func (s *Server) pushPending(id spec.TaskID) (gone bool, err error) {
 	pr, err := s.store.getPush(id)
 	if err != nil || pr == nil {
-		return err
+		return pr == nil && err == nil, err
 	}
 	a := s.agents[pr.Agent]
 	if a == nil {
-		return nil // the agent is no longer served; sweepPush ends it
+		return false, nil // the agent is no longer served; sweepPush ends it
 	}
 	from := slices.MinFunc(pr.Configs, func(x, y *storedPushConfig) int { return cmp.Compare(x.Pushed, y.Pushed) }).Pushed
 	evs, err := s.store.events(id, from)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, sc := range pr.Configs {
 		for _, ev := range evs {
@@ -403,11 +410,11 @@ func (s *Server) pushPending(id spec.TaskID) error {
 				continue
 			}
 			if err := s.pushEvent(a, id, sc.Hook, ev); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // pushEvent publishes ev of task id on the push topic of the config
@@ -465,8 +472,5 @@ func (s *Server) sweepPush() {
 			a = s.agents[s.opts.Agents[0].Name]
 		}
 		s.dropPush(a, id)
-		s.push.mu.Lock()
-		delete(s.push.tasks, id)
-		s.push.mu.Unlock()
 	}
 }
