@@ -461,7 +461,9 @@ func (s *Server) startPush() error {
 // sweepPush deletes the configs of the tasks the retention window
 // deleted, and their webhook subscriptions: configs go with their task.
 func (s *Server) sweepPush() {
-	orphans, err := s.store.orphanPush(time.Now().Add(-time.Minute))
+	// A record younger than the retention window (a minute at most)
+	// may be a SendMessage's, made just before its task.
+	orphans, err := s.store.orphanPush(time.Now().Add(-min(time.Minute, s.opts.Retention)))
 	if err != nil {
 		s.log.Error("a2a: sweep push notification configs", "err", err)
 		return

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"fmt"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,21 +19,28 @@ import (
 	"github.com/bub-bus/bub/a2a"
 	"github.com/bub-bus/bub/a2a/a2atest"
 	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/bus/bustest"
 	"github.com/bub-bus/bub/bus/store"
 	"github.com/bub-bus/bub/bus/webhook"
+	"github.com/bub-bus/bub/internal/checkfor"
 	"github.com/bub-bus/bub/peer"
 	"github.com/bub-bus/bub/protocol"
 )
 
 // startPush starts a bus with webhooks (to loopback when allowPrivate)
-// on opts, an A2A server with agent "w" on agent:w, and an A2A-aware
-// agent there.
-func startPush(t *testing.T, opts bus.Options, allowPrivate bool) (*fixture, *a2atest.Agent) {
+// on opts, an A2A server with agent "w" on agent:w (with retention, 0
+// for the default), and an A2A-aware agent there.
+func startPush(t *testing.T, opts bus.Options, allowPrivate bool, retention time.Duration) (*fixture, *a2atest.Agent) {
 	t.Helper()
 	st := store.OpenMemory()
 	opts.Store = st
 	opts.Extensions = []bus.Extension{webhook.New(webhook.Options{AllowPrivate: allowPrivate, Store: st})}
-	f := startOn(t, &opts, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
+	f := &fixture{bus: bustest.Start(t, &opts)}
+	f.opts = a2a.Options{
+		BusURL: f.bus.URL, Agents: []a2a.Agent{{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"}},
+		Path: filepath.Join(t.TempDir(), "a2a.db"), Logger: slog.New(slog.DiscardHandler), Retention: retention,
+	}
+	f.open(t)
 	return f, a2atest.StartAgent(t, f.bus.URL, "w", "", "agent:w")
 }
 
@@ -60,7 +69,7 @@ func status(state, text string) map[string]any {
 // more.
 func TestPushNotifications(t *testing.T) {
 	t.Parallel()
-	f, agent := startPush(t, bus.Options{}, true)
+	f, agent := startPush(t, bus.Options{}, true, 0)
 	rc := a2atest.NewPushReceiver(t)
 	url := f.url("w")
 
@@ -174,7 +183,7 @@ func jsonEqual(a, b any) bool {
 // dead-letters it, as every webhook's delivery.
 func TestPushRetriedThenDeadLettered(t *testing.T) {
 	t.Parallel()
-	f, agent := startPush(t, bus.Options{MaxAttempts: 3, RetryBaseDelay: time.Millisecond, RetryDelayCap: 10 * time.Millisecond}, true)
+	f, agent := startPush(t, bus.Options{MaxAttempts: 3, RetryBaseDelay: time.Millisecond, RetryDelayCap: 10 * time.Millisecond}, true, 0)
 	watcher, err := peer.Dial(t.Context(), f.bus.URL, &peer.Options{ClientID: "ops", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +244,7 @@ func TestPushRetriedThenDeadLettered(t *testing.T) {
 // and a SendMessage that carries one makes no task.
 func TestPushPrivateAddressRefused(t *testing.T) {
 	t.Parallel()
-	f, _ := startPush(t, bus.Options{}, false)
+	f, _ := startPush(t, bus.Options{}, false, 0)
 	url := f.url("w")
 	params := a2atest.UserMessage("m-1", "hi")
 	params["configuration"] = map[string]any{"taskPushNotificationConfig": map[string]any{"url": "http://127.0.0.1:9/hook"}}
@@ -256,4 +265,35 @@ func TestPushPrivateAddressRefused(t *testing.T) {
 		t.Fatalf("error %q", res.Error.Message)
 	}
 	a2atest.Post(t, url, "CreateTaskPushNotificationConfig", map[string]any{"taskId": task.ID, "url": "ftp://example.com/"}).WantCode(t, a2a.CodeInvalidParams)
+}
+
+// TestPushConfigsGoWithTask: when the retention window deletes a task,
+// its configs and their webhook subscriptions on the bus go with it.
+func TestPushConfigsGoWithTask(t *testing.T) {
+	t.Parallel()
+	f, agent := startPush(t, bus.Options{}, true, 300*time.Millisecond)
+	rc := a2atest.NewPushReceiver(t)
+	task := sendWithPush(t, f.url("w"), "m-1", map[string]any{"url": rc.URL, "token": "tok"})
+	agent.Say(t, agent.TaskOf(t, task), status("completed", "done"))
+	admin := bustest.Dial(t, f.bus.URL)
+	admin.Initialize("ops")
+	hooks := func() []string {
+		var list protocol.WebhookListResult
+		admin.MustCall(protocol.MethodWebhookList, map[string]any{}, &list)
+		var names []string
+		for _, w := range list.Webhooks {
+			names = append(names, w.Name)
+		}
+		return names
+	}
+	if len(hooks()) != 1 {
+		t.Fatalf("webhook subscriptions %v, want the config's", hooks())
+	}
+	checkfor.Check(t, a2atest.Timeout, func() error {
+		res := a2atest.Post(t, f.url("w"), "GetTask", map[string]any{"id": task.ID})
+		if names := hooks(); res.Error == nil || len(names) > 0 {
+			return fmt.Errorf("after the retention window: GetTask %s / %+v, webhook subscriptions %v; want neither", res.Result, res.Error, names)
+		}
+		return nil
+	})
 }
