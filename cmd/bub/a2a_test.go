@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/bub-bus/bub/a2a/a2atest"
+	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // TestA2AServe runs bub serve with --a2a-config and auth, and walks the
@@ -108,6 +110,14 @@ func TestA2AServe(t *testing.T) {
 	if pushed, ok := firstPush.Event(t).(*spec.Task); !ok || pushed.ID != task.ID {
 		t.Fatalf("first push notification %s, want task %s", firstPush.Body, task.ID)
 	}
+	// The notification is in the bus's journal like every delivery.
+	checkfor.Check(t, a2atest.Timeout, func() error {
+		out, stderr, _ := bub(t, nil, "", "trace", firstPush.Header.Get("Bub-Message-Id"), "--bus-url", d.url, "--token", tokens["gw"])
+		if !strings.Contains(out, "delivery        to bub-webhook-a2a-") || !strings.Contains(out, "processed") {
+			return fmt.Errorf("bub trace of the push notification: %s%s", out, stderr)
+		}
+		return nil
+	})
 	agent.Say(t, p, map[string]any{"type": "a2a_artifact", "artifact": map[string]any{"artifactId": "d", "parts": []any{map[string]any{"text": "draft"}}}})
 	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which tone?"})
 	resumed := a2atest.OpenStream(t, url, "SubscribeToTask", map[string]any{"id": task.ID}, append(alice, "Last-Event-ID", strconv.FormatUint(last, 10))...).All(t)
