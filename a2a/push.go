@@ -50,10 +50,6 @@ type pushPayload struct {
 	StreamResponse json.RawMessage `json:"streamResponse"`
 }
 
-// HeaderNotificationToken carries a config's token in each push
-// notification, as a2a-go's sender sends it.
-const HeaderNotificationToken = "A2A-Notification-Token"
-
 // pushTopic is the push topic of the config whose webhook subscription
 // is hook.
 func pushTopic(hook string) string { return pushPrefix + hook }
@@ -123,10 +119,11 @@ func (s *Server) addPush(ctx context.Context, a *agent, id spec.TaskID, pc *spec
 		// without a token cannot verify Bub-Signature (docs/A2A.md).
 		secret = rand.Text()
 	}
+	// The token is the signature's key and never travels: sent beside
+	// the signature (as a2a-go's sender sends it, in
+	// A2A-Notification-Token), whoever reads one request could sign
+	// the next.
 	headers := map[string]string{"Content-Type": "application/a2a+json"}
-	if cfg.Token != "" {
-		headers[HeaderNotificationToken] = cfg.Token
-	}
 	if cfg.Auth != nil {
 		headers["Authorization"] = strings.TrimSpace(cfg.Auth.Scheme + " " + cfg.Auth.Credentials)
 	}
@@ -135,7 +132,8 @@ func (s *Server) addPush(ctx context.Context, a *agent, id spec.TaskID, pc *spec
 	if err != nil {
 		return nil, err
 	}
-	if old != nil && slices.ContainsFunc(old.Configs, func(c *storedPushConfig) bool { return c.Hook == name }) {
+	replacing := old != nil && slices.ContainsFunc(old.Configs, func(c *storedPushConfig) bool { return c.Hook == name })
+	if replacing {
 		if err := s.removeHook(ctx, a.conn, name); err != nil {
 			return nil, err
 		}
@@ -147,6 +145,12 @@ func (s *Server) addPush(ctx context.Context, a *agent, id spec.TaskID, pc *spec
 		Secret: secret, PayloadField: pushField, Headers: headers,
 	}
 	if err := a.conn.Call(ctx, protocol.MethodWebhookAdd, params, nil); err != nil {
+		if replacing {
+			// The old subscription is gone; so is the config.
+			if ferr := s.forgetPush(id, name); ferr != nil {
+				s.log.Error("a2a: forget a replaced push notification config", "task", id, "config", cfg.ID, "err", ferr)
+			}
+		}
 		var perr *protocol.Error
 		if errors.As(err, &perr) && perr.Code == protocol.CodeInvalidParams {
 			return nil, errorf(CodeInvalidParams, "%s: the bus refused the webhook subscription that would deliver it: %s", where, perr.Message)
@@ -316,14 +320,19 @@ func (s *Server) deletePushConfig(c *call) (any, error) {
 	if err := s.removeHook(c.r.Context(), c.agent.conn, name); err != nil {
 		return nil, err
 	}
-	err := s.store.updatePush(p.TaskID, func(pr *pushRecord, _ uint64) error {
-		pr.Configs = slices.DeleteFunc(pr.Configs, func(sc *storedPushConfig) bool { return sc.Hook == name })
-		return nil
-	})
-	if err != nil {
+	if err := s.forgetPush(p.TaskID, name); err != nil {
 		return nil, err
 	}
 	return struct{}{}, nil
+}
+
+// forgetPush deletes the config of task id whose subscription is hook
+// from the store, once the subscription is gone.
+func (s *Server) forgetPush(id spec.TaskID, hook string) error {
+	return s.store.updatePush(id, func(pr *pushRecord, _ uint64) error {
+		pr.Configs = slices.DeleteFunc(pr.Configs, func(sc *storedPushConfig) bool { return sc.Hook == hook })
+		return nil
+	})
 }
 
 // kickPush starts publishing task id's new events on its push topic,
