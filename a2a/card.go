@@ -51,7 +51,8 @@ func (s *Server) card(a *agent, base string) *spec.AgentCard {
 		DefaultOutputModes: []string{"text/plain", "application/json"},
 		Skills:             skills,
 		Capabilities: spec.AgentCapabilities{
-			Streaming: true,
+			Streaming:         true,
+			PushNotifications: true,
 			Extensions: []spec.AgentExtension{
 				{
 					URI:         ExtensionResumableStreams,

@@ -3,8 +3,10 @@
 // a base URL /a2a/{agent}/ with its agent card at
 // /a2a/{agent}/.well-known/agent-card.json, a catalog of every card at
 // /a2a/.well-known/agent-cards.json, and the JSON-RPC binding (SendMessage,
-// SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask)
-// at the base URL itself.
+// SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask
+// and the four push notification config methods) at the base URL itself.
+// Push notifications go out through the bus's signed webhooks (push.go;
+// VerifyPush checks one).
 //
 // Start with New, which connects to the bus and returns a Server, an
 // http.Handler to mount beside the bus's own (bub serve does so with

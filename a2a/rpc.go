@@ -22,15 +22,13 @@ const (
 	methodGetExtendedAgentCard = "GetExtendedAgentCard"
 )
 
-// pushMethods are the push-notification methods, not served yet: they
-// are answered -32003, as §3.3.4 asks of a card whose pushNotifications is
-// false.
-var pushMethods = map[string]bool{
-	"CreateTaskPushNotificationConfig": true,
-	"GetTaskPushNotificationConfig":    true,
-	"ListTaskPushNotificationConfigs":  true,
-	"DeleteTaskPushNotificationConfig": true,
-}
+// The push notification config methods (push.go).
+const (
+	methodCreatePushConfig = "CreateTaskPushNotificationConfig"
+	methodGetPushConfig    = "GetTaskPushNotificationConfig"
+	methodListPushConfigs  = "ListTaskPushNotificationConfigs"
+	methodDeletePushConfig = "DeleteTaskPushNotificationConfig"
+)
 
 // request is a JSON-RPC 2.0 request as read from the wire.
 type request struct {
@@ -220,16 +218,20 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, a *agent) {
 		result, err = s.listTasks(c)
 	case methodCancelTask:
 		result, err = s.cancelTask(c)
+	case methodCreatePushConfig:
+		result, err = s.createPushConfig(c)
+	case methodGetPushConfig:
+		result, err = s.getPushConfig(c)
+	case methodListPushConfigs:
+		result, err = s.listPushConfigs(c)
+	case methodDeletePushConfig:
+		result, err = s.deletePushConfig(c)
 	case methodGetExtendedAgentCard:
 		// §3.3.4: a card without capabilities.extendedAgentCard MUST
 		// answer it so.
 		err = errorf(CodeUnsupportedOperation, "GetExtendedAgentCard: agent %q has no extended card (capabilities.extendedAgentCard is false); its card is at .well-known/agent-card.json", a.Name)
 	default:
-		if pushMethods[req.Method] {
-			err = errorf(CodePushNotSupported, "%s: push notifications are not supported by this server yet", req.Method)
-		} else {
-			err = errorf(CodeMethodNotFound, "no method %q; A2A 1.0 names methods as SendMessage, GetTask, ...", req.Method)
-		}
+		err = errorf(CodeMethodNotFound, "no method %q; A2A 1.0 names methods as SendMessage, GetTask, ...", req.Method)
 	}
 	if err != nil {
 		e := asError(err)

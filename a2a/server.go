@@ -137,6 +137,10 @@ type Server struct {
 	// watchers are closed and removed when their task gets an event.
 	watchers map[spec.TaskID][]chan struct{}
 
+	// push publishes the events of tasks with push notification configs
+	// (push.go).
+	push *pushers
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -187,7 +191,7 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, store: st, m: m, agents: map[string]*agent{}, conns: map[string]*peer.Conn{}, log: o.Logger, watchers: map[spec.TaskID][]chan struct{}{}, earlyDead: map[string]deadLetterEvent{}}
+	s := &Server{opts: o, store: st, m: m, agents: map[string]*agent{}, conns: map[string]*peer.Conn{}, log: o.Logger, watchers: map[spec.TaskID][]chan struct{}{}, earlyDead: map[string]deadLetterEvent{}, push: &pushers{tasks: map[spec.TaskID]*pusher{}}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for i := range o.Agents {
 		a := &agent{Agent: o.Agents[i]}
@@ -201,6 +205,10 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 		s.agents[a.Name] = a
 	}
 	s.watchDeadLetters(ctx)
+	if err := s.startPush(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.wg.Add(1)
 	go s.sweepLoop()
 	return s, nil
@@ -312,6 +320,7 @@ func (s *Server) sweepLoop() {
 		} else if n > 0 {
 			s.log.Info("a2a: expired tasks deleted", "tasks", n)
 		}
+		s.sweepPush()
 		select {
 		case <-s.ctx.Done():
 			return
@@ -351,6 +360,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // notify wakes whoever waits for task id's next event.
 func (s *Server) notify(id spec.TaskID) {
+	s.kickPush(id)
 	s.watchMu.Lock()
 	ws := s.watchers[id]
 	delete(s.watchers, id)

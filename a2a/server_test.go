@@ -187,7 +187,7 @@ func TestErrors(t *testing.T) {
 	a2atest.Post(t, url, "GetTask", map[string]any{"id": "nope"}).WantCode(t, a2a.CodeTaskNotFound)
 	a2atest.Post(t, url, "message/send", a2atest.UserMessage("m-1", "hi")).WantCode(t, a2a.CodeMethodNotFound)
 	a2atest.Post(t, url, "SendMessage", map[string]any{"message": map[string]any{"messageId": "x", "role": "ROLE_USER", "parts": []any{}}}).WantCode(t, a2a.CodeInvalidParams)
-	a2atest.Post(t, url, "CreateTaskPushNotificationConfig", map[string]any{}).WantCode(t, a2a.CodePushNotSupported)
+	a2atest.Post(t, url, "CreateTaskPushNotificationConfig", map[string]any{}).WantCode(t, a2a.CodeInvalidParams)
 	a2atest.Post(t, url, "GetExtendedAgentCard", map[string]any{}).WantCode(t, a2a.CodeUnsupportedOperation)
 	a2atest.Post(t, url, "ListTasks", map[string]any{"pageSize": 1000}).WantCode(t, a2a.CodeInvalidParams)
 	a2atest.Post(t, url, "ListTasks", map[string]any{"pageToken": "!!"}).WantCode(t, a2a.CodeInvalidParams)

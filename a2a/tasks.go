@@ -31,7 +31,16 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *taskRecord, error) 
 	case m.Role != spec.MessageRoleUser:
 		return nil, nil, errorf(CodeInvalidParams, "params.message.role must be ROLE_USER")
 	}
+	pc := pushConfigOf(&p)
 	if m.TaskID != "" {
+		if pc != nil {
+			if _, err := s.lookup(c, m.TaskID); err != nil {
+				return nil, nil, err
+			}
+			if _, err := s.addPush(c.r.Context(), c.agent, m.TaskID, pc, "params.configuration.taskPushNotificationConfig"); err != nil {
+				return nil, nil, err
+			}
+		}
 		return &p, nil, nil
 	}
 	now := time.Now()
@@ -41,7 +50,18 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *taskRecord, error) 
 	rec.Task.Status.Timestamp = &ts
 	m.TaskID, m.ContextID = rec.Task.ID, rec.Task.ContextID
 	snapshot := rec.Task
+	if pc != nil {
+		// Made before the task, so that a URL the bus refuses refuses
+		// the send, and the task's first event is pushed.
+		if _, err := s.addPush(c.r.Context(), c.agent, rec.Task.ID, pc, "params.configuration.taskPushNotificationConfig"); err != nil {
+			return nil, nil, err
+		}
+	}
 	got, created, err := s.store.create(rec, &snapshot, s.opts.Retention, now)
+	if pc != nil && !created {
+		// A retry: the first request's task keeps its configs.
+		s.dropPush(c.agent, rec.Task.ID)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -52,6 +72,7 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *taskRecord, error) 
 	}
 	if created {
 		s.m.tasks.WithLabelValues(c.agent.Name).Inc()
+		s.kickPush(got.Task.ID)
 		s.publish(c.agent, got, m)
 	} else {
 		s.m.replays.WithLabelValues(c.agent.Name).Inc()

@@ -18,6 +18,16 @@ type WebhookAddParams struct {
 	Pattern string `json:"pattern"`
 	Policy  Policy `json:"policy,omitempty"`
 	Secret  string `json:"secret"`
+	// PayloadField, when set, makes each delivery's body that field of
+	// the message's payload, alone, rather than the processMessage
+	// params: for a receiver that expects a body of its own shape (an
+	// A2A client's push notification, a StreamResponse).
+	PayloadField string `json:"payloadField,omitempty"`
+	// Headers are sent with each delivery, as they are: an
+	// Authorization a receiver wants, for one. They are never shown, as
+	// the secret is not. Content-Type may be set; Bub-*, Host and the
+	// hop-by-hop headers may not.
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // WebhookRemoveParams are webhook.remove's params.
@@ -33,6 +43,9 @@ type Webhook struct {
 	URL      string `json:"url"`
 	Pattern  string `json:"pattern"`
 	Policy   Policy `json:"policy"`
+	// PayloadField is the payload's field that is the body, "" for the
+	// processMessage params.
+	PayloadField string `json:"payloadField,omitempty"`
 	// Configured is set for those of the configuration file, which
 	// webhook.remove cannot remove.
 	Configured bool `json:"configured,omitempty"`

@@ -18,6 +18,9 @@ type Webhook struct {
 	Pattern string `json:"pattern"`
 	Policy  string `json:"policy,omitempty"`
 	Secret  []byte `json:"secret"`
+	// PayloadField and Headers are webhook.add's (protocol.WebhookAddParams).
+	PayloadField string            `json:"payloadField,omitempty"`
+	Headers      map[string]string `json:"headers,omitempty"`
 }
 
 // PutWebhook keeps w, durably, replacing one of the same name.

@@ -36,7 +36,7 @@ func (w *webhooks) restore() error {
 }
 
 func storedWebhook(w *store.Webhook) Subscription {
-	return Subscription{Name: w.Name, URL: w.URL, Pattern: w.Pattern, Policy: protocol.Policy(w.Policy), Secret: w.Secret}
+	return Subscription{Name: w.Name, URL: w.URL, Pattern: w.Pattern, Policy: protocol.Policy(w.Policy), Secret: w.Secret, PayloadField: w.PayloadField, Headers: w.Headers}
 }
 
 // request decodes a webhook.add or webhook.remove request into params
@@ -70,7 +70,7 @@ func (w *webhooks) add(ctx context.Context, caller *bus.Caller, raw json.RawMess
 	if why := w.addressRefused(ctx, p.URL); why != "" {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "webhook %q: %s", p.Name, why)
 	}
-	sw := &store.Webhook{Name: p.Name, URL: p.URL, Pattern: p.Pattern, Policy: string(p.Policy), Secret: []byte(p.Secret)}
+	sw := &store.Webhook{Name: p.Name, URL: p.URL, Pattern: p.Pattern, Policy: string(p.Policy), Secret: []byte(p.Secret), PayloadField: p.PayloadField, Headers: p.Headers}
 	u, err := w.subscribe(storedWebhook(sw), false)
 	if err != nil {
 		return nil, protocol.Errorf(protocol.ErrInvalidParams, "webhook %q: %v", p.Name, err)

@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +13,11 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/internal/buildinfo"
@@ -41,6 +45,17 @@ type Subscription struct {
 	// Secret signs each delivery (Bub-Signature); required. It is never
 	// logged.
 	Secret []byte
+	// PayloadField, when set, makes each delivery's body that field of
+	// the message's payload, alone, rather than the processMessage
+	// params: the body a receiver of its own protocol expects (the A2A
+	// server's push notifications use it). A payload without the field
+	// is refused, dead-lettered at once.
+	PayloadField string
+	// Headers are sent with each delivery (an Authorization the
+	// receiver wants); like Secret, never logged or listed.
+	// Content-Type may be set; the Bub-* headers, Host and the
+	// hop-by-hop ones may not.
+	Headers map[string]string
 }
 
 // clientPrefix begins a URL subscriber's clientId: under the bus's
@@ -66,6 +81,9 @@ type urlSubscriber struct {
 	url  string
 	// secret signs its deliveries.
 	secret []byte
+	// field and header are Subscription's PayloadField and Headers.
+	field  string
+	header http.Header
 	// slots bounds the requests in flight to the URL, as a connection's
 	// MaxInFlight bounds its own.
 	slots chan struct{}
@@ -92,11 +110,15 @@ func (w *webhooks) subscribe(cfg Subscription, configured bool) (*urlSubscriber,
 	if len(cfg.Secret) == 0 {
 		return nil, errors.New("a secret is required: receivers verify Bub-Signature with it")
 	}
+	header, err := deliveryHeaders(cfg.Headers)
+	if err != nil {
+		return nil, err
+	}
 	if w.clustered {
 		return nil, errNotShared
 	}
 	clientID := clientPrefix + cfg.Name
-	us := &urlSubscriber{url: u.String(), secret: cfg.Secret, slots: make(chan struct{}, w.maxInFlight)}
+	us := &urlSubscriber{url: u.String(), secret: cfg.Secret, field: cfg.PayloadField, header: header, slots: make(chan struct{}, w.maxInFlight)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.subs[clientID] != nil {
@@ -116,7 +138,7 @@ func (w *webhooks) subscribe(cfg Subscription, configured bool) (*urlSubscriber,
 		policy = w.bus.Options().DefaultPolicy
 	}
 	us.sub = sub
-	us.info = protocol.Webhook{Name: cfg.Name, ClientID: clientID, URL: us.url, Pattern: pattern.String(), Policy: policy, Configured: configured}
+	us.info = protocol.Webhook{Name: cfg.Name, ClientID: clientID, URL: us.url, Pattern: pattern.String(), Policy: policy, PayloadField: cfg.PayloadField, Configured: configured}
 	w.subs[clientID] = us
 	return us, nil
 }
@@ -162,7 +184,17 @@ func (w *webhooks) deliver(ctx context.Context, u *urlSubscriber, d *bus.Deliver
 			w.client.CloseIdleConnections()
 		}
 	}()
-	body := d.AppendParams(nil)
+	var body []byte
+	if u.field == "" {
+		body = d.AppendParams(nil)
+	} else {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(d.Message.Payload, &fields) != nil || len(fields[u.field]) == 0 {
+			// Not retried: the payload will not grow the field.
+			return protocol.ProcessMessageResult{Reject: true, Message: fmt.Sprintf("the payload has no field %q, which this webhook POSTs as its body", u.field)}, nil
+		}
+		body = fields[u.field]
+	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		// The publisher's next message may go out once this one is
 		// written, as on a connection.
@@ -172,6 +204,9 @@ func (w *webhooks) deliver(ctx context.Context, u *urlSubscriber, d *bus.Deliver
 		return protocol.ProcessMessageResult{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range u.header {
+		req.Header[k] = v
+	}
 	req.Header.Set("User-Agent", "bub/"+buildinfo.Version())
 	req.Header.Set(HeaderSignature, signDelivery(u.secret, time.Now(), body))
 	req.Header.Set(HeaderMessageID, d.Message.ID)
@@ -210,6 +245,32 @@ func (w *webhooks) deliver(ctx context.Context, u *urlSubscriber, d *bus.Deliver
 	default:
 		return protocol.ProcessMessageResult{Reject: true, Message: fmt.Sprintf("webhook answered %d", code)}, nil
 	}
+}
+
+// reservedHeaders are the headers a subscription may not set: the
+// bus's own, and those HTTP itself manages.
+var reservedHeaders = map[string]bool{
+	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true, "Keep-Alive": true,
+	"Te": true, "Trailer": true, "Upgrade": true, "Proxy-Authorization": true, "Proxy-Connection": true, "User-Agent": true,
+}
+
+// deliveryHeaders checks a subscription's Headers and returns them
+// canonical.
+func deliveryHeaders(headers map[string]string) (http.Header, error) {
+	h := http.Header{}
+	for k, v := range headers {
+		ck := http.CanonicalHeaderKey(k)
+		switch {
+		case !httpguts.ValidHeaderFieldName(k):
+			return nil, fmt.Errorf("header %q: not a header name", k)
+		case !httpguts.ValidHeaderFieldValue(v):
+			return nil, fmt.Errorf("header %s: its value holds a character a header may not", ck)
+		case reservedHeaders[ck] || strings.HasPrefix(ck, "Bub-"):
+			return nil, fmt.Errorf("header %s: the bus sets it; a webhook may not", ck)
+		}
+		h.Set(ck, v)
+	}
+	return h, nil
 }
 
 // signDelivery is the Bub-Signature of body sent at now.

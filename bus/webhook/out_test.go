@@ -329,3 +329,49 @@ func TestWebhookRetryResumedAfterRestart(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, dead)
 }
+
+// TestWebhookPayloadField checks a subscription with PayloadField and
+// Headers: the body is that field of the payload alone, signed, with
+// the headers given; a payload without the field is dead-lettered at
+// once; reserved headers are refused when the subscription is made.
+func TestWebhookPayloadField(t *testing.T) {
+	type post struct {
+		body   string
+		header http.Header
+	}
+	got := make(chan post, 4)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- post{string(body), r.Header}
+	}))
+	t.Cleanup(rc.Close)
+	st := store.OpenMemory()
+	srv := start(t, &bus.Options{Store: st}, webhook.Options{
+		AllowPrivate: true, Store: st,
+		Subscriptions: []webhook.Subscription{{Name: "raw", URL: rc.URL, Pattern: "raw:*", Secret: []byte("s"), PayloadField: "body",
+			Headers: map[string]string{"authorization": "Bearer tok", "Content-Type": "application/a2a+json"}}},
+	})
+	pub := bustest.Dial(t, srv.URL)
+	pub.Initialize("p")
+	var r protocol.SendMessageResult
+	pub.MustCall(protocol.MethodSendMessage, map[string]any{"topic": "raw:1", "payload": map[string]any{"type": "x", "body": map[string]any{"a": 1}}}, &r)
+	require.True(t, r.Acks[0].Processed, "%+v", r.Acks[0])
+	p := <-got
+	require.JSONEq(t, `{"a":1}`, p.body)
+	require.Equal(t, "Bearer tok", p.header.Get("Authorization"))
+	require.Equal(t, "application/a2a+json", p.header.Get("Content-Type"))
+	ts, v1, _ := strings.Cut(strings.TrimPrefix(p.header.Get(webhook.HeaderSignature), "t="), ",v1=")
+	require.Equal(t, bustest.HMACHex("s", ts+"."+p.body), v1, "the signature covers the body sent")
+
+	pub.MustCall(protocol.MethodSendMessage, map[string]any{"topic": "raw:2", "payload": map[string]any{"type": "x"}}, &r)
+	require.NotEmpty(t, r.Acks[0].DeadLetter, "a payload without the field is dead-lettered at once: %+v", r.Acks[0])
+	require.Contains(t, r.Acks[0].Message, `no field "body"`)
+
+	admin := bustest.Dial(t, srv.URL)
+	admin.Initialize("admin")
+	for _, h := range []string{"Bub-Signature", "Host", "bad name"} {
+		resp := admin.Call(protocol.MethodWebhookAdd, protocol.WebhookAddParams{Name: "h", URL: rc.URL, Pattern: "x", Secret: "s", Headers: map[string]string{h: "v"}})
+		require.NotNil(t, resp.Error, "header %q was taken", h)
+		require.Contains(t, resp.Error.Message, "header", "header %q", h)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,13 +15,15 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/bub-bus/bub/a2a/a2atest"
+	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // TestA2AServe runs bub serve with --a2a-config and auth, and walks the
 // issue's A2A client through it: discover the agent's card, send a
 // streaming message, lose the stream and resume it with Last-Event-ID
 // without losing an event, retry the send without a second task, and
-// find the task again after kill -9 of the bus.
+// find the task again after kill -9 of the bus; and receive the task's
+// events as push notifications, signed, on both sides of the kill.
 func TestA2AServe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -42,9 +45,10 @@ func TestA2AServe(t *testing.T) {
     - name: a2a-gateway
       token_sha256: "`+hash("gw")+`"
       client_ids: ["a2a-gw"]
-      publish:   {allow: ["agent:writer"]}
+      publish:   {allow: ["agent:writer", "a2a-push:"]}
       subscribe: {allow: ["outbound:a2a-", "system:message.dead_lettered"]}
       durable: true
+      admin: true
     - name: writer
       token_sha256: "`+hash("writer")+`"
       client_ids: ["writer"]
@@ -66,7 +70,8 @@ func TestA2AServe(t *testing.T) {
 `)
 	addr := freeAddr(t)
 	data := filepath.Join(dir, "data")
-	flags := []string{"--config", busConfig, "--a2a-config", a2aConfig, "--log-level", "warn"}
+	// The push receiver is on loopback.
+	flags := []string{"--config", busConfig, "--a2a-config", a2aConfig, "--log-level", "warn", "--webhook-allow-private"}
 	d := startBusAt(t, addr, data, flags...)
 	url := d.http + "/a2a/writer"
 	alice := []string{"Authorization", "Bearer " + tokens["alice"]}
@@ -84,7 +89,10 @@ func TestA2AServe(t *testing.T) {
 	}
 
 	agent := a2atest.StartAgent(t, d.url, "writer", tokens["writer"], "agent:writer")
-	s := a2atest.OpenStream(t, url, "SendStreamingMessage", a2atest.UserMessage("m-1", "draft it"), alice...)
+	push := a2atest.NewPushReceiver(t)
+	send := a2atest.UserMessage("m-1", "draft it")
+	send["configuration"] = map[string]any{"taskPushNotificationConfig": map[string]any{"url": push.URL + "/hook", "token": "push-token"}}
+	s := a2atest.OpenStream(t, url, "SendStreamingMessage", send, alice...)
 	first, ok := s.Next(t)
 	task, isTask := first.Decode(t).(*spec.Task)
 	if !ok || first.ID != 1 || !isTask {
@@ -97,6 +105,19 @@ func TestA2AServe(t *testing.T) {
 	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
 	last := s.UntilStatusText(t, "drafting")
 	s.Close()
+	firstPush := push.Next(t)
+	firstPush.Verify(t, "push-token")
+	if pushed, ok := firstPush.Event(t).(*spec.Task); !ok || pushed.ID != task.ID {
+		t.Fatalf("first push notification %s, want task %s", firstPush.Body, task.ID)
+	}
+	// The notification is in the bus's journal like every delivery.
+	checkfor.Check(t, a2atest.Timeout, func() error {
+		out, stderr, _ := bub(t, nil, "", "trace", firstPush.Header.Get("Bub-Message-Id"), "--bus-url", d.url, "--token", tokens["gw"])
+		if !strings.Contains(out, "delivery        to bub-webhook-a2a-") || !strings.Contains(out, "processed") {
+			return fmt.Errorf("bub trace of the push notification: %s%s", out, stderr)
+		}
+		return nil
+	})
 	agent.Say(t, p, map[string]any{"type": "a2a_artifact", "artifact": map[string]any{"artifactId": "d", "parts": []any{map[string]any{"text": "draft"}}}})
 	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which tone?"})
 	resumed := a2atest.OpenStream(t, url, "SubscribeToTask", map[string]any{"id": task.ID}, append(alice, "Last-Event-ID", strconv.FormatUint(last, 10))...).All(t)
@@ -137,6 +158,15 @@ func TestA2AServe(t *testing.T) {
 	if n := len(done.History); n != 5 {
 		t.Fatalf("history of %d messages, want 5 (two from the caller, three from the agent)", n)
 	}
+	// The completion, made after the kill, is pushed too (earlier
+	// events may come again: delivery is at least once).
+	for {
+		n := push.Next(t)
+		n.Verify(t, "push-token")
+		if su, ok := n.Event(t).(*spec.TaskStatusUpdateEvent); ok && su.Status.State == spec.TaskStateCompleted {
+			break
+		}
+	}
 }
 
 // On an open bus no credential guards the A2A door, so, as the bus's
@@ -145,10 +175,7 @@ func TestA2AServe(t *testing.T) {
 func TestA2AOpenBusChecksHost(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	config := filepath.Join(dir, "a2a.yaml")
-	if err := os.WriteFile(config, []byte("agents:\n  - {name: w, topic: 'agent:w', client_id: a2a-gw}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := openA2AConfig(t, dir)
 	d := startBus(t, filepath.Join(dir, "data"), "--a2a-config", config, "--hosts", "bus.example", "--log-level", "warn")
 	url := d.http + "/a2a/w"
 	card := a2atest.AwaitCard(t, url)

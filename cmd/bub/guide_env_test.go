@@ -106,7 +106,7 @@ func rows(text string) string {
 }
 
 // commandRow is a row of the guide's Commands table: `bub NAME a\|b ...`.
-var commandRow = regexp.MustCompile("(?m)^\\| `bub ([a-z-]+)((?: [a-z-]+(?:\\\\\\|[a-z-]+)+)?)[^`]*` \\|")
+var commandRow = regexp.MustCompile("(?m)^\\| `bub ([a-z0-9-]+)((?: [a-z-]+(?:\\\\\\|[a-z-]+)+)?)[^`]*` \\|")
 
 // TestGuideCommandsTable: the Commands table of docs/guide/10-reference.md
 // lists every command bub --help lists and no other (it once left out
