@@ -6,7 +6,7 @@ GO ?= go
 BIN := bin/bub
 
 .PHONY: all build run telegram-demo test check test-go test-docker fuzz bench bench-quick bench-go bcp-eval vet clean \
-	test-race test-race-then-lanes test-fuzz \
+	test-race test-race-then-lanes test-fuzz test-image \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
 	cluster-test cluster-test-if-docker pytest-sdk console-shots
 
@@ -54,11 +54,21 @@ vet:
 #   tests' 1024. It used to start after the race step, at nice 10, and
 #   was the longest lane.
 # docs/TESTING.md says more, and how long it takes.
+# - [docker], from the start too and at nice 19: the image and the load
+#   program of compose-test and cluster-test, so that when the race step
+#   ends their builds are done (go build finds the binaries up to date,
+#   docker build every layer in its cache).
 test: vet compose-config
-	@$(MAKE) --no-print-directory -j2 test-fuzz test-race-then-lanes
+	@$(MAKE) --no-print-directory -j3 test-fuzz test-race-then-lanes
 
-test-race-then-lanes: test-race
+test-race-then-lanes: test-race test-image
 	@$(MAKE) --no-print-directory -j2 test-go test-docker
+
+test-image:
+	@if docker info >/dev/null 2>&1; then \
+		nice -n 19 $(MAKE) --no-print-directory image IMAGE=bub-bus:compose-test && \
+		nice -n 19 $(GO) build -o $(CLUSTERCHECK) ./deploy/clustercheck; \
+	fi 2>&1 | sed -u 's/^/[docker] /'
 
 test-race:
 	$(GO) test -race -count=1 -p 3 -timeout 10m ./... 2>&1 | sed -u 's/^/[race] /'
@@ -190,8 +200,12 @@ PROJECT ?= bub
 BUB_PORT ?= 7892
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
+# The binaries are built over the last ones rather than after removing
+# them: go build then sees they are up to date and does not link them
+# again (cluster-test, after compose-test in make test, built the same
+# two a second time).
 image-binaries:
-	rm -rf $(IMAGE_DIR)
+	rm -rf $(IMAGE_DIR)/agents $(IMAGE_DIR)/data $(IMAGE_DIR)/tmp
 	mkdir -p $(IMAGE_DIR)/data $(IMAGE_DIR)/tmp
 	chmod 0700 $(IMAGE_DIR)/data
 	chmod 1777 $(IMAGE_DIR)/tmp
