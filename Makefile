@@ -42,12 +42,12 @@ vet:
 # - [race]: every package's tests under -race, three packages at a
 #   time (bus, cmd/bub and cluster, the three longest, spend most of
 #   their time waiting on processes, sockets and elections, so a third
-#   package uses what the other two leave of the cores); then the tests
-#   that measure the process's heap, without -race
-#   (bus/norace_test.go); then, side by side, the [go] lane (the Python
-#   SDK's tests) and the [docker] lane (the compose stack's test, then
-#   three nodes under load while nodes are killed and cut off), which
-#   mostly waits on containers.
+#   package uses what the other two leave of the cores); then, side by
+#   side, the [go] lane (the tests that measure the process's heap,
+#   without -race and alone in their process, bus/norace_test.go; then
+#   the Python SDK's tests) and the [docker] lane (the compose stack's
+#   test, then three nodes under load while nodes are killed and cut
+#   off), which mostly waits on containers.
 # - [fuzz], from the start: a short run of every fuzz target at nice 19,
 #   so that it takes only the CPU the tests leave idle while they wait
 #   on processes, sockets and containers: a CFS weight of 15 against the
@@ -72,7 +72,6 @@ test-image:
 
 test-race:
 	$(GO) test -race -count=1 -p 3 -timeout 10m ./... 2>&1 | sed -u 's/^/[race] /'
-	$(GO) test -count=1 -run '^TestNoRace' ./bus/ 2>&1 | sed -u 's/^/[race] /'
 
 # make test's fuzz run: TEST_FUZZTIME executions of each target, after
 # its seed corpus, which every package's tests also run as unit tests.
@@ -84,6 +83,7 @@ test-fuzz:
 	nice -n 19 $(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) 2>&1 | sed -u 's/^/[fuzz] /'
 
 test-go:
+	$(GO) test -count=1 -run '^TestNoRace' ./bus/ 2>&1 | sed -u 's/^/[go] /'
 	$(MAKE) --no-print-directory pytest-sdk 2>&1 | sed -u 's/^/[go] /'
 
 test-docker:
