@@ -53,11 +53,12 @@ vet:
 #   on processes, sockets and containers: a CFS weight of 15 against the
 #   tests' 1024. It used to start after the race step, at nice 10, and
 #   was the longest lane.
-# docs/TESTING.md says more, and how long it takes.
 # - [docker], from the start too and at nice 19: the image and the load
 #   program of compose-test and cluster-test, so that when the race step
 #   ends their builds are done (go build finds the binaries up to date,
 #   docker build every layer in its cache).
+# What is left on the critical path: vet, the race step, the Docker
+# lane. docs/TESTING.md says more, and how long it takes.
 test: vet compose-config
 	@$(MAKE) --no-print-directory -j3 test-fuzz test-race-then-lanes
 
