@@ -6,6 +6,7 @@ GO ?= go
 BIN := bin/bub
 
 .PHONY: all build run telegram-demo test check test-go test-docker fuzz bench bench-quick bench-go bcp-eval vet clean \
+	test-race test-race-then-lanes test-fuzz test-image \
 	image image-binaries compose-secrets up down compose-config compose-test compose-test-if-docker \
 	cluster-test cluster-test-if-docker pytest-sdk console-shots a2a-tck
 
@@ -36,28 +37,55 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 
-# Everything CI runs (.ci/run calls this), in three steps:
-# 1. every package's tests under -race, three packages at a time: bus,
-#    cmd/bub and cluster, the three longest, spend most of their time
-#    waiting on processes, sockets and elections, so a third package uses
-#    what the other two leave of the cores;
-# 2. the tests that measure the process's heap, without -race and alone
-#    (bus/norace_test.go);
-# 3. two lanes side by side, each line prefixed with its lane's name: the
-#    Go lane (the Python SDK's tests, then a short run of every fuzz
-#    target, niced so that the other lane's containers get the CPU they
-#    ask for) and the Docker lane, which mostly waits on containers (the
-#    compose stack's test, then three nodes under load while nodes are
-#    killed and cut off).
-# docs/TESTING.md says more, and how long it takes.
+# Everything CI runs (.ci/run calls this), after vet: lanes side by
+# side, each line prefixed with its lane's name.
+# - [race]: every package's tests under -race, three packages at a
+#   time (bus, cmd/bub and cluster, the three longest, spend most of
+#   their time waiting on processes, sockets and elections, so a third
+#   package uses what the other two leave of the cores); then, side by
+#   side, the [go] lane (the tests that measure the process's heap,
+#   without -race and alone in their process, bus/norace_test.go; then
+#   the Python SDK's tests) and the [docker] lane (the compose stack's
+#   test, then three nodes under load while nodes are killed and cut
+#   off), which mostly waits on containers.
+# - [fuzz], from the start: a short run of every fuzz target at nice 19,
+#   so that it takes only the CPU the tests leave idle while they wait
+#   on processes, sockets and containers: a CFS weight of 15 against the
+#   tests' 1024. It used to start after the race step, at nice 10, and
+#   was the longest lane.
+# - [docker], from the start too and at nice 19: the image and the load
+#   program of compose-test and cluster-test, so that when the race step
+#   ends their builds are done (go build finds the binaries up to date,
+#   docker build every layer in its cache).
+# What is left on the critical path: vet, the race step, the Docker
+# lane. docs/TESTING.md says more, and how long it takes.
 test: vet compose-config
-	$(GO) test -race -count=1 -p 3 -timeout 10m ./...
-	$(GO) test -count=1 -run '^TestNoRace' ./bus/
+	@$(MAKE) --no-print-directory -j3 test-fuzz test-race-then-lanes
+
+test-race-then-lanes: test-race test-image
 	@$(MAKE) --no-print-directory -j2 test-go test-docker
 
+test-image:
+	@if docker info >/dev/null 2>&1; then \
+		nice -n 19 $(MAKE) --no-print-directory image IMAGE=bub-bus:compose-test && \
+		nice -n 19 $(GO) build -o $(CLUSTERCHECK) ./deploy/clustercheck; \
+	fi 2>&1 | sed -u 's/^/[docker] /'
+
+test-race:
+	$(GO) test -race -count=1 -p 3 -timeout 10m ./... 2>&1 | sed -u 's/^/[race] /'
+
+# make test's fuzz run: TEST_FUZZTIME executions of each target, after
+# its seed corpus, which every package's tests also run as unit tests.
+# A smoke test of the fuzzing itself (an input the mutator finds within
+# a few thousand executions, a target too slow to fuzz), not a campaign:
+# that is make fuzz's FUZZTIME, or one target run for longer by hand.
+TEST_FUZZTIME ?= 2000x
+test-fuzz:
+	nice -n 19 $(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) 2>&1 | sed -u 's/^/[fuzz] /'
+
 test-go:
+	$(GO) test -count=1 -run '^TestNoRace' ./bus/ 2>&1 | sed -u 's/^/[go] /'
 	$(MAKE) --no-print-directory pytest-sdk 2>&1 | sed -u 's/^/[go] /'
-	nice -n 10 $(MAKE) --no-print-directory fuzz 2>&1 | sed -u 's/^/[go] /'
 
 test-docker:
 	$(MAKE) --no-print-directory compose-test-if-docker 2>&1 | sed -u 's/^/[docker] /'
@@ -66,9 +94,12 @@ test-docker:
 # The edit-compile-test loop: vet and the library packages' tests under
 # -race, without the cluster tests (-short skips them) and without the
 # packages whose tests run the bub binary, examples or deploy tools.
-# Not yet measured since -short skips every cluster (docs/TESTING.md).
+# Three packages at a time, as make test runs them: they wait on sockets
+# and the echo agent more than they compute (113 CPU-seconds for 232 s
+# of wall time, measured), and go test's default is one per core.
+# docs/TESTING.md says how long it takes.
 check: vet
-	$(GO) test -race -short -count=1 $$($(GO) list ./... | grep -v -e /cmd/ -e /examples/ -e /deploy/)
+	$(GO) test -race -short -count=1 -p 3 $$($(GO) list ./... | grep -v -e /cmd/ -e /examples/ -e /deploy/)
 
 # The Python SDK's tests (sdk/python) against the bub built here, and
 # mypy --strict on the SDK where Debian's mypy is installed. Skipped, in
@@ -89,29 +120,32 @@ pytest-sdk:
 # fuzz coordinator can report a spurious "context deadline exceeded" when a
 # duration runs out mid-execution (golang/go#75804, fixed in Go 1.27), and
 # a count has no deadline to race. 20000 is a second or two per target
-# here, once its package is built: make test's fuzz run is a smoke test
-# of every target (it found FuzzEscape's slow inputs), not a campaign;
-# run one target longer by hand (go test -fuzz FuzzX -fuzztime 10m PKG).
-# Each package with targets is built once, instrumented for fuzzing
-# (`go test -c -fuzz`), and its binary runs each target from the
-# package's folder (where testdata/fuzz holds the seeds) with go test's
-# own cache folder for what the fuzzer finds: one `go test -fuzz` per
-# target linked its package again for each target. A target
-# whose cost grows faster than its input must bound the input (FuzzEscape
-# does): the fuzzer minimizes every new interesting input by running it
-# thousands of times, and one large input then holds a worker for the
-# whole -fuzzminimizetime (60 s) with no executions counted.
+# here, once its package is built: a smoke test of every target (it found
+# FuzzEscape's slow inputs), not a campaign; run one target longer by
+# hand (go test -fuzz FuzzX -fuzztime 10m PKG); make test runs fewer
+# (TEST_FUZZTIME).
+# The targets are found in the packages' test files (go list names
+# them), not with go test -list, which linked every package's test
+# binary to list them. Each package with targets is built once,
+# instrumented for fuzzing (`go test -c -fuzz`), and its binary runs
+# each target from the package's folder (where testdata/fuzz holds the
+# seeds) with go test's own cache folder for what the fuzzer finds: one
+# `go test -fuzz` per target linked its package again for each target.
+# A target whose cost grows faster than its input must bound the input
+# (FuzzEscape does): the fuzzer minimizes every new interesting input by
+# running it thousands of times, and one large input then holds a worker
+# for the whole -fuzzminimizetime (60 s) with no executions counted.
 FUZZTIME ?= 20000x
 FUZZ_DIR := build/fuzz
 fuzz:
-	@set -e; mkdir -p $(FUZZ_DIR); list=$$(mktemp); trap 'rm -f "$$list"' EXIT; \
-	$(GO) test -list '^Fuzz' ./... > "$$list"; \
-	cache=$$($(GO) env GOCACHE)/fuzz; \
-	for pkg in $$(awk '/^Fuzz/ { n++ } /^ok/ { if (n) print $$2; n = 0 }' "$$list"); do \
+	@set -e; mkdir -p $(FUZZ_DIR); cache=$$($(GO) env GOCACHE)/fuzz; \
+	$(GO) list -f '{{.ImportPath}} {{.Dir}}{{range .TestGoFiles}} {{.}}{{end}}{{range .XTestGoFiles}} {{.}}{{end}}' ./... | \
+	while read -r pkg dir files; do \
+		targets=$$(cd $$dir && grep -ho '^func Fuzz[A-Za-z0-9_]*' $$files /dev/null | sed 's/^func //' || true); \
+		if [ -z "$$targets" ]; then continue; fi; \
 		bin=$(CURDIR)/$(FUZZ_DIR)/$$(echo $$pkg | tr / _).test; \
 		$(GO) test -c -fuzz=. -o $$bin $$pkg; \
-		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
-		for target in $$(awk -v p=$$pkg '/^Fuzz/ { t = t " " $$1; next } /^ok/ { if ($$2 == p) print t; t = "" }' "$$list"); do \
+		for target in $$targets; do \
 			echo "fuzz $$pkg $$target"; \
 			(cd $$dir && $$bin -test.run='^$$' -test.fuzz="^$$target$$" -test.fuzztime=$(FUZZTIME) -test.fuzzcachedir=$$cache/$$pkg) || exit 1; \
 		done; \
@@ -178,8 +212,12 @@ PROJECT ?= bub
 BUB_PORT ?= 7892
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
+# The binaries are built over the last ones rather than after removing
+# them: go build then sees they are up to date and does not link them
+# again (cluster-test, after compose-test in make test, built the same
+# two a second time).
 image-binaries:
-	rm -rf $(IMAGE_DIR)
+	rm -rf $(IMAGE_DIR)/agents $(IMAGE_DIR)/data $(IMAGE_DIR)/tmp
 	mkdir -p $(IMAGE_DIR)/data $(IMAGE_DIR)/tmp
 	chmod 0700 $(IMAGE_DIR)/data
 	chmod 1777 $(IMAGE_DIR)/tmp

@@ -79,21 +79,21 @@ func TestRetryPaths(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := bustest.Start(t, fastRetries(5))
 			seen := make(chan protocol.ProcessMessageParams, 10)
+			late, gaveUp := slowerThanTimeout(t)
 			sub := bustest.Connect(t, srv.URL, "sub", func(p protocol.ProcessMessageParams) any {
 				seen <- p
 				if p.Attempt > 1 {
 					return ok
 				}
 				if tt.first == nil {
-					// The behaviour under test: a subscriber slower
-					// than the delivery timeout.
-					time.Sleep(time.Second)
+					late()
 				}
 				return tt.first
 			})
 			sub.Subscribe("work:*", "")
 			before := time.Now()
 			r := bustest.Connect(t, srv.URL, "pub", nil).Publish("work:1", "job")
+			gaveUp()
 			require.Len(t, r.Acks, 1)
 			ack := r.Acks[0]
 			assert.True(t, ack.Retrying)
@@ -111,6 +111,19 @@ func TestRetryPaths(t *testing.T) {
 			require.Eventually(t, func() bool { return pendingCount(t, srv) == 0 }, bustest.Timeout, 10*time.Millisecond)
 		})
 	}
+}
+
+// slowerThanTimeout makes a subscriber slower than the delivery timeout,
+// whatever the timeout and however loaded the machine: the subscriber
+// calls late, which returns once the test calls gaveUp (when the
+// publish has its ack, so the bus has given up on the delivery), or the
+// test ends. A sleep longer than the timeout would be a bet on the
+// scheduler.
+func slowerThanTimeout(t *testing.T) (late, gaveUp func()) {
+	done := make(chan struct{})
+	gaveUp = sync.OnceFunc(func() { close(done) })
+	t.Cleanup(gaveUp) // before the bus and the subscriber close
+	return func() { <-done }, gaveUp
 }
 
 func pendingCount(t *testing.T, srv *bustest.Server) int {

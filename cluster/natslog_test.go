@@ -68,9 +68,8 @@ func TestRouteLogSummarizes(t *testing.T) {
 		}
 
 		// Back for longer than the gap: nothing unreachable; lost again:
-		// a new outage, said at once, counted from its start. The sleep
-		// passes the bubble's fake time.
-		time.Sleep(routeOutageGap + time.Second)
+		// a new outage, said at once, counted from its start.
+		time.Sleep(routeOutageGap + time.Second) // the bubble's fake time
 		if u := l.routes.unreachable(); len(u) != 0 {
 			t.Errorf("unreachable after %v without a failure: %v", routeOutageGap+time.Second, u)
 		}

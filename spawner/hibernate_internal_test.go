@@ -109,13 +109,12 @@ func TestIdleTimer(t *testing.T) {
 		busy.idleTimer.Stop()
 		s.mu.Unlock()
 
-		// The sleeps pass the bubble's fake time.
-		time.Sleep(999 * time.Millisecond)
+		time.Sleep(999 * time.Millisecond) // the bubble's fake time
 		synctest.Wait()
 		if reason(served) != "" {
 			t.Fatal("hibernated before its idle timeout")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the bubble's fake time
 		synctest.Wait()
 		if got := reason(served); got != ReasonIdle {
 			t.Fatalf("served agent: %q after its idle timeout, want %q", got, ReasonIdle)
@@ -123,12 +122,12 @@ func TestIdleTimer(t *testing.T) {
 		if reason(fresh) != "" {
 			t.Fatal("a new agent was hibernated before its first delivery could come")
 		}
-		time.Sleep(4 * time.Second)
+		time.Sleep(4 * time.Second) // the bubble's fake time
 		synctest.Wait()
 		if got := reason(fresh); got != ReasonIdle {
 			t.Fatalf("new agent: %q after the spawn timeout, want %q", got, ReasonIdle)
 		}
-		time.Sleep(time.Hour)
+		time.Sleep(time.Hour) // the bubble's fake time
 		synctest.Wait()
 		if reason(busy) != "" {
 			t.Fatal("an agent holding a delivery was hibernated")
@@ -220,9 +219,8 @@ func TestLostIdleEventEndsBusy(t *testing.T) {
 		a := newAgent("a", &slot{topic: "tg:a", agentID: "a"})
 		a.ready, a.served, a.readyAt, a.lastActive = true, true, time.Now(), time.Now()
 		s.agents["a"] = a
-		// The sleeps pass the bubble's fake time.
 		for _, name := range []string{protocol.EventConnected, protocol.EventBusy} {
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // the bubble's fake time
 			clientEvent(t, s, name, "a")
 		}
 		state := func() (idle bool, hibernate string) {
@@ -230,16 +228,16 @@ func TestLostIdleEventEndsBusy(t *testing.T) {
 			defer s.mu.Unlock()
 			return s.idleLocked(a), a.hibernate
 		}
-		time.Sleep(s.busyLimit() - time.Millisecond)
+		time.Sleep(s.busyLimit() - time.Millisecond) // the bubble's fake time
 		synctest.Wait()
 		if idle, reason := state(); idle || reason != "" {
 			t.Fatalf("idle %v, hibernated for %q within the delivery timeout and margin", idle, reason)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the bubble's fake time
 		if idle, _ := state(); !idle {
 			t.Fatal("still busy past the delivery timeout and margin")
 		}
-		time.Sleep(s.opts.IdleTimeout)
+		time.Sleep(s.opts.IdleTimeout) // the bubble's fake time
 		synctest.Wait()
 		if _, reason := state(); reason != ReasonIdle {
 			t.Fatalf("hibernated for %q, want %q", reason, ReasonIdle)

@@ -87,9 +87,9 @@ func crashRound(t *testing.T) {
 		}
 		return nil
 	})
-	// The behaviour under test: a crash at a random moment of the load.
-	time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
-	d.kill() // SIGKILL
+	// A crash (SIGKILL) at a random moment of the load.
+	time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond) // the behaviour under test, not a wait
+	d.kill()
 	close(stop)
 	mu.Lock()
 	// Calls answered after the kill cannot exist; the set is final.

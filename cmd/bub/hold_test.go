@@ -38,9 +38,8 @@ func TestHoldLifetimeAcrossRestart(t *testing.T) {
 
 	// Restart halfway through the lifetime, as the bus counts it from the
 	// publish (next_attempt is its end): counted from the restart, the
-	// wait would end a lifetime after restarting. The behaviour under
-	// test: time passing while the bus is down.
-	time.Sleep(time.Until(next.Add(-lifetime / 2)))
+	// wait would end a lifetime after restarting.
+	time.Sleep(time.Until(next.Add(-lifetime / 2))) // the behaviour under test: time passing while the bus is down
 	restarting := time.Now()
 	d = startBus(t, dir, flags...)
 	ready := time.Now()

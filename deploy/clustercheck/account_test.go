@@ -78,15 +78,14 @@ func TestDrainCountsFromCalm(t *testing.T) {
 		calm := make(chan struct{})
 		bound, cancel := drainBound(t.Context(), cfg, started, calm)
 		defer cancel()
-		// The sleeps pass the bubble's fake time.
-		time.Sleep(5 * time.Second)
+		time.Sleep(5 * time.Second) // the bubble's fake time
 		synctest.Wait()
 		require.NoError(t, bound.Err(), "ended before the disruptions were over")
 		close(calm)
-		time.Sleep(2*time.Second - time.Nanosecond)
+		time.Sleep(2*time.Second - time.Nanosecond) // the bubble's fake time
 		synctest.Wait()
 		require.NoError(t, bound.Err(), "ended before -drain passed since the calm")
-		time.Sleep(time.Nanosecond)
+		time.Sleep(time.Nanosecond) // the bubble's fake time
 		synctest.Wait()
 		require.Error(t, bound.Err())
 

@@ -56,8 +56,7 @@ func TestRuns(t *testing.T) {
 			t.Fatalf("summaries before the period ended: %v", got)
 		}
 
-		// The sleeps pass the bubble's fake time.
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // the bubble's fake time
 		synctest.Wait()
 		got, sums := rec.take()
 		if len(got) != 1 || got[0] != "max_connections" || sums[0] != (Summary{Events: 999, Total: 1000, Since: start}) {
@@ -70,7 +69,7 @@ func TestRuns(t *testing.T) {
 				t.Fatal("an event of a run that goes on began a new one")
 			}
 		}
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // the bubble's fake time
 		synctest.Wait()
 		got, sums = rec.take()
 		if len(got) != 1 || sums[0].Events != 5 || sums[0].Total != 1005 {
@@ -78,7 +77,7 @@ func TestRuns(t *testing.T) {
 		}
 
 		// A quiet period ends the run, with no line.
-		time.Sleep(10 * time.Second)
+		time.Sleep(10 * time.Second) // the bubble's fake time
 		synctest.Wait()
 		if got, _ := rec.take(); len(got) != 0 {
 			t.Fatalf("a quiet period reported: %v", got)
