@@ -13,7 +13,8 @@
 # TCK_WORK        where logs, the bus's data and the reports go (default a
 #                 fresh temporary directory, kept)
 # TCK_MESSAGE_ID_RETRIES=1  keep the bus's default, a repeated messageId is
-#                 a retry (the TCK reuses ids, so some of its tests skip)
+#                 a retry (the TCK reuses ids, so some of its tests skip
+#                 and its push delivery tests get no config)
 #
 # It needs Debian's python3-pytest python3-pytest-asyncio python3-httpx
 # python3-grpcio python3-protobuf python3-jsonschema python3-jinja2 and
@@ -70,7 +71,12 @@ cleanup() {
 	wait 2>/dev/null || true
 }
 trap cleanup EXIT
-"$WORK/bub" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" --a2a-config "$WORK/a2a.yaml" >"$WORK/bub.log" 2>&1 &
+# --webhook-allow-private: the TCK's push tests (PUSH-DELIVER-*) start
+# their own webhook receiver on this machine and give the bus its
+# loopback URL, which the bus's address policy refuses by default. Only
+# here, for the run: a bus serving the internet keeps the default.
+"$WORK/bub" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" --a2a-config "$WORK/a2a.yaml" \
+	--webhook-allow-private >"$WORK/bub.log" 2>&1 &
 pids+=($!)
 # The bus first: the agent dials it once.
 for _ in $(seq 300); do
@@ -105,7 +111,9 @@ markers =
     integration: needs a running SUT
 EOF
 
-# What run_tck.py runs, less pytest-html.
+# What run_tck.py runs, less pytest-html. --webhook-host: the TCK's
+# webhook receiver listens on 0.0.0.0, IPv4 only, and by default gives
+# the bus a "localhost" URL, which may resolve to ::1 first.
 level=()
 if [ "${1:-}" = "--level" ]; then
 	level=(-m "$2")
@@ -115,6 +123,7 @@ cd "$TCK_DIR"
 set +e
 PYTHONPATH="$WORK/gen:$TCK_DIR" "$PYTHON" -m pytest -c "$WORK/pytest.ini" --rootdir="$TCK_DIR" -p no:cacheprovider \
 	tests/compatibility/ --sut-host="http://127.0.0.1:$PORT/a2a/tck" --transport=jsonrpc --tb=short -q -rfEsx \
+	--webhook-host=127.0.0.1 \
 	"${level[@]}" --compatibility-report="$WORK/reports/compatibility" --junitxml="$WORK/reports/junitreport.xml" "$@"
 rc=$?
 set -e
