@@ -195,10 +195,6 @@ func (s *Server) limits() *Limits { return s.limitState.current.Load() }
 // defaults filled in, for an add-on that applies one of them.
 func (s *Server) Limits() Limits { return *s.limits() }
 
-// MaxMessageBytes is the largest message the bus takes
-// (Options.MaxMessageBytes), for a door that bounds what it reads.
-func (s *Server) MaxMessageBytes() int64 { return s.opts.MaxMessageBytes }
-
 // SetLimits replaces the limits in force; connections beyond a new bound
 // are not closed, new work is refused.
 func (s *Server) SetLimits(l Limits) {
