@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
@@ -102,7 +101,7 @@ func (s *Server) Idempotently(identity, key string, sum []byte, publish func() (
 	if err := protocol.CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
-	unlock := s.keyLocks.lock(identity + "\x00" + key)
+	unlock := s.keyLocks.Lock(identity + "\x00" + key)
 	defer unlock()
 	now := time.Now()
 	rec, err := s.keys.ReserveIdempotent(identity, key, now)
@@ -211,42 +210,4 @@ func (s *Server) keyRoom(identity string, now time.Time) error {
 func idempotencySum(params []byte) []byte {
 	sum := sha256.Sum256(params)
 	return sum[:]
-}
-
-// keyLocks serialize the requests that use one idempotency key, whichever
-// door they come through.
-type keyLocks struct {
-	// mu guards all.
-	mu  sync.Mutex
-	all map[string]*keyLock
-}
-
-// lock takes k's lock and returns the unlock.
-func (h *keyLocks) lock(k string) func() {
-	h.mu.Lock()
-	if h.all == nil {
-		h.all = make(map[string]*keyLock)
-	}
-	l := h.all[k]
-	if l == nil {
-		l = &keyLock{}
-		h.all[k] = l
-	}
-	l.users++
-	h.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		h.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(h.all, k)
-		}
-		h.mu.Unlock()
-	}
-}
-
-// keyLock is the lock of one idempotency key, with the requests using it.
-type keyLock struct {
-	mu    sync.Mutex
-	users int
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bub-bus/bub/internal/ratelimit"
 	"github.com/bub-bus/bub/internal/streak"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -140,7 +141,7 @@ type limitState struct {
 	// buckets are the identities' publish buckets; identityConns and
 	// identityStreams count their connections and journal streams
 	// (identity_limits.go).
-	buckets         rateBuckets
+	buckets         ratelimit.Buckets
 	identityConns   identitySlots
 	identityStreams identitySlots
 
@@ -269,7 +270,7 @@ type connLimits struct {
 	// bucket is the publish token bucket of bucketOf, the identity the
 	// connection publishes as (identity_limits.go), taken on its first
 	// publish under a rate. Guarded by conn.mu.
-	bucket   *rateBucket
+	bucket   *ratelimit.Bucket
 	bucketOf string
 	// identitySlot gives back the connection's place under
 	// MaxConnectionsPerIdentity; nil when it took none. Guarded by
@@ -591,9 +592,9 @@ func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool
 		burst = burstFor(r)
 	}
 	if key := c.limitKeyLocked(); c.bucket == nil || c.bucketOf != key {
-		c.bucket, c.bucketOf = c.server.limitState.buckets.of(key), key
+		c.bucket, c.bucketOf = c.server.limitState.buckets.Of(key), key
 	}
-	return c.bucket.allow(now, r, burst)
+	return c.bucket.Allow(now, r, burst)
 }
 
 // skipSlow is the delivery layer for SlowSubscriberTimeouts: it counts a

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/keylock"
 	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -263,7 +264,7 @@ type Server struct {
 	keys  IdempotencyReserver
 	// keyLocks serialize the requests of one idempotency key
 	// (idempotency.go).
-	keyLocks keyLocks
+	keyLocks keylock.Locks
 	// funcSubs are the subscribers added with Subscribe, by clientId,
 	// under funcMu (subscriber_func.go).
 	funcMu   sync.Mutex
