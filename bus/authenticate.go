@@ -142,7 +142,7 @@ func (s *Server) TakeStream(identity string) (release func(), err error) {
 		return func() {}, nil
 	}
 	bound := s.limits().MaxStreamsPerIdentity
-	release, held := s.limitState.identityStreams.take(identity, bound)
+	release, held := s.limitState.identityStreams.Take(identity, bound)
 	if release != nil {
 		return release, nil
 	}

@@ -103,7 +103,7 @@
 // publisher's order (publish.go) is taken before its conn's mu, as a
 // read loop's turn is. The per-identity limits' locks are leaves: the
 // publish buckets' (internal/ratelimit) are taken under conn.mu,
-// identitySlots.mu under Server.mu (identity_limits.go); internal/keylock's
+// internal/slots' under Server.mu (identity_limits.go); internal/keylock's
 // own is taken alone.
 //
 // Request handlers and retry attempts run under guard and guardAttempt

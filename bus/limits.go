@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bub-bus/bub/internal/ratelimit"
+	"github.com/bub-bus/bub/internal/slots"
 	"github.com/bub-bus/bub/internal/streak"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -142,8 +143,8 @@ type limitState struct {
 	// identityStreams count their connections and journal streams
 	// (identity_limits.go).
 	buckets         ratelimit.Buckets
-	identityConns   identitySlots
-	identityStreams identitySlots
+	identityConns   slots.Slots
+	identityStreams slots.Slots
 
 	// refusedConns summarizes refused connections by limit: under a
 	// connection flood a line per refusal would flood the log.
