@@ -337,7 +337,7 @@ func (c *conn) checkPattern(pattern string) error {
 	if !under(len(pattern)-1, l.MaxTopicBytes) {
 		return c.refusePattern("subscribe", limitTopicBytes, l.MaxTopicBytes, "topic pattern is %d bytes, more than %s %d", len(pattern), limitTopicBytes, l.MaxTopicBytes)
 	}
-	if n := countWildcards(pattern); !under(n-1, l.MaxPatternWildcards) {
+	if n := protocol.Wildcards(pattern); !under(n-1, l.MaxPatternWildcards) {
 		return c.refusePattern("subscribe", limitPatternWildcards, l.MaxPatternWildcards, "topic pattern %q has %d wildcards and classes, more than %s %d", pattern, n, limitPatternWildcards, l.MaxPatternWildcards)
 	}
 	return nil
@@ -358,29 +358,6 @@ func (c *conn) refusePattern(method, limit string, bound int, format string, arg
 	c.server.limitState.refused[limit].Inc()
 	c.log.Info(method+" refused: limit reached", "client", c.id(), "limit", limit, "max", bound)
 	return protocol.Errorf(protocol.ErrInvalidParams, format, args...)
-}
-
-// countWildcards counts what makes a pattern costly to match: each '?',
-// each class ('[' to ']'), and each run of '*' once, since '**' matches
-// as '*' does.
-func countWildcards(pattern string) int {
-	n := 0
-	for i := 0; i < len(pattern); i++ {
-		switch pattern[i] {
-		case '*':
-			if i == 0 || pattern[i-1] != '*' {
-				n++
-			}
-		case '?':
-			n++
-		case '[':
-			n++
-			for i < len(pattern) && pattern[i] != ']' {
-				i++
-			}
-		}
-	}
-	return n
 }
 
 // checkSubscriptions refuses a subscription beyond MaxSubscriptions; held
