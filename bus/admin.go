@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -334,19 +333,3 @@ func (d *durables) list(p *protocol.SubscriptionsListParams) []protocol.DurableS
 func (s *Server) Backup(fn func(store.Snapshot) error) error {
 	return s.store.Backup(fn)
 }
-
-// HostAllowed reports whether r's Host names this bus (Options.Hosts,
-// or the address it was reached on): a door served to loopback only
-// checks it too, so that a web page cannot reach it through DNS
-// rebinding.
-func (s *Server) HostAllowed(r *http.Request) bool { return s.hostAllowed(r) }
-
-// RefusedBrowser counts, in bub_auth_refusals_total, a request refused
-// because a browser sent it (it has an Origin header).
-func (s *Server) RefusedBrowser() {
-	s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
-}
-
-// HTTPUnauthorized says, in a 401's body, how to present a credential
-// over HTTP, as the core's own 401s do.
-const HTTPUnauthorized = httpUnauthorizedDetail

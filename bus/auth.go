@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -67,7 +66,7 @@ type credential struct {
 // and returns what the request presented.
 func (s *Server) checkUpgrade(w http.ResponseWriter, r *http.Request) (credential, bool) {
 	var cred credential
-	if r.Header.Get("Origin") != "" && !s.hostAllowed(r) {
+	if r.Header.Get("Origin") != "" && !s.HostAllowed(r) {
 		s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
 		s.log.Warn("upgrade refused: Host is not an address of this bus", "remote", r.RemoteAddr, "host", r.Host, "origin", r.Header.Get("Origin"))
 		http.Error(w, fmt.Sprintf("bub-bus: Host %q is not an address this bus serves; an operator adds it with --hosts", r.Host), http.StatusForbidden)
@@ -114,41 +113,6 @@ func (s *Server) authenticate(a *auth.Authenticator, cred credential) (*auth.Pri
 		}
 	}
 	return a.Authenticate(cred.token, time.Now())
-}
-
-// hostAllowed reports whether r's Host names this bus: the address it
-// was reached on, localhost on that port when that address is loopback,
-// or a name the operator configured.
-func (s *Server) hostAllowed(r *http.Request) bool {
-	host := r.Host
-	for _, h := range s.opts.Hosts {
-		if strings.EqualFold(host, h) {
-			return true
-		}
-		if name, _, err := net.SplitHostPort(host); err == nil && strings.EqualFold(name, h) {
-			return true
-		}
-	}
-	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	if !ok {
-		return false
-	}
-	if host == local.String() {
-		return true
-	}
-	lhost, lport, err := net.SplitHostPort(local.String())
-	if err != nil {
-		return false
-	}
-	name, port, err := net.SplitHostPort(host)
-	if err != nil || port != lport {
-		return false
-	}
-	ip := net.ParseIP(lhost)
-	if ip != nil && ip.IsLoopback() {
-		return strings.EqualFold(name, "localhost") || net.ParseIP(strings.Trim(name, "[]")).IsLoopback()
-	}
-	return false
 }
 
 // handshakeGrant is what authorizeInitialize found a connection to be,

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -32,7 +33,7 @@ func (s *Server) Authenticate(r *http.Request) (*auth.Principal, error) {
 // that outlives its request (a stream) keeps it, to Verify it again once
 // SetAuth replaced the Authenticator (Auth).
 func (s *Server) RequestCredential(r *http.Request) (Credential, error) {
-	if err := s.checkBrowser(r); err != nil {
+	if err := s.CheckBrowser(r); err != nil {
 		return Credential{}, err
 	}
 	cred, err := bearer(r)
@@ -105,13 +106,15 @@ func (s *Server) RefusedAdmin() {
 	s.metrics.authRefusals.WithLabelValues(refuseAdmin).Inc()
 }
 
-// CheckBrowser refuses a browser's request (one with Origin) whose Host
-// is not an address of this bus (DNS rebinding) or whose Origin is not
-// allowed (Options.OriginPatterns), as the WebSocket upgrade does; the
-// refusal is counted and is a -32003.
-func (s *Server) CheckBrowser(r *http.Request) error {
-	return s.checkBrowser(r)
+// RefusedBrowser counts, in bub_auth_refusals_total, a request refused
+// because a browser sent it (it has an Origin header).
+func (s *Server) RefusedBrowser() {
+	s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
 }
+
+// HTTPUnauthorized says, in a 401's body, how to present a credential
+// over HTTP, as the core's own 401s do.
+const HTTPUnauthorized = httpUnauthorizedDetail
 
 // PublisherFor verifies cred and authorizes it as clientID, as
 // initialize does for a publish-only connection, and returns a
@@ -139,7 +142,7 @@ func (s *Server) TakeStream(identity string) (release func(), err error) {
 		return func() {}, nil
 	}
 	bound := s.limits().MaxStreamsPerIdentity
-	release, held := s.limitState.identityStreams.take(identity, bound)
+	release, held := s.limitState.identityStreams.Take(identity, bound)
 	if release != nil {
 		return release, nil
 	}
@@ -163,16 +166,16 @@ func bearer(r *http.Request) (credential, error) {
 	return cred, nil
 }
 
-// checkBrowser refuses a browser's request (one with Origin) whose Host
+// CheckBrowser refuses a browser's request (one with Origin) whose Host
 // is not an address of this bus (DNS rebinding) or whose Origin is
 // neither that host nor one of Options.OriginPatterns, as the WebSocket
-// upgrade does.
-func (s *Server) checkBrowser(r *http.Request) error {
+// upgrade does; the refusal is counted and is a -32003.
+func (s *Server) CheckBrowser(r *http.Request) error {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
 		return nil
 	}
-	if !s.hostAllowed(r) {
+	if !s.HostAllowed(r) {
 		s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
 		return protocol.Errorf(protocol.ErrForbidden, "Host %q is not an address this bus serves; an operator adds it with --hosts", r.Host)
 	}
@@ -189,4 +192,41 @@ func (s *Server) checkBrowser(r *http.Request) error {
 	}
 	s.metrics.authRefusals.WithLabelValues(refuseHost).Inc()
 	return protocol.Errorf(protocol.ErrForbidden, "Origin %q is not allowed; an operator adds it with --allowed-origins", origin)
+}
+
+// HostAllowed reports whether r's Host names this bus: the address it
+// was reached on, localhost on that port when that address is loopback,
+// or a name the operator configured (Options.Hosts). A door served to
+// loopback only checks it too, so that a web page cannot reach it
+// through DNS rebinding.
+func (s *Server) HostAllowed(r *http.Request) bool {
+	host := r.Host
+	for _, h := range s.opts.Hosts {
+		if strings.EqualFold(host, h) {
+			return true
+		}
+		if name, _, err := net.SplitHostPort(host); err == nil && strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return false
+	}
+	if host == local.String() {
+		return true
+	}
+	lhost, lport, err := net.SplitHostPort(local.String())
+	if err != nil {
+		return false
+	}
+	name, port, err := net.SplitHostPort(host)
+	if err != nil || port != lport {
+		return false
+	}
+	ip := net.ParseIP(lhost)
+	if ip != nil && ip.IsLoopback() {
+		return strings.EqualFold(name, "localhost") || net.ParseIP(strings.Trim(name, "[]")).IsLoopback()
+	}
+	return false
 }

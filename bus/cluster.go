@@ -150,7 +150,7 @@ func (s *Server) joinCluster(ctx context.Context, c Cluster) error {
 	if err != nil {
 		return err
 	}
-	s.store, s.limitState.store = st, st
+	s.store, s.limitState.store, s.keys, s.durables.shared = st.Store, st.Store, st.Keys, st.Durables
 	return nil
 }
 

@@ -98,13 +98,13 @@
 // while one of its events is checked, published and, when final,
 // removed from the store, so that its events go through one at a time;
 // it is taken before any lock of the core. So is an idempotency key's
-// lock (keyLocks, idempotency.go), held while its
+// lock (Server.keyLocks, internal/keylock), held while its
 // request publishes so that requests with one key run one at a time. A
 // publisher's order (publish.go) is taken before its conn's mu, as a
-// read loop's turn is. The per-identity limits' locks are leaves:
-// rateBuckets.mu and a rateBucket's mu are taken under conn.mu,
-// identitySlots.mu under Server.mu (identity_limits.go); keyLocks.mu is
-// taken alone.
+// read loop's turn is. The per-identity limits' locks are leaves: the
+// publish buckets' (internal/ratelimit) are taken under conn.mu,
+// internal/slots' under Server.mu (identity_limits.go); internal/keylock's
+// own is taken alone.
 //
 // Request handlers and retry attempts run under guard and guardAttempt
 // (recover.go), which recover a panic so that one request's bug does not

@@ -34,9 +34,9 @@ import (
 //     (nodeDown), and its held messages are taken over with the rest of
 //     its pending work.
 
-// sharedDurables is the store of a cluster, which keeps the owners'
-// records and the held messages of every node.
-type sharedDurables interface {
+// SharedDurables is the store of a cluster, which keeps the owners'
+// records and the held messages of every node (ClusterStores.Durables).
+type SharedDurables interface {
 	// UpdateDurable applies change to clientID's record as the cluster
 	// has it, and stores it; it returns the record and its revision.
 	UpdateDurable(clientID string, change func(*store.DurableOwner)) (*store.DurableOwner, uint64, error)
@@ -72,7 +72,7 @@ type sharedEntry struct {
 const awayWait = 10 * time.Second
 
 // enabled reports whether the bus keeps durable subscriptions.
-func (d *durables) enabled() bool { return d.store != nil || d.shared != nil }
+func (d *durables) enabled() bool { return d.local != nil || d.shared != nil }
 
 // applyShared applies a change of a durable subscription in the
 // cluster's order, this node's own writes included, in revision order.

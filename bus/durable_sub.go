@@ -53,24 +53,14 @@ const rewakeAfter = 30 * time.Second
 // monotonic clock.
 var wakeEpoch = time.Now()
 
-// durableStore is a single node's Store that keeps durable
-// subscriptions: the file store. A cluster's is a sharedDurables
-// (durable_cluster.go).
-type durableStore interface {
-	PutDurable(o *store.DurableOwner) error
-	DeleteDurable(clientID string) error
-	DurableOwners() ([]*store.DurableOwner, error)
-}
-
-var _ durableStore = (*store.Store)(nil)
-
 // durables are the bus's durable subscriptions, by owner.
 type durables struct {
 	server *Server
-	store  durableStore // a single node's; nil on a cluster
+	// local is a single node's store; nil on a cluster.
+	local *store.Store
 	// shared is a cluster's store (durable_cluster.go); nil on a single
 	// node. Neither: durable subscriptions are refused.
-	shared sharedDurables
+	shared SharedDurables
 	gauge  prometheus.Gauge
 	wakes  prometheus.Counter
 
@@ -200,10 +190,10 @@ func (d *durables) restore(ctx context.Context) error {
 	if d.shared != nil {
 		return d.restoreShared(ctx)
 	}
-	if d.store == nil {
+	if d.local == nil {
 		return nil
 	}
-	owners, err := d.store.DurableOwners()
+	owners, err := d.local.DurableOwners()
 	if err != nil {
 		return err
 	}
@@ -380,7 +370,7 @@ func (d *durables) record(clientID, identity string, maxPending int, conn *conn,
 	}
 	change(&rec)
 	d.mu.Unlock()
-	err := d.store.PutDurable(&rec)
+	err := d.local.PutDurable(&rec)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err != nil {

@@ -172,12 +172,6 @@ func (s *Server) Observe(o Observer) {
 	s.observers = append(s.observers, o)
 }
 
-// Logger is the server's logger (Options.Logger), for an add-on's own
-// lines.
-func (s *Server) Logger() *slog.Logger {
-	return s.log
-}
-
 // OnShutdown registers f to run as Shutdown starts, before the drain:
 // an add-on ends its streams and stops taking work there. f gets
 // Shutdown's ctx. OnShutdown may be called only from Extend.
@@ -188,7 +182,7 @@ func (s *Server) OnShutdown(f func(ctx context.Context)) {
 
 // Options returns the options the server was made with, defaults
 // applied, for an add-on to follow the bus's settings (WriteTimeout,
-// MaxMessageBytes). Limits and Auth are those of the start: SetLimits and
+// MaxMessageBytes) and log with its Logger. Limits and Auth are those of the start: SetLimits and
 // SetAuth change what is in force.
 func (s *Server) Options() Options { return s.opts }
 

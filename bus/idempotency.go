@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/bub-bus/bub/bus/store"
@@ -54,9 +53,11 @@ type IdempotencyStore interface {
 	PruneIdempotent(identity string, now time.Time) (time.Time, error)
 }
 
-// IdempotencyReserver is an IdempotencyStore shared by several nodes,
-// whose requests with one key the bus cannot serialize in memory: the
-// store does, by reserving the key for the request that runs it.
+// IdempotencyReserver is an IdempotencyStore that reserves a key for
+// the request that runs it. A cluster's store does, as the bus cannot
+// serialize in memory the requests of one key that several nodes take;
+// a single node's reserves nothing (localKeys), as keyLocks serialize
+// them.
 type IdempotencyReserver interface {
 	IdempotencyStore
 	// ReserveIdempotent is GetIdempotent, but when the key is free it
@@ -68,6 +69,17 @@ type IdempotencyReserver interface {
 	// failed, and a retry must run again.
 	ReleaseIdempotent(identity, key string)
 }
+
+// localKeys are the idempotency keys of a single node, whose requests
+// with one key keyLocks serialize: reserving a key is reading it.
+type localKeys struct{ IdempotencyStore }
+
+func (k localKeys) ReserveIdempotent(identity, key string, now time.Time) (*store.Idempotent, error) {
+	return k.GetIdempotent(identity, key, now)
+}
+
+// ReleaseIdempotent does nothing: nothing was reserved.
+func (localKeys) ReleaseIdempotent(string, string) {}
 
 // ErrIdempotencyBusy: a request with the idempotency key is running on
 // another node (IdempotencyReserver.ReserveIdempotent).
@@ -89,15 +101,10 @@ func (s *Server) Idempotently(identity, key string, sum []byte, publish func() (
 	if err := protocol.CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
-	unlock := s.keyLocks.lock(identity + "\x00" + key)
+	unlock := s.keyLocks.Lock(identity + "\x00" + key)
 	defer unlock()
 	now := time.Now()
-	get := s.store.GetIdempotent
-	reserver, shared := s.store.(IdempotencyReserver)
-	if shared {
-		get = reserver.ReserveIdempotent
-	}
-	rec, err := get(identity, key, now)
+	rec, err := s.keys.ReserveIdempotent(identity, key, now)
 	if errors.Is(err, ErrIdempotencyBusy) {
 		return nil, false, &keyConflict{protocol.Errorf(protocol.ErrInvalidParams, "idempotency key %q: %v; retry once it answered", key, err)}
 	}
@@ -122,16 +129,14 @@ func (s *Server) Idempotently(identity, key string, sum []byte, publish func() (
 		result, err = publish()
 	}
 	if err != nil {
-		if shared {
-			reserver.ReleaseIdempotent(identity, key)
-		}
+		s.keys.ReleaseIdempotent(identity, key)
 		return nil, false, err
 	}
 	b, err := json.Marshal(boundedResult(result))
 	if err != nil {
 		return nil, false, protocol.Errorf(protocol.ErrInternal, "encode answer: %v", err)
 	}
-	err = s.store.PutIdempotent(identity, key, &store.Idempotent{BodyHash: sum, Answer: b, Expires: now.Add(s.opts.IdempotencyWindow)}, now)
+	err = s.keys.PutIdempotent(identity, key, &store.Idempotent{BodyHash: sum, Answer: b, Expires: now.Add(s.opts.IdempotencyWindow)}, now)
 	if err != nil {
 		// Published but not recorded: a retry would publish again.
 		s.log.Error("idempotency key not recorded; a retry will publish again", "identity", identity, "err", err)
@@ -205,42 +210,4 @@ func (s *Server) keyRoom(identity string, now time.Time) error {
 func idempotencySum(params []byte) []byte {
 	sum := sha256.Sum256(params)
 	return sum[:]
-}
-
-// keyLocks serialize the requests that use one idempotency key, whichever
-// door they come through.
-type keyLocks struct {
-	// mu guards all.
-	mu  sync.Mutex
-	all map[string]*keyLock
-}
-
-// lock takes k's lock and returns the unlock.
-func (h *keyLocks) lock(k string) func() {
-	h.mu.Lock()
-	if h.all == nil {
-		h.all = make(map[string]*keyLock)
-	}
-	l := h.all[k]
-	if l == nil {
-		l = &keyLock{}
-		h.all[k] = l
-	}
-	l.users++
-	h.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		h.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(h.all, k)
-		}
-		h.mu.Unlock()
-	}
-}
-
-// keyLock is the lock of one idempotency key, with the requests using it.
-type keyLock struct {
-	mu    sync.Mutex
-	users int
 }

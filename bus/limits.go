@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bub-bus/bub/internal/ratelimit"
+	"github.com/bub-bus/bub/internal/slots"
 	"github.com/bub-bus/bub/internal/streak"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -140,9 +142,9 @@ type limitState struct {
 	// buckets are the identities' publish buckets; identityConns and
 	// identityStreams count their connections and journal streams
 	// (identity_limits.go).
-	buckets         rateBuckets
-	identityConns   identitySlots
-	identityStreams identitySlots
+	buckets         ratelimit.Buckets
+	identityConns   slots.Slots
+	identityStreams slots.Slots
 
 	// refusedConns summarizes refused connections by limit: under a
 	// connection flood a line per refusal would flood the log.
@@ -194,10 +196,6 @@ func (s *Server) limits() *Limits { return s.limitState.current.Load() }
 // Limits returns a copy of the limits in force (SetLimits'), with the
 // defaults filled in, for an add-on that applies one of them.
 func (s *Server) Limits() Limits { return *s.limits() }
-
-// MaxMessageBytes is the largest message the bus takes
-// (Options.MaxMessageBytes), for a door that bounds what it reads.
-func (s *Server) MaxMessageBytes() int64 { return s.opts.MaxMessageBytes }
 
 // SetLimits replaces the limits in force; connections beyond a new bound
 // are not closed, new work is refused.
@@ -273,7 +271,7 @@ type connLimits struct {
 	// bucket is the publish token bucket of bucketOf, the identity the
 	// connection publishes as (identity_limits.go), taken on its first
 	// publish under a rate. Guarded by conn.mu.
-	bucket   *rateBucket
+	bucket   *ratelimit.Bucket
 	bucketOf string
 	// identitySlot gives back the connection's place under
 	// MaxConnectionsPerIdentity; nil when it took none. Guarded by
@@ -339,7 +337,7 @@ func (c *conn) checkPattern(pattern string) error {
 	if !under(len(pattern)-1, l.MaxTopicBytes) {
 		return c.refusePattern("subscribe", limitTopicBytes, l.MaxTopicBytes, "topic pattern is %d bytes, more than %s %d", len(pattern), limitTopicBytes, l.MaxTopicBytes)
 	}
-	if n := countWildcards(pattern); !under(n-1, l.MaxPatternWildcards) {
+	if n := protocol.Wildcards(pattern); !under(n-1, l.MaxPatternWildcards) {
 		return c.refusePattern("subscribe", limitPatternWildcards, l.MaxPatternWildcards, "topic pattern %q has %d wildcards and classes, more than %s %d", pattern, n, limitPatternWildcards, l.MaxPatternWildcards)
 	}
 	return nil
@@ -360,29 +358,6 @@ func (c *conn) refusePattern(method, limit string, bound int, format string, arg
 	c.server.limitState.refused[limit].Inc()
 	c.log.Info(method+" refused: limit reached", "client", c.id(), "limit", limit, "max", bound)
 	return protocol.Errorf(protocol.ErrInvalidParams, format, args...)
-}
-
-// countWildcards counts what makes a pattern costly to match: each '?',
-// each class ('[' to ']'), and each run of '*' once, since '**' matches
-// as '*' does.
-func countWildcards(pattern string) int {
-	n := 0
-	for i := 0; i < len(pattern); i++ {
-		switch pattern[i] {
-		case '*':
-			if i == 0 || pattern[i-1] != '*' {
-				n++
-			}
-		case '?':
-			n++
-		case '[':
-			n++
-			for i < len(pattern) && pattern[i] != ']' {
-				i++
-			}
-		}
-	}
-	return n
 }
 
 // checkSubscriptions refuses a subscription beyond MaxSubscriptions; held
@@ -595,9 +570,9 @@ func (c *conn) allowPublishLocked(l *Limits, now time.Time) (time.Duration, bool
 		burst = burstFor(r)
 	}
 	if key := c.limitKeyLocked(); c.bucket == nil || c.bucketOf != key {
-		c.bucket, c.bucketOf = c.server.limitState.buckets.of(key), key
+		c.bucket, c.bucketOf = c.server.limitState.buckets.Of(key), key
 	}
-	return c.bucket.allow(now, r, burst)
+	return c.bucket.Allow(now, r, burst)
 }
 
 // skipSlow is the delivery layer for SlowSubscriberTimeouts: it counts a

@@ -30,10 +30,10 @@ type Cluster interface {
 	// single node.
 	Names() (cluster, node string)
 	// Join makes this process a node of the cluster and returns the
-	// store the nodes share. Before it returns, j.Handler has applied
+	// stores the nodes share. Before it returns, j.Handler has applied
 	// the current subscription order; from then on it hears every
 	// change.
-	Join(ctx context.Context, j *ClusterJoin) (Store, error)
+	Join(ctx context.Context, j *ClusterJoin) (*ClusterStores, error)
 	// PutSubscription writes a subscription of one of this node's
 	// connections to the order and returns its key and revision, the
 	// key even on failure (the write may have landed). A later revision
@@ -100,6 +100,19 @@ type ClusterJoin struct {
 	MaxMessageBytes int64
 	// Registry takes the cluster's own metrics.
 	Registry prometheus.Registerer
+}
+
+// ClusterStores are the stores a cluster's nodes share, as Join hands
+// them to the bus, each typed for what the bus does with it.
+type ClusterStores struct {
+	// Store keeps pending work, dead letters and idempotency records.
+	Store Store
+	// Keys reserves an idempotency key for the one request that runs
+	// it, whichever node that is.
+	Keys IdempotencyReserver
+	// Durables keeps the durable subscribers' records and the messages
+	// each node holds for them. Nil: durable subscriptions are refused.
+	Durables SharedDurables
 }
 
 // ClusterHandler is the bus's side of a cluster: what the cluster tells
@@ -211,9 +224,10 @@ var (
 
 // singleNode is the Cluster of a bus that is one node on its own: it
 // orders subscriptions by a counter and owns every client, and there is
-// no other node to deliver to or hear from.
+// no other node to deliver to or hear from. Its store keeps its durable
+// subscriptions (durables.local), which no other node shares.
 type singleNode struct {
-	store Store
+	store *store.Store
 	seq   atomic.Uint64
 }
 
@@ -221,7 +235,9 @@ var _ Cluster = (*singleNode)(nil)
 
 func (n *singleNode) Names() (string, string) { return "", "" }
 
-func (n *singleNode) Join(context.Context, *ClusterJoin) (Store, error) { return n.store, nil }
+func (n *singleNode) Join(context.Context, *ClusterJoin) (*ClusterStores, error) {
+	return &ClusterStores{Store: n.store, Keys: localKeys{n.store}}, nil
+}
 
 func (n *singleNode) PutSubscription(context.Context, SharedSubscription) (string, uint64, error) {
 	return "", n.seq.Add(1), nil

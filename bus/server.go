@@ -18,6 +18,7 @@ import (
 
 	"github.com/bub-bus/bub/auth"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/keylock"
 	"github.com/bub-bus/bub/internal/outbound"
 	"github.com/bub-bus/bub/protocol"
 )
@@ -54,11 +55,12 @@ type Options struct {
 	// host patterns (see websocket.AcceptOptions). Clients that send no
 	// Origin header, as non-browser clients do, are always allowed.
 	OriginPatterns []string
-	// Store keeps pending retries, held messages and the dead-letter
-	// queue. The caller opens and closes it. Default: an in-memory store,
+	// Store keeps pending retries, held messages, the dead-letter
+	// queue, idempotency records and durable subscriptions of a single
+	// node. The caller opens and closes it. Default: an in-memory store,
 	// which loses all of that when the process ends; fine for tests and
 	// embedding, never what bub serve uses.
-	Store Store
+	Store *store.Store
 	// MaxAttempts is how many delivery attempts a message gets per
 	// subscriber before it is dead-lettered. Default: 5.
 	MaxAttempts int
@@ -255,11 +257,14 @@ type Server struct {
 	router  *router
 	metrics *metrics
 	// pipe is the delivery pipeline (delivery.go).
-	pipe  *pipeline
+	pipe *pipeline
+	// store and keys are what the cluster's Join gave (a single node's
+	// own included): keys reserves idempotency keys (idempotency.go).
 	store Store
+	keys  IdempotencyReserver
 	// keyLocks serialize the requests of one idempotency key
 	// (idempotency.go).
-	keyLocks keyLocks
+	keyLocks keylock.Locks
 	// funcSubs are the subscribers added with Subscribe, by clientId,
 	// under funcMu (subscriber_func.go).
 	funcMu   sync.Mutex
@@ -371,7 +376,6 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 		clients: make(map[string]*conn),
 		conns:   make(map[*conn]struct{}),
 		bootID:  hex.EncodeToString(boot),
-		store:   o.Store,
 		mux:     http.NewServeMux(),
 		methods: make(map[string]method, len(methods)),
 
@@ -390,20 +394,17 @@ func NewContext(ctx context.Context, opts *Options) (*Server, error) {
 	s.pinger = newPinger(o.PingInterval)
 	cl := o.Cluster
 	if cl == nil {
-		st := s.store
+		st := o.Store
 		if st == nil {
 			st = store.OpenMemory()
 		}
 		cl = &singleNode{store: st}
-		s.durables.store, _ = st.(durableStore)
+		s.durables.local = st
 	}
 	if err := s.joinCluster(ctx, cl); err != nil {
 		s.cancel()
 		name, node := cl.Names()
 		return nil, fmt.Errorf("new bus: join cluster %q as node %q: %w", name, node, err)
-	}
-	if shared, ok := s.store.(sharedDurables); ok {
-		s.durables.shared = shared
 	}
 	fail := func(err error) (*Server, error) {
 		// What the add-ons started ends with the start that failed.

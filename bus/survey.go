@@ -42,9 +42,6 @@ func (s *Server) Survey(ctx context.Context, node, op string, req []byte) ([]byt
 	return s.cl.cluster.Survey(ctx, node, op, req)
 }
 
-// Node is this node's id in its cluster; "" for a single node.
-func (s *Server) Node() string { return s.cl.self }
-
 // LiveNodes returns the nodes this one hears from, itself included; none
 // for a single node.
 func (s *Server) LiveNodes() []string { return s.cl.cluster.Live() }

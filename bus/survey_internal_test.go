@@ -41,5 +41,5 @@ func TestSurveyHandlers(t *testing.T) {
 	_, err = s.Survey(t.Context(), "b", "echo", nil)
 	require.ErrorIs(t, err, ErrNodeGone)
 	require.Empty(t, s.LiveNodes())
-	require.Empty(t, s.Node())
+	require.Empty(t, s.Status().Node)
 }

@@ -23,7 +23,7 @@ func withToolSubs(o *bus.Options, ts toolsub.Options) {
 	if o.Store == nil {
 		o.Store = store.OpenMemory()
 	}
-	ts.Store = o.Store.(*store.Store)
+	ts.Store = o.Store
 	o.Extensions = append(o.Extensions, toolsub.New(&ts))
 }
 

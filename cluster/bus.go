@@ -49,8 +49,9 @@ func (b *busNode) goAsync(f func(ctx context.Context)) {
 }
 
 var (
-	_ bus.Cluster = (*busNode)(nil)
-	_ bus.Store   = (*Store)(nil)
+	_ bus.Cluster        = (*busNode)(nil)
+	_ bus.Store          = (*Store)(nil)
+	_ bus.SharedDurables = (*Store)(nil)
 )
 
 // StoreOf is the store of c, a node ForBus made, once the bus has
@@ -67,7 +68,7 @@ func StoreOf(c bus.Cluster) *Store {
 
 func (b *busNode) Names() (string, string) { return b.opts.Name, b.opts.NodeID }
 
-func (b *busNode) Join(ctx context.Context, j *bus.ClusterJoin) (bus.Store, error) {
+func (b *busNode) Join(ctx context.Context, j *bus.ClusterJoin) (*bus.ClusterStores, error) {
 	opts := b.opts
 	if opts.Logger == nil {
 		opts.Logger = j.Logger
@@ -105,7 +106,8 @@ func (b *busNode) Join(ctx context.Context, j *bus.ClusterJoin) (bus.Store, erro
 		_ = node.Close(ctx)
 		return nil, err
 	}
-	return node.Store(), nil
+	st := node.Store()
+	return &bus.ClusterStores{Store: st, Keys: st, Durables: st}, nil
 }
 
 // registerAll registers the node's metrics with the bus's.

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -56,3 +57,8 @@ func Registered(ctx context.Context, n *Node, node string) (bool, error) {
 	}
 	return err == nil, err
 }
+
+// CheckNodesAt runs n's liveness check as its heartbeat loop does, with
+// now for the time: a now far past the last check is a node whose
+// process did not run in between.
+func CheckNodesAt(n *Node, now time.Time) { n.checkNodes(now) }

@@ -60,6 +60,8 @@ type liveness struct {
 	// yet: it lost them while it heard no majority (quorum), when it
 	// cannot tell whether they or itself are cut off.
 	unhandled map[string]down
+	// checked is when checkNodes last ran.
+	checked time.Time
 }
 
 // Live returns the ids of the nodes this node holds live, sorted,
@@ -256,7 +258,7 @@ func (n *Node) heartbeatLoop() {
 			return
 		}
 		_ = n.heartbeat(beatAlive)
-		n.checkNodes()
+		n.checkNodes(time.Now())
 	}
 }
 
@@ -278,10 +280,27 @@ type down struct {
 // exactly that). They wait, and are handled once a majority is back if
 // they are still silent then; one heard again meanwhile is no longer
 // gone.
-func (n *Node) checkNodes() {
+//
+// A node that did not run for a while (its process paused: a long GC, a
+// starved or suspended host) heard no heartbeat meanwhile, and the ones
+// sent then are still queued when its first check after the pause runs:
+// the pause is its own silence, not its peers', and is added to the time
+// each of them has. The cluster test saw all three nodes of one process
+// paused for 1.6 s, past its 1.5 s node timeout, and two of them, each
+// hearing the third first, presume each other dead and remove each
+// other's claims.
+func (n *Node) checkNodes(now time.Time) {
 	l := &n.liveness
-	now := time.Now()
 	l.mu.Lock()
+	if paused := now.Sub(l.checked) - n.opts.HeartbeatInterval; !l.checked.IsZero() && paused > n.opts.HeartbeatInterval {
+		for id, at := range l.seen {
+			l.seen[id] = at.Add(paused)
+		}
+		if paused > n.opts.NodeTimeout/2 {
+			n.log.Warn("cluster: this node did not run for a while; its peers' silence meanwhile is not held against them", "paused", paused.Round(time.Millisecond))
+		}
+	}
+	l.checked = now
 	for _, d := range l.left {
 		if _, back := l.seen[d.id]; back {
 			// It left and started again before this check: its new

@@ -161,3 +161,21 @@ func TestMinorityDoesNotAct(t *testing.T) {
 	require.Eventually(t, func() bool { return slices.Equal(a.Live(), ids) }, bound, 20*time.Millisecond, "a hears everyone again")
 	require.Equal(t, []string{"c"}, recs[0].downList())
 }
+
+// TestPausedNodePresumesNoneDead: a node whose process did not run for
+// longer than the node timeout (simulated: its check runs with a clock
+// that far ahead) heard no heartbeat meanwhile, and holds that against
+// none of its peers: they stay live. It used to presume them all dead
+// on its first check after the pause; in the bus's cluster test, all
+// three nodes of one process paused for 1.6 s, two of them heard the
+// third first, and each removed the other's claims.
+func TestPausedNodePresumesNoneDead(t *testing.T) {
+	ids := []string{"a", "b", "c"}
+	nodes, recs, _ := startClusterWith(t, ids, nil, nil)
+	a := nodes[0]
+	require.Eventually(t, func() bool { return slices.Equal(a.Live(), ids) }, bound, 20*time.Millisecond, "a hears everyone")
+
+	cluster.CheckNodesAt(a, time.Now().Add(3*testNodeTimeout))
+	require.Equal(t, ids, a.Live(), "a presumed nodes dead for its own pause")
+	require.Empty(t, recs[0].downList(), "a handled nodes as down for its own pause")
+}

@@ -121,3 +121,26 @@ func (p *Pattern) Match(topic string) bool {
 	}
 	return p.glob.Match(topic)
 }
+
+// Wildcards counts what makes a pattern costly to match, for a bound on
+// it: each '?', each class ('[' to ']'), and each run of '*' once, since
+// '**' matches as '*' does.
+func Wildcards(pattern string) int {
+	n := 0
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '*':
+			if i == 0 || pattern[i-1] != '*' {
+				n++
+			}
+		case '?':
+			n++
+		case '[':
+			n++
+			for i < len(pattern) && pattern[i] != ']' {
+				i++
+			}
+		}
+	}
+	return n
+}

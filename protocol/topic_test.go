@@ -94,3 +94,21 @@ func FuzzPattern(f *testing.F) {
 		}
 	})
 }
+
+// TestWildcards: each '?' and each class counts, a run of '*' counts
+// once, and the characters inside a class are not counted again.
+func TestWildcards(t *testing.T) {
+	for pattern, want := range map[string]int{
+		"agent:a":      0,
+		"agent:*":      1,
+		"**":           1,
+		"a*b*c":        2,
+		"a?b":          1,
+		"a[*?]b":       1,
+		"*[ab]?**x[c]": 5,
+	} {
+		if got := protocol.Wildcards(pattern); got != want {
+			t.Errorf("Wildcards(%q) = %d, want %d", pattern, got, want)
+		}
+	}
+}

@@ -31,7 +31,7 @@ func (a *admin) serveBackup(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	log := a.s.Logger()
+	log := a.s.Options().Logger
 	start := time.Now()
 	var written int64
 	err := a.s.Backup(func(snap store.Snapshot) error {
@@ -63,7 +63,7 @@ func (a *admin) serveBackup(w http.ResponseWriter, r *http.Request) {
 // authorizeBackup answers a request that may not have the backup and
 // returns false; otherwise it returns the name to log for the caller.
 func (a *admin) authorizeBackup(w http.ResponseWriter, r *http.Request) (string, bool) {
-	s, log := a.s, a.s.Logger()
+	s, log := a.s, a.s.Options().Logger
 	if r.Header.Get("Origin") != "" {
 		s.RefusedBrowser()
 		log.Warn("backup refused: request from a browser (Origin header)", "remote", r.RemoteAddr, "origin", r.Header.Get("Origin"))

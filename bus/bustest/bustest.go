@@ -53,12 +53,12 @@ type Server struct {
 // ends. Its logs are discarded unless opts names a Logger.
 func Start(t testing.TB, opts *bus.Options) *Server {
 	t.Helper()
-	o, st := testOptions(opts)
+	o := testOptions(opts)
 	s, err := Serve(&o)
 	if err != nil {
 		t.Fatalf("bustest: %v", err)
 	}
-	s.Store = st
+	s.Store = o.Store
 	t.Cleanup(func() { s.Stop(Timeout) })
 	return s
 }
@@ -68,19 +68,15 @@ func Start(t testing.TB, opts *bus.Options) *Server {
 // keep their records beside the bus's. Each start makes its own.
 func StartExtended(t testing.TB, opts *bus.Options, extend func(st *store.Store) []bus.Extension) *Server {
 	t.Helper()
-	o, st := testOptions(opts)
-	if st == nil {
-		t.Fatalf("bustest: StartExtended needs a *store.Store, not a %T", o.Store)
-	}
-	o.Extensions = append(slices.Clip(o.Extensions), extend(st)...)
+	o := testOptions(opts)
+	o.Extensions = append(slices.Clip(o.Extensions), extend(o.Store)...)
 	return Start(t, &o)
 }
 
 // testOptions returns a copy of opts (nil: the defaults) with the logs
 // discarded unless it names a Logger, and a fresh in-memory store unless
-// it names a Store; and that store, for Server.Store (nil for a cluster's,
-// which is no *store.Store).
-func testOptions(opts *bus.Options) (bus.Options, *store.Store) {
+// it names a Store.
+func testOptions(opts *bus.Options) bus.Options {
 	var o bus.Options
 	if opts != nil {
 		o = *opts
@@ -91,8 +87,7 @@ func testOptions(opts *bus.Options) (bus.Options, *store.Store) {
 	if o.Store == nil {
 		o.Store = store.OpenMemory()
 	}
-	st, _ := o.Store.(*store.Store)
-	return o, st
+	return o
 }
 
 // Serve makes a bus with o and serves it on loopback, for a caller that

@@ -119,7 +119,7 @@ func httpClient(url string) *http.Client {
 // nil.
 func StartInMemory(t testing.TB, opts *bus.Options) *Server {
 	t.Helper()
-	o, st := testOptions(opts)
+	o := testOptions(opts)
 	n := newPipeNetwork()
 	srv, err := bus.New(extended(&o))
 	if err != nil {
@@ -132,7 +132,7 @@ func StartInMemory(t testing.TB, opts *bus.Options) *Server {
 		defer close(served)
 		_ = hs.Serve(srv.Listener(n, nil))
 	}()
-	s := &Server{Server: srv, Store: st, URL: "ws://" + n.host + "/"}
+	s := &Server{Server: srv, Store: o.Store, URL: "ws://" + n.host + "/"}
 	s.stopServing = func() {
 		_ = hs.Close()
 		n.Close()

@@ -79,7 +79,7 @@ type Extension struct {
 // may serve several servers (a cluster's nodes in a test).
 func (e Extension) Extend(s *bus.Server) error {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &console{bus: s, log: s.Logger(), ctx: ctx, logins: newLoginMetric(s.Registry()), journal: e.Journal}
+	c := &console{bus: s, log: s.Options().Logger, ctx: ctx, logins: newLoginMetric(s.Registry()), journal: e.Journal}
 	s.OnShutdown(func(context.Context) { cancel() })
 	s.Observe(c)
 	if err := s.Handle(Path, c); err != nil {

@@ -72,7 +72,7 @@ func (d *door) serveMessages(w http.ResponseWriter, r *http.Request) {
 		httpjson.WriteError(w, 0, err)
 		return
 	}
-	limit := d.s.MaxMessageBytes()
+	limit := d.s.Options().MaxMessageBytes
 	body, err := readBody(w, r, limit)
 	if err != nil {
 		status := 0

@@ -150,7 +150,7 @@ func (jn *Journal) clusterPage(ctx context.Context, req *eventsRequest) (protoco
 		rules := req.q.reader.ReadRules()
 		search.Reader = &rules
 	}
-	self := jn.s.Node()
+	self := jn.s.Status().Node
 	nodes := slices.Clone(jn.s.LiveNodes())
 	for node := range cs.cursors {
 		if node != "" && !slices.Contains(nodes, node) {
@@ -229,7 +229,7 @@ func (jn *Journal) clusterPage(ctx context.Context, req *eventsRequest) (protoco
 		}
 		switch {
 		case p.err != nil:
-			jn.s.Logger().Warn("journal: a node did not answer a search of the cluster's journal; its events are missing from the page", "missing_node", node, "err", p.err)
+			jn.s.Options().Logger.Warn("journal: a node did not answer a search of the cluster's journal; its events are missing from the page", "missing_node", node, "err", p.err)
 			out.Missing = append(out.Missing, node)
 		case p.taken == len(p.page.Events):
 			next[node] = p.page.Next
@@ -299,7 +299,7 @@ func (jn *Journal) search(search *journalSearch) (protocol.JournalPage, error) {
 	var page protocol.JournalPage
 	j := jn.j
 	if j == nil {
-		return page, fmt.Errorf("the message journal is off on node %s (--journal=false)", jn.s.Node())
+		return page, fmt.Errorf("the message journal is off on node %s (--journal=false)", jn.s.Status().Node)
 	}
 	v, err := url.ParseQuery(search.Query)
 	if err != nil {
@@ -307,7 +307,7 @@ func (jn *Journal) search(search *journalSearch) (protocol.JournalPage, error) {
 	}
 	req, err := j.parseEventsQuery(v, time.Now())
 	if err != nil {
-		return page, protocol.Errorf(protocol.ErrInvalidParams, "node %s: %v", jn.s.Node(), err)
+		return page, protocol.Errorf(protocol.ErrInvalidParams, "node %s: %v", jn.s.Status().Node, err)
 	}
 	if !search.Everything {
 		var rules auth.ReadRules

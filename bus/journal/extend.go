@@ -53,7 +53,7 @@ func (jn *Journal) Extend(s *bus.Server) error {
 	jn.s = s
 	o := s.Options()
 	jn.writeTimeout, jn.maxAnswer = o.WriteTimeout, o.MaxMessageBytes
-	jn.j = newJournal(jn.opts, s.Node(), s.Registry())
+	jn.j = newJournal(jn.opts, s.Status().Node, s.Registry())
 	if jn.j != nil {
 		s.Observe(jn.j)
 		s.OnShutdown(func(context.Context) { jn.j.close() })

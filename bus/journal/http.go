@@ -239,7 +239,7 @@ func (jn *Journal) queryOf(w http.ResponseWriter, v url.Values, page bool) (even
 		err     error
 	)
 	now := time.Now()
-	if page && jn.s.Node() != "" {
+	if page && jn.s.Status().Node != "" {
 		after := v["after"]
 		v.Del("after")
 		req, err = jn.j.parseEventsQuery(v, now)

@@ -94,6 +94,6 @@ func (jn *Journal) SessionMessages(session Session) http.Handler {
 		if rows == nil {
 			rows = []consoleMessage{}
 		}
-		httpjson.Write(w, http.StatusOK, map[string]any{"messages": rows, "node": jn.s.Node()})
+		httpjson.Write(w, http.StatusOK, map[string]any{"messages": rows, "node": jn.s.Status().Node})
 	})
 }

@@ -53,7 +53,7 @@ func (t *subscriptions) serveCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body's checks are the event parser's
 	// (protocol.ParseSubscriptionEvent), which names the field at fault.
-	limit := t.s.MaxMessageBytes()
+	limit := t.s.Options().MaxMessageBytes
 	var body bytes.Buffer
 	if _, err := body.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {
@@ -111,7 +111,7 @@ func (t *subscriptions) event(id string, body []byte) (*eventAnswer, error) {
 	}
 	if ts == nil {
 		t.events.WithLabelValues(eventUnknown).Inc()
-		t.s.Logger().Info("tool event discarded: no active subscription has its callback (cancelled, final, or never made)")
+		t.s.Options().Logger.Info("tool event discarded: no active subscription has its callback (cancelled, final, or never made)")
 		return nil, protocol.Errorf(protocol.ErrNotFound, "no active tool subscription has this callback: it was cancelled, ended by a final event, or never made; send no more events")
 	}
 	if err := rpcstream.CheckUTF8("the event", body); err != nil {
@@ -172,7 +172,7 @@ func (t *subscriptions) event(id string, body []byte) (*eventAnswer, error) {
 		return nil, err
 	}
 	if ev.Final {
-		t.s.Logger().Info("tool subscription ended by its final event", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID)
+		t.s.Options().Logger.Info("tool subscription ended by its final event", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID)
 	}
 	t.events.WithLabelValues(answer.Status).Inc()
 	return answer, nil
@@ -206,7 +206,7 @@ func (t *subscriptions) publish(live *liveSub, topic string, ev *protocol.Subscr
 		return nil, err
 	}
 	if pubd.Result != nil && pubd.Result.NoSubscribers() {
-		t.s.Logger().Warn("tool event orphaned: its thread's topic has nobody to take it; discarded", "group_id", ev.GroupID, "tool_call_id", ev.ToolCallID, "topic", topic)
+		t.s.Options().Logger.Warn("tool event orphaned: its thread's topic has nobody to take it; discarded", "group_id", ev.GroupID, "tool_call_id", ev.ToolCallID, "topic", topic)
 		return &eventAnswer{Status: eventOrphaned}, nil
 	}
 	return &eventAnswer{Status: eventDelivered, MessageID: pubd.MessageID}, nil

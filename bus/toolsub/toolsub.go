@@ -436,7 +436,7 @@ func (t *subscriptions) forget(ts *store.ToolSubscription) {
 // event could not be published. The caller holds its live order.
 func (t *subscriptions) restore(ts *store.ToolSubscription, live *liveSub) {
 	if err := t.store.PutToolSubscription(ts); err != nil {
-		t.s.Logger().Error("tool subscription ended by a final event that could not be published, and not put back: the tool's next event is refused", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID, "err", err)
+		t.s.Options().Logger.Error("tool subscription ended by a final event that could not be published, and not put back: the tool's next event is refused", "group_id", ts.GroupID, "tool_call_id", ts.ToolCallID, "err", err)
 		return
 	}
 	live.ended = false

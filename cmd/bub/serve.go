@@ -276,7 +276,6 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	// The store records commit latency into the bus's metrics, which do
 	// not exist until the bus does.
 	var running atomic.Pointer[bus.Server]
-	var st bus.Store
 	var cl bus.Cluster
 	// db is a single node's store, which the webhook subscriptions
 	// webhook.add makes and the tool subscriptions keep: a cluster keeps
@@ -297,7 +296,6 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 			return errorf(io, "serve: %v", err)
 		}
 		defer db.Close()
-		st = db
 	}
 	jn := journal.New(cfg.journalOptions())
 	extensions := []bus.Extension{
@@ -343,7 +341,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 		logger.Info("cluster node starting: waiting for a majority of the nodes; /healthz answers, /readyz says starting", "url", scheme+ln.Addr().String()+"/")
 	}
 	srv, err := bus.NewContext(ctx, &bus.Options{
-		Store:             st,
+		Store:             db,
 		Cluster:           cl,
 		MaxAttempts:       cfg.maxAttempts,
 		RetryBaseDelay:    cfg.retryBaseDelay,
