@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -12,9 +13,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -133,6 +136,14 @@ class BusServer(Process):
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/"
+
+    def journal(self, message_id: str) -> list[dict[str, Any]]:
+        """The bus's journal of one message (GET /v1/events, open on a
+        bus without auth), oldest event first."""
+        query = urllib.parse.urlencode({"messageId": message_id, "limit": 1000})
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/events?{query}", timeout=TIMEOUT) as resp:
+            events: list[dict[str, Any]] = json.loads(resp.read())["events"]
+        return events
 
     def reload(self, config: str) -> None:
         """Rewrites the configuration and has the bus reload it."""

@@ -82,6 +82,9 @@ def test_agent_answers_with_status_and_artifacts(a2a_bus: BusServer) -> None:
                     await send_status(d.bus, task, "completed", message={"role": "ROLE_AGENT", "messageId": "a-2", "parts": [{"text": "done: " + task.text}]})
                 return Result(processed=True)
 
+            # On a connected Bus the decorator subscribes in the background:
+            # a task sent before the bus has it finds no agent.
+            await bus.subscriptions_ready()
             first = (await asyncio.to_thread(rpc, a2a_bus, "SendMessage", user_message("m-1", "a letter")))["task"]
             assert first["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
             assert first["status"]["message"]["parts"] == [{"text": "which tone?"}]
