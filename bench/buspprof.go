@@ -24,8 +24,9 @@ import (
 // profile it under load without a pprof flag in bub serve. It samples
 // blocking events and lock contention too. With node set it runs a node
 // of that cluster instead, its state in JetStream under the temporary
-// directory, as bub serve --cluster-name does.
-func serveBusWithPprof(listen string, node *cluster.Options) error {
+// directory, as bub serve --cluster-name does. withJournal runs the
+// message journal, as bub serve does unless --journal=false.
+func serveBusWithPprof(listen string, node *cluster.Options, withJournal bool) error {
 	dir, err := os.MkdirTemp("", "bench-bus-")
 	if err != nil {
 		return err
@@ -35,9 +36,11 @@ func serveBusWithPprof(listen string, node *cluster.Options) error {
 	// so that the profile of stored retries can tell records per commit.
 	var running atomic.Pointer[bus.Server]
 	opts := &bus.Options{
-		Limits:     bus.Limits{MaxConnections: -1, MaxConnectionsPerAddr: -1, MaxPatternWildcards: len(fanoutTail), MaxPending: -1, MaxPendingPerIdentity: -1, MaxStoredBytesPerIdentity: -1},
-		Extensions: []bus.Extension{journal.New(nil)},
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Limits: bus.Limits{MaxConnections: -1, MaxConnectionsPerAddr: -1, MaxPatternWildcards: len(fanoutTail), MaxPending: -1, MaxPendingPerIdentity: -1, MaxStoredBytesPerIdentity: -1},
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	if withJournal {
+		opts.Extensions = []bus.Extension{journal.New(nil)}
 	}
 	if node != nil {
 		node.StoreDir = filepath.Join(dir, "nats")

@@ -501,7 +501,7 @@ func (h *harness) profileBus() error {
 	dirs := map[*process]string{}
 	if h.cfg.only == "cluster" {
 		nodes, err := startNodes(clusterNodes, func(id, listen, routes string) (*process, error) {
-			return startRole("bus-pprof", "-node-id", id, "-nats-listen", listen, "-nats-routes", routes)
+			return startRole("bus-pprof", "-journal="+strconv.FormatBool(h.cfg.journal), "-node-id", id, "-nats-listen", listen, "-nats-routes", routes)
 		})
 		if err != nil {
 			return err
@@ -513,7 +513,7 @@ func (h *harness) profileBus() error {
 		h.procs = append(h.procs, nodes...)
 		sys = &busSystem{proc: nodes[0], sub: nodes[1], nodes: nodes}
 	} else {
-		p, err := startRole("bus-pprof")
+		p, err := startRole("bus-pprof", "-journal="+strconv.FormatBool(h.cfg.journal))
 		if err != nil {
 			return err
 		}
@@ -540,6 +540,7 @@ func (h *harness) profileBus() error {
 	}
 	cpu := map[*process]chan fetched{}
 	before := map[*process]time.Duration{}
+	syscalls := map[*process]int64{}
 	for p := range dirs {
 		cpu[p] = make(chan fetched, 1)
 		go func() {
@@ -548,6 +549,7 @@ func (h *harness) profileBus() error {
 			cpu[p] <- fetched{data, err}
 		}()
 		before[p], _ = p.cpuTime()
+		syscalls[p] = syscallsOf(p.pid())
 	}
 	s, err := closedLoop(ss, window, time.Second, (seconds+1)*time.Second)
 	if err != nil {
@@ -558,7 +560,8 @@ func (h *harness) profileBus() error {
 		for _, p := range sys.nodes {
 			after, _ := p.cpuTime()
 			// Over the whole run, warm-up included, like ServerCPUPerMsg.
-			log.Printf("%s: %.1f µs CPU per message", p.name, float64((after-before[p]).Microseconds())/float64(s.Messages))
+			log.Printf("%s: %.1f µs CPU and %.1f read and write system calls per message", p.name,
+				float64((after-before[p]).Microseconds())/float64(s.Messages), float64(syscallsOf(p.pid())-syscalls[p])/float64(s.Messages))
 		}
 	}
 	if h.cfg.only == "retries" {

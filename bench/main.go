@@ -59,6 +59,8 @@ type config struct {
 	only          string
 	// node, for -role bus-pprof, makes the bus a node of a cluster.
 	node clusterNodeFlags
+	// journal runs the message journal in -profile's buses.
+	journal bool
 }
 
 // clusterNodeFlags are a bus-pprof process's cluster settings, as
@@ -81,6 +83,7 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.role, "role", "", "internal: run as a server process (relay, nats, nats-ws, centrifuge or bus-pprof) instead of the harness")
 	flag.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "internal: the address a -role process listens on")
+	flag.BoolVar(&cfg.journal, "journal", true, "run the message journal in -profile's buses, as bub serve does unless --journal=false")
 	flag.StringVar(&cfg.node.id, "node-id", "", "internal: with -role bus-pprof, run a node of a cluster with this id")
 	flag.StringVar(&cfg.node.listen, "nats-listen", "", "internal: with -node-id, the node's cluster (route) address")
 	flag.StringVar(&cfg.node.routes, "nats-routes", "", "internal: with -node-id, the other nodes' route URLs, comma-separated")
@@ -104,7 +107,7 @@ func main() {
 	log.SetPrefix("bench: ")
 
 	if cfg.role != "" {
-		if err := runRole(cfg.role, cfg.listen, cfg.node.options()); err != nil {
+		if err := runRole(cfg.role, cfg.listen, cfg.node.options(), cfg.journal); err != nil {
 			log.Fatalf("role %s: %v", cfg.role, err)
 		}
 		return
@@ -140,7 +143,7 @@ func main() {
 }
 
 // runRole runs this binary as one of the server processes.
-func runRole(role, listen string, node *cluster.Options) error {
+func runRole(role, listen string, node *cluster.Options, withJournal bool) error {
 	switch role {
 	case "relay":
 		return serveRelay(listen)
@@ -151,7 +154,7 @@ func runRole(role, listen string, node *cluster.Options) error {
 	case "centrifuge":
 		return serveCentrifuge(listen)
 	case "bus-pprof":
-		return serveBusWithPprof(listen, node)
+		return serveBusWithPprof(listen, node, withJournal)
 	}
 	return fmt.Errorf("unknown role %q (want relay, nats, nats-ws, centrifuge or bus-pprof)", role)
 }
