@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/journal"
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/cluster"
 )
 
 // serveBusWithPprof runs the bus as bub serve does (a durable store in a
@@ -20,8 +22,11 @@ import (
 // lifted, warn-level logs) with the
 // net/http/pprof handlers mounted at /debug/pprof/, so that -profile can
 // profile it under load without a pprof flag in bub serve. It samples
-// blocking events and lock contention too.
-func serveBusWithPprof(listen string) error {
+// blocking events and lock contention too. With node set it runs a node
+// of that cluster instead, its state in JetStream under the temporary
+// directory, as bub serve --cluster-name does. withJournal runs the
+// message journal, as bub serve does unless --journal=false.
+func serveBusWithPprof(listen string, node *cluster.Options, withJournal bool) error {
 	dir, err := os.MkdirTemp("", "bench-bus-")
 	if err != nil {
 		return err
@@ -30,17 +35,29 @@ func serveBusWithPprof(listen string) error {
 	// Commits are counted in the bus's metrics, as bub serve counts them,
 	// so that the profile of stored retries can tell records per commit.
 	var running atomic.Pointer[bus.Server]
-	st, err := store.Open(dir, &store.Options{OnCommit: func(d time.Duration) {
-		if srv := running.Load(); srv != nil {
-			srv.ObserveStoreCommit(d)
-		}
-	}})
-	if err != nil {
-		return err
+	opts := &bus.Options{
+		Limits: bus.Limits{MaxConnections: -1, MaxConnectionsPerAddr: -1, MaxPatternWildcards: len(fanoutTail), MaxPending: -1, MaxPendingPerIdentity: -1, MaxStoredBytesPerIdentity: -1},
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
-	defer st.Close()
-	limits := bus.Limits{MaxConnections: -1, MaxConnectionsPerAddr: -1, MaxPatternWildcards: len(fanoutTail), MaxPending: -1, MaxPendingPerIdentity: -1, MaxStoredBytesPerIdentity: -1}
-	srv, err := bus.New(&bus.Options{Store: st, Limits: limits, Extensions: []bus.Extension{journal.New(nil)}, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if withJournal {
+		opts.Extensions = []bus.Extension{journal.New(nil)}
+	}
+	if node != nil {
+		node.StoreDir = filepath.Join(dir, "nats")
+		opts.Cluster = cluster.ForBus(node)
+	} else {
+		st, err := store.Open(dir, &store.Options{OnCommit: func(d time.Duration) {
+			if srv := running.Load(); srv != nil {
+				srv.ObserveStoreCommit(d)
+			}
+		}})
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		opts.Store = st
+	}
+	srv, err := bus.New(opts)
 	if err != nil {
 		return err
 	}

@@ -483,9 +483,13 @@ func (h *harness) writeJSON() error {
 }
 
 // profileBus profiles the bus (in a bus-pprof process) under relay load:
-// 1 KiB payloads, 64 in flight, the target scenario; with -only retries,
-// under the stored-retries load at 64 in flight instead; with -only
-// fanout, under the fan-out of 1 KiB to 1,000 subscribers at 1 in flight.
+// 1 KiB payloads, -profile-window in flight (64, the target scenario);
+// with -only retries, under the stored-retries load instead; with -only
+// fanout, under the fan-out of 1 KiB to 1,000 subscribers at 1 in
+// flight; with -only cluster, every node of a cluster of three
+// (bus-pprof processes with -node-id) under the cross-node relay, the
+// publisher on node a and the subscriber on node b, each node's profiles
+// in a folder of DIR named for it.
 // Besides the CPU and allocation profiles it saves the block and mutex
 // profiles of the same run (the bus-pprof process records every blocking
 // event and mutex contention).
@@ -493,13 +497,31 @@ func (h *harness) profileBus() error {
 	if err := os.MkdirAll(h.cfg.profile, 0o755); err != nil {
 		return fmt.Errorf("profile: %w", err)
 	}
-	p, err := startRole("bus-pprof")
-	if err != nil {
-		return err
+	var sys *busSystem
+	dirs := map[*process]string{}
+	if h.cfg.only == "cluster" {
+		nodes, err := startNodes(clusterNodes, func(id, listen, routes string) (*process, error) {
+			return startRole("bus-pprof", "-journal="+strconv.FormatBool(h.cfg.journal), "-node-id", id, "-nats-listen", listen, "-nats-routes", routes)
+		})
+		if err != nil {
+			return err
+		}
+		for i, p := range nodes {
+			p.name = "node " + string(rune('a'+i))
+			dirs[p] = filepath.Join(h.cfg.profile, string(rune('a'+i)))
+		}
+		h.procs = append(h.procs, nodes...)
+		sys = &busSystem{proc: nodes[0], sub: nodes[1], nodes: nodes}
+	} else {
+		p, err := startRole("bus-pprof", "-journal="+strconv.FormatBool(h.cfg.journal))
+		if err != nil {
+			return err
+		}
+		h.procs = append(h.procs, p)
+		dirs[p] = h.cfg.profile
+		sys = &busSystem{proc: p}
 	}
-	h.procs = append(h.procs, p)
-	sys := &busSystem{proc: p}
-	subs, window, what := 1, 64, "relays"
+	subs, window, what := 1, h.cfg.profileWindow, "relays"
 	switch h.cfg.only {
 	case "retries":
 		sys.answer, sys.expect = retryAnswer, retryExpect
@@ -516,40 +538,60 @@ func (h *harness) profileBus() error {
 		data []byte
 		err  error
 	}
-	cpu := make(chan fetched, 1)
-	go func() {
-		time.Sleep(time.Second)
-		data, err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.addr, seconds))
-		cpu <- fetched{data, err}
-	}()
+	cpu := map[*process]chan fetched{}
+	before := map[*process]time.Duration{}
+	syscalls := map[*process]int64{}
+	for p := range dirs {
+		cpu[p] = make(chan fetched, 1)
+		go func() {
+			time.Sleep(time.Second)
+			data, err := fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.addr, seconds))
+			cpu[p] <- fetched{data, err}
+		}()
+		before[p], _ = p.cpuTime()
+		syscalls[p] = syscallsOf(p.pid())
+	}
 	s, err := closedLoop(ss, window, time.Second, (seconds+1)*time.Second)
 	if err != nil {
 		return err
 	}
-	log.Printf("under profile: %.0f %s/s, p50 %.0f µs, p99 %.0f µs", s.Throughput, what, s.P50, s.P99)
+	log.Printf("under profile: %.0f %s/s at %d in flight, p50 %.0f µs, p99 %.0f µs, %.1f µs server CPU per message", s.Throughput, what, window, s.P50, s.P99, s.ServerCPUPerMsg)
+	if len(dirs) > 1 {
+		for _, p := range sys.nodes {
+			after, _ := p.cpuTime()
+			// Over the whole run, warm-up included, like ServerCPUPerMsg.
+			log.Printf("%s: %.1f µs CPU and %.1f read and write system calls per message", p.name,
+				float64((after-before[p]).Microseconds())/float64(s.Messages), float64(syscallsOf(p.pid())-syscalls[p])/float64(s.Messages))
+		}
+	}
 	if h.cfg.only == "retries" {
-		if err := logRecordsPerCommit(p); err != nil {
+		if err := logRecordsPerCommit(sys.proc); err != nil {
 			return err
 		}
 	}
-	f := <-cpu
-	if f.err != nil {
-		return f.err
-	}
-	profiles := map[string][]byte{"cpu.pprof": f.data}
-	for _, name := range []string{"allocs", "block", "mutex"} {
-		data, err := fetch("http://" + p.addr + "/debug/pprof/" + name)
-		if err != nil {
-			return err
+	for p, dir := range dirs {
+		f := <-cpu[p]
+		if f.err != nil {
+			return f.err
 		}
-		profiles[name+".pprof"] = data
-	}
-	for name, data := range profiles {
-		if err := os.WriteFile(filepath.Join(h.cfg.profile, name), data, 0o644); err != nil {
+		profiles := map[string][]byte{"cpu.pprof": f.data}
+		for _, name := range []string{"allocs", "block", "mutex"} {
+			data, err := fetch("http://" + p.addr + "/debug/pprof/" + name)
+			if err != nil {
+				return err
+			}
+			profiles[name+".pprof"] = data
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("profile: %w", err)
 		}
+		for name, data := range profiles {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				return fmt.Errorf("profile: %w", err)
+			}
+		}
+		log.Printf("wrote %s/cpu.pprof, allocs.pprof, block.pprof and mutex.pprof; read them with go tool pprof -top", dir)
 	}
-	log.Printf("wrote %s/cpu.pprof, allocs.pprof, block.pprof and mutex.pprof; read them with go tool pprof -top", h.cfg.profile)
 	return nil
 }
 

@@ -20,6 +20,7 @@
 //	go run . -profile DIR   # CPU and allocation profiles of the bus under relay load
 //	go run . -profile DIR -only retries   # ... under the stored-retries load
 //	go run . -profile DIR -only fanout    # ... under the fan-out to 1,000 at 1 in flight
+//	go run . -profile DIR -only cluster   # ... of each node of a cluster of three under the cross-node relay
 package main
 
 import (
@@ -28,8 +29,11 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/bub-bus/bub/cluster"
 )
 
 // config holds the command's flags.
@@ -50,13 +54,39 @@ type config struct {
 	// conversations is the wake scenario's many-conversations run.
 	conversations int
 	profile       string
+	// profileWindow is the messages in flight of -profile's relay loads.
+	profileWindow int
 	only          string
+	// node, for -role bus-pprof, makes the bus a node of a cluster.
+	node clusterNodeFlags
+	// journal runs the message journal in -profile's buses.
+	journal bool
+}
+
+// clusterNodeFlags are a bus-pprof process's cluster settings, as
+// bench's -profile DIR -only cluster passes them (bub serve's
+// --node-id, --nats-listen and --nats-routes).
+type clusterNodeFlags struct {
+	id, listen, routes string
+}
+
+// options are the cluster options the flags describe, or nil for a
+// single bus.
+func (c clusterNodeFlags) options() *cluster.Options {
+	if c.id == "" {
+		return nil
+	}
+	return &cluster.Options{Name: "bench", NodeID: c.id, ClusterListen: c.listen, Routes: strings.Split(c.routes, ",")}
 }
 
 func main() {
 	var cfg config
 	flag.StringVar(&cfg.role, "role", "", "internal: run as a server process (relay, nats, nats-ws, centrifuge or bus-pprof) instead of the harness")
 	flag.StringVar(&cfg.listen, "listen", "127.0.0.1:0", "internal: the address a -role process listens on")
+	flag.BoolVar(&cfg.journal, "journal", true, "run the message journal in -profile's buses, as bub serve does unless --journal=false")
+	flag.StringVar(&cfg.node.id, "node-id", "", "internal: with -role bus-pprof, run a node of a cluster with this id")
+	flag.StringVar(&cfg.node.listen, "nats-listen", "", "internal: with -node-id, the node's cluster (route) address")
+	flag.StringVar(&cfg.node.routes, "nats-routes", "", "internal: with -node-id, the other nodes' route URLs, comma-separated")
 	flag.StringVar(&cfg.root, "root", "..", "the repository root, where ./cmd/bub and ./bus live")
 	flag.StringVar(&cfg.bub, "bub", "", "a prebuilt bub binary (default: build one from -root into a temp dir)")
 	flag.StringVar(&cfg.out, "out", "results/latest.json", "where to write the results as JSON (empty: nowhere)")
@@ -69,14 +99,15 @@ func main() {
 	flag.IntVar(&cfg.held, "held", 5000, "messages held, then woken, in the held scenario")
 	flag.IntVar(&cfg.spawns, "spawns", 20, "agents spawned, one after another, in the spawn scenario, and spawned then woken in the wake scenario")
 	flag.IntVar(&cfg.conversations, "conversations", 1000, "new conversations sent at once through bub spawner --max-agents 16 in the wake scenario")
-	flag.StringVar(&cfg.profile, "profile", "", "write CPU, allocation, block and mutex profiles of the bus under relay load (with -only retries: stored retries; with -only fanout: the fan-out to 1,000 at 1 in flight) into this directory, and do nothing else")
+	flag.StringVar(&cfg.profile, "profile", "", "write CPU, allocation, block and mutex profiles of the bus under relay load (with -only retries: stored retries; with -only fanout: the fan-out to 1,000 at 1 in flight; with -only cluster: each node of a cluster of three under the cross-node relay, -profile-window in flight) into this directory, and do nothing else")
+	flag.IntVar(&cfg.profileWindow, "profile-window", 64, "messages in flight under -profile's relay load and cross-node relay load")
 	flag.StringVar(&cfg.only, "only", "", "run only these scenarios, comma-separated: relay, latency, fanout, sdk, cluster, retries, held, journal, spawn, wake, idle, route")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("bench: ")
 
 	if cfg.role != "" {
-		if err := runRole(cfg.role, cfg.listen); err != nil {
+		if err := runRole(cfg.role, cfg.listen, cfg.node.options(), cfg.journal); err != nil {
 			log.Fatalf("role %s: %v", cfg.role, err)
 		}
 		return
@@ -112,7 +143,7 @@ func main() {
 }
 
 // runRole runs this binary as one of the server processes.
-func runRole(role, listen string) error {
+func runRole(role, listen string, node *cluster.Options, withJournal bool) error {
 	switch role {
 	case "relay":
 		return serveRelay(listen)
@@ -123,7 +154,7 @@ func runRole(role, listen string) error {
 	case "centrifuge":
 		return serveCentrifuge(listen)
 	case "bus-pprof":
-		return serveBusWithPprof(listen)
+		return serveBusWithPprof(listen, node, withJournal)
 	}
 	return fmt.Errorf("unknown role %q (want relay, nats, nats-ws, centrifuge or bus-pprof)", role)
 }

@@ -68,6 +68,16 @@ func startBub(bin, tmp string, flags ...string) (*process, error) {
 // named a, b, c..., each routing to all the others. They start at once:
 // each waits for a JetStream quorum of the others before it serves.
 func startCluster(bin, tmp string, n int) ([]*process, error) {
+	return startNodes(n, func(id, listen, routes string) (*process, error) {
+		return startBub(bin, tmp, "--cluster-name", "bench", "--node-id", id, "--nats-listen", listen, "--nats-routes", routes)
+	})
+}
+
+// startNodes starts n nodes of one cluster on loopback with start, which
+// is given each node's id (a, b, c...), its route address and the others'
+// route URLs, comma-separated. They start at once: each waits for a
+// JetStream quorum of the others before it serves.
+func startNodes(n int, start func(id, listen, routes string) (*process, error)) ([]*process, error) {
 	routes := make([]string, n)
 	for i := range routes {
 		addr, err := freeAddr()
@@ -83,8 +93,7 @@ func startCluster(bin, tmp string, n int) ([]*process, error) {
 		others := slices.Delete(slices.Clone(routes), i, i+1)
 		wg.Go(func() {
 			id := string(rune('a' + i))
-			nodes[i], errs[i] = startBub(bin, tmp, "--cluster-name", "bench", "--node-id", id,
-				"--nats-listen", strings.TrimPrefix(routes[i], "nats://"), "--nats-routes", strings.Join(others, ","))
+			nodes[i], errs[i] = start(id, strings.TrimPrefix(routes[i], "nats://"), strings.Join(others, ","))
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("node %s: %w", id, errs[i])
 			}
@@ -119,13 +128,13 @@ func startProcess(name string, cmd *exec.Cmd) (*process, error) {
 }
 
 // startRole starts this binary again as a server process of the given
-// role, which prints "listening ADDR" once it serves.
-func startRole(role string) (*process, error) {
+// role, with args added, which prints "listening ADDR" once it serves.
+func startRole(role string, args ...string) (*process, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("start %s: find this binary: %w", role, err)
 	}
-	cmd := exec.Command(self, "-role", role, "-listen", "127.0.0.1:0")
+	cmd := exec.Command(self, slices.Concat([]string{"-role", role, "-listen", "127.0.0.1:0"}, args)...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -154,9 +163,11 @@ func startRole(role string) (*process, error) {
 			return nil, fmt.Errorf("start %s: expected \"listening ADDR\", got %q", role, l)
 		}
 		p.addr = addr
-	case <-time.After(10 * time.Second):
+	case <-time.After(readyLimit):
+		// A cluster node (bus-pprof with -node-id) serves once its
+		// JetStream has a quorum.
 		p.stop()
-		return nil, fmt.Errorf("start %s: not listening after 10s", role)
+		return nil, fmt.Errorf("start %s: not listening after %s", role, readyLimit)
 	}
 	return p, nil
 }
