@@ -98,7 +98,34 @@ func TestHTTPConnectionsTimeOut(t *testing.T) {
 			requireClosedByBus(t, c, c)
 		})
 	}
-	requireServes(t, srv, "after")
+	requireAnswersDespiteDeadline(t, srv)
+}
+
+// requireAnswersDespiteDeadline checks that the bus still answers a
+// health check after the connections that timed out. With a handshake
+// deadline as short as 100 ms, a client of a loaded machine can itself be
+// descheduled past the deadline between its connect and its request, and
+// the bus is right to close it (TestHTTPConnectionsTimeOut failed so, once,
+// when its check was a WebSocket client that must also initialize within
+// the deadline): so what must happen is that one request is answered, and
+// a wait that gives up says what the last attempt saw.
+func requireAnswersDespiteDeadline(t *testing.T, srv *bustest.Server) {
+	t.Helper()
+	client := srv.HTTP.Client()
+	var last string
+	for deadline := time.Now().Add(bustest.Timeout); time.Now().Before(deadline); {
+		resp, err := client.Get(srv.HTTP.URL + "/healthz")
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return
+		}
+		last = resp.Status
+	}
+	t.Fatalf("the bus answered no health check within %s; the last attempt: %s", bustest.Timeout, last)
 }
 
 // An upgrade request with a body is refused at once, and its connection
