@@ -15,7 +15,7 @@ import (
 func TestStoreRetention(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "a2a.db")
-	st, err := openStore(path)
+	st, err := openBoltStore(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestStoreRetention(t *testing.T) {
 		t.Fatal("the swept task's key still stood for it")
 	}
 	st.close()
-	if st, err = openStore(path); err != nil {
+	if st, err = openBoltStore(path); err != nil {
 		t.Fatal(err)
 	}
 	page, total, err := st.list("w", nil, 10, func(*taskRecord) bool { return true })

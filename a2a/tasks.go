@@ -75,6 +75,7 @@ func idempotencyKey(c *call, messageID string) string {
 func (s *Server) continueTask(c *call, m *spec.Message) (*taskRecord, error) {
 	fresh := false
 	rec, err := s.store.update(m.TaskID, time.Now(), func(rec *taskRecord) ([]spec.Event, error) {
+		fresh = false // again at each run (taskStore.update)
 		if !s.owns(c, rec) {
 			return nil, errNoTask
 		}
