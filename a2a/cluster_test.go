@@ -1,0 +1,191 @@
+package a2a_test
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/bub-bus/bub/a2a"
+	"github.com/bub-bus/bub/a2a/a2atest"
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/cluster"
+	"github.com/bub-bus/bub/cluster/clustertest"
+	"github.com/bub-bus/bub/internal/checkfor"
+)
+
+// clusterDoor is one node's A2A server and its HTTP side.
+type clusterDoor struct {
+	srv  *a2a.Server
+	http *httptest.Server
+}
+
+// url is agent's JSON-RPC URL on the node.
+func (d *clusterDoor) url(agent string) string { return d.http.URL + "/a2a/" + agent }
+
+// close stops the node's A2A server; twice is once.
+func (d *clusterDoor) close() {
+	if d.srv == nil {
+		return
+	}
+	d.http.CloseClientConnections()
+	d.http.Close()
+	d.srv.Close()
+	d.srv = nil
+}
+
+// TestCluster: three bus nodes, each with its own A2A server, share the
+// task store in JetStream. A task sent on a is read on b, followed there
+// by a resumed stream that hears what a's server writes, retried on c
+// without a second task, and changed from every node at once without a
+// lost event; then a dies, as kill -9 looks to the others, and the task
+// is still read, listed and completed on the survivors, the stream on b
+// going on across the death.
+func TestCluster(t *testing.T) {
+	var mu sync.Mutex
+	clusters := map[string]bus.Cluster{}
+	nodes := clustertest.StartEach(t, nil, func(node string, o *bus.Options) {
+		mu.Lock()
+		defer mu.Unlock()
+		clusters[node] = o.Cluster
+	}, "a", "b", "c")
+	doors := map[string]*clusterDoor{}
+	// Started c, b, a: a's server subscribes outbound:a2a- last, so it
+	// takes the agents' answers (last match wins) until it dies.
+	for _, i := range []int{2, 1, 0} {
+		id := string(rune('a' + i))
+		js, replicas := cluster.StoreOf(clusters[id]).JetStream()
+		srv, err := a2a.New(t.Context(), &a2a.Options{
+			BusURL:    nodes[i].URL,
+			Agents:    []a2a.Agent{{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"}},
+			Path:      filepath.Join(t.TempDir(), "unused.db"),
+			JetStream: js,
+			Replicas:  replicas,
+			Node:      id,
+			Logger:    slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatalf("node %s: %v", id, err)
+		}
+		d := &clusterDoor{srv: srv, http: httptest.NewServer(srv)}
+		t.Cleanup(d.close)
+		doors[id] = d
+	}
+	a, b, c := doors["a"], doors["b"], doors["c"]
+	agent := a2atest.StartAgent(t, nodes[2].URL, "w", "", "agent:w")
+
+	// Sent on a; the agent, on c, answers through a's server.
+	s := a2atest.OpenStream(t, a.url("w"), "SendStreamingMessage", a2atest.UserMessage("m-1", "write"))
+	first, ok := s.Next(t)
+	task, isTask := first.Decode(t).(*spec.Task)
+	if !ok || !isTask {
+		t.Fatalf("first event of the stream on a: %+v", first)
+	}
+	p := agent.TaskOf(t, task)
+	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
+	last := s.UntilStatusText(t, "drafting")
+	s.Close()
+
+	// Read on b, and followed there from the event the client had.
+	var got spec.Task
+	a2atest.Post(t, b.url("w"), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
+	if got.ID != task.ID || got.Status.State != spec.TaskStateWorking {
+		t.Fatalf("GetTask on b: %s %s, want %s working", got.ID, got.Status.State, task.ID)
+	}
+	follow := a2atest.OpenStream(t, b.url("w"), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", strconv.FormatUint(last, 10))
+	agent.Say(t, p, map[string]any{"type": "a2a_artifact", "artifact": map[string]any{"artifactId": "draft", "parts": []any{map[string]any{"text": "part one"}}}})
+	ev, ok := follow.Next(t)
+	if art, isArt := ev.Decode(t).(*spec.TaskArtifactUpdateEvent); !ok || !isArt || ev.ID != last+1 || art.Artifact.ID != "draft" {
+		t.Fatalf("the stream on b after event %d: %+v, want the artifact a's server wrote", last, ev)
+	}
+	last = ev.ID
+
+	// A retry on c is the same task, and publishes nothing.
+	if again := a2atest.Submit(t, c.url("w"), "m-1", "write"); again.ID != task.ID {
+		t.Fatalf("the retry on c made task %s, want %s", again.ID, task.ID)
+	}
+
+	// Messages to the task on all three nodes at once: each node writes
+	// over the change it read, and reads again when another came first.
+	const each = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*each)
+	for _, d := range []*clusterDoor{a, b, c} {
+		for j := range each {
+			wg.Go(func() {
+				params := a2atest.UserMessage(fmt.Sprintf("more-%s-%d", d.http.URL, j), "more")
+				params["message"].(map[string]any)["taskId"] = task.ID
+				params["configuration"] = map[string]any{"returnImmediately": true}
+				_, err := a2atest.TryPost(t.Context(), d.url("w"), "SendMessage", params)
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 * each {
+		agent.Next(t) // each message reached the agent once
+	}
+	a2atest.Post(t, c.url("w"), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
+	if n := len(got.History); n != 1+3*each+1 {
+		t.Fatalf("the task's history has %d messages after %d sent at once, want %d: a change was lost", n, 3*each, 1+3*each+1)
+	}
+	// The stream on b saw every one of them, in order: one event each.
+	for range 3 * each {
+		ev, ok := follow.Next(t)
+		if su, isStatus := ev.Decode(t).(*spec.TaskStatusUpdateEvent); !ok || ev.ID != last+1 || !isStatus || su.Status.State != spec.TaskStateWorking {
+			t.Fatalf("the stream on b after event %d: %+v, ok %v", last, ev, ok)
+		}
+		last = ev.ID
+	}
+
+	// a dies as kill -9 looks to the others: its cluster node and its
+	// connections go at once, with none of its keys removed.
+	clusters["a"].(interface{ Crash() }).Crash()
+	nodes[0].HTTP.CloseClientConnections()
+	a.close()
+
+	a2atest.Post(t, c.url("w"), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
+	if got.ID != task.ID || len(got.Artifacts) != 1 {
+		t.Fatalf("GetTask on c after a died: %+v", got)
+	}
+	// The agent's answer reaches a survivor's server once a's
+	// subscription has left the order (the node timeout); until then it
+	// goes to a, whose delivery fails.
+	checkfor.Check(t, clustertest.Timeout, func() error {
+		if slices.Contains(clusters["c"].Live(), "a") {
+			return fmt.Errorf("c still takes a for live: %v", clusters["c"].Live())
+		}
+		res, err := agent.Conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "a2a_status", "state": "completed", "text": "done"}, nil)
+		if err != nil {
+			return err
+		}
+		if len(res.Acks) != 1 || !res.Acks[0].Processed {
+			return fmt.Errorf("the answer after a died was acked %+v", res.Acks)
+		}
+		return nil
+	})
+	rest := follow.All(t)
+	if len(rest) != 1 || rest[0].ID != last+1 {
+		t.Fatalf("the stream on b after a died: %+v, want the one event after %d", rest, last)
+	}
+	if su, ok := rest[0].Decode(t).(*spec.TaskStatusUpdateEvent); !ok || su.Status.State != spec.TaskStateCompleted {
+		t.Fatalf("the stream on b ended with %+v, want completed", rest[0].Decode(t))
+	}
+	var list spec.ListTasksResponse
+	a2atest.Post(t, b.url("w"), "ListTasks", map[string]any{}).Decode(t, &list)
+	if list.TotalSize != 1 || list.Tasks[0].ID != task.ID || list.Tasks[0].Status.State != spec.TaskStateCompleted {
+		t.Fatalf("ListTasks on b: %+v", list)
+	}
+}
