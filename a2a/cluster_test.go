@@ -3,7 +3,6 @@ package a2a_test
 import (
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,26 +19,6 @@ import (
 	"github.com/bub-bus/bub/internal/checkfor"
 )
 
-// clusterDoor is one node's A2A server and its HTTP side.
-type clusterDoor struct {
-	srv  *a2a.Server
-	http *httptest.Server
-}
-
-// url is agent's JSON-RPC URL on the node.
-func (d *clusterDoor) url(agent string) string { return d.http.URL + "/a2a/" + agent }
-
-// close stops the node's A2A server; twice is once.
-func (d *clusterDoor) close() {
-	if d.srv == nil {
-		return
-	}
-	d.http.CloseClientConnections()
-	d.http.Close()
-	d.srv.Close()
-	d.srv = nil
-}
-
 // TestCluster: three bus nodes, each with its own A2A server, share the
 // task store in JetStream. A task sent on a is read on b, followed there
 // by a resumed stream that hears what a's server writes, retried on c
@@ -55,13 +34,13 @@ func TestCluster(t *testing.T) {
 		defer mu.Unlock()
 		clusters[node] = o.Cluster
 	}, "a", "b", "c")
-	doors := map[string]*clusterDoor{}
+	doors := map[string]*fixture{}
 	// Started c, b, a: a's server subscribes outbound:a2a- last, so it
 	// takes the agents' answers (last match wins) until it dies.
 	for _, i := range []int{2, 1, 0} {
 		id := string(rune('a' + i))
 		js, replicas := cluster.StoreOf(clusters[id]).JetStream()
-		srv, err := a2a.New(t.Context(), &a2a.Options{
+		f := &fixture{bus: nodes[i], opts: a2a.Options{
 			BusURL:    nodes[i].URL,
 			Agents:    []a2a.Agent{{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"}},
 			Path:      filepath.Join(t.TempDir(), "unused.db"),
@@ -69,13 +48,9 @@ func TestCluster(t *testing.T) {
 			Replicas:  replicas,
 			Node:      id,
 			Logger:    slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			t.Fatalf("node %s: %v", id, err)
-		}
-		d := &clusterDoor{srv: srv, http: httptest.NewServer(srv)}
-		t.Cleanup(d.close)
-		doors[id] = d
+		}}
+		f.open(t)
+		doors[id] = f
 	}
 	a, b, c := doors["a"], doors["b"], doors["c"]
 	agent := a2atest.StartAgent(t, nodes[2].URL, "w", "", "agent:w")
@@ -116,7 +91,7 @@ func TestCluster(t *testing.T) {
 	const each = 4
 	var wg sync.WaitGroup
 	errs := make(chan error, 3*each)
-	for _, d := range []*clusterDoor{a, b, c} {
+	for _, d := range []*fixture{a, b, c} {
 		for j := range each {
 			wg.Go(func() {
 				params := a2atest.UserMessage(fmt.Sprintf("more-%s-%d", d.http.URL, j), "more")

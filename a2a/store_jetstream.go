@@ -14,6 +14,8 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bub-bus/bub/internal/jswrite"
 )
 
 // On a cluster the task store is the stream BUB_A2A, replicated as the
@@ -49,11 +51,6 @@ const (
 // jsTimeout bounds each of the store's round trips: longer than a
 // JetStream leader election, as the cluster's own store's.
 const jsTimeout = 30 * time.Second
-
-// rideElections makes a write wait out a stream with no leader, as the
-// cluster's writes do (cluster/write.go): only a write nobody received
-// is sent again.
-var rideElections = []jetstream.PublishOpt{jetstream.WithRetryAttempts(40), jetstream.WithRetryWait(250 * time.Millisecond)}
 
 // jetStore keeps tasks in the stream BUB_A2A.
 type jetStore struct {
@@ -167,7 +164,7 @@ func (s *jetStore) publish(subject string, data []byte, over uint64, ttl time.Du
 	for i := 0; i+1 < len(header); i += 2 {
 		m.Header.Set(header[i], header[i+1])
 	}
-	opts := slices.Clone(rideElections)
+	opts := slices.Clone(jswrite.RideElections)
 	if over != anyLast {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(over))
 	}
@@ -175,22 +172,13 @@ func (s *jetStore) publish(subject string, data []byte, over uint64, ttl time.Du
 		opts = append(opts, jetstream.WithMsgTTL(ttl))
 	}
 	_, err = s.js.PublishMsg(ctx, m, opts...)
-	if isWrongLast(err) {
+	if jswrite.WrongLast(err) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("write %s: %w", subject, err)
 	}
 	return true, nil
-}
-
-// isWrongLast reports whether err is JetStream's refusal of a write
-// over a message that is no longer the subject's last: replicated
-// streams answer 10164, single ones 10071.
-func isWrongLast(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // writeChange writes ch as task id's change over the one at sequence
