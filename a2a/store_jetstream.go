@@ -48,9 +48,40 @@ const (
 	headerTask = "Bub-A2A-Task"
 )
 
-// jsTimeout bounds each of the store's round trips: longer than a
-// JetStream leader election, as the cluster's own store's.
+// jsTimeout bounds each of the store's writes, and all the tries of a
+// read: longer than a JetStream leader election, as the cluster's own
+// store's.
 const jsTimeout = 30 * time.Second
+
+// readTry bounds one try of a read: a request to a stream whose leader
+// just died goes unanswered until the survivors elect another.
+const readTry = 5 * time.Second
+
+// read runs f, a read of the stream, again while JetStream leaves it
+// unanswered or says it has no leader, for up to jsTimeout: around a
+// node's death the survivors still send to the dead leader until they
+// elect another (docs/CLUSTER.md, "A node dies"). A read that found
+// nothing, or failed otherwise, is not tried again.
+func read(f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(jsTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), readTry)
+		err := f(ctx)
+		cancel()
+		if err == nil || !unanswered(err) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond) // not to spin while nobody answers at once
+	}
+}
+
+// unanswered reports whether err says nobody answered a request, or
+// that the stream has no leader to answer it yet.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.As(err, &apiErr) && apiErr.Code == 503
+}
 
 // jetStore keeps tasks in the stream BUB_A2A.
 type jetStore struct {
@@ -125,9 +156,11 @@ func taskSubject(id spec.TaskID) string { return subjectTask + token(string(id))
 // last returns the last message of subject and its stream sequence,
 // or nil and 0 when the subject has none.
 func (s *jetStore) last(subject string) ([]byte, uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-	defer cancel()
-	m, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	var m *jetstream.RawStreamMsg
+	err := read(func(ctx context.Context) (err error) {
+		m, err = s.stream.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, nil
 	}
@@ -379,9 +412,11 @@ func (s *jetStore) events(id spec.TaskID, after uint64) ([]storedEvent, error) {
 		if ch.Prev == 0 || len(ch.Events) > 0 && ch.Events[0].Seq <= after+1 {
 			break
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-		m, err := s.stream.GetMsg(ctx, ch.Prev)
-		cancel()
+		var m *jetstream.RawStreamMsg
+		err := read(func(ctx context.Context) (err error) {
+			m, err = s.stream.GetMsg(ctx, ch.Prev)
+			return err
+		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -402,8 +437,31 @@ func (s *jetStore) events(id spec.TaskID, after uint64) ([]storedEvent, error) {
 // consumer made for the pass: ListTasks and the sweep cost a pass over
 // every task, as on one node.
 func (s *jetStore) scan(fn func(ch *taskChange, seq uint64) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-	defer cancel()
+	var tasks map[spec.TaskID]taskAt
+	err := read(func(ctx context.Context) (err error) {
+		tasks, err = s.lastChanges(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("read tasks: %w", err)
+	}
+	for _, t := range tasks {
+		if err := fn(t.ch, t.seq); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// taskAt is a task's last change and its stream sequence.
+type taskAt struct {
+	ch  *taskChange
+	seq uint64
+}
+
+// lastChanges reads every task's last change, through a consumer made
+// for the pass.
+func (s *jetStore) lastChanges(ctx context.Context) (map[spec.TaskID]taskAt, error) {
 	cons, err := s.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubject:     subjectTask + ">",
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
@@ -413,7 +471,7 @@ func (s *jetStore) scan(fn func(ch *taskChange, seq uint64) error) error {
 		InactiveThreshold: time.Minute,
 	})
 	if err != nil {
-		return fmt.Errorf("read tasks: %w", err)
+		return nil, err
 	}
 	defer func() {
 		// Left behind, it ends with its InactiveThreshold.
@@ -421,38 +479,29 @@ func (s *jetStore) scan(fn func(ch *taskChange, seq uint64) error) error {
 	}()
 	// A change written during the pass comes after the task's last
 	// change as the pass began: the later wins.
-	type last struct {
-		ch  *taskChange
-		seq uint64
-	}
-	tasks := map[spec.TaskID]last{}
+	tasks := map[spec.TaskID]taskAt{}
 	for left := cons.CachedInfo().NumPending; left > 0; {
 		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchContext(ctx))
 		if err != nil {
-			return fmt.Errorf("read tasks: %w", err)
+			return nil, err
 		}
 		for m := range batch.Messages() {
 			meta, err := m.Metadata()
 			if err != nil {
-				return fmt.Errorf("read tasks: %w", err)
+				return nil, err
 			}
 			left = meta.NumPending
 			ch := new(taskChange)
 			if err := json.Unmarshal(m.Data(), ch); err != nil || ch.Rec == nil {
-				return fmt.Errorf("decode the task at %d of %s: %v", meta.Sequence.Stream, jetStreamName, err)
+				return nil, fmt.Errorf("decode the task at %d of %s: %v", meta.Sequence.Stream, jetStreamName, err)
 			}
-			tasks[ch.Rec.Task.ID] = last{ch, meta.Sequence.Stream}
+			tasks[ch.Rec.Task.ID] = taskAt{ch, meta.Sequence.Stream}
 		}
 		if err := batch.Error(); err != nil {
-			return fmt.Errorf("read tasks: %w", err)
+			return nil, err
 		}
 	}
-	for _, t := range tasks {
-		if err := fn(t.ch, t.seq); err != nil {
-			return err
-		}
-	}
-	return nil
+	return tasks, nil
 }
 
 func (s *jetStore) list(agent string, cursor *listKey, limit int, keep func(*taskRecord) bool) ([]*taskRecord, int, error) {
@@ -491,9 +540,9 @@ func (s *jetStore) sweep(retention time.Duration, now time.Time) (int, error) {
 		return 0, err
 	}
 	for i, o := range olds {
-		ctx, cancel := context.WithTimeout(context.Background(), jsTimeout)
-		err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(taskSubject(o.id)), jetstream.WithPurgeSequence(o.seq+1))
-		cancel()
+		err := read(func(ctx context.Context) error {
+			return s.stream.Purge(ctx, jetstream.WithPurgeSubject(taskSubject(o.id)), jetstream.WithPurgeSequence(o.seq+1))
+		})
 		if err != nil {
 			return i, fmt.Errorf("delete task %s: %w", o.id, err)
 		}

@@ -227,6 +227,9 @@ func (d *a2aDoor) start(ctx context.Context, addr net.Addr, reg prometheus.Regis
 		}
 		d.opts.JetStream, d.opts.Replicas = cs.JetStream()
 		store = "JetStream stream BUB_A2A"
+		if err := awaitReady(ctx, cl, log); err != nil {
+			return err
+		}
 	}
 	if d.opts.BusURL == "" {
 		d.opts.BusURL = "ws://" + dialable(addr) + "/"
@@ -242,6 +245,38 @@ func (d *a2aDoor) start(ctx context.Context, addr net.Addr, reg prometheus.Regis
 	}
 	log.Info("A2A serving", "agents", strings.Join(names, ","), "store", store, "catalog", "/a2a/.well-known/agent-cards.json")
 	return nil
+}
+
+// readyWait bounds how long the A2A server waits for its cluster node to
+// be ready, as a node's start waits for JetStream.
+const readyWait = time.Minute
+
+// awaitReady waits until the cluster node is ready (its /readyz): just
+// after it joined, it may not have heard the others' heartbeats yet, and
+// takes itself for a minority, where the A2A server's first act, the
+// claim of its clientId, is refused ("no quorum").
+func awaitReady(ctx context.Context, cl bus.Cluster, log *slog.Logger) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.Now().Add(readyWait)
+	said := false
+	for {
+		err := cl.Ready()
+		switch {
+		case err == nil:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("a2a: the cluster node is not ready after %v: %w", readyWait, err)
+		case !said:
+			log.Info("A2A waits for the cluster node to be ready", "err", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // close stops the A2A server: its streams end and its bus connections

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/bub-bus/bub/a2a/a2atest"
+	"github.com/bub-bus/bub/internal/checkfor"
+)
+
+// TestA2ACluster runs three bub serve processes as one cluster, each
+// with --a2a-config: a task sent on node a is read on node b and
+// followed there by a resumed stream; then a is killed with SIGKILL, and
+// the task is still read on c and completed, the stream on b getting the
+// completion across the death.
+func TestA2ACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster of three bub serve processes; -short skips it")
+	}
+	dir := t.TempDir()
+	a2aConfig := filepath.Join(dir, "a2a.yaml")
+	if err := os.WriteFile(a2aConfig, []byte("agents:\n  - {name: w, topic: \"agent:w\", client_id: a2a-gw}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"a", "b", "c"}
+	listen := make([]string, len(ids))
+	routes := make([]string, len(ids))
+	for i := range ids {
+		listen[i], routes[i] = freeAddr(t), freeAddr(t)
+	}
+	nodes := make([]*daemon, len(ids))
+	for i, id := range ids {
+		var others []string
+		for j, r := range routes {
+			if j != i {
+				others = append(others, "nats://"+r)
+			}
+		}
+		nodes[i] = spawnBusAt(t, listen[i], filepath.Join(dir, id), "--a2a-config", a2aConfig, "--log-level", "info",
+			"--cluster-name", "t", "--node-id", id, "--nats-listen", routes[i], "--nats-routes", strings.Join(others, ","),
+			"--cluster-node-timeout", "4s")
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, d := range nodes {
+				t.Logf("node %s's log:\n%s", ids[i], d.stderr)
+			}
+		}
+	})
+	url := func(i int) string { return nodes[i].http + "/a2a/w" }
+	for i := range nodes {
+		// The A2A door answers 503 until its node has joined the
+		// cluster (a majority up) and its server has connected, which
+		// it logs.
+		checkfor.Check(t, time.Minute, func() error {
+			if !strings.Contains(nodes[i].stderr.String(), "A2A serving") {
+				return fmt.Errorf("node %s has not logged \"A2A serving\"", ids[i])
+			}
+			return nil
+		})
+		a2atest.AwaitCard(t, url(i))
+	}
+	agent := a2atest.StartAgent(t, nodes[2].url, "w", "", "agent:w")
+
+	s := a2atest.OpenStream(t, url(0), "SendStreamingMessage", a2atest.UserMessage("m-1", "write"))
+	first, ok := s.Next(t)
+	task, isTask := first.Decode(t).(*spec.Task)
+	if !ok || !isTask {
+		t.Fatalf("first event of the stream on a: %+v", first)
+	}
+	p := agent.TaskOf(t, task)
+	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
+	last := s.UntilStatusText(t, "drafting")
+	s.Close()
+
+	var got spec.Task
+	a2atest.Post(t, url(1), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
+	if got.ID != task.ID || got.Status.State != spec.TaskStateWorking {
+		t.Fatalf("GetTask on b: %s %s, want %s working", got.ID, got.Status.State, task.ID)
+	}
+	follow := a2atest.OpenStream(t, url(1), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", strconv.FormatUint(last, 10))
+	agent.Say(t, p, map[string]any{"type": "a2a_artifact", "artifact": map[string]any{"artifactId": "draft", "parts": []any{map[string]any{"text": "part one"}}}})
+	ev, ok := follow.Next(t)
+	if _, isArt := ev.Decode(t).(*spec.TaskArtifactUpdateEvent); !ok || !isArt || ev.ID != last+1 {
+		t.Fatalf("the stream on b after event %d: %+v, want the artifact", last, ev)
+	}
+
+	nodes[0].kill() // SIGKILL
+	killed := time.Now()
+	a2atest.Post(t, url(2), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
+	if got.ID != task.ID || len(got.Artifacts) != 1 {
+		t.Fatalf("GetTask on c after a was killed: %+v", got)
+	}
+	// Until the others presume a dead, its server's subscription may be
+	// the one the answer goes to, and the delivery fails.
+	checkfor.Check(t, a2atest.Timeout, func() error {
+		res, err := agent.Conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "a2a_status", "state": "completed", "text": "done"}, nil)
+		if err != nil {
+			return err
+		}
+		if len(res.Acks) != 1 || !res.Acks[0].Processed {
+			return fmt.Errorf("the answer after a was killed was acked %+v", res.Acks)
+		}
+		return nil
+	})
+	t.Logf("the answer reached a survivor's A2A server %v after a was killed", time.Since(killed).Round(time.Millisecond))
+	rest := follow.All(t)
+	if len(rest) != 1 || rest[0].ID != last+2 {
+		t.Fatalf("the stream on b after a was killed: %+v, want the one event after %d", rest, last+1)
+	}
+	if su, ok := rest[0].Decode(t).(*spec.TaskStatusUpdateEvent); !ok || su.Status.State != spec.TaskStateCompleted {
+		t.Fatalf("the stream on b ended with %+v, want completed", rest[0].Decode(t))
+	}
+	var list spec.ListTasksResponse
+	a2atest.Post(t, url(2), "ListTasks", map[string]any{}).Decode(t, &list)
+	if list.TotalSize != 1 || list.Tasks[0].Status.State != spec.TaskStateCompleted {
+		t.Fatalf("ListTasks on c: %+v", list)
+	}
+}
