@@ -53,6 +53,10 @@ const (
 // store's.
 const jsTimeout = 30 * time.Second
 
+// openTimeout bounds the making of the stream and its watch, as the
+// cluster bounds a node's start.
+const openTimeout = time.Minute
+
 // readTry bounds one try of a read: a request to a stream whose leader
 // just died goes unanswered until the survivors elect another.
 const readTry = 5 * time.Second
@@ -63,12 +67,19 @@ const readTry = 5 * time.Second
 // elect another (docs/CLUSTER.md, "A node dies"). A read that found
 // nothing, or failed otherwise, is not tried again.
 func read(f func(ctx context.Context) error) error {
-	deadline := time.Now().Add(jsTimeout)
+	return tryUntil(context.Background(), jsTimeout, f)
+}
+
+// tryUntil runs f, readTry at a time, again while JetStream leaves it
+// unanswered or has no leader to answer, until total has passed or ctx
+// ends.
+func tryUntil(ctx context.Context, total time.Duration, f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(total)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), readTry)
-		err := f(ctx)
+		tctx, cancel := context.WithTimeout(ctx, readTry)
+		err := f(tctx)
 		cancel()
-		if err == nil || !unanswered(err) || time.Now().After(deadline) {
+		if err == nil || !unanswered(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
 		time.Sleep(100 * time.Millisecond) // not to spin while nobody answers at once
@@ -106,33 +117,41 @@ type taskChange struct {
 // starts watching it: changed hears of every change of a task by any
 // node.
 func openJetStore(ctx context.Context, js jetstream.JetStream, replicas int, log *slog.Logger, changed func(spec.TaskID)) (*jetStore, error) {
-	ctx, cancel := context.WithTimeout(ctx, jsTimeout)
-	defer cancel()
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              jetStreamName,
-		Description:       "A2A tasks, their event logs and idempotency records (bub serve --a2a-config)",
-		Subjects:          []string{"bub.a2a.>"},
-		Storage:           jetstream.FileStorage,
-		Replicas:          max(1, replicas),
-		MaxMsgsPerSubject: -1,
-		AllowMsgTTL:       true,
+	// Every node makes it as it starts, all at once when the cluster
+	// does, while JetStream may still be electing leaders.
+	var stream jetstream.Stream
+	err := tryUntil(ctx, openTimeout, func(ctx context.Context) (err error) {
+		stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:              jetStreamName,
+			Description:       "A2A tasks, their event logs and idempotency records (bub serve --a2a-config)",
+			Subjects:          []string{"bub.a2a.>"},
+			Storage:           jetstream.FileStorage,
+			Replicas:          max(1, replicas),
+			MaxMsgsPerSubject: -1,
+			AllowMsgTTL:       true,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("a2a: task store: make stream %s: %w", jetStreamName, err)
 	}
 	s := &jetStore{js: js, stream: stream, log: log}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subjectTask + ">"},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-		HeadersOnly:    true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("a2a: task store: watch stream %s: %w", jetStreamName, err)
-	}
-	s.watch, err = cons.Consume(func(m jetstream.Msg) {
-		if id := m.Headers().Get(headerTask); id != "" {
-			changed(spec.TaskID(id))
+	var cons jetstream.Consumer
+	err = tryUntil(ctx, openTimeout, func(ctx context.Context) (err error) {
+		cons, err = stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{subjectTask + ">"},
+			DeliverPolicy:  jetstream.DeliverNewPolicy,
+			HeadersOnly:    true,
+		})
+		if err != nil {
+			return err
 		}
+		s.watch, err = cons.Consume(func(m jetstream.Msg) {
+			if id := m.Headers().Get(headerTask); id != "" {
+				changed(spec.TaskID(id))
+			}
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("a2a: task store: watch stream %s: %w", jetStreamName, err)
