@@ -6,8 +6,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 
@@ -23,7 +25,7 @@ import (
 // task store in JetStream. A task sent on a is read on b, followed there
 // by a resumed stream that hears what a's server writes, retried on c
 // without a second task, and changed from every node at once without a
-// lost event; then a dies, as kill -9 looks to the others, and the task
+// lost event; one send on every node at once makes one task; then a dies, as kill -9 looks to the others, and the task
 // is still read, listed and completed on the survivors, the stream on b
 // going on across the death.
 func TestCluster(t *testing.T) {
@@ -53,6 +55,7 @@ func TestCluster(t *testing.T) {
 		doors[id] = f
 	}
 	a, b, c := doors["a"], doors["b"], doors["c"]
+	began := time.Now()
 	agent := a2atest.StartAgent(t, nodes[2].URL, "w", "", "agent:w")
 
 	// Sent on a; the agent, on c, answers through a's server.
@@ -86,10 +89,41 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("the retry on c made task %s, want %s", again.ID, task.ID)
 	}
 
+	// One new send on the three nodes at once: one task, published once
+	// (the idempotency record is written only where none is).
+	var wg sync.WaitGroup
+	sent := make(chan any, 3)
+	for _, d := range []*fixture{a, b, c} {
+		wg.Go(func() {
+			task, err := a2atest.TrySubmit(t.Context(), d.url("w"), "m-2", "once")
+			if err != nil {
+				sent <- err
+				return
+			}
+			sent <- task.ID
+		})
+	}
+	wg.Wait()
+	close(sent)
+	var once spec.TaskID
+	for v := range sent {
+		id, ok := v.(spec.TaskID)
+		switch {
+		case !ok:
+			t.Fatal(v)
+		case once == "":
+			once = id
+		case id != once:
+			t.Fatalf("one send on three nodes at once made tasks %s and %s", once, id)
+		}
+	}
+	if got := agent.Next(t); got.A2A.Message.ID != "m-2" {
+		t.Fatalf("the agent got %q, want m-2", got.A2A.Message.ID)
+	}
+
 	// Messages to the task on all three nodes at once: each node writes
 	// over the change it read, and reads again when another came first.
 	const each = 4
-	var wg sync.WaitGroup
 	errs := make(chan error, 3*each)
 	for _, d := range []*fixture{a, b, c} {
 		for j := range each {
@@ -110,7 +144,10 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	for range 3 * each {
-		agent.Next(t) // each message reached the agent once
+		// Each message reached the agent once, and m-2 no more.
+		if got := agent.Next(t); !strings.HasPrefix(got.A2A.Message.ID, "more-") {
+			t.Fatalf("the agent got %q, want one of the messages sent at once", got.A2A.Message.ID)
+		}
 	}
 	a2atest.Post(t, c.url("w"), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
 	if n := len(got.History); n != 1+3*each+1 {
@@ -127,6 +164,8 @@ func TestCluster(t *testing.T) {
 
 	// a dies as kill -9 looks to the others: its cluster node and its
 	// connections go at once, with none of its keys removed.
+	t.Logf("a dies %v into the test", time.Since(began).Round(time.Millisecond))
+	died := time.Now()
 	clusters["a"].(interface{ Crash() }).Crash()
 	nodes[0].HTTP.CloseClientConnections()
 	a.close()
@@ -151,6 +190,7 @@ func TestCluster(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("the answer reached a survivor's server %v after a died", time.Since(died).Round(time.Millisecond))
 	rest := follow.All(t)
 	if len(rest) != 1 || rest[0].ID != last+1 {
 		t.Fatalf("the stream on b after a died: %+v, want the one event after %d", rest, last)
@@ -160,7 +200,7 @@ func TestCluster(t *testing.T) {
 	}
 	var list spec.ListTasksResponse
 	a2atest.Post(t, b.url("w"), "ListTasks", map[string]any{}).Decode(t, &list)
-	if list.TotalSize != 1 || list.Tasks[0].ID != task.ID || list.Tasks[0].Status.State != spec.TaskStateCompleted {
+	if list.TotalSize != 2 || list.Tasks[0].ID != task.ID || list.Tasks[0].Status.State != spec.TaskStateCompleted || list.Tasks[1].ID != once {
 		t.Fatalf("ListTasks on b: %+v", list)
 	}
 }
