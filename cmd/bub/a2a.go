@@ -40,7 +40,8 @@ type a2aFile struct {
 	// PublicURL is what the cards give as the agents' URL, up to
 	// /a2a/. Default: the scheme and Host of the request for the card.
 	PublicURL string `yaml:"public_url"`
-	// Store is the task store's file. Default: DATA_DIR/a2a.db.
+	// Store is the task store's file. Default: DATA_DIR/a2a.db. A
+	// cluster node keeps its tasks in JetStream instead.
 	Store string `yaml:"store"`
 	// Retention is how long a task and its idempotency key are kept
 	// after their last change. Default: 24h.
