@@ -193,7 +193,7 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	}
 	s := &Server{opts: o, m: m, agents: map[string]*agent{}, conns: map[string]*peer.Conn{}, log: o.Logger, watchers: map[spec.TaskID][]chan struct{}{}, earlyDead: map[string]deadLetterEvent{}}
 	if o.JetStream != nil {
-		s.store, err = openJetStore(ctx, o.JetStream, o.Replicas, s.log, s.notify)
+		s.store, err = openJetStore(ctx, o.JetStream, o.Replicas, s.notify)
 	} else {
 		s.store, err = openBoltStore(o.Path)
 	}

@@ -2,7 +2,6 @@ package a2a
 
 import (
 	"errors"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -30,7 +29,7 @@ func TestStoreRetention(t *testing.T) {
 		clustertest.StartEach(t, nil, func(_ string, o *bus.Options) { cl = o.Cluster }, "a")
 		js, replicas := cluster.StoreOf(cl).JetStream()
 		testRetention(t, func() (taskStore, error) {
-			return openJetStore(t.Context(), js, replicas, slog.New(slog.DiscardHandler), func(spec.TaskID) {})
+			return openJetStore(t.Context(), js, replicas, func(spec.TaskID) {})
 		})
 	})
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -33,7 +32,7 @@ import (
 //   - bub.a2a.idem.<hash of the key>: an idempotency record, with a TTL
 //     of the retention window.
 //   - bub.a2a.bus.<hash of the id>: the task of a message the bus may
-//     dead-letter later, with the same TTL.
+//     dead-letter later, with a TTL of a week (busMessageTTL).
 //
 // Hashes, because a subject token cannot hold every character of an id
 // or a key. Reads go to the stream's leader (the stream allows no
@@ -99,7 +98,6 @@ type jetStore struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	watch  jetstream.ConsumeContext
-	log    *slog.Logger
 }
 
 var _ taskStore = (*jetStore)(nil)
@@ -116,7 +114,7 @@ type taskChange struct {
 // openJetStore makes (or binds) the stream, with replicas copies, and
 // starts watching it: changed hears of every change of a task by any
 // node.
-func openJetStore(ctx context.Context, js jetstream.JetStream, replicas int, log *slog.Logger, changed func(spec.TaskID)) (*jetStore, error) {
+func openJetStore(ctx context.Context, js jetstream.JetStream, replicas int, changed func(spec.TaskID)) (*jetStore, error) {
 	// Every node makes it as it starts, all at once when the cluster
 	// does, while JetStream may still be electing leaders.
 	var stream jetstream.Stream
@@ -135,7 +133,7 @@ func openJetStore(ctx context.Context, js jetstream.JetStream, replicas int, log
 	if err != nil {
 		return nil, fmt.Errorf("a2a: task store: make stream %s: %w", jetStreamName, err)
 	}
-	s := &jetStore{js: js, stream: stream, log: log}
+	s := &jetStore{js: js, stream: stream}
 	var cons jetstream.Consumer
 	err = tryUntil(ctx, openTimeout, func(ctx context.Context) (err error) {
 		cons, err = stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
