@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,10 +17,11 @@ import (
 )
 
 // TestA2ACluster runs three bub serve processes as one cluster, each
-// with --a2a-config: a task sent on node a is read on node b and
-// followed there by a resumed stream; then a is killed with SIGKILL, and
-// the task is still read on c and completed, the stream on b getting the
-// completion across the death.
+// with --a2a-config: a task sent on node a, the node whose A2A server
+// takes the agents' answers, is read on node b and followed there by a
+// resumed stream; then a is killed with SIGKILL, and the task is still
+// read on c and completed through another node's server, the stream on
+// b getting the completion across the death.
 func TestA2ACluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a cluster of three bub serve processes; -short skips it")
@@ -67,9 +69,24 @@ func TestA2ACluster(t *testing.T) {
 		})
 		a2atest.AwaitCard(t, url(i))
 	}
-	agent := a2atest.StartAgent(t, nodes[2].url, "w", "", "agent:w")
+	// The node whose A2A server subscribed outbound:a2a- last takes the
+	// answers (last match wins): an answer to no task, which it
+	// rejects, names it. That node is the one killed, so the answer
+	// after its death must find another node's server.
+	probe := a2atest.StartAgent(t, nodes[0].url, "probe", "", "agent:probe")
+	res, err := probe.Conn.SendMessage(t.Context(), "outbound:a2a-probe", map[string]any{"type": "plaintext_message", "text": "?"}, nil)
+	if err != nil || len(res.Acks) != 1 {
+		t.Fatalf("the probe's answer: %+v, %v", res, err)
+	}
+	a := slices.Index(ids, strings.TrimPrefix(res.Acks[0].ClientID, "a2a-gw-"))
+	if a < 0 {
+		t.Fatalf("the probe's answer went to %q, no node's A2A server", res.Acks[0].ClientID)
+	}
+	b, c := (a+1)%3, (a+2)%3
+	t.Logf("node %s's A2A server takes the answers; it will be killed", ids[a])
+	agent := a2atest.StartAgent(t, nodes[c].url, "w", "", "agent:w")
 
-	s := a2atest.OpenStream(t, url(0), "SendStreamingMessage", a2atest.UserMessage("m-1", "write"))
+	s := a2atest.OpenStream(t, url(a), "SendStreamingMessage", a2atest.UserMessage("m-1", "write"))
 	first, ok := s.Next(t)
 	task, isTask := first.Decode(t).(*spec.Task)
 	if !ok || !isTask {
@@ -81,26 +98,27 @@ func TestA2ACluster(t *testing.T) {
 	s.Close()
 
 	var got spec.Task
-	a2atest.Post(t, url(1), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
+	a2atest.Post(t, url(b), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
 	if got.ID != task.ID || got.Status.State != spec.TaskStateWorking {
 		t.Fatalf("GetTask on b: %s %s, want %s working", got.ID, got.Status.State, task.ID)
 	}
-	follow := a2atest.OpenStream(t, url(1), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", strconv.FormatUint(last, 10))
+	follow := a2atest.OpenStream(t, url(b), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", strconv.FormatUint(last, 10))
 	agent.Say(t, p, map[string]any{"type": "a2a_artifact", "artifact": map[string]any{"artifactId": "draft", "parts": []any{map[string]any{"text": "part one"}}}})
 	ev, ok := follow.Next(t)
 	if _, isArt := ev.Decode(t).(*spec.TaskArtifactUpdateEvent); !ok || !isArt || ev.ID != last+1 {
 		t.Fatalf("the stream on b after event %d: %+v, want the artifact", last, ev)
 	}
 
-	nodes[0].kill() // SIGKILL
+	nodes[a].kill() // SIGKILL
 	killed := time.Now()
-	a2atest.Post(t, url(2), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
+	a2atest.Post(t, url(c), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
 	if got.ID != task.ID || len(got.Artifacts) != 1 {
 		t.Fatalf("GetTask on c after a was killed: %+v", got)
 	}
-	// Until the others presume a dead, its server's subscription may be
-	// the one the answer goes to, and the delivery fails.
-	checkfor.Check(t, a2atest.Timeout, func() error {
+	// Until the others presume a dead (--cluster-node-timeout), its
+	// server's subscription is the one the answer goes to, and the
+	// delivery fails.
+	checkfor.Check(t, time.Minute, func() error {
 		res, err := agent.Conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "a2a_status", "state": "completed", "text": "done"}, nil)
 		if err != nil {
 			return err
@@ -119,7 +137,7 @@ func TestA2ACluster(t *testing.T) {
 		t.Fatalf("the stream on b ended with %+v, want completed", rest[0].Decode(t))
 	}
 	var list spec.ListTasksResponse
-	a2atest.Post(t, url(2), "ListTasks", map[string]any{}).Decode(t, &list)
+	a2atest.Post(t, url(c), "ListTasks", map[string]any{}).Decode(t, &list)
 	if list.TotalSize != 1 || list.Tasks[0].Status.State != spec.TaskStateCompleted {
 		t.Fatalf("ListTasks on c: %+v", list)
 	}
