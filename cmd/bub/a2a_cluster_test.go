@@ -128,7 +128,7 @@ func TestA2ACluster(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("the answer reached a survivor's A2A server %v after a was killed", time.Since(killed).Round(time.Millisecond))
+	t.Logf("the answer reached a survivor's A2A server %v after node %s was killed", time.Since(killed).Round(time.Millisecond), ids[a])
 	rest := follow.All(t)
 	if len(rest) != 1 || rest[0].ID != last+2 {
 		t.Fatalf("the stream on b after a was killed: %+v, want the one event after %d", rest, last+1)
