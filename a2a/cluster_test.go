@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/cluster"
 	"github.com/bub-bus/bub/cluster/clustertest"
-	"github.com/bub-bus/bub/internal/checkfor"
 )
 
 // TestCluster: three bus nodes, each with its own A2A server, share the
@@ -58,31 +55,11 @@ func TestCluster(t *testing.T) {
 	began := time.Now()
 	agent := a2atest.StartAgent(t, nodes[2].URL, "w", "", "agent:w")
 
-	// Sent on a; the agent, on c, answers through a's server.
-	s := a2atest.OpenStream(t, a.url("w"), "SendStreamingMessage", a2atest.UserMessage("m-1", "write"))
-	first, ok := s.Next(t)
-	task, isTask := first.Decode(t).(*spec.Task)
-	if !ok || !isTask {
-		t.Fatalf("first event of the stream on a: %+v", first)
-	}
-	p := agent.TaskOf(t, task)
-	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
-	last := s.UntilStatusText(t, "drafting")
-	s.Close()
-
-	// Read on b, and followed there from the event the client had.
+	// Sent on a; the agent, on c, answers through a's server. Read on
+	// b, and followed there from the event the client had.
+	task, p, last := agent.StartWorking(t, a.url("w"), "m-1", "write")
+	follow, last := agent.FollowElsewhere(t, b.url("w"), task, p, last)
 	var got spec.Task
-	a2atest.Post(t, b.url("w"), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
-	if got.ID != task.ID || got.Status.State != spec.TaskStateWorking {
-		t.Fatalf("GetTask on b: %s %s, want %s working", got.ID, got.Status.State, task.ID)
-	}
-	follow := a2atest.OpenStream(t, b.url("w"), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", strconv.FormatUint(last, 10))
-	agent.Say(t, p, map[string]any{"type": "a2a_artifact", "artifact": map[string]any{"artifactId": "draft", "parts": []any{map[string]any{"text": "part one"}}}})
-	ev, ok := follow.Next(t)
-	if art, isArt := ev.Decode(t).(*spec.TaskArtifactUpdateEvent); !ok || !isArt || ev.ID != last+1 || art.Artifact.ID != "draft" {
-		t.Fatalf("the stream on b after event %d: %+v, want the artifact a's server wrote", last, ev)
-	}
-	last = ev.ID
 
 	// A retry on c is the same task, and publishes nothing.
 	if again := a2atest.Submit(t, c.url("w"), "m-1", "write"); again.ID != task.ID {
@@ -177,27 +154,8 @@ func TestCluster(t *testing.T) {
 	// The agent's answer reaches a survivor's server once a's
 	// subscription has left the order (the node timeout); until then it
 	// goes to a, whose delivery fails.
-	checkfor.Check(t, clustertest.Timeout, func() error {
-		if slices.Contains(clusters["c"].Live(), "a") {
-			return fmt.Errorf("c still takes a for live: %v", clusters["c"].Live())
-		}
-		res, err := agent.Conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "a2a_status", "state": "completed", "text": "done"}, nil)
-		if err != nil {
-			return err
-		}
-		if len(res.Acks) != 1 || !res.Acks[0].Processed {
-			return fmt.Errorf("the answer after a died was acked %+v", res.Acks)
-		}
-		return nil
-	})
+	agent.CompleteAfterDeath(t, p, follow, last, clustertest.Timeout)
 	t.Logf("the answer reached a survivor's server %v after a died", time.Since(died).Round(time.Millisecond))
-	rest := follow.All(t)
-	if len(rest) != 1 || rest[0].ID != last+1 {
-		t.Fatalf("the stream on b after a died: %+v, want the one event after %d", rest, last)
-	}
-	if su, ok := rest[0].Decode(t).(*spec.TaskStatusUpdateEvent); !ok || su.Status.State != spec.TaskStateCompleted {
-		t.Fatalf("the stream on b ended with %+v, want completed", rest[0].Decode(t))
-	}
 	var list spec.ListTasksResponse
 	a2atest.Post(t, b.url("w"), "ListTasks", map[string]any{}).Decode(t, &list)
 	if list.TotalSize != 2 || list.Tasks[0].ID != task.ID || list.Tasks[0].Status.State != spec.TaskStateCompleted || list.Tasks[1].ID != once {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,28 +85,9 @@ func TestA2ACluster(t *testing.T) {
 	t.Logf("node %s's A2A server takes the answers; it will be killed", ids[a])
 	agent := a2atest.StartAgent(t, nodes[c].url, "w", "", "agent:w")
 
-	s := a2atest.OpenStream(t, url(a), "SendStreamingMessage", a2atest.UserMessage("m-1", "write"))
-	first, ok := s.Next(t)
-	task, isTask := first.Decode(t).(*spec.Task)
-	if !ok || !isTask {
-		t.Fatalf("first event of the stream on a: %+v", first)
-	}
-	p := agent.TaskOf(t, task)
-	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "working", "text": "drafting"})
-	last := s.UntilStatusText(t, "drafting")
-	s.Close()
-
+	task, p, last := agent.StartWorking(t, url(a), "m-1", "write")
+	follow, last := agent.FollowElsewhere(t, url(b), task, p, last)
 	var got spec.Task
-	a2atest.Post(t, url(b), "GetTask", map[string]any{"id": task.ID}).Decode(t, &got)
-	if got.ID != task.ID || got.Status.State != spec.TaskStateWorking {
-		t.Fatalf("GetTask on b: %s %s, want %s working", got.ID, got.Status.State, task.ID)
-	}
-	follow := a2atest.OpenStream(t, url(b), "SubscribeToTask", map[string]any{"id": task.ID}, "Last-Event-ID", strconv.FormatUint(last, 10))
-	agent.Say(t, p, map[string]any{"type": "a2a_artifact", "artifact": map[string]any{"artifactId": "draft", "parts": []any{map[string]any{"text": "part one"}}}})
-	ev, ok := follow.Next(t)
-	if _, isArt := ev.Decode(t).(*spec.TaskArtifactUpdateEvent); !ok || !isArt || ev.ID != last+1 {
-		t.Fatalf("the stream on b after event %d: %+v, want the artifact", last, ev)
-	}
 
 	nodes[a].kill() // SIGKILL
 	killed := time.Now()
@@ -118,24 +98,8 @@ func TestA2ACluster(t *testing.T) {
 	// Until the others presume a dead (--cluster-node-timeout), its
 	// server's subscription is the one the answer goes to, and the
 	// delivery fails.
-	checkfor.Check(t, time.Minute, func() error {
-		res, err := agent.Conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "a2a_status", "state": "completed", "text": "done"}, nil)
-		if err != nil {
-			return err
-		}
-		if len(res.Acks) != 1 || !res.Acks[0].Processed {
-			return fmt.Errorf("the answer after a was killed was acked %+v", res.Acks)
-		}
-		return nil
-	})
+	agent.CompleteAfterDeath(t, p, follow, last, time.Minute)
 	t.Logf("the answer reached a survivor's A2A server %v after node %s was killed", time.Since(killed).Round(time.Millisecond), ids[a])
-	rest := follow.All(t)
-	if len(rest) != 1 || rest[0].ID != last+2 {
-		t.Fatalf("the stream on b after a was killed: %+v, want the one event after %d", rest, last+1)
-	}
-	if su, ok := rest[0].Decode(t).(*spec.TaskStatusUpdateEvent); !ok || su.Status.State != spec.TaskStateCompleted {
-		t.Fatalf("the stream on b ended with %+v, want completed", rest[0].Decode(t))
-	}
 	var list spec.ListTasksResponse
 	a2atest.Post(t, url(c), "ListTasks", map[string]any{}).Decode(t, &list)
 	if list.TotalSize != 1 || list.Tasks[0].Status.State != spec.TaskStateCompleted {
