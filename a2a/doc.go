@@ -29,7 +29,9 @@
 // Tasks, their event logs and idempotency records live in a bbolt file
 // (Options.Path), fsynced at each commit, so a task survives kill -9 of
 // the process. They are kept for Options.Retention after their last
-// change, then deleted.
+// change, then deleted. On a cluster (Options.JetStream) they are in the
+// replicated stream BUB_A2A instead, shared by every node's server
+// (store_jetstream.go; docs/A2A.md, "Cluster").
 //
 // # Extensions
 //
