@@ -24,7 +24,7 @@ import (
 // without a second task, and changed from every node at once without a
 // lost event; one send on every node at once makes one task; then a dies, as kill -9 looks to the others, and the task
 // is still read, listed and completed on the survivors, the stream on b
-// going on across the death.
+// going on across the death; push notifications are refused on it.
 func TestCluster(t *testing.T) {
 	var mu sync.Mutex
 	clusters := map[string]bus.Cluster{}
@@ -156,6 +156,27 @@ func TestCluster(t *testing.T) {
 	// goes to a, whose delivery fails.
 	agent.CompleteAfterDeath(t, p, follow, last, clustertest.Timeout)
 	t.Logf("the answer reached a survivor's server %v after a died", time.Since(died).Round(time.Millisecond))
+
+	// No push notifications on a cluster: the card says so, and every
+	// way to make, read or delete a config answers
+	// PushNotificationNotSupportedError, a SendMessage with one making
+	// no task (ListTasks below).
+	if card := a2atest.AwaitCard(t, b.url("w")); card.Capabilities.PushNotifications {
+		t.Fatal("the card on b offers push notifications on a cluster")
+	}
+	config := map[string]any{"url": "https://example.com/hook", "id": "c-1"}
+	for method, params := range map[string]map[string]any{
+		"CreateTaskPushNotificationConfig": {"taskId": task.ID, "url": config["url"]},
+		"GetTaskPushNotificationConfig":    {"taskId": task.ID, "id": config["id"]},
+		"ListTaskPushNotificationConfigs":  {"taskId": task.ID},
+		"DeleteTaskPushNotificationConfig": {"taskId": task.ID, "id": config["id"]},
+	} {
+		a2atest.Post(t, c.url("w"), method, params).WantCode(t, a2a.CodePushNotSupported)
+	}
+	pushed := a2atest.UserMessage("m-push", "pushed")
+	pushed["configuration"] = map[string]any{"taskPushNotificationConfig": config}
+	a2atest.Post(t, b.url("w"), "SendMessage", pushed).WantCode(t, a2a.CodePushNotSupported)
+
 	var list spec.ListTasksResponse
 	a2atest.Post(t, b.url("w"), "ListTasks", map[string]any{}).Decode(t, &list)
 	if list.TotalSize != 2 || list.Tasks[0].ID != task.ID || list.Tasks[0].Status.State != spec.TaskStateCompleted || list.Tasks[1].ID != once {

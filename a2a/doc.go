@@ -6,7 +6,9 @@
 // SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask
 // and the four push notification config methods) at the base URL itself.
 // Push notifications go out through the bus's signed webhooks (push.go;
-// VerifyPush checks one).
+// VerifyPush checks one); a cluster's servers answer
+// PushNotificationNotSupportedError, since a cluster keeps no webhook
+// subscriptions.
 //
 // Start with New, which connects to the bus and returns a Server, an
 // http.Handler to mount beside the bus's own (bub serve does so with
