@@ -285,6 +285,7 @@ func agentMessage(id spec.TaskID, contextID, text string) *spec.Message {
 func (s *Server) setStatus(id spec.TaskID, ok func(spec.TaskState) bool, state spec.TaskState, msg *spec.Message) (bool, error) {
 	changed := false
 	_, err := s.store.update(id, time.Now(), func(rec *taskRecord) ([]spec.Event, error) {
+		changed = false // again at each run (taskStore.update)
 		if !ok(rec.Task.Status.State) {
 			return nil, nil
 		}
@@ -332,6 +333,7 @@ func (s *Server) takeAnswer(d *peer.Delivery) (peer.Result, string, error) {
 	var refused error
 	finished := false
 	rec, err := s.store.update(id, time.Now(), func(rec *taskRecord) ([]spec.Event, error) {
+		refused, finished = nil, false // again at each run (taskStore.update)
 		if rec.Task.Status.State.Terminal() {
 			finished = true
 			return nil, nil // finished tasks do not change

@@ -52,7 +52,7 @@ func (s *Server) card(a *agent, base string) *spec.AgentCard {
 		Skills:             skills,
 		Capabilities: spec.AgentCapabilities{
 			Streaming:         true,
-			PushNotifications: true,
+			PushNotifications: s.push != nil,
 			Extensions: []spec.AgentExtension{
 				{
 					URI:         ExtensionResumableStreams,

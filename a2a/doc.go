@@ -6,7 +6,9 @@
 // SendStreamingMessage, GetTask, ListTasks, CancelTask, SubscribeToTask
 // and the four push notification config methods) at the base URL itself.
 // Push notifications go out through the bus's signed webhooks (push.go;
-// VerifyPush checks one).
+// VerifyPush checks one); a cluster's servers answer
+// PushNotificationNotSupportedError, since a cluster keeps no webhook
+// subscriptions.
 //
 // Start with New, which connects to the bus and returns a Server, an
 // http.Handler to mount beside the bus's own (bub serve does so with
@@ -29,7 +31,9 @@
 // Tasks, their event logs and idempotency records live in a bbolt file
 // (Options.Path), fsynced at each commit, so a task survives kill -9 of
 // the process. They are kept for Options.Retention after their last
-// change, then deleted.
+// change, then deleted. On a cluster (Options.JetStream) they are in the
+// replicated stream BUB_A2A instead, shared by every node's server
+// (store_jetstream.go; docs/A2A.md, "Cluster").
 //
 // # Extensions
 //

@@ -67,10 +67,22 @@ func hookName(id spec.TaskID, configID string) string {
 const maxPushConfigs = 16
 
 // pushers tracks the tasks whose events go to their push topic, and
-// the one goroutine per task that publishes them.
+// the one goroutine per task that publishes them. A Server without
+// (nil) serves no push notifications: a cluster's.
 type pushers struct {
+	store pushStore
 	mu    sync.Mutex
 	tasks map[spec.TaskID]*pusher
+}
+
+// errPushNotServed answers the push methods, and a SendMessage with a
+// push config, on a server without pushers (§3.3.2's
+// PushNotificationNotSupportedError).
+func (s *Server) errPushNotServed() error {
+	if s.push != nil {
+		return nil
+	}
+	return errorf(CodePushNotSupported, "push notifications are not served on a cluster (the card says capabilities.pushNotifications false): the bus keeps no webhook subscriptions there; poll GetTask or follow SubscribeToTask instead")
 }
 
 // pusher is one task's publishing state: running while a goroutine
@@ -128,7 +140,7 @@ func (s *Server) addPush(ctx context.Context, a *agent, id spec.TaskID, pc *spec
 		headers["Authorization"] = strings.TrimSpace(cfg.Auth.Scheme + " " + cfg.Auth.Credentials)
 	}
 	// A config replaced keeps its name: the old subscription goes first.
-	old, err := s.store.getPush(id)
+	old, err := s.push.store.getPush(id)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +169,7 @@ func (s *Server) addPush(ctx context.Context, a *agent, id spec.TaskID, pc *spec
 		}
 		return nil, fmt.Errorf("make the webhook subscription of push notification config %q of task %s on the bus as %q (it needs admin): %w", cfg.ID, id, a.ClientID, err)
 	}
-	err = s.store.updatePush(id, func(pr *pushRecord, seq uint64) error {
+	err = s.push.store.updatePush(id, func(pr *pushRecord, seq uint64) error {
 		pr.Agent = a.Name
 		pr.Configs = slices.DeleteFunc(pr.Configs, func(c *storedPushConfig) bool { return c.Hook == name })
 		// It gets the events from now on; a SendMessage's config, made
@@ -207,7 +219,7 @@ func (s *Server) dropHooks(conn *peer.Conn, names []string) {
 // would have made had it not failed or been a retry.
 func (s *Server) dropPush(a *agent, id spec.TaskID) {
 	var names []string
-	err := s.store.updatePush(id, func(pr *pushRecord, _ uint64) error {
+	err := s.push.store.updatePush(id, func(pr *pushRecord, _ uint64) error {
 		for _, c := range pr.Configs {
 			names = append(names, c.Hook)
 		}
@@ -227,6 +239,24 @@ func pushConfigOf(p *spec.SendMessageRequest) *spec.PushConfig {
 		return nil
 	}
 	return p.Config.PushConfig
+}
+
+// pushMethod answers the four push notification config methods, or
+// PushNotificationNotSupportedError where push is not served.
+func (s *Server) pushMethod(c *call) (any, error) {
+	if err := s.errPushNotServed(); err != nil {
+		return nil, err
+	}
+	switch c.req.Method {
+	case methodCreatePushConfig:
+		return s.createPushConfig(c)
+	case methodGetPushConfig:
+		return s.getPushConfig(c)
+	case methodListPushConfigs:
+		return s.listPushConfigs(c)
+	default:
+		return s.deletePushConfig(c)
+	}
 }
 
 // createPushConfig answers CreateTaskPushNotificationConfig.
@@ -253,7 +283,7 @@ func (s *Server) taskPush(c *call, id spec.TaskID) (*pushRecord, error) {
 	if _, err := s.lookup(c, id); err != nil {
 		return nil, err
 	}
-	return s.store.getPush(id)
+	return s.push.store.getPush(id)
 }
 
 // getPushConfig answers GetTaskPushNotificationConfig.
@@ -329,7 +359,7 @@ func (s *Server) deletePushConfig(c *call) (any, error) {
 // forgetPush deletes the config of task id whose subscription is hook
 // from the store, once the subscription is gone.
 func (s *Server) forgetPush(id spec.TaskID, hook string) error {
-	return s.store.updatePush(id, func(pr *pushRecord, _ uint64) error {
+	return s.push.store.updatePush(id, func(pr *pushRecord, _ uint64) error {
 		pr.Configs = slices.DeleteFunc(pr.Configs, func(sc *storedPushConfig) bool { return sc.Hook == hook })
 		return nil
 	})
@@ -338,6 +368,9 @@ func (s *Server) forgetPush(id spec.TaskID, hook string) error {
 // kickPush starts publishing task id's new events on its push topic,
 // if it has configs and no goroutine does so already.
 func (s *Server) kickPush(id spec.TaskID) {
+	if s.push == nil {
+		return
+	}
 	s.push.mu.Lock()
 	p := s.push.tasks[id]
 	start := p != nil && !p.running
@@ -400,7 +433,7 @@ func (s *Server) pushLoop(id spec.TaskID, p *pusher) {
 // task without configs. An error is the bus out of reach; an event the
 // bus refuses is logged and skipped, since it would refuse it again.
 func (s *Server) pushPending(id spec.TaskID) (gone bool, err error) {
-	pr, err := s.store.getPush(id)
+	pr, err := s.push.store.getPush(id)
 	if err != nil || pr == nil {
 		return pr == nil && err == nil, err
 	}
@@ -437,7 +470,7 @@ func (s *Server) pushEvent(a *agent, id spec.TaskID, hook string, ev storedEvent
 	if err != nil {
 		s.log.Error("a2a: the bus refused a push notification; it is not sent", "task", id, "seq", ev.Seq, "webhook", hook, "err", err)
 	}
-	return s.store.updatePush(id, func(pr *pushRecord, _ uint64) error {
+	return s.push.store.updatePush(id, func(pr *pushRecord, _ uint64) error {
 		for _, sc := range pr.Configs {
 			if sc.Hook == hook {
 				sc.Pushed = max(sc.Pushed, ev.Seq)
@@ -450,7 +483,10 @@ func (s *Server) pushEvent(a *agent, id spec.TaskID, hook string, ev storedEvent
 // startPush loads the tasks that have configs and publishes what a
 // stop left unpublished.
 func (s *Server) startPush() error {
-	ids, err := s.store.openPush()
+	if s.push == nil {
+		return nil
+	}
+	ids, err := s.push.store.openPush()
 	if err != nil {
 		return err
 	}
@@ -470,9 +506,12 @@ func (s *Server) startPush() error {
 // sweepPush deletes the configs of the tasks the retention window
 // deleted, and their webhook subscriptions: configs go with their task.
 func (s *Server) sweepPush() {
+	if s.push == nil {
+		return
+	}
 	// A record younger than the retention window (a minute at most)
 	// may be a SendMessage's, made just before its task.
-	orphans, err := s.store.orphanPush(time.Now().Add(-min(time.Minute, s.opts.Retention)))
+	orphans, err := s.push.store.orphanPush(time.Now().Add(-min(time.Minute, s.opts.Retention)))
 	if err != nil {
 		s.log.Error("a2a: sweep push notification configs", "err", err)
 		return

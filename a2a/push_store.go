@@ -10,6 +10,19 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
+// pushStore keeps tasks' push notification configs and how far each
+// has been published. Only boltStore implements it: on a cluster push
+// is not served (the bus keeps no webhook subscriptions there, and the
+// JetStream store no configs), so it is not part of taskStore.
+type pushStore interface {
+	openPush() ([]spec.TaskID, error)
+	getPush(id spec.TaskID) (*pushRecord, error)
+	updatePush(id spec.TaskID, fn func(pr *pushRecord, seq uint64) error) error
+	orphanPush(cutoff time.Time) (map[spec.TaskID]*pushRecord, error)
+}
+
+var _ pushStore = (*boltStore)(nil)
+
 // bucketPush maps a task id to its pushRecord, for the tasks that have
 // push notification configs. It lives in the task store's file, beside
 // the tasks, and goes with its task (sweepPush).
@@ -40,7 +53,7 @@ type storedPushConfig struct {
 
 // openPush makes the push bucket, if the store does not have it yet, and
 // returns the ids of the tasks that have configs.
-func (s *store) openPush() ([]spec.TaskID, error) {
+func (s *boltStore) openPush() ([]spec.TaskID, error) {
 	var ids []spec.TaskID
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketPush)
@@ -72,7 +85,7 @@ func getPushTx(tx *bolt.Tx, id spec.TaskID) (*pushRecord, error) {
 }
 
 // getPush returns task id's push record, nil for none.
-func (s *store) getPush(id spec.TaskID) (pr *pushRecord, err error) {
+func (s *boltStore) getPush(id spec.TaskID) (pr *pushRecord, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
 		pr, err = getPushTx(tx, id)
 		return err
@@ -85,7 +98,7 @@ func (s *store) getPush(id spec.TaskID) (pr *pushRecord, err error) {
 // sequence number of the task's newest event (0 for a task not made
 // yet), and changes the record; a record left without configs is
 // deleted. fn's error is returned as it is and changes nothing.
-func (s *store) updatePush(id spec.TaskID, fn func(pr *pushRecord, seq uint64) error) error {
+func (s *boltStore) updatePush(id spec.TaskID, fn func(pr *pushRecord, seq uint64) error) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		pr, err := getPushTx(tx, id)
 		if err != nil {
@@ -116,7 +129,7 @@ func (s *store) updatePush(id spec.TaskID, fn func(pr *pushRecord, seq uint64) e
 
 // orphanPush returns the push records made before cutoff whose task the
 // store no longer holds (the retention window deleted it), by task id.
-func (s *store) orphanPush(cutoff time.Time) (map[spec.TaskID]*pushRecord, error) {
+func (s *boltStore) orphanPush(cutoff time.Time) (map[spec.TaskID]*pushRecord, error) {
 	out := map[spec.TaskID]*pushRecord{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketPush).ForEach(func(k, _ []byte) error {

@@ -218,14 +218,8 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, a *agent) {
 		result, err = s.listTasks(c)
 	case methodCancelTask:
 		result, err = s.cancelTask(c)
-	case methodCreatePushConfig:
-		result, err = s.createPushConfig(c)
-	case methodGetPushConfig:
-		result, err = s.getPushConfig(c)
-	case methodListPushConfigs:
-		result, err = s.listPushConfigs(c)
-	case methodDeletePushConfig:
-		result, err = s.deletePushConfig(c)
+	case methodCreatePushConfig, methodGetPushConfig, methodListPushConfigs, methodDeletePushConfig:
+		result, err = s.pushMethod(c)
 	case methodGetExtendedAgentCard:
 		// §3.3.4: a card without capabilities.extendedAgentCard MUST
 		// answer it so.

@@ -12,6 +12,7 @@ import (
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bub-bus/bub/peer"
@@ -70,8 +71,21 @@ type Options struct {
 	BusURL string
 	// Agents are the agents served. Required, at least one.
 	Agents []Agent
-	// Path is the task store's bbolt file. Required.
+	// Path is the task store's bbolt file. Required; unused with
+	// JetStream.
 	Path string
+	// JetStream, when set, keeps the task store in the stream BUB_A2A
+	// of this JetStream instead of the file at Path, so that the
+	// servers of every node of a cluster share their tasks
+	// (docs/A2A.md, "Cluster"); bub serve sets it on a cluster node.
+	JetStream jetstream.JetStream
+	// Replicas is how many copies JetStream keeps of BUB_A2A: the
+	// cluster's own streams' count. Default: 1.
+	Replicas int
+	// Node is this node's id on a cluster. With it the server acts on
+	// the bus as ClientID-Node for each agent: a clientId is one
+	// connection cluster-wide, and each node's server holds its own.
+	Node string
 	// PublicURL is the URL the cards give for the agents' interfaces,
 	// up to and excluding /a2a/ (https://bus.example.com). Default: the
 	// scheme and Host of the request that reads the card.
@@ -118,7 +132,7 @@ type Options struct {
 // paths under /a2a/.
 type Server struct {
 	opts   Options
-	store  *store
+	store  taskStore
 	agents map[string]*agent
 	log    *slog.Logger
 	m      *metrics
@@ -138,7 +152,7 @@ type Server struct {
 	watchers map[spec.TaskID][]chan struct{}
 
 	// push publishes the events of tasks with push notification configs
-	// (push.go).
+	// (push.go); nil on a cluster, which serves no push.
 	push *pushers
 
 	ctx    context.Context
@@ -187,11 +201,22 @@ func New(ctx context.Context, opts *Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("a2a: register metrics: %w", err)
 	}
-	st, err := openStore(o.Path)
+	s := &Server{opts: o, m: m, agents: map[string]*agent{}, conns: map[string]*peer.Conn{}, log: o.Logger, watchers: map[spec.TaskID][]chan struct{}{}, earlyDead: map[string]deadLetterEvent{}}
+	if o.JetStream != nil {
+		// No pushers: push configs live beside the tasks in the bbolt
+		// file only, and the bus takes no webhook subscriptions on a
+		// cluster (docs/A2A.md, "Cluster").
+		s.store, err = openJetStore(ctx, o.JetStream, o.Replicas, s.notify)
+	} else {
+		var bs *boltStore
+		if bs, err = openBoltStore(o.Path); err == nil {
+			s.store = bs
+			s.push = &pushers{store: bs, tasks: map[spec.TaskID]*pusher{}}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: o, store: st, m: m, agents: map[string]*agent{}, conns: map[string]*peer.Conn{}, log: o.Logger, watchers: map[spec.TaskID][]chan struct{}{}, earlyDead: map[string]deadLetterEvent{}, push: &pushers{tasks: map[spec.TaskID]*pusher{}}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for i := range o.Agents {
 		a := &agent{Agent: o.Agents[i]}
@@ -269,19 +294,32 @@ func validName(s string) bool {
 // durable: true.
 func (s *Server) dial(ctx context.Context, a *Agent) (*peer.Conn, error) {
 	conn, err := peer.Dial(ctx, s.opts.BusURL, &peer.Options{
-		ClientID:   a.ClientID,
+		ClientID:   s.clientID(a),
 		Token:      a.Token,
 		ClientInfo: &protocol.ClientInfo{Name: "bub-a2a"},
 		Logger:     s.log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("a2a: agent %q: connect to the bus as %q: %w", a.Name, a.ClientID, err)
+		return nil, fmt.Errorf("a2a: agent %q: connect to the bus as %q: %w", a.Name, s.clientID(a), err)
 	}
-	if err := conn.Subscribe(ctx, replyPrefix, s.handleAnswer, &peer.SubscribeOptions{Durable: true}); err != nil {
+	// On a cluster, not durable: a durable subscription of a dead
+	// node's server would hold the answers for it until it came back,
+	// where a plain one leaves the order with its node, and the answers
+	// go to another node's server (docs/A2A.md, "Cluster").
+	if err := conn.Subscribe(ctx, replyPrefix, s.handleAnswer, &peer.SubscribeOptions{Durable: s.opts.Node == ""}); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("a2a: agent %q: subscribe %s as %q: %w", a.Name, replyPrefix, a.ClientID, err)
+		return nil, fmt.Errorf("a2a: agent %q: subscribe %s as %q: %w", a.Name, replyPrefix, s.clientID(a), err)
 	}
 	return conn, nil
+}
+
+// clientID is the clientId the server acts as for a: its ClientID, and
+// on a cluster the node's id after it.
+func (s *Server) clientID(a *Agent) string {
+	if s.opts.Node == "" {
+		return a.ClientID
+	}
+	return a.ClientID + "-" + s.opts.Node
 }
 
 // watchDeadLetters subscribes the bus's dead-letter events on the first

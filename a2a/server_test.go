@@ -21,6 +21,7 @@ import (
 	"github.com/bub-bus/bub/a2a/a2atest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/peer"
+	"github.com/bub-bus/bub/protocol"
 )
 
 // An A2A client that knows nothing of the bus discovers the echo agent,
@@ -152,7 +153,27 @@ func TestTaskSurvivesRestart(t *testing.T) {
 	p := agent.TaskOf(t, task)
 	agent.Say(t, p, map[string]any{"type": "a2a_status", "state": "input-required", "text": "which one?"})
 
+	// The bus holds the answer once it has dropped the server's
+	// connection; until then (the connection closing) it would take the
+	// answer as not sent and retry it instead.
+	gone := make(chan struct{})
+	var once sync.Once
+	err := agent.Conn.Subscribe(t.Context(), bus.TopicClientDisconnected, func(_ context.Context, d *peer.Delivery) (peer.Result, error) {
+		var ev protocol.ClientEvent
+		if d.Decode(&ev) == nil && ev.ClientID == "a2a-gw" {
+			once.Do(func() { close(gone) })
+		}
+		return peer.Result{Processed: true}, nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.close()
+	select {
+	case <-gone:
+	case <-time.After(a2atest.Timeout):
+		t.Fatalf("the bus did not say the A2A server's connection was gone within %v", a2atest.Timeout)
+	}
 	res, err := agent.Conn.SendMessage(t.Context(), p.ReplyTo, map[string]any{"type": "plaintext_message", "text": "this one"}, nil)
 	if err != nil {
 		t.Fatal(err)

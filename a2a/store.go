@@ -53,17 +53,55 @@ type taskRecord struct {
 
 // storedEvent is one event of a task's log.
 type storedEvent struct {
-	Seq  uint64
-	Data json.RawMessage // a StreamResponse: {"task": ...}, {"statusUpdate": ...}, ...
+	Seq  uint64          `json:"seq"`
+	Data json.RawMessage `json:"data"` // a StreamResponse: {"task": ...}, {"statusUpdate": ...}, ...
 }
 
-// store keeps tasks durably in a bbolt file.
-type store struct {
+// taskStore keeps tasks, their event logs and idempotency records
+// durably: boltStore in a file on one node, jetStore in JetStream on a
+// cluster, where every node's server shares it.
+type taskStore interface {
+	// create stores rec as a new task with ev, its first event, unless
+	// rec.IdemKey ("" for none) already names a task within the
+	// retention window: then it returns that task and created false,
+	// and stores nothing.
+	create(rec *taskRecord, ev spec.Event, retention time.Duration, now time.Time) (got *taskRecord, created bool, err error)
+	// get returns task id, or errNoTask.
+	get(id spec.TaskID) (*taskRecord, error)
+	// update changes task id: fn changes rec and returns the events
+	// that say what changed, which are logged with the next sequence
+	// numbers; fn returning no events changes nothing. Updates of one
+	// task are serialized: fn may run more than once (jetStore runs it
+	// again on the newer record when another node wrote first), so it
+	// sets whatever it reports afresh at each run.
+	update(id spec.TaskID, now time.Time, fn func(rec *taskRecord) ([]spec.Event, error)) (*taskRecord, error)
+	// noteBusMessage records that the bus knows a message of task id
+	// as busID.
+	noteBusMessage(id spec.TaskID, busID string) error
+	// taskOfBusMessage returns the task whose message the bus knows as
+	// busID, or "".
+	taskOfBusMessage(busID string) (spec.TaskID, error)
+	// events returns task id's events after seq, oldest first.
+	events(id spec.TaskID, after uint64) ([]storedEvent, error)
+	// list returns up to limit of agent's tasks that keep returns true
+	// for, in ListTasks' order, starting after the task at cursor (nil:
+	// from the first), and the number of tasks kept in all.
+	list(agent string, cursor *listKey, limit int, keep func(*taskRecord) bool) (page []*taskRecord, total int, err error)
+	// sweep deletes the tasks unchanged for longer than retention,
+	// with all that belongs to them, and returns how many it deleted.
+	sweep(retention time.Duration, now time.Time) (int, error)
+	close() error
+}
+
+// boltStore keeps tasks durably in a bbolt file.
+type boltStore struct {
 	db *bolt.DB
 }
 
-// openStore opens (or creates) the task store at path.
-func openStore(path string) (*store, error) {
+var _ taskStore = (*boltStore)(nil)
+
+// openBoltStore opens (or creates) the task store at path.
+func openBoltStore(path string) (*boltStore, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open task store %s: %w", path, err)
 	}
@@ -83,10 +121,10 @@ func openStore(path string) (*store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open task store %s: %w", path, err)
 	}
-	return &store{db: db}, nil
+	return &boltStore{db: db}, nil
 }
 
-func (s *store) close() error { return s.db.Close() }
+func (s *boltStore) close() error { return s.db.Close() }
 
 // errNoTask is returned for a task the store does not hold.
 var errNoTask = errors.New("no such task")
@@ -112,7 +150,7 @@ type idemRecord struct {
 // idemKey ("" for none) already names a task within the retention
 // window: then it returns that task and created false, and stores
 // nothing.
-func (s *store) create(rec *taskRecord, ev spec.Event, retention time.Duration, now time.Time) (got *taskRecord, created bool, err error) {
+func (s *boltStore) create(rec *taskRecord, ev spec.Event, retention time.Duration, now time.Time) (got *taskRecord, created bool, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		idem := tx.Bucket(bucketIdem)
 		if rec.IdemKey != "" {
@@ -191,7 +229,7 @@ func getTx(tx *bolt.Tx, id spec.TaskID) (*taskRecord, error) {
 }
 
 // get returns the task id.
-func (s *store) get(id spec.TaskID) (*taskRecord, error) {
+func (s *boltStore) get(id spec.TaskID) (*taskRecord, error) {
 	var rec *taskRecord
 	err := s.db.View(func(tx *bolt.Tx) (err error) {
 		rec, err = getTx(tx, id)
@@ -203,7 +241,7 @@ func (s *store) get(id spec.TaskID) (*taskRecord, error) {
 // update changes task id under the store's write lock: fn changes rec
 // and returns the events that say what changed, which are logged with
 // the next sequence numbers. fn returning no events changes nothing.
-func (s *store) update(id spec.TaskID, now time.Time, fn func(rec *taskRecord) ([]spec.Event, error)) (*taskRecord, error) {
+func (s *boltStore) update(id spec.TaskID, now time.Time, fn func(rec *taskRecord) ([]spec.Event, error)) (*taskRecord, error) {
 	var rec *taskRecord
 	err := s.db.Update(func(tx *bolt.Tx) (err error) {
 		if rec, err = getTx(tx, id); err != nil {
@@ -233,7 +271,7 @@ var errUnchanged = errors.New("unchanged")
 
 // noteBusMessage records that the bus knows a message of task id as
 // busID.
-func (s *store) noteBusMessage(id spec.TaskID, busID string) error {
+func (s *boltStore) noteBusMessage(id spec.TaskID, busID string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		rec, err := getTx(tx, id)
 		if err != nil {
@@ -253,7 +291,7 @@ func (s *store) noteBusMessage(id spec.TaskID, busID string) error {
 
 // taskOfBusMessage returns the task whose message the bus knows as
 // busID, or "".
-func (s *store) taskOfBusMessage(busID string) (id spec.TaskID, err error) {
+func (s *boltStore) taskOfBusMessage(busID string) (id spec.TaskID, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
 		id = spec.TaskID(tx.Bucket(bucketBusMsg).Get([]byte(busID)))
 		return nil
@@ -262,7 +300,7 @@ func (s *store) taskOfBusMessage(busID string) (id spec.TaskID, err error) {
 }
 
 // events returns task id's events after seq, oldest first.
-func (s *store) events(id spec.TaskID, after uint64) ([]storedEvent, error) {
+func (s *boltStore) events(id spec.TaskID, after uint64) ([]storedEvent, error) {
 	var out []storedEvent
 	err := s.db.View(func(tx *bolt.Tx) error {
 		prefix := append([]byte(id), 0)
@@ -301,7 +339,7 @@ func (k listKey) precedes(o listKey) bool {
 // list returns up to limit of agent's tasks that keep returns true for,
 // in ListTasks' order, starting after the task at cursor (nil: from the
 // first), and the number of tasks kept in all.
-func (s *store) list(agent string, cursor *listKey, limit int, keep func(*taskRecord) bool) (page []*taskRecord, total int, err error) {
+func (s *boltStore) list(agent string, cursor *listKey, limit int, keep func(*taskRecord) bool) (page []*taskRecord, total int, err error) {
 	var all []*taskRecord
 	err = s.db.View(func(tx *bolt.Tx) error {
 		prefix := append([]byte(agent), 0)
@@ -323,19 +361,26 @@ func (s *store) list(agent string, cursor *listKey, limit int, keep func(*taskRe
 	if err != nil {
 		return nil, 0, err
 	}
+	page, total = pageOf(all, cursor, limit)
+	return page, total, nil
+}
+
+// pageOf sorts all in ListTasks' order and returns up to limit of them
+// after cursor (nil: from the first), and how many there are.
+func pageOf(all []*taskRecord, cursor *listKey, limit int) (page []*taskRecord, total int) {
 	sort.Slice(all, func(i, j int) bool { return keyOf(all[i]).precedes(keyOf(all[j])) })
 	for _, rec := range all {
 		if (cursor == nil || cursor.precedes(keyOf(rec))) && len(page) < limit {
 			page = append(page, rec)
 		}
 	}
-	return page, len(all), nil
+	return page, len(all)
 }
 
 // sweep deletes the tasks unchanged for longer than retention, with
 // their events, order keys and idempotency records, and returns how many
 // it deleted.
-func (s *store) sweep(retention time.Duration, now time.Time) (int, error) {
+func (s *boltStore) sweep(retention time.Duration, now time.Time) (int, error) {
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		var old []*taskRecord

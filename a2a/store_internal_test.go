@@ -7,15 +7,36 @@ import (
 	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/cluster"
+	"github.com/bub-bus/bub/cluster/clustertest"
 )
 
 // The retention window: a task unchanged for longer is deleted with its
 // log and its idempotency key, which then makes a new task; a younger
 // one stays, and survives reopening the file.
+//
+// Both stores, on the same steps: the file, and JetStream on a one-node
+// cluster.
 func TestStoreRetention(t *testing.T) {
-	t.Parallel()
 	path := filepath.Join(t.TempDir(), "a2a.db")
-	st, err := openStore(path)
+	t.Run("bbolt", func(t *testing.T) {
+		testRetention(t, func() (taskStore, error) { return openBoltStore(path) })
+	})
+	t.Run("JetStream", func(t *testing.T) {
+		var cl bus.Cluster
+		clustertest.StartEach(t, nil, func(_ string, o *bus.Options) { cl = o.Cluster }, "a")
+		js, replicas := cluster.StoreOf(cl).JetStream()
+		testRetention(t, func() (taskStore, error) {
+			return openJetStore(t.Context(), js, replicas, func(spec.TaskID) {})
+		})
+	})
+}
+
+// testRetention is TestStoreRetention on the store open opens.
+func testRetention(t *testing.T, open func() (taskStore, error)) {
+	st, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +72,7 @@ func TestStoreRetention(t *testing.T) {
 		t.Fatal("the swept task's key still stood for it")
 	}
 	st.close()
-	if st, err = openStore(path); err != nil {
+	if st, err = open(); err != nil {
 		t.Fatal(err)
 	}
 	page, total, err := st.list("w", nil, 10, func(*taskRecord) bool { return true })

@@ -236,6 +236,13 @@ func (s *Server) follow(e *sse, c *call, id spec.TaskID, after uint64, snapshot 
 // wait waits for ch, sending keep-alive comments meanwhile, and reports
 // false when the client or the server went first.
 func (e *sse) wait(client, server context.Context, ch <-chan struct{}, tick <-chan time.Time) bool {
+	// The headers go out before the first wait: a stream resumed after
+	// the task's last event has nothing to send yet, and its client
+	// must know it is open (and a keep-alive is no event to sniff).
+	e.start(nil)
+	if e.rc.Flush() != nil {
+		return false
+	}
 	for {
 		select {
 		case <-ch:

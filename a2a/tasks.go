@@ -32,6 +32,11 @@ func (s *Server) accept(c *call) (*spec.SendMessageRequest, *taskRecord, error) 
 		return nil, nil, errorf(CodeInvalidParams, "params.message.role must be ROLE_USER")
 	}
 	pc := pushConfigOf(&p)
+	if pc != nil {
+		if err := s.errPushNotServed(); err != nil {
+			return nil, nil, err
+		}
+	}
 	if m.TaskID != "" {
 		if pc != nil {
 			if _, err := s.lookup(c, m.TaskID); err != nil {
@@ -100,6 +105,7 @@ func (s *Server) idempotencyKey(c *call, messageID string) string {
 func (s *Server) continueTask(c *call, m *spec.Message) (*taskRecord, error) {
 	fresh := false
 	rec, err := s.store.update(m.TaskID, time.Now(), func(rec *taskRecord) ([]spec.Event, error) {
+		fresh = false // again at each run (taskStore.update)
 		if !s.owns(c, rec) {
 			return nil, errNoTask
 		}

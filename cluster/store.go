@@ -109,6 +109,12 @@ const opTimeout = 30 * time.Second
 // Store returns the node's durable store.
 func (n *Node) Store() *Store { return n.store }
 
+// JetStream returns the node's JetStream client and the replicas the
+// cluster's streams take, for an add-on that keeps a stream of its own
+// beside the bus's buckets, replicated as they are (the A2A task store,
+// a2a.Options.JetStream).
+func (s *Store) JetStream() (jetstream.JetStream, int) { return s.n.js, s.n.replicas }
+
 // openStore binds the bucket and the stream and starts counting the
 // pending entries; it returns once the counts hold every entry there
 // was, so that the first PendingCounts is right.

@@ -2,24 +2,21 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"math"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/bub-bus/bub/internal/jswrite"
 )
 
 // The node's writes to its buckets all go through publishKV, so that
 // every one of them rides a JetStream election the same way.
 
-// rideElections makes a write wait out a stream with no leader for up to
-// 10 s instead of failing: while a node dies or comes back, JetStream
-// elects new leaders, and a write in between found no one to answer
-// ("no response from stream"); the bus then had nowhere to keep a retry
-// it had to keep (make cluster-test saw messages vanish that way). Only
-// a write nobody received is sent again, so none is stored twice.
-var rideElections = []jetstream.PublishOpt{jetstream.WithRetryAttempts(40), jetstream.WithRetryWait(250 * time.Millisecond)}
+// rideElections makes a write wait out a stream with no leader
+// (jswrite.RideElections): the bus then had nowhere to keep a retry it
+// had to keep (make cluster-test saw messages vanish that way).
+var rideElections = jswrite.RideElections
 
 // anyRevision is publishKV's over for a write made whatever its key
 // holds; no stream's sequence reaches it.
@@ -63,9 +60,5 @@ func (n *Node) deleteKey(ctx context.Context, bucket, key string, over uint64) (
 }
 
 // isWrongRevision reports whether err is JetStream's refusal of a
-// compare-and-set: replicated streams answer 10164, single ones 10071.
-func isWrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
+// compare-and-set (jswrite.WrongLast).
+func isWrongRevision(err error) bool { return jswrite.WrongLast(err) }

@@ -126,17 +126,9 @@ func Submit(t testing.TB, url, id, text string, headers ...string) *spec.Task {
 func TrySubmit(ctx context.Context, url, id, text string, headers ...string) (*spec.Task, error) {
 	params := UserMessage(id, text)
 	params["configuration"] = map[string]any{"returnImmediately": true}
-	resp, err := do(ctx, url, "SendMessage", params, headers...)
+	r, err := TryPost(ctx, url, "SendMessage", params, headers...)
 	if err != nil {
 		return nil, err
-	}
-	defer resp.Body.Close()
-	var r Response
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, fmt.Errorf("SendMessage: HTTP %d: %w", resp.StatusCode, err)
-	}
-	if r.Error != nil {
-		return nil, fmt.Errorf("SendMessage: %w", r.Error)
 	}
 	var sr spec.StreamResponse
 	if err := json.Unmarshal(r.Result, &sr); err != nil {
@@ -147,6 +139,24 @@ func TrySubmit(ctx context.Context, url, id, text string, headers ...string) (*s
 		return nil, fmt.Errorf("SendMessage answered %T, want a task", sr.Event)
 	}
 	return task, nil
+}
+
+// TryPost is Post for a goroutine other than the test's: it returns
+// what went wrong, an error answer included.
+func TryPost(ctx context.Context, url, method string, params any, headers ...string) (Response, error) {
+	resp, err := do(ctx, url, method, params, headers...)
+	if err != nil {
+		return Response{}, err
+	}
+	defer resp.Body.Close()
+	var r Response
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return r, fmt.Errorf("%s: HTTP %d: %w", method, resp.StatusCode, err)
+	}
+	if r.Error != nil {
+		return r, fmt.Errorf("%s: %w", method, r.Error)
+	}
+	return r, nil
 }
 
 // AwaitState polls GetTask until task id is in state, and fails with the

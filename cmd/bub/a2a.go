@@ -22,6 +22,8 @@ import (
 
 	"github.com/bub-bus/bub/a2a"
 	"github.com/bub-bus/bub/auth"
+	"github.com/bub-bus/bub/bus"
+	"github.com/bub-bus/bub/cluster"
 )
 
 // addA2AFlags adds bub serve's A2A setting.
@@ -38,7 +40,8 @@ type a2aFile struct {
 	// PublicURL is what the cards give as the agents' URL, up to
 	// /a2a/. Default: the scheme and Host of the request for the card.
 	PublicURL string `yaml:"public_url"`
-	// Store is the task store's file. Default: DATA_DIR/a2a.db.
+	// Store is the task store's file. Default: DATA_DIR/a2a.db. A
+	// cluster node keeps its tasks in JetStream instead.
 	Store string `yaml:"store"`
 	// Retention is how long a task and its idempotency key are kept
 	// after their last change. Default: 24h.
@@ -120,18 +123,19 @@ type a2aDoor struct {
 
 // newA2ADoor loads the --a2a-config file; nil without --a2a-config.
 // It runs before the bus starts, so that a bad file stops bub serve
-// before anything is served.
-func newA2ADoor(cfg *serveConfig, clustered bool, authn *auth.Authenticator, log *slog.Logger) (*a2aDoor, error) {
+// before anything is served. node is the cluster node's id, "" on a
+// single node.
+func newA2ADoor(cfg *serveConfig, node string, authn *auth.Authenticator, log *slog.Logger) (*a2aDoor, error) {
 	if cfg.a2aConfig == "" {
 		return nil, nil
-	}
-	if clustered {
-		return nil, errors.New("--a2a-config is not supported on a cluster yet: the task store is one node's file (docs/A2A.md)")
 	}
 	opts, err := loadA2AConfig(cfg.a2aConfig, cfg.dataDir)
 	if err != nil {
 		return nil, err
 	}
+	// On a cluster the tasks are in JetStream (start), and the server
+	// acts as each client_id with the node's id after it.
+	opts.Node = node
 	if opts.BusURL == "" && cfg.tlsFiles().enabled() {
 		return nil, fmt.Errorf("%s: bus_url is required with --tls-cert: the wss:// URL, with the name the certificate gives, that the A2A server dials", cfg.a2aConfig)
 	}
@@ -212,12 +216,25 @@ func (d *a2aDoor) hostAllowed(r *http.Request) bool {
 }
 
 // start connects the A2A server to the bus listening on addr; its
-// metrics join the bus's in reg.
-func (d *a2aDoor) start(ctx context.Context, addr net.Addr, reg prometheus.Registerer, log *slog.Logger) error {
+// metrics join the bus's in reg. On a cluster (cl not nil) its tasks
+// are in the cluster's JetStream, shared by every node's A2A server.
+func (d *a2aDoor) start(ctx context.Context, addr net.Addr, reg prometheus.Registerer, cl bus.Cluster, log *slog.Logger) error {
 	if d == nil {
 		return nil
 	}
 	d.opts.Registerer = reg
+	store := d.opts.Path
+	if cl != nil {
+		cs := cluster.StoreOf(cl)
+		if cs == nil {
+			return errors.New("a2a: the cluster has no store yet")
+		}
+		d.opts.JetStream, d.opts.Replicas = cs.JetStream()
+		store = "JetStream stream BUB_A2A"
+		if err := awaitReady(ctx, cl, log); err != nil {
+			return err
+		}
+	}
 	if d.opts.BusURL == "" {
 		d.opts.BusURL = "ws://" + dialable(addr) + "/"
 	}
@@ -230,8 +247,40 @@ func (d *a2aDoor) start(ctx context.Context, addr net.Addr, reg prometheus.Regis
 	for _, a := range d.opts.Agents {
 		names = append(names, a.Name)
 	}
-	log.Info("A2A serving", "agents", strings.Join(names, ","), "store", d.opts.Path, "catalog", "/a2a/.well-known/agent-cards.json")
+	log.Info("A2A serving", "agents", strings.Join(names, ","), "store", store, "catalog", "/a2a/.well-known/agent-cards.json")
 	return nil
+}
+
+// readyWait bounds how long the A2A server waits for its cluster node to
+// be ready, as a node's start waits for JetStream.
+const readyWait = time.Minute
+
+// awaitReady waits until the cluster node is ready (its /readyz): just
+// after it joined, it may not have heard the others' heartbeats yet, and
+// takes itself for a minority, where the A2A server's first act, the
+// claim of its clientId, is refused ("no quorum").
+func awaitReady(ctx context.Context, cl bus.Cluster, log *slog.Logger) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.Now().Add(readyWait)
+	said := false
+	for {
+		err := cl.Ready()
+		switch {
+		case err == nil:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("a2a: the cluster node is not ready after %v: %w", readyWait, err)
+		case !said:
+			log.Info("A2A waits for the cluster node to be ready", "err", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // close stops the A2A server: its streams end and its bus connections

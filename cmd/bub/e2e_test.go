@@ -101,6 +101,25 @@ func startBus(t *testing.T, dataDir string, flags ...string) *daemon {
 // know.
 func startBusAt(t *testing.T, addr, dataDir string, flags ...string) *daemon {
 	t.Helper()
+	d := spawnBusAt(t, addr, dataDir, flags...)
+	checkfor.Check(t, 20*time.Second, func() error {
+		resp, err := http.Get(d.http + "/readyz")
+		if err != nil {
+			return fmt.Errorf("bub serve did not become ready: %w\n%s", err, d.stderr)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("bub serve did not become ready: /readyz %s\n%s", resp.Status, d.stderr)
+		}
+		return nil
+	})
+	return d
+}
+
+// spawnBusAt is startBusAt without the wait for /readyz: for the nodes
+// of a cluster, of which none is ready before a majority runs.
+func spawnBusAt(t *testing.T, addr, dataDir string, flags ...string) *daemon {
+	t.Helper()
 	args := append([]string{"serve", "--listen", addr, "--data-dir", dataDir}, flags...)
 	d := &daemon{cmd: exec.Command(bubBinary, args...), url: "ws://" + addr + "/", http: "http://" + addr, stderr: &lockedBuffer{}}
 	d.cmd.Stderr = d.stderr
@@ -112,17 +131,6 @@ func startBusAt(t *testing.T, addr, dataDir string, flags ...string) *daemon {
 		if strings.Contains(d.stderr.String(), "DATA RACE") {
 			t.Errorf("the race detector fired in bub serve:\n%s", d.stderr)
 		}
-	})
-	checkfor.Check(t, 20*time.Second, func() error {
-		resp, err := http.Get(d.http + "/readyz")
-		if err != nil {
-			return fmt.Errorf("bub serve did not become ready: %w\n%s", err, d.stderr)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("bub serve did not become ready: /readyz %s\n%s", resp.Status, d.stderr)
-		}
-		return nil
 	})
 	return d
 }

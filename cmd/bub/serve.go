@@ -269,7 +269,11 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	if err != nil {
 		return errorf(io, "serve: %v", err)
 	}
-	a2aDoor, err := newA2ADoor(cfg, clusterOpts != nil, authn, logger)
+	var node string
+	if clusterOpts != nil {
+		node = clusterOpts.NodeID
+	}
+	a2aDoor, err := newA2ADoor(cfg, node, authn, logger)
 	if err != nil {
 		return errorf(io, "serve: %v", err)
 	}
@@ -391,7 +395,7 @@ func runServe(ctx context.Context, io stdio, args []string) int {
 	defer a2aDoor.close()
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(serveLn) }()
-	if err := a2aDoor.start(ctx, ln.Addr(), srv.Registry(), logger); err != nil {
+	if err := a2aDoor.start(ctx, ln.Addr(), srv.Registry(), cl, logger); err != nil {
 		return errorf(io, "serve: %v", err)
 	}
 	attrs := []any{"url", scheme + ln.Addr().String() + "/", "data_dir", cfg.dataDir, "default_policy", cfg.defaultPolicy}
