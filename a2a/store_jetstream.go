@@ -56,41 +56,12 @@ const jsTimeout = 30 * time.Second
 // cluster bounds a node's start.
 const openTimeout = time.Minute
 
-// readTry bounds one try of a read: a request to a stream whose leader
-// just died goes unanswered until the survivors elect another.
-const readTry = 5 * time.Second
-
 // read runs f, a read of the stream, again while JetStream leaves it
-// unanswered or says it has no leader, for up to jsTimeout: around a
-// node's death the survivors still send to the dead leader until they
-// elect another (docs/CLUSTER.md, "A node dies"). A read that found
-// nothing, or failed otherwise, is not tried again.
+// unanswered or says it has no leader, for up to jsTimeout
+// (jswrite.TryUntil). A read that found nothing, or failed otherwise, is
+// not tried again.
 func read(f func(ctx context.Context) error) error {
-	return tryUntil(context.Background(), jsTimeout, f)
-}
-
-// tryUntil runs f, readTry at a time, again while JetStream leaves it
-// unanswered or has no leader to answer, until total has passed or ctx
-// ends.
-func tryUntil(ctx context.Context, total time.Duration, f func(ctx context.Context) error) error {
-	deadline := time.Now().Add(total)
-	for {
-		tctx, cancel := context.WithTimeout(ctx, readTry)
-		err := f(tctx)
-		cancel()
-		if err == nil || !unanswered(err) || time.Now().After(deadline) || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond) // not to spin while nobody answers at once
-	}
-}
-
-// unanswered reports whether err says nobody answered a request, or
-// that the stream has no leader to answer it yet.
-func unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.As(err, &apiErr) && apiErr.Code == 503
+	return jswrite.TryUntil(context.Background(), jsTimeout, f)
 }
 
 // jetStore keeps tasks in the stream BUB_A2A.
@@ -118,7 +89,7 @@ func openJetStore(ctx context.Context, js jetstream.JetStream, replicas int, cha
 	// Every node makes it as it starts, all at once when the cluster
 	// does, while JetStream may still be electing leaders.
 	var stream jetstream.Stream
-	err := tryUntil(ctx, openTimeout, func(ctx context.Context) (err error) {
+	err := jswrite.TryUntil(ctx, openTimeout, func(ctx context.Context) (err error) {
 		stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:              jetStreamName,
 			Description:       "A2A tasks, their event logs and idempotency records (bub serve --a2a-config)",
@@ -135,7 +106,7 @@ func openJetStore(ctx context.Context, js jetstream.JetStream, replicas int, cha
 	}
 	s := &jetStore{js: js, stream: stream}
 	var cons jetstream.Consumer
-	err = tryUntil(ctx, openTimeout, func(ctx context.Context) (err error) {
+	err = jswrite.TryUntil(ctx, openTimeout, func(ctx context.Context) (err error) {
 		cons, err = stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{subjectTask + ">"},
 			DeliverPolicy:  jetstream.DeliverNewPolicy,

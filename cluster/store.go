@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/bub-bus/bub/bus/store"
+	"github.com/bub-bus/bub/internal/jswrite"
 	"github.com/bub-bus/bub/protocol"
 )
 
@@ -546,7 +547,14 @@ func (s *Store) leaderGetSeq(ctx context.Context, bucket, subject string) ([]byt
 	if err != nil {
 		return nil, 0, err
 	}
-	msg, err := s.n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+	// Tried again while unanswered: a request sent to a leader that just
+	// died waits, unanswered, for its whole context (TestStoreCluster's
+	// takeover race waited 30 s for one, and TakeHeld failed).
+	var msg *nats.Msg
+	err = jswrite.TryUntil(ctx, 0, func(ctx context.Context) (err error) {
+		msg, err = s.n.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+		return err
+	})
 	if err != nil {
 		return nil, 0, err
 	}
