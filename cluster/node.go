@@ -405,7 +405,11 @@ func (n *Node) retryUntil(ctx context.Context, what string, per, pause time.Dura
 		select {
 		case <-time.After(pause):
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, err)
+			// Why it stopped is ctx's end: the last attempt's own error
+			// may be its per-attempt deadline, when that came with the
+			// cancel (TestStartStopsWhenCancelled cancels at 1 s, the
+			// first attempt's deadline).
+			return fmt.Errorf("%s: %w (the last attempt: %w)", what, context.Cause(ctx), err)
 		}
 	}
 }
