@@ -130,12 +130,8 @@ func TestCardETag(t *testing.T) {
 func TestDirectMessage(t *testing.T) {
 	t.Parallel()
 	f := start(t, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
-	conn, err := peer.Dial(t.Context(), f.bus.URL, &peer.Options{ClientID: "w", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	err = conn.Subscribe(t.Context(), "agent:w", func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+	conn := f.dialAgent(t, "w")
+	err := conn.Subscribe(t.Context(), "agent:w", func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
 		p, ok := a2a.TaskOf(d)
 		if !ok {
 			return peer.Result{Reject: true, Message: "not an A2A task"}, nil

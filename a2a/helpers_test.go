@@ -17,6 +17,7 @@ import (
 	"github.com/bub-bus/bub/a2a/a2atest"
 	"github.com/bub-bus/bub/bus"
 	"github.com/bub-bus/bub/bus/bustest"
+	"github.com/bub-bus/bub/peer"
 )
 
 // fixture is a bus on loopback and an A2A server in front of it.
@@ -136,4 +137,16 @@ func startEchoAgent(t *testing.T, busURL, clientID, topic string) {
 		}
 		t.Fatalf("echo-agent not ready within %v; its log: %s", bustest.Timeout, strings.Join(log, "\n"))
 	}
+}
+
+// dialAgent connects an agent of the test to the fixture's bus as
+// clientID, closed when the test ends.
+func (f *fixture) dialAgent(t testing.TB, clientID string) *peer.Conn {
+	t.Helper()
+	conn, err := peer.Dial(t.Context(), f.bus.URL, &peer.Options{ClientID: clientID, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }

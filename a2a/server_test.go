@@ -432,12 +432,8 @@ func TestMaxEventsPerTask(t *testing.T) {
 func TestAgentHelpers(t *testing.T) {
 	t.Parallel()
 	f := start(t, a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
-	conn, err := peer.Dial(t.Context(), f.bus.URL, &peer.Options{ClientID: "w", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	err = conn.Subscribe(t.Context(), "agent:w", func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
+	conn := f.dialAgent(t, "w")
+	err := conn.Subscribe(t.Context(), "agent:w", func(ctx context.Context, d *peer.Delivery) (peer.Result, error) {
 		p, ok := a2a.TaskOf(d)
 		if !ok {
 			return peer.Result{Message: "not an A2A task"}, nil
@@ -519,12 +515,8 @@ func TestDeadLetterFailsTask(t *testing.T) {
 	t.Parallel()
 	f := startOn(t, &bus.Options{MaxAttempts: 2, RetryBaseDelay: time.Millisecond, RetryDelayCap: 10 * time.Millisecond},
 		a2a.Agent{Name: "w", Topic: "agent:w", ClientID: "a2a-gw"})
-	conn, err := peer.Dial(t.Context(), f.bus.URL, &peer.Options{ClientID: "w", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	err = conn.Subscribe(t.Context(), "agent:w", func(context.Context, *peer.Delivery) (peer.Result, error) {
+	conn := f.dialAgent(t, "w")
+	err := conn.Subscribe(t.Context(), "agent:w", func(context.Context, *peer.Delivery) (peer.Result, error) {
 		return peer.Result{ShouldRetry: true, RetryAfter: time.Millisecond, Message: "busy"}, nil
 	}, nil)
 	if err != nil {
